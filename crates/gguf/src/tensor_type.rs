@@ -1,0 +1,180 @@
+//! ggml tensor types: ids, block sizes and bytes per block.
+
+use std::fmt;
+
+/// A ggml tensor type this crate knows (the `ggml_type` ids of ggml.h).
+///
+/// Block sizes and block byte sizes follow ggml's `type_traits` table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TensorType {
+    /// 32-bit float.
+    F32,
+    /// IEEE half.
+    F16,
+    /// bfloat16.
+    BF16,
+    /// 32 values: f16 scale, 16 bytes of 4-bit values (offset 8).
+    Q4_0,
+    /// 32 values: f16 scale and min, 16 bytes of 4-bit values.
+    Q4_1,
+    /// 32 values: f16 scale, 4 bytes of high bits, 16 bytes of low nibbles.
+    Q5_0,
+    /// 32 values: f16 scale and min, 4 bytes of high bits, 16 bytes of low nibbles.
+    Q5_1,
+    /// 32 values: f16 scale, 32 signed bytes.
+    Q8_0,
+    /// 256-value super-block, 2-bit.
+    Q2K,
+    /// 256-value super-block, 3-bit.
+    Q3K,
+    /// 256-value super-block, 4-bit with 6-bit scales and mins.
+    Q4K,
+    /// 256-value super-block, 5-bit.
+    Q5K,
+    /// 256-value super-block, 6-bit.
+    Q6K,
+    /// 256-value super-block, 8-bit with f32 scale (used for activations).
+    Q8K,
+}
+
+impl TensorType {
+    /// Every known type.
+    pub const ALL: [TensorType; 14] = [
+        TensorType::F32,
+        TensorType::F16,
+        TensorType::BF16,
+        TensorType::Q4_0,
+        TensorType::Q4_1,
+        TensorType::Q5_0,
+        TensorType::Q5_1,
+        TensorType::Q8_0,
+        TensorType::Q2K,
+        TensorType::Q3K,
+        TensorType::Q4K,
+        TensorType::Q5K,
+        TensorType::Q6K,
+        TensorType::Q8K,
+    ];
+
+    /// The type for a ggml type id, if known.
+    pub fn from_id(id: u32) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.id() == id)
+    }
+
+    /// The ggml type id.
+    pub fn id(self) -> u32 {
+        match self {
+            TensorType::F32 => 0,
+            TensorType::F16 => 1,
+            TensorType::Q4_0 => 2,
+            TensorType::Q4_1 => 3,
+            TensorType::Q5_0 => 6,
+            TensorType::Q5_1 => 7,
+            TensorType::Q8_0 => 8,
+            TensorType::Q2K => 10,
+            TensorType::Q3K => 11,
+            TensorType::Q4K => 12,
+            TensorType::Q5K => 13,
+            TensorType::Q6K => 14,
+            TensorType::Q8K => 15,
+            TensorType::BF16 => 30,
+        }
+    }
+
+    /// Values per block.
+    pub fn block_size(self) -> u64 {
+        match self {
+            TensorType::F32 | TensorType::F16 | TensorType::BF16 => 1,
+            TensorType::Q4_0 | TensorType::Q4_1 | TensorType::Q5_0 | TensorType::Q5_1 | TensorType::Q8_0 => {
+                32
+            }
+            TensorType::Q2K
+            | TensorType::Q3K
+            | TensorType::Q4K
+            | TensorType::Q5K
+            | TensorType::Q6K
+            | TensorType::Q8K => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> u64 {
+        match self {
+            TensorType::F32 => 4,
+            TensorType::F16 | TensorType::BF16 => 2,
+            TensorType::Q4_0 => 18,
+            TensorType::Q4_1 => 20,
+            TensorType::Q5_0 => 22,
+            TensorType::Q5_1 => 24,
+            TensorType::Q8_0 => 34,
+            TensorType::Q2K => 84,
+            TensorType::Q3K => 110,
+            TensorType::Q4K => 144,
+            TensorType::Q5K => 176,
+            TensorType::Q6K => 210,
+            TensorType::Q8K => 292,
+        }
+    }
+
+    /// ggml's name for the type (`"q8_0"`, `"q4_K"`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            TensorType::F32 => "f32",
+            TensorType::F16 => "f16",
+            TensorType::BF16 => "bf16",
+            TensorType::Q4_0 => "q4_0",
+            TensorType::Q4_1 => "q4_1",
+            TensorType::Q5_0 => "q5_0",
+            TensorType::Q5_1 => "q5_1",
+            TensorType::Q8_0 => "q8_0",
+            TensorType::Q2K => "q2_K",
+            TensorType::Q3K => "q3_K",
+            TensorType::Q4K => "q4_K",
+            TensorType::Q5K => "q5_K",
+            TensorType::Q6K => "q6_K",
+            TensorType::Q8K => "q8_K",
+        }
+    }
+
+    /// Bytes for `n_elements` values, or `None` when `n_elements` is not a whole number of blocks or the
+    /// size overflows.
+    pub fn bytes_for(self, n_elements: u64) -> Option<u64> {
+        if !n_elements.is_multiple_of(self.block_size()) {
+            return None;
+        }
+        (n_elements / self.block_size()).checked_mul(self.block_bytes())
+    }
+}
+
+impl fmt::Display for TensorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_and_are_unique() {
+        for t in TensorType::ALL {
+            assert_eq!(TensorType::from_id(t.id()), Some(t));
+        }
+        let mut ids: Vec<u32> = TensorType::ALL.iter().map(|t| t.id()).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), TensorType::ALL.len());
+        assert_eq!(TensorType::from_id(4), None, "ids 4 and 5 were removed from ggml");
+        assert_eq!(TensorType::from_id(9), None, "q8_1 is not stored in files");
+    }
+
+    #[test]
+    fn bytes_for_needs_whole_blocks() {
+        assert_eq!(TensorType::Q8_0.bytes_for(64), Some(68));
+        assert_eq!(TensorType::Q8_0.bytes_for(33), None);
+        assert_eq!(TensorType::Q6K.bytes_for(512), Some(420));
+        assert_eq!(TensorType::F32.bytes_for(u64::MAX), None);
+    }
+}

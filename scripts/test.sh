@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs every test: installs what is missing (scripts/setup.sh), checks our gguf-dump against the PyPI gguf
+# package's on a gguf-py-written fixture and the real Qwen vocabularies, then `cargo test --workspace`.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+bash scripts/setup.sh
+
+cargo build --example gguf-dump
+files=(crates/gguf/tests/data/tiny.gguf)
+for f in .cache/qwen3-vocab.gguf .cache/qwen35-vocab.gguf; do
+    [ -f "$f" ] && files+=("$f")
+done
+.venv/bin/python scripts/gguf/compare_dump.py target/debug/examples/gguf-dump "${files[@]}"
+
+cargo test --workspace

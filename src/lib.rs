@@ -1,0 +1,7 @@
+//! diskformer runs mixture-of-experts LLMs larger than GPU memory, and larger than RAM, on any GPU that wgpu
+//! reaches: dense weights and the KV cache live on the GPU, the routed experts live in a store on disk and
+//! stream into a GPU slot pool as the router asks for them.
+//!
+//! This crate is a facade: each module re-exports one workspace crate.
+
+pub use diskformer_gguf as gguf;
