@@ -5,3 +5,4 @@
 //! This crate is a facade: each module re-exports one workspace crate.
 
 pub use diskformer_gguf as gguf;
+pub use diskformer_store as store;

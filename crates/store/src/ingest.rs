@@ -1,0 +1,479 @@
+//! Ingest: one sequential pass over a local GGUF that writes `header.bin`, `dense.bin` and `experts.bin`,
+//! hashing as it goes, with a checkpoint at least every `checkpoint_bytes` of source so an ingest killed at
+//! any moment resumes and ends byte-identical to a clean one.
+
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::{Instant, UNIX_EPOCH};
+
+use diskformer_gguf::{Header, PrefixParse, TensorType};
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::checksum::{Sha256State, combine};
+use crate::layout::{ExpertPart, expert_tensor};
+use crate::manifest::{Checkpoint, FORMAT, FORMAT_VERSION, Manifest, SourceInfo};
+use crate::{DenseData, Error, Layout, Region, Result};
+
+/// File names inside a store directory.
+pub const HEADER_FILE: &str = "header.bin";
+/// Dense tensors.
+pub const DENSE_FILE: &str = "dense.bin";
+/// Expert records.
+pub const EXPERTS_FILE: &str = "experts.bin";
+
+/// An expected size and sha256 of the source; a different file is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pin {
+    /// Size in bytes.
+    pub size: u64,
+    /// sha256, hex (either case).
+    pub sha256: String,
+}
+
+/// How to ingest.
+#[derive(Clone, Debug)]
+pub struct IngestOptions {
+    /// Checkpoint after at least this many source bytes (default 1 GiB).
+    pub checkpoint_bytes: u64,
+    /// Largest single read of the source (default 16 MiB); memory use is about twice this.
+    pub chunk_bytes: usize,
+    /// Refuse a source that is not this file.
+    pub pin: Option<Pin>,
+}
+
+impl Default for IngestOptions {
+    fn default() -> Self {
+        IngestOptions { checkpoint_bytes: 1 << 30, chunk_bytes: 16 << 20, pin: None }
+    }
+}
+
+/// Progress of an ingest, reported after every chunk.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    /// Source bytes consumed, including those done before a resume.
+    pub done: u64,
+    /// Source size.
+    pub total: u64,
+    /// Bytes per second in this run.
+    pub bytes_per_sec: f64,
+}
+
+/// What an ingest did.
+#[derive(Clone, Debug)]
+pub struct IngestSummary {
+    /// Source bytes read in this run.
+    pub bytes_read: u64,
+    /// Seconds this run took.
+    pub seconds: f64,
+    /// Where this run resumed from, if it resumed.
+    pub resumed_from: Option<u64>,
+    /// The store was already complete for this source; nothing was done.
+    pub up_to_date: bool,
+    /// sha256 of the source.
+    pub sha256: String,
+}
+
+/// Which store file a segment writes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Target {
+    Dense,
+    Experts,
+}
+
+/// Which part hash a destination range feeds.
+#[derive(Clone, Copy, Debug)]
+enum PartRef {
+    Record { record: usize, part: usize },
+    Dense { tensor: usize, part: usize },
+}
+
+/// A contiguous source range and where its bytes go.
+#[derive(Clone, Debug)]
+struct Segment {
+    source: Region,
+    target: Target,
+    /// Q8_0/Q4_0: split into planes; None: copied as it is.
+    planar: Option<TensorType>,
+    /// Destination of the quants (or of the raw bytes), and its part.
+    first: (u64, PartRef),
+    /// Destination of the scales, and its part (planar only).
+    second: Option<(u64, PartRef)>,
+}
+
+/// Every source range the store takes, in source order.
+fn segments(header: &Header, layout: &Layout) -> Vec<Segment> {
+    let mut out = Vec::new();
+    let base = header.data_offset;
+    for (tensor, (info, dense)) in
+        header.tensors.iter().filter(|t| expert_tensor(&t.name).is_none()).zip(&layout.dense).enumerate()
+    {
+        let source = Region { offset: base + info.offset, len: info.n_bytes };
+        let part = |part| PartRef::Dense { tensor, part };
+        out.push(match dense.data {
+            DenseData::Raw { data } => Segment {
+                source,
+                target: Target::Dense,
+                planar: None,
+                first: (data.offset, part(0)),
+                second: None,
+            },
+            DenseData::Planes { quants, scales } => Segment {
+                source,
+                target: Target::Dense,
+                planar: Some(info.ty),
+                first: (quants.offset, part(0)),
+                second: Some((scales.offset, part(1))),
+            },
+        });
+    }
+    if let Some(x) = &layout.experts {
+        for info in &header.tensors {
+            let Some((layer, which)) = expert_tensor(&info.name) else { continue };
+            let slice = info.n_bytes / u64::from(x.n_experts);
+            let half_q = x.gate_up_quants.len / 2;
+            let half_s = x.gate_up_scales.len / 2;
+            let (q_at, s_at, q_part, s_part) = match which {
+                ExpertPart::Gate => (x.gate_up_quants.offset, x.gate_up_scales.offset, 0, 2),
+                ExpertPart::Up => (x.gate_up_quants.offset + half_q, x.gate_up_scales.offset + half_s, 1, 3),
+                ExpertPart::Down => (x.down_quants.offset, x.down_scales.offset, 4, 5),
+            };
+            for expert in 0..x.n_experts {
+                let key = crate::ExpertKey { layer, expert };
+                let record = x.record_offset(key);
+                let index = (layer * x.n_experts + expert) as usize;
+                out.push(Segment {
+                    source: Region { offset: base + info.offset + u64::from(expert) * slice, len: slice },
+                    target: Target::Experts,
+                    planar: Some(info.ty),
+                    first: (record + q_at, PartRef::Record { record: index, part: q_part }),
+                    second: Some((record + s_at, PartRef::Record { record: index, part: s_part })),
+                });
+            }
+        }
+    }
+    out.sort_by_key(|s| s.source.offset);
+    out
+}
+
+/// Reads the GGUF header of `file`, growing the read until [`Header::parse_prefix`] is satisfied.
+pub(crate) fn read_header(path: &Path, file: &File, size: u64) -> Result<(Header, Vec<u8>)> {
+    let mut prefix = vec![0u8; size.min(1 << 20) as usize];
+    file.read_exact_at(&mut prefix, 0).map_err(Error::io(path))?;
+    loop {
+        let gguf_err = |source| Error::Gguf { path: path.to_owned(), source };
+        match Header::parse_prefix(&prefix).map_err(gguf_err)? {
+            PrefixParse::Complete(header) => {
+                let mut bytes = prefix;
+                bytes.resize(header.data_offset.min(size) as usize, 0);
+                // Padding up to the data section, which the prefix may not have held.
+                let have = bytes.len();
+                if (have as u64) < header.data_offset.min(size) {
+                    file.read_exact_at(&mut bytes[have..], have as u64).map_err(Error::io(path))?;
+                }
+                return Ok((*header, bytes));
+            }
+            PrefixParse::NeedMore(n) => {
+                let want = prefix.len() as u64 + n.max(prefix.len() as u64);
+                if prefix.len() as u64 >= size {
+                    return Err(Error::SourceTruncated {
+                        path: path.to_owned(),
+                        needed: prefix.len() as u64 + n,
+                        size,
+                    });
+                }
+                let old = prefix.len();
+                prefix.resize(want.min(size) as usize, 0);
+                file.read_exact_at(&mut prefix[old..], old as u64).map_err(Error::io(path))?;
+            }
+        }
+    }
+}
+
+/// The identity an interrupted ingest must share to be resumed.
+fn identity(header_bytes: &[u8], layout: &Layout, size: u64) -> String {
+    let mut h = Xxh3::new();
+    h.update(header_bytes);
+    h.update(&serde_json::to_vec(layout).expect("layout serialises"));
+    h.update(&size.to_le_bytes());
+    format!("{:016x}", h.digest())
+}
+
+fn free_bytes(dir: &Path) -> Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).expect("paths have no NUL");
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // Safety: `c` is a valid C string and `st` a valid out-pointer for the call's duration.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(Error::io(dir)(std::io::Error::last_os_error()));
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// Opens (creating) a store file and sets its length.
+fn open_sized(path: &Path, len: u64) -> Result<File> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(Error::io(path))?;
+    f.set_len(len).map_err(Error::io(path))?;
+    Ok(f)
+}
+
+/// Bytes already allocated to a file (0 when absent), for the free-space check.
+fn allocated(path: &Path) -> u64 {
+    fs::metadata(path).map(|m| m.blocks() * 512).unwrap_or(0)
+}
+
+/// Ingests the GGUF at `source` into the store directory `dir` (created if needed), resuming an interrupted
+/// ingest of the same source, starting over for a different one, and doing nothing when the store is already
+/// complete for it. `progress` is called after every chunk.
+///
+/// # Errors
+/// [`Error::SourceTruncated`], [`Error::PinMismatch`], [`Error::InsufficientSpace`], any layout error, or
+/// [`Error::Io`]. On any error the manifest is not marked complete.
+pub fn ingest(
+    source: &Path,
+    dir: &Path,
+    opts: &IngestOptions,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<IngestSummary> {
+    let started = Instant::now();
+    let file = File::open(source).map_err(Error::io(source))?;
+    let meta = file.metadata().map_err(Error::io(source))?;
+    let size = meta.len();
+    let mtime =
+        meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_secs());
+    if let Some(pin) = &opts.pin
+        && pin.size != size
+    {
+        return Err(Error::PinMismatch {
+            path: source.to_owned(),
+            what: format!("size {size}, pinned {}", pin.size),
+        });
+    }
+    let (header, header_bytes) = read_header(source, &file, size)?;
+    let needed = header.data_offset + header.data_len();
+    if size < needed {
+        return Err(Error::SourceTruncated { path: source.to_owned(), needed, size });
+    }
+    let layout = Layout::plan(&header)?;
+    let identity = identity(&header_bytes, &layout, size);
+    let experts_bytes = layout.experts.as_ref().map_or(0, |x| x.file_bytes());
+
+    fs::create_dir_all(dir).map_err(Error::io(dir))?;
+    let previous =
+        Manifest::load(dir).ok().flatten().filter(|m| m.identity == identity && m.source.mtime == mtime);
+    if let Some(m) = &previous
+        && m.complete
+    {
+        return Ok(IngestSummary {
+            bytes_read: 0,
+            seconds: started.elapsed().as_secs_f64(),
+            resumed_from: None,
+            up_to_date: true,
+            sha256: m.source.sha256.clone().unwrap_or_default(),
+        });
+    }
+    let n_records = layout.experts.as_ref().map_or(0, |x| x.n_records());
+    let fresh = || Checkpoint {
+        segments_done: 0,
+        source_offset: 0,
+        sha256: Sha256State::default(),
+        record_parts: vec![None; n_records * 6],
+        dense_parts: layout.dense.iter().map(|t| vec![None; t.data.parts().len()]).collect(),
+    };
+    let (mut state, prior_seconds) = match previous.and_then(|m| m.checkpoint.map(|c| (c, m.ingest_seconds)))
+    {
+        Some((c, secs))
+            if c.record_parts.len() == n_records * 6 && c.dense_parts.len() == layout.dense.len() =>
+        {
+            (c, secs)
+        }
+        _ => (fresh(), 0.0),
+    };
+    let resumed_from = (state.source_offset > 0).then_some(state.source_offset);
+
+    let paths = [dir.join(HEADER_FILE), dir.join(DENSE_FILE), dir.join(EXPERTS_FILE)];
+    let have: u64 = paths.iter().map(|p| allocated(p)).sum();
+    let want = layout.header_bytes + layout.dense_bytes + experts_bytes;
+    let available = free_bytes(dir)?;
+    if want.saturating_sub(have) > available {
+        return Err(Error::InsufficientSpace { dir: dir.to_owned(), needed: want - have, available });
+    }
+
+    let mut manifest = Manifest {
+        format: FORMAT.into(),
+        version: FORMAT_VERSION,
+        source: SourceInfo { path: source.to_owned(), size, mtime, sha256: None },
+        identity,
+        layout,
+        record_checksums: Vec::new(),
+        dense_checksums: Vec::new(),
+        complete: false,
+        ingest_seconds: prior_seconds,
+        checkpoint: None,
+    };
+    if resumed_from.is_none() {
+        // Starting over: the old manifest must not describe the files about to be rewritten.
+        let _ = fs::remove_file(dir.join(crate::manifest::MANIFEST));
+        fs::write(&paths[0], &header_bytes).map_err(Error::io(&paths[0]))?;
+        File::open(&paths[0]).and_then(|f| f.sync_all()).map_err(Error::io(&paths[0]))?;
+    }
+    let dense_file = open_sized(&paths[1], manifest.layout.dense_bytes)?;
+    let experts_file = open_sized(&paths[2], experts_bytes)?;
+
+    let segs = segments(&header, &manifest.layout);
+    let mut writer = SegmentWriter {
+        source: (&file, source),
+        dense: (&dense_file, &paths[1]),
+        experts: (&experts_file, &paths[2]),
+        buf: vec![0; opts.chunk_bytes.max(4096)],
+        planes: Vec::new(),
+    };
+    let run_start = state.source_offset;
+    let mut last_checkpoint = state.source_offset;
+    let report = |state: &Checkpoint, progress: &mut dyn FnMut(&Progress)| {
+        let secs = started.elapsed().as_secs_f64().max(1e-9);
+        progress(&Progress {
+            done: state.source_offset,
+            total: size,
+            bytes_per_sec: (state.source_offset - run_start) as f64 / secs,
+        });
+    };
+    for seg in &segs[state.segments_done..] {
+        // Bytes between tensors (padding) count for the sha256 only.
+        writer.hash_range(&mut state, seg.source.offset)?;
+        writer.segment(seg, &mut state, &mut |s| report(s, progress))?;
+        state.segments_done += 1;
+        if state.source_offset - last_checkpoint >= opts.checkpoint_bytes {
+            dense_file.sync_data().map_err(Error::io(&paths[1]))?;
+            experts_file.sync_data().map_err(Error::io(&paths[2]))?;
+            manifest.ingest_seconds = prior_seconds + started.elapsed().as_secs_f64();
+            manifest.checkpoint = Some(state.clone());
+            manifest.save(dir)?;
+            last_checkpoint = state.source_offset;
+        }
+    }
+    writer.hash_range(&mut state, size)?;
+    report(&state, progress);
+    let sha256 = state.sha256.clone().finish_hex();
+    if let Some(pin) = &opts.pin
+        && !pin.sha256.eq_ignore_ascii_case(&sha256)
+    {
+        return Err(Error::PinMismatch {
+            path: source.to_owned(),
+            what: format!("sha256 {sha256}, pinned {}", pin.sha256),
+        });
+    }
+
+    let all = |parts: &[Option<u64>]| -> Vec<u64> {
+        parts.iter().map(|p| p.expect("every part is written by exactly one segment")).collect()
+    };
+    manifest.record_checksums = state.record_parts.chunks(6).map(|p| combine(&all(p))).collect();
+    manifest.dense_checksums = state.dense_parts.iter().map(|p| combine(&all(p))).collect();
+    dense_file.sync_all().map_err(Error::io(&paths[1]))?;
+    experts_file.sync_all().map_err(Error::io(&paths[2]))?;
+    manifest.source.sha256 = Some(sha256.clone());
+    manifest.complete = true;
+    manifest.checkpoint = None;
+    manifest.ingest_seconds = prior_seconds + started.elapsed().as_secs_f64();
+    manifest.save(dir)?;
+    Ok(IngestSummary {
+        bytes_read: size - run_start,
+        seconds: started.elapsed().as_secs_f64(),
+        resumed_from,
+        up_to_date: false,
+        sha256,
+    })
+}
+
+/// Reads source ranges, splits them and writes them to the store files.
+struct SegmentWriter<'a> {
+    source: (&'a File, &'a Path),
+    dense: (&'a File, &'a PathBuf),
+    experts: (&'a File, &'a PathBuf),
+    buf: Vec<u8>,
+    planes: Vec<u8>,
+}
+
+impl SegmentWriter<'_> {
+    fn read(&mut self, offset: u64, len: usize) -> Result<()> {
+        self.source.0.read_exact_at(&mut self.buf[..len], offset).map_err(Error::io(self.source.1))
+    }
+
+    /// Hashes source bytes from the current offset up to `end` without storing them.
+    fn hash_range(&mut self, state: &mut Checkpoint, end: u64) -> Result<()> {
+        while state.source_offset < end {
+            let n = (end - state.source_offset).min(self.buf.len() as u64) as usize;
+            self.read(state.source_offset, n)?;
+            state.sha256.update(&self.buf[..n]);
+            state.source_offset += n as u64;
+        }
+        Ok(())
+    }
+
+    fn write(&self, target: Target, offset: u64, bytes: &[u8]) -> Result<()> {
+        let (file, path) = match target {
+            Target::Dense => self.dense,
+            Target::Experts => self.experts,
+        };
+        file.write_all_at(bytes, offset).map_err(Error::io(path))
+    }
+
+    fn segment(
+        &mut self,
+        seg: &Segment,
+        state: &mut Checkpoint,
+        report: &mut dyn FnMut(&Checkpoint),
+    ) -> Result<()> {
+        let (block_bytes, quant_bytes) = match seg.planar {
+            Some(ty) => (ty.block_bytes() as usize, ty.block_bytes() as usize - 2),
+            None => (1, 1),
+        };
+        let step = (self.buf.len() / block_bytes * block_bytes) as u64;
+        let (mut hq, mut hs) = (Xxh3::new(), Xxh3::new());
+        let mut done = 0u64;
+        while done < seg.source.len {
+            let n = (seg.source.len - done).min(step) as usize;
+            self.read(seg.source.offset + done, n)?;
+            state.sha256.update(&self.buf[..n]);
+            let first_at = seg.first.0 + done / block_bytes as u64 * quant_bytes as u64;
+            match (seg.planar, seg.second) {
+                (Some(ty), Some((second, _))) => {
+                    let blocks = n / block_bytes;
+                    let mut planes = std::mem::take(&mut self.planes);
+                    planes.resize(blocks * block_bytes, 0);
+                    let (q, s) = planes.split_at_mut(blocks * quant_bytes);
+                    diskformer_gguf::split_planes(ty, &self.buf[..n], q, s)
+                        .expect("whole blocks, sized planes");
+                    let scales_at = second + done / block_bytes as u64 * 2;
+                    self.write(seg.target, first_at, q)?;
+                    self.write(seg.target, scales_at, s)?;
+                    hq.update(q);
+                    hs.update(s);
+                    self.planes = planes;
+                }
+                _ => {
+                    self.write(seg.target, first_at, &self.buf[..n])?;
+                    hq.update(&self.buf[..n]);
+                }
+            }
+            done += n as u64;
+            state.source_offset += n as u64;
+            report(state);
+        }
+        let mut set = |part: PartRef, hash: u64| match part {
+            PartRef::Record { record, part } => state.record_parts[record * 6 + part] = Some(hash),
+            PartRef::Dense { tensor, part } => state.dense_parts[tensor][part] = Some(hash),
+        };
+        set(seg.first.1, hq.digest());
+        if let Some((_, part)) = seg.second {
+            set(part, hs.digest());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,314 @@
+//! The store layout, planned from a GGUF header alone so ingest and load always agree.
+//!
+//! `experts.bin` holds one fixed-size record per (layer, expert) at `(layer · n_experts + expert) · record`:
+//! the gate‖up quant plane (gate rows, then up rows), the gate‖up f16 scales, the down quant plane, the down
+//! scales, each region 256-byte aligned and the record a multiple of 4096 bytes (so O_DIRECT can read it).
+//! `dense.bin` holds every other tensor: Q8_0 as a quant plane and a scale plane, F32/F16/BF16 as they are,
+//! every region 256-byte aligned.
+
+use diskformer_gguf::{Header, TensorInfo, TensorType};
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// Alignment of every region inside `dense.bin` and inside a record.
+pub const REGION_ALIGN: u64 = 256;
+/// Records are padded to a multiple of this, the O_DIRECT granularity.
+pub const RECORD_ALIGN: u64 = 4096;
+
+/// A byte range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Region {
+    /// Start.
+    pub offset: u64,
+    /// Length.
+    pub len: u64,
+}
+
+impl Region {
+    /// One past the end.
+    pub fn end(&self) -> u64 {
+        self.offset + self.len
+    }
+
+    fn split_at(&self, at: u64) -> (Region, Region) {
+        (Region { offset: self.offset, len: at }, Region { offset: self.offset + at, len: self.len - at })
+    }
+}
+
+/// Identifies one expert record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ExpertKey {
+    /// Layer (`blk.N`).
+    pub layer: u32,
+    /// Expert index within the layer.
+    pub expert: u32,
+}
+
+/// Where the planes of one expert sit inside its record, and the record's size.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpertLayout {
+    /// Quant type of gate, up and down (`"q8_0"` or `"q4_0"`).
+    pub quant_type: String,
+    /// Layers with experts (`blk.0` … `blk.{n_layers-1}`).
+    pub n_layers: u32,
+    /// Experts per layer.
+    pub n_experts: u32,
+    /// Model width: gate/up row length and down rows.
+    pub hidden: u64,
+    /// Expert FFN width: gate/up rows and down row length.
+    pub ffn: u64,
+    /// Bytes per record.
+    pub record_bytes: u64,
+    /// Gate rows then up rows, `[2·ffn, hidden]` quants.
+    pub gate_up_quants: Region,
+    /// `[2·ffn, hidden/32]` f16 scales.
+    pub gate_up_scales: Region,
+    /// `[hidden, ffn]` quants.
+    pub down_quants: Region,
+    /// `[hidden, ffn/32]` f16 scales.
+    pub down_scales: Region,
+}
+
+impl ExpertLayout {
+    /// The record's offset in `experts.bin`.
+    pub fn record_offset(&self, key: ExpertKey) -> u64 {
+        (u64::from(key.layer) * u64::from(self.n_experts) + u64::from(key.expert)) * self.record_bytes
+    }
+
+    /// Total size of `experts.bin`.
+    pub fn file_bytes(&self) -> u64 {
+        u64::from(self.n_layers) * u64::from(self.n_experts) * self.record_bytes
+    }
+
+    /// Number of records.
+    pub fn n_records(&self) -> usize {
+        self.n_layers as usize * self.n_experts as usize
+    }
+
+    /// The key of record number `index` (record order).
+    pub fn key(&self, index: usize) -> ExpertKey {
+        ExpertKey {
+            layer: (index / self.n_experts as usize) as u32,
+            expert: (index % self.n_experts as usize) as u32,
+        }
+    }
+
+    /// The checksum parts of a record, in the order their hashes are combined: gate quants, up quants, gate
+    /// scales, up scales, down quants, down scales (record-relative).
+    pub fn record_parts(&self) -> [Region; 6] {
+        let (gate_q, up_q) = self.gate_up_quants.split_at(self.gate_up_quants.len / 2);
+        let (gate_s, up_s) = self.gate_up_scales.split_at(self.gate_up_scales.len / 2);
+        [gate_q, up_q, gate_s, up_s, self.down_quants, self.down_scales]
+    }
+}
+
+/// How a dense tensor is stored in `dense.bin`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DenseData {
+    /// Bytes as in the GGUF (F32, F16, BF16).
+    Raw {
+        /// Where.
+        data: Region,
+    },
+    /// Q8_0 split into a quant plane and an f16 scale plane.
+    Planes {
+        /// `[rows, cols]` int8.
+        quants: Region,
+        /// `[rows, cols/32]` f16.
+        scales: Region,
+    },
+}
+
+impl DenseData {
+    /// The checksum parts, in the order their hashes are combined.
+    pub fn parts(&self) -> Vec<Region> {
+        match self {
+            DenseData::Raw { data } => vec![*data],
+            DenseData::Planes { quants, scales } => vec![*quants, *scales],
+        }
+    }
+}
+
+/// One dense tensor.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DenseTensor {
+    /// GGUF name.
+    pub name: String,
+    /// GGUF type name (`"q8_0"`, `"f32"`).
+    pub ty: String,
+    /// ggml dims.
+    pub dims: Vec<u64>,
+    /// Where it is in `dense.bin`.
+    pub data: DenseData,
+}
+
+/// The whole layout of a store.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layout {
+    /// Bytes of `header.bin` (the GGUF up to its data section).
+    pub header_bytes: u64,
+    /// The experts, if the model has any.
+    pub experts: Option<ExpertLayout>,
+    /// Dense tensors in GGUF order.
+    pub dense: Vec<DenseTensor>,
+    /// Size of `dense.bin`.
+    pub dense_bytes: u64,
+}
+
+/// Which of gate, up and down an expert tensor is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ExpertPart {
+    Gate,
+    Up,
+    Down,
+}
+
+/// `blk.{layer}.ffn_{gate,up,down}_exps.weight` → (layer, part).
+pub(crate) fn expert_tensor(name: &str) -> Option<(u32, ExpertPart)> {
+    let rest = name.strip_prefix("blk.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let part = match rest {
+        "ffn_gate_exps.weight" => ExpertPart::Gate,
+        "ffn_up_exps.weight" => ExpertPart::Up,
+        "ffn_down_exps.weight" => ExpertPart::Down,
+        _ => return None,
+    };
+    Some((layer.parse().ok()?, part))
+}
+
+fn align(x: u64, a: u64) -> u64 {
+    x.div_ceil(a) * a
+}
+
+/// Bytes of quants for `n` values of a planar type.
+fn quant_bytes(ty: TensorType, n: u64) -> u64 {
+    if ty == TensorType::Q4_0 { n / 2 } else { n }
+}
+
+impl Layout {
+    /// Plans the store for the GGUF whose header this is.
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedExpertType`], [`Error::UnsupportedDenseType`] or [`Error::BadExpertTensors`].
+    pub fn plan(header: &Header) -> Result<Layout> {
+        let experts = plan_experts(header)?;
+        let mut dense = Vec::new();
+        let mut end = 0u64;
+        let mut place = |len: u64| {
+            let r = Region { offset: align(end, REGION_ALIGN), len };
+            end = r.end();
+            r
+        };
+        for t in header.tensors.iter().filter(|t| expert_tensor(&t.name).is_none()) {
+            let data = match t.ty {
+                TensorType::Q8_0 => {
+                    let blocks = t.n_elements / 32;
+                    DenseData::Planes { quants: place(blocks * 32), scales: place(blocks * 2) }
+                }
+                TensorType::F32 | TensorType::F16 | TensorType::BF16 => {
+                    DenseData::Raw { data: place(t.n_bytes) }
+                }
+                other => {
+                    return Err(Error::UnsupportedDenseType {
+                        name: t.name.clone(),
+                        ty: other.name().to_owned(),
+                    });
+                }
+            };
+            dense.push(DenseTensor {
+                name: t.name.clone(),
+                ty: t.ty.name().to_owned(),
+                dims: t.dims.clone(),
+                data,
+            });
+        }
+        Ok(Layout { header_bytes: header.data_offset, experts, dense, dense_bytes: align(end, REGION_ALIGN) })
+    }
+
+    /// The dense tensor named `name`.
+    pub fn dense_tensor(&self, name: &str) -> Option<&DenseTensor> {
+        self.dense.iter().find(|t| t.name == name)
+    }
+}
+
+fn plan_experts(header: &Header) -> Result<Option<ExpertLayout>> {
+    let found: Vec<(u32, ExpertPart, &TensorInfo)> =
+        header.tensors.iter().filter_map(|t| expert_tensor(&t.name).map(|(l, p)| (l, p, t))).collect();
+    let Some(&(_, _, first)) = found.first() else { return Ok(None) };
+    let ty = first.ty;
+    for &(_, _, t) in &found {
+        if !matches!(t.ty, TensorType::Q8_0 | TensorType::Q4_0) || t.ty != ty {
+            return Err(Error::UnsupportedExpertType { name: t.name.clone(), ty: t.ty.name().to_owned() });
+        }
+    }
+    let n_layers = found.iter().map(|&(l, ..)| l).max().unwrap_or(0) + 1;
+    let bad = |what: String| Error::BadExpertTensors { what };
+    // Shape from the first gate tensor: [hidden, ffn, experts]; up the same; down [ffn, hidden, experts].
+    let gate0 = found
+        .iter()
+        .find(|f| f.1 == ExpertPart::Gate)
+        .map(|f| f.2)
+        .ok_or_else(|| bad("no ffn_gate_exps".into()))?;
+    let [hidden, ffn, n_experts] = gate0.dims[..] else {
+        return Err(bad(format!(
+            "{} has dims {:?}, expected [hidden, ffn, experts]",
+            gate0.name, gate0.dims
+        )));
+    };
+    for layer in 0..n_layers {
+        for (part, dims) in [
+            (ExpertPart::Gate, [hidden, ffn, n_experts]),
+            (ExpertPart::Up, [hidden, ffn, n_experts]),
+            (ExpertPart::Down, [ffn, hidden, n_experts]),
+        ] {
+            let t = found
+                .iter()
+                .find(|f| f.0 == layer && f.1 == part)
+                .ok_or_else(|| bad(format!("layer {layer} has no ffn_{part:?}_exps tensor").to_lowercase()))?
+                .2;
+            if t.dims != dims {
+                return Err(bad(format!("{} has dims {:?}, expected {dims:?}", t.name, t.dims)));
+            }
+        }
+    }
+    if ffn % 32 != 0 || hidden % 32 != 0 || n_experts > u64::from(u32::MAX) {
+        return Err(bad(format!("hidden {hidden} and ffn {ffn} must be multiples of 32")));
+    }
+    let mut end = 0u64;
+    let mut place = |len: u64| {
+        let r = Region { offset: align(end, REGION_ALIGN), len };
+        end = r.end();
+        r
+    };
+    let gate_up_quants = place(quant_bytes(ty, 2 * ffn * hidden));
+    let gate_up_scales = place(2 * ffn * (hidden / 32) * 2);
+    let down_quants = place(quant_bytes(ty, hidden * ffn));
+    let down_scales = place(hidden * (ffn / 32) * 2);
+    Ok(Some(ExpertLayout {
+        quant_type: ty.name().to_owned(),
+        n_layers,
+        n_experts: n_experts as u32,
+        hidden,
+        ffn,
+        record_bytes: align(end, RECORD_ALIGN),
+        gate_up_quants,
+        gate_up_scales,
+        down_quants,
+        down_scales,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_of_expert_tensors() {
+        assert_eq!(expert_tensor("blk.12.ffn_up_exps.weight"), Some((12, ExpertPart::Up)));
+        assert_eq!(expert_tensor("blk.1.ffn_up.weight"), None);
+        assert_eq!(expert_tensor("blk.x.ffn_up_exps.weight"), None);
+        assert_eq!(expert_tensor("output.weight"), None);
+    }
+}

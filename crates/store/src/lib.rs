@@ -1,0 +1,56 @@
+//! The on-disk tier of diskformer: the expert store.
+//!
+//! - [`Layout::plan`] plans the store from a GGUF header alone (so ingest and load always agree): one
+//!   fixed-size record per (layer, expert) in `experts.bin` holding the gate‖up and down quant and scale
+//!   planes, and every dense tensor in `dense.bin` (Q8_0 as planes, F32/F16/BF16 raw), 256-byte aligned.
+//! - [`ingest`] makes a store from a local GGUF in one sequential pass with bounded memory, checkpointing at
+//!   least every GiB so an ingest killed at any moment resumes and ends byte-identical to a clean one; the
+//!   manifest records the source's size, mtime and sha256 and a checksum per record and tensor.
+//! - [`Store::open`] refuses incomplete or foreign stores; [`Store::verify`] names the first bad record or
+//!   tensor; [`RecordReader`] reads records with `pread`, O_DIRECT where supported.
+//!
+//! It does not download models, run anything on a GPU, or know model architectures beyond the expert tensor
+//! names `blk.N.ffn_{gate,up,down}_exps.weight`.
+//!
+//! ```
+//! use diskformer_gguf::{GgufWriter, TensorType};
+//! use diskformer_store::{ExpertKey, IngestOptions, RecordBuf, Store, ingest};
+//!
+//! let dir = std::env::temp_dir().join(format!("store-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir)?;
+//! // A one-layer model with 2 experts, hidden 32, expert FFN 32 (Q8_0).
+//! let mut w = GgufWriter::new();
+//! let q8 = |n: usize| vec![1u8; n / 32 * 34];
+//! w.add_tensor("blk.0.ffn_gate_exps.weight", TensorType::Q8_0, &[32, 32, 2], q8(2048))?;
+//! w.add_tensor("blk.0.ffn_up_exps.weight", TensorType::Q8_0, &[32, 32, 2], q8(2048))?;
+//! w.add_tensor("blk.0.ffn_down_exps.weight", TensorType::Q8_0, &[32, 32, 2], q8(2048))?;
+//! w.add_tensor("output_norm.weight", TensorType::F32, &[32], vec![0u8; 128])?;
+//! w.write_file(dir.join("model.gguf"))?;
+//!
+//! ingest(&dir.join("model.gguf"), &dir.join("store"), &IngestOptions::default(), &mut |_| {})?;
+//! let store = Store::open(dir.join("store"))?;
+//! store.verify()?;
+//! let reader = store.record_reader(true)?;
+//! let mut buf = RecordBuf::new(reader.layout().record_bytes as usize);
+//! reader.read(ExpertKey { layer: 0, expert: 1 }, &mut buf)?;
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod checksum;
+mod error;
+mod ingest;
+mod layout;
+mod manifest;
+mod store;
+
+pub use checksum::Sha256State;
+pub use error::{Error, Result};
+pub use ingest::{
+    DENSE_FILE, EXPERTS_FILE, HEADER_FILE, IngestOptions, IngestSummary, Pin, Progress, ingest,
+};
+pub use layout::{
+    DenseData, DenseTensor, ExpertKey, ExpertLayout, Layout, RECORD_ALIGN, REGION_ALIGN, Region,
+};
+pub use manifest::{Checkpoint, FORMAT, FORMAT_VERSION, MANIFEST, Manifest, SourceInfo};
+pub use store::{BUFFER_ALIGN, RecordBuf, RecordReader, Store};

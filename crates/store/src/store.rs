@@ -1,0 +1,291 @@
+//! Opening a complete store, verifying it, and reading its expert records.
+
+use std::alloc::{self, Layout as AllocLayout};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use diskformer_gguf::Header;
+
+use crate::checksum::{combine, part_hash};
+use crate::ingest::{DENSE_FILE, EXPERTS_FILE, HEADER_FILE};
+use crate::manifest::Manifest;
+use crate::{Error, ExpertKey, ExpertLayout, Layout, Result};
+
+/// A complete store, opened read-only.
+#[derive(Debug)]
+pub struct Store {
+    dir: PathBuf,
+    manifest: Manifest,
+    header: Header,
+    header_bytes: Vec<u8>,
+}
+
+impl Store {
+    /// Opens the store in `dir`, refusing one that is incomplete, of another format version, or whose files do
+    /// not have the sizes its layout gives.
+    ///
+    /// # Errors
+    /// [`Error::NotAStore`], [`Error::BadManifest`], [`Error::Incomplete`], [`Error::WrongFileSize`],
+    /// [`Error::Gguf`] for a damaged `header.bin`, or [`Error::Io`].
+    pub fn open(dir: impl AsRef<Path>) -> Result<Store> {
+        let dir = dir.as_ref().to_owned();
+        let manifest = Manifest::load(&dir)?.ok_or_else(|| Error::NotAStore { dir: dir.clone() })?;
+        if !manifest.complete {
+            return Err(Error::Incomplete { dir });
+        }
+        let header_path = dir.join(HEADER_FILE);
+        let header_bytes = std::fs::read(&header_path).map_err(Error::io(&header_path))?;
+        let header = Header::parse(&header_bytes)
+            .map_err(|source| Error::Gguf { path: header_path.clone(), source })?;
+        let layout = Layout::plan(&header)?;
+        if layout != manifest.layout {
+            return Err(Error::BadManifest {
+                path: dir.join(crate::manifest::MANIFEST),
+                what: "its layout is not the one header.bin gives".into(),
+            });
+        }
+        let store = Store { dir, manifest, header, header_bytes };
+        for (name, expected) in [
+            (HEADER_FILE, layout.header_bytes),
+            (DENSE_FILE, layout.dense_bytes),
+            (EXPERTS_FILE, layout.experts.as_ref().map_or(0, ExpertLayout::file_bytes)),
+        ] {
+            let path = store.dir.join(name);
+            let size = std::fs::metadata(&path).map_err(Error::io(&path))?.len();
+            if size != expected {
+                return Err(Error::WrongFileSize { path, size, expected });
+            }
+        }
+        Ok(store)
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> &Layout {
+        &self.manifest.layout
+    }
+
+    /// The source GGUF's header (metadata and tensor infos), re-parsed from `header.bin`.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The bytes of `header.bin`.
+    pub fn header_bytes(&self) -> &[u8] {
+        &self.header_bytes
+    }
+
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Path of `dense.bin`.
+    pub fn dense_path(&self) -> PathBuf {
+        self.dir.join(DENSE_FILE)
+    }
+
+    /// Recomputes every checksum and names the first dense tensor or record that does not match.
+    ///
+    /// # Errors
+    /// [`Error::ChecksumMismatch`] naming the tensor or record, or [`Error::Io`].
+    pub fn verify(&self) -> Result<()> {
+        let layout = self.layout();
+        let dense_path = self.dense_path();
+        let dense = File::open(&dense_path).map_err(Error::io(&dense_path))?;
+        for (t, &want) in layout.dense.iter().zip(&self.manifest.dense_checksums) {
+            let mut hashes = Vec::new();
+            for part in t.data.parts() {
+                let mut buf = vec![0u8; part.len as usize];
+                dense.read_exact_at(&mut buf, part.offset).map_err(Error::io(&dense_path))?;
+                hashes.push(part_hash(&buf));
+            }
+            if combine(&hashes) != want {
+                return Err(Error::ChecksumMismatch { what: format!("dense tensor {:?}", t.name) });
+            }
+        }
+        if let Some(x) = &layout.experts {
+            let reader = self.record_reader(false)?;
+            let mut buf = RecordBuf::new(x.record_bytes as usize);
+            for (i, &want) in self.manifest.record_checksums.iter().enumerate() {
+                let key = x.key(i);
+                reader.read(key, &mut buf)?;
+                let hashes: Vec<u64> = x
+                    .record_parts()
+                    .iter()
+                    .map(|p| part_hash(&buf.as_slice()[p.offset as usize..p.end() as usize]))
+                    .collect();
+                if combine(&hashes) != want {
+                    return Err(Error::ChecksumMismatch {
+                        what: format!("expert record (layer {}, expert {})", key.layer, key.expert),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A reader of expert records; with `direct`, O_DIRECT is used where the file system supports it.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when `experts.bin` cannot be opened; [`Error::BadExpertTensors`] for a store without
+    /// experts.
+    pub fn record_reader(&self, direct: bool) -> Result<RecordReader> {
+        let layout = self
+            .layout()
+            .experts
+            .clone()
+            .ok_or_else(|| Error::BadExpertTensors { what: "the model has no expert tensors".into() })?;
+        let path = self.dir.join(EXPERTS_FILE);
+        let mut direct_active = false;
+        let file = if direct {
+            match OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&path) {
+                Ok(f) => {
+                    direct_active = true;
+                    f
+                }
+                // tmpfs and some others refuse O_DIRECT: fall back to buffered reads.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    File::open(&path).map_err(Error::io(&path))?
+                }
+                Err(e) => return Err(Error::io(&path)(e)),
+            }
+        } else {
+            File::open(&path).map_err(Error::io(&path))?
+        };
+        Ok(RecordReader { file, path, layout, direct: direct_active })
+    }
+}
+
+/// Reads expert records with `pread`; shareable across reader threads (`&self`).
+#[derive(Debug)]
+pub struct RecordReader {
+    file: File,
+    path: PathBuf,
+    layout: ExpertLayout,
+    direct: bool,
+}
+
+/// Alignment of record buffers (O_DIRECT's granularity).
+pub const BUFFER_ALIGN: usize = 4096;
+
+impl RecordReader {
+    /// Whether reads bypass the page cache.
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// The record layout.
+    pub fn layout(&self) -> &ExpertLayout {
+        &self.layout
+    }
+
+    /// Reads the record of `key` into `buf` (at least one record long).
+    ///
+    /// # Errors
+    /// [`Error::NoSuchRecord`], [`Error::BadBuffer`], [`Error::ShortRead`] naming the record, or [`Error::Io`].
+    pub fn read(&self, key: ExpertKey, buf: &mut RecordBuf) -> Result<()> {
+        let x = &self.layout;
+        if key.layer >= x.n_layers || key.expert >= x.n_experts {
+            return Err(Error::NoSuchRecord {
+                layer: key.layer,
+                expert: key.expert,
+                n_layers: x.n_layers,
+                n_experts: x.n_experts,
+            });
+        }
+        let len = x.record_bytes as usize;
+        if buf.len() < len {
+            return Err(Error::BadBuffer {
+                len: buf.len(),
+                align: BUFFER_ALIGN,
+                needed: x.record_bytes,
+                needed_align: BUFFER_ALIGN,
+            });
+        }
+        let dst = &mut buf.as_mut_slice()[..len];
+        let offset = x.record_offset(key);
+        let mut got = 0usize;
+        while got < len {
+            match self.file.read_at(&mut dst[got..], offset + got as u64) {
+                Ok(0) => {
+                    return Err(Error::ShortRead {
+                        layer: key.layer,
+                        expert: key.expert,
+                        got: got as u64,
+                        expected: len as u64,
+                    });
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io(&self.path)(e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A heap buffer aligned to [`BUFFER_ALIGN`], as O_DIRECT reads need.
+pub struct RecordBuf {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// Safety: RecordBuf owns its allocation exclusively, like a Vec<u8>.
+unsafe impl Send for RecordBuf {}
+// Safety: shared access only reads.
+unsafe impl Sync for RecordBuf {}
+
+impl RecordBuf {
+    /// A zeroed buffer of `len` bytes (rounded up to the alignment).
+    pub fn new(len: usize) -> RecordBuf {
+        let len = len.div_ceil(BUFFER_ALIGN).max(1) * BUFFER_ALIGN;
+        let layout = AllocLayout::from_size_align(len, BUFFER_ALIGN).expect("valid layout");
+        // Safety: the layout has non-zero size.
+        let ptr = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = std::ptr::NonNull::new(ptr).unwrap_or_else(|| alloc::handle_alloc_error(layout));
+        RecordBuf { ptr, len }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer is empty (never: at least one aligned block).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // Safety: ptr is valid for len initialised (zeroed) bytes for self's lifetime.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The bytes, mutably.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // Safety: as in as_slice, and &mut self gives exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for RecordBuf {
+    fn drop(&mut self) {
+        // Safety: allocated in `new` with this exact layout.
+        unsafe {
+            alloc::dealloc(self.ptr.as_ptr(), AllocLayout::from_size_align_unchecked(self.len, BUFFER_ALIGN))
+        }
+    }
+}
+
+impl std::fmt::Debug for RecordBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RecordBuf({} bytes)", self.len)
+    }
+}

@@ -1,0 +1,117 @@
+//! Helpers: small qwen3moe-shaped GGUFs with seeded random weights, written with diskformer-gguf.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use diskformer_gguf::{GgufWriter, TensorType, Value};
+
+/// SplitMix64.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+    /// Random blocks of `ty` with finite f16 scales.
+    pub fn blocks(&mut self, ty: TensorType, n_values: u64) -> Vec<u8> {
+        let n = ty.bytes_for(n_values).unwrap() as usize;
+        let mut out: Vec<u8> = (0..n).map(|_| self.next_u64() as u8).collect();
+        if matches!(ty, TensorType::Q8_0 | TensorType::Q4_0) {
+            for b in out.chunks_exact_mut(ty.block_bytes() as usize) {
+                b[1] &= 0x3B;
+            }
+        }
+        out
+    }
+}
+
+/// The shape of a test model.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    pub layers: u32,
+    pub experts: u64,
+    pub hidden: u64,
+    pub ffn: u64,
+    pub expert_type: TensorType,
+    pub vocab: u64,
+}
+
+impl Shape {
+    pub fn small() -> Shape {
+        Shape { layers: 2, experts: 4, hidden: 64, ffn: 32, expert_type: TensorType::Q8_0, vocab: 10 }
+    }
+}
+
+/// Writes a qwen3moe-shaped GGUF (dense attention tensors, norms, router, experts) and returns its path.
+pub fn write_model(dir: &Path, name: &str, shape: &Shape, seed: u64) -> PathBuf {
+    let mut rng = Rng(seed);
+    let Shape { layers, experts, hidden: h, ffn: f, expert_type, vocab } = *shape;
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", Value::String("qwen3moe".into())).unwrap();
+    w.add_metadata("qwen3moe.block_count", Value::U32(layers)).unwrap();
+    w.add_tensor("token_embd.weight", TensorType::Q8_0, &[h, vocab], rng.blocks(TensorType::Q8_0, h * vocab))
+        .unwrap();
+    for l in 0..layers {
+        let t = |s: &str| format!("blk.{l}.{s}.weight");
+        w.add_tensor(t("attn_norm"), TensorType::F32, &[h], rng.blocks(TensorType::F32, h)).unwrap();
+        w.add_tensor(t("attn_q"), TensorType::Q8_0, &[h, 2 * h], rng.blocks(TensorType::Q8_0, 2 * h * h))
+            .unwrap();
+        w.add_tensor(t("attn_q_norm"), TensorType::F16, &[32], rng.blocks(TensorType::F16, 32)).unwrap();
+        w.add_tensor(
+            t("ffn_gate_inp"),
+            TensorType::F32,
+            &[h, experts],
+            rng.blocks(TensorType::F32, h * experts),
+        )
+        .unwrap();
+        // Real GGUFs do not keep gate, up, down adjacent or in this order; mix them up a little.
+        let exps = [
+            ("ffn_down_exps", [f, h, experts]),
+            ("ffn_gate_exps", [h, f, experts]),
+            ("ffn_up_exps", [h, f, experts]),
+        ];
+        for (i, (n, dims)) in exps.iter().enumerate() {
+            let data = rng.blocks(expert_type, dims.iter().product());
+            w.add_tensor(t(n), expert_type, dims, data).unwrap();
+            if i == 0 {
+                w.add_tensor(t("ffn_norm"), TensorType::F32, &[h], rng.blocks(TensorType::F32, h)).unwrap();
+            }
+        }
+    }
+    w.add_tensor("output_norm.weight", TensorType::F32, &[h], rng.blocks(TensorType::F32, h)).unwrap();
+    let path = dir.join(name);
+    w.write_file(&path).unwrap();
+    path
+}
+
+/// A fresh temporary directory (removed on drop).
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let n = Rng(
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+        )
+        .next_u64();
+        let p = std::env::temp_dir().join(format!("diskformer-store-{tag}-{}-{n:x}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -1,0 +1,190 @@
+//! Bad input and damage: each gives its typed error, never a half-used store. Also the planned layout of the
+//! real Qwen3-30B-A3B shape.
+
+mod common;
+
+use std::io::Write;
+
+use common::{Shape, TempDir, write_model};
+use diskformer_gguf::{GgufWriter, Header, TensorType};
+use diskformer_store::{Error, ExpertKey, IngestOptions, Layout, Manifest, Pin, RecordBuf, Store, ingest};
+
+fn ingest_default(dir: &TempDir) -> std::path::PathBuf {
+    let src = write_model(dir.path(), "m.gguf", &Shape::small(), 1);
+    ingest(&src, &dir.path().join("s"), &IngestOptions::default(), &mut |_| {}).unwrap();
+    src
+}
+
+#[test]
+fn qwen3_30b_a3b_record_is_5013504_bytes() {
+    // Header only: the tensor fills fail at once, after the header has been written.
+    let mut w = GgufWriter::new();
+    for l in 0..48 {
+        for (n, dims) in [("gate", [2048, 768, 128]), ("up", [2048, 768, 128]), ("down", [768, 2048, 128])] {
+            w.add_tensor_fill(format!("blk.{l}.ffn_{n}_exps.weight"), TensorType::Q8_0, &dims, |_| {
+                Err(std::io::Error::other("header only"))
+            })
+            .unwrap();
+        }
+    }
+    let mut bytes = Vec::new();
+    assert!(w.write_to(&mut bytes).is_err());
+    let layout = Layout::plan(&Header::parse(&bytes).unwrap()).unwrap();
+    let x = layout.experts.unwrap();
+    assert_eq!((x.n_layers, x.n_experts, x.hidden, x.ffn), (48, 128, 2048, 768));
+    assert_eq!(x.record_bytes, 5_013_504);
+    assert_eq!(x.file_bytes(), 6144 * 5_013_504);
+}
+
+#[test]
+fn verify_names_a_flipped_byte() {
+    let dir = TempDir::new("flip");
+    ingest_default(&dir);
+    let store = Store::open(dir.path().join("s")).unwrap();
+    let x = store.layout().experts.clone().unwrap();
+    let key = ExpertKey { layer: 1, expert: 2 };
+    let at = x.record_offset(key) + x.down_quants.offset + 5;
+    flip(&dir.path().join("s/experts.bin"), at);
+    match store.verify() {
+        Err(Error::ChecksumMismatch { what }) => assert_eq!(what, "expert record (layer 1, expert 2)"),
+        other => panic!("expected a checksum mismatch, got {other:?}"),
+    }
+    flip(&dir.path().join("s/experts.bin"), at);
+    store.verify().unwrap();
+    let t = store.layout().dense_tensor("blk.0.attn_q.weight").unwrap().clone();
+    let diskformer_store::DenseData::Planes { scales, .. } = t.data else {
+        panic!("q8_0 is stored as planes")
+    };
+    flip(&dir.path().join("s/dense.bin"), scales.offset);
+    assert!(
+        matches!(store.verify(), Err(Error::ChecksumMismatch { what }) if what.contains("blk.0.attn_q.weight"))
+    );
+}
+
+fn flip(path: &std::path::Path, at: u64) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[at as usize] ^= 0x40;
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn incomplete_foreign_and_damaged_stores_are_refused() {
+    let dir = TempDir::new("refuse");
+    ingest_default(&dir);
+    let s = dir.path().join("s");
+    let mut m = Manifest::load(&s).unwrap().unwrap();
+    m.complete = false;
+    m.save(&s).unwrap();
+    assert!(matches!(Store::open(&s), Err(Error::Incomplete { .. })));
+    m.complete = true;
+    m.version = 99;
+    m.save(&s).unwrap();
+    assert!(matches!(Store::open(&s), Err(Error::BadManifest { what, .. }) if what.contains("version")));
+    m.version = diskformer_store::FORMAT_VERSION;
+    m.save(&s).unwrap();
+    std::fs::OpenOptions::new().append(true).open(s.join("experts.bin")).unwrap().write_all(&[0]).unwrap();
+    assert!(matches!(Store::open(&s), Err(Error::WrongFileSize { .. })));
+    assert!(matches!(Store::open(dir.path()), Err(Error::NotAStore { .. })));
+    std::fs::write(s.join("manifest.json"), "{").unwrap();
+    assert!(matches!(Store::open(&s), Err(Error::BadManifest { .. })));
+}
+
+#[test]
+fn a_version_mismatch_or_other_source_starts_over() {
+    let dir = TempDir::new("over");
+    let src = ingest_default(&dir);
+    let s = dir.path().join("s");
+    let again = ingest(&src, &s, &IngestOptions::default(), &mut |_| {}).unwrap();
+    assert!(again.up_to_date);
+    let other = write_model(dir.path(), "other.gguf", &Shape { experts: 5, ..Shape::small() }, 9);
+    let summary = ingest(&other, &s, &IngestOptions::default(), &mut |_| {}).unwrap();
+    assert!(!summary.up_to_date && summary.resumed_from.is_none());
+    assert_eq!(Store::open(&s).unwrap().layout().experts.as_ref().unwrap().n_experts, 5);
+}
+
+#[test]
+fn truncated_source_is_refused_before_writing() {
+    let dir = TempDir::new("trunc");
+    let src = write_model(dir.path(), "m.gguf", &Shape::small(), 1);
+    let len = std::fs::metadata(&src).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&src).unwrap().set_len(len - 100).unwrap();
+    let err = ingest(&src, &dir.path().join("s"), &IngestOptions::default(), &mut |_| {}).unwrap_err();
+    assert!(matches!(err, Error::SourceTruncated { .. }), "{err}");
+    assert!(Manifest::load(&dir.path().join("s")).unwrap().is_none());
+    // Cut inside the header.
+    std::fs::OpenOptions::new().write(true).open(&src).unwrap().set_len(40).unwrap();
+    let err = ingest(&src, &dir.path().join("s"), &IngestOptions::default(), &mut |_| {}).unwrap_err();
+    assert!(matches!(err, Error::SourceTruncated { .. } | Error::Gguf { .. }), "{err}");
+}
+
+#[test]
+fn pins_refuse_other_files() {
+    let dir = TempDir::new("pin");
+    let src = write_model(dir.path(), "m.gguf", &Shape::small(), 1);
+    let size = std::fs::metadata(&src).unwrap().len();
+    let opts = |size, sha: &str| IngestOptions {
+        pin: Some(Pin { size, sha256: sha.into() }),
+        ..IngestOptions::default()
+    };
+    let err = ingest(&src, &dir.path().join("s"), &opts(size + 1, "00"), &mut |_| {}).unwrap_err();
+    assert!(matches!(err, Error::PinMismatch { .. }));
+    let err = ingest(&src, &dir.path().join("s"), &opts(size, "00"), &mut |_| {}).unwrap_err();
+    assert!(matches!(&err, Error::PinMismatch { what, .. } if what.contains("sha256")), "{err}");
+    assert!(matches!(
+        Store::open(dir.path().join("s")),
+        Err(Error::NotAStore { .. } | Error::Incomplete { .. })
+    ));
+    let sha = {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(std::fs::read(&src).unwrap()).iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let ok = ingest(&src, &dir.path().join("s"), &opts(size, &sha.to_uppercase()), &mut |_| {}).unwrap();
+    assert_eq!(ok.sha256, sha);
+    assert_eq!(
+        Store::open(dir.path().join("s")).unwrap().manifest().source.sha256.as_deref(),
+        Some(&sha[..])
+    );
+}
+
+#[test]
+fn unsupported_types_name_the_tensor() {
+    let dir = TempDir::new("types");
+    let mut w = GgufWriter::new();
+    w.add_tensor("blk.0.ffn_gate_exps.weight", TensorType::Q4K, &[256, 32, 2], vec![0; 144 * 64]).unwrap();
+    w.write_file(dir.path().join("a.gguf")).unwrap();
+    let err =
+        ingest(&dir.path().join("a.gguf"), &dir.path().join("s"), &IngestOptions::default(), &mut |_| {});
+    assert!(
+        matches!(err, Err(Error::UnsupportedExpertType { name, .. }) if name == "blk.0.ffn_gate_exps.weight")
+    );
+    let mut w = GgufWriter::new();
+    w.add_tensor("output.weight", TensorType::Q6K, &[256], vec![0; 210]).unwrap();
+    w.write_file(dir.path().join("b.gguf")).unwrap();
+    let err =
+        ingest(&dir.path().join("b.gguf"), &dir.path().join("s"), &IngestOptions::default(), &mut |_| {});
+    assert!(matches!(err, Err(Error::UnsupportedDenseType { name, .. }) if name == "output.weight"));
+}
+
+#[test]
+fn reader_errors_name_the_record() {
+    let dir = TempDir::new("reader");
+    ingest_default(&dir);
+    let store = Store::open(dir.path().join("s")).unwrap();
+    let reader = store.record_reader(true).unwrap();
+    let n = reader.layout().record_bytes as usize;
+    let mut buf = RecordBuf::new(n);
+    assert!(matches!(
+        reader.read(ExpertKey { layer: 2, expert: 0 }, &mut buf),
+        Err(Error::NoSuchRecord { layer: 2, .. })
+    ));
+    assert!(matches!(
+        reader.read(ExpertKey { layer: 0, expert: 0 }, &mut RecordBuf::new(n / 2)),
+        Err(Error::BadBuffer { .. })
+    ));
+    // Truncate experts.bin under an open reader: the last record reads short.
+    let path = dir.path().join("s/experts.bin");
+    let len = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(len - 4096).unwrap();
+    let err = reader.read(ExpertKey { layer: 1, expert: 3 }, &mut buf).unwrap_err();
+    assert!(matches!(err, Error::ShortRead { layer: 1, expert: 3, .. }), "{err}");
+}
