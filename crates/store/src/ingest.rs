@@ -5,6 +5,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 use std::time::{Instant, UNIX_EPOCH};
 
 use diskformer_gguf::{Header, PrefixParse, TensorType};
@@ -327,12 +328,15 @@ pub fn ingest(
     let experts_file = open_sized(&paths[2], experts_bytes)?;
 
     let segs = segments(&header, &manifest.layout);
+    advise_sequential(&file);
+    let (sha, buf) = ShaWorker::start(state.sha256.clone(), opts.chunk_bytes.max(4096));
     let mut writer = SegmentWriter {
         source: (&file, source),
         dense: (&dense_file, &paths[1]),
         experts: (&experts_file, &paths[2]),
-        buf: vec![0; opts.chunk_bytes.max(4096)],
+        buf,
         planes: Vec::new(),
+        sha,
     };
     let run_start = state.source_offset;
     let mut last_checkpoint = state.source_offset;
@@ -353,6 +357,7 @@ pub fn ingest(
             dense_file.sync_data().map_err(Error::io(&paths[1]))?;
             experts_file.sync_data().map_err(Error::io(&paths[2]))?;
             manifest.ingest_seconds = prior_seconds + started.elapsed().as_secs_f64();
+            state.sha256 = writer.sha.snapshot();
             manifest.checkpoint = Some(state.clone());
             manifest.save(dir)?;
             last_checkpoint = state.source_offset;
@@ -360,7 +365,7 @@ pub fn ingest(
     }
     writer.hash_range(&mut state, size)?;
     report(&state, progress);
-    let sha256 = state.sha256.clone().finish_hex();
+    let sha256 = writer.sha.finish().finish_hex();
     if let Some(pin) = &opts.pin
         && !pin.sha256.eq_ignore_ascii_case(&sha256)
     {
@@ -398,6 +403,7 @@ struct SegmentWriter<'a> {
     experts: (&'a File, &'a PathBuf),
     buf: Vec<u8>,
     planes: Vec<u8>,
+    sha: ShaWorker,
 }
 
 impl SegmentWriter<'_> {
@@ -410,7 +416,7 @@ impl SegmentWriter<'_> {
         while state.source_offset < end {
             let n = (end - state.source_offset).min(self.buf.len() as u64) as usize;
             self.read(state.source_offset, n)?;
-            state.sha256.update(&self.buf[..n]);
+            self.buf = self.sha.hash(std::mem::take(&mut self.buf), n);
             state.source_offset += n as u64;
         }
         Ok(())
@@ -440,7 +446,6 @@ impl SegmentWriter<'_> {
         while done < seg.source.len {
             let n = (seg.source.len - done).min(step) as usize;
             self.read(seg.source.offset + done, n)?;
-            state.sha256.update(&self.buf[..n]);
             let first_at = seg.first.0 + done / block_bytes as u64 * quant_bytes as u64;
             match (seg.planar, seg.second) {
                 (Some(ty), Some((second, _))) => {
@@ -462,6 +467,7 @@ impl SegmentWriter<'_> {
                     hq.update(&self.buf[..n]);
                 }
             }
+            self.buf = self.sha.hash(std::mem::take(&mut self.buf), n);
             done += n as u64;
             state.source_offset += n as u64;
             report(state);
@@ -475,5 +481,68 @@ impl SegmentWriter<'_> {
             set(part, hs.digest());
         }
         Ok(())
+    }
+}
+
+/// Tells the kernel the source is read front to back, so its read-ahead runs further ahead.
+fn advise_sequential(file: &File) {
+    use std::os::fd::AsRawFd;
+    // Safety: a valid open descriptor; the call only sets a hint (a failure is harmless and ignored).
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
+}
+
+enum ShaMsg {
+    Data(Vec<u8>, usize),
+    Snapshot(mpsc::Sender<Sha256State>),
+}
+
+/// The source's sha256, computed on its own thread so hashing overlaps reading and writing. Chunk buffers
+/// circulate: the ingest fills one while the worker hashes another (two spares, so memory stays bounded).
+struct ShaWorker {
+    tx: mpsc::SyncSender<ShaMsg>,
+    pool: mpsc::Receiver<Vec<u8>>,
+    handle: std::thread::JoinHandle<Sha256State>,
+}
+
+impl ShaWorker {
+    /// Starts the worker from `state`; returns it and the first buffer to fill.
+    fn start(mut state: Sha256State, buf_len: usize) -> (ShaWorker, Vec<u8>) {
+        let (tx, rx) = mpsc::sync_channel::<ShaMsg>(2);
+        let (pool_tx, pool) = mpsc::channel();
+        pool_tx.send(vec![0; buf_len]).expect("receiver alive");
+        let handle = std::thread::spawn(move || {
+            for msg in rx {
+                match msg {
+                    ShaMsg::Data(buf, n) => {
+                        state.update(&buf[..n]);
+                        // The ingest may have stopped early on an error; then nobody wants the buffer.
+                        let _ = pool_tx.send(buf);
+                    }
+                    ShaMsg::Snapshot(reply) => {
+                        let _ = reply.send(state.clone());
+                    }
+                }
+            }
+            state
+        });
+        (ShaWorker { tx, pool, handle }, vec![0; buf_len])
+    }
+
+    /// Hands over the first `n` bytes of `buf` and returns a free buffer.
+    fn hash(&self, buf: Vec<u8>, n: usize) -> Vec<u8> {
+        self.tx.send(ShaMsg::Data(buf, n)).expect("sha256 worker alive");
+        self.pool.recv().expect("sha256 worker alive")
+    }
+
+    /// The state after every byte handed over so far.
+    fn snapshot(&self) -> Sha256State {
+        let (reply, rx) = mpsc::channel();
+        self.tx.send(ShaMsg::Snapshot(reply)).expect("sha256 worker alive");
+        rx.recv().expect("sha256 worker alive")
+    }
+
+    fn finish(self) -> Sha256State {
+        drop(self.tx);
+        self.handle.join().expect("sha256 worker does not panic")
     }
 }
