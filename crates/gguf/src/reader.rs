@@ -98,10 +98,13 @@ impl Header {
         self.tensors.last().map_or(0, |t| t.offset + t.n_bytes)
     }
 
-    /// Checks every tensor's data lies inside a data section of `data_len` bytes.
-    fn check_bounds(&self, data_len: u64) -> Result<()> {
+    /// Checks every tensor's data lies inside a GGUF of `file_len` bytes (zero-size tensors included: their
+    /// slice must start inside it too).
+    fn check_bounds(&self, file_len: u64) -> Result<()> {
+        let data_len = file_len.saturating_sub(self.data_offset);
         for t in &self.tensors {
-            if t.offset + t.n_bytes > data_len {
+            let end = self.data_offset.checked_add(t.offset).and_then(|s| s.checked_add(t.n_bytes));
+            if end.is_none_or(|end| end > file_len) {
                 return Err(Error::TensorOutOfBounds {
                     name: t.name.clone(),
                     offset: t.offset,
@@ -133,8 +136,7 @@ impl<B: AsRef<[u8]>> Gguf<B> {
     /// Any header validation failure, or [`Error::TensorOutOfBounds`].
     pub fn from_bytes(bytes: B) -> Result<Self> {
         let header = Header::parse(bytes.as_ref())?;
-        let data_len = (bytes.as_ref().len() as u64).saturating_sub(header.data_offset);
-        header.check_bounds(data_len)?;
+        header.check_bounds(bytes.as_ref().len() as u64)?;
         Ok(Gguf { header, bytes })
     }
 

@@ -213,6 +213,15 @@ fn tensor_out_of_bounds() {
     assert!(Header::parse(header_only).is_ok());
 }
 
+#[test]
+fn zero_size_tensor_past_the_end() {
+    // Found by the fuzzer: an empty tensor whose data would start after the end of a file missing its padding.
+    let mut raw = Raw::start(3, 1, 0);
+    raw.tensor("empty", &[0], F32, 0);
+    assert!(!raw.bytes.len().is_multiple_of(32), "the header must end unaligned for this test");
+    expect(&raw, |e| matches!(e, Error::TensorOutOfBounds { name, size: 0, .. } if name == "empty"));
+}
+
 fn valid_file() -> Vec<u8> {
     let mut w = GgufWriter::new();
     w.add_metadata("general.architecture", Value::String("qwen3moe".into())).unwrap();
