@@ -14,7 +14,7 @@ t0=$(date +%s.%N); cp "$src" "$dest/cp.gguf"; sync; t1=$(date +%s.%N)
 rm -f "$dest/cp.gguf"
 drop >/dev/null
 t2=$(date +%s.%N); "$bin" "$src" --store "$dest/store" >/dev/null; sync; t3=$(date +%s.%N)
-rm -rf "$dest/store"
+[ -n "${KEEP_STORE:-}" ] || rm -rf "$dest/store"
 python3 - "$size" "$t0" "$t1" "$t2" "$t3" "$cache" <<'PY'
 import sys
 size, t0, t1, t2, t3, cache = int(sys.argv[1]), *map(float, sys.argv[2:6]), sys.argv[6]
