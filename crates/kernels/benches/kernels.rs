@@ -1,0 +1,270 @@
+//! Kernel throughput in GB/s of weight bytes read (int8 plane + scales; K and V for attention), next to
+//! the device's buffer-to-buffer copy bandwidth measured in the same run (reported as bytes read +
+//! written, so it compares with a kernel that only reads).
+//!
+//! Each sample records many dispatches in one pass, submits and waits (`iter_custom`). Consecutive
+//! dispatches read different copies of the weights (at least 256 MiB in rotation), so the GPU's L2
+//! (50 MB on an H200) cannot serve them.
+//!
+//! Run: `cargo bench -p diskformer-kernels --bench kernels` (filter by name after `--`); on lavapipe add
+//! `-- --warm-up-time 1 --measurement-time 3 --sample-size 10` to keep it short.
+
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use diskformer_kernels::{AttentionShape, Context, Dispatch, ExpertPlanes, Kernels, Q8Matrix};
+
+const ROTATION_BYTES: u64 = 256 << 20;
+
+struct Gpu {
+    ctx: Context,
+    sg: Kernels,
+    plain: Kernels,
+}
+
+/// A storage buffer of `bytes` (rounded up to 4) holding a cheap pseudo-random pattern.
+fn buffer(g: &Gpu, bytes: u64, seed: u64) -> wgpu::Buffer {
+    let bytes = bytes.next_multiple_of(4);
+    let buf = g.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: bytes,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    // Small positive f16 / f32-friendly pattern: bytes in 0x00..0x3f never form NaN or inf.
+    let chunk = 16 << 20;
+    let mut state = seed | 1;
+    let mut data = vec![0u8; chunk.min(bytes as usize)];
+    let mut at = 0u64;
+    while at < bytes {
+        let n = (bytes - at).min(chunk as u64) as usize;
+        for b in &mut data[..n] {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            *b = (state as u8) & 0x3f;
+        }
+        g.ctx.queue.write_buffer(&buf, at, &data[..n]);
+        at += n as u64;
+    }
+    buf
+}
+
+fn wait(g: &Gpu) {
+    g.ctx.device.poll(wgpu::PollType::wait_indefinitely()).expect("poll");
+}
+
+/// Records `iters` dispatches cycling through `ds` (512 per submit), waits, returns the wall time.
+fn time(g: &Gpu, ds: &[Dispatch], iters: u64) -> Duration {
+    wait(g);
+    let start = Instant::now();
+    let mut left = iters;
+    let mut i = 0;
+    while left > 0 {
+        let n = left.min(512);
+        let mut enc = g.ctx.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            for _ in 0..n {
+                ds[i % ds.len()].record(&mut pass);
+                i += 1;
+            }
+        }
+        g.ctx.queue.submit([enc.finish()]);
+        left -= n;
+    }
+    wait(g);
+    start.elapsed()
+}
+
+fn copies(bytes: u64) -> usize {
+    ROTATION_BYTES.div_ceil(bytes).clamp(1, 64) as usize
+}
+
+fn bench_q8_gemv(c: &mut Criterion, g: &Gpu) {
+    let mut group = c.benchmark_group("q8_gemv");
+    for (name, rows, cols) in [
+        ("lm_head_151936x2048", 151_936u32, 2048u32),
+        ("attn_q_4096x2048", 4096, 2048),
+        ("attn_o_2048x4096", 2048, 4096),
+    ] {
+        let qbytes = u64::from(rows) * u64::from(cols);
+        let sbytes = qbytes / 16;
+        let n = copies(qbytes + sbytes);
+        let planes: Vec<(wgpu::Buffer, wgpu::Buffer)> =
+            (0..n).map(|i| (buffer(g, qbytes, i as u64), buffer(g, sbytes, 99 + i as u64))).collect();
+        let x = buffer(g, 4 * u64::from(cols), 7);
+        // One output per copy: consecutive dispatches share no written buffer, so wgpu puts no barrier
+        // between them and the bench sees the kernel, not the pipeline drain.
+        let ys: Vec<wgpu::Buffer> = (0..n).map(|i| buffer(g, 4 * u64::from(rows), 8 + i as u64)).collect();
+        group.throughput(Throughput::Bytes(qbytes + sbytes));
+        for (variant, k) in [("subgroup", &g.sg), ("plain", &g.plain)] {
+            if variant == "subgroup" && !k.subgroups() {
+                continue;
+            }
+            let ds: Vec<Dispatch> = planes
+                .iter()
+                .zip(&ys)
+                .map(|((q, s), y)| {
+                    let w = Q8Matrix { q: q.into(), scales: s.into(), rows, cols };
+                    k.q8_gemv(w, (&x).into(), y.into(), 1).expect("bind")
+                })
+                .collect();
+            group.bench_function(format!("{name}/{variant}"), |b| b.iter_custom(|iters| time(g, &ds, iters)));
+        }
+    }
+    group.finish();
+}
+
+fn bench_expert(c: &mut Criterion, g: &Gpu) {
+    let mut group = c.benchmark_group("expert_q8_gemv");
+    let k_picks = 8u32;
+    for (name, rows, cols, x_div) in
+        [("gate_up_8x1536x2048", 1536u32, 2048u32, 8u32), ("down_8x2048x768", 2048, 768, 1)]
+    {
+        let slot_q = u64::from(rows) * u64::from(cols);
+        let slot_s = slot_q / 16;
+        let sets = copies(u64::from(k_picks) * (slot_q + slot_s)) as u32;
+        let slots = sets * k_picks;
+        let q = buffer(g, u64::from(slots) * slot_q, 1);
+        let s = buffer(g, u64::from(slots) * slot_s, 2);
+        let x = buffer(g, 4 * u64::from(k_picks * cols), 3);
+        let ys: Vec<wgpu::Buffer> =
+            (0..sets).map(|i| buffer(g, 4 * u64::from(k_picks * rows), 4 + u64::from(i))).collect();
+        let idx: Vec<wgpu::Buffer> = (0..sets)
+            .map(|set| {
+                let b = buffer(g, 4 * u64::from(k_picks), 5);
+                let ids: Vec<u32> = (0..k_picks).map(|j| set * k_picks + j).collect();
+                g.ctx.queue.write_buffer(&b, 0, bytemuck::cast_slice(&ids));
+                b
+            })
+            .collect();
+        group.throughput(Throughput::Bytes(u64::from(k_picks) * (slot_q + slot_s)));
+        for (variant, k) in [("subgroup", &g.sg), ("plain", &g.plain)] {
+            if variant == "subgroup" && !k.subgroups() {
+                continue;
+            }
+            let planes = ExpertPlanes { q: (&q).into(), scales: (&s).into(), slots, rows, cols };
+            let ds: Result<Vec<Dispatch>, _> = idx
+                .iter()
+                .zip(&ys)
+                .map(|(i, y)| k.expert_q8_gemv(planes, (&x).into(), i.into(), y.into(), k_picks, x_div))
+                .collect();
+            match ds {
+                Ok(ds) => {
+                    group.bench_function(format!("{name}/{variant}"), |b| {
+                        b.iter_custom(|iters| time(g, &ds, iters))
+                    });
+                }
+                Err(e) => eprintln!("skipping {name}/{variant}: {e}"),
+            }
+        }
+    }
+    group.finish();
+}
+
+fn bench_small(c: &mut Criterion, g: &Gpu) {
+    let mut group = c.benchmark_group("other");
+    // Router: 128 x 2048 f32.
+    let (rows, cols) = (128u32, 2048u32);
+    let wbytes = 4 * u64::from(rows) * u64::from(cols);
+    let ws: Vec<wgpu::Buffer> = (0..copies(wbytes)).map(|i| buffer(g, wbytes, i as u64)).collect();
+    let x = buffer(g, 4 * u64::from(cols), 1);
+    let ys: Vec<wgpu::Buffer> = (0..ws.len()).map(|i| buffer(g, 4 * u64::from(rows), 2 + i as u64)).collect();
+    let ds: Vec<Dispatch> = ws
+        .iter()
+        .zip(&ys)
+        .map(|(w, y)| g.sg.f32_gemv(w.into(), rows, cols, (&x).into(), y.into(), 1).expect("bind"))
+        .collect();
+    group.throughput(Throughput::Bytes(wbytes));
+    group.bench_function("f32_gemv/router_128x2048", |b| b.iter_custom(|iters| time(g, &ds, iters)));
+
+    // Decode attention at position 4095 of the real head shapes: reads K and V up to there.
+    let s = AttentionShape { heads: 32, kv_heads: 4, head_dim: 128, tokens: 1, ctx: 4096 };
+    let kv_bytes = u64::from(s.ctx * s.kv_heads * s.head_dim) * 2;
+    let caches: Vec<(wgpu::Buffer, wgpu::Buffer)> = (0..copies(2 * kv_bytes))
+        .map(|i| (buffer(g, kv_bytes, i as u64), buffer(g, kv_bytes, 50 + i as u64)))
+        .collect();
+    let q = buffer(g, 4 * 32 * 128, 3);
+    let pos = buffer(g, 4, 4);
+    g.ctx.queue.write_buffer(&pos, 0, bytemuck::bytes_of(&4095u32));
+    let outs: Vec<wgpu::Buffer> = (0..caches.len()).map(|i| buffer(g, 4 * 32 * 128, 5 + i as u64)).collect();
+    let ds: Vec<Dispatch> = caches
+        .iter()
+        .zip(&outs)
+        .map(|((k, v), out)| {
+            g.sg.attention((&q).into(), k.into(), v.into(), (&pos).into(), out.into(), s).expect("bind")
+        })
+        .collect();
+    group.throughput(Throughput::Bytes(2 * kv_bytes));
+    group.bench_function("attention/decode_pos4095", |b| b.iter_custom(|iters| time(g, &ds, iters)));
+
+    // The split-K pair on the same caches: two dispatches per step.
+    let partials: Vec<wgpu::Buffer> =
+        (0..caches.len()).map(|i| buffer(g, 4 * s.partial_len(), 70 + i as u64)).collect();
+    let ds: Vec<Dispatch> = caches
+        .iter()
+        .zip(&partials)
+        .zip(&outs)
+        .flat_map(|(((k, v), part), out)| {
+            [
+                g.sg.attention_split((&q).into(), k.into(), v.into(), (&pos).into(), part.into(), s)
+                    .expect("bind"),
+                g.sg.attention_combine(part.into(), (&pos).into(), out.into(), s).expect("bind"),
+            ]
+        })
+        .collect();
+    // Two dispatches make one attention: count the bytes once per pair.
+    group.throughput(Throughput::Bytes(kv_bytes));
+    group.bench_function("attention_split/decode_pos4095", |b| b.iter_custom(|iters| time(g, &ds, iters)));
+    group.finish();
+}
+
+fn bench_copy(c: &mut Criterion, g: &Gpu) {
+    let mut group = c.benchmark_group("copy");
+    let bytes = 256u64 << 20;
+    let src = buffer(g, bytes, 1);
+    let dst = buffer(g, bytes, 2);
+    // Read + written bytes, comparable with the kernels' read-only byte counts.
+    group.throughput(Throughput::Bytes(2 * bytes));
+    group.bench_function("buffer_to_buffer_256MiB", |b| {
+        b.iter_custom(|iters| {
+            wait(g);
+            let start = Instant::now();
+            let mut left = iters;
+            while left > 0 {
+                let n = left.min(64);
+                let mut enc = g.ctx.device.create_command_encoder(&Default::default());
+                for _ in 0..n {
+                    enc.copy_buffer_to_buffer(&src, 0, &dst, 0, bytes);
+                }
+                g.ctx.queue.submit([enc.finish()]);
+                left -= n;
+            }
+            wait(g);
+            start.elapsed()
+        })
+    });
+    group.finish();
+}
+
+fn benches(c: &mut Criterion) {
+    let ctx = match Context::new() {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            eprintln!("no GPU, no kernel benches: {e}");
+            return;
+        }
+    };
+    eprintln!("bench device: {}", ctx.describe());
+    let sg = Kernels::new(&ctx);
+    let plain = Kernels::with_subgroups(&ctx, false);
+    let g = Gpu { ctx, sg, plain };
+    bench_copy(c, &g);
+    bench_q8_gemv(c, &g);
+    bench_expert(c, &g);
+    bench_small(c, &g);
+}
+
+criterion_group!(kernel_benches, benches);
+criterion_main!(kernel_benches);

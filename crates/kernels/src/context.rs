@@ -1,0 +1,132 @@
+//! The wgpu instance, adapter, device and queue, with the features and limits the kernels rely on.
+
+use crate::error::{Error, Result};
+
+/// Environment variable: pick the adapter whose name contains this text (case-insensitive).
+pub const ADAPTER_ENV: &str = "DISKFORMER_ADAPTER";
+
+/// Environment variable: set to `1` to ignore the adapter's subgroup support and use the plain kernels.
+pub const NO_SUBGROUPS_ENV: &str = "DISKFORMER_NO_SUBGROUPS";
+
+/// A GPU device ready for the kernels: shader-f16 enabled, subgroups enabled when the adapter offers them
+/// (with sizes the kernels can use), and the adapter's limits requested in full.
+#[derive(Debug)]
+pub struct Context {
+    /// The adapter the device came from.
+    pub adapter: wgpu::Adapter,
+    /// The device.
+    pub device: wgpu::Device,
+    /// Its queue.
+    pub queue: wgpu::Queue,
+    /// The adapter's description (name, backend, driver, subgroup sizes).
+    pub info: wgpu::AdapterInfo,
+    /// The limits the device was created with (the adapter's own).
+    pub limits: wgpu::Limits,
+    /// Whether the subgroup kernel variants are used.
+    pub subgroups: bool,
+}
+
+impl Context {
+    /// Creates a context on the first adapter wgpu offers (high performance preferred), or on the adapter
+    /// whose name contains [`ADAPTER_ENV`] when that variable is set.
+    ///
+    /// # Errors
+    /// [`Error::NoAdapter`] without a (matching) adapter, [`Error::MissingFeature`] when it lacks shader-f16,
+    /// [`Error::RequestDevice`] when the device request fails.
+    pub fn new() -> Result<Self> {
+        pollster::block_on(Self::new_async())
+    }
+
+    /// The async form of [`Context::new`].
+    ///
+    /// # Errors
+    /// As [`Context::new`].
+    pub async fn new_async() -> Result<Self> {
+        // Vulkan, Metal, DX12: the GL backend has no shader-f16, so it could only produce an error.
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = wgpu::Backends::PRIMARY;
+        let instance = wgpu::Instance::new(desc);
+        let adapter = match std::env::var(ADAPTER_ENV) {
+            Ok(want) if !want.is_empty() => {
+                let want_lc = want.to_lowercase();
+                let adapters = instance.enumerate_adapters(wgpu::Backends::all()).await;
+                let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
+                let mut matching: Vec<wgpu::Adapter> = adapters
+                    .into_iter()
+                    .filter(|a| a.get_info().name.to_lowercase().contains(&want_lc))
+                    .collect();
+                // Among several matches (one device on two backends), prefer one the kernels can use.
+                let usable = matching.iter().position(|a| a.features().contains(wgpu::Features::SHADER_F16));
+                let pick = usable.unwrap_or(0);
+                (pick < matching.len()).then(|| matching.swap_remove(pick)).ok_or_else(|| {
+                    Error::NoAdapter {
+                        detail: format!(" matching {ADAPTER_ENV}={want:?} (adapters: {names:?})"),
+                    }
+                })?
+            }
+            _ => instance
+                .request_adapter(&wgpu::RequestAdapterOptions {
+                    power_preference: wgpu::PowerPreference::HighPerformance,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| Error::NoAdapter { detail: format!(" ({e})") })?,
+        };
+        Self::from_adapter(adapter).await
+    }
+
+    /// Creates the device on a given adapter.
+    ///
+    /// # Errors
+    /// As [`Context::new`].
+    pub async fn from_adapter(adapter: wgpu::Adapter) -> Result<Self> {
+        let info = adapter.get_info();
+        let offered = adapter.features();
+        if !offered.contains(wgpu::Features::SHADER_F16) {
+            return Err(Error::MissingFeature { adapter: info.name, feature: "shader-f16" });
+        }
+        let mut features = wgpu::Features::SHADER_F16;
+        // The subgroup kernels reduce one 32-lane row group per subgroup or several subgroups per group,
+        // so they need subgroups of at most 32 lanes (a power of two, as all are).
+        let no_sg = std::env::var(NO_SUBGROUPS_ENV).is_ok_and(|v| v == "1");
+        let subgroups = !no_sg
+            && offered.contains(wgpu::Features::SUBGROUP)
+            && info.subgroup_min_size >= 4
+            && info.subgroup_max_size <= 32;
+        if offered.contains(wgpu::Features::SUBGROUP) {
+            features |= wgpu::Features::SUBGROUP;
+        }
+        let limits = adapter.limits();
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("diskformer"),
+                required_features: features,
+                required_limits: limits.clone(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                ..Default::default()
+            })
+            .await
+            .map_err(|source| Error::RequestDevice { adapter: info.name.clone(), source })?;
+        Ok(Self { adapter, device, queue, info, limits, subgroups })
+    }
+
+    /// The largest storage binding the device allows, in bytes.
+    pub fn max_binding(&self) -> u64 {
+        self.limits.max_storage_buffer_binding_size
+    }
+
+    /// A one-line description: adapter name, backend, driver, subgroup use and binding limit.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} ({:?}, {} {}), subgroups {} ({}..{}), max storage binding {} MiB",
+            self.info.name,
+            self.info.backend,
+            self.info.driver,
+            self.info.driver_info,
+            if self.subgroups { "on" } else { "off" },
+            self.info.subgroup_min_size,
+            self.info.subgroup_max_size,
+            self.max_binding() >> 20
+        )
+    }
+}

@@ -1,0 +1,245 @@
+//! CPU references of every kernel, written for clarity, in llama.cpp's operation order. The GPU tests
+//! compare against them and the engine's tests may use them as a slow forward pass.
+//!
+//! Sums that the GPU does in f32 in some tree order are done here in f64 and rounded once, so a test's
+//! tolerance bounds the GPU's own rounding.
+
+use half::f16;
+
+/// Dequantised Q8_0 element `(r, c)` of a `[rows, cols]` matrix given as planes.
+fn q8(q: &[i8], scales: &[f16], cols: usize, r: usize, c: usize) -> f32 {
+    f32::from(q[r * cols + c]) * scales[r * (cols / 32) + c / 32].to_f32()
+}
+
+/// Embedding lookup: `out[t] = dequantised row ids[t]` of a `[rows, cols]` Q8_0 table; ids past the
+/// table give zeros.
+pub fn embed_q8(q: &[i8], scales: &[f16], cols: usize, ids: &[u32]) -> Vec<f32> {
+    let rows = q.len() / cols;
+    ids.iter()
+        .flat_map(|&id| {
+            (0..cols)
+                .map(move |c| if (id as usize) < rows { q8(q, scales, cols, id as usize, c) } else { 0.0 })
+        })
+        .collect()
+}
+
+/// RMSNorm per row of length `n`: `(x * (1/sqrt(mean(x²) + eps))) * w`, the mean square summed in f64
+/// as ggml's CPU backend does.
+pub fn rms_norm(x: &[f32], w: &[f32], n: usize, eps: f32) -> Vec<f32> {
+    x.chunks(n)
+        .flat_map(|row| {
+            let ss: f64 = row.iter().map(|&v| f64::from(v * v)).sum();
+            let scale = 1.0 / ((ss / n as f64) as f32 + eps).sqrt();
+            row.iter().zip(w).map(move |(&v, &w)| (v * scale) * w)
+        })
+        .collect()
+}
+
+/// Q8_0 GEMV over T inputs: `y[t, r] = Σ_c dequant(W)[r, c] · x[t, c]` for `W [rows, cols]`.
+pub fn q8_gemv(q: &[i8], scales: &[f16], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
+    x.chunks(cols)
+        .flat_map(|xt| {
+            (0..rows).map(move |r| {
+                (0..cols).map(|c| f64::from(q8(q, scales, cols, r, c)) * f64::from(xt[c])).sum::<f64>() as f32
+            })
+        })
+        .collect()
+}
+
+/// F32 GEMV over T inputs: `y[t, r] = Σ_c W[r, c] · x[t, c]` for `W [rows, cols]`.
+pub fn f32_gemv(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
+    x.chunks(cols)
+        .flat_map(|xt| {
+            (0..rows).map(move |r| {
+                (0..cols).map(|c| f64::from(w[r * cols + c]) * f64::from(xt[c])).sum::<f64>() as f32
+            })
+        })
+        .collect()
+}
+
+/// The NeoX RoPE table `[T, d/2]` of `(cos, sin)` for the given positions, in f32 as ggml computes it
+/// (ggml-cpu `rope_yarn_cache_init` without scaling): θ starts at `pos` and is multiplied by
+/// `theta_scale = freq_base^(-2/d)` for each successive pair; cos and sin in f32.
+pub fn rope_cos_sin(positions: &[u32], head_dim: usize, freq_base: f32) -> Vec<[f32; 2]> {
+    let theta_scale = freq_base.powf(-2.0 / head_dim as f32);
+    positions
+        .iter()
+        .flat_map(|&pos| {
+            let mut theta = pos as f32;
+            (0..head_dim / 2).map(move |_| {
+                let cs = [theta.cos(), theta.sin()];
+                theta *= theta_scale;
+                cs
+            })
+        })
+        .collect()
+}
+
+/// Per-head RMSNorm with weight `w [d]`, then NeoX RoPE (pairs `i, i + d/2`) with `rope [T, d/2]`.
+/// `x` is `[T, heads, d]`.
+pub fn qk_norm_rope(
+    x: &[f32],
+    w: &[f32],
+    rope: &[[f32; 2]],
+    heads: usize,
+    head_dim: usize,
+    eps: f32,
+) -> Vec<f32> {
+    let half = head_dim / 2;
+    let normed = rms_norm(x, w, head_dim, eps);
+    let mut out = vec![0.0; x.len()];
+    for (i, head) in normed.chunks(head_dim).enumerate() {
+        let t = i / heads;
+        for j in 0..half {
+            let [c, s] = rope[t * half + j];
+            let (h0, h1) = (head[j], head[j + half]);
+            out[i * head_dim + j] = h0 * c - h1 * s;
+            out[i * head_dim + j + half] = h0 * s + h1 * c;
+        }
+    }
+    out
+}
+
+/// KV-cache store: `dst[positions[t], ..] = f16(src[t, ..])` (round to nearest even); positions past
+/// the cache are skipped.
+pub fn kv_store(src: &[f32], positions: &[u32], n: usize, dst: &mut [f16]) {
+    let ctx = dst.len() / n;
+    for (t, &pos) in positions.iter().enumerate() {
+        if (pos as usize) < ctx {
+            for i in 0..n {
+                dst[pos as usize * n + i] = f16::from_f32(src[t * n + i]);
+            }
+        }
+    }
+}
+
+/// Causal GQA attention over an f16 cache `[ctx, kv_heads, d]`: for each query `[T, heads, d]` and
+/// head h, softmax over positions `0..=positions[t]` of `q·k / sqrt(d)`, then the weighted sum of v.
+pub fn attention(
+    q: &[f32],
+    k: &[f16],
+    v: &[f16],
+    positions: &[u32],
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+) -> Vec<f32> {
+    let d = head_dim;
+    let ctx = k.len() / (kv_heads * d);
+    let scale = 1.0 / (d as f64).sqrt();
+    let mut out = vec![0.0; q.len()];
+    for (t, &pos) in positions.iter().enumerate() {
+        let len = (pos as usize + 1).min(ctx);
+        for h in 0..heads {
+            let kvh = h / (heads / kv_heads);
+            let qh = &q[(t * heads + h) * d..][..d];
+            let scores: Vec<f64> = (0..len)
+                .map(|j| {
+                    let kj = &k[(j * kv_heads + kvh) * d..][..d];
+                    qh.iter().zip(kj).map(|(&a, &b)| f64::from(a) * f64::from(b.to_f32())).sum::<f64>()
+                        * scale
+                })
+                .collect();
+            let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let sum: f64 = e.iter().sum();
+            for i in 0..d {
+                let acc: f64 =
+                    (0..len).map(|j| e[j] * f64::from(v[(j * kv_heads + kvh) * d + i].to_f32())).sum();
+                out[(t * heads + h) * d + i] = (acc / sum) as f32;
+            }
+        }
+    }
+    out
+}
+
+/// Residual add.
+pub fn add(a: &[f32], b: &[f32]) -> Vec<f32> {
+    a.iter().zip(b).map(|(x, y)| x + y).collect()
+}
+
+/// Router for T tokens of `experts` logits: softmax over all experts (f64, rounded to f32), the k
+/// largest logits (ties to the lower index, best first), weights = picked probs / their sum (in pick
+/// order). Returns `(ids [T, k], weights [T, k])`.
+pub fn router_topk(logits: &[f32], experts: usize, k: usize) -> (Vec<u32>, Vec<f32>) {
+    let mut ids = Vec::new();
+    let mut weights = Vec::new();
+    for row in logits.chunks(experts) {
+        let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = row.iter().map(|&l| f64::from(l - m).exp()).sum();
+        let probs: Vec<f32> = row.iter().map(|&l| (f64::from(l - m).exp() / sum) as f32).collect();
+        let mut order: Vec<usize> = (0..experts).collect();
+        // Stable sort: equal logits keep index order, so ties go to the lower index.
+        order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+        let picked = &order[..k];
+        let psum: f32 = picked.iter().map(|&i| probs[i]).sum();
+        ids.extend(picked.iter().map(|&i| i as u32));
+        weights.extend(picked.iter().map(|&i| probs[i] / psum));
+    }
+    (ids, weights)
+}
+
+/// Expert Q8_0 GEMV: `y[pair] = W[slot_idx[pair]] · x[pair / x_div]` with the pool planes
+/// `[slots, rows, cols]` int8 and `[slots, rows, cols/32]` f16.
+pub fn expert_q8_gemv(
+    q: &[i8],
+    scales: &[f16],
+    rows: usize,
+    cols: usize,
+    slot_idx: &[u32],
+    x: &[f32],
+    x_div: usize,
+) -> Vec<f32> {
+    let (mq, ms) = (rows * cols, rows * cols / 32);
+    slot_idx
+        .iter()
+        .enumerate()
+        .flat_map(|(pair, &slot)| {
+            let s = slot as usize;
+            let xt = &x[pair / x_div * cols..][..cols];
+            q8_gemv(&q[s * mq..][..mq], &scales[s * ms..][..ms], rows, cols, xt)
+        })
+        .collect()
+}
+
+/// `out[r, i] = silu(gate[r, i]) · up[r, i]` for `gate_up [P, 2F]` (gate then up); silu(g) = g/(1+e^-g).
+pub fn silu_mul(gate_up: &[f32], ffn: usize) -> Vec<f32> {
+    gate_up
+        .chunks(2 * ffn)
+        .flat_map(|row| (0..ffn).map(move |i| (row[i] / (1.0 + (-row[i]).exp())) * row[ffn + i]))
+        .collect()
+}
+
+/// `out[t] = (Σ_j weights[t, j] · experts[t, j]) + residual[t]`, summed in pick order in f32 as
+/// llama.cpp does (scale each expert, add them one by one, then the residual).
+pub fn moe_combine(experts: &[f32], weights: &[f32], residual: &[f32], hidden: usize, k: usize) -> Vec<f32> {
+    residual
+        .chunks(hidden)
+        .enumerate()
+        .flat_map(|(t, res)| {
+            (0..hidden).map(move |i| {
+                let mut sum = 0.0f32;
+                for j in 0..k {
+                    sum += experts[(t * k + j) * hidden + i] * weights[t * k + j];
+                }
+                sum + res[i]
+            })
+        })
+        .collect()
+}
+
+/// Index of the largest value of each row of length `n`, ties to the lower index.
+pub fn argmax(logits: &[f32], n: usize) -> Vec<u32> {
+    logits
+        .chunks(n)
+        .map(|row| {
+            let mut best = 0;
+            for (i, &v) in row.iter().enumerate() {
+                if v > row[best] {
+                    best = i;
+                }
+            }
+            best as u32
+        })
+        .collect()
+}

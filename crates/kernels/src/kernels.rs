@@ -1,0 +1,536 @@
+//! The pipeline cache ([`Kernels`]), buffer views, and the bound dispatches launchers return.
+
+use std::borrow::Cow;
+use std::num::NonZeroU64;
+
+use wgpu::util::DeviceExt;
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+
+/// Every kernel of the crate. File name = entry point = [`Kernel::name`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Kernel {
+    /// Embedding lookup in a Q8_0 table.
+    EmbedQ8,
+    /// RMSNorm per row.
+    RmsNorm,
+    /// Q8_0 GEMV over T inputs.
+    Q8Gemv,
+    /// Q8_0 GEMM over T tokens (prefill).
+    Q8Gemm,
+    /// F32 GEMV over T inputs (the router).
+    F32Gemv,
+    /// Per-head QK RMSNorm then NeoX RoPE.
+    QkNormRope,
+    /// KV-cache store (f32 → f16).
+    KvStore,
+    /// Causal GQA attention over the f16 KV cache.
+    Attention,
+    /// Split-K attention for decode, part 1: per-block partial softmax sums.
+    AttentionSplit,
+    /// Split-K attention for decode, part 2: merges the blocks.
+    AttentionCombine,
+    /// Residual add.
+    Add,
+    /// Router softmax, top-k and renormalisation.
+    RouterTopk,
+    /// Expert Q8_0 GEMV indexed by pool slot.
+    ExpertQ8Gemv,
+    /// Expert Q8_0 GEMM over pairs grouped by slot (prefill).
+    ExpertQ8Gemm,
+    /// SiLU(gate)·up.
+    SiluMul,
+    /// Weighted sum of the k expert outputs plus the residual.
+    MoeCombine,
+    /// Argmax per row.
+    Argmax,
+}
+
+const ROW_SUM_PLAIN: &str = include_str!("wgsl/row_sum_plain.wgsl");
+const ROW_SUM_SUBGROUP: &str = include_str!("wgsl/row_sum_subgroup.wgsl");
+const Q8_HELPERS: &str = include_str!("wgsl/q8_helpers.wgsl");
+
+impl Kernel {
+    /// All kernels.
+    pub const ALL: [Kernel; 17] = [
+        Kernel::EmbedQ8,
+        Kernel::RmsNorm,
+        Kernel::Q8Gemv,
+        Kernel::Q8Gemm,
+        Kernel::F32Gemv,
+        Kernel::QkNormRope,
+        Kernel::KvStore,
+        Kernel::Attention,
+        Kernel::AttentionSplit,
+        Kernel::AttentionCombine,
+        Kernel::Add,
+        Kernel::RouterTopk,
+        Kernel::ExpertQ8Gemv,
+        Kernel::ExpertQ8Gemm,
+        Kernel::SiluMul,
+        Kernel::MoeCombine,
+        Kernel::Argmax,
+    ];
+
+    /// The kernel's name: its WGSL file stem and entry point.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::EmbedQ8 => "embed_q8",
+            Kernel::RmsNorm => "rms_norm",
+            Kernel::Q8Gemv => "q8_gemv",
+            Kernel::Q8Gemm => "q8_gemm",
+            Kernel::F32Gemv => "f32_gemv",
+            Kernel::QkNormRope => "qk_norm_rope",
+            Kernel::KvStore => "kv_store",
+            Kernel::Attention => "attention",
+            Kernel::AttentionSplit => "attention_split",
+            Kernel::AttentionCombine => "attention_combine",
+            Kernel::Add => "add",
+            Kernel::RouterTopk => "router_topk",
+            Kernel::ExpertQ8Gemv => "expert_q8_gemv",
+            Kernel::ExpertQ8Gemm => "expert_q8_gemm",
+            Kernel::SiluMul => "silu_mul",
+            Kernel::MoeCombine => "moe_combine",
+            Kernel::Argmax => "argmax",
+        }
+    }
+
+    /// Whether the kernel has a subgroup variant.
+    pub fn has_subgroup_variant(self) -> bool {
+        matches!(self, Kernel::Q8Gemv | Kernel::Q8Gemm | Kernel::ExpertQ8Gemv | Kernel::ExpertQ8Gemm)
+    }
+
+    /// The size in bytes of the kernel's params struct (mirrored in its WGSL `Params`).
+    pub fn params_size(self) -> usize {
+        use crate::ops::*;
+        match self {
+            Kernel::EmbedQ8 => size_of::<EmbedQ8Params>(),
+            Kernel::RmsNorm => size_of::<RmsNormParams>(),
+            Kernel::Q8Gemv => size_of::<Q8GemvParams>(),
+            Kernel::Q8Gemm => size_of::<Q8GemmParams>(),
+            Kernel::F32Gemv => size_of::<F32GemvParams>(),
+            Kernel::QkNormRope => size_of::<QkNormRopeParams>(),
+            Kernel::KvStore => size_of::<KvStoreParams>(),
+            Kernel::Attention => size_of::<AttentionParams>(),
+            Kernel::AttentionSplit => size_of::<AttentionSplitParams>(),
+            Kernel::AttentionCombine => size_of::<AttentionCombineParams>(),
+            Kernel::Add => size_of::<AddParams>(),
+            Kernel::RouterTopk => size_of::<RouterTopkParams>(),
+            Kernel::ExpertQ8Gemv => size_of::<ExpertQ8GemvParams>(),
+            Kernel::ExpertQ8Gemm => size_of::<ExpertQ8GemmParams>(),
+            Kernel::SiluMul => size_of::<SiluMulParams>(),
+            Kernel::MoeCombine => size_of::<MoeCombineParams>(),
+            Kernel::Argmax => size_of::<ArgmaxParams>(),
+        }
+    }
+
+    /// The WGSL file as written.
+    fn file(self) -> &'static str {
+        match self {
+            Kernel::EmbedQ8 => include_str!("wgsl/embed_q8.wgsl"),
+            Kernel::RmsNorm => include_str!("wgsl/rms_norm.wgsl"),
+            Kernel::Q8Gemv => include_str!("wgsl/q8_gemv.wgsl"),
+            Kernel::Q8Gemm => include_str!("wgsl/q8_gemm.wgsl"),
+            Kernel::F32Gemv => include_str!("wgsl/f32_gemv.wgsl"),
+            Kernel::QkNormRope => include_str!("wgsl/qk_norm_rope.wgsl"),
+            Kernel::KvStore => include_str!("wgsl/kv_store.wgsl"),
+            Kernel::Attention => include_str!("wgsl/attention.wgsl"),
+            Kernel::AttentionSplit => include_str!("wgsl/attention_split.wgsl"),
+            Kernel::AttentionCombine => include_str!("wgsl/attention_combine.wgsl"),
+            Kernel::Add => include_str!("wgsl/add.wgsl"),
+            Kernel::RouterTopk => include_str!("wgsl/router_topk.wgsl"),
+            Kernel::ExpertQ8Gemv => include_str!("wgsl/expert_q8_gemv.wgsl"),
+            Kernel::ExpertQ8Gemm => include_str!("wgsl/expert_q8_gemm.wgsl"),
+            Kernel::SiluMul => include_str!("wgsl/silu_mul.wgsl"),
+            Kernel::MoeCombine => include_str!("wgsl/moe_combine.wgsl"),
+            Kernel::Argmax => include_str!("wgsl/argmax.wgsl"),
+        }
+    }
+
+    /// The WGSL source compiled for this kernel: the file itself, or for the Q8_0 GEMVs the file with
+    /// its row-sum helper (plain or subgroup) and `q8_helpers.wgsl` appended. `subgroups` is ignored by kernels without a variant.
+    pub fn source(self, subgroups: bool) -> Cow<'static, str> {
+        if !self.has_subgroup_variant() {
+            return Cow::Borrowed(self.file());
+        }
+        let (args, call, helper) = if subgroups {
+            (
+                ", @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32",
+                ", sg_lane, sg_size",
+                ROW_SUM_SUBGROUP,
+            )
+        } else {
+            ("", "", ROW_SUM_PLAIN)
+        };
+        let body = self.file().replace("/*SG_ARGS*/", args).replace("/*SG_CALL*/", call);
+        Cow::Owned(format!("{body}\n{helper}\n{Q8_HELPERS}"))
+    }
+}
+
+/// A buffer region a kernel binds: the buffer and a byte offset (a multiple of the device's storage
+/// offset alignment, 256 on the devices we know). The binding's length comes from the shapes.
+#[derive(Clone, Copy, Debug)]
+pub struct View<'a> {
+    /// The buffer.
+    pub buffer: &'a wgpu::Buffer,
+    /// Byte offset of the region.
+    pub offset: u64,
+}
+
+impl<'a> View<'a> {
+    /// A region starting `offset` bytes into `buffer`.
+    pub fn at(buffer: &'a wgpu::Buffer, offset: u64) -> Self {
+        Self { buffer, offset }
+    }
+}
+
+impl<'a> From<&'a wgpu::Buffer> for View<'a> {
+    fn from(buffer: &'a wgpu::Buffer) -> Self {
+        Self { buffer, offset: 0 }
+    }
+}
+
+/// A Q8_0 matrix `[rows, cols]` as two planes: int8 values (row-major, `cols` bytes a row) and f16 scales
+/// (`cols / 32` a row). Dequantised value = `f32(q) * f32(scale)`.
+#[derive(Clone, Copy, Debug)]
+pub struct Q8Matrix<'a> {
+    /// The int8 plane, `rows * cols` bytes.
+    pub q: View<'a>,
+    /// The scale plane, `rows * cols / 32` f16.
+    pub scales: View<'a>,
+    /// Rows (output length of a GEMV).
+    pub rows: u32,
+    /// Columns (input length), a multiple of 32.
+    pub cols: u32,
+}
+
+/// A bound kernel: pipeline, bind groups and params, built once; [`Dispatch::record`] records it.
+/// Values that change per step (token ids, positions, RoPE tables, picks) live in the bound buffers.
+#[derive(Debug)]
+pub struct Dispatch {
+    kernel: Kernel,
+    pipeline: wgpu::ComputePipeline,
+    groups: Vec<(wgpu::BindGroup, [u32; 3])>,
+    _params: wgpu::Buffer,
+}
+
+impl Dispatch {
+    /// Records the kernel (one dispatch per part) into `pass`. Never submits.
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+        pass.set_pipeline(&self.pipeline);
+        for (group, [x, y, z]) in &self.groups {
+            pass.set_bind_group(0, group, &[]);
+            pass.dispatch_workgroups(*x, *y, *z);
+        }
+    }
+
+    /// The kernel bound.
+    pub fn kernel(&self) -> Kernel {
+        self.kernel
+    }
+
+    /// How many dispatches (binding parts) one record makes.
+    pub fn parts(&self) -> usize {
+        self.groups.len()
+    }
+}
+
+/// The pipeline cache: every kernel compiled once for a device, plus the limits launchers validate
+/// against.
+#[derive(Debug)]
+pub struct Kernels {
+    device: wgpu::Device,
+    pipelines: Vec<wgpu::ComputePipeline>,
+    subgroups: bool,
+    max_binding: u64,
+    storage_align: u64,
+    uniform_align: u64,
+    max_groups: u32,
+}
+
+impl Kernels {
+    /// Compiles every kernel for `ctx`, with the subgroup variants when `ctx.subgroups`.
+    pub fn new(ctx: &Context) -> Self {
+        Self::with_subgroups(ctx, ctx.subgroups)
+    }
+
+    /// Compiles every kernel, choosing the subgroup variants or not (`true` needs `ctx.subgroups`;
+    /// otherwise the plain variants are used).
+    pub fn with_subgroups(ctx: &Context, subgroups: bool) -> Self {
+        let subgroups = subgroups && ctx.subgroups;
+        let device = ctx.device.clone();
+        let pipelines = Kernel::ALL
+            .iter()
+            .map(|&k| {
+                let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some(k.name()),
+                    source: wgpu::ShaderSource::Wgsl(k.source(subgroups)),
+                });
+                device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(k.name()),
+                    layout: None,
+                    module: &module,
+                    entry_point: Some(k.name()),
+                    compilation_options: wgpu::PipelineCompilationOptions {
+                        // Every kernel writes its workgroup memory before reading it.
+                        zero_initialize_workgroup_memory: false,
+                        ..Default::default()
+                    },
+                    cache: None,
+                })
+            })
+            .collect();
+        Self {
+            device,
+            pipelines,
+            subgroups,
+            max_binding: ctx.limits.max_storage_buffer_binding_size,
+            storage_align: u64::from(ctx.limits.min_storage_buffer_offset_alignment),
+            uniform_align: u64::from(ctx.limits.min_uniform_buffer_offset_alignment),
+            max_groups: ctx.limits.max_compute_workgroups_per_dimension,
+        }
+    }
+
+    /// Lowers the binding size the splitting launchers aim for (tests use it to exercise the split on
+    /// small matrices); values above the device limit are clamped to it.
+    pub fn with_max_binding(mut self, bytes: u64) -> Self {
+        self.max_binding = self.max_binding.min(bytes);
+        self
+    }
+
+    /// Whether the subgroup variants were compiled.
+    pub fn subgroups(&self) -> bool {
+        self.subgroups
+    }
+
+    /// The largest binding the launchers make, in bytes.
+    pub fn max_binding(&self) -> u64 {
+        self.max_binding
+    }
+
+    /// The storage offset alignment views and split points must keep.
+    pub fn storage_align(&self) -> u64 {
+        self.storage_align
+    }
+
+    pub(crate) fn pipeline(&self, k: Kernel) -> &wgpu::ComputePipeline {
+        &self.pipelines[Kernel::ALL.iter().position(|&x| x == k).expect("every kernel is in ALL")]
+    }
+
+    /// Starts binding `kernel`.
+    pub(crate) fn binder(&self, kernel: Kernel) -> Binder<'_> {
+        Binder { k: self, kernel }
+    }
+}
+
+/// Validation and bind-group building shared by the launchers.
+pub(crate) struct Binder<'k> {
+    k: &'k Kernels,
+    kernel: Kernel,
+}
+
+/// One storage binding: a validated buffer range.
+pub(crate) struct Bound<'a> {
+    buffer: &'a wgpu::Buffer,
+    offset: u64,
+    size: u64,
+}
+
+impl<'k> Binder<'k> {
+    /// A shape error.
+    pub(crate) fn shape(&self, what: impl Into<String>) -> Error {
+        Error::Shape { kernel: self.kernel.name(), what: what.into() }
+    }
+
+    /// Fails with a shape error unless `ok`.
+    pub(crate) fn ensure(&self, ok: bool, what: impl FnOnce() -> String) -> Result<()> {
+        if ok { Ok(()) } else { Err(self.shape(what())) }
+    }
+
+    /// Checks a workgroup count against the device limit.
+    pub(crate) fn groups(&self, what: &str, n: u64) -> Result<u32> {
+        let max = u64::from(self.k.max_groups);
+        if n == 0 || n > max {
+            return Err(self.shape(format!("{what} needs {n} workgroups along one axis; allowed 1..={max}")));
+        }
+        Ok(n as u32)
+    }
+
+    /// Validates `bytes` bytes of `view` (plus `extra` offset, from a split) as one storage binding.
+    pub(crate) fn storage<'a>(
+        &self,
+        name: &'static str,
+        view: View<'a>,
+        extra: u64,
+        bytes: u64,
+    ) -> Result<Bound<'a>> {
+        let kernel = self.kernel.name();
+        let offset = view.offset + extra;
+        if !offset.is_multiple_of(self.k.storage_align) {
+            return Err(Error::Misaligned { kernel, name, offset, alignment: self.k.storage_align });
+        }
+        let size = view.buffer.size();
+        if bytes == 0 || offset.checked_add(bytes).is_none_or(|end| end > size) {
+            return Err(Error::BufferTooSmall { kernel, name, needed: bytes, offset, size });
+        }
+        if bytes > self.k.max_binding {
+            return Err(Error::BindingTooLarge { kernel, name, bytes, max: self.k.max_binding });
+        }
+        // Bind whole 4-byte words: f16 planes with an odd count end mid-word.
+        let bytes = bytes.next_multiple_of(4).min(size - offset);
+        Ok(Bound { buffer: view.buffer, offset, size: bytes })
+    }
+
+    /// Builds the dispatch: one params block and one bind group per part.
+    pub(crate) fn finish<P: bytemuck::Pod>(self, parts: Vec<(P, Vec<Bound<'_>>, [u32; 3])>) -> Dispatch {
+        let device = &self.k.device;
+        let psize = size_of::<P>() as u64;
+        let stride = psize.next_multiple_of(self.k.uniform_align);
+        let mut bytes = vec![0u8; (stride * parts.len() as u64) as usize];
+        for (i, (p, _, _)) in parts.iter().enumerate() {
+            let at = i * stride as usize;
+            bytes[at..at + psize as usize].copy_from_slice(bytemuck::bytes_of(p));
+        }
+        let params = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(self.kernel.name()),
+            contents: &bytes,
+            usage: wgpu::BufferUsages::UNIFORM,
+        });
+        let pipeline = self.k.pipeline(self.kernel).clone();
+        let layout = pipeline.get_bind_group_layout(0);
+        let groups = parts
+            .iter()
+            .enumerate()
+            .map(|(i, (_, bound, dims))| {
+                let mut entries = vec![wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &params,
+                        offset: i as u64 * stride,
+                        size: NonZeroU64::new(psize),
+                    }),
+                }];
+                entries.extend(bound.iter().enumerate().map(|(j, b)| wgpu::BindGroupEntry {
+                    binding: j as u32 + 1,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: b.buffer,
+                        offset: b.offset,
+                        size: NonZeroU64::new(b.size),
+                    }),
+                }));
+                let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some(self.kernel.name()),
+                    layout: &layout,
+                    entries: &entries,
+                });
+                (group, *dims)
+            })
+            .collect();
+        Dispatch { kernel: self.kernel, pipeline, groups, _params: params }
+    }
+
+    /// Splits `rows` rows into parts whose bindings (each row `row_bytes` long in the largest plane,
+    /// `align_bytes` in the plane with the smallest rows) fit the binding limit, with split points
+    /// aligned for storage offsets and to `multiple` rows. Returns `(begin, end)` per part.
+    pub(crate) fn split_rows(
+        &self,
+        name: &'static str,
+        rows: u64,
+        row_bytes: u64,
+        small_row_bytes: u64,
+        multiple: u64,
+    ) -> Result<Vec<(u64, u64)>> {
+        plan_row_split(rows, row_bytes, small_row_bytes, multiple, self.k.max_binding, self.k.storage_align)
+            .ok_or(Error::BindingTooLarge {
+                kernel: self.kernel.name(),
+                name,
+                bytes: row_bytes * multiple,
+                max: self.k.max_binding,
+            })
+    }
+}
+
+/// Splits `rows` rows (`row_bytes` each in the larger plane, `small_row_bytes` in the smaller) into
+/// `(begin, end)` parts whose larger plane fits `max_binding` bytes, every split point a multiple of
+/// `multiple` rows and of `align` bytes in both planes. `None` when not even one step of rows fits.
+pub(crate) fn plan_row_split(
+    rows: u64,
+    row_bytes: u64,
+    small_row_bytes: u64,
+    multiple: u64,
+    max_binding: u64,
+    align: u64,
+) -> Option<Vec<(u64, u64)>> {
+    if rows * row_bytes <= max_binding {
+        return Some(vec![(0, rows)]);
+    }
+    let step_small = align / gcd(align, small_row_bytes);
+    let step_big = align / gcd(align, row_bytes);
+    let step = lcm(lcm(step_small, step_big), multiple);
+    let per = (max_binding / row_bytes) / step * step;
+    if per == 0 {
+        return None;
+    }
+    Some((0..rows.div_ceil(per)).map(|i| (i * per, ((i + 1) * per).min(rows))).collect())
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+fn lcm(a: u64, b: u64) -> u64 {
+    a / gcd(a, b) * b
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::plan_row_split;
+
+    fn arbitrary_split() -> impl Strategy<Value = (u64, u64, u64, u64, u64)> {
+        // rows, cols (a multiple of 32), row multiple, max binding, alignment
+        (
+            1u64..200_000,
+            1u64..160,
+            prop::sample::select(vec![1u64, 8]),
+            1u64 << 12..1u64 << 31,
+            prop::sample::select(vec![4u64, 32, 256]),
+        )
+            .prop_map(|(rows, c, m, max, align)| (rows, c * 32, m, max, align))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn row_split_covers_fits_and_aligns((rows, cols, multiple, max, align) in arbitrary_split()) {
+            let small = cols / 16; // the f16 scale plane: cols / 32 scales of 2 bytes
+            match plan_row_split(rows, cols, small, multiple, max, align) {
+                None => prop_assert!(rows * cols > max),
+                Some(parts) => {
+                    prop_assert_eq!(parts[0].0, 0);
+                    prop_assert_eq!(parts.last().unwrap().1, rows);
+                    for w in parts.windows(2) {
+                        prop_assert_eq!(w[0].1, w[1].0);
+                    }
+                    for &(b, e) in &parts {
+                        prop_assert!(b < e);
+                        prop_assert!((e - b) * cols <= max);
+                        prop_assert!((b * cols).is_multiple_of(align) && (b * small).is_multiple_of(align));
+                        prop_assert!(b.is_multiple_of(multiple));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn lm_head_on_lavapipe_splits_in_three() {
+        // 151,936 x 2,048 int8 = 311 MB against 128 MiB.
+        let parts = plan_row_split(151_936, 2048, 128, 8, 128 << 20, 256).unwrap();
+        assert_eq!(parts.len(), 3);
+        assert_eq!(parts[0], (0, 65_536));
+    }
+}

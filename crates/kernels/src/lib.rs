@@ -1,0 +1,46 @@
+//! The GPU half of diskformer: a wgpu [`Context`] (shader-f16 required, subgroups used when offered),
+//! every WGSL kernel of the Qwen3-MoE forward pass compiled once in a [`Kernels`] cache, typed params,
+//! launchers that validate shapes and bind buffers into a [`Dispatch`] (recorded into the caller's
+//! compute pass, never submitted here), and a CPU reference for every kernel in [`cpu`].
+//!
+//! Data layout: Q8_0 matrices are two planes, int8 `[rows, cols]` and f16 scales `[rows, cols/32]`
+//! (dequantised value = `f32(q) * f32(scale)`, as ggml); activations are f32; the KV cache is f16.
+//! Matrices larger than the device's max storage binding are split over several dispatches.
+//!
+//! Kernels (`src/wgsl/<name>.wgsl`, launcher `Kernels::<name>`), T = tokens in the step:
+//!
+//! | step | decode | prefill chunk |
+//! |---|---|---|
+//! | embedding | `embed_q8` | `embed_q8` (T ids) |
+//! | norms | `rms_norm`, `qk_norm_rope` (+ NeoX RoPE, table from [`cpu::rope_cos_sin`]) | same, T rows |
+//! | dense projections, lm head | `q8_gemv` | `q8_gemm` (8 tokens per weight read) |
+//! | KV cache | `kv_store` (f16) | same, T positions |
+//! | attention | `attention_split` + `attention_combine` (split-K) or `attention` | `attention` |
+//! | router | `f32_gemv`, `router_topk` | same, T rows |
+//! | experts | `expert_q8_gemv` (all k picks, slot-indexed), `silu_mul` | `expert_q8_gemm` (pairs grouped by slot, [`expert_gemm_groups`]) |
+//! | combine | `moe_combine` (weighted sum, then residual), `add` | same |
+//! | sampling | `argmax` | — |
+//!
+//! Values that change every step (token ids, positions, the RoPE table, slot indices) are read from
+//! buffers, so a [`Dispatch`] is bound once and recorded every step.
+//!
+//! It does not own buffers, the KV cache, the expert pool or the forward pass: the engine does.
+//!
+//! ```no_run
+//! use diskformer_kernels::{Context, Kernels};
+//! let ctx = Context::new()?;
+//! let kernels = Kernels::new(&ctx);
+//! println!("{}; subgroup kernels: {}", ctx.describe(), kernels.subgroups());
+//! # Ok::<(), diskformer_kernels::Error>(())
+//! ```
+
+mod context;
+pub mod cpu;
+mod error;
+mod kernels;
+mod ops;
+
+pub use context::{ADAPTER_ENV, Context, NO_SUBGROUPS_ENV};
+pub use error::{Error, Result};
+pub use kernels::{Dispatch, Kernel, Kernels, Q8Matrix, View};
+pub use ops::*;

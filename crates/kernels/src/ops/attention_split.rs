@@ -1,0 +1,101 @@
+use crate::error::Result;
+use crate::kernels::{Kernel, Kernels, View};
+use crate::{AttentionShape, Dispatch, ops::*};
+
+/// Params of `attention_split.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct AttentionSplitParams {
+    /// Query heads.
+    pub heads: u32,
+    /// Key/value heads.
+    pub kv_heads: u32,
+    /// Head dim d.
+    pub head_dim: u32,
+    /// Query tokens T.
+    pub tokens: u32,
+    /// Positions the cache holds.
+    pub ctx: u32,
+    /// Score scale, 1/sqrt(d).
+    pub scale: f32,
+    /// Blocks of 128 positions, `ceil(ctx / 128)`.
+    pub blocks: u32,
+    /// Padding.
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<AttentionSplitParams>() == 32);
+
+/// Cache positions per block of the split attention.
+pub const ATTENTION_BLOCK: u32 = 128;
+
+impl AttentionShape {
+    /// Blocks of [`ATTENTION_BLOCK`] positions the split attention uses: `ceil(ctx / 128)`.
+    pub fn blocks(&self) -> u32 {
+        self.ctx.div_ceil(ATTENTION_BLOCK)
+    }
+
+    /// f32 values of the split attention's partial buffer: `T · heads · blocks · (d + 2)`.
+    pub fn partial_len(&self) -> u64 {
+        u64::from(self.tokens)
+            * u64::from(self.heads)
+            * u64::from(self.blocks())
+            * (u64::from(self.head_dim) + 2)
+    }
+}
+
+impl Kernels {
+    /// Split-K attention for decode, part 1 of 2 (then [`Kernels::attention_combine`]): one workgroup per
+    /// (kv head, block of 128 positions, token), K and V read once for the query heads that share them.
+    /// Same result as [`Kernels::attention`], with far more workgroups for one token; its scratch grows
+    /// with T · ctx, so prefill chunks use [`Kernels::attention`].
+    /// Shapes: `q [T, heads, d] f32`, `k, v [ctx, kv_heads, d] f16`, `positions [T] u32`,
+    /// `partial [T, heads, blocks, d + 2] f32` (see [`AttentionShape::partial_len`]).
+    ///
+    /// # Errors
+    /// Shape errors for `kv_heads` not dividing `heads`, more than 8 query heads per kv head, `head_dim`
+    /// not a multiple of 4 or over 256, zero sizes; buffer errors as usual.
+    pub fn attention_split(
+        &self,
+        q: View<'_>,
+        k: View<'_>,
+        v: View<'_>,
+        positions: View<'_>,
+        partial: View<'_>,
+        s: AttentionShape,
+    ) -> Result<Dispatch> {
+        let b = self.binder(Kernel::AttentionSplit);
+        let (h, kvh, d, t, c) = (
+            u64::from(s.heads),
+            u64::from(s.kv_heads),
+            u64::from(s.head_dim),
+            u64::from(s.tokens),
+            u64::from(s.ctx),
+        );
+        b.ensure(kvh > 0 && h.is_multiple_of(kvh) && h / kvh <= 8, || {
+            format!("needs kv_heads dividing heads with at most 8 query heads per kv head; got {s:?}")
+        })?;
+        b.ensure(d > 0 && d <= 256 && d.is_multiple_of(4) && c > 0, || {
+            format!("needs head_dim a multiple of 4 up to 256 and ctx > 0; got {s:?}")
+        })?;
+        let dims =
+            [b.groups("kv_heads", kvh)?, b.groups("blocks", u64::from(s.blocks()))?, b.groups("tokens", t)?];
+        let bound = vec![
+            b.storage("q", q, 0, f32s(t * h * d))?,
+            b.storage("k", k, 0, f16s(c * kvh * d))?,
+            b.storage("v", v, 0, f16s(c * kvh * d))?,
+            b.storage("positions", positions, 0, f32s(t))?,
+            b.storage("partial", partial, 0, f32s(s.partial_len()))?,
+        ];
+        let p = AttentionSplitParams {
+            heads: s.heads,
+            kv_heads: s.kv_heads,
+            head_dim: s.head_dim,
+            tokens: s.tokens,
+            ctx: s.ctx,
+            scale: 1.0 / (s.head_dim as f32).sqrt(),
+            blocks: s.blocks(),
+            _pad: 0,
+        };
+        Ok(b.finish(vec![(p, bound, dims)]))
+    }
+}

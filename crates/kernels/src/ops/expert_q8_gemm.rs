@@ -1,0 +1,109 @@
+use crate::error::Result;
+use crate::kernels::{Kernel, Kernels, View};
+use crate::{Dispatch, ExpertPlanes, ops::*};
+
+/// Params of `expert_q8_gemm.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ExpertQ8GemmParams {
+    /// Rows of one slot's matrix.
+    pub rows: u32,
+    /// Input length, a multiple of 32.
+    pub cols: u32,
+    /// Pairs P.
+    pub pairs: u32,
+    /// Input row = pair / x_div.
+    pub x_div: u32,
+    /// First slot bound in this part.
+    pub slot_begin: u32,
+    /// One past the last slot bound in this part.
+    pub slot_end: u32,
+    /// Padding.
+    pub _pad: [u32; 2],
+}
+const _: () = assert!(size_of::<ExpertQ8GemmParams>() == 32);
+
+/// Pairs per group of `expert_q8_gemm.wgsl` (its `TB`).
+pub const EXPERT_GEMM_GROUP: usize = 8;
+
+/// Groups (token, pick) pairs by slot for [`Kernels::expert_q8_gemm`]: returns `groups` (`[slot, first,
+/// count, 0]`, at most [`EXPERT_GEMM_GROUP`] pairs each, padded with zero-count groups to P entries, the
+/// dispatch size) and `order` (the pair ids, grouped). Slots appear in first-use order.
+pub fn expert_gemm_groups(slot_idx: &[u32]) -> (Vec<[u32; 4]>, Vec<u32>) {
+    let mut slots: Vec<u32> = Vec::new();
+    for &s in slot_idx {
+        if !slots.contains(&s) {
+            slots.push(s);
+        }
+    }
+    let mut groups = Vec::with_capacity(slot_idx.len());
+    let mut order = Vec::with_capacity(slot_idx.len());
+    for s in slots {
+        let pairs: Vec<u32> = (0..slot_idx.len() as u32).filter(|&p| slot_idx[p as usize] == s).collect();
+        for chunk in pairs.chunks(EXPERT_GEMM_GROUP) {
+            groups.push([s, order.len() as u32, chunk.len() as u32, 0]);
+            order.extend_from_slice(chunk);
+        }
+    }
+    groups.resize(slot_idx.len(), [0; 4]);
+    (groups, order)
+}
+
+impl Kernels {
+    /// Expert Q8_0 GEMM for prefill over P (token, pick) pairs grouped by slot (see
+    /// [`expert_gemm_groups`]): each group's weights are read once for its up to 8 pairs. Results equal
+    /// [`Kernels::expert_q8_gemv`] with the same picks.
+    /// Shapes: `x [P / x_div, cols] f32`, `groups [P] [u32; 4]`, `order [P] u32`, pool planes,
+    /// `y [P, rows] f32`.
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_q8_gemv`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn expert_q8_gemm(
+        &self,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        groups: View<'_>,
+        order: View<'_>,
+        y: View<'_>,
+        pairs: u32,
+        x_div: u32,
+    ) -> Result<Dispatch> {
+        let b = self.binder(Kernel::ExpertQ8Gemm);
+        let (rows, cols, slots) = (u64::from(pool.rows), u64::from(pool.cols), u64::from(pool.slots));
+        let (pp, xd) = (u64::from(pairs), u64::from(x_div));
+        b.ensure(cols > 0 && cols.is_multiple_of(32) && rows > 0 && slots > 0, || {
+            format!(
+                "needs rows, slots > 0 and cols a multiple of 32; got rows {rows}, cols {cols}, slots {slots}"
+            )
+        })?;
+        b.ensure(xd > 0 && pp.is_multiple_of(xd), || format!("x_div {xd} must divide pairs {pp}"))?;
+        let dims = [b.groups("rows / 8", rows.div_ceil(8))?, b.groups("pairs", pp)?, 1];
+        let slot_q = rows * cols;
+        let slot_s = f16s(rows * cols / 32);
+        let parts = b.split_rows("pool.q", slots, slot_q, slot_s, 1)?;
+        let mut out = Vec::with_capacity(parts.len());
+        for (begin, end) in parts {
+            let n = end - begin;
+            let bound = vec![
+                b.storage("x", x, 0, f32s(pp / xd * cols))?,
+                b.storage("groups", groups, 0, f32s(4 * pp))?,
+                b.storage("order", order, 0, f32s(pp))?,
+                b.storage("pool.q", pool.q, begin * slot_q, n * slot_q)?,
+                b.storage("pool.scales", pool.scales, begin * slot_s, n * slot_s)?,
+                b.storage("y", y, 0, f32s(pp * rows))?,
+            ];
+            let p = ExpertQ8GemmParams {
+                rows: pool.rows,
+                cols: pool.cols,
+                pairs,
+                x_div,
+                slot_begin: begin as u32,
+                slot_end: end as u32,
+                _pad: [0; 2],
+            };
+            out.push((p, bound, dims));
+        }
+        Ok(b.finish(out))
+    }
+}

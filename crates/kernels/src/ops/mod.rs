@@ -1,0 +1,49 @@
+//! One module per kernel: its params struct (mirrored in the WGSL `Params`) and its launcher, a
+//! [`Kernels`](crate::Kernels) method that validates shapes and binds the buffers into a
+//! [`Dispatch`](crate::Dispatch).
+
+mod add;
+mod argmax;
+mod attention;
+mod attention_combine;
+mod attention_split;
+mod embed_q8;
+mod expert_q8_gemm;
+mod expert_q8_gemv;
+mod f32_gemv;
+mod kv_store;
+mod moe_combine;
+mod q8_gemm;
+mod q8_gemv;
+mod qk_norm_rope;
+mod rms_norm;
+mod router_topk;
+mod silu_mul;
+
+pub use add::AddParams;
+pub use argmax::ArgmaxParams;
+pub use attention::{AttentionParams, AttentionShape};
+pub use attention_combine::AttentionCombineParams;
+pub use attention_split::{ATTENTION_BLOCK, AttentionSplitParams};
+pub use embed_q8::EmbedQ8Params;
+pub use expert_q8_gemm::{EXPERT_GEMM_GROUP, ExpertQ8GemmParams, expert_gemm_groups};
+pub use expert_q8_gemv::{ExpertPlanes, ExpertQ8GemvParams};
+pub use f32_gemv::F32GemvParams;
+pub use kv_store::KvStoreParams;
+pub use moe_combine::MoeCombineParams;
+pub use q8_gemm::{Q8_GEMM_TOKENS, Q8GemmParams};
+pub use q8_gemv::Q8GemvParams;
+pub use qk_norm_rope::QkNormRopeParams;
+pub use rms_norm::RmsNormParams;
+pub use router_topk::RouterTopkParams;
+pub use silu_mul::SiluMulParams;
+
+/// Bytes of `n` f32 (or u32).
+pub(crate) fn f32s(n: u64) -> u64 {
+    n * 4
+}
+
+/// Bytes of `n` f16.
+pub(crate) fn f16s(n: u64) -> u64 {
+    n * 2
+}

@@ -1,0 +1,51 @@
+use crate::error::Result;
+use crate::kernels::{Kernel, Kernels, Q8Matrix, View};
+use crate::{Dispatch, ops::*};
+
+/// Params of `q8_gemv.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct Q8GemvParams {
+    /// Rows in this part.
+    pub rows: u32,
+    /// Input length, a multiple of 32.
+    pub cols: u32,
+    /// First output row of this part.
+    pub row_begin: u32,
+    /// Rows of the whole matrix (stride of `y`).
+    pub out_rows: u32,
+}
+const _: () = assert!(size_of::<Q8GemvParams>() == 16);
+
+impl Kernels {
+    /// Q8_0 GEMV over T inputs: `y[t] = W x[t]`. The int8 plane is split by rows over several
+    /// dispatches when it is larger than one binding (the lm head on lavapipe's 128 MiB limit).
+    /// Shapes: `x [T, cols] f32`, `w [rows, cols]` Q8_0, `y [T, rows] f32`.
+    ///
+    /// # Errors
+    /// Shape errors for `cols` not a multiple of 32 or zero sizes; buffer errors for views too small
+    /// or misaligned.
+    pub fn q8_gemv(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
+        let b = self.binder(Kernel::Q8Gemv);
+        let (rows, cols, t) = (u64::from(w.rows), u64::from(w.cols), u64::from(tokens));
+        b.ensure(cols > 0 && cols.is_multiple_of(32) && rows > 0, || {
+            format!("needs rows > 0 and cols a multiple of 32; got rows {rows}, cols {cols}")
+        })?;
+        let gy = b.groups("tokens", t)?;
+        let scale_row = f16s(cols / 32);
+        let parts = b.split_rows("w.q", rows, cols, scale_row, 8)?;
+        let mut out = Vec::with_capacity(parts.len());
+        for (begin, end) in parts {
+            let n = end - begin;
+            let bound = vec![
+                b.storage("x", x, 0, f32s(t * cols))?,
+                b.storage("w.q", w.q, begin * cols, n * cols)?,
+                b.storage("w.scales", w.scales, begin * scale_row, n * scale_row)?,
+                b.storage("y", y, 0, f32s(t * rows))?,
+            ];
+            let p = Q8GemvParams { rows: n as u32, cols: w.cols, row_begin: begin as u32, out_rows: w.rows };
+            out.push((p, bound, [b.groups("rows / 8", n.div_ceil(8))?, gy, 1]));
+        }
+        Ok(b.finish(out))
+    }
+}

@@ -1,0 +1,55 @@
+// Q8_0 GEMV over T inputs: y[t, row_begin + r] = sum_c (q[r, c] * scale[r, c/32]) * x[t, c].
+// 8 rows per workgroup, 32 lanes per row; each lane reads 16 int8 (one vec4<u32>) per step, so a row group
+// reads 512 contiguous bytes per step. One dispatch per row part when the int8 plane is split over bindings.
+// The row sum (`row_sum`) is appended from row_sum_plain.wgsl or row_sum_subgroup.wgsl, `i8x4` from
+// q8_helpers.wgsl.
+//
+// Performance notes (reasoned for the H200, not yet measured there; lavapipe numbers say nothing):
+// - int8 -> f32 goes through `i8x4` (integer ops + one f32 subtract), not unpack4xI8 + I2F, whose
+//   quarter-rate conversion would cap the kernel near 4 TB/s.
+// - Each 16-byte weight load pulls 64 bytes of x through L1; if the H200 run shows L1-bound behaviour,
+//   give each lane two rows (halves the x traffic) before trying workgroup-memory staging of x.
+// - Wave quantisation: 8 rows per workgroup makes 18,992 workgroups for the lm head, 1,536 for the 8
+//   gate||up picks (about 1.5 waves at 8 workgroups per SM on 132 SMs).
+enable f16;
+
+struct Params {
+    rows: u32,      // rows in this part
+    cols: u32,      // input length, a multiple of 32
+    row_begin: u32, // first output row of this part
+    out_rows: u32,  // rows of the whole matrix (stride of y)
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;      // [T, cols] f32
+@group(0) @binding(2) var<storage, read> q: array<vec4<u32>>;      // [rows, cols] int8 (this part)
+@group(0) @binding(3) var<storage, read> scales: array<f16>;       // [rows, cols/32] f16 scales (this part)
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;      // [T, out_rows] f32
+
+// workgroup_id.x = block of 8 rows, workgroup_id.y = token.
+@compute @workgroup_size(256)
+fn q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {
+    let lane = li % 32u;
+    let r = wg.x * 8u + li / 32u;
+    let t = wg.y;
+    var acc = 0.0;
+    if (r < p.rows) {
+        let nvec = p.cols / 16u;
+        let qbase = r * nvec;
+        let sbase = r * (p.cols / 32u);
+        let xbase = t * (p.cols / 4u);
+        for (var i = lane; i < nvec; i += 32u) {
+            let w = q[qbase + i];
+            let xb = xbase + i * 4u;
+            let d = dot(i8x4(w.x), x[xb])
+                + dot(i8x4(w.y), x[xb + 1u])
+                + dot(i8x4(w.z), x[xb + 2u])
+                + dot(i8x4(w.w), x[xb + 3u]);
+            acc += f32(scales[sbase + i / 2u]) * d;
+        }
+    }
+    let total = row_sum(acc, li/*SG_CALL*/);
+    if (lane == 0u && r < p.rows) {
+        y[t * p.out_rows + p.row_begin + r] = total;
+    }
+}

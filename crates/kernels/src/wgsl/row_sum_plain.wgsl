@@ -1,0 +1,18 @@
+// Row sum of the 32 lanes of each row group, through workgroup memory (no subgroups).
+// Appended to the GEMV kernels; `red` has one slot per invocation.
+
+var<workgroup> red: array<f32, 256>;
+
+// Returns the sum of `acc` over the 32 lanes of this invocation's row group (valid in lane 0).
+fn row_sum(acc: f32, li: u32) -> f32 {
+    red[li] = acc;
+    workgroupBarrier();
+    let lane = li % 32u;
+    for (var off = 16u; off > 0u; off >>= 1u) {
+        if (lane < off) {
+            red[li] += red[li + off];
+        }
+        workgroupBarrier();
+    }
+    return red[li];
+}

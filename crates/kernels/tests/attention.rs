@@ -1,0 +1,174 @@
+//! Protects the attention half of a layer (QK-norm + NeoX RoPE, the f16 KV store, causal GQA attention)
+//! against the CPU references on a real device, at the real head shapes, long and odd lengths.
+
+mod common;
+
+use common::{Rng, assert_close, poisoned, read, read_n, run, upload};
+use diskformer_kernels::{AttentionShape, QkNormRopeParams, cpu};
+use half::f16;
+
+#[test]
+fn qk_norm_rope_heads() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(21);
+    // (heads, head_dim, positions): q and k of the real model at decode and over a chunk, an odd one.
+    let cases: [(usize, usize, Vec<u32>); 4] = [
+        (32, 128, vec![0]),
+        (4, 128, vec![40_000]),
+        (32, 128, vec![7, 8, 9, 4_095]),
+        (3, 64, vec![1, 123_456]),
+    ];
+    for (heads, d, positions) in cases {
+        let t = positions.len();
+        let x = rng.vec_f32(t * heads * d, -3.0, 3.0);
+        let w = rng.vec_f32(d, 0.5, 1.5);
+        let rope = cpu::rope_cos_sin(&positions, d, 1_000_000.0);
+        let (xb, wb, rb) = (upload(g, &x), upload(g, &w), upload(g, &rope));
+        let out = poisoned(g, 4 * x.len());
+        let p = QkNormRopeParams { heads: heads as u32, head_dim: d as u32, tokens: t as u32, eps: 1e-6 };
+        let disp =
+            g.kernels.qk_norm_rope((&xb).into(), (&wb).into(), (&rb).into(), (&out).into(), p).unwrap();
+        run(g, &[&disp]);
+        let got = read_n::<f32>(g, &out, x.len());
+        let want = cpu::qk_norm_rope(&x, &w, &rope, heads, d, 1e-6);
+        // Tolerance: the per-head norm's f32 tree sum (~log2(d)·eps relative), then the rotation
+        // a·c - b·s, whose rounding scales with |a| + |b|: 4e-6 of the head's largest output.
+        let scale: Vec<f32> = want
+            .chunks(d)
+            .flat_map(|h| {
+                let m = h.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                std::iter::repeat_n(m, d)
+            })
+            .collect();
+        assert_close(&format!("qk_norm_rope heads={heads} d={d} T={t}"), &got, &want, &scale, 1e-7, 4e-6);
+    }
+}
+
+#[test]
+fn rope_table_is_ggml_order() {
+    // θ_i = pos · base^(-2i/d), built by repeated multiplication in f32 as ggml does.
+    let t = cpu::rope_cos_sin(&[3], 4, 10_000.0);
+    assert_eq!(t[0], [3.0f32.cos(), 3.0f32.sin()]);
+    let th = 3.0f32 * 10_000.0f32.powf(-0.5);
+    assert_eq!(t[1], [th.cos(), th.sin()]);
+}
+
+#[test]
+fn kv_store_positions() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(22);
+    let (n, ctx) = (512usize, 64usize);
+    // A chunk of 3 tokens, one decode token, and a position past the cache (skipped).
+    let positions: Vec<u32> = vec![5, 6, 63, 0, 70];
+    let t = positions.len();
+    // Values around f16 rounding boundaries as well as ordinary ones.
+    let mut src = rng.vec_f32(t * n, -4.0, 4.0);
+    src[0] = 1.0 + 1.0 / 2048.0; // exactly halfway between two f16: ties to even
+    src[1] = 1.0 + 3.0 / 2048.0;
+    src[2] = 70_000.0; // past f16 max: infinity
+    let (sb, pb) = (upload(g, &src), upload(g, &positions));
+    let dst = poisoned(g, 2 * ctx * n);
+    let d = g
+        .kernels
+        .kv_store((&sb).into(), (&pb).into(), (&dst).into(), n as u32, t as u32, ctx as u32)
+        .unwrap();
+    run(g, &[&d]);
+    let got: Vec<u16> = read_n(g, &dst, ctx * n);
+    let mut want = vec![f16::from_bits(0xffff); ctx * n];
+    cpu::kv_store(&src, &positions, n, &mut want);
+    // Exact: f32 → f16 rounds to nearest even on both sides; untouched positions keep the poison.
+    for (i, (&a, b)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(
+            a,
+            b.to_bits(),
+            "kv_store index {i} (position {}, value {}): got {a:#06x} want {:#06x}",
+            i / n,
+            i % n,
+            b.to_bits()
+        );
+    }
+}
+
+/// A cache `[ctx, kv_heads, d]` of random f16 values.
+fn cache(rng: &mut Rng, n: usize) -> Vec<f16> {
+    rng.vec_f32(n, -1.0, 1.0).into_iter().map(f16::from_f32).collect()
+}
+
+fn check_attention(seed: u64, heads: usize, kv_heads: usize, d: usize, ctx: usize, positions: Vec<u32>) {
+    let g = match common::gpu() {
+        Some(g) => g,
+        None => return,
+    };
+    let mut rng = Rng::new(seed);
+    let t = positions.len();
+    let q = rng.vec_f32(t * heads * d, -1.5, 1.5);
+    let k = cache(&mut rng, ctx * kv_heads * d);
+    let v = cache(&mut rng, ctx * kv_heads * d);
+    let (qb, kb, vb, pb) = (upload(g, &q), upload(g, &k), upload(g, &v), upload(g, &positions));
+    let out = poisoned(g, 4 * q.len());
+    let s = AttentionShape {
+        heads: heads as u32,
+        kv_heads: kv_heads as u32,
+        head_dim: d as u32,
+        tokens: t as u32,
+        ctx: ctx as u32,
+    };
+    let disp = g
+        .kernels
+        .attention((&qb).into(), (&kb).into(), (&vb).into(), (&pb).into(), (&out).into(), s)
+        .unwrap();
+    run(g, &[&disp]);
+    let got = read::<f32>(g, &out);
+    let want = cpu::attention(&q, &k, &v, &positions, heads, kv_heads, d);
+    // Tolerance: outputs are convex combinations of |v| ≤ 1. The GPU's f32 scores (d-term sums), f32
+    // exp (a few ulp) and f32 running sums over up to `len` keys with rescaling give ~1e-6 relative
+    // error per weight (lavapipe: ≤ 3e-7); 4e-6 absolute is a wide margin that a wrong head, position or mask still breaks.
+    let ones = vec![1.0; want.len()];
+    let what = format!("h={heads}/{kv_heads} d={d} ctx={ctx} pos={positions:?}");
+    assert_close(&format!("attention {what}"), &got[..want.len()], &want, &ones, 0.0, 4e-6);
+
+    // The split-K pair, where its limits allow (at most 8 query heads per kv head, d a multiple of 4).
+    if heads / kv_heads <= 8 && d.is_multiple_of(4) {
+        let partial = poisoned(g, 4 * s.partial_len() as usize);
+        let out2 = poisoned(g, 4 * q.len());
+        let split = g
+            .kernels
+            .attention_split((&qb).into(), (&kb).into(), (&vb).into(), (&pb).into(), (&partial).into(), s)
+            .unwrap();
+        let combine =
+            g.kernels.attention_combine((&partial).into(), (&pb).into(), (&out2).into(), s).unwrap();
+        run(g, &[&split, &combine]);
+        let got = read::<f32>(g, &out2);
+        // Tolerance: as above; blocks of 128 merged once more add one rescale per block.
+        assert_close(&format!("attention_split {what}"), &got[..want.len()], &want, &ones, 0.0, 4e-6);
+    }
+}
+
+#[test]
+fn attention_decode_model_shape() {
+    for (i, pos) in [0u32, 1, 127, 128, 129, 299].into_iter().enumerate() {
+        check_attention(30 + i as u64, 32, 4, 128, 300, vec![pos]);
+    }
+}
+
+#[test]
+fn attention_max_context() {
+    // Qwen3-30B-A3B's full context (40,960 positions), one GQA group to keep lavapipe quick.
+    check_attention(47, 8, 1, 128, 40_960, vec![40_959]);
+}
+
+#[test]
+fn attention_chunk_is_causal() {
+    // A prefill chunk: each token sees the cache up to its own position only.
+    check_attention(40, 32, 4, 128, 300, vec![100, 101, 102, 103, 260]);
+}
+
+#[test]
+fn attention_long_and_odd() {
+    check_attention(41, 8, 4, 128, 2_100, vec![2_099]);
+    check_attention(42, 6, 2, 64, 50, vec![0, 49, 17]);
+    check_attention(43, 5, 5, 256, 40, vec![39]);
+    check_attention(44, 4, 1, 48, 20, vec![25]); // position past the cache: attends all 20
+    check_attention(45, 20, 2, 64, 30, vec![29]); // 10 query heads per kv head: beyond the split kernel
+    check_attention(46, 2, 2, 30, 30, vec![12]); // d not a multiple of 4: beyond the split kernel
+}

@@ -1,0 +1,168 @@
+//! Test helpers: the shared GPU (or a loud skip), a seeded PRNG, buffers with poisoned contents,
+//! running a dispatch and reading back, and `assert_close`.
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+
+use diskformer_kernels::{Context, Dispatch, Kernels};
+use half::f16;
+use wgpu::util::DeviceExt;
+
+/// Set to 1 to skip the GPU tests when no adapter exists (they fail otherwise).
+pub const SKIP_ENV: &str = "DISKFORMER_SKIP_GPU_TESTS";
+
+pub struct Gpu {
+    pub ctx: Context,
+    /// Kernels with the subgroup variants when the device has them.
+    pub kernels: Kernels,
+    /// Kernels with the plain variants (the same as `kernels` without subgroups).
+    pub plain: Kernels,
+}
+
+/// The test binary's GPU, created once; `None` (after a loud message) only when skipping is asked for.
+pub fn gpu() -> Option<&'static Gpu> {
+    static GPU: OnceLock<Option<Gpu>> = OnceLock::new();
+    GPU.get_or_init(|| match Context::new() {
+        Ok(ctx) => {
+            eprintln!("GPU tests on {}", ctx.describe());
+            let kernels = Kernels::new(&ctx);
+            let plain = Kernels::with_subgroups(&ctx, false);
+            Some(Gpu { ctx, kernels, plain })
+        }
+        Err(e) if std::env::var(SKIP_ENV).is_ok_and(|v| v == "1") => {
+            eprintln!("SKIPPING GPU TESTS ({SKIP_ENV}=1): {e}");
+            None
+        }
+        Err(e) => panic!("no GPU for the kernel tests: {e}; install lavapipe or set {SKIP_ENV}=1 to skip"),
+    })
+    .as_ref()
+}
+
+/// Returns the GPU or skips the calling test.
+#[macro_export]
+macro_rules! gpu_or_skip {
+    () => {
+        match common::gpu() {
+            Some(g) => g,
+            None => return,
+        }
+    };
+}
+
+/// splitmix64: small, seeded, good enough for test data.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [lo, hi).
+    pub fn f32(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+    pub fn vec_f32(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f32(lo, hi)).collect()
+    }
+    /// Full int8 range, -128 included.
+    pub fn vec_i8(&mut self, n: usize) -> Vec<i8> {
+        (0..n).map(|_| self.next_u64() as i8).collect()
+    }
+    /// Q8_0-like scales: magnitude in [0.002, 0.02], either sign.
+    pub fn vec_scales(&mut self, n: usize) -> Vec<f16> {
+        (0..n)
+            .map(|_| {
+                let m = self.f32(0.002, 0.02);
+                f16::from_f32(if self.next_u64() & 1 == 0 { m } else { -m })
+            })
+            .collect()
+    }
+}
+
+/// A storage buffer holding `data` (padded to 4 bytes).
+pub fn upload<T: bytemuck::Pod>(g: &Gpu, data: &[T]) -> wgpu::Buffer {
+    let mut bytes = bytemuck::cast_slice::<T, u8>(data).to_vec();
+    bytes.resize(bytes.len().next_multiple_of(4).max(4), 0);
+    g.ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: None,
+        contents: &bytes,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+    })
+}
+
+/// A storage buffer of `bytes` bytes filled with 0xFF (a NaN for f32 and f16, u32::MAX for ids).
+pub fn poisoned(g: &Gpu, bytes: usize) -> wgpu::Buffer {
+    upload(g, &vec![0xffu8; bytes.next_multiple_of(4)])
+}
+
+/// Records the dispatches in one pass, submits, and waits.
+pub fn run(g: &Gpu, dispatches: &[&Dispatch]) {
+    let mut enc = g.ctx.device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        for d in dispatches {
+            d.record(&mut pass);
+        }
+    }
+    g.ctx.queue.submit([enc.finish()]);
+    g.ctx.device.poll(wgpu::PollType::wait_indefinitely()).expect("poll");
+}
+
+/// Reads a whole buffer back.
+pub fn read<T: bytemuck::Pod>(g: &Gpu, buf: &wgpu::Buffer) -> Vec<T> {
+    let size = buf.size();
+    let staging = g.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = g.ctx.device.create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(buf, 0, &staging, 0, size);
+    g.ctx.queue.submit([enc.finish()]);
+    staging.slice(..).map_async(wgpu::MapMode::Read, |r| r.expect("map"));
+    g.ctx.device.poll(wgpu::PollType::wait_indefinitely()).expect("poll");
+    let data = staging.slice(..).get_mapped_range().expect("mapped range");
+    let n = data.len() / size_of::<T>();
+    bytemuck::pod_collect_to_vec(&data[..n * size_of::<T>()])
+}
+
+/// Reads `n` values of a buffer back.
+pub fn read_n<T: bytemuck::Pod>(g: &Gpu, buf: &wgpu::Buffer, n: usize) -> Vec<T> {
+    let mut v = read::<T>(g, buf);
+    v.truncate(n);
+    v
+}
+
+/// Asserts `|got[i] - want[i]| <= atol + rtol * scale[i]` for every i (NaN fails), reporting the
+/// first index that does not.
+pub fn assert_close(what: &str, got: &[f32], want: &[f32], scale: &[f32], atol: f32, rtol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let mut worst = 0.0f32;
+    for i in 0..got.len() {
+        let tol = atol + rtol * scale[i];
+        let err = (got[i] - want[i]).abs();
+        assert!(
+            err <= tol,
+            "{what}: index {i}: got {} want {} (|diff| {err:e} > tol {tol:e})",
+            got[i],
+            want[i]
+        );
+        worst = worst.max(err / tol.max(f32::MIN_POSITIVE));
+    }
+    eprintln!("{what}: {} values, worst error {:.3} of tolerance", got.len(), worst);
+}
+
+/// `scale` vector for relative tolerances on plain magnitudes.
+pub fn abs_of(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|x| x.abs()).collect()
+}

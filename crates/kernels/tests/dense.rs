@@ -1,0 +1,219 @@
+//! Protects the dense decode kernels (embed, RMSNorm, Q8_0 and F32 GEMV, residual add, argmax) against
+//! their CPU references on a real device, including the lm-head binding split and both GEMV variants.
+
+mod common;
+
+use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
+use diskformer_kernels::{Kernels, Q8Matrix, cpu};
+
+/// Σ|w·x| per output: the scale of f32 rounding in a dot product.
+fn magnitudes(q: &[i8], s: &[half::f16], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
+    let qa: Vec<i8> = q.iter().map(|&v| v.saturating_abs()).collect();
+    let sa: Vec<half::f16> = s.iter().map(|v| half::f16::from_f32(v.to_f32().abs())).collect();
+    let xa: Vec<f32> = x.iter().map(|v| v.abs()).collect();
+    // saturating_abs maps -128 to 127: close enough for a tolerance scale.
+    cpu::q8_gemv(&qa, &sa, rows, cols, &xa)
+}
+
+fn check_q8_gemv(g: &Gpu, k: &Kernels, rows: usize, cols: usize, tokens: usize, seed: u64, min_parts: usize) {
+    check_q8(g, k, rows, cols, tokens, seed, min_parts, false);
+}
+
+fn check_q8_gemm(g: &Gpu, k: &Kernels, rows: usize, cols: usize, tokens: usize, seed: u64, min_parts: usize) {
+    check_q8(g, k, rows, cols, tokens, seed, min_parts, true);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_q8(
+    g: &Gpu,
+    k: &Kernels,
+    rows: usize,
+    cols: usize,
+    tokens: usize,
+    seed: u64,
+    min_parts: usize,
+    gemm: bool,
+) {
+    let mut rng = Rng::new(seed);
+    let q = rng.vec_i8(rows * cols);
+    let s = rng.vec_scales(rows * cols / 32);
+    let x = rng.vec_f32(tokens * cols, -1.0, 1.0);
+    let (qb, sb, xb) = (upload(g, &q), upload(g, &s), upload(g, &x));
+    let y = poisoned(g, 4 * tokens * rows);
+    let w = Q8Matrix { q: (&qb).into(), scales: (&sb).into(), rows: rows as u32, cols: cols as u32 };
+    let d = if gemm {
+        k.q8_gemm(w, (&xb).into(), (&y).into(), tokens as u32).unwrap()
+    } else {
+        k.q8_gemv(w, (&xb).into(), (&y).into(), tokens as u32).unwrap()
+    };
+    assert!(d.parts() >= min_parts, "expected a split into >= {min_parts} parts, got {}", d.parts());
+    run(g, &[&d]);
+    let got = read_n::<f32>(g, &y, tokens * rows);
+    let want = cpu::q8_gemv(&q, &s, rows, cols, &x);
+    // Tolerance: the GPU sums in f32 in another order (16-value groups, 32 lanes, a tree) than the f64
+    // reference. A random-order f32 sum errs by ~eps·sqrt(cols)·rms(w·x) ≈ eps·Σ|w·x|/sqrt(cols), so
+    // 2e-6·Σ|w·x| (≥ 16·eps·Σ|w·x|) covers any order with margin (lavapipe: ≤ 1e-7), while a wrong
+    // index or scale moves an output by O(|w·x|), far above it.
+    let mag = magnitudes(&q, &s, rows, cols, &x);
+    let name = if gemm { "q8_gemm" } else { "q8_gemv" };
+    assert_eq!(d.kernel().name(), name);
+    let what = format!("{name} {rows}x{cols} T={tokens} sg={} parts={}", k.subgroups(), d.parts());
+    assert_close(&what, &got, &want, &mag, 1e-6, 2e-6);
+}
+
+#[test]
+fn q8_gemv_model_shapes() {
+    let g = gpu_or_skip!();
+    for k in [&g.kernels, &g.plain] {
+        check_q8_gemv(g, k, 4096, 2048, 1, 1, 1); // attn_q
+        check_q8_gemv(g, k, 512, 2048, 1, 2, 1); // attn_k / attn_v
+        check_q8_gemv(g, k, 2048, 4096, 1, 3, 1); // attn_output
+        check_q8_gemv(g, k, 2048, 768, 1, 4, 1); // an expert's down shape
+    }
+}
+
+#[test]
+fn q8_gemv_odd_shapes_and_tokens() {
+    let g = gpu_or_skip!();
+    for k in [&g.kernels, &g.plain] {
+        check_q8_gemv(g, k, 37, 96, 3, 5, 1);
+        check_q8_gemv(g, k, 1, 32, 1, 6, 1);
+        check_q8_gemv(g, k, 9, 2048, 5, 7, 1);
+    }
+}
+
+#[test]
+fn q8_gemv_lm_head_split() {
+    let g = gpu_or_skip!();
+    // The real vocabulary (151,936 rows) with a narrow row, and 2,048-wide rows with fewer rows; the
+    // binding limit is lowered so both split into several dispatches as the real lm head does on
+    // lavapipe (311 MB int8 plane > 128 MiB).
+    let k = Kernels::new(&g.ctx).with_max_binding(8 << 20);
+    check_q8_gemv(g, &k, 151_936, 64, 1, 8, 2);
+    check_q8_gemv(g, &k, 20_000, 2048, 1, 9, 5);
+    let k = Kernels::with_subgroups(&g.ctx, false).with_max_binding(3 << 20);
+    check_q8_gemv(g, &k, 5_003, 2048, 2, 10, 4);
+}
+
+#[test]
+fn q8_gemm_token_blocks() {
+    let g = gpu_or_skip!();
+    for k in [&g.kernels, &g.plain] {
+        // Token counts around the 8-token block: 1, a full block, a block and one, several.
+        check_q8_gemm(g, k, 512, 2048, 1, 20, 1);
+        check_q8_gemm(g, k, 512, 2048, 8, 21, 1);
+        check_q8_gemm(g, k, 300, 2048, 9, 22, 1);
+        check_q8_gemm(g, k, 37, 96, 19, 23, 1);
+    }
+    // Real projection shape over a chunk, and the split.
+    check_q8_gemm(g, &g.kernels, 4096, 2048, 12, 24, 1);
+    let k = Kernels::new(&g.ctx).with_max_binding(3 << 20);
+    check_q8_gemm(g, &k, 5_003, 2048, 10, 25, 4);
+}
+
+#[test]
+fn embed_q8_rows_and_split() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(11);
+    for (rows, cols, max_binding) in
+        [(1000usize, 2048usize, u64::MAX), (3001, 2048, 1 << 20), (50, 96, u64::MAX)]
+    {
+        let q = rng.vec_i8(rows * cols);
+        let s = rng.vec_scales(rows * cols / 32);
+        let ids: Vec<u32> = vec![0, rows as u32 - 1, 7, 7, rows as u32 + 5, (rows / 2) as u32];
+        let (qb, sb, ib) = (upload(g, &q), upload(g, &s), upload(g, &ids));
+        let out = poisoned(g, 4 * ids.len() * cols);
+        let k = Kernels::new(&g.ctx).with_max_binding(max_binding);
+        let w = Q8Matrix { q: (&qb).into(), scales: (&sb).into(), rows: rows as u32, cols: cols as u32 };
+        let d = k.embed_q8((&ib).into(), w, (&out).into(), ids.len() as u32).unwrap();
+        run(g, &[&d]);
+        let got = read_n::<f32>(g, &out, ids.len() * cols);
+        let want = cpu::embed_q8(&q, &s, cols, &ids);
+        // Exact: one f32 product of exactly representable values on both sides.
+        let zeros = vec![0.0; want.len()];
+        assert_close(&format!("embed_q8 {rows}x{cols} parts={}", d.parts()), &got, &want, &zeros, 0.0, 0.0);
+    }
+}
+
+#[test]
+fn rms_norm_rows() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(12);
+    for (n, t) in [(2048usize, 1usize), (2048, 3), (128, 4), (1000, 2), (13, 1)] {
+        let x = rng.vec_f32(n * t, -2.0, 2.0);
+        let w = rng.vec_f32(n, 0.5, 1.5);
+        let (xb, wb) = (upload(g, &x), upload(g, &w));
+        let out = poisoned(g, 4 * n * t);
+        let d =
+            g.kernels.rms_norm((&xb).into(), (&wb).into(), (&out).into(), n as u32, t as u32, 1e-6).unwrap();
+        run(g, &[&d]);
+        let got = read_n::<f32>(g, &out, n * t);
+        let want = cpu::rms_norm(&x, &w, n, 1e-6);
+        // Tolerance: the mean square is an f32 tree sum on the GPU (f64 on the CPU): relative error
+        // ~log2(n)·eps ≈ 1.3e-6, halved by the square root, plus two f32 products.
+        assert_close(&format!("rms_norm n={n} T={t}"), &got, &want, &abs_of(&want), 1e-7, 4e-6);
+    }
+}
+
+#[test]
+fn f32_gemv_router_shapes() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(13);
+    for (rows, cols, t) in [(128usize, 2048usize, 1usize), (128, 2048, 4), (5, 12, 2), (60, 2048, 1)] {
+        let w = rng.vec_f32(rows * cols, -0.1, 0.1);
+        let x = rng.vec_f32(t * cols, -1.0, 1.0);
+        let (wb, xb) = (upload(g, &w), upload(g, &x));
+        let y = poisoned(g, 4 * rows * t);
+        let d =
+            g.kernels.f32_gemv((&wb).into(), rows as u32, cols as u32, (&xb).into(), (&y).into(), t as u32);
+        run(g, &[&d.unwrap()]);
+        let got = read_n::<f32>(g, &y, rows * t);
+        let want = cpu::f32_gemv(&w, rows, cols, &x);
+        let wa = abs_of(&w);
+        let mag = cpu::f32_gemv(&wa, rows, cols, &abs_of(&x));
+        // Tolerance: as q8_gemv, f32 sums in another order, 2e-6·Σ|w·x|.
+        assert_close(&format!("f32_gemv {rows}x{cols} T={t}"), &got, &want, &mag, 1e-7, 2e-6);
+    }
+}
+
+#[test]
+fn add_elements() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(14);
+    for n in [2048usize, 1, 1001] {
+        let a = rng.vec_f32(n, -3.0, 3.0);
+        let b = rng.vec_f32(n, -3.0, 3.0);
+        let (ab, bb) = (upload(g, &a), upload(g, &b));
+        let out = poisoned(g, 4 * n);
+        let d = g.kernels.add((&ab).into(), (&bb).into(), (&out).into(), n as u32).unwrap();
+        run(g, &[&d]);
+        // Exact: one f32 addition on both sides.
+        let zeros = vec![0.0; n];
+        assert_close(&format!("add n={n}"), &read_n::<f32>(g, &out, n), &cpu::add(&a, &b), &zeros, 0.0, 0.0);
+    }
+}
+
+#[test]
+fn argmax_ties_to_lower_index() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(15);
+    let n = 151_936usize;
+    let mut logits = rng.vec_f32(3 * n, -10.0, 10.0);
+    // Row 0: the max twice, far apart (lower wins). Row 1: max at the very end. Row 2: tie at 0 and n-1.
+    logits[100_000] = 20.0;
+    logits[5_000] = 20.0;
+    logits[n + n - 1] = 30.0;
+    logits[2 * n] = 25.0;
+    logits[2 * n + n - 1] = 25.0;
+    let cases: Vec<(Vec<f32>, usize)> =
+        vec![(logits, n), (vec![1.5; 300], 300), (vec![-2.0], 1), (rng.vec_f32(1000, -1.0, 1.0), 250)];
+    for (l, n) in cases {
+        let t = l.len() / n;
+        let lb = upload(g, &l);
+        let out = poisoned(g, 4 * t);
+        let d = g.kernels.argmax((&lb).into(), (&out).into(), n as u32, t as u32).unwrap();
+        run(g, &[&d]);
+        assert_eq!(read_n::<u32>(g, &out, t), cpu::argmax(&l, n), "argmax n={n} T={t}");
+    }
+    assert_eq!(cpu::argmax(&[1.0, 3.0, 3.0], 3), vec![1]);
+}

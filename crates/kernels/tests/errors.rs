@@ -1,0 +1,62 @@
+//! Protects the launchers' validation: bad shapes, short or misaligned buffers and bindings over the
+//! limit are refused with the matching error variant before anything is recorded.
+
+mod common;
+
+use common::{poisoned, upload};
+use diskformer_kernels::{AttentionShape, Error, ExpertPlanes, Kernels, Q8Matrix, View};
+
+#[test]
+fn launchers_refuse_bad_input() {
+    let g = gpu_or_skip!();
+    let k = &g.kernels;
+    let q = upload(g, &vec![1i8; 64 * 2048]);
+    let s = upload(g, &vec![half::f16::ONE; 64 * 64]);
+    let x = upload(g, &vec![0.5f32; 2048]);
+    let y = poisoned(g, 4 * 64);
+    let w = Q8Matrix { q: (&q).into(), scales: (&s).into(), rows: 64, cols: 2048 };
+
+    // cols not a multiple of 32.
+    let bad = Q8Matrix { cols: 2047, ..w };
+    assert!(matches!(k.q8_gemv(bad, (&x).into(), (&y).into(), 1), Err(Error::Shape { .. })));
+    // y too small for 2 tokens; x too small for 2 tokens.
+    assert!(matches!(
+        k.q8_gemv(w, (&x).into(), (&y).into(), 2),
+        Err(Error::BufferTooSmall { name: "x", .. })
+    ));
+    let big_x = upload(g, &vec![0.5f32; 2 * 2048]);
+    assert!(matches!(
+        k.q8_gemv(w, (&big_x).into(), (&y).into(), 2),
+        Err(Error::BufferTooSmall { name: "y", .. })
+    ));
+    // An offset off the storage alignment.
+    let off = View::at(&big_x, 4);
+    assert!(matches!(k.q8_gemv(w, off, (&y).into(), 1), Err(Error::Misaligned { name: "x", .. })));
+    // Zero tokens.
+    assert!(matches!(k.q8_gemv(w, (&x).into(), (&y).into(), 0), Err(Error::Shape { .. })));
+    // A binding the kernel cannot split (the router) over the limit.
+    let small = Kernels::new(&g.ctx).with_max_binding(4096);
+    assert!(matches!(
+        small.f32_gemv((&x).into(), 16, 128, (&x).into(), (&y).into(), 1),
+        Err(Error::BindingTooLarge { name: "w", .. })
+    ));
+    // A pool whose one slot does not fit a binding.
+    let planes = ExpertPlanes { q: (&q).into(), scales: (&s).into(), slots: 2, rows: 32, cols: 2048 };
+    assert!(matches!(
+        small.expert_q8_gemv(planes, (&x).into(), (&x).into(), (&y).into(), 1, 1),
+        Err(Error::BindingTooLarge { .. })
+    ));
+    // x_div not dividing the pairs.
+    assert!(matches!(
+        k.expert_q8_gemv(planes, (&x).into(), (&x).into(), (&y).into(), 3, 2),
+        Err(Error::Shape { .. })
+    ));
+    // GQA heads must divide; head_dim limit; router limits.
+    let shape = AttentionShape { heads: 6, kv_heads: 4, head_dim: 128, tokens: 1, ctx: 4 };
+    let a = (&x).into();
+    assert!(matches!(k.attention(a, a, a, a, (&y).into(), shape), Err(Error::Shape { .. })));
+    let shape = AttentionShape { heads: 4, kv_heads: 4, head_dim: 512, tokens: 1, ctx: 1 };
+    assert!(matches!(k.attention(a, a, a, a, (&y).into(), shape), Err(Error::Shape { .. })));
+    assert!(matches!(k.router_topk(a, (&y).into(), (&y).into(), 300, 8, 1), Err(Error::Shape { .. })));
+    assert!(matches!(k.router_topk(a, (&y).into(), (&y).into(), 4, 8, 1), Err(Error::Shape { .. })));
+}

@@ -1,0 +1,278 @@
+//! Protects the MoE half of a layer (router softmax + top-k + renormalise, the slot-indexed expert
+//! GEMVs for all picks in one dispatch, SiLU·up, weighted sum + residual) against the CPU references on
+//! a real device, with ties in the router, repeated slots, a pool split over bindings and both GEMV
+//! variants.
+
+mod common;
+
+use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
+use diskformer_kernels::{ExpertPlanes, Kernels, MoeCombineParams, cpu, expert_gemm_groups};
+
+#[test]
+fn router_topk_with_ties() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(51);
+    for (experts, k, t) in [(128usize, 8usize, 1usize), (128, 8, 3), (60, 4, 2), (7, 7, 1), (256, 32, 1)] {
+        let mut logits = rng.vec_f32(t * experts, -4.0, 4.0);
+        for row in logits.chunks_mut(experts) {
+            // Ties: a triple at the top (all picked, in index order) and a pair straddling the k-th
+            // place (only the lower index picked when k leaves room for one).
+            let n = row.len();
+            row[n - 1] = 9.0;
+            row[n / 2] = 9.0;
+            row[1] = 9.0;
+            if k >= 5 && n > k + 2 {
+                let bound = 8.0;
+                for v in row.iter_mut() {
+                    if *v < 9.0 {
+                        *v = v.min(7.0);
+                    }
+                }
+                // k - 4 values strictly between, then the tie for the last place.
+                for j in 0..k - 4 {
+                    row[2 + j] = 8.5 - j as f32 * 0.01;
+                }
+                row[n - 2] = bound;
+                row[k] = bound;
+            }
+        }
+        let lb = upload(g, &logits);
+        let ids = poisoned(g, 4 * t * k);
+        let weights = poisoned(g, 4 * t * k);
+        let d = g
+            .kernels
+            .router_topk((&lb).into(), (&ids).into(), (&weights).into(), experts as u32, k as u32, t as u32)
+            .unwrap();
+        run(g, &[&d]);
+        let (want_ids, want_w) = cpu::router_topk(&logits, experts, k);
+        assert_eq!(read_n::<u32>(g, &ids, t * k), want_ids, "router ids E={experts} k={k} T={t}");
+        // Tolerance: f32 exp and an f32 tree sum over E on the GPU vs f64 on the CPU: ~1e-6 relative.
+        let got_w = read_n::<f32>(g, &weights, t * k);
+        assert_close(
+            &format!("router weights E={experts} k={k} T={t}"),
+            &got_w,
+            &want_w,
+            &abs_of(&want_w),
+            1e-8,
+            4e-6,
+        );
+        for row in got_w.chunks(k) {
+            assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5, "weights sum to 1");
+        }
+    }
+    // The reference itself: the tie for the last place goes to the lower index.
+    assert_eq!(cpu::router_topk(&[1.0, 3.0, 2.0, 3.0, 2.0], 5, 3).0, vec![1, 3, 2]);
+}
+
+struct Pool {
+    q: Vec<i8>,
+    s: Vec<half::f16>,
+    qb: wgpu::Buffer,
+    sb: wgpu::Buffer,
+    slots: usize,
+    rows: usize,
+    cols: usize,
+}
+
+fn pool(g: &Gpu, rng: &mut Rng, slots: usize, rows: usize, cols: usize) -> Pool {
+    let q = rng.vec_i8(slots * rows * cols);
+    let s = rng.vec_scales(slots * rows * cols / 32);
+    let (qb, sb) = (upload(g, &q), upload(g, &s));
+    Pool { q, s, qb, sb, slots, rows, cols }
+}
+
+fn check_expert(g: &Gpu, k: &Kernels, p: &Pool, slot_idx: &[u32], x_div: usize, seed: u64, min_parts: usize) {
+    check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, false);
+}
+
+fn check_expert_gemm(
+    g: &Gpu,
+    k: &Kernels,
+    p: &Pool,
+    slot_idx: &[u32],
+    x_div: usize,
+    seed: u64,
+    min_parts: usize,
+) {
+    check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, true);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_expert_kernel(
+    g: &Gpu,
+    k: &Kernels,
+    p: &Pool,
+    slot_idx: &[u32],
+    x_div: usize,
+    seed: u64,
+    min_parts: usize,
+    gemm: bool,
+) {
+    let mut rng = Rng::new(seed);
+    let pairs = slot_idx.len();
+    let x = rng.vec_f32(pairs / x_div * p.cols, -1.0, 1.0);
+    let (xb, ib) = (upload(g, &x), upload(g, slot_idx));
+    let y = poisoned(g, 4 * pairs * p.rows);
+    let planes = ExpertPlanes {
+        q: (&p.qb).into(),
+        scales: (&p.sb).into(),
+        slots: p.slots as u32,
+        rows: p.rows as u32,
+        cols: p.cols as u32,
+    };
+    let (groups, order) = expert_gemm_groups(slot_idx);
+    let (gb, ob) = (upload(g, &groups), upload(g, &order));
+    let (pairs_u, x_div_u) = (pairs as u32, x_div as u32);
+    let d = if gemm {
+        k.expert_q8_gemm(planes, (&xb).into(), (&gb).into(), (&ob).into(), (&y).into(), pairs_u, x_div_u)
+    } else {
+        k.expert_q8_gemv(planes, (&xb).into(), (&ib).into(), (&y).into(), pairs_u, x_div_u)
+    }
+    .unwrap();
+    assert_eq!(d.kernel().name(), if gemm { "expert_q8_gemm" } else { "expert_q8_gemv" });
+    assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
+    run(g, &[&d]);
+    let got = read_n::<f32>(g, &y, pairs * p.rows);
+    let want = cpu::expert_q8_gemv(&p.q, &p.s, p.rows, p.cols, slot_idx, &x, x_div);
+    let qa: Vec<i8> = p.q.iter().map(|v| v.saturating_abs()).collect();
+    let sa: Vec<half::f16> = p.s.iter().map(|v| half::f16::from_f32(v.to_f32().abs())).collect();
+    let mag = cpu::expert_q8_gemv(&qa, &sa, p.rows, p.cols, slot_idx, &abs_of(&x), x_div);
+    // Tolerance: as q8_gemv (same arithmetic): 2e-6·Σ|w·x|.
+    let what = format!(
+        "{} {}x{} pairs={pairs} x_div={x_div} sg={} parts={}",
+        if gemm { "expert_q8_gemm" } else { "expert_q8_gemv" },
+        p.rows,
+        p.cols,
+        k.subgroups(),
+        d.parts()
+    );
+    assert_close(&what, &got, &want, &mag, 1e-6, 2e-6);
+}
+
+#[test]
+fn expert_gemv_model_shapes() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(52);
+    // Real expert shapes (H 2048, F 768), a 10-slot pool, the 8 picks of one token in shuffled slots.
+    let gate_up = pool(g, &mut rng, 10, 2 * 768, 2048);
+    let down = pool(g, &mut rng, 10, 2048, 768);
+    let picks = [3u32, 7, 0, 9, 4, 1, 8, 5];
+    for k in [&g.kernels, &g.plain] {
+        check_expert(g, k, &gate_up, &picks, 8, 53, 1); // shared input
+        check_expert(g, k, &down, &picks, 1, 54, 1); // per-pick input
+        // A 2-token chunk: 16 (token, pick) pairs, slots repeating across tokens.
+        let chunk = [3u32, 7, 0, 9, 4, 1, 8, 5, 3, 2, 6, 9, 0, 1, 7, 4];
+        check_expert(g, k, &gate_up, &chunk, 8, 55, 1);
+        check_expert(g, k, &down, &chunk, 1, 56, 1);
+    }
+}
+
+#[test]
+fn expert_gemv_pool_split_and_odd() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(57);
+    // 3 MiB a gate‖up slot; a 7 MiB binding limit holds 2 slots a part, so 10 slots make 5 parts.
+    let gate_up = pool(g, &mut rng, 10, 2 * 768, 2048);
+    let picks = [9u32, 0, 5, 4, 2, 7, 1, 6];
+    let k = Kernels::new(&g.ctx).with_max_binding(7 << 20);
+    check_expert(g, &k, &gate_up, &picks, 8, 58, 5);
+    let k = Kernels::with_subgroups(&g.ctx, false).with_max_binding(7 << 20);
+    check_expert(g, &k, &gate_up, &picks, 8, 59, 5);
+    // Odd: 3 slots of 40 x 96, 2 tokens of 3 picks.
+    let odd = pool(g, &mut rng, 3, 40, 96);
+    for k in [&g.kernels, &g.plain] {
+        check_expert(g, k, &odd, &[2, 0, 1, 1, 2, 0], 3, 60, 1);
+        check_expert(g, k, &odd, &[2, 0, 1, 1, 2, 0], 1, 61, 1);
+    }
+}
+
+/// `tokens` tokens of `k` distinct picks each from `slots` slots.
+fn chunk_picks(rng: &mut Rng, tokens: usize, k: usize, slots: u64) -> Vec<u32> {
+    let mut chunk = Vec::new();
+    for _ in 0..tokens {
+        let mut picks: Vec<u32> = Vec::new();
+        while picks.len() < k {
+            let s = rng.below(slots) as u32;
+            if !picks.contains(&s) {
+                picks.push(s);
+            }
+        }
+        chunk.extend(picks);
+    }
+    chunk
+}
+
+#[test]
+fn expert_gemm_grouped_pairs() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(70);
+    // Small slots, a 12-token chunk of 8 picks from 10 slots: most slots have more pairs than one group
+    // of 8 holds, and the pool splits into 5 parts under a 32 KiB binding limit.
+    let small = pool(g, &mut rng, 10, 64, 256);
+    let chunk = chunk_picks(&mut rng, 12, 8, 10);
+    let (groups, _) = expert_gemm_groups(&chunk);
+    assert!(groups.iter().any(|g| g[2] == 8) && groups.iter().any(|g| g[2] == 0), "groups {groups:?}");
+    let split = Kernels::new(&g.ctx).with_max_binding(32 << 10);
+    for k in [&g.kernels, &g.plain] {
+        check_expert_gemm(g, k, &small, &chunk, 8, 71, 1);
+        check_expert_gemm(g, k, &small, &chunk, 1, 72, 1);
+    }
+    check_expert_gemm(g, &split, &small, &chunk, 8, 73, 5);
+    // Real expert shapes over a 3-token chunk, and one token's picks (groups of one).
+    let gate_up = pool(g, &mut rng, 10, 2 * 768, 2048);
+    let down = pool(g, &mut rng, 10, 2048, 768);
+    let chunk = chunk_picks(&mut rng, 3, 8, 10);
+    for k in [&g.kernels, &g.plain] {
+        check_expert_gemm(g, k, &gate_up, &chunk, 8, 74, 1);
+        check_expert_gemm(g, k, &down, &chunk, 1, 75, 1);
+    }
+    check_expert_gemm(g, &g.kernels, &down, &chunk[..8], 1, 76, 1);
+}
+
+#[test]
+fn silu_mul_rows() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(62);
+    for (ffn, rows) in [(768usize, 8usize), (768, 16), (100, 3)] {
+        let gu = rng.vec_f32(rows * 2 * ffn, -8.0, 8.0);
+        let gb = upload(g, &gu);
+        let out = poisoned(g, 4 * rows * ffn);
+        let d = g.kernels.silu_mul((&gb).into(), (&out).into(), ffn as u32, rows as u32).unwrap();
+        run(g, &[&d]);
+        let got = read_n::<f32>(g, &out, rows * ffn);
+        let want = cpu::silu_mul(&gu, ffn);
+        // Tolerance: the GPU's exp is within a few ulp (WGSL: 3 + 2·|x| ulp), then one divide and one
+        // multiply: 2e-6 relative.
+        assert_close(&format!("silu_mul F={ffn} rows={rows}"), &got, &want, &abs_of(&want), 1e-9, 2e-6);
+    }
+}
+
+#[test]
+fn moe_combine_order() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(63);
+    for (hidden, k, t) in [(2048usize, 8usize, 1usize), (2048, 8, 2), (100, 3, 3)] {
+        let experts = rng.vec_f32(t * k * hidden, -2.0, 2.0);
+        let weights = rng.vec_f32(t * k, 0.01, 0.3);
+        let residual = rng.vec_f32(t * hidden, -5.0, 5.0);
+        let (eb, wb, rb) = (upload(g, &experts), upload(g, &weights), upload(g, &residual));
+        let out = poisoned(g, 4 * t * hidden);
+        let p = MoeCombineParams { hidden: hidden as u32, k: k as u32, tokens: t as u32, _pad: 0 };
+        let d = g.kernels.moe_combine((&eb).into(), (&wb).into(), (&rb).into(), (&out).into(), p).unwrap();
+        run(g, &[&d]);
+        let got = read_n::<f32>(g, &out, t * hidden);
+        let want = cpu::moe_combine(&experts, &weights, &residual, hidden, k);
+        // Tolerance: same operations in the same order; a compiler may fuse multiply-adds, which
+        // changes each of the k+1 roundings by at most half an ulp of the running sum.
+        let scale: Vec<f32> = (0..t * hidden)
+            .map(|i| {
+                let (tt, h) = (i / hidden, i % hidden);
+                residual[i].abs()
+                    + (0..k)
+                        .map(|j| (experts[(tt * k + j) * hidden + h] * weights[tt * k + j]).abs())
+                        .sum::<f32>()
+            })
+            .collect();
+        assert_close(&format!("moe_combine H={hidden} k={k} T={t}"), &got, &want, &scale, 0.0, 1e-6);
+    }
+}
