@@ -11,7 +11,7 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 nproc; free -g | head -2; df -h /tmp /dev/shm | tail -2
 
-if [ -x $D/kernels-bench ]; then
+if [ -x $D/kernels-bench ] && [ -z "${SKIP_KERNELS:-}" ]; then
     echo "== kernels (criterion)"
     $D/kernels-bench --bench --warm-up-time 1 --measurement-time 2 > "$OUT/kernels.txt" 2>&1
     grep -E "^[a-z_0-9/]+ +time:|thrpt:|adapter|copy" "$OUT/kernels.txt" | head -80

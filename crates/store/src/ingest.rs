@@ -348,21 +348,21 @@ pub fn ingest(
             bytes_per_sec: (state.source_offset - run_start) as f64 / secs,
         });
     };
+    let checkpoints = Checkpointer::start(&dense_file, &experts_file, &paths, &manifest, dir)?;
     for seg in &segs[state.segments_done..] {
         // Bytes between tensors (padding) count for the sha256 only.
         writer.hash_range(&mut state, seg.source.offset)?;
         writer.segment(seg, &mut state, &mut |s| report(s, progress))?;
         state.segments_done += 1;
         if state.source_offset - last_checkpoint >= opts.checkpoint_bytes {
-            dense_file.sync_data().map_err(Error::io(&paths[1]))?;
-            experts_file.sync_data().map_err(Error::io(&paths[2]))?;
-            manifest.ingest_seconds = prior_seconds + started.elapsed().as_secs_f64();
             state.sha256 = writer.sha.snapshot();
-            manifest.checkpoint = Some(state.clone());
-            manifest.save(dir)?;
+            if !checkpoints.save(state.clone(), prior_seconds + started.elapsed().as_secs_f64()) {
+                break; // The checkpoint thread failed: `finish` reports why.
+            }
             last_checkpoint = state.source_offset;
         }
     }
+    checkpoints.finish()?;
     writer.hash_range(&mut state, size)?;
     report(&state, progress);
     let sha256 = writer.sha.finish().finish_hex();
@@ -544,5 +544,52 @@ impl ShaWorker {
     fn finish(self) -> Sha256State {
         drop(self.tx);
         self.handle.join().expect("sha256 worker does not panic")
+    }
+}
+
+/// Saves checkpoints on a thread of its own: it makes the data written so far durable (fdatasync) and then
+/// writes the manifest naming it, while the ingest goes on writing. The saved checkpoint lags the ingest but
+/// never runs ahead of durable data; syncing inline instead stalled reading and splitting for every GiB.
+struct Checkpointer {
+    tx: mpsc::SyncSender<(Checkpoint, f64)>,
+    handle: std::thread::JoinHandle<Result<()>>,
+}
+
+impl Checkpointer {
+    fn start(
+        dense: &File,
+        experts: &File,
+        paths: &[PathBuf; 3],
+        manifest: &Manifest,
+        dir: &Path,
+    ) -> Result<Self> {
+        let dense = (dense.try_clone().map_err(Error::io(&paths[1]))?, paths[1].clone());
+        let experts = (experts.try_clone().map_err(Error::io(&paths[2]))?, paths[2].clone());
+        let (mut manifest, dir) = (manifest.clone(), dir.to_owned());
+        // One checkpoint may wait while another is being saved; the ingest blocks behind a slower disk.
+        let (tx, rx) = mpsc::sync_channel::<(Checkpoint, f64)>(1);
+        let handle = std::thread::spawn(move || {
+            for (state, seconds) in rx {
+                for (file, path) in [&dense, &experts] {
+                    file.sync_data().map_err(Error::io(path))?;
+                }
+                manifest.checkpoint = Some(state);
+                manifest.ingest_seconds = seconds;
+                manifest.save(&dir)?;
+            }
+            Ok(())
+        });
+        Ok(Checkpointer { tx, handle })
+    }
+
+    /// Queues a checkpoint of everything written so far; `false` when the thread has stopped on an error.
+    fn save(&self, state: Checkpoint, seconds: f64) -> bool {
+        self.tx.send((state, seconds)).is_ok()
+    }
+
+    /// Waits for the queued checkpoints and reports the first failure.
+    fn finish(self) -> Result<()> {
+        drop(self.tx);
+        self.handle.join().expect("checkpoint thread does not panic")
     }
 }
