@@ -36,13 +36,27 @@ impl Region {
     }
 }
 
-/// Identifies one expert record.
+/// Identifies one expert record: the unit the store keeps and the expert pool caches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ExpertKey {
     /// Layer (`blk.N`).
     pub layer: u32,
-    /// Expert index within the layer.
+    /// Expert index within the layer, `0..expert_count`.
     pub expert: u32,
+}
+
+impl ExpertKey {
+    /// The key of `expert` in `layer`.
+    pub const fn new(layer: u32, expert: u32) -> Self {
+        Self { layer, expert }
+    }
+}
+
+impl std::fmt::Display for ExpertKey {
+    /// `L3 E17`: layer 3, expert 17.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "L{} E{}", self.layer, self.expert)
+    }
 }
 
 /// Where the planes of one expert sit inside its record, and the record's size.

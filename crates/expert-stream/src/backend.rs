@@ -1,0 +1,36 @@
+//! What the pool needs from the device side: read a record, upload it into a slot.
+
+use crate::{BackendError, ExpertKey, Slot};
+
+/// Moves expert records from a store into the pool's slots. [`ExpertPool`](crate::ExpertPool) calls it from
+/// its reader threads, one load at a time per thread, each with the thread's own staging buffer.
+///
+/// A GPU backend reads with `pread` straight into mapped staging memory (a `MAP_WRITE` ring buffer) and
+/// uploads with a copy into slot `s` of each plane; [`MemoryBackend`](crate::MemoryBackend) keeps records and
+/// slots in RAM for tests. The pool guarantees that no slot is uploaded into by two loads at once, and that a
+/// slot is not handed to a new load until the previous upload into it returned.
+pub trait Backend: Send + Sync + 'static {
+    /// Per-thread scratch a record is read into and uploaded from.
+    type Staging: Send + 'static;
+
+    /// Bytes of one record; a read that returns fewer is a short read.
+    fn record_bytes(&self) -> usize;
+
+    /// A staging buffer for one reader thread (made once per thread, and again after a panic).
+    fn staging(&self) -> Self::Staging;
+
+    /// Reads record `key` into `staging`, returning the bytes read.
+    ///
+    /// # Errors
+    ///
+    /// Any I/O failure; the pool frees the slot and reports the record.
+    fn read(&self, key: ExpertKey, staging: &mut Self::Staging) -> Result<usize, BackendError>;
+
+    /// Uploads the record in `staging` (just read) into `slot`. It may return before the device has the bytes
+    /// if the device orders the copy before any later work that reads the slot (a wgpu queue does).
+    ///
+    /// # Errors
+    ///
+    /// Any device failure; the pool frees the slot and reports the record.
+    fn upload(&self, slot: Slot, staging: &mut Self::Staging) -> Result<(), BackendError>;
+}

@@ -1,0 +1,52 @@
+//! The expert slot pool of diskformer: which routed experts sit in the device's fixed slot pool, and getting
+//! the missing ones there.
+//!
+//! - [`PoolCore`] is the policy as a plain state machine: `demand` pins hits (moving them to most recent),
+//!   joins loads already running (late hits, never read twice) and picks slots for misses; `prefetch` queues
+//!   guesses and starts at most `max_prefetch_in_flight` of them, never evicting what demand needs;
+//!   eviction is [`EvictionPolicy::Lru`], [`EvictionPolicy::Hot`] (decayed heat), [`EvictionPolicy::Lfu`] or
+//!   [`EvictionPolicy::Cyclic`] (LRU aware of the layer cycle); [`Stats`] counts hits, late hits, misses,
+//!   evictions, bytes, times and prefetch use per layer.
+//! - [`ExpertPool`] runs that policy with reader threads over a [`Backend`] (read a record, upload it into a
+//!   slot): `ensure(layer, ids)` returns [`Pinned`] slots in id order, `release` unpins them after the submit
+//!   that reads them.
+//! - [`MemoryBackend`] keeps records and slots in RAM, with hooks to hold, fail and watch loads.
+//!
+//! It has no wgpu and no store format: the GPU backend (reader threads filling mapped staging buffers) plugs
+//! in through [`Backend`]; the record size is whatever the backend says.
+//!
+//! ```
+//! use diskformer_expert_stream::{ExpertKey, ExpertPool, MemoryBackend, PoolConfig};
+//!
+//! // 4 slots for a model of 2 layers × 8 experts, records of 64 bytes.
+//! let pool = ExpertPool::new(MemoryBackend::new(8, 64, 4), PoolConfig::new(4, 2, 8))?;
+//! let pinned = pool.ensure(0, &[5, 2])?; // two misses, read in parallel
+//! assert_eq!(pool.backend().slot_bytes(pinned[0]), pool.backend().record(ExpertKey::new(0, 5)));
+//! pool.release(pinned); // after the submit that reads the slots
+//!
+//! let again = pool.ensure(0, &[2])?; // a hit
+//! pool.release(again);
+//! let stats = pool.stats();
+//! assert_eq!((stats.hits, stats.misses), (1, 2));
+//! println!("{stats}");
+//! # Ok::<(), diskformer_expert_stream::Error>(())
+//! ```
+
+mod backend;
+mod config;
+mod core;
+mod error;
+mod heat;
+mod key;
+mod memory;
+mod pool;
+mod stats;
+
+pub use backend::Backend;
+pub use config::{EvictionPolicy, PoolConfig};
+pub use core::{LoadJob, LoadReport, Pinned, PoolCore, Progress, SlotView, Ticket};
+pub use error::{BackendError, Error, Result, SharedError};
+pub use key::{ExpertKey, LoadId, Slot};
+pub use memory::{Event, Fault, Gate, MemoryBackend, MemoryStaging};
+pub use pool::ExpertPool;
+pub use stats::Stats;
