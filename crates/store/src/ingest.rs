@@ -350,17 +350,20 @@ pub fn ingest(
     };
     let checkpoints = Checkpointer::start(&dense_file, &experts_file, &paths, &manifest, dir)?;
     for seg in &segs[state.segments_done..] {
-        // Bytes between tensors (padding) count for the sha256 only.
-        writer.hash_range(&mut state, seg.source.offset)?;
-        writer.segment(seg, &mut state, &mut |s| report(s, progress))?;
-        state.segments_done += 1;
-        if state.source_offset - last_checkpoint >= opts.checkpoint_bytes {
+        // Checkpoint before a segment that would take us past `checkpoint_bytes` since the last one, so
+        // checkpoints are at most that far apart (only a single larger tensor can stretch the gap).
+        if seg.source.end() - last_checkpoint > opts.checkpoint_bytes && state.source_offset > last_checkpoint
+        {
             state.sha256 = writer.sha.snapshot();
             if !checkpoints.save(state.clone(), prior_seconds + started.elapsed().as_secs_f64()) {
                 break; // The checkpoint thread failed: `finish` reports why.
             }
             last_checkpoint = state.source_offset;
         }
+        // Bytes between tensors (padding) count for the sha256 only.
+        writer.hash_range(&mut state, seg.source.offset)?;
+        writer.segment(seg, &mut state, &mut |s| report(s, progress))?;
+        state.segments_done += 1;
     }
     checkpoints.finish()?;
     writer.hash_range(&mut state, size)?;
