@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::budget::{gb, short_by};
 use crate::{ExpertKey, Slot};
 
 /// What a [`Backend`](crate::Backend) returns when a read or an upload fails.
@@ -97,4 +98,78 @@ pub enum Error {
     /// A reader thread could not be started.
     #[error("could not start an expert reader thread: {0}")]
     Spawn(Arc<std::io::Error>),
+    /// The GPU budget leaves fewer than `2 × top-k` records for the expert pool.
+    #[error(
+        "GPU budget {} is too small: dense weights {}, KV cache {}, scratch {} leave {}, and the expert cache \
+         needs at least {} more (2 × top-k = {min_slots} records of {:.2} MB = {}); raise the budget to at least \
+         {} or shorten the context",
+        gb(*.budget), gb(*.dense), gb(*.kv_cache), gb(*.scratch), gb(*.left),
+        gb(short_by(*.min_slots, *.record_bytes, *.left)), *.record_bytes as f64 / 1e6,
+        gb(.min_slots.saturating_mul(*.record_bytes)),
+        gb(.budget.saturating_add(short_by(*.min_slots, *.record_bytes, *.left)))
+    )]
+    BudgetTooSmall {
+        /// The whole GPU budget.
+        budget: u64,
+        /// Dense weights.
+        dense: u64,
+        /// KV cache.
+        kv_cache: u64,
+        /// Working buffers.
+        scratch: u64,
+        /// What those leave for the expert pool (zero when they exceed the budget).
+        left: u64,
+        /// Bytes of one expert record.
+        record_bytes: u64,
+        /// The fewest slots the pool can work with: `2 × top-k`.
+        min_slots: u64,
+    },
+    /// A pool plane would be larger than the device's largest buffer.
+    #[error(
+        "the {plane} plane of {slots} slots needs {bytes} bytes, more than the device's largest buffer \
+         ({max} bytes); use a smaller pool (at most {max_slots} slots)"
+    )]
+    PlaneTooLarge {
+        /// The plane (`gate_up_q`, `gate_up_scales`, `down_q`, `down_scales`).
+        plane: &'static str,
+        /// Slots asked for.
+        slots: usize,
+        /// Bytes the plane would take.
+        bytes: u64,
+        /// `max_buffer_size` of the device.
+        max: u64,
+        /// The most slots that fit.
+        max_slots: u64,
+    },
+    /// The expert kernels could not bind the pool: not even one aligned group of slots fits a storage binding.
+    #[error(
+        "the {plane} plane cannot be bound by the expert kernels: {slots_per_step} slots ({bytes} bytes) is the \
+         smallest 256-byte-aligned split, over the device's max storage binding of {max_binding} bytes"
+    )]
+    Unbindable {
+        /// The plane.
+        plane: &'static str,
+        /// Slots in the smallest split step.
+        slots_per_step: u64,
+        /// Bytes of those slots in that plane.
+        bytes: u64,
+        /// `max_storage_buffer_binding_size` of the device.
+        max_binding: u64,
+    },
+    /// The device could not allocate the pool's planes.
+    #[error(
+        "the device could not allocate the expert pool ({bytes} bytes): {detail}; use a smaller GPU budget"
+    )]
+    Allocation {
+        /// Bytes of all four planes.
+        bytes: u64,
+        /// The device's error.
+        detail: String,
+    },
+    /// The store's record layout cannot be uploaded into pool planes.
+    #[error("expert record layout unsupported by the GPU pool: {reason}")]
+    BadLayout {
+        /// What is wrong.
+        reason: String,
+    },
 }

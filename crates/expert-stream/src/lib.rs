@@ -10,10 +10,15 @@
 //! - [`ExpertPool`] runs that policy with reader threads over a [`Backend`] (read a record, upload it into a
 //!   slot): `ensure(layer, ids)` returns [`Pinned`] slots in id order, `release` unpins them after the submit
 //!   that reads them.
+//! - [`GpuBackend`] is the device side: a [`GpuPool`] (the four plane buffers the expert kernels bind,
+//!   `gate_up_q`, `gate_up_scales`, `down_q`, `down_scales`, slot `s` at `s × plane bytes`) filled from the
+//!   store's [`RecordReader`](diskformer_store::RecordReader), uploading with `queue.write_buffer` or a
+//!   per-thread ring of mapped staging buffers ([`UploadMethod`]).
+//! - [`GpuBudget::expert_slots`] turns a GPU budget into a slot count, refusing one under `2 × top-k` records.
 //! - [`MemoryBackend`] keeps records and slots in RAM, with hooks to hold, fail and watch loads.
 //!
-//! It has no wgpu and no store format: the GPU backend (reader threads filling mapped staging buffers) plugs
-//! in through [`Backend`]; the record size is whatever the backend says.
+//! The policy core knows no wgpu and no store format; the record size is whatever the backend says. It does
+//! not run kernels or own the dense weights: the engine binds the pool's buffers.
 //!
 //! ```
 //! use diskformer_expert_stream::{ExpertKey, ExpertPool, MemoryBackend, PoolConfig};
@@ -33,9 +38,11 @@
 //! ```
 
 mod backend;
+mod budget;
 mod config;
 mod core;
 mod error;
+mod gpu;
 mod heat;
 mod key;
 mod memory;
@@ -43,9 +50,11 @@ mod pool;
 mod stats;
 
 pub use backend::Backend;
+pub use budget::GpuBudget;
 pub use config::{EvictionPolicy, PoolConfig};
 pub use core::{LoadJob, LoadReport, Pinned, PoolCore, Progress, SlotView, Ticket};
 pub use error::{BackendError, Error, Result, SharedError};
+pub use gpu::{GpuBackend, GpuPool, GpuStaging, Plane, StagingRing, UploadMethod};
 pub use key::{ExpertKey, LoadId, Slot};
 pub use memory::{Event, Fault, Gate, MemoryBackend, MemoryStaging};
 pub use pool::ExpertPool;

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod gpu;
+
 use diskformer_expert_stream::{ExpertPool, MemoryBackend, PoolConfig};
 
 /// Bytes of one test record.

@@ -1,0 +1,588 @@
+//! The GPU backend: the pool's four plane buffers on a wgpu device ([`GpuPool`]) and a [`Backend`] that reads
+//! records from the store and copies them into those planes ([`GpuBackend`]).
+//!
+//! Plane layout (what `diskformer_kernels::ExpertPlanes` binds): slot `s` of a plane starts at
+//! `s × plane bytes per slot`, one buffer per plane:
+//!
+//! | plane | shape | bytes per slot |
+//! |---|---|---|
+//! | `gate_up_q` | `[slots, 2F, H]` int8 | `2FH` |
+//! | `gate_up_scales` | `[slots, 2F, H/32]` f16 | `2FH/16` |
+//! | `down_q` | `[slots, H, F]` int8 | `HF` |
+//! | `down_scales` | `[slots, H, F/32]` f16 | `HF/16` |
+//!
+//! A plane larger than the device's max storage binding stays one buffer: the expert kernels split the
+//! dispatch by slot range and bind each range at a 256-byte-aligned offset (`plan_row_split` in
+//! diskformer-kernels). [`GpuPool::new`] refuses a pool where that split cannot work, or a plane over the
+//! device's max buffer size.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::task::{Poll, Waker};
+
+use diskformer_kernels::Context;
+use diskformer_store::{ExpertLayout, RecordBuf, RecordReader, Region};
+
+use crate::{Backend, BackendError, Error, ExpertKey, Result, Slot};
+
+/// One of the four planes of the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Plane {
+    /// Gate rows then up rows, `[2F, H]` int8 per slot.
+    GateUpQ,
+    /// `[2F, H/32]` f16 scales per slot.
+    GateUpScales,
+    /// `[H, F]` int8 per slot.
+    DownQ,
+    /// `[H, F/32]` f16 scales per slot.
+    DownScales,
+}
+
+impl Plane {
+    /// The four planes, in record order.
+    pub const ALL: [Plane; 4] = [Plane::GateUpQ, Plane::GateUpScales, Plane::DownQ, Plane::DownScales];
+
+    /// The plane's name, as in error messages and buffer labels.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Plane::GateUpQ => "gate_up_q",
+            Plane::GateUpScales => "gate_up_scales",
+            Plane::DownQ => "down_q",
+            Plane::DownScales => "down_scales",
+        }
+    }
+
+    /// Where the plane sits in a record of `layout`.
+    pub fn region(self, layout: &ExpertLayout) -> Region {
+        match self {
+            Plane::GateUpQ => layout.gate_up_quants,
+            Plane::GateUpScales => layout.gate_up_scales,
+            Plane::DownQ => layout.down_quants,
+            Plane::DownScales => layout.down_scales,
+        }
+    }
+
+    const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The expert slot pool on the device: one storage buffer per plane, `slots` slots each.
+///
+/// Cheap handles (`wgpu` device, queue and buffers are reference counted), so it can live in the backend
+/// while the engine binds [`buffer`](Self::buffer)s.
+#[derive(Debug)]
+pub struct GpuPool {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    buffers: [wgpu::Buffer; 4],
+    regions: [Region; 4],
+    slots: usize,
+    record_bytes: usize,
+}
+
+impl GpuPool {
+    /// Allocates the four planes for `slots` slots of records shaped by `layout` (a Q8_0 store).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BadLayout`] for a layout whose regions are not Q8_0 planes of its `hidden` × `ffn`;
+    /// [`Error::InvalidConfig`] for zero slots; [`Error::PlaneTooLarge`] when a plane exceeds the device's
+    /// `max_buffer_size`; [`Error::Unbindable`] when the expert kernels could not bind even one aligned group
+    /// of slots; [`Error::Allocation`] when the device refuses the memory.
+    pub fn new(ctx: &Context, layout: &ExpertLayout, slots: usize) -> Result<Self> {
+        Self::with_device(&ctx.device, &ctx.queue, &ctx.limits, layout, slots)
+    }
+
+    /// [`GpuPool::new`] on a device and queue made elsewhere, with the limits the device was created with.
+    ///
+    /// # Errors
+    ///
+    /// As [`GpuPool::new`].
+    pub fn with_device(
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        limits: &wgpu::Limits,
+        layout: &ExpertLayout,
+        slots: usize,
+    ) -> Result<Self> {
+        let regions = check_layout(layout)?;
+        if slots == 0 || u32::try_from(slots).is_err() {
+            return Err(Error::InvalidConfig {
+                field: "slots",
+                reason: format!("is {slots}; the GPU pool needs 1 to u32::MAX slots"),
+            });
+        }
+        let n = slots as u64;
+        for (plane, region) in Plane::ALL.into_iter().zip(regions) {
+            let bytes = n.saturating_mul(region.len);
+            if bytes > limits.max_buffer_size {
+                return Err(Error::PlaneTooLarge {
+                    plane: plane.name(),
+                    slots,
+                    bytes,
+                    max: limits.max_buffer_size,
+                    max_slots: limits.max_buffer_size / region.len,
+                });
+            }
+        }
+        let align = u64::from(limits.min_storage_buffer_offset_alignment);
+        let max_binding = limits.max_storage_buffer_binding_size;
+        for (big, small) in [(Plane::GateUpQ, Plane::GateUpScales), (Plane::DownQ, Plane::DownScales)] {
+            let (big_len, small_len) = (regions[big.index()].len, regions[small.index()].len);
+            if let Some(step) = unbindable_step(n, big_len, small_len, max_binding, align) {
+                return Err(Error::Unbindable {
+                    plane: big.name(),
+                    slots_per_step: step,
+                    bytes: step * big_len,
+                    max_binding,
+                });
+            }
+        }
+
+        let scope = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let buffers = Plane::ALL.map(|plane| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(plane.name()),
+                size: n * regions[plane.index()].len,
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_DST
+                    | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            })
+        });
+        if let Some(e) = ready(scope.pop()).flatten() {
+            return Err(Error::Allocation {
+                bytes: n * regions.iter().map(|r| r.len).sum::<u64>(),
+                detail: e.to_string(),
+            });
+        }
+        Ok(Self {
+            device: device.clone(),
+            queue: queue.clone(),
+            buffers,
+            regions,
+            slots,
+            record_bytes: layout.record_bytes as usize,
+        })
+    }
+
+    /// Slots in the pool.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// The buffer of `plane` (`slots × `[`slot_bytes`](Self::slot_bytes)` bytes).
+    pub fn buffer(&self, plane: Plane) -> &wgpu::Buffer {
+        &self.buffers[plane.index()]
+    }
+
+    /// Bytes of one slot in `plane`.
+    pub fn slot_bytes(&self, plane: Plane) -> u64 {
+        self.regions[plane.index()].len
+    }
+
+    /// Byte offset of `slot` in `plane`'s buffer.
+    pub fn slot_offset(&self, plane: Plane, slot: Slot) -> u64 {
+        u64::from(slot.0) * self.slot_bytes(plane)
+    }
+
+    /// Where `plane` sits inside a record.
+    pub fn region(&self, plane: Plane) -> Region {
+        self.regions[plane.index()]
+    }
+
+    /// Device bytes of all four planes.
+    pub fn device_bytes(&self) -> u64 {
+        self.buffers.iter().map(wgpu::Buffer::size).sum()
+    }
+
+    /// Bytes of one store record (regions and padding); [`upload_record`](Self::upload_record) takes at
+    /// least this many.
+    pub fn record_bytes(&self) -> usize {
+        self.record_bytes
+    }
+
+    /// The device the planes live on.
+    pub fn device(&self) -> &wgpu::Device {
+        &self.device
+    }
+
+    /// The queue uploads go through.
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.queue
+    }
+
+    /// Copies the four regions of `record` (one store record) into `slot` of each plane with
+    /// `queue.write_buffer`, then submits so the copies start (and their staging memory is freed) without
+    /// waiting for the engine's next submit. Returns before the device has the bytes; queue order puts the
+    /// copies before any later submit that reads the slot. Safe to call from several threads for different
+    /// slots.
+    ///
+    /// # Errors
+    ///
+    /// A slot past the pool or a record shorter than the layout's record.
+    // Performance notes: on the H200 (DESIGN.md) `write_buffer` of 5 MB records ran at 3.3–5.7 GB/s from one
+    // thread, a ring of mapped MAP_WRITE staging buffers + copy at 12.8 GB/s; the ring is not built yet.
+    pub fn upload_record(&self, slot: Slot, record: &[u8]) -> Result<(), BackendError> {
+        if slot.index() >= self.slots {
+            return Err(format!("{slot} is past the GPU pool's {} slots", self.slots).into());
+        }
+        if record.len() < self.record_bytes {
+            return Err(format!(
+                "record of {} bytes, the layout's records are {}",
+                record.len(),
+                self.record_bytes
+            )
+            .into());
+        }
+        for plane in Plane::ALL {
+            let r = self.region(plane);
+            let src = &record[r.offset as usize..r.end() as usize];
+            self.queue.write_buffer(self.buffer(plane), self.slot_offset(plane, slot), src);
+        }
+        self.queue.submit([]);
+        Ok(())
+    }
+
+    /// A ring of `len` (at least 1) mapped `MAP_WRITE` staging buffers of one record each, for one thread's
+    /// [`upload_staged`](Self::upload_staged) calls.
+    pub fn staging_ring(&self, len: usize) -> StagingRing {
+        let size = (self.record_bytes as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
+        let entries = (0..len.max(1))
+            .map(|_| RingEntry {
+                buffer: self.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("expert staging"),
+                    size,
+                    usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: true,
+                }),
+                state: Arc::new(AtomicU8::new(MAPPED)),
+                submission: None,
+            })
+            .collect();
+        StagingRing { entries, next: 0 }
+    }
+
+    /// Uploads `record` into `slot` through the next buffer of `ring`: waits until that buffer is mapped
+    /// again (its previous copy done), copies the record into it, unmaps it, records one
+    /// `copy_buffer_to_buffer` per plane, submits, and asks for the buffer to be mapped again. Same ordering
+    /// promise as [`upload_record`](Self::upload_record).
+    ///
+    /// # Errors
+    ///
+    /// As [`upload_record`](Self::upload_record), and a staging buffer the device failed to map.
+    // Performance notes: DESIGN.md's H200 figures (write_buffer 3.3–5.7 GB/s, a reused mapped ring + copy
+    // 12.8 GB/s from one thread) are why this exists; the record is still read into a `RecordBuf` first and
+    // copied here, because the store's reader only reads into a `RecordBuf`.
+    pub fn upload_staged(
+        &self,
+        slot: Slot,
+        record: &[u8],
+        ring: &mut StagingRing,
+    ) -> Result<(), BackendError> {
+        if slot.index() >= self.slots {
+            return Err(format!("{slot} is past the GPU pool's {} slots", self.slots).into());
+        }
+        if record.len() < self.record_bytes {
+            return Err(format!(
+                "record of {} bytes, the layout's records are {}",
+                record.len(),
+                self.record_bytes
+            )
+            .into());
+        }
+        let at = ring.next;
+        ring.next = (ring.next + 1) % ring.entries.len();
+        let entry = &mut ring.entries[at];
+        if let Some(index) = entry.submission.take() {
+            self.device
+                .poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: None })
+                .map_err(|e| format!("waiting for an expert staging buffer: {e}"))?;
+        }
+        // The map callback runs in a poll after the copy finished; another thread's poll may be running it.
+        while entry.state.load(Ordering::Acquire) == PENDING {
+            self.device.poll(wgpu::PollType::Poll).map_err(|e| format!("polling the device: {e}"))?;
+            std::thread::yield_now();
+        }
+        if entry.state.load(Ordering::Acquire) == FAILED {
+            return Err("the device failed to map an expert staging buffer".into());
+        }
+        {
+            let mut view = entry
+                .buffer
+                .get_mapped_range_mut(..)
+                .map_err(|e| format!("expert staging buffer not mapped: {e}"))?;
+            view.slice(..self.record_bytes).copy_from_slice(&record[..self.record_bytes]);
+        }
+        entry.buffer.unmap();
+        let mut enc = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("expert upload") });
+        for plane in Plane::ALL {
+            let r = self.region(plane);
+            enc.copy_buffer_to_buffer(
+                &entry.buffer,
+                r.offset,
+                self.buffer(plane),
+                self.slot_offset(plane, slot),
+                r.len,
+            );
+        }
+        entry.submission = Some(self.queue.submit([enc.finish()]));
+        entry.state.store(PENDING, Ordering::Release);
+        let state = Arc::clone(&entry.state);
+        entry.buffer.map_async(wgpu::MapMode::Write, .., move |r| {
+            state.store(if r.is_ok() { MAPPED } else { FAILED }, Ordering::Release);
+        });
+        Ok(())
+    }
+}
+
+const PENDING: u8 = 0;
+const MAPPED: u8 = 1;
+const FAILED: u8 = 2;
+
+/// One thread's ring of mapped staging buffers for [`GpuPool::upload_staged`].
+#[derive(Debug)]
+pub struct StagingRing {
+    entries: Vec<RingEntry>,
+    next: usize,
+}
+
+#[derive(Debug)]
+struct RingEntry {
+    buffer: wgpu::Buffer,
+    /// `PENDING` after a copy was submitted, `MAPPED` once mapped again, `FAILED` if the map failed.
+    state: Arc<AtomicU8>,
+    /// The submission that copies out of the buffer, until waited for.
+    submission: Option<wgpu::SubmissionIndex>,
+}
+
+/// How [`GpuBackend`] moves a record from host memory into the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum UploadMethod {
+    /// [`GpuPool::upload_record`]: `queue.write_buffer` per plane (wgpu stages each write itself).
+    #[default]
+    WriteBuffer,
+    /// [`GpuPool::upload_staged`]: each reader thread's ring of this many mapped staging buffers.
+    StagingRing(usize),
+}
+
+/// The [`Backend`] of the GPU pool: reads records with the store's [`RecordReader`] (`pread`, O_DIRECT when
+/// the reader was opened so) into a per-thread aligned buffer and uploads them with
+/// [`GpuPool::upload_record`].
+#[derive(Debug)]
+pub struct GpuBackend {
+    pool: GpuPool,
+    reader: RecordReader,
+    method: UploadMethod,
+}
+
+impl GpuBackend {
+    /// A backend filling `pool` from `reader`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BadLayout`] when the reader's record layout is not the one the pool was made for.
+    pub fn new(pool: GpuPool, reader: RecordReader) -> Result<Self> {
+        let regions = Plane::ALL.map(|p| p.region(reader.layout()));
+        if regions != pool.regions || reader.layout().record_bytes as usize != pool.record_bytes {
+            return Err(Error::BadLayout {
+                reason: format!(
+                    "the store's records ({} bytes, regions {regions:?}) are not those the pool was made for \
+                     ({} bytes, regions {:?})",
+                    reader.layout().record_bytes,
+                    pool.record_bytes,
+                    pool.regions
+                ),
+            });
+        }
+        Ok(Self { pool, reader, method: UploadMethod::default() })
+    }
+
+    /// Uses `method` for uploads (the default is [`UploadMethod::WriteBuffer`]).
+    pub fn with_method(mut self, method: UploadMethod) -> Self {
+        self.method = method;
+        self
+    }
+
+    /// The upload method.
+    pub fn method(&self) -> UploadMethod {
+        self.method
+    }
+
+    /// The device pool (its buffers are what the expert kernels bind).
+    pub fn pool(&self) -> &GpuPool {
+        &self.pool
+    }
+
+    /// The record reader.
+    pub fn reader(&self) -> &RecordReader {
+        &self.reader
+    }
+}
+
+/// One reader thread's staging of [`GpuBackend`]: an O_DIRECT-aligned record buffer, and the thread's ring of
+/// mapped staging buffers with [`UploadMethod::StagingRing`].
+#[derive(Debug)]
+pub struct GpuStaging {
+    record: RecordBuf,
+    ring: Option<StagingRing>,
+}
+
+impl GpuStaging {
+    /// The bytes last read (a whole record, padded to the alignment).
+    pub fn bytes(&self) -> &[u8] {
+        self.record.as_slice()
+    }
+}
+
+impl Backend for GpuBackend {
+    type Staging = GpuStaging;
+
+    fn record_bytes(&self) -> usize {
+        self.pool.record_bytes
+    }
+
+    fn staging(&self) -> GpuStaging {
+        let ring = match self.method {
+            UploadMethod::WriteBuffer => None,
+            UploadMethod::StagingRing(len) => Some(self.pool.staging_ring(len)),
+        };
+        GpuStaging { record: RecordBuf::new(self.pool.record_bytes), ring }
+    }
+
+    fn read(&self, key: ExpertKey, staging: &mut GpuStaging) -> Result<usize, BackendError> {
+        self.reader.read(key, &mut staging.record)?;
+        Ok(self.pool.record_bytes)
+    }
+
+    fn upload(&self, slot: Slot, staging: &mut GpuStaging) -> Result<(), BackendError> {
+        match &mut staging.ring {
+            None => self.pool.upload_record(slot, staging.record.as_slice()),
+            Some(ring) => self.pool.upload_staged(slot, staging.record.as_slice(), ring),
+        }
+    }
+}
+
+/// Checks that `layout` holds Q8_0 planes the expert kernels read, returning the four regions.
+fn check_layout(layout: &ExpertLayout) -> Result<[Region; 4]> {
+    let bad = |reason: String| Err(Error::BadLayout { reason });
+    if layout.quant_type != "q8_0" {
+        return bad(format!("quant type {:?}; the expert kernels read q8_0 only", layout.quant_type));
+    }
+    let (h, f) = (layout.hidden, layout.ffn);
+    if h == 0 || f == 0 || !h.is_multiple_of(32) || !f.is_multiple_of(32) {
+        return bad(format!("hidden {h} and ffn {f} must be non-zero multiples of 32"));
+    }
+    let want = [2 * f * h, 2 * f * h / 16, h * f, h * f / 16];
+    let regions = Plane::ALL.map(|p| p.region(layout));
+    for ((plane, region), want) in Plane::ALL.into_iter().zip(regions).zip(want) {
+        if region.len != want {
+            return bad(format!(
+                "{} is {} bytes, expected {want} for hidden {h}, ffn {f}",
+                plane.name(),
+                region.len
+            ));
+        }
+        if region.end() > layout.record_bytes {
+            return bad(format!(
+                "{} ends at {}, past the {}-byte record",
+                plane.name(),
+                region.end(),
+                layout.record_bytes
+            ));
+        }
+    }
+    Ok(regions)
+}
+
+/// `None` when the expert kernels can bind a pool of `slots` slots whose larger plane takes `big` bytes a
+/// slot and smaller `small`; otherwise the smallest split step in slots, which does not fit a binding.
+///
+/// Mirrors `plan_row_split` in diskformer-kernels: split points must be 256-byte (`align`) aligned in both
+/// planes, so a part holds a multiple of `lcm(align / gcd(align, big), align / gcd(align, small))` slots.
+fn unbindable_step(slots: u64, big: u64, small: u64, max_binding: u64, align: u64) -> Option<u64> {
+    if slots * big <= max_binding {
+        return None;
+    }
+    let step = lcm(align / gcd(align, big), align / gcd(align, small));
+    (max_binding / big / step == 0).then_some(step)
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+fn lcm(a: u64, b: u64) -> u64 {
+    a / gcd(a, b) * b
+}
+
+/// The value of a future that is already ready (wgpu's native error scopes resolve at once), else `None`.
+fn ready<T>(fut: impl Future<Output = T>) -> Option<T> {
+    let mut cx = std::task::Context::from_waker(Waker::noop());
+    match pin!(fut).poll(&mut cx) {
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(h: u64, f: u64) -> ExpertLayout {
+        let mut offset = 0;
+        let mut region = |len: u64| {
+            let r = Region { offset, len };
+            offset = (offset + len).div_ceil(256) * 256;
+            r
+        };
+        let (gate_up_quants, gate_up_scales) = (region(2 * f * h), region(2 * f * h / 16));
+        let (down_quants, down_scales) = (region(h * f), region(h * f / 16));
+        ExpertLayout {
+            quant_type: "q8_0".into(),
+            n_layers: 2,
+            n_experts: 4,
+            hidden: h,
+            ffn: f,
+            record_bytes: offset.div_ceil(4096) * 4096,
+            gate_up_quants,
+            gate_up_scales,
+            down_quants,
+            down_scales,
+        }
+    }
+
+    #[test]
+    fn qwen_layout_passes_and_q4_is_refused() {
+        let l = layout(2048, 768);
+        assert_eq!(l.record_bytes, 5_013_504);
+        assert!(check_layout(&l).is_ok());
+        let q4 = ExpertLayout { quant_type: "q4_0".into(), ..l.clone() };
+        assert!(matches!(check_layout(&q4), Err(Error::BadLayout { .. })));
+        let short =
+            ExpertLayout { down_scales: Region { offset: l.down_scales.offset, len: 4 }, ..l.clone() };
+        assert!(matches!(check_layout(&short), Err(Error::BadLayout { .. })));
+        let past = ExpertLayout { record_bytes: l.down_scales.offset, ..l };
+        assert!(matches!(check_layout(&past), Err(Error::BadLayout { .. })));
+    }
+
+    #[test]
+    fn split_step_matches_the_kernels_plan() {
+        // Qwen3-30B-A3B's gate‖up plane (3 MiB a slot) under lavapipe's 128 MiB binding: 1 slot steps.
+        let (big, small) = (2 * 768 * 2048, 2 * 768 * 2048 / 16);
+        assert_eq!(unbindable_step(800, big, small, 128 << 20, 256), None);
+        assert_eq!(unbindable_step(40, big, small, big * 40, 256), None);
+        // Slots of 96 and 6 bytes split at multiples of 128 slots (lcm(256/32, 256/2)); 127 slots' worth of
+        // binding cannot take one step.
+        assert_eq!(unbindable_step(1000, 96, 6, 96 * 127, 256), Some(128));
+        assert_eq!(unbindable_step(1000, 96, 6, 96 * 128, 256), None);
+        // One slot larger than a binding.
+        assert_eq!(unbindable_step(2, big, small, big - 1, 256), Some(1));
+    }
+}

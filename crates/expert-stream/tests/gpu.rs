@@ -1,0 +1,267 @@
+//! The GPU backend on a real device (lavapipe in CI): every region of each record read from a store lands in
+//! the right slot of the matching plane, through misses, evictions and concurrent uploads; pools the device or
+//! the expert kernels cannot hold are refused with the numbers.
+
+mod common;
+
+use std::collections::HashSet;
+
+use common::gpu::{TempDir, read_back, store};
+use diskformer_expert_stream::{
+    Error, ExpertKey, ExpertPool, GpuBackend, GpuPool, Plane, PoolConfig, Slot, UploadMethod,
+};
+use diskformer_store::{RecordBuf, RecordReader};
+
+fn record(reader: &RecordReader, key: ExpertKey) -> Vec<u8> {
+    let mut buf = RecordBuf::new(reader.layout().record_bytes as usize);
+    reader.read(key, &mut buf).unwrap();
+    buf.as_slice()[..reader.layout().record_bytes as usize].to_vec()
+}
+
+/// Checks that `slot` of every plane of `pool` holds the matching region of `record`, given the planes read
+/// back.
+fn assert_slot_holds(pool: &GpuPool, planes: &[Vec<u8>; 4], slot: Slot, key: ExpertKey, record: &[u8]) {
+    for (plane, bytes) in Plane::ALL.into_iter().zip(planes) {
+        let r = pool.region(plane);
+        let at = pool.slot_offset(plane, slot) as usize;
+        let got = &bytes[at..at + r.len as usize];
+        let want = &record[r.offset as usize..r.end() as usize];
+        if let Some(i) = got.iter().zip(want).position(|(g, w)| g != w) {
+            panic!(
+                "{key} in {slot}, plane {}: byte {i} is {} on the device, {} in the record",
+                plane.name(),
+                got[i],
+                want[i]
+            );
+        }
+    }
+}
+
+fn read_planes(ctx: &diskformer_kernels::Context, pool: &GpuPool) -> [Vec<u8>; 4] {
+    Plane::ALL.map(|p| read_back(ctx, pool.buffer(p)))
+}
+
+#[test]
+fn records_land_in_their_slots_through_misses_and_evictions() {
+    land_through_misses_and_evictions(UploadMethod::WriteBuffer);
+}
+
+#[test]
+fn records_land_in_their_slots_through_a_staging_ring() {
+    land_through_misses_and_evictions(UploadMethod::StagingRing(2));
+    land_through_misses_and_evictions(UploadMethod::StagingRing(1));
+}
+
+fn land_through_misses_and_evictions(method: UploadMethod) {
+    let ctx = gpu_or_skip!();
+    let dir = TempDir::new("gpu-land");
+    let (layers, experts, slots) = (2, 8, 5);
+    let store = store(dir.path(), layers, experts, 64, 96, 7);
+    let layout = store.layout().experts.clone().unwrap();
+    let gpu = GpuPool::new(ctx, &layout, slots).unwrap();
+    assert_eq!(gpu.slot_bytes(Plane::GateUpQ), 2 * 96 * 64);
+    assert_eq!(gpu.buffer(Plane::DownScales).size(), slots as u64 * 64 * 96 / 16);
+    let backend = GpuBackend::new(gpu, store.record_reader(true).unwrap()).unwrap().with_method(method);
+    assert_eq!(backend.method(), method);
+    let mut config = PoolConfig::new(slots, layers, experts as u32);
+    config.readers = 2; // fewer readers than misses, so a thread's staging is reused
+    let pool = ExpertPool::new(backend, config).unwrap();
+
+    let first = pool.ensure(0, &[6, 1, 3]).unwrap();
+    pool.release(first);
+    let second = pool.ensure(1, &[7, 0, 2]).unwrap(); // evicts one of layer 0's
+    pool.release(second);
+    let third = pool.ensure(0, &[5, 6]).unwrap();
+    pool.release(third);
+    pool.drain();
+    let stats = pool.stats();
+    assert!(stats.evictions >= 3, "{stats}");
+
+    let reader = store.record_reader(false).unwrap();
+    let gpu = pool.backend().pool();
+    let planes = read_planes(ctx, gpu);
+    let mut seen = HashSet::new();
+    let mut checked = 0;
+    for layer in 0..layers {
+        for expert in 0..experts as u32 {
+            let key = ExpertKey::new(layer, expert);
+            let Some(slot) = pool.slot_of(key) else { continue };
+            assert!(seen.insert(slot), "{slot} holds two records");
+            let rec = record(&reader, key);
+            assert_slot_holds(gpu, &planes, slot, key, &rec);
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, slots, "every slot holds a record");
+    // The records differ, so a record in the wrong slot cannot pass.
+    let a = record(&reader, ExpertKey::new(0, 5));
+    let b = record(&reader, ExpertKey::new(0, 6));
+    assert_ne!(a, b);
+}
+
+#[test]
+fn concurrent_uploads_each_land_in_their_slot() {
+    concurrent_uploads(false);
+}
+
+#[test]
+fn concurrent_staged_uploads_each_land_in_their_slot() {
+    concurrent_uploads(true);
+}
+
+fn concurrent_uploads(staged: bool) {
+    let ctx = gpu_or_skip!();
+    let dir = TempDir::new("gpu-threads");
+    let store = store(dir.path(), 1, 16, 32, 64, 11);
+    let layout = store.layout().experts.clone().unwrap();
+    let reader = store.record_reader(false).unwrap();
+    let gpu = GpuPool::new(ctx, &layout, 16).unwrap();
+    // Slot s gets expert 15 - s, four threads at once.
+    std::thread::scope(|s| {
+        for t in 0..4u32 {
+            let (gpu, reader) = (&gpu, &reader);
+            s.spawn(move || {
+                let mut ring = gpu.staging_ring(2);
+                for slot in (t..16).step_by(4) {
+                    let rec = record(reader, ExpertKey::new(0, 15 - slot));
+                    if staged {
+                        gpu.upload_staged(Slot(slot), &rec, &mut ring).unwrap();
+                    } else {
+                        gpu.upload_record(Slot(slot), &rec).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    let planes = read_planes(ctx, &gpu);
+    for slot in 0..16 {
+        let key = ExpertKey::new(0, 15 - slot);
+        assert_slot_holds(&gpu, &planes, Slot(slot), key, &record(&reader, key));
+    }
+    assert!(gpu.upload_record(Slot(16), &record(&reader, ExpertKey::new(0, 0))).is_err());
+    assert!(gpu.upload_record(Slot(0), &[0; 64]).is_err());
+    let mut ring = gpu.staging_ring(1);
+    assert!(gpu.upload_staged(Slot(16), &record(&reader, ExpertKey::new(0, 0)), &mut ring).is_err());
+    assert!(gpu.upload_staged(Slot(0), &[0; 64], &mut ring).is_err());
+}
+
+#[test]
+fn pools_the_device_or_kernels_cannot_hold_are_refused() {
+    let ctx = gpu_or_skip!();
+    let dir = TempDir::new("gpu-refuse");
+    let store = store(dir.path(), 1, 4, 64, 32, 3);
+    let layout = store.layout().experts.clone().unwrap();
+    let plane = 2 * 32 * 64; // gate‖up int8 bytes per slot, the largest plane
+
+    let limits = wgpu::Limits { max_buffer_size: 10 * plane - 1, ..ctx.limits.clone() };
+    let err = GpuPool::with_device(&ctx.device, &ctx.queue, &limits, &layout, 10).unwrap_err();
+    assert!(
+        matches!(err, Error::PlaneTooLarge { plane: "gate_up_q", slots: 10, max_slots: 9, .. }),
+        "{err:?}"
+    );
+
+    let limits = wgpu::Limits { max_storage_buffer_binding_size: plane - 1, ..ctx.limits.clone() };
+    let err = GpuPool::with_device(&ctx.device, &ctx.queue, &limits, &layout, 10).unwrap_err();
+    assert!(matches!(err, Error::Unbindable { plane: "gate_up_q", .. }), "{err:?}");
+    // Over one binding but splittable: fine.
+    let limits = wgpu::Limits { max_storage_buffer_binding_size: 3 * plane, ..ctx.limits.clone() };
+    assert!(GpuPool::with_device(&ctx.device, &ctx.queue, &limits, &layout, 10).is_ok());
+
+    assert!(matches!(GpuPool::new(ctx, &layout, 0), Err(Error::InvalidConfig { field: "slots", .. })));
+
+    // A reader of another shape is not this pool's.
+    let other_dir = TempDir::new("gpu-refuse-other");
+    let other = common::gpu::store(other_dir.path(), 1, 4, 32, 32, 3);
+    let gpu = GpuPool::new(ctx, &layout, 2).unwrap();
+    let err = GpuBackend::new(gpu, other.record_reader(false).unwrap()).unwrap_err();
+    assert!(matches!(err, Error::BadLayout { .. }), "{err:?}");
+}
+
+/// The pool's planes are what the expert kernels read: gate‖up and down GEMVs of three picks through the
+/// slot index match the CPU reference computed from the store's records.
+#[test]
+fn expert_kernels_read_the_pool_planes() {
+    use diskformer_kernels::{ExpertPlanes, Kernels, View, cpu};
+    use half::f16;
+    use wgpu::util::DeviceExt;
+
+    let ctx = gpu_or_skip!();
+    let dir = TempDir::new("gpu-kernels");
+    let (layers, experts, slots, h, f) = (2, 8, 5, 64u64, 96u64);
+    let store = store(dir.path(), layers, experts, h, f, 21);
+    let layout = store.layout().experts.clone().unwrap();
+    let gpu = GpuPool::new(ctx, &layout, slots).unwrap();
+    let backend = GpuBackend::new(gpu, store.record_reader(false).unwrap()).unwrap();
+    let pool = ExpertPool::new(backend, PoolConfig::new(slots, layers, experts as u32)).unwrap();
+    let warm = pool.ensure(0, &[0, 1, 2]).unwrap(); // so the picks below do not sit in slots 0..3
+    pool.release(warm);
+    let ids = [6, 2, 4];
+    let pinned = pool.ensure(1, &ids).unwrap();
+    let slot_idx: Vec<u32> = pinned.slots().iter().map(|s| s.0).collect();
+    assert_ne!(slot_idx, [0, 1, 2], "the picks should not sit in slots named like their pick order");
+
+    let kernels = Kernels::new(ctx);
+    let init = |bytes: &[u8]| {
+        ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: None,
+            contents: bytes,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        })
+    };
+    let mut rng = common::gpu::Rng(5);
+    let mut xs = |n: u64| -> Vec<f32> {
+        (0..n).map(|_| (rng.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0).collect()
+    };
+    let x_gate_up = xs(h); // one token, its three picks share the input
+    let x_down = xs(3 * f); // one input per pick
+    let slot_buf = init(bytemuck::cast_slice(&slot_idx));
+    let planes = pool.backend().pool();
+    let gpu_planes = |q: Plane, s: Plane, rows: u64, cols: u64| ExpertPlanes {
+        q: View::from(planes.buffer(q)),
+        scales: View::from(planes.buffer(s)),
+        slots: slots as u32,
+        rows: rows as u32,
+        cols: cols as u32,
+    };
+    let cases = [
+        (gpu_planes(Plane::GateUpQ, Plane::GateUpScales, 2 * f, h), &x_gate_up, 3, 2 * f, h),
+        (gpu_planes(Plane::DownQ, Plane::DownScales, h, f), &x_down, 1, h, f),
+    ];
+    let reader = store.record_reader(false).unwrap();
+    for (which, (p, x, x_div, rows, cols)) in cases.into_iter().enumerate() {
+        let x_buf = init(bytemuck::cast_slice(x));
+        let y_buf = init(&vec![0xff; (3 * rows * 4) as usize]);
+        let d = kernels
+            .expert_q8_gemv(p, View::from(&x_buf), View::from(&slot_buf), View::from(&y_buf), 3, x_div)
+            .unwrap();
+        let mut enc = ctx.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            d.record(&mut pass);
+        }
+        ctx.queue.submit([enc.finish()]);
+        let y: Vec<f32> = bytemuck::pod_collect_to_vec(&read_back(ctx, &y_buf));
+        let (q_plane, s_plane) = if which == 0 {
+            (Plane::GateUpQ, Plane::GateUpScales)
+        } else {
+            (Plane::DownQ, Plane::DownScales)
+        };
+        for (pick, &e) in ids.iter().enumerate() {
+            let rec = record(&reader, ExpertKey::new(1, e));
+            let (qr, sr) = (planes.region(q_plane), planes.region(s_plane));
+            let q: Vec<i8> = bytemuck::cast_slice(&rec[qr.offset as usize..qr.end() as usize]).to_vec();
+            let s: Vec<f16> = bytemuck::pod_collect_to_vec(&rec[sr.offset as usize..sr.end() as usize]);
+            let xt = &x[pick / x_div as usize * cols as usize..][..cols as usize];
+            let want = cpu::q8_gemv(&q, &s, rows as usize, cols as usize, xt);
+            let got = &y[pick * rows as usize..][..rows as usize];
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-3 * (1.0 + w.abs()),
+                    "{} pick {pick} (E{e}) row {i}: gpu {g}, cpu {w}",
+                    q_plane.name()
+                );
+            }
+        }
+    }
+    pool.release(pinned);
+}
