@@ -1,0 +1,78 @@
+//! Config from metadata: the real Qwen3-30B-A3B values, the architecture checked first, every missing key
+//! named at once, bad values refused.
+
+use diskformer_gguf::{Metadata, Value};
+use diskformer_qwen3_moe::{Config, Error};
+
+fn qwen3_30b_a3b() -> Metadata {
+    let mut m = Metadata::new();
+    m.insert("general.architecture", Value::String("qwen3moe".into()));
+    for (k, v) in [
+        ("block_count", 48u32),
+        ("context_length", 40960),
+        ("embedding_length", 2048),
+        ("attention.head_count", 32),
+        ("attention.head_count_kv", 4),
+        ("attention.key_length", 128),
+        ("attention.value_length", 128),
+        ("expert_count", 128),
+        ("expert_used_count", 8),
+        ("expert_feed_forward_length", 768),
+    ] {
+        m.insert(format!("qwen3moe.{k}"), Value::U32(v));
+    }
+    m.insert("qwen3moe.rope.freq_base", Value::F32(1_000_000.0));
+    m.insert("qwen3moe.attention.layer_norm_rms_epsilon", Value::F32(1e-6));
+    m
+}
+
+fn without(m: &Metadata, drop: &[&str]) -> Metadata {
+    let mut out = Metadata::new();
+    for (k, v) in m.iter().filter(|(k, _)| !drop.contains(k)) {
+        out.insert(k, v.clone());
+    }
+    out
+}
+
+#[test]
+fn reads_the_real_shape() {
+    let c = Config::from_metadata(&qwen3_30b_a3b()).unwrap();
+    assert_eq!((c.block_count, c.embedding_length, c.head_count, c.head_count_kv), (48, 2048, 32, 4));
+    assert_eq!((c.expert_count, c.expert_used_count, c.expert_feed_forward_length), (128, 8, 768));
+    assert_eq!((c.rope_freq_base, c.layer_norm_rms_epsilon, c.gqa_ratio()), (1e6, 1e-6, 8));
+}
+
+#[test]
+fn architecture_is_checked_first() {
+    let mut m = without(&qwen3_30b_a3b(), &["general.architecture", "qwen3moe.block_count"]);
+    assert!(matches!(Config::from_metadata(&m), Err(Error::WrongArchitecture { found }) if found.is_empty()));
+    m.insert("general.architecture", Value::String("llama".into()));
+    assert!(matches!(Config::from_metadata(&m), Err(Error::WrongArchitecture { found }) if found == "llama"));
+}
+
+#[test]
+fn every_missing_key_is_named_at_once() {
+    let m = without(&qwen3_30b_a3b(), &["qwen3moe.expert_count", "qwen3moe.rope.freq_base"]);
+    match Config::from_metadata(&m) {
+        Err(Error::MissingKeys { keys }) => {
+            assert_eq!(keys, ["qwen3moe.rope.freq_base", "qwen3moe.expert_count"])
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn bad_values_are_refused() {
+    let cases: [(&str, Value); 5] = [
+        ("qwen3moe.attention.head_count_kv", Value::U32(5)),
+        ("qwen3moe.expert_used_count", Value::U32(129)),
+        ("qwen3moe.embedding_length", Value::U32(2047)),
+        ("qwen3moe.block_count", Value::String("48".into())),
+        ("qwen3moe.rope.freq_base", Value::U32(1)),
+    ];
+    for (key, value) in cases {
+        let mut m = without(&qwen3_30b_a3b(), &[key]);
+        m.insert(key, value);
+        assert!(matches!(Config::from_metadata(&m), Err(Error::BadValue { .. })), "{key}");
+    }
+}
