@@ -77,6 +77,28 @@ fn time(g: &Gpu, ds: &[Dispatch], iters: u64) -> Duration {
     start.elapsed()
 }
 
+/// Like [`time`] but only records and finishes the command buffers, never submits: the CPU's cost per
+/// dispatch, the floor under any time [`time`] reports.
+fn encode_only(g: &Gpu, ds: &[Dispatch], iters: u64) -> Duration {
+    let start = Instant::now();
+    let mut left = iters;
+    let mut i = 0;
+    while left > 0 {
+        let n = left.min(512);
+        let mut enc = g.ctx.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            for _ in 0..n {
+                ds[i % ds.len()].record(&mut pass);
+                i += 1;
+            }
+        }
+        std::hint::black_box(enc.finish());
+        left -= n;
+    }
+    start.elapsed()
+}
+
 fn copies(bytes: u64) -> usize {
     ROTATION_BYTES.div_ceil(bytes).clamp(1, 64) as usize
 }
@@ -98,8 +120,14 @@ fn bench_q8_gemv(c: &mut Criterion, g: &Gpu) {
         // between them and the bench sees the kernel, not the pipeline drain.
         let ys: Vec<wgpu::Buffer> = (0..n).map(|i| buffer(g, 4 * u64::from(rows), 8 + i as u64)).collect();
         group.throughput(Throughput::Bytes(qbytes + sbytes));
-        for (variant, k) in [("subgroup", &g.sg), ("plain", &g.plain)] {
-            if variant == "subgroup" && !k.subgroups() {
+        // `_rows2`: q8_gemv_rows2, two rows per lane, beside the one-row kernel for comparison.
+        for (variant, k, rows2) in [
+            ("subgroup", &g.sg, false),
+            ("plain", &g.plain, false),
+            ("subgroup_rows2", &g.sg, true),
+            ("plain_rows2", &g.plain, true),
+        ] {
+            if variant.starts_with("subgroup") && !k.subgroups() {
                 continue;
             }
             let ds: Vec<Dispatch> = planes
@@ -107,7 +135,11 @@ fn bench_q8_gemv(c: &mut Criterion, g: &Gpu) {
                 .zip(&ys)
                 .map(|((q, s), y)| {
                     let w = Q8Matrix { q: q.into(), scales: s.into(), rows, cols };
-                    k.q8_gemv(w, (&x).into(), y.into(), 1).expect("bind")
+                    if rows2 {
+                        k.q8_gemv_rows2(w, (&x).into(), y.into(), 1).expect("bind")
+                    } else {
+                        k.q8_gemv(w, (&x).into(), y.into(), 1).expect("bind")
+                    }
                 })
                 .collect();
             group.bench_function(format!("{name}/{variant}"), |b| b.iter_custom(|iters| time(g, &ds, iters)));
@@ -179,46 +211,99 @@ fn bench_small(c: &mut Criterion, g: &Gpu) {
     group.throughput(Throughput::Bytes(wbytes));
     group.bench_function("f32_gemv/router_128x2048", |b| b.iter_custom(|iters| time(g, &ds, iters)));
 
-    // Decode attention at position 4095 of the real head shapes: reads K and V up to there.
-    let s = AttentionShape { heads: 32, kv_heads: 4, head_dim: 128, tokens: 1, ctx: 4096 };
-    let kv_bytes = u64::from(s.ctx * s.kv_heads * s.head_dim) * 2;
-    let caches: Vec<(wgpu::Buffer, wgpu::Buffer)> = (0..copies(2 * kv_bytes))
-        .map(|i| (buffer(g, kv_bytes, i as u64), buffer(g, kv_bytes, 50 + i as u64)))
-        .collect();
-    let q = buffer(g, 4 * 32 * 128, 3);
-    let pos = buffer(g, 4, 4);
-    g.ctx.queue.write_buffer(&pos, 0, bytemuck::bytes_of(&4095u32));
-    let outs: Vec<wgpu::Buffer> = (0..caches.len()).map(|i| buffer(g, 4 * 32 * 128, 5 + i as u64)).collect();
-    let ds: Vec<Dispatch> = caches
-        .iter()
-        .zip(&outs)
-        .map(|((k, v), out)| {
-            g.sg.attention((&q).into(), k.into(), v.into(), (&pos).into(), out.into(), s).expect("bind")
-        })
-        .collect();
-    group.throughput(Throughput::Bytes(2 * kv_bytes));
-    group.bench_function("attention/decode_pos4095", |b| b.iter_custom(|iters| time(g, &ds, iters)));
+    group.finish();
+    bench_attention(c, g);
+}
 
-    // The split-K pair on the same caches: two dispatches per step.
-    let partials: Vec<wgpu::Buffer> =
-        (0..caches.len()).map(|i| buffer(g, 4 * s.partial_len(), 70 + i as u64)).collect();
-    let ds: Vec<Dispatch> = caches
-        .iter()
-        .zip(&partials)
-        .zip(&outs)
-        .flat_map(|(((k, v), part), out)| {
-            [
-                g.sg.attention_split((&q).into(), k.into(), v.into(), (&pos).into(), part.into(), s)
-                    .expect("bind"),
-                g.sg.attention_combine(part.into(), (&pos).into(), out.into(), s).expect("bind"),
-            ]
-        })
-        .collect();
-    // Two dispatches make one attention: count the bytes once per pair.
-    group.throughput(Throughput::Bytes(kv_bytes));
-    group.bench_function("attention_split/decode_pos4095", |b| b.iter_custom(|iters| time(g, &ds, iters)));
+/// Decode attention at position 4095 of Qwen3-30B-A3B's head shapes (32 query heads, 4 kv heads, d = 128,
+/// f16 cache `[ctx, 4, 128]`): reads K and V up to there, 8 MiB, counted once per attention. Two cache
+/// sizes: exactly 4,096 positions, and the model's full 40,960 (what a decode engine allocates, so the
+/// split kernel's grid covers 10× the blocks and most of them exit at once).
+fn bench_attention(c: &mut Criterion, g: &Gpu) {
+    let mut group = c.benchmark_group("attention");
+    for ctx in [4096u32, 40_960] {
+        let s = AttentionShape { heads: 32, kv_heads: 4, head_dim: 128, tokens: 1, ctx };
+        let cache_bytes = u64::from(s.ctx * s.kv_heads * s.head_dim) * 2;
+        let read_bytes = 2 * u64::from(4096 * s.kv_heads * s.head_dim) * 2;
+        let caches: Vec<(wgpu::Buffer, wgpu::Buffer)> = (0..copies(2 * cache_bytes))
+            .map(|i| (buffer(g, cache_bytes, i as u64), buffer(g, cache_bytes, 50 + i as u64)))
+            .collect();
+        let q = buffer(g, 4 * 32 * 128, 3);
+        let pos = buffer(g, 4, 4);
+        g.ctx.queue.write_buffer(&pos, 0, bytemuck::bytes_of(&4095u32));
+        let outs: Vec<wgpu::Buffer> =
+            (0..caches.len()).map(|i| buffer(g, 4 * 32 * 128, 5 + i as u64)).collect();
+        group.throughput(Throughput::Bytes(read_bytes));
+        if ctx == 4096 {
+            let ds: Vec<Dispatch> = caches
+                .iter()
+                .zip(&outs)
+                .map(|((k, v), out)| {
+                    g.sg.attention((&q).into(), k.into(), v.into(), (&pos).into(), out.into(), s)
+                        .expect("bind")
+                })
+                .collect();
+            group.bench_function("full/decode_pos4095_ctx4096", |b| {
+                b.iter_custom(|iters| time(g, &ds, iters))
+            });
+        }
+
+        // The split-K pair on the same caches: two dispatches per step, counted as one attention.
+        let partials: Vec<wgpu::Buffer> =
+            (0..caches.len()).map(|i| buffer(g, 4 * s.partial_len(), 70 + i as u64)).collect();
+        let ds: Vec<Dispatch> = caches
+            .iter()
+            .zip(&partials)
+            .zip(&outs)
+            .flat_map(|(((k, v), part), out)| {
+                [
+                    g.sg.attention_split((&q).into(), k.into(), v.into(), (&pos).into(), part.into(), s)
+                        .expect("bind"),
+                    g.sg.attention_combine(part.into(), (&pos).into(), out.into(), s).expect("bind"),
+                ]
+            })
+            .collect();
+        // Each half alone, to see where the pair's time goes (the combine still reads its partial).
+        let mut firsts = Vec::with_capacity(ds.len() / 2);
+        let mut seconds = Vec::with_capacity(ds.len() / 2);
+        for (i, d) in ds.into_iter().enumerate() {
+            if i % 2 == 0 { firsts.push(d) } else { seconds.push(d) }
+        }
+        group.bench_function(format!("split_part1/decode_pos4095_ctx{ctx}"), |b| {
+            b.iter_custom(|iters| time(g, &firsts, iters))
+        });
+        group.bench_function(format!("split_part2/decode_pos4095_ctx{ctx}"), |b| {
+            b.iter_custom(|iters| time(g, &seconds, iters))
+        });
+        group.bench_function(format!("split_part1_encode_only/decode_pos4095_ctx{ctx}"), |b| {
+            b.iter_custom(|iters| encode_only(g, &firsts, iters))
+        });
+        let ds: Vec<Dispatch> = firsts.into_iter().zip(seconds).flat_map(|(a, b)| [a, b]).collect();
+        let name = format!("split/decode_pos4095_ctx{ctx}");
+        group.bench_function(name, |b| b.iter_custom(|iters| time(g, &ds, 2 * iters)));
+    }
     group.finish();
 }
+
+/// The bench's compute-shader copy: `vec4<u32>` loads then stores, 4 per lane at a stride of 256 lanes
+/// (each load instruction of a 32-lane subgroup reads 512 contiguous bytes), 16 KiB per workgroup.
+const COPY_WGSL: &str = r#"
+@group(0) @binding(0) var<storage, read> src: array<vec4<u32>>;
+@group(0) @binding(1) var<storage, read_write> dst: array<vec4<u32>>;
+
+@compute @workgroup_size(256)
+fn copy_vec4(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let base = (wg.y * 65535u + wg.x) * 1024u + li;
+    let a = src[base];
+    let b = src[base + 256u];
+    let c = src[base + 512u];
+    let d = src[base + 768u];
+    dst[base] = a;
+    dst[base + 256u] = b;
+    dst[base + 512u] = c;
+    dst[base + 768u] = d;
+}
+"#;
 
 fn bench_copy(c: &mut Criterion, g: &Gpu) {
     let mut group = c.benchmark_group("copy");
@@ -245,6 +330,79 @@ fn bench_copy(c: &mut Criterion, g: &Gpu) {
             start.elapsed()
         })
     });
+
+    // The same copy as a compute shader, the SMs' own HBM bandwidth (the reference the kernels should be
+    // held to): 256 MiB, or the largest multiple of 16 KiB one binding allows (lavapipe: 128 MiB).
+    let cbytes = bytes.min(g.ctx.max_binding() / (16 << 10) * (16 << 10));
+    let device = &g.ctx.device;
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("copy_vec4"),
+        source: wgpu::ShaderSource::Wgsl(COPY_WGSL.into()),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("copy_vec4"),
+        layout: None,
+        module: &module,
+        entry_point: Some("copy_vec4"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    fn binding(buffer: &wgpu::Buffer, offset: u64, bytes: u64) -> wgpu::BindingResource<'_> {
+        wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer,
+            offset,
+            size: std::num::NonZeroU64::new(bytes),
+        })
+    }
+    // The whole buffer, and 8 MiB (the K + V that decode attention reads at 4,096 positions) from 32
+    // different places into 32 different outputs, so that L2 never holds the source and consecutive
+    // dispatches share no written buffer (no barrier): the HBM reference at attention's size.
+    let small_dsts: Vec<wgpu::Buffer> =
+        (0..cbytes / (8 << 20)).map(|i| buffer(g, 8 << 20, 200 + i)).collect();
+    for size in [cbytes, 8 << 20] {
+        let groups: Vec<wgpu::BindGroup> = (0..cbytes / size)
+            .map(|i| {
+                let (dst, at) = if size == cbytes { (&dst, 0) } else { (&small_dsts[i as usize], 0) };
+                device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some("copy_vec4"),
+                    layout: &pipeline.get_bind_group_layout(0),
+                    entries: &[
+                        wgpu::BindGroupEntry { binding: 0, resource: binding(&src, i * size, size) },
+                        wgpu::BindGroupEntry { binding: 1, resource: binding(dst, at, size) },
+                    ],
+                })
+            })
+            .collect();
+        let wgs = u32::try_from(size / (16 << 10)).expect("workgroups");
+        let (gx, gy) = if wgs <= 65_535 { (wgs, 1) } else { (65_535, wgs / 65_535) };
+        assert_eq!(gx * gy, wgs, "copy size must tile the grid");
+        group.throughput(Throughput::Bytes(2 * size));
+        group.bench_function(format!("compute_vec4_{}MiB", size >> 20), |b| {
+            b.iter_custom(|iters| {
+                wait(g);
+                let start = Instant::now();
+                let mut left = iters;
+                let mut k = 0;
+                while left > 0 {
+                    let n = left.min(64);
+                    let mut enc = device.create_command_encoder(&Default::default());
+                    {
+                        let mut pass = enc.begin_compute_pass(&Default::default());
+                        pass.set_pipeline(&pipeline);
+                        for _ in 0..n {
+                            pass.set_bind_group(0, &groups[k % groups.len()], &[]);
+                            pass.dispatch_workgroups(gx, gy, 1);
+                            k += 1;
+                        }
+                    }
+                    g.ctx.queue.submit([enc.finish()]);
+                    left -= n;
+                }
+                wait(g);
+                start.elapsed()
+            })
+        });
+    }
     group.finish();
 }
 

@@ -18,6 +18,8 @@ pub enum Kernel {
     RmsNorm,
     /// Q8_0 GEMV over T inputs.
     Q8Gemv,
+    /// Q8_0 GEMV over T inputs, two rows per lane (the variant under comparison in the bench).
+    Q8GemvRows2,
     /// Q8_0 GEMM over T tokens (prefill).
     Q8Gemm,
     /// F32 GEMV over T inputs (the router).
@@ -54,10 +56,11 @@ const Q8_HELPERS: &str = include_str!("wgsl/q8_helpers.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 17] = [
+    pub const ALL: [Kernel; 18] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
+        Kernel::Q8GemvRows2,
         Kernel::Q8Gemm,
         Kernel::F32Gemv,
         Kernel::QkNormRope,
@@ -80,6 +83,7 @@ impl Kernel {
             Kernel::EmbedQ8 => "embed_q8",
             Kernel::RmsNorm => "rms_norm",
             Kernel::Q8Gemv => "q8_gemv",
+            Kernel::Q8GemvRows2 => "q8_gemv_rows2",
             Kernel::Q8Gemm => "q8_gemm",
             Kernel::F32Gemv => "f32_gemv",
             Kernel::QkNormRope => "qk_norm_rope",
@@ -99,7 +103,14 @@ impl Kernel {
 
     /// Whether the kernel has a subgroup variant.
     pub fn has_subgroup_variant(self) -> bool {
-        matches!(self, Kernel::Q8Gemv | Kernel::Q8Gemm | Kernel::ExpertQ8Gemv | Kernel::ExpertQ8Gemm)
+        matches!(
+            self,
+            Kernel::Q8Gemv
+                | Kernel::Q8GemvRows2
+                | Kernel::Q8Gemm
+                | Kernel::ExpertQ8Gemv
+                | Kernel::ExpertQ8Gemm
+        )
     }
 
     /// The size in bytes of the kernel's params struct (mirrored in its WGSL `Params`).
@@ -108,7 +119,7 @@ impl Kernel {
         match self {
             Kernel::EmbedQ8 => size_of::<EmbedQ8Params>(),
             Kernel::RmsNorm => size_of::<RmsNormParams>(),
-            Kernel::Q8Gemv => size_of::<Q8GemvParams>(),
+            Kernel::Q8Gemv | Kernel::Q8GemvRows2 => size_of::<Q8GemvParams>(),
             Kernel::Q8Gemm => size_of::<Q8GemmParams>(),
             Kernel::F32Gemv => size_of::<F32GemvParams>(),
             Kernel::QkNormRope => size_of::<QkNormRopeParams>(),
@@ -132,6 +143,7 @@ impl Kernel {
             Kernel::EmbedQ8 => include_str!("wgsl/embed_q8.wgsl"),
             Kernel::RmsNorm => include_str!("wgsl/rms_norm.wgsl"),
             Kernel::Q8Gemv => include_str!("wgsl/q8_gemv.wgsl"),
+            Kernel::Q8GemvRows2 => include_str!("wgsl/q8_gemv_rows2.wgsl"),
             Kernel::Q8Gemm => include_str!("wgsl/q8_gemm.wgsl"),
             Kernel::F32Gemv => include_str!("wgsl/f32_gemv.wgsl"),
             Kernel::QkNormRope => include_str!("wgsl/qk_norm_rope.wgsl"),

@@ -13,7 +13,7 @@
 //! |---|---|---|
 //! | embedding | `embed_q8` | `embed_q8` (T ids) |
 //! | norms | `rms_norm`, `qk_norm_rope` (+ NeoX RoPE, table from [`cpu::rope_cos_sin`]) | same, T rows |
-//! | dense projections, lm head | `q8_gemv` | `q8_gemm` (8 tokens per weight read) |
+//! | dense projections, lm head | `q8_gemv` (lm head: `q8_gemv_rows2`, 1.5× there on the H200) | `q8_gemm` (8 tokens per weight read) |
 //! | KV cache | `kv_store` (f16) | same, T positions |
 //! | attention | `attention_split` + `attention_combine` (split-K) or `attention` | `attention` |
 //! | router | `f32_gemv`, `router_topk` | same, T rows |

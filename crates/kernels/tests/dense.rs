@@ -15,12 +15,14 @@ fn magnitudes(q: &[i8], s: &[half::f16], rows: usize, cols: usize, x: &[f32]) ->
     cpu::q8_gemv(&qa, &sa, rows, cols, &xa)
 }
 
+/// Checks `q8_gemv` and its two-rows-per-lane variant `q8_gemv_rows2` on the same shapes.
 fn check_q8_gemv(g: &Gpu, k: &Kernels, rows: usize, cols: usize, tokens: usize, seed: u64, min_parts: usize) {
-    check_q8(g, k, rows, cols, tokens, seed, min_parts, false);
+    check_q8(g, k, rows, cols, tokens, seed, min_parts, "q8_gemv");
+    check_q8(g, k, rows, cols, tokens, seed, min_parts, "q8_gemv_rows2");
 }
 
 fn check_q8_gemm(g: &Gpu, k: &Kernels, rows: usize, cols: usize, tokens: usize, seed: u64, min_parts: usize) {
-    check_q8(g, k, rows, cols, tokens, seed, min_parts, true);
+    check_q8(g, k, rows, cols, tokens, seed, min_parts, "q8_gemm");
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -32,7 +34,7 @@ fn check_q8(
     tokens: usize,
     seed: u64,
     min_parts: usize,
-    gemm: bool,
+    name: &str,
 ) {
     let mut rng = Rng::new(seed);
     let q = rng.vec_i8(rows * cols);
@@ -41,10 +43,10 @@ fn check_q8(
     let (qb, sb, xb) = (upload(g, &q), upload(g, &s), upload(g, &x));
     let y = poisoned(g, 4 * tokens * rows);
     let w = Q8Matrix { q: (&qb).into(), scales: (&sb).into(), rows: rows as u32, cols: cols as u32 };
-    let d = if gemm {
-        k.q8_gemm(w, (&xb).into(), (&y).into(), tokens as u32).unwrap()
-    } else {
-        k.q8_gemv(w, (&xb).into(), (&y).into(), tokens as u32).unwrap()
+    let d = match name {
+        "q8_gemm" => k.q8_gemm(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
+        "q8_gemv_rows2" => k.q8_gemv_rows2(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
+        _ => k.q8_gemv(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
     };
     assert!(d.parts() >= min_parts, "expected a split into >= {min_parts} parts, got {}", d.parts());
     run(g, &[&d]);
@@ -55,7 +57,6 @@ fn check_q8(
     // 2e-6·Σ|w·x| (≥ 16·eps·Σ|w·x|) covers any order with margin (lavapipe: ≤ 1e-7), while a wrong
     // index or scale moves an output by O(|w·x|), far above it.
     let mag = magnitudes(&q, &s, rows, cols, &x);
-    let name = if gemm { "q8_gemm" } else { "q8_gemv" };
     assert_eq!(d.kernel().name(), name);
     let what = format!("{name} {rows}x{cols} T={tokens} sg={} parts={}", k.subgroups(), d.parts());
     assert_close(&what, &got, &want, &mag, 1e-6, 2e-6);

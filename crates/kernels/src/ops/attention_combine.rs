@@ -14,19 +14,21 @@ pub struct AttentionCombineParams {
     pub tokens: u32,
     /// Positions the cache holds.
     pub ctx: u32,
-    /// Blocks of 128 positions, `ceil(ctx / 128)`.
+    /// Blocks of [`AttentionShape::split_block`] positions, `ceil(ctx / block)`.
     pub blocks: u32,
+    /// Positions per block, [`AttentionShape::split_block`].
+    pub block: u32,
     /// Padding.
-    pub _pad: [u32; 3],
+    pub _pad: [u32; 2],
 }
 const _: () = assert!(size_of::<AttentionCombineParams>() == 32);
 
 impl Kernels {
     /// Split-K attention for decode, part 2 of 2: merges the blocks [`Kernels::attention_split`] wrote.
-    /// Shapes: `partial [T, heads, blocks, d + 2] f32`, `positions [T] u32`, `out [T, heads, d] f32`.
+    /// Shapes: `partial [T, heads, blocks, 4 + d] f32`, `positions [T] u32`, `out [T, heads, d] f32`.
     ///
     /// # Errors
-    /// Shape errors for zero sizes; buffer errors as usual.
+    /// Shape errors for `head_dim` not a multiple of 8 or over 256, zero sizes; buffer errors as usual.
     pub fn attention_combine(
         &self,
         partial: View<'_>,
@@ -36,8 +38,11 @@ impl Kernels {
     ) -> Result<Dispatch> {
         let b = self.binder(Kernel::AttentionCombine);
         let (h, d, t) = (u64::from(s.heads), u64::from(s.head_dim), u64::from(s.tokens));
-        b.ensure(d > 0 && s.ctx > 0, || format!("needs head_dim > 0 and ctx > 0; got {s:?}"))?;
-        let dims = [b.groups("heads", h)?, b.groups("tokens", t)?, 1];
+        b.ensure(d > 0 && d <= 256 && d.is_multiple_of(8) && s.ctx > 0, || {
+            format!("needs head_dim a multiple of 8 up to 256 and ctx > 0; got {s:?}")
+        })?;
+        let dims =
+            [b.groups("heads", h)?, b.groups("tokens", t)?, b.groups("head_dim / 32", d.div_ceil(32))?];
         let bound = vec![
             b.storage("partial", partial, 0, f32s(s.partial_len()))?,
             b.storage("positions", positions, 0, f32s(t))?,
@@ -49,7 +54,8 @@ impl Kernels {
             tokens: s.tokens,
             ctx: s.ctx,
             blocks: s.blocks(),
-            _pad: [0; 3],
+            block: s.split_block(),
+            _pad: [0; 2],
         };
         Ok(b.finish(vec![(p, bound, dims)]))
     }

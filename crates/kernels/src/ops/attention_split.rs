@@ -18,42 +18,53 @@ pub struct AttentionSplitParams {
     pub ctx: u32,
     /// Score scale, 1/sqrt(d).
     pub scale: f32,
-    /// Blocks of 128 positions, `ceil(ctx / 128)`.
+    /// Blocks of [`AttentionShape::split_block`] positions, `ceil(ctx / block)`.
     pub blocks: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// Positions per block, [`AttentionShape::split_block`].
+    pub block: u32,
 }
 const _: () = assert!(size_of::<AttentionSplitParams>() == 32);
 
-/// Cache positions per block of the split attention.
-pub const ATTENTION_BLOCK: u32 = 128;
+/// Passes of one lane over a block in `attention_split.wgsl` (its `PASSES`).
+const SPLIT_PASSES: u32 = 8;
 
 impl AttentionShape {
-    /// Blocks of [`ATTENTION_BLOCK`] positions the split attention uses: `ceil(ctx / 128)`.
-    pub fn blocks(&self) -> u32 {
-        self.ctx.div_ceil(ATTENTION_BLOCK)
+    /// Cache positions per workgroup of the split attention: 8 passes of `128 / lanes` rows, where a row
+    /// (one position, `d` f16) takes `lanes` = `d / 8` rounded up to a power of two, at least 8. So 64
+    /// positions at `d = 128` (256 workgroups at 4,096 positions and 4 kv heads), 32 at 256, 128 at ≤ 64.
+    pub fn split_block(&self) -> u32 {
+        let lanes = (self.head_dim / 8).next_power_of_two().clamp(8, 128);
+        SPLIT_PASSES * (128 / lanes)
     }
 
-    /// f32 values of the split attention's partial buffer: `T · heads · blocks · (d + 2)`.
+    /// Blocks the split attention uses: `ceil(ctx / split_block)`.
+    pub fn blocks(&self) -> u32 {
+        self.ctx.div_ceil(self.split_block())
+    }
+
+    /// f32 values of the split attention's partial buffer: `T · heads · blocks · (4 + d)`
+    /// (per block `m, l`, two pad values, then `acc`).
     pub fn partial_len(&self) -> u64 {
         u64::from(self.tokens)
             * u64::from(self.heads)
             * u64::from(self.blocks())
-            * (u64::from(self.head_dim) + 2)
+            * (u64::from(self.head_dim) + 4)
     }
 }
 
 impl Kernels {
     /// Split-K attention for decode, part 1 of 2 (then [`Kernels::attention_combine`]): one workgroup per
-    /// (kv head, block of 128 positions, token), K and V read once for the query heads that share them.
+    /// (kv head, block of [`AttentionShape::split_block`] positions, token), K and V read once, in
+    /// coalesced 16-byte chunks, for the query heads that share them.
     /// Same result as [`Kernels::attention`], with far more workgroups for one token; its scratch grows
     /// with T · ctx, so prefill chunks use [`Kernels::attention`].
     /// Shapes: `q [T, heads, d] f32`, `k, v [ctx, kv_heads, d] f16`, `positions [T] u32`,
-    /// `partial [T, heads, blocks, d + 2] f32` (see [`AttentionShape::partial_len`]).
+    /// `partial [T, heads, blocks, 4 + d] f32` (see [`AttentionShape::partial_len`]).
     ///
     /// # Errors
     /// Shape errors for `kv_heads` not dividing `heads`, more than 8 query heads per kv head, `head_dim`
-    /// not a multiple of 4 or over 256, zero sizes; buffer errors as usual.
+    /// not a multiple of 8 or over 256, (query heads per kv head) · `head_dim` over 1024, zero sizes;
+    /// buffer errors as usual.
     pub fn attention_split(
         &self,
         q: View<'_>,
@@ -74,8 +85,11 @@ impl Kernels {
         b.ensure(kvh > 0 && h.is_multiple_of(kvh) && h / kvh <= 8, || {
             format!("needs kv_heads dividing heads with at most 8 query heads per kv head; got {s:?}")
         })?;
-        b.ensure(d > 0 && d <= 256 && d.is_multiple_of(4) && c > 0, || {
-            format!("needs head_dim a multiple of 4 up to 256 and ctx > 0; got {s:?}")
+        b.ensure(d > 0 && d <= 256 && d.is_multiple_of(8) && (h / kvh) * d <= 1024 && c > 0, || {
+            format!(
+                "needs head_dim a multiple of 8 up to 256, (heads / kv_heads) * head_dim <= 1024 and ctx > 0; \
+                 got {s:?}"
+            )
         })?;
         let dims =
             [b.groups("kv_heads", kvh)?, b.groups("blocks", u64::from(s.blocks()))?, b.groups("tokens", t)?];
@@ -94,7 +108,7 @@ impl Kernels {
             ctx: s.ctx,
             scale: 1.0 / (s.head_dim as f32).sqrt(),
             blocks: s.blocks(),
-            _pad: 0,
+            block: s.split_block(),
         };
         Ok(b.finish(vec![(p, bound, dims)]))
     }

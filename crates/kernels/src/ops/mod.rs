@@ -24,7 +24,7 @@ pub use add::AddParams;
 pub use argmax::ArgmaxParams;
 pub use attention::{AttentionParams, AttentionShape};
 pub use attention_combine::AttentionCombineParams;
-pub use attention_split::{ATTENTION_BLOCK, AttentionSplitParams};
+pub use attention_split::AttentionSplitParams;
 pub use embed_q8::EmbedQ8Params;
 pub use expert_q8_gemm::{EXPERT_GEMM_GROUP, ExpertQ8GemmParams, expert_gemm_groups};
 pub use expert_q8_gemv::{ExpertPlanes, ExpertQ8GemvParams};

@@ -26,14 +26,35 @@ impl Kernels {
     /// Shape errors for `cols` not a multiple of 32 or zero sizes; buffer errors for views too small
     /// or misaligned.
     pub fn q8_gemv(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
-        let b = self.binder(Kernel::Q8Gemv);
+        self.q8_gemv_with(Kernel::Q8Gemv, 8, w, x, y, tokens)
+    }
+
+    /// [`Kernels::q8_gemv`] with two rows per lane (16 rows per workgroup): same contract and result,
+    /// half the x traffic per weight byte. Kept beside it to compare the two in the bench.
+    ///
+    /// # Errors
+    /// As [`Kernels::q8_gemv`].
+    pub fn q8_gemv_rows2(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
+        self.q8_gemv_with(Kernel::Q8GemvRows2, 16, w, x, y, tokens)
+    }
+
+    fn q8_gemv_with(
+        &self,
+        kernel: Kernel,
+        rows_per_group: u64,
+        w: Q8Matrix<'_>,
+        x: View<'_>,
+        y: View<'_>,
+        tokens: u32,
+    ) -> Result<Dispatch> {
+        let b = self.binder(kernel);
         let (rows, cols, t) = (u64::from(w.rows), u64::from(w.cols), u64::from(tokens));
         b.ensure(cols > 0 && cols.is_multiple_of(32) && rows > 0, || {
             format!("needs rows > 0 and cols a multiple of 32; got rows {rows}, cols {cols}")
         })?;
         let gy = b.groups("tokens", t)?;
         let scale_row = f16s(cols / 32);
-        let parts = b.split_rows("w.q", rows, cols, scale_row, 8)?;
+        let parts = b.split_rows("w.q", rows, cols, scale_row, rows_per_group)?;
         let mut out = Vec::with_capacity(parts.len());
         for (begin, end) in parts {
             let n = end - begin;
@@ -44,7 +65,7 @@ impl Kernels {
                 b.storage("y", y, 0, f32s(t * rows))?,
             ];
             let p = Q8GemvParams { rows: n as u32, cols: w.cols, row_begin: begin as u32, out_rows: w.rows };
-            out.push((p, bound, [b.groups("rows / 8", n.div_ceil(8))?, gy, 1]));
+            out.push((p, bound, [b.groups("row groups", n.div_ceil(rows_per_group))?, gy, 1]));
         }
         Ok(b.finish(out))
     }
