@@ -132,7 +132,9 @@ impl GpuPool {
         let max_binding = limits.max_storage_buffer_binding_size;
         for (big, small) in [(Plane::GateUpQ, Plane::GateUpScales), (Plane::DownQ, Plane::DownScales)] {
             let (big_len, small_len) = (regions[big.index()].len, regions[small.index()].len);
-            if let Some(step) = unbindable_step(n, big_len, small_len, max_binding, align) {
+            // The expert kernels split the pool over bindings by slot ranges (one slot per row).
+            if diskformer_kernels::plan_row_split(n, big_len, small_len, 1, max_binding, align).is_none() {
+                let step = diskformer_kernels::row_split_step(big_len, small_len, 1, align);
                 return Err(Error::Unbindable {
                     plane: big.name(),
                     slots_per_step: step,
@@ -501,27 +503,6 @@ fn check_layout(layout: &ExpertLayout) -> Result<[Region; 4]> {
     Ok(regions)
 }
 
-/// `None` when the expert kernels can bind a pool of `slots` slots whose larger plane takes `big` bytes a
-/// slot and smaller `small`; otherwise the smallest split step in slots, which does not fit a binding.
-///
-/// Mirrors `plan_row_split` in diskformer-kernels: split points must be 256-byte (`align`) aligned in both
-/// planes, so a part holds a multiple of `lcm(align / gcd(align, big), align / gcd(align, small))` slots.
-fn unbindable_step(slots: u64, big: u64, small: u64, max_binding: u64, align: u64) -> Option<u64> {
-    if slots * big <= max_binding {
-        return None;
-    }
-    let step = lcm(align / gcd(align, big), align / gcd(align, small));
-    (max_binding / big / step == 0).then_some(step)
-}
-
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 { a } else { gcd(b, a % b) }
-}
-
-fn lcm(a: u64, b: u64) -> u64 {
-    a / gcd(a, b) * b
-}
-
 /// The value of a future that is already ready (wgpu's native error scopes resolve at once), else `None`.
 fn ready<T>(fut: impl Future<Output = T>) -> Option<T> {
     let mut cx = std::task::Context::from_waker(Waker::noop());
@@ -570,19 +551,5 @@ mod tests {
         assert!(matches!(check_layout(&short), Err(Error::BadLayout { .. })));
         let past = ExpertLayout { record_bytes: l.down_scales.offset, ..l };
         assert!(matches!(check_layout(&past), Err(Error::BadLayout { .. })));
-    }
-
-    #[test]
-    fn split_step_matches_the_kernels_plan() {
-        // Qwen3-30B-A3B's gate‖up plane (3 MiB a slot) under lavapipe's 128 MiB binding: 1 slot steps.
-        let (big, small) = (2 * 768 * 2048, 2 * 768 * 2048 / 16);
-        assert_eq!(unbindable_step(800, big, small, 128 << 20, 256), None);
-        assert_eq!(unbindable_step(40, big, small, big * 40, 256), None);
-        // Slots of 96 and 6 bytes split at multiples of 128 slots (lcm(256/32, 256/2)); 127 slots' worth of
-        // binding cannot take one step.
-        assert_eq!(unbindable_step(1000, 96, 6, 96 * 127, 256), Some(128));
-        assert_eq!(unbindable_step(1000, 96, 6, 96 * 128, 256), None);
-        // One slot larger than a binding.
-        assert_eq!(unbindable_step(2, big, small, big - 1, 256), Some(1));
     }
 }

@@ -467,7 +467,10 @@ impl<'k> Binder<'k> {
 /// Splits `rows` rows (`row_bytes` each in the larger plane, `small_row_bytes` in the smaller) into
 /// `(begin, end)` parts whose larger plane fits `max_binding` bytes, every split point a multiple of
 /// `multiple` rows and of `align` bytes in both planes. `None` when not even one step of rows fits.
-pub(crate) fn plan_row_split(
+///
+/// This is how every launcher splits a matrix or slot pool over bindings; callers that size buffers for
+/// the kernels (the expert pool) use it to refuse, up front, what the launchers could not bind.
+pub fn plan_row_split(
     rows: u64,
     row_bytes: u64,
     small_row_bytes: u64,
@@ -478,14 +481,20 @@ pub(crate) fn plan_row_split(
     if rows * row_bytes <= max_binding {
         return Some(vec![(0, rows)]);
     }
-    let step_small = align / gcd(align, small_row_bytes);
-    let step_big = align / gcd(align, row_bytes);
-    let step = lcm(lcm(step_small, step_big), multiple);
+    let step = row_split_step(row_bytes, small_row_bytes, multiple, align);
     let per = (max_binding / row_bytes) / step * step;
     if per == 0 {
         return None;
     }
     Some((0..rows.div_ceil(per)).map(|i| (i * per, ((i + 1) * per).min(rows))).collect())
+}
+
+/// The fewest rows a split part can hold in [`plan_row_split`]: split points must be `align`-byte aligned in
+/// both planes and a multiple of `multiple` rows.
+pub fn row_split_step(row_bytes: u64, small_row_bytes: u64, multiple: u64, align: u64) -> u64 {
+    let step_small = align / gcd(align, small_row_bytes);
+    let step_big = align / gcd(align, row_bytes);
+    lcm(lcm(step_small, step_big), multiple)
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -500,7 +509,20 @@ fn lcm(a: u64, b: u64) -> u64 {
 mod tests {
     use proptest::prelude::*;
 
-    use super::plan_row_split;
+    use super::{plan_row_split, row_split_step};
+
+    #[test]
+    fn split_steps_align_both_planes() {
+        // Rows of 96 and 6 bytes split at multiples of lcm(256/32, 256/2) = 128 rows.
+        assert_eq!(row_split_step(96, 6, 1, 256), 128);
+        assert_eq!(plan_row_split(1000, 96, 6, 1, 96 * 127, 256), None);
+        assert_eq!(plan_row_split(1000, 96, 6, 1, 96 * 128, 256).unwrap().len(), 8);
+        // Qwen3-30B-A3B's gate‖up slots (3 MiB) under a 128 MiB binding: one-slot steps, 42 slots a part.
+        let (big, small) = (2 * 768 * 2048, 2 * 768 * 2048 / 16);
+        assert_eq!(row_split_step(big, small, 1, 256), 1);
+        assert_eq!(plan_row_split(800, big, small, 1, 128 << 20, 256).unwrap()[0], (0, 42));
+        assert_eq!(plan_row_split(2, big, small, 1, big - 1, 256), None);
+    }
 
     fn arbitrary_split() -> impl Strategy<Value = (u64, u64, u64, u64, u64)> {
         // rows, cols (a multiple of 32), row multiple, max binding, alignment

@@ -42,5 +42,5 @@ mod ops;
 
 pub use context::{ADAPTER_ENV, Context, NO_SUBGROUPS_ENV};
 pub use error::{Error, Result};
-pub use kernels::{Dispatch, Kernel, Kernels, Q8Matrix, View};
+pub use kernels::{Dispatch, Kernel, Kernels, Q8Matrix, View, plan_row_split, row_split_step};
 pub use ops::*;
