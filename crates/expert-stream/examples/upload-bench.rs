@@ -25,7 +25,7 @@ use diskformer_expert_stream::{
     Backend, ExpertKey, ExpertPool, GpuBackend, GpuPool, PoolConfig, Slot, UploadMethod,
 };
 use diskformer_kernels::Context;
-use diskformer_store::{ExpertLayout, RecordBuf, Region, Store};
+use diskformer_store::{ExpertLayout, RecordBuf, Store};
 use serde_json::json;
 
 #[derive(Parser, Debug)]
@@ -79,28 +79,9 @@ impl Rng {
     }
 }
 
-/// A Q8_0 record layout as the store plans it: regions 256-byte aligned, the record padded to 4096.
+/// A Q8_0 record layout as the store plans it.
 fn synthetic_layout(h: u64, f: u64) -> ExpertLayout {
-    let mut offset = 0;
-    let mut region = |len: u64| {
-        let r = Region { offset, len };
-        offset = (offset + len).div_ceil(256) * 256;
-        r
-    };
-    let (gate_up_quants, gate_up_scales) = (region(2 * f * h), region(2 * f * h / 16));
-    let (down_quants, down_scales) = (region(h * f), region(h * f / 16));
-    ExpertLayout {
-        quant_type: "q8_0".into(),
-        n_layers: 48,
-        n_experts: 128,
-        hidden: h,
-        ffn: f,
-        record_bytes: offset.div_ceil(4096) * 4096,
-        gate_up_quants,
-        gate_up_scales,
-        down_quants,
-        down_scales,
-    }
+    ExpertLayout::new(diskformer_gguf::TensorType::Q8_0, 48, 128, h, f)
 }
 
 fn wait(ctx: &Context) -> anyhow::Result<()> {

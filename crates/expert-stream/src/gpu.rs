@@ -517,26 +517,7 @@ mod tests {
     use super::*;
 
     fn layout(h: u64, f: u64) -> ExpertLayout {
-        let mut offset = 0;
-        let mut region = |len: u64| {
-            let r = Region { offset, len };
-            offset = (offset + len).div_ceil(256) * 256;
-            r
-        };
-        let (gate_up_quants, gate_up_scales) = (region(2 * f * h), region(2 * f * h / 16));
-        let (down_quants, down_scales) = (region(h * f), region(h * f / 16));
-        ExpertLayout {
-            quant_type: "q8_0".into(),
-            n_layers: 2,
-            n_experts: 4,
-            hidden: h,
-            ffn: f,
-            record_bytes: offset.div_ceil(4096) * 4096,
-            gate_up_quants,
-            gate_up_scales,
-            down_quants,
-            down_scales,
-        }
+        ExpertLayout::new(diskformer_gguf::TensorType::Q8_0, 2, 4, h, f)
     }
 
     #[test]

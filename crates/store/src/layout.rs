@@ -290,28 +290,37 @@ fn plan_experts(header: &Header) -> Result<Option<ExpertLayout>> {
     if ffn % 32 != 0 || hidden % 32 != 0 || n_experts > u64::from(u32::MAX) {
         return Err(bad(format!("hidden {hidden} and ffn {ffn} must be multiples of 32")));
     }
-    let mut end = 0u64;
-    let mut place = |len: u64| {
-        let r = Region { offset: align(end, REGION_ALIGN), len };
-        end = r.end();
-        r
-    };
-    let gate_up_quants = place(quant_bytes(ty, 2 * ffn * hidden));
-    let gate_up_scales = place(2 * ffn * (hidden / 32) * 2);
-    let down_quants = place(quant_bytes(ty, hidden * ffn));
-    let down_scales = place(hidden * (ffn / 32) * 2);
-    Ok(Some(ExpertLayout {
-        quant_type: ty.name().to_owned(),
-        n_layers,
-        n_experts: n_experts as u32,
-        hidden,
-        ffn,
-        record_bytes: align(end, RECORD_ALIGN),
-        gate_up_quants,
-        gate_up_scales,
-        down_quants,
-        down_scales,
-    }))
+    Ok(Some(ExpertLayout::new(ty, n_layers, n_experts as u32, hidden, ffn)))
+}
+
+impl ExpertLayout {
+    /// The record layout for `n_layers` × `n_experts` experts of type `ty` (Q8_0 or Q4_0), model width
+    /// `hidden` and expert FFN width `ffn` (both multiples of 32): what [`Layout::plan`] gives for such a
+    /// model, for callers that size pools or benches without a GGUF.
+    pub fn new(ty: TensorType, n_layers: u32, n_experts: u32, hidden: u64, ffn: u64) -> ExpertLayout {
+        let mut end = 0u64;
+        let mut place = |len: u64| {
+            let r = Region { offset: align(end, REGION_ALIGN), len };
+            end = r.end();
+            r
+        };
+        let gate_up_quants = place(quant_bytes(ty, 2 * ffn * hidden));
+        let gate_up_scales = place(2 * ffn * (hidden / 32) * 2);
+        let down_quants = place(quant_bytes(ty, hidden * ffn));
+        let down_scales = place(hidden * (ffn / 32) * 2);
+        ExpertLayout {
+            quant_type: ty.name().to_owned(),
+            n_layers,
+            n_experts,
+            hidden,
+            ffn,
+            record_bytes: align(end, RECORD_ALIGN),
+            gate_up_quants,
+            gate_up_scales,
+            down_quants,
+            down_scales,
+        }
+    }
 }
 
 #[cfg(test)]
