@@ -202,6 +202,45 @@ pub fn expert_q8_gemv(
         .collect()
 }
 
+/// Dequantises Q4_0 planes: `q` holds 16 bytes per 32-value block in ggml order (the low nibble of byte
+/// j is value j, the high nibble value j + 16), `scales` one f16 per block; value = `(nibble - 8) · scale`
+/// (exact in f32).
+pub fn dequant_q4_0(q: &[u8], scales: &[f16]) -> Vec<f32> {
+    q.chunks(16)
+        .zip(scales)
+        .flat_map(|(block, &d)| {
+            let d = d.to_f32();
+            let lo = block.iter().map(move |&b| (i32::from(b & 0x0f) - 8) as f32 * d);
+            let hi = block.iter().map(move |&b| (i32::from(b >> 4) - 8) as f32 * d);
+            lo.chain(hi)
+        })
+        .collect()
+}
+
+/// Expert Q4_0 GEMV: `y[pair] = W[slot_idx[pair]] · x[pair / x_div]` with the pool planes
+/// `[slots, rows, cols/32]` 16-byte blocks (see [`dequant_q4_0`]) and `[slots, rows, cols/32]` f16.
+pub fn expert_q4_gemv(
+    q: &[u8],
+    scales: &[f16],
+    rows: usize,
+    cols: usize,
+    slot_idx: &[u32],
+    x: &[f32],
+    x_div: usize,
+) -> Vec<f32> {
+    let (mq, ms) = (rows * cols / 2, rows * cols / 32);
+    slot_idx
+        .iter()
+        .enumerate()
+        .flat_map(|(pair, &slot)| {
+            let s = slot as usize;
+            let xt = &x[pair / x_div * cols..][..cols];
+            let w = dequant_q4_0(&q[s * mq..][..mq], &scales[s * ms..][..ms]);
+            f32_gemv(&w, rows, cols, xt)
+        })
+        .collect()
+}
+
 /// `out[r, i] = silu(gate[r, i]) · up[r, i]` for `gate_up [P, 2F]` (gate then up); silu(g) = g/(1+e^-g).
 pub fn silu_mul(gate_up: &[f32], ffn: usize) -> Vec<f32> {
     gate_up

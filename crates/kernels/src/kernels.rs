@@ -40,6 +40,8 @@ pub enum Kernel {
     RouterTopk,
     /// Expert Q8_0 GEMV indexed by pool slot.
     ExpertQ8Gemv,
+    /// Expert Q4_0 GEMV indexed by pool slot.
+    ExpertQ4Gemv,
     /// Expert Q8_0 GEMM over pairs grouped by slot (prefill).
     ExpertQ8Gemm,
     /// SiLU(gate)·up.
@@ -56,7 +58,7 @@ const Q8_HELPERS: &str = include_str!("wgsl/q8_helpers.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 18] = [
+    pub const ALL: [Kernel; 19] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -71,6 +73,7 @@ impl Kernel {
         Kernel::Add,
         Kernel::RouterTopk,
         Kernel::ExpertQ8Gemv,
+        Kernel::ExpertQ4Gemv,
         Kernel::ExpertQ8Gemm,
         Kernel::SiluMul,
         Kernel::MoeCombine,
@@ -94,6 +97,7 @@ impl Kernel {
             Kernel::Add => "add",
             Kernel::RouterTopk => "router_topk",
             Kernel::ExpertQ8Gemv => "expert_q8_gemv",
+            Kernel::ExpertQ4Gemv => "expert_q4_gemv",
             Kernel::ExpertQ8Gemm => "expert_q8_gemm",
             Kernel::SiluMul => "silu_mul",
             Kernel::MoeCombine => "moe_combine",
@@ -109,6 +113,7 @@ impl Kernel {
                 | Kernel::Q8GemvRows2
                 | Kernel::Q8Gemm
                 | Kernel::ExpertQ8Gemv
+                | Kernel::ExpertQ4Gemv
                 | Kernel::ExpertQ8Gemm
         )
     }
@@ -130,6 +135,7 @@ impl Kernel {
             Kernel::Add => size_of::<AddParams>(),
             Kernel::RouterTopk => size_of::<RouterTopkParams>(),
             Kernel::ExpertQ8Gemv => size_of::<ExpertQ8GemvParams>(),
+            Kernel::ExpertQ4Gemv => size_of::<ExpertQ4GemvParams>(),
             Kernel::ExpertQ8Gemm => size_of::<ExpertQ8GemmParams>(),
             Kernel::SiluMul => size_of::<SiluMulParams>(),
             Kernel::MoeCombine => size_of::<MoeCombineParams>(),
@@ -154,6 +160,7 @@ impl Kernel {
             Kernel::Add => include_str!("wgsl/add.wgsl"),
             Kernel::RouterTopk => include_str!("wgsl/router_topk.wgsl"),
             Kernel::ExpertQ8Gemv => include_str!("wgsl/expert_q8_gemv.wgsl"),
+            Kernel::ExpertQ4Gemv => include_str!("wgsl/expert_q4_gemv.wgsl"),
             Kernel::ExpertQ8Gemm => include_str!("wgsl/expert_q8_gemm.wgsl"),
             Kernel::SiluMul => include_str!("wgsl/silu_mul.wgsl"),
             Kernel::MoeCombine => include_str!("wgsl/moe_combine.wgsl"),
@@ -161,8 +168,8 @@ impl Kernel {
         }
     }
 
-    /// The WGSL source compiled for this kernel: the file itself, or for the Q8_0 GEMVs the file with
-    /// its row-sum helper (plain or subgroup) and `q8_helpers.wgsl` appended. `subgroups` is ignored by kernels without a variant.
+    /// The WGSL source compiled for this kernel: the file itself, or for the quantised GEMVs and GEMMs
+    /// the file with its row-sum helper (plain or subgroup) and `q8_helpers.wgsl` appended. `subgroups` is ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
         if !self.has_subgroup_variant() {
             return Cow::Borrowed(self.file());

@@ -186,6 +186,120 @@ fn expert_gemv_pool_split_and_odd() {
     }
 }
 
+/// A Q4_0 pool: 16 bytes of nibble pairs per 32-value block (ggml order) and one f16 scale per block.
+struct Q4Pool {
+    q: Vec<u8>,
+    s: Vec<half::f16>,
+    qb: wgpu::Buffer,
+    sb: wgpu::Buffer,
+    slots: usize,
+    rows: usize,
+    cols: usize,
+}
+
+fn q4_pool(g: &Gpu, rng: &mut Rng, slots: usize, rows: usize, cols: usize) -> Q4Pool {
+    // Uniform random bytes: every nibble 0..=15 (values -8..=7) in both halves of a byte.
+    let q: Vec<u8> = rng.vec_i8(slots * rows * cols / 2).into_iter().map(|v| v as u8).collect();
+    let s = rng.vec_scales(slots * rows * cols / 32);
+    let (qb, sb) = (upload(g, &q), upload(g, &s));
+    Q4Pool { q, s, qb, sb, slots, rows, cols }
+}
+
+fn check_expert_q4(
+    g: &Gpu,
+    k: &Kernels,
+    p: &Q4Pool,
+    slot_idx: &[u32],
+    x_div: usize,
+    seed: u64,
+    min_parts: usize,
+) {
+    let mut rng = Rng::new(seed);
+    let pairs = slot_idx.len();
+    let x = rng.vec_f32(pairs / x_div * p.cols, -1.0, 1.0);
+    let (xb, ib) = (upload(g, &x), upload(g, slot_idx));
+    let y = poisoned(g, 4 * pairs * p.rows);
+    let planes = ExpertPlanes {
+        q: (&p.qb).into(),
+        scales: (&p.sb).into(),
+        slots: p.slots as u32,
+        rows: p.rows as u32,
+        cols: p.cols as u32,
+    };
+    let d = k
+        .expert_q4_gemv(planes, (&xb).into(), (&ib).into(), (&y).into(), pairs as u32, x_div as u32)
+        .unwrap();
+    assert_eq!(d.kernel().name(), "expert_q4_gemv");
+    assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
+    run(g, &[&d]);
+    let got = read_n::<f32>(g, &y, pairs * p.rows);
+    let want = cpu::expert_q4_gemv(&p.q, &p.s, p.rows, p.cols, slot_idx, &x, x_div);
+    // Σ|w·x| per output: the dequantised pool (exact in f32) in absolute value against |x|.
+    let wa = abs_of(&cpu::dequant_q4_0(&p.q, &p.s));
+    let xa = abs_of(&x);
+    let m = p.rows * p.cols;
+    let mag: Vec<f32> = slot_idx
+        .iter()
+        .enumerate()
+        .flat_map(|(pair, &slot)| {
+            let xt = &xa[pair / x_div * p.cols..][..p.cols];
+            cpu::f32_gemv(&wa[slot as usize * m..][..m], p.rows, p.cols, xt)
+        })
+        .collect();
+    // Tolerance: (nibble - 8) and f16 scales are exact in f32, so the GPU's error is f32 rounding of the
+    // products and sums. Each output passes through at most ~18 roundings in sequence (4 products and 3
+    // adds in a dot, 7 adds over a block's 8 dots, the scale multiply, one add per block a lane takes
+    // (≤ 2 at cols 2048), 5 levels of the 32-lane row sum), each ≤ 2^-24 of the partial sums it touches,
+    // so |err| ≤ ~18·2^-24·Σ|w·x| ≈ 1.1e-6·Σ|w·x|; the CPU's f64 sum rounds once. 2e-6·Σ|w·x| as in
+    // expert_q8_gemv; the 1e-6 floor only matters where Σ|w·x| is tiny.
+    let what = format!(
+        "expert_q4_gemv {}x{} pairs={pairs} x_div={x_div} sg={} parts={}",
+        p.rows,
+        p.cols,
+        k.subgroups(),
+        d.parts()
+    );
+    assert_close(&what, &got, &want, &mag, 1e-6, 2e-6);
+}
+
+#[test]
+fn expert_q4_gemv_shapes_split_and_odd() {
+    // The reference's nibble order: byte j holds value j (low nibble) and value j + 16 (high nibble).
+    let mut block = [0x88u8; 16];
+    block[0] = 0xf0; // value 0 = (0 - 8)·d, value 16 = (15 - 8)·d
+    block[15] = 0x19; // value 15 = (9 - 8)·d, value 31 = (1 - 8)·d
+    let w = cpu::dequant_q4_0(&block, &[half::f16::from_f32(0.5)]);
+    assert_eq!((w[0], w[16], w[15], w[31], w[1], w[17]), (-4.0, 3.5, 0.5, -3.5, 0.0, 0.0));
+
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(80);
+    // Real expert shapes (H 2048, F 768), a 10-slot pool, the 8 picks of one token in shuffled slots.
+    let gate_up = q4_pool(g, &mut rng, 10, 2 * 768, 2048);
+    let down = q4_pool(g, &mut rng, 10, 2048, 768);
+    let picks = [3u32, 7, 0, 9, 4, 1, 8, 5];
+    // A 2-token chunk: 16 (token, pick) pairs, slots repeating across tokens.
+    let chunk = [3u32, 7, 0, 9, 4, 1, 8, 5, 3, 2, 6, 9, 0, 1, 7, 4];
+    for k in [&g.kernels, &g.plain] {
+        check_expert_q4(g, k, &gate_up, &picks, 8, 81, 1); // shared input
+        check_expert_q4(g, k, &down, &picks, 1, 82, 1); // per-pick input
+        check_expert_q4(g, k, &gate_up, &chunk, 8, 83, 1);
+        check_expert_q4(g, k, &down, &chunk, 1, 84, 1);
+    }
+    // 1.5 MiB a Q4_0 gate‖up slot (half the Q8_0 one); a 3.5 MiB binding limit holds 2 slots a part, so
+    // 10 slots make 5 parts.
+    let split = [(Kernels::new(&g.ctx), 85), (Kernels::with_subgroups(&g.ctx, false), 86)];
+    for (k, seed) in split {
+        let k = k.with_max_binding(7 << 19);
+        check_expert_q4(g, &k, &gate_up, &[9, 0, 5, 4, 2, 7, 1, 6], 8, seed, 5);
+    }
+    // Odd: 3 slots of 37 x 96 (3 blocks a row, a partial group of 8 rows), 2 tokens of 3 picks.
+    let odd = q4_pool(g, &mut rng, 3, 37, 96);
+    for k in [&g.kernels, &g.plain] {
+        check_expert_q4(g, k, &odd, &[2, 0, 1, 1, 2, 0], 3, 87, 1);
+        check_expert_q4(g, k, &odd, &[2, 0, 1, 1, 2, 0], 1, 88, 1);
+    }
+}
+
 /// `tokens` tokens of `k` distinct picks each from `slots` slots.
 fn chunk_picks(rng: &mut Rng, tokens: usize, k: usize, slots: u64) -> Vec<u32> {
     let mut chunk = Vec::new();

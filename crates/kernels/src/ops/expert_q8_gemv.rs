@@ -1,5 +1,5 @@
 use crate::error::Result;
-use crate::kernels::{Kernel, Kernels, View};
+use crate::kernels::{Binder, Bound, Kernel, Kernels, View};
 use crate::{Dispatch, ops::*};
 
 /// Params of `expert_q8_gemv.wgsl`.
@@ -23,11 +23,12 @@ pub struct ExpertQ8GemvParams {
 }
 const _: () = assert!(size_of::<ExpertQ8GemvParams>() == 32);
 
-/// One matrix plane pair of the expert slot pool: `[slots, rows, cols]` int8 and `[slots, rows, cols/32]`
-/// f16 scales (gate‖up: rows = 2F, cols = H; down: rows = H, cols = F).
+/// One matrix plane pair of the expert slot pool: the quant plane (`[slots, rows, cols]` int8 for Q8_0,
+/// `[slots, rows, cols/32]` 16-byte nibble blocks for Q4_0) and `[slots, rows, cols/32]` f16 scales
+/// (gate‖up: rows = 2F, cols = H; down: rows = H, cols = F).
 #[derive(Clone, Copy, Debug)]
 pub struct ExpertPlanes<'a> {
-    /// The int8 plane.
+    /// The quant plane (int8 for Q8_0, packed nibbles for Q4_0).
     pub q: View<'a>,
     /// The scale plane.
     pub scales: View<'a>,
@@ -58,39 +59,77 @@ impl Kernels {
         x_div: u32,
     ) -> Result<Dispatch> {
         let b = self.binder(Kernel::ExpertQ8Gemv);
-        let (rows, cols, slots) = (u64::from(pool.rows), u64::from(pool.cols), u64::from(pool.slots));
-        let (pp, xd) = (u64::from(pairs), u64::from(x_div));
-        b.ensure(cols > 0 && cols.is_multiple_of(32) && rows > 0 && slots > 0, || {
-            format!(
-                "needs rows, slots > 0 and cols a multiple of 32; got rows {rows}, cols {cols}, slots {slots}"
-            )
-        })?;
-        b.ensure(xd > 0 && pp.is_multiple_of(xd), || format!("x_div {xd} must divide pairs {pp}"))?;
-        let dims = [b.groups("rows / 8", rows.div_ceil(8))?, b.groups("pairs", pp)?, 1];
-        let slot_q = rows * cols;
-        let slot_s = f16s(rows * cols / 32);
-        let parts = b.split_rows("pool.q", slots, slot_q, slot_s, 1)?;
-        let mut out = Vec::with_capacity(parts.len());
-        for (begin, end) in parts {
-            let n = end - begin;
-            let bound = vec![
-                b.storage("x", x, 0, f32s(pp / xd * cols))?,
-                b.storage("slot_idx", slot_idx, 0, f32s(pp))?,
-                b.storage("pool.q", pool.q, begin * slot_q, n * slot_q)?,
-                b.storage("pool.scales", pool.scales, begin * slot_s, n * slot_s)?,
-                b.storage("y", y, 0, f32s(pp * rows))?,
-            ];
-            let p = ExpertQ8GemvParams {
-                rows: pool.rows,
-                cols: pool.cols,
-                pairs,
-                x_div,
-                slot_begin: begin as u32,
-                slot_end: end as u32,
-                _pad: [0; 2],
-            };
-            out.push((p, bound, dims));
-        }
+        let parts = expert_gemv_parts(&b, pool, Q8_0_BLOCK_BYTES, x, slot_idx, y, pairs, x_div)?;
+        let out = parts
+            .into_iter()
+            .map(|part| {
+                let p = ExpertQ8GemvParams {
+                    rows: pool.rows,
+                    cols: pool.cols,
+                    pairs,
+                    x_div,
+                    slot_begin: part.begin,
+                    slot_end: part.end,
+                    _pad: [0; 2],
+                };
+                (p, part.bound, part.dims)
+            })
+            .collect();
         Ok(b.finish(out))
     }
+}
+
+/// Quant-plane bytes of one 32-value Q8_0 block.
+pub(crate) const Q8_0_BLOCK_BYTES: u64 = 32;
+
+/// One pool part of a slot-indexed expert GEMV: the slots it binds and its bindings.
+pub(crate) struct ExpertGemvPart<'a> {
+    /// First slot bound.
+    pub begin: u32,
+    /// One past the last slot bound.
+    pub end: u32,
+    /// x, slot_idx, pool.q, pool.scales, y.
+    pub bound: Vec<Bound<'a>>,
+    /// Workgroups: blocks of 8 rows, pairs.
+    pub dims: [u32; 3],
+}
+
+/// Validates a slot-indexed expert GEMV (`expert_q8_gemv`, `expert_q4_gemv`: same bindings, same grid)
+/// whose quant plane holds `block_bytes` bytes per 32-value block, and splits the pool over bindings.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn expert_gemv_parts<'a>(
+    b: &Binder<'_>,
+    pool: ExpertPlanes<'a>,
+    block_bytes: u64,
+    x: View<'a>,
+    slot_idx: View<'a>,
+    y: View<'a>,
+    pairs: u32,
+    x_div: u32,
+) -> Result<Vec<ExpertGemvPart<'a>>> {
+    let (rows, cols, slots) = (u64::from(pool.rows), u64::from(pool.cols), u64::from(pool.slots));
+    let (pp, xd) = (u64::from(pairs), u64::from(x_div));
+    b.ensure(cols > 0 && cols.is_multiple_of(32) && rows > 0 && slots > 0, || {
+        format!(
+            "needs rows, slots > 0 and cols a multiple of 32; got rows {rows}, cols {cols}, slots {slots}"
+        )
+    })?;
+    b.ensure(xd > 0 && pp.is_multiple_of(xd), || format!("x_div {xd} must divide pairs {pp}"))?;
+    let dims = [b.groups("rows / 8", rows.div_ceil(8))?, b.groups("pairs", pp)?, 1];
+    let slot_q = rows * (cols / 32) * block_bytes;
+    let slot_s = f16s(rows * cols / 32);
+    let parts = b.split_rows("pool.q", slots, slot_q, slot_s, 1)?;
+    let mut out = Vec::with_capacity(parts.len());
+    for (begin, end) in parts {
+        let n = end - begin;
+        let bound = vec![
+            b.storage("x", x, 0, f32s(pp / xd * cols))?,
+            b.storage("slot_idx", slot_idx, 0, f32s(pp))?,
+            b.storage("pool.q", pool.q, begin * slot_q, n * slot_q)?,
+            b.storage("pool.scales", pool.scales, begin * slot_s, n * slot_s)?,
+            b.storage("y", y, 0, f32s(pp * rows))?,
+        ];
+        out.push(ExpertGemvPart { begin: begin as u32, end: end as u32, bound, dims });
+    }
+    Ok(out)
 }

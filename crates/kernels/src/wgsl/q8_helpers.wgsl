@@ -1,11 +1,26 @@
-// Helpers appended to the Q8_0 GEMV kernels (q8_gemv, expert_q8_gemv).
+// Helpers appended to the quantised GEMV kernels (q8_gemv, expert_q8_gemv, expert_q4_gemv, ...).
 
-// The four int8 of `w` (little-endian) as exact f32, without int-to-float conversions: bias each byte
-// to 0..255 (xor 0x80), put it in the mantissa of 2^23 (0x4B000000 | b = 8388608 + b exactly), subtract
-// 8388608 + 128. Integer and add units do this at full rate, where I2F runs at a quarter rate on NVIDIA
-// (16/clk/SM), which would cap a Q8_0 GEMV near 4 TB/s on an H200.
-fn i8x4(w: u32) -> vec4<f32> {
-    let b = w ^ 0x80808080u;
+// The four bytes of `b` (little-endian) as f32 plus 8388608 (2^23), without int-to-float conversions:
+// put each byte in the mantissa of 2^23 (0x4B000000 | b = 8388608 + b exactly). Integer and add units do
+// this at full rate, where I2F runs at a quarter rate on NVIDIA (16/clk/SM), which would cap a Q8_0
+// GEMV near 4 TB/s on an H200. Callers subtract 8388608 plus their bias in one step.
+fn u8x4_plus_2p23(b: u32) -> vec4<f32> {
     let m = vec4<u32>(b & 0xffu, (b >> 8u) & 0xffu, (b >> 16u) & 0xffu, b >> 24u) | vec4<u32>(0x4b000000u);
-    return bitcast<vec4<f32>>(m) - vec4<f32>(8388736.0);
+    return bitcast<vec4<f32>>(m);
+}
+
+// The four int8 of `w` (little-endian) as exact f32: bias each byte to 0..255 (xor 0x80), then
+// subtract 8388608 + 128.
+fn i8x4(w: u32) -> vec4<f32> {
+    return u8x4_plus_2p23(w ^ 0x80808080u) - vec4<f32>(8388736.0);
+}
+
+// Q4_0 nibbles as exact f32 `nibble - 8`: the low nibbles of the four bytes of `w` (`lo4x4`), or the high
+// nibbles (`hi4x4`), each moved into its own byte, then 8388608 + 8 subtracted.
+fn lo4x4(w: u32) -> vec4<f32> {
+    return u8x4_plus_2p23(w & 0x0f0f0f0fu) - vec4<f32>(8388616.0);
+}
+
+fn hi4x4(w: u32) -> vec4<f32> {
+    return u8x4_plus_2p23((w >> 4u) & 0x0f0f0f0fu) - vec4<f32>(8388616.0);
 }

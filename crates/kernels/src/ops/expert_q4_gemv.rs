@@ -1,0 +1,72 @@
+use super::expert_q8_gemv::expert_gemv_parts;
+use crate::error::Result;
+use crate::kernels::{Kernel, Kernels, View};
+use crate::{Dispatch, ExpertPlanes};
+
+/// Quant-plane bytes of one 32-value Q4_0 block (16 bytes of nibble pairs; the f16 scale is in the
+/// scale plane).
+pub(crate) const Q4_0_BLOCK_BYTES: u64 = 16;
+
+/// Params of `expert_q4_gemv.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ExpertQ4GemvParams {
+    /// Rows of one slot's matrix.
+    pub rows: u32,
+    /// Input length, a multiple of 32.
+    pub cols: u32,
+    /// Pairs P.
+    pub pairs: u32,
+    /// Input row = pair / x_div.
+    pub x_div: u32,
+    /// First slot bound in this part.
+    pub slot_begin: u32,
+    /// One past the last slot bound in this part.
+    pub slot_end: u32,
+    /// Padding.
+    pub _pad: [u32; 2],
+}
+const _: () = assert!(size_of::<ExpertQ4GemvParams>() == 32);
+
+impl Kernels {
+    /// Expert Q4_0 GEMV for P (token, pick) pairs in one dispatch (one per pool part when the pool is
+    /// larger than a binding), as [`Kernels::expert_q8_gemv`] but over Q4_0 pool planes: the quant plane
+    /// holds 16 bytes per 32-value block in ggml order (the low nibble of byte j is value j, the high
+    /// nibble value j + 16; value = `(nibble - 8) * scale`), the scale plane one f16 per block.
+    /// `y[pair] = W[slot_idx[pair]] · x[pair / x_div]`; gate‖up: `x_div = k`, down: `x_div = 1`. Slots
+    /// past the pool write nothing.
+    /// Shapes: `x [P / x_div, cols] f32`, `slot_idx [P] u32`, pool planes (`q` `[slots, rows, cols/32]`
+    /// 16-byte blocks, `scales` `[slots, rows, cols/32]` f16), `y [P, rows] f32`.
+    ///
+    /// # Errors
+    /// Shape errors for `cols` not a multiple of 32, `x_div` not dividing P, zero sizes; buffer errors
+    /// as usual (a pool split point must be 256-byte aligned in both planes).
+    pub fn expert_q4_gemv(
+        &self,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        slot_idx: View<'_>,
+        y: View<'_>,
+        pairs: u32,
+        x_div: u32,
+    ) -> Result<Dispatch> {
+        let b = self.binder(Kernel::ExpertQ4Gemv);
+        let parts = expert_gemv_parts(&b, pool, Q4_0_BLOCK_BYTES, x, slot_idx, y, pairs, x_div)?;
+        let out = parts
+            .into_iter()
+            .map(|part| {
+                let p = ExpertQ4GemvParams {
+                    rows: pool.rows,
+                    cols: pool.cols,
+                    pairs,
+                    x_div,
+                    slot_begin: part.begin,
+                    slot_end: part.end,
+                    _pad: [0; 2],
+                };
+                (p, part.bound, part.dims)
+            })
+            .collect();
+        Ok(b.finish(out))
+    }
+}
