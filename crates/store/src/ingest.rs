@@ -319,8 +319,12 @@ pub fn ingest(
         checkpoint: None,
     };
     if resumed_from.is_none() {
-        // Starting over: the old manifest must not describe the files about to be rewritten.
+        // Starting over: the old manifest must not describe the files about to be rewritten, and the old
+        // files go too, so alignment gaps read as zeros exactly as in a fresh store.
         let _ = fs::remove_file(dir.join(crate::manifest::MANIFEST));
+        for path in &paths[1..] {
+            let _ = fs::remove_file(path);
+        }
         fs::write(&paths[0], &header_bytes).map_err(Error::io(&paths[0]))?;
         File::open(&paths[0]).and_then(|f| f.sync_all()).map_err(Error::io(&paths[0]))?;
     }

@@ -100,6 +100,12 @@ fn a_version_mismatch_or_other_source_starts_over() {
     let summary = ingest(&other, &s, &IngestOptions::default(), &mut |_| {}).unwrap();
     assert!(!summary.up_to_date && summary.resumed_from.is_none());
     assert_eq!(Store::open(&s).unwrap().layout().experts.as_ref().unwrap().n_experts, 5);
+    // Nothing of the first model survives, not even in alignment gaps.
+    let fresh = dir.path().join("fresh");
+    ingest(&other, &fresh, &IngestOptions::default(), &mut |_| {}).unwrap();
+    for f in [diskformer_store::DENSE_FILE, diskformer_store::EXPERTS_FILE] {
+        assert!(std::fs::read(s.join(f)).unwrap() == std::fs::read(fresh.join(f)).unwrap(), "{f} differs");
+    }
 }
 
 #[test]
