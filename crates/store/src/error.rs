@@ -34,6 +34,16 @@ pub enum Error {
         /// The file's size.
         size: u64,
     },
+    /// The GGUF header claims to be larger than any real one.
+    #[error("{path}: its header claims at least {needed} bytes (more than {max}); the file is corrupt")]
+    HeaderTooLarge {
+        /// The source.
+        path: PathBuf,
+        /// Bytes the header claims.
+        needed: u64,
+        /// The limit.
+        max: u64,
+    },
     /// An expert tensor of a type the store cannot hold.
     #[error(
         "expert tensor {name:?} is {ty}; the store holds Q8_0 or Q4_0 experts, with gate, up and down of one type"

@@ -157,6 +157,9 @@ fn segments(header: &Header, layout: &Layout) -> Vec<Segment> {
     out
 }
 
+/// The largest GGUF header ingest reads (a 248,320-token vocabulary with its merges is ~16 MB).
+pub const MAX_HEADER_BYTES: u64 = 256 << 20;
+
 /// Reads the GGUF header of `file`, growing the read until [`Header::parse_prefix`] is satisfied.
 pub(crate) fn read_header(path: &Path, file: &File, size: u64) -> Result<(Header, Vec<u8>)> {
     let mut prefix = vec![0u8; size.min(1 << 20) as usize];
@@ -175,14 +178,19 @@ pub(crate) fn read_header(path: &Path, file: &File, size: u64) -> Result<(Header
                 return Ok((*header, bytes));
             }
             PrefixParse::NeedMore(n) => {
-                let want = prefix.len() as u64 + n.max(prefix.len() as u64);
-                if prefix.len() as u64 >= size {
-                    return Err(Error::SourceTruncated {
+                let needed = (prefix.len() as u64).saturating_add(n);
+                if needed > size {
+                    return Err(Error::SourceTruncated { path: path.to_owned(), needed, size });
+                }
+                // A corrupt length field can claim most of the file: never read that much as "header".
+                if needed > MAX_HEADER_BYTES {
+                    return Err(Error::HeaderTooLarge {
                         path: path.to_owned(),
-                        needed: prefix.len() as u64 + n,
-                        size,
+                        needed,
+                        max: MAX_HEADER_BYTES,
                     });
                 }
+                let want = (prefix.len() as u64 + n.max(prefix.len() as u64)).min(MAX_HEADER_BYTES);
                 let old = prefix.len();
                 prefix.resize(want.min(size) as usize, 0);
                 file.read_exact_at(&mut prefix[old..], old as u64).map_err(Error::io(path))?;

@@ -124,6 +124,25 @@ fn truncated_source_is_refused_before_writing() {
 }
 
 #[test]
+fn a_corrupt_header_length_is_not_read_into_memory() {
+    let dir = TempDir::new("hdr");
+    let path = dir.path().join("big.gguf");
+    // One metadata string claiming 300 MiB, in a sparse file large enough to hold it.
+    let mut bytes = b"GGUF".to_vec();
+    for v in [3u32.to_le_bytes().to_vec(), 0u64.to_le_bytes().to_vec(), 1u64.to_le_bytes().to_vec()] {
+        bytes.extend(v);
+    }
+    bytes.extend(1u64.to_le_bytes());
+    bytes.push(b'k');
+    bytes.extend(8u32.to_le_bytes());
+    bytes.extend((300u64 << 20).to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(400 << 20).unwrap();
+    let err = ingest(&path, &dir.path().join("s"), &IngestOptions::default(), &mut |_| {}).unwrap_err();
+    assert!(matches!(err, Error::HeaderTooLarge { .. }), "{err}");
+}
+
+#[test]
 fn pins_refuse_other_files() {
     let dir = TempDir::new("pin");
     let src = write_model(dir.path(), "m.gguf", &Shape::small(), 1);
