@@ -1,4 +1,4 @@
-use super::expert_q8_gemv::expert_gemv_parts;
+use super::expert_q8_gemv::ExpertQ8GemvParams;
 use crate::error::Result;
 use crate::kernels::{Kernel, Kernels, View};
 use crate::{Dispatch, ExpertPlanes};
@@ -7,26 +7,8 @@ use crate::{Dispatch, ExpertPlanes};
 /// scale plane).
 pub(crate) const Q4_0_BLOCK_BYTES: u64 = 16;
 
-/// Params of `expert_q4_gemv.wgsl`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct ExpertQ4GemvParams {
-    /// Rows of one slot's matrix.
-    pub rows: u32,
-    /// Input length, a multiple of 32.
-    pub cols: u32,
-    /// Pairs P.
-    pub pairs: u32,
-    /// Input row = pair / x_div.
-    pub x_div: u32,
-    /// First slot bound in this part.
-    pub slot_begin: u32,
-    /// One past the last slot bound in this part.
-    pub slot_end: u32,
-    /// Padding.
-    pub _pad: [u32; 2],
-}
-const _: () = assert!(size_of::<ExpertQ4GemvParams>() == 32);
+/// Params of `expert_q4_gemv.wgsl`: the same fields as `expert_q8_gemv.wgsl`'s, which the shader mirrors.
+pub type ExpertQ4GemvParams = ExpertQ8GemvParams;
 
 impl Kernels {
     /// Expert Q4_0 GEMV for P (token, pick) pairs in one dispatch (one per pool part when the pool is
@@ -50,23 +32,6 @@ impl Kernels {
         pairs: u32,
         x_div: u32,
     ) -> Result<Dispatch> {
-        let b = self.binder(Kernel::ExpertQ4Gemv);
-        let parts = expert_gemv_parts(&b, pool, Q4_0_BLOCK_BYTES, x, slot_idx, y, pairs, x_div)?;
-        let out = parts
-            .into_iter()
-            .map(|part| {
-                let p = ExpertQ4GemvParams {
-                    rows: pool.rows,
-                    cols: pool.cols,
-                    pairs,
-                    x_div,
-                    slot_begin: part.begin,
-                    slot_end: part.end,
-                    _pad: [0; 2],
-                };
-                (p, part.bound, part.dims)
-            })
-            .collect();
-        Ok(b.finish(out))
+        self.expert_gemv(Kernel::ExpertQ4Gemv, Q4_0_BLOCK_BYTES, pool, x, slot_idx, y, pairs, x_div)
     }
 }

@@ -58,8 +58,25 @@ impl Kernels {
         pairs: u32,
         x_div: u32,
     ) -> Result<Dispatch> {
-        let b = self.binder(Kernel::ExpertQ8Gemv);
-        let parts = expert_gemv_parts(&b, pool, Q8_0_BLOCK_BYTES, x, slot_idx, y, pairs, x_div)?;
+        self.expert_gemv(Kernel::ExpertQ8Gemv, Q8_0_BLOCK_BYTES, pool, x, slot_idx, y, pairs, x_div)
+    }
+
+    /// The launcher shared by the slot-indexed expert GEMVs, which differ only in their shader and the
+    /// quant-plane bytes of a block; their params have one layout.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn expert_gemv(
+        &self,
+        kernel: Kernel,
+        block_bytes: u64,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        slot_idx: View<'_>,
+        y: View<'_>,
+        pairs: u32,
+        x_div: u32,
+    ) -> Result<Dispatch> {
+        let b = self.binder(kernel);
+        let parts = expert_gemv_parts(&b, pool, block_bytes, x, slot_idx, y, pairs, x_div)?;
         let out = parts
             .into_iter()
             .map(|part| {
