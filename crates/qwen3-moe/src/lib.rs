@@ -1,5 +1,12 @@
-//! The Qwen3-MoE engine of diskformer. So far: [`Config`], the model's hyper-parameters read from GGUF
-//! metadata with the architecture checked first and every missing key reported at once.
+//! The Qwen3-MoE engine of diskformer: loads a model from a store (ingesting a GGUF into one first when
+//! needed), puts the dense weights, KV cache and a slot pool of routed experts on the GPU, and runs the
+//! forward pass with the experts streamed from disk as the router asks for them.
+//!
+//! - [`Config`]: the hyper-parameters from GGUF metadata, architecture checked first, every missing key
+//!   reported at once.
+//! - [`Engine`]: load ([`Engine::open_gguf`], [`Engine::open`]), [`prefill`](Engine::prefill) (token by token
+//!   or batched, reusing the cached common prefix), [`step`](Engine::step), [`stats`](Engine::stats).
+//! - [`synthetic`]: seeded random qwen3moe GGUFs of any shape, for tests and benchmarks.
 //!
 //! ```
 //! use diskformer_gguf::{Metadata, Value};
@@ -15,7 +22,16 @@
 //! ```
 
 mod config;
+mod engine;
 mod error;
+mod graph;
+pub mod sampling;
+mod stats;
+pub mod synthetic;
+mod weights;
 
 pub use config::{ARCHITECTURE, Config};
+pub use engine::{Engine, EngineOptions, LoadProgress, default_store_dir};
 pub use error::{Error, Result};
+pub use sampling::{Sampler, SamplingOptions, log_softmax, top_n};
+pub use stats::{GpuBytes, Stats};

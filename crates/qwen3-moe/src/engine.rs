@@ -1,0 +1,568 @@
+//! The engine: loads a store onto the GPU (dense weights, KV cache, scratch, expert pool) and runs the
+//! forward pass with one readback of the picks per layer, `ensure` of their slots, and prefetch guesses for
+//! the next layers.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use diskformer_bpe::Tokenizer;
+use diskformer_expert_stream::{
+    EvictionPolicy, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, PoolConfig, Stats as PoolStats,
+};
+use diskformer_kernels::{Context, Kernels, cpu};
+use diskformer_store::{IngestOptions, Store};
+
+use crate::graph::{Bindings, Graph, KvCache, Scratch};
+use crate::stats::{EngineStats, GpuBytes};
+use crate::weights::Weights;
+use crate::{Config, Error, Result};
+
+/// How to load and run a model. Build with [`EngineOptions::default`] and adjust the fields.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct EngineOptions {
+    /// GPU memory the engine may use, in bytes (default 4 GB): what the dense weights, KV cache and scratch
+    /// leave becomes expert slots (all experts when they fit).
+    pub gpu_budget: u64,
+    /// An explicit number of expert slots (overrides the budget), at least `2 × top-k`.
+    pub pool_slots: Option<usize>,
+    /// KV-cache positions (default min(4096, the model's context length)).
+    pub max_context: Option<u32>,
+    /// Start loading the next layers' likely experts while this layer computes (default on).
+    pub prefetch: bool,
+    /// Layers ahead whose routers guess (default 2).
+    pub lookahead: u32,
+    /// Which resident expert makes room (default LRU).
+    pub policy: EvictionPolicy,
+    /// Threads reading demand misses (default 8).
+    pub readers: usize,
+    /// Read records with O_DIRECT, bypassing the page cache (default off).
+    pub direct_io: bool,
+    /// Most tokens per prefill chunk (default 64; also bounded by the pool: chunk × top-k ≤ slots).
+    pub max_batch: u32,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            gpu_budget: 4_000_000_000,
+            pool_slots: None,
+            max_context: None,
+            prefetch: true,
+            lookahead: 2,
+            policy: EvictionPolicy::Lru,
+            readers: 8,
+            direct_io: false,
+            max_batch: 64,
+        }
+    }
+}
+
+/// What a load reports while it works.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LoadProgress {
+    /// Ingesting the GGUF into the store: bytes done of total, rate.
+    Ingest {
+        /// Bytes of the GGUF done.
+        done: u64,
+        /// Its size.
+        total: u64,
+        /// Bytes per second so far.
+        bytes_per_sec: f64,
+    },
+    /// Uploading the dense weights: bytes done of total.
+    Upload {
+        /// Bytes uploaded.
+        done: u64,
+        /// Bytes to upload.
+        total: u64,
+    },
+}
+
+/// What the head of a step returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// Nothing (a prefill chunk that is not the last).
+    Nothing,
+    /// The greedy token (argmax on the GPU, 4 bytes read back).
+    Argmax,
+    /// The last token's logits.
+    Logits,
+}
+
+/// What a step returned.
+#[derive(Debug)]
+pub(crate) enum Output {
+    Nothing,
+    Argmax(u32),
+    Logits(Vec<f32>),
+}
+
+/// A loaded Qwen3-MoE model: GPU weights, KV cache, expert pool, tokenizer.
+pub struct Engine {
+    config: Config,
+    tokenizer: Tokenizer,
+    vocab: u32,
+    ctx: Context,
+    kernels: Kernels,
+    weights: Weights,
+    kv: KvCache,
+    scratch: Scratch,
+    pool: ExpertPool<GpuBackend>,
+    graphs: HashMap<u32, Graph>,
+    lookahead: u32,
+    max_batch: u32,
+    /// Token ids whose keys and values the cache holds, position i at index i.
+    cached: Vec<u32>,
+    stats: EngineStats,
+    gpu_bytes: GpuBytes,
+    store_dir: PathBuf,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("config", &self.config)
+            .field("adapter", &self.ctx.info.name)
+            .field("store", &self.store_dir)
+            .field("cached", &self.cached.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Loads the model of `gguf`, ingesting it into `store_dir` first when the store is missing, stale or
+    /// incomplete (resuming an interrupted ingest). `store_dir` defaults to [`default_store_dir`].
+    ///
+    /// # Errors
+    /// Any ingest error, then as [`Engine::open`].
+    pub fn open_gguf(
+        gguf: &Path,
+        store_dir: Option<&Path>,
+        opts: &EngineOptions,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<Engine> {
+        let dir = store_dir.map_or_else(|| default_store_dir(gguf), Path::to_owned);
+        diskformer_store::ingest(gguf, &dir, &IngestOptions::default(), &mut |p| {
+            progress(LoadProgress::Ingest { done: p.done, total: p.total, bytes_per_sec: p.bytes_per_sec })
+        })?;
+        Self::open(&dir, opts, progress)
+    }
+
+    /// Loads the model of a complete store on the default GPU ([`Context::new`]).
+    ///
+    /// # Errors
+    /// Store, config, tokenizer and tensor errors; [`Error::Kernels`] without a usable GPU;
+    /// [`Error::Pool`] for a budget that cannot hold the dense part, the KV cache, scratch and `2 × top-k`
+    /// records (with the numbers); [`Error::BadOption`] for an option out of range.
+    pub fn open(
+        store_dir: &Path,
+        opts: &EngineOptions,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<Engine> {
+        Self::open_on(Context::new()?, store_dir, opts, progress)
+    }
+
+    /// [`Engine::open`] on a given GPU context.
+    ///
+    /// # Errors
+    /// As [`Engine::open`].
+    pub fn open_on(
+        ctx: Context,
+        store_dir: &Path,
+        opts: &EngineOptions,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<Engine> {
+        let store = Store::open(store_dir)?;
+        let config = Config::from_metadata(&store.header().metadata)?;
+        let tokenizer = Tokenizer::from_header(store.header())?;
+        let experts = store.layout().experts.clone().ok_or_else(|| Error::BadTensor {
+            name: "blk.0.ffn_gate_exps.weight".into(),
+            what: "the store holds no routed experts".into(),
+        })?;
+        if opts.lookahead > 8 {
+            return Err(Error::BadOption {
+                option: "lookahead",
+                what: format!("{} layers; allowed 0..=8", opts.lookahead),
+            });
+        }
+        let ctx_len = opts.max_context.unwrap_or(config.context_length.min(4096));
+        if ctx_len == 0 || ctx_len > config.context_length {
+            return Err(Error::BadOption {
+                option: "max_context",
+                what: format!(
+                    "{ctx_len} positions; allowed 1..={} (the model's context length)",
+                    config.context_length
+                ),
+            });
+        }
+        let top_k = config.expert_used_count;
+        let all = (config.block_count * config.expert_count) as usize;
+        let lookahead = if opts.prefetch { opts.lookahead.min(config.block_count - 1) } else { 0 };
+        let vocab = store.layout().dense_tensor("token_embd.weight").map_or(0, |t| t.dims[1] as u32);
+
+        // Size everything but the pool, then the pool from what the budget leaves.
+        let dense = Weights::device_bytes(&store);
+        let kv_bytes = KvCache::bytes(&config, ctx_len);
+        let probe_batch = opts.max_batch.clamp(1, 1024);
+        let scratch_guess = Scratch::estimate(&config, vocab, ctx_len, probe_batch, lookahead);
+        let slots = match opts.pool_slots {
+            Some(s) if s < 2 * top_k as usize => {
+                return Err(Error::BadOption {
+                    option: "pool_slots",
+                    what: format!("{s}; the pool needs at least 2 × top-k = {} slots", 2 * top_k),
+                });
+            }
+            Some(s) => s.min(all),
+            None => GpuBudget { budget: opts.gpu_budget, dense, kv_cache: kv_bytes, scratch: scratch_guess }
+                .expert_slots(experts.record_bytes, top_k)?
+                .min(all),
+        };
+        let max_batch = probe_batch.min((slots / top_k as usize) as u32).min(ctx_len).max(1);
+
+        let device = ctx.device.clone();
+        let weights = Weights::upload(&store, &config, &device, &ctx.queue, &mut |done, total| {
+            progress(LoadProgress::Upload { done, total })
+        })?;
+        if weights.head().rows != vocab {
+            return Err(Error::BadTensor {
+                name: "output.weight".into(),
+                what: format!("has {} rows; the embedding has {vocab}", weights.head().rows),
+            });
+        }
+        let kv = KvCache::new(&device, &config, ctx_len);
+        let scratch = Scratch::new(&device, &config, vocab, ctx_len, max_batch, lookahead);
+        let gpu_pool = GpuPool::new(&ctx, &experts, slots)?;
+        let backend = GpuBackend::new(gpu_pool, store.record_reader(opts.direct_io)?)?;
+        let mut pc = PoolConfig::new(slots, config.block_count, config.expert_count);
+        pc.policy = opts.policy;
+        pc.readers = opts.readers.max(1);
+        pc.prefetch_reserve = top_k as usize;
+        let pool = ExpertPool::new(backend, pc)?;
+        let gpu_bytes = GpuBytes {
+            dense: weights.bytes,
+            pool: pool.backend().pool().device_bytes(),
+            kv: kv_bytes,
+            scratch: scratch.bytes(),
+        };
+        let kernels = Kernels::new(&ctx);
+        let mut engine = Engine {
+            config,
+            tokenizer,
+            vocab,
+            ctx,
+            kernels,
+            weights,
+            kv,
+            scratch,
+            pool,
+            graphs: HashMap::new(),
+            lookahead,
+            max_batch,
+            cached: Vec::new(),
+            stats: EngineStats::default(),
+            gpu_bytes,
+            store_dir: store_dir.to_owned(),
+        };
+        engine.graph(1)?;
+        Ok(engine)
+    }
+
+    /// The model's hyper-parameters.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The model's tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// Vocabulary rows of the embedding and lm head.
+    pub fn vocab(&self) -> u32 {
+        self.vocab
+    }
+
+    /// KV-cache positions.
+    pub fn max_context(&self) -> u32 {
+        self.kv.ctx
+    }
+
+    /// Tokens whose keys and values the cache holds.
+    pub fn cached_tokens(&self) -> &[u32] {
+        &self.cached
+    }
+
+    /// Expert slots in the pool.
+    pub fn pool_slots(&self) -> usize {
+        self.pool.backend().pool().slots()
+    }
+
+    /// Most tokens one prefill chunk runs.
+    pub fn max_batch(&self) -> u32 {
+        self.max_batch
+    }
+
+    /// The GPU adapter, one line.
+    pub fn adapter(&self) -> String {
+        self.ctx.describe()
+    }
+
+    /// Forgets the cached tokens (the next prefill starts at position 0); the pool keeps its experts.
+    pub fn reset(&mut self) {
+        self.cached.clear();
+    }
+
+    /// Engine and pool counters since the load or [`reset_stats`](Self::reset_stats).
+    pub fn stats(&self) -> crate::Stats {
+        crate::Stats::new(&self.stats, self.pool.stats(), self.gpu_bytes, self.pool_slots())
+    }
+
+    /// Zeroes the counters.
+    pub fn reset_stats(&mut self) {
+        self.stats = EngineStats::default();
+        self.pool.reset_stats();
+    }
+
+    /// The pool's own counters.
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats()
+    }
+
+    /// Runs `ids` after the cached prefix they share with the cache (at least the last id runs), and returns
+    /// the last token's logits. With `batched`, tokens run in chunks of up to [`max_batch`](Self::max_batch)
+    /// (per layer the union of a chunk's experts ensured once); otherwise one at a time.
+    ///
+    /// # Errors
+    /// [`Error::BadToken`], [`Error::ContextFull`], pool and GPU errors. On an error the cache is reset.
+    pub fn prefill(&mut self, ids: &[u32], batched: bool) -> Result<Vec<f32>> {
+        if ids.is_empty() {
+            return Err(Error::BadOption {
+                option: "prefill ids",
+                what: "empty; give at least one token".into(),
+            });
+        }
+        let common = self.cached.iter().zip(ids).take_while(|(a, b)| a == b).count().min(ids.len() - 1);
+        self.cached.truncate(common);
+        let rest = &ids[common..];
+        self.check(rest)?;
+        let started = Instant::now();
+        let chunk = if batched { self.max_batch as usize } else { 1 };
+        let mut out = Output::Nothing;
+        for (i, part) in rest.chunks(chunk).enumerate() {
+            let last = (i + 1) * chunk >= rest.len();
+            out = self.run(part, if last { Want::Logits } else { Want::Nothing })?;
+        }
+        self.stats.prefill_tokens += rest.len() as u64;
+        self.stats.prefill_time += started.elapsed();
+        match out {
+            Output::Logits(l) => Ok(l),
+            _ => unreachable!("the last chunk asks for logits"),
+        }
+    }
+
+    /// Runs one token after the cache and returns its logits.
+    ///
+    /// # Errors
+    /// As [`Engine::prefill`].
+    pub fn step(&mut self, id: u32) -> Result<Vec<f32>> {
+        self.check(&[id])?;
+        let started = Instant::now();
+        let out = self.run(&[id], Want::Logits)?;
+        self.stats.decode_tokens += 1;
+        self.stats.decode_time += started.elapsed();
+        match out {
+            Output::Logits(l) => Ok(l),
+            _ => unreachable!("asked for logits"),
+        }
+    }
+
+    /// Runs one token and returns the greedy next token (argmax on the GPU, no logits read back).
+    ///
+    /// # Errors
+    /// As [`Engine::prefill`].
+    pub fn step_greedy(&mut self, id: u32) -> Result<u32> {
+        self.check(&[id])?;
+        let started = Instant::now();
+        let out = self.run(&[id], Want::Argmax)?;
+        self.stats.decode_tokens += 1;
+        self.stats.decode_time += started.elapsed();
+        match out {
+            Output::Argmax(t) => Ok(t),
+            _ => unreachable!("asked for the argmax"),
+        }
+    }
+
+    fn check(&self, ids: &[u32]) -> Result<()> {
+        if let Some(&id) = ids.iter().find(|&&id| id >= self.vocab) {
+            return Err(Error::BadToken { id, vocab: self.vocab });
+        }
+        let needed = self.cached.len() + ids.len();
+        if needed > self.kv.ctx as usize {
+            return Err(Error::ContextFull { needed, ctx: self.kv.ctx });
+        }
+        Ok(())
+    }
+
+    fn graph(&mut self, t: u32) -> Result<&Graph> {
+        if !self.graphs.contains_key(&t) {
+            let b = Bindings {
+                kernels: &self.kernels,
+                config: &self.config,
+                weights: &self.weights,
+                kv: &self.kv,
+                scratch: &self.scratch,
+                pool: self.pool.backend().pool(),
+                lookahead: if t == 1 { self.lookahead } else { 0 },
+            };
+            let g = Graph::build(&b, t)?;
+            self.graphs.insert(t, g);
+        }
+        Ok(&self.graphs[&t])
+    }
+
+    /// One forward step of `ids` at the positions after the cache. On an error the cache is reset, since
+    /// some layers may have stored keys for positions that never completed.
+    fn run(&mut self, ids: &[u32], want: Want) -> Result<Output> {
+        let result = self.run_inner(ids, want);
+        match &result {
+            Ok(_) => self.cached.extend_from_slice(ids),
+            Err(_) => self.cached.clear(),
+        }
+        result
+    }
+
+    fn run_inner(&mut self, ids: &[u32], want: Want) -> Result<Output> {
+        let t = ids.len() as u32;
+        let start = self.cached.len() as u32;
+        let positions: Vec<u32> = (start..start + t).collect();
+        let rope = cpu::rope_cos_sin(&positions, self.config.key_length as usize, self.config.rope_freq_base);
+        let queue = self.ctx.queue.clone();
+        queue.write_buffer(&self.scratch.ids, 0, bytemuck::cast_slice(ids));
+        queue.write_buffer(&self.scratch.positions, 0, bytemuck::cast_slice(&positions));
+        queue.write_buffer(&self.scratch.rope, 0, bytemuck::cast_slice(&rope));
+        self.graph(t)?;
+        let graph = &self.graphs[&t];
+        let (k, layers) = (self.config.expert_used_count as usize, self.config.block_count);
+        let lookahead = if t == 1 { self.lookahead } else { 0 };
+        let device = &self.ctx.device;
+        let s = &self.scratch;
+
+        let mut enc = device.create_command_encoder(&Default::default());
+        record(&mut enc, std::slice::from_ref(&graph.embed));
+        let mut held: Option<Pinned> = None;
+        let pairs = t as usize * k;
+        for l in 0..layers {
+            let lg = &graph.layers[l as usize];
+            record(&mut enc, &lg.attention);
+            let guesses = lookahead.min(layers - 1 - l);
+            enc.copy_buffer_to_buffer(&s.pick_ids, 0, &s.readback, 0, 4 * pairs as u64);
+            for j in 0..guesses {
+                let at = 4 * (pairs + j as usize * k) as u64;
+                enc.copy_buffer_to_buffer(&s.guess_ids[j as usize], 0, &s.readback, at, 4 * k as u64);
+            }
+            queue.submit([enc.finish()]);
+            if let Some(p) = held.take() {
+                self.pool.release(p);
+            }
+            let words = pairs + guesses as usize * k;
+            let read: Vec<u32> = readback(device, &s.readback, 4 * words as u64, &mut self.stats.gpu_wait)?;
+            let picks = &read[..pairs];
+
+            let ensure_started = Instant::now();
+            let (pinned, slots) = if t == 1 {
+                let pinned = self.pool.ensure(l, picks)?;
+                let slots: Vec<u32> = pinned.slots().iter().map(|s| s.0).collect();
+                (pinned, slots)
+            } else {
+                let mut union = picks.to_vec();
+                union.sort_unstable();
+                union.dedup();
+                let pinned = self.pool.ensure(l, &union)?;
+                let slots = picks
+                    .iter()
+                    .map(|id| pinned.slots()[union.binary_search(id).expect("every pick is in the union")].0)
+                    .collect();
+                (pinned, slots)
+            };
+            self.stats.ensure_time += ensure_started.elapsed();
+            queue.write_buffer(&s.slot_idx[l as usize], 0, bytemuck::cast_slice(&slots));
+            for j in 0..guesses {
+                let at = pairs + j as usize * k;
+                self.pool.prefetch(l + 1 + j, &read[at..at + k])?;
+            }
+            held = Some(pinned);
+            enc = device.create_command_encoder(&Default::default());
+            record(&mut enc, &lg.experts);
+        }
+
+        let out = match want {
+            Want::Nothing => {
+                queue.submit([enc.finish()]);
+                Output::Nothing
+            }
+            Want::Argmax | Want::Logits => {
+                let h = 4 * u64::from(self.config.embedding_length);
+                enc.copy_buffer_to_buffer(s.x(), (u64::from(t) - 1) * h, &s.last, 0, h);
+                record(&mut enc, &graph.head);
+                let (src, bytes) = match want {
+                    Want::Argmax => (&s.argmax, 4),
+                    _ => (&s.logits, 4 * u64::from(self.vocab)),
+                };
+                enc.copy_buffer_to_buffer(src, 0, &s.readback, 0, bytes);
+                queue.submit([enc.finish()]);
+                let read: Vec<u32> = readback(device, &s.readback, bytes, &mut self.stats.gpu_wait)?;
+                match want {
+                    Want::Argmax => Output::Argmax(read[0]),
+                    _ => Output::Logits(bytemuck::cast_slice(&read).to_vec()),
+                }
+            }
+        };
+        // Writes for the next step (ids, positions, slots, uploads into freed slots) are ordered after
+        // this submit by the queue, so nothing waits here.
+        if let Some(p) = held.take() {
+            self.pool.release(p);
+        }
+        Ok(out)
+    }
+}
+
+/// Records `dispatches` into one compute pass.
+fn record(enc: &mut wgpu::CommandEncoder, dispatches: &[diskformer_kernels::Dispatch]) {
+    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+    for d in dispatches {
+        d.record(&mut pass);
+    }
+}
+
+/// Maps the first `bytes` of `buffer`, waits for the GPU (adding the wait to `wait`), and copies them out.
+fn readback(
+    device: &wgpu::Device,
+    buffer: &wgpu::Buffer,
+    bytes: u64,
+    wait: &mut Duration,
+) -> Result<Vec<u32>> {
+    let started = Instant::now();
+    let slice = buffer.slice(..bytes);
+    let (tx, rx) = mpsc::channel();
+    slice.map_async(wgpu::MapMode::Read, move |r| {
+        let _ = tx.send(r);
+    });
+    device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(e.to_string()))?;
+    rx.recv()
+        .map_err(|_| Error::Gpu("the readback was dropped before it mapped".into()))?
+        .map_err(|e| Error::Gpu(format!("readback did not map: {e}")))?;
+    let out = bytemuck::pod_collect_to_vec(&slice.get_mapped_range().expect("mapped just now"));
+    buffer.unmap();
+    *wait += started.elapsed();
+    Ok(out)
+}
+
+/// The store directory used for a GGUF when none is given: `<file>.diskformer/` beside it.
+pub fn default_store_dir(gguf: &Path) -> PathBuf {
+    let mut name = gguf.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".diskformer");
+    gguf.with_file_name(name)
+}

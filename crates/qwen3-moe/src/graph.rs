@@ -1,0 +1,335 @@
+//! The working buffers of a step and the kernels bound to them: one [`Graph`] per step length T, built once
+//! and recorded every step (token ids, positions, the RoPE table and slot indices change in buffers).
+
+use diskformer_expert_stream::{GpuPool, Plane};
+use diskformer_kernels::{
+    AttentionShape, Dispatch, ExpertPlanes, Kernels, MoeCombineParams, QkNormRopeParams, View,
+};
+
+use crate::weights::{Weights, storage, view};
+use crate::{Config, Result};
+
+/// The KV cache: per layer an f16 `[ctx, kv_heads, head_dim]` buffer for keys and one for values.
+#[derive(Debug)]
+pub(crate) struct KvCache {
+    pub k: Vec<wgpu::Buffer>,
+    pub v: Vec<wgpu::Buffer>,
+    pub ctx: u32,
+}
+
+impl KvCache {
+    /// Bytes of the cache for `ctx` positions.
+    pub fn bytes(config: &Config, ctx: u32) -> u64 {
+        2 * u64::from(config.block_count)
+            * u64::from(ctx)
+            * u64::from(config.head_count_kv * config.key_length)
+            * 2
+    }
+
+    pub fn new(device: &wgpu::Device, config: &Config, ctx: u32) -> Self {
+        let per = u64::from(ctx) * u64::from(config.head_count_kv * config.key_length) * 2;
+        let make = |what: &str| {
+            (0..config.block_count).map(|_| storage(device, what, per, wgpu::BufferUsages::empty())).collect()
+        };
+        KvCache { k: make("k cache"), v: make("v cache"), ctx }
+    }
+}
+
+/// Activations for steps of up to `max_t` tokens, allocated once.
+#[derive(Debug)]
+pub(crate) struct Scratch {
+    pub ids: wgpu::Buffer,
+    pub positions: wgpu::Buffer,
+    pub rope: wgpu::Buffer,
+    x: wgpu::Buffer,
+    xn: wgpu::Buffer,
+    q: wgpu::Buffer,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+    qr: wgpu::Buffer,
+    kr: wgpu::Buffer,
+    att: wgpu::Buffer,
+    partial: wgpu::Buffer,
+    o: wgpu::Buffer,
+    h: wgpu::Buffer,
+    router_logits: wgpu::Buffer,
+    /// `[T, k]` picked expert ids (read back every layer).
+    pub pick_ids: wgpu::Buffer,
+    pick_weights: wgpu::Buffer,
+    /// Per layer `[T·k]` pool slots of the picks, written by the engine after `ensure`.
+    pub slot_idx: Vec<wgpu::Buffer>,
+    gate_up: wgpu::Buffer,
+    act: wgpu::Buffer,
+    down: wgpu::Buffer,
+    /// Router logits and picks of the next layers' routers applied to this layer's state (prefetch guesses).
+    guess_logits: Vec<wgpu::Buffer>,
+    pub guess_ids: Vec<wgpu::Buffer>,
+    guess_weights: Vec<wgpu::Buffer>,
+    /// The last token's hidden state, copied out for the head.
+    pub last: wgpu::Buffer,
+    last_n: wgpu::Buffer,
+    /// `[vocab]` logits of the last token.
+    pub logits: wgpu::Buffer,
+    /// The greedy token.
+    pub argmax: wgpu::Buffer,
+    /// Where picks, guesses, logits or the argmax are copied to be mapped.
+    pub readback: wgpu::Buffer,
+}
+
+impl Scratch {
+    pub fn new(device: &wgpu::Device, c: &Config, vocab: u32, ctx: u32, max_t: u32, lookahead: u32) -> Self {
+        let t = u64::from(max_t);
+        let (h, q, kv) = (
+            u64::from(c.embedding_length),
+            u64::from(c.head_count * c.key_length),
+            u64::from(c.head_count_kv * c.key_length),
+        );
+        let (e, k, f) = (
+            u64::from(c.expert_count),
+            u64::from(c.expert_used_count),
+            u64::from(c.expert_feed_forward_length),
+        );
+        let none = wgpu::BufferUsages::empty();
+        let src = wgpu::BufferUsages::COPY_SRC;
+        let b = |what: &str, floats: u64| storage(device, what, 4 * floats, none);
+        let shape = attention_shape(c, 1, ctx);
+        let readback_bytes = 4 * (t * k + u64::from(lookahead) * k).max(u64::from(vocab)).max(1);
+        Scratch {
+            ids: b("ids", t),
+            positions: b("positions", t),
+            rope: b("rope", t * u64::from(c.key_length)),
+            x: storage(device, "x", 4 * t * h, src),
+            xn: b("xn", t * h),
+            q: b("q", t * q),
+            k: b("k", t * kv),
+            v: b("v", t * kv),
+            qr: b("qr", t * q),
+            kr: b("kr", t * kv),
+            att: b("att", t * q),
+            partial: b("attention partial", shape.partial_len()),
+            o: b("o", t * h),
+            h: b("h", t * h),
+            router_logits: b("router logits", t * e),
+            pick_ids: storage(device, "pick ids", 4 * t * k, src),
+            pick_weights: b("pick weights", t * k),
+            slot_idx: (0..c.block_count).map(|_| b("slot idx", t * k)).collect(),
+            gate_up: b("gate_up", t * k * 2 * f),
+            act: b("act", t * k * f),
+            down: b("down", t * k * h),
+            guess_logits: (0..lookahead).map(|_| b("guess logits", e)).collect(),
+            guess_ids: (0..lookahead).map(|_| storage(device, "guess ids", 4 * k, src)).collect(),
+            guess_weights: (0..lookahead).map(|_| b("guess weights", k)).collect(),
+            last: b("last", h),
+            last_n: b("last normed", h),
+            logits: storage(device, "logits", 4 * u64::from(vocab), src),
+            argmax: storage(device, "argmax", 4, src),
+            readback: device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("readback"),
+                size: readback_bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+        }
+    }
+
+    /// Bytes [`Scratch::new`] allocates for these sizes (within a few words), without allocating.
+    pub fn estimate(c: &Config, vocab: u32, ctx: u32, max_t: u32, lookahead: u32) -> u64 {
+        let t = u64::from(max_t);
+        let (h, d, q, kv) = (
+            u64::from(c.embedding_length),
+            u64::from(c.key_length),
+            u64::from(c.head_count * c.key_length),
+            u64::from(c.head_count_kv * c.key_length),
+        );
+        let (e, k, f) = (
+            u64::from(c.expert_count),
+            u64::from(c.expert_used_count),
+            u64::from(c.expert_feed_forward_length),
+        );
+        let (layers, la, v) = (u64::from(c.block_count), u64::from(lookahead), u64::from(vocab));
+        let floats = t * (2 + d + 4 * h + 3 * q + 4 * kv + e + 2 * k + k * (3 * f + h))
+            + attention_shape(c, 1, ctx).partial_len()
+            + layers * t * k
+            + la * (e + 2 * k)
+            + 2 * h
+            + v
+            + 1
+            + (t * k + la * k).max(v);
+        4 * floats
+    }
+
+    /// The residual stream.
+    pub fn x(&self) -> &wgpu::Buffer {
+        &self.x
+    }
+
+    /// Bytes of every buffer.
+    pub fn bytes(&self) -> u64 {
+        let mut all = vec![
+            &self.ids,
+            &self.positions,
+            &self.rope,
+            &self.x,
+            &self.xn,
+            &self.q,
+            &self.k,
+            &self.v,
+            &self.qr,
+            &self.kr,
+            &self.att,
+            &self.partial,
+            &self.o,
+            &self.h,
+            &self.router_logits,
+            &self.pick_ids,
+            &self.pick_weights,
+            &self.gate_up,
+            &self.act,
+            &self.down,
+            &self.last,
+            &self.last_n,
+            &self.logits,
+            &self.argmax,
+            &self.readback,
+        ];
+        all.extend(
+            self.slot_idx.iter().chain(&self.guess_logits).chain(&self.guess_ids).chain(&self.guess_weights),
+        );
+        all.iter().map(|b| b.size()).sum()
+    }
+}
+
+pub(crate) fn attention_shape(c: &Config, tokens: u32, ctx: u32) -> AttentionShape {
+    AttentionShape { heads: c.head_count, kv_heads: c.head_count_kv, head_dim: c.key_length, tokens, ctx }
+}
+
+/// One layer's kernels: attention block through the router (and prefetch guesses), then the experts.
+#[derive(Debug)]
+pub(crate) struct LayerGraph {
+    pub attention: Vec<Dispatch>,
+    pub experts: Vec<Dispatch>,
+}
+
+/// Every kernel of a step of `t` tokens, bound.
+#[derive(Debug)]
+pub(crate) struct Graph {
+    pub embed: Dispatch,
+    pub layers: Vec<LayerGraph>,
+    /// Final norm, lm head, argmax (on [`Scratch::last`]).
+    pub head: Vec<Dispatch>,
+}
+
+/// What a graph binds.
+pub(crate) struct Bindings<'a> {
+    pub kernels: &'a Kernels,
+    pub config: &'a Config,
+    pub weights: &'a Weights,
+    pub kv: &'a KvCache,
+    pub scratch: &'a Scratch,
+    pub pool: &'a GpuPool,
+    /// Guesses computed per layer (0 for steps of several tokens).
+    pub lookahead: u32,
+}
+
+impl Graph {
+    pub fn build(b: &Bindings<'_>, t: u32) -> Result<Graph> {
+        let (k, c, w, s) = (b.kernels, b.config, b.weights, b.scratch);
+        let (h, eps) = (c.embedding_length, c.layer_norm_rms_epsilon);
+        let (experts, top_k, ffn) = (c.expert_count, c.expert_used_count, c.expert_feed_forward_length);
+        let kvn = c.head_count_kv * c.key_length;
+        let qp = QkNormRopeParams { heads: c.head_count, head_dim: c.key_length, tokens: t, eps };
+        let kp = QkNormRopeParams { heads: c.head_count_kv, ..qp };
+        let shape = attention_shape(c, t, b.kv.ctx);
+        let pool = |big: Plane, small: Plane, rows: u32, cols: u32| ExpertPlanes {
+            q: b.pool.buffer(big).into(),
+            scales: b.pool.buffer(small).into(),
+            slots: b.pool.slots() as u32,
+            rows,
+            cols,
+        };
+        let gate_up = pool(Plane::GateUpQ, Plane::GateUpScales, 2 * ffn, h);
+        let down = pool(Plane::DownQ, Plane::DownScales, h, ffn);
+        let pairs = t * top_k;
+        let v = view;
+        let embed = k.embed_q8(v(&s.ids), w.embd.m(), v(&s.x), t)?;
+        let mut layers = Vec::with_capacity(w.layers.len());
+        for (l, lw) in w.layers.iter().enumerate() {
+            let mut attention = vec![
+                k.rms_norm(v(&s.x), v(&lw.attn_norm), v(&s.xn), h, t, eps)?,
+                k.q8_gemm_or_gemv(lw.wq.m(), v(&s.xn), v(&s.q), t)?,
+                k.q8_gemm_or_gemv(lw.wk.m(), v(&s.xn), v(&s.k), t)?,
+                k.q8_gemm_or_gemv(lw.wv.m(), v(&s.xn), v(&s.v), t)?,
+                k.qk_norm_rope(v(&s.q), v(&lw.q_norm), v(&s.rope), v(&s.qr), qp)?,
+                k.qk_norm_rope(v(&s.k), v(&lw.k_norm), v(&s.rope), v(&s.kr), kp)?,
+                k.kv_store(v(&s.kr), v(&s.positions), v(&b.kv.k[l]), kvn, t, b.kv.ctx)?,
+                k.kv_store(v(&s.v), v(&s.positions), v(&b.kv.v[l]), kvn, t, b.kv.ctx)?,
+            ];
+            if t == 1 {
+                // Split-K: many workgroups for one query token.
+                let (q, kc, vc, pos) = (v(&s.qr), v(&b.kv.k[l]), v(&b.kv.v[l]), v(&s.positions));
+                attention.push(k.attention_split(q, kc, vc, pos, v(&s.partial), shape)?);
+                attention.push(k.attention_combine(v(&s.partial), pos, v(&s.att), shape)?);
+            } else {
+                attention.push(k.attention(
+                    v(&s.qr),
+                    v(&b.kv.k[l]),
+                    v(&b.kv.v[l]),
+                    v(&s.positions),
+                    v(&s.att),
+                    shape,
+                )?);
+            }
+            attention.extend([
+                k.q8_gemm_or_gemv(lw.wo.m(), v(&s.att), v(&s.o), t)?,
+                k.add(v(&s.x), v(&s.o), v(&s.h), t * h)?,
+                k.rms_norm(v(&s.h), v(&lw.ffn_norm), v(&s.xn), h, t, eps)?,
+                k.f32_gemv(v(&lw.router), experts, h, v(&s.xn), v(&s.router_logits), t)?,
+                k.router_topk(v(&s.router_logits), v(&s.pick_ids), v(&s.pick_weights), experts, top_k, t)?,
+            ]);
+            // Prefetch guesses: the next layers' routers applied to this layer's normed state.
+            let next = w.layers.iter().skip(l + 1).take(b.lookahead as usize);
+            for (j, nw) in next.enumerate() {
+                attention.push(k.f32_gemv(v(&nw.router), experts, h, v(&s.xn), v(&s.guess_logits[j]), 1)?);
+                let (gl, gi, gw) = (v(&s.guess_logits[j]), v(&s.guess_ids[j]), v(&s.guess_weights[j]));
+                attention.push(k.router_topk(gl, gi, gw, experts, top_k, 1)?);
+            }
+            let cp = MoeCombineParams { hidden: h, k: top_k, tokens: t, _pad: 0 };
+            let experts_dispatches = vec![
+                k.expert_q8_gemv(gate_up, v(&s.xn), v(&s.slot_idx[l]), v(&s.gate_up), pairs, top_k)?,
+                k.silu_mul(v(&s.gate_up), v(&s.act), ffn, pairs)?,
+                k.expert_q8_gemv(down, v(&s.act), v(&s.slot_idx[l]), v(&s.down), pairs, 1)?,
+                k.moe_combine(v(&s.down), v(&s.pick_weights), v(&s.h), v(&s.x), cp)?,
+            ];
+            layers.push(LayerGraph { attention, experts: experts_dispatches });
+        }
+        let head = vec![
+            k.rms_norm(v(&s.last), v(&w.out_norm), v(&s.last_n), h, 1, eps)?,
+            k.q8_gemv_rows2(w.head().m(), v(&s.last_n), v(&s.logits), 1)?,
+            k.argmax(v(&s.logits), v(&s.argmax), w.head().rows, 1)?,
+        ];
+        Ok(Graph { embed, layers, head })
+    }
+}
+
+/// Dense projections: the GEMM (8 tokens per weight read) for chunks, the GEMV for one token.
+trait DenseProjection {
+    fn q8_gemm_or_gemv(
+        &self,
+        w: diskformer_kernels::Q8Matrix<'_>,
+        x: View<'_>,
+        y: View<'_>,
+        t: u32,
+    ) -> diskformer_kernels::Result<Dispatch>;
+}
+
+impl DenseProjection for Kernels {
+    fn q8_gemm_or_gemv(
+        &self,
+        w: diskformer_kernels::Q8Matrix<'_>,
+        x: View<'_>,
+        y: View<'_>,
+        t: u32,
+    ) -> diskformer_kernels::Result<Dispatch> {
+        if t == 1 { self.q8_gemv(w, x, y, 1) } else { self.q8_gemm(w, x, y, t) }
+    }
+}

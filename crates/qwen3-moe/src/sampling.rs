@@ -1,0 +1,375 @@
+//! Picking the next token from the model's logits, on the CPU: repetition and presence penalties, then greedy
+//! argmax or top-k → temperature → top-p → min-p → a draw from a seeded RNG. Pure Rust with no dependencies so
+//! a run is reproducible from its seed. Penalties follow llama.cpp's `llama_sampler_penalties_apply`.
+//!
+//! The pipeline works on a candidate list of `(id, logit)` pairs and sorts at most once, so a 151,936-token
+//! vocabulary costs one copy of the logits and, with top-k, a linear `select_nth_unstable`.
+//!
+//! Temperature comes before top-p and min-p (as in Hugging Face transformers); llama.cpp's default chain
+//! applies it after them, so at a temperature other than 1 the same `top_p` can keep a different set.
+
+use std::cmp::Ordering;
+
+/// How to pick the next token. The default is greedy decoding with every filter and penalty off.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SamplingOptions {
+    /// Softmax temperature; `0` means greedy argmax, which ignores the filters below.
+    pub temperature: f32,
+    /// Keep only the `top_k` highest logits; `0` turns it off.
+    pub top_k: usize,
+    /// Keep the smallest most-likely prefix whose mass reaches `top_p` (nucleus); `1` turns it off.
+    pub top_p: f32,
+    /// Drop tokens less likely than `min_p` × the most likely one's probability; `0` turns it off.
+    pub min_p: f32,
+    /// Divides a positive logit (multiplies a non-positive one) of each recent token; `1` turns it off.
+    pub repetition_penalty: f32,
+    /// Subtracted once from the logit of each distinct recent token; `0` turns it off.
+    pub presence_penalty: f32,
+    /// How many of the most recent tokens the penalties look at; `0` turns them off.
+    pub penalty_last_n: usize,
+    /// Seed of the sampler's RNG: the same seed and inputs give the same tokens.
+    pub seed: u64,
+}
+
+impl Default for SamplingOptions {
+    fn default() -> Self {
+        Self {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            penalty_last_n: 64,
+            seed: 0,
+        }
+    }
+}
+
+impl SamplingOptions {
+    /// Greedy decoding, no penalties: the reproducible baseline to compare against llama.cpp.
+    pub fn greedy() -> Self {
+        Self::default()
+    }
+
+    /// Checks every field is in range, so a bad request is refused before decoding starts.
+    ///
+    /// # Errors
+    /// A message naming the first bad field and its allowed range.
+    pub fn validate(&self) -> Result<(), String> {
+        let bad =
+            |field: &str, range: &str, value: f32| Err(format!("{field} is {value}; it must be {range}"));
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return bad("temperature", "finite and >= 0 (0 = greedy)", self.temperature);
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad("top_p", "in (0, 1] (1 = off)", self.top_p);
+        }
+        if !(self.min_p >= 0.0 && self.min_p <= 1.0) {
+            return bad("min_p", "in [0, 1] (0 = off)", self.min_p);
+        }
+        if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
+            return bad("repetition_penalty", "finite and > 0 (1 = off)", self.repetition_penalty);
+        }
+        if !self.presence_penalty.is_finite() {
+            return bad("presence_penalty", "finite (0 = off)", self.presence_penalty);
+        }
+        Ok(())
+    }
+}
+
+/// A token sampler with its own RNG and scratch buffers, one per sequence so runs stay reproducible.
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    opts: SamplingOptions,
+    rng: SplitMix64,
+    logits: Vec<f32>,
+    candidates: Vec<(u32, f32)>,
+    seen: Vec<u32>,
+}
+
+impl Sampler {
+    /// A sampler for `opts`, which should have passed [`SamplingOptions::validate`].
+    pub fn new(opts: SamplingOptions) -> Self {
+        debug_assert!(opts.validate().is_ok(), "{:?}", opts.validate());
+        Self { opts, rng: SplitMix64(opts.seed), logits: vec![], candidates: vec![], seen: vec![] }
+    }
+
+    /// Picks the next token from `logits` given the tokens generated so far (`recent`, oldest first; ids
+    /// outside the vocabulary are ignored). NaN logits are never picked.
+    ///
+    /// # Panics
+    /// If `logits` is empty.
+    pub fn sample(&mut self, logits: &[f32], recent: &[u32]) -> u32 {
+        assert!(!logits.is_empty(), "Sampler::sample: empty logits");
+        let o = self.opts;
+        // One copy of the vocabulary (~600 KB) so penalties never touch the caller's logits.
+        self.logits.clear();
+        self.logits.extend_from_slice(logits);
+        if o.repetition_penalty != 1.0 || o.presence_penalty != 0.0 {
+            self.seen.clear();
+            self.seen.extend_from_slice(&recent[recent.len().saturating_sub(o.penalty_last_n)..]);
+            self.seen.sort_unstable();
+            self.seen.dedup();
+            for &id in &self.seen {
+                if let Some(l) = self.logits.get_mut(id as usize) {
+                    let scaled =
+                        if *l <= 0.0 { *l * o.repetition_penalty } else { *l / o.repetition_penalty };
+                    *l = scaled - o.presence_penalty;
+                }
+            }
+        }
+        if o.temperature == 0.0 {
+            return argmax(&self.logits);
+        }
+
+        let c = &mut self.candidates;
+        c.clear();
+        c.extend(self.logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &l)| (i as u32, l)));
+        if o.top_k > 0 && o.top_k < c.len() {
+            c.select_nth_unstable_by(o.top_k - 1, by_logit_desc);
+            c.truncate(o.top_k);
+        }
+        let max = c.iter().map(|&(_, l)| l).fold(f32::NEG_INFINITY, f32::max);
+        if c.len() <= 1 || !max.is_finite() {
+            return c.iter().min_by(|a, b| by_logit_desc(a, b)).map_or(0, |&(id, _)| id);
+        }
+        // Unnormalised probabilities: the most likely token weighs exactly 1, the rest less.
+        for (_, l) in c.iter_mut() {
+            *l = ((*l - max) / o.temperature).exp();
+        }
+        if o.top_p < 1.0 {
+            c.sort_unstable_by(by_logit_desc);
+            let target = f64::from(o.top_p) * c.iter().map(|&(_, w)| f64::from(w)).sum::<f64>();
+            let mut mass = 0.0;
+            let keep = c.iter().position(|&(_, w)| {
+                mass += f64::from(w);
+                mass >= target
+            });
+            c.truncate(keep.map_or(c.len(), |i| i + 1));
+        }
+        if o.min_p > 0.0 {
+            // The top token is still in `c` with weight 1, so the threshold is `min_p` itself.
+            c.retain(|&(_, w)| w >= o.min_p);
+        }
+
+        let total: f64 = c.iter().map(|&(_, w)| f64::from(w)).sum();
+        let r = self.rng.next_f64() * total;
+        let mut mass = 0.0;
+        for &(id, w) in c.iter() {
+            mass += f64::from(w);
+            if r < mass {
+                return id;
+            }
+        }
+        // Only reached when rounding puts `r` at `total`: the last token with any weight.
+        c.iter().rev().find(|&&(_, w)| w > 0.0).map_or(c[0].0, |&(id, _)| id)
+    }
+}
+
+/// Natural-log probabilities of `logits`, computed as `x - max - ln Σ exp(x - max)` with an f64 sum so
+/// logits of 1e4 neither overflow nor lose the small terms. Used to report log-probabilities.
+pub fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let max = f64::from(logits.iter().copied().filter(|l| !l.is_nan()).fold(f32::NEG_INFINITY, f32::max));
+    let sum: f64 = logits.iter().filter(|l| !l.is_nan()).map(|&l| (f64::from(l) - max).exp()).sum();
+    let lse = max + sum.ln();
+    logits.iter().map(|&l| (f64::from(l) - lse) as f32).collect()
+}
+
+/// The `n` highest `(id, logit)` pairs, highest first with ties to the lower id, NaN skipped: what the
+/// engine reports as the top-n alternatives of a step (feed it [`log_softmax`] output for log-probs).
+pub fn top_n(logits: &[f32], n: usize) -> Vec<(u32, f32)> {
+    let mut c: Vec<(u32, f32)> =
+        logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &l)| (i as u32, l)).collect();
+    if n > 0 && n < c.len() {
+        c.select_nth_unstable_by(n - 1, by_logit_desc);
+    }
+    c.truncate(n);
+    c.sort_unstable_by(by_logit_desc);
+    c
+}
+
+/// Highest logit first, ties to the lower id: a total order on NaN-free candidates, so results never depend
+/// on the unstable sort's choices.
+fn by_logit_desc(a: &(u32, f32), b: &(u32, f32)) -> Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+/// Index of the highest non-NaN logit, the lowest index on ties (0 when every logit is NaN).
+fn argmax(logits: &[f32]) -> u32 {
+    let mut best = (0, f32::NEG_INFINITY);
+    for (i, &l) in logits.iter().enumerate() {
+        if l > best.1 {
+            best = (i, l);
+        }
+    }
+    best.0 as u32
+}
+
+/// SplitMix64 (Steele, Lea & Flood 2014; constants from <https://prng.di.unimi.it/splitmix64.c>): one u64 of
+/// state, passes BigCrush, plenty for drawing tokens, and reproducible without a crate.
+#[derive(Clone, Debug)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let z = (self.0 ^ (self.0 >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        let z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1) from the top 53 bits.
+    fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(temperature: f32, seed: u64) -> SamplingOptions {
+        SamplingOptions { temperature, seed, ..SamplingOptions::default() }
+    }
+
+    /// Seeded logits in [-4, 4), never zeros.
+    fn random_logits(n: usize, seed: u64) -> Vec<f32> {
+        let mut rng = SplitMix64(seed);
+        (0..n).map(|_| (rng.next_f64() * 8.0 - 4.0) as f32).collect()
+    }
+
+    fn draws(o: SamplingOptions, logits: &[f32], n: usize) -> Vec<u32> {
+        let mut s = Sampler::new(o);
+        (0..n).map(|_| s.sample(logits, &[])).collect()
+    }
+
+    #[test]
+    fn greedy_picks_argmax_lowest_index_on_ties_and_skips_nan() {
+        let mut s = Sampler::new(SamplingOptions::greedy());
+        assert_eq!(s.sample(&[0.1, 3.0, -2.0, 1.0], &[]), 1);
+        assert_eq!(s.sample(&[1.0, 5.0, 2.0, 5.0, 5.0], &[]), 1);
+        assert_eq!(s.sample(&[f32::NAN, -1.0, f32::NAN, 0.5], &[]), 3);
+    }
+
+    #[test]
+    fn top_k_one_equals_greedy_at_any_temperature() {
+        for seed in 0..20 {
+            let mut logits = random_logits(1000, seed);
+            logits[700] = logits.iter().copied().fold(f32::MIN, f32::max); // a tie with a lower index
+            let greedy = Sampler::new(SamplingOptions::greedy()).sample(&logits, &[]);
+            for t in [0.01, 0.7, 1.0, 5.0, 100.0] {
+                let o = SamplingOptions { top_k: 1, ..opts(t, seed) };
+                assert_eq!(Sampler::new(o).sample(&logits, &[]), greedy, "seed {seed} temperature {t}");
+            }
+        }
+    }
+
+    #[test]
+    fn same_seed_same_sequence_different_seeds_differ() {
+        let logits = random_logits(500, 1);
+        let o = SamplingOptions { top_k: 100, top_p: 0.95, min_p: 0.01, ..opts(1.0, 42) };
+        let a = draws(o, &logits, 500);
+        assert_eq!(a, draws(o, &logits, 500));
+        let b = draws(SamplingOptions { seed: 43, ..o }, &logits, 500);
+        assert!(a.iter().zip(&b).filter(|(x, y)| x != y).count() > 250);
+    }
+
+    #[test]
+    fn temperature_sampling_matches_softmax() {
+        let logits = [1.0f32, 0.5, 0.0, -1.0, 2.0];
+        let t = 0.7;
+        let n = 20_000;
+        let mut counts = [0usize; 5];
+        for id in draws(opts(t, 7), &logits, n) {
+            counts[id as usize] += 1;
+        }
+        let z: f64 = logits.iter().map(|&l| (f64::from(l) / f64::from(t)).exp()).sum();
+        let chi2: f64 = logits
+            .iter()
+            .zip(counts)
+            .map(|(&l, c)| {
+                let expected = n as f64 * (f64::from(l) / f64::from(t)).exp() / z;
+                (c as f64 - expected).powi(2) / expected
+            })
+            .sum();
+        // 4 degrees of freedom: a fair sampler exceeds 18.47 with probability 0.001 (the seed is fixed, so
+        // the test is deterministic); a wrong temperature or off-by-one bucket gives chi² in the hundreds.
+        assert!(chi2 < 18.47, "chi² {chi2}, counts {counts:?}");
+    }
+
+    #[test]
+    fn top_p_and_min_p_never_return_excluded_tokens() {
+        // Softmax at T=1 of {3, 2, 1, 0} = {0.644, 0.237, 0.087, 0.032}, ids scattered among -inf-like logits.
+        let mut logits = vec![-30.0f32; 64];
+        for (id, l) in [(40, 3.0), (5, 2.0), (17, 1.0), (60, 0.0)] {
+            logits[id] = l;
+        }
+        // top_p 0.8: 0.644 < 0.8 <= 0.881, so {40, 5}. min_p 0.3: e^-1 = 0.37 stays, e^-2 = 0.14 goes.
+        for o in
+            [SamplingOptions { top_p: 0.8, ..opts(1.0, 3) }, SamplingOptions { min_p: 0.3, ..opts(1.0, 3) }]
+        {
+            let got = draws(o, &logits, 4000);
+            assert!(got.iter().all(|&id| id == 40 || id == 5), "{o:?}");
+            assert!(got.contains(&40) && got.contains(&5), "{o:?}");
+        }
+    }
+
+    #[test]
+    fn penalties_change_greedy_choice() {
+        let o = SamplingOptions { repetition_penalty: 1.2, ..SamplingOptions::greedy() };
+        // Positive logit divided: 2.0 / 1.2 = 1.67 < 1.9.
+        assert_eq!(Sampler::new(o).sample(&[2.0, 1.9, -0.5], &[0]), 1);
+        // Negative logit multiplied: -1.0 * 1.2 = -1.2 < -1.1.
+        assert_eq!(Sampler::new(o).sample(&[-1.0, -1.1], &[0]), 1);
+        // Token 0 is outside the window of the last 1 token, so it keeps its lead.
+        let o = SamplingOptions { penalty_last_n: 1, ..o };
+        assert_eq!(Sampler::new(o).sample(&[2.0, 1.9, -0.5], &[0, 2]), 0);
+        // Presence subtracts once per distinct token, not once per occurrence.
+        let o = SamplingOptions { presence_penalty: 0.6, ..SamplingOptions::greedy() };
+        assert_eq!(Sampler::new(o).sample(&[2.0, 1.5], &[0, 0, 0]), 1); // 1.4 < 1.5
+        assert_eq!(Sampler::new(o).sample(&[2.0, 0.9], &[0, 0, 0]), 0); // 1.4, not 2.0 - 3 × 0.6
+    }
+
+    #[test]
+    fn validate_rejects_each_bad_field() {
+        assert!(SamplingOptions::default().validate().is_ok());
+        let d = SamplingOptions::default;
+        let cases = [
+            ("temperature", SamplingOptions { temperature: -0.1, ..d() }),
+            ("temperature", SamplingOptions { temperature: f32::INFINITY, ..d() }),
+            ("top_p", SamplingOptions { top_p: 0.0, ..d() }),
+            ("top_p", SamplingOptions { top_p: 1.5, ..d() }),
+            ("top_p", SamplingOptions { top_p: f32::NAN, ..d() }),
+            ("min_p", SamplingOptions { min_p: -0.1, ..d() }),
+            ("min_p", SamplingOptions { min_p: 1.1, ..d() }),
+            ("repetition_penalty", SamplingOptions { repetition_penalty: 0.0, ..d() }),
+            ("repetition_penalty", SamplingOptions { repetition_penalty: f32::NAN, ..d() }),
+            ("presence_penalty", SamplingOptions { presence_penalty: f32::NEG_INFINITY, ..d() }),
+        ];
+        for (field, o) in cases {
+            let err = o.validate().unwrap_err();
+            assert!(err.starts_with(field), "{field}: {err}");
+        }
+    }
+
+    #[test]
+    fn log_softmax_normalises_and_is_stable() {
+        let lp = log_softmax(&random_logits(1000, 9));
+        let sum: f64 = lp.iter().map(|&l| f64::from(l).exp()).sum();
+        assert!((sum - 1.0).abs() < 1e-5, "{sum}");
+        let lp = log_softmax(&[1e4, 1e4 - 1.0, 0.0]);
+        let expected = -(1.0 + (-1.0f64).exp()).ln(); // -0.3133
+        assert!((f64::from(lp[0]) - expected).abs() < 1e-6, "{lp:?}");
+        assert!((f64::from(lp[1]) - (expected - 1.0)).abs() < 1e-6, "{lp:?}");
+        assert!(lp[2].is_finite() && lp[2] < -9000.0, "{lp:?}");
+    }
+
+    #[test]
+    fn top_n_is_highest_first_ties_to_lower_id() {
+        let logits = [0.5, 2.0, f32::NAN, 2.0, -1.0, 1.0];
+        assert_eq!(top_n(&logits, 3), vec![(1, 2.0), (3, 2.0), (5, 1.0)]);
+        assert_eq!(top_n(&logits, 10).len(), 5);
+        assert!(top_n(&logits, 0).is_empty());
+    }
+}

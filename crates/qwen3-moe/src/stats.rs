@@ -1,0 +1,158 @@
+//! What the engine did: token counts and times per stage, with the pool's counters and the GPU memory by
+//! category.
+
+use std::fmt;
+use std::time::Duration;
+
+use diskformer_expert_stream::Stats as PoolStats;
+
+/// Engine-side counters (the pool keeps its own).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct EngineStats {
+    pub decode_tokens: u64,
+    pub decode_time: Duration,
+    pub prefill_tokens: u64,
+    pub prefill_time: Duration,
+    /// Time blocked on readbacks (GPU work and the round trip).
+    pub gpu_wait: Duration,
+    /// Time in `ensure` (hits, late hits and misses together).
+    pub ensure_time: Duration,
+}
+
+/// GPU memory by category, in bytes.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct GpuBytes {
+    /// Dense weights (embedding, attention, norms, routers, lm head).
+    pub dense: u64,
+    /// The expert slot pool.
+    pub pool: u64,
+    /// The KV cache.
+    pub kv: u64,
+    /// Activations, slot indices and readback buffers.
+    pub scratch: u64,
+}
+
+impl GpuBytes {
+    /// All of it.
+    pub fn total(&self) -> u64 {
+        self.dense + self.pool + self.kv + self.scratch
+    }
+}
+
+/// A snapshot of the engine's counters since the load or the last reset.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Tokens decoded one at a time.
+    pub decode_tokens: u64,
+    /// Time spent decoding them.
+    pub decode_time: Duration,
+    /// Prompt tokens run.
+    pub prefill_tokens: u64,
+    /// Time spent on them.
+    pub prefill_time: Duration,
+    /// Time blocked on GPU readbacks.
+    pub gpu_wait: Duration,
+    /// Time in the pool's `ensure`.
+    pub ensure_time: Duration,
+    /// The pool's counters (hits, late hits, misses, bytes, read and upload times, prefetch, by layer).
+    pub pool: PoolStats,
+    /// Expert slots.
+    pub pool_slots: usize,
+    /// GPU memory by category.
+    pub gpu_bytes: GpuBytes,
+}
+
+impl Stats {
+    pub(crate) fn new(e: &EngineStats, pool: PoolStats, gpu_bytes: GpuBytes, pool_slots: usize) -> Self {
+        Stats {
+            decode_tokens: e.decode_tokens,
+            decode_time: e.decode_time,
+            prefill_tokens: e.prefill_tokens,
+            prefill_time: e.prefill_time,
+            gpu_wait: e.gpu_wait,
+            ensure_time: e.ensure_time,
+            pool,
+            pool_slots,
+            gpu_bytes,
+        }
+    }
+
+    /// Decode tokens per second.
+    pub fn decode_tok_s(&self) -> f64 {
+        per_sec(self.decode_tokens, self.decode_time)
+    }
+
+    /// Prefill tokens per second.
+    pub fn prefill_tok_s(&self) -> f64 {
+        per_sec(self.prefill_tokens, self.prefill_time)
+    }
+
+    /// Tokens of either kind.
+    pub fn tokens(&self) -> u64 {
+        self.decode_tokens + self.prefill_tokens
+    }
+
+    /// Milliseconds per token of `d`, over every token run.
+    pub fn ms_per_token(&self, d: Duration) -> f64 {
+        if self.tokens() == 0 { 0.0 } else { d.as_secs_f64() * 1e3 / self.tokens() as f64 }
+    }
+
+    /// Expert bytes read from the store per token.
+    pub fn bytes_read_per_token(&self) -> f64 {
+        if self.tokens() == 0 { 0.0 } else { self.pool.bytes_read as f64 / self.tokens() as f64 }
+    }
+}
+
+fn per_sec(n: u64, d: Duration) -> f64 {
+    if d.is_zero() { 0.0 } else { n as f64 / d.as_secs_f64() }
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = &self.pool;
+        let pct = |x: Option<f64>| x.map_or("-".to_owned(), |v| format!("{:.1}%", 100.0 * v));
+        writeln!(
+            f,
+            "decode {} tok, {:.2} tok/s; prefill {} tok, {:.1} tok/s",
+            self.decode_tokens,
+            self.decode_tok_s(),
+            self.prefill_tokens,
+            self.prefill_tok_s()
+        )?;
+        writeln!(
+            f,
+            "per token: GPU wait {:.2} ms, ensure {:.2} ms, read {:.2} ms, upload {:.2} ms, {:.1} MB read",
+            self.ms_per_token(self.gpu_wait),
+            self.ms_per_token(self.ensure_time),
+            self.ms_per_token(p.read_time),
+            self.ms_per_token(p.upload_time),
+            self.bytes_read_per_token() / 1e6
+        )?;
+        writeln!(
+            f,
+            "experts: hit rate {} ({} hits, {} late, {} misses), prefetch {} issued / {} used ({}), {} slots",
+            pct(p.hit_rate()),
+            p.hits,
+            p.late_hits,
+            p.misses,
+            p.prefetch_issued,
+            p.prefetch_used,
+            pct(p.prefetch_accuracy()),
+            self.pool_slots
+        )?;
+        let by_layer: Vec<String> = (0..p.hits_by_layer.len()).map(|l| pct(p.layer_hit_rate(l))).collect();
+        writeln!(f, "hit rate by layer: {}", by_layer.join(" "))?;
+        let g = &self.gpu_bytes;
+        let mb = |b: u64| b as f64 / 1e6;
+        write!(
+            f,
+            "GPU MB: dense {:.1}, pool {:.1}, kv {:.1}, scratch {:.1}, total {:.1}",
+            mb(g.dense),
+            mb(g.pool),
+            mb(g.kv),
+            mb(g.scratch),
+            mb(g.total())
+        )
+    }
+}

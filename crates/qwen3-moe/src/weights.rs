@@ -1,0 +1,214 @@
+//! The dense weights on the GPU: every non-expert tensor of the store's `dense.bin`, one buffer per plane,
+//! checked against the config's shapes before anything is uploaded.
+
+use std::fs::File;
+
+use diskformer_kernels::{Q8Matrix, View};
+use diskformer_store::{DenseData, DenseTensor, Store};
+
+use crate::{Config, Error, Result};
+
+/// A Q8_0 matrix on the GPU as the kernels bind it.
+#[derive(Debug)]
+pub(crate) struct Q8Weight {
+    q: wgpu::Buffer,
+    s: wgpu::Buffer,
+    pub rows: u32,
+    pub cols: u32,
+}
+
+impl Q8Weight {
+    pub fn m(&self) -> Q8Matrix<'_> {
+        Q8Matrix { q: (&self.q).into(), scales: (&self.s).into(), rows: self.rows, cols: self.cols }
+    }
+}
+
+/// One transformer block's dense tensors.
+#[derive(Debug)]
+pub(crate) struct LayerWeights {
+    pub attn_norm: wgpu::Buffer,
+    pub wq: Q8Weight,
+    pub wk: Q8Weight,
+    pub wv: Q8Weight,
+    pub wo: Q8Weight,
+    pub q_norm: wgpu::Buffer,
+    pub k_norm: wgpu::Buffer,
+    pub ffn_norm: wgpu::Buffer,
+    /// `[experts, hidden]` f32.
+    pub router: wgpu::Buffer,
+}
+
+/// Every dense tensor of the model.
+#[derive(Debug)]
+pub(crate) struct Weights {
+    pub embd: Q8Weight,
+    pub out_norm: wgpu::Buffer,
+    /// `None` when the model ties the lm head to the embedding (no `output.weight`).
+    pub output: Option<Q8Weight>,
+    pub layers: Vec<LayerWeights>,
+    /// Bytes uploaded.
+    pub bytes: u64,
+}
+
+impl Weights {
+    /// The lm head.
+    pub fn head(&self) -> &Q8Weight {
+        self.output.as_ref().unwrap_or(&self.embd)
+    }
+
+    /// Bytes the dense weights of `store` take on the GPU.
+    pub fn device_bytes(store: &Store) -> u64 {
+        store
+            .layout()
+            .dense
+            .iter()
+            .map(|t| t.data.parts().iter().map(|r| r.len.next_multiple_of(4)).sum::<u64>())
+            .sum()
+    }
+
+    /// Uploads the dense tensors of `store`, calling `progress(done, total)` in bytes.
+    pub fn upload(
+        store: &Store,
+        config: &Config,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Weights> {
+        let path = store.dense_path();
+        let file = File::open(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
+        // SAFETY: the store's files are written once by ingest and only read afterwards.
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .map_err(|source| Error::Io { path: path.clone(), source })?;
+        let mut up =
+            Uploader { store, device, queue, map: &map, done: 0, total: Self::device_bytes(store), progress };
+        let (h, v) = (config.embedding_length, up.vocab()?);
+        let (q, kv) = (config.head_count * config.key_length, config.head_count_kv * config.key_length);
+        let embd = up.q8("token_embd.weight", v, h)?;
+        let output = if store.layout().dense_tensor("output.weight").is_some() {
+            Some(up.q8("output.weight", v, h)?)
+        } else {
+            None
+        };
+        let out_norm = up.f32s("output_norm.weight", &[h])?;
+        let mut layers = Vec::with_capacity(config.block_count as usize);
+        for l in 0..config.block_count {
+            let n = |s: &str| format!("blk.{l}.{s}.weight");
+            layers.push(LayerWeights {
+                attn_norm: up.f32s(&n("attn_norm"), &[h])?,
+                wq: up.q8(&n("attn_q"), q, h)?,
+                wk: up.q8(&n("attn_k"), kv, h)?,
+                wv: up.q8(&n("attn_v"), kv, h)?,
+                wo: up.q8(&n("attn_output"), h, q)?,
+                q_norm: up.f32s(&n("attn_q_norm"), &[config.key_length])?,
+                k_norm: up.f32s(&n("attn_k_norm"), &[config.key_length])?,
+                ffn_norm: up.f32s(&n("ffn_norm"), &[h])?,
+                router: up.f32s(&n("ffn_gate_inp"), &[h, config.expert_count])?,
+            });
+            queue.submit([]);
+        }
+        queue.submit([]);
+        Ok(Weights { embd, out_norm, output, layers, bytes: up.done })
+    }
+}
+
+struct Uploader<'a> {
+    store: &'a Store,
+    device: &'a wgpu::Device,
+    queue: &'a wgpu::Queue,
+    map: &'a [u8],
+    done: u64,
+    total: u64,
+    progress: &'a mut dyn FnMut(u64, u64),
+}
+
+impl Uploader<'_> {
+    fn tensor(&self, name: &str) -> Result<&DenseTensor> {
+        self.store.layout().dense_tensor(name).ok_or_else(|| Error::BadTensor {
+            name: name.into(),
+            what: "missing from the model (is it a complete qwen3moe GGUF?)".into(),
+        })
+    }
+
+    fn vocab(&self) -> Result<u32> {
+        let t = self.tensor("token_embd.weight")?;
+        let rows = t.dims.get(1).copied().unwrap_or(0);
+        u32::try_from(rows).map_err(|_| Error::BadTensor {
+            name: t.name.clone(),
+            what: format!("{rows} vocabulary rows do not fit in 32 bits"),
+        })
+    }
+
+    fn buffer(&mut self, name: &str, bytes: &[u8]) -> wgpu::Buffer {
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(name),
+            size: (bytes.len() as u64).next_multiple_of(4),
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let whole = bytes.len() / 4 * 4;
+        self.queue.write_buffer(&buffer, 0, &bytes[..whole]);
+        if whole < bytes.len() {
+            let mut tail = [0u8; 4];
+            tail[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
+            self.queue.write_buffer(&buffer, whole as u64, &tail);
+        }
+        self.done += buffer.size();
+        (self.progress)(self.done, self.total);
+        buffer
+    }
+
+    fn q8(&mut self, name: &str, rows: u32, cols: u32) -> Result<Q8Weight> {
+        let t = self.tensor(name)?;
+        let want = [u64::from(cols), u64::from(rows)];
+        match &t.data {
+            DenseData::Planes { quants, scales } if t.dims == want => {
+                let (q, s) = (quants.offset as usize, scales.offset as usize);
+                let (ql, sl) = (quants.len as usize, scales.len as usize);
+                let map = self.map;
+                let q = self.buffer(name, &map[q..q + ql]);
+                let s = self.buffer(name, &map[s..s + sl]);
+                Ok(Q8Weight { q, s, rows, cols })
+            }
+            _ => Err(Error::BadTensor {
+                name: name.into(),
+                what: format!("is {} {:?}; the engine needs q8_0 {want:?}", t.ty, t.dims),
+            }),
+        }
+    }
+
+    fn f32s(&mut self, name: &str, dims: &[u32]) -> Result<wgpu::Buffer> {
+        let t = self.tensor(name)?;
+        let want: Vec<u64> = dims.iter().map(|&d| u64::from(d)).collect();
+        match &t.data {
+            DenseData::Raw { data } if t.ty == "f32" && t.dims == want => {
+                let (o, l) = (data.offset as usize, data.len as usize);
+                let map = self.map;
+                Ok(self.buffer(name, &map[o..o + l]))
+            }
+            _ => Err(Error::BadTensor {
+                name: name.into(),
+                what: format!("is {} {:?}; the engine needs f32 {want:?}", t.ty, t.dims),
+            }),
+        }
+    }
+}
+
+/// A storage buffer of `bytes` (rounded up to whole words), for scratch and caches.
+pub(crate) fn storage(
+    device: &wgpu::Device,
+    label: &str,
+    bytes: u64,
+    extra: wgpu::BufferUsages,
+) -> wgpu::Buffer {
+    device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size: bytes.max(4).next_multiple_of(4),
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | extra,
+        mapped_at_creation: false,
+    })
+}
+
+/// The whole of `buffer` as a kernel view.
+pub(crate) fn view(buffer: &wgpu::Buffer) -> View<'_> {
+    buffer.into()
+}
