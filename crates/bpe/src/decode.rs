@@ -18,18 +18,42 @@ use crate::{TokenId, Tokenizer};
 #[derive(Debug)]
 pub struct DecodeStream<'a> {
     tokenizer: &'a Tokenizer,
-    pending: Vec<u8>,
+    text: Utf8Stream,
 }
 
 impl<'a> DecodeStream<'a> {
     pub(crate) fn new(tokenizer: &'a Tokenizer) -> Self {
-        Self { tokenizer, pending: Vec::new() }
+        Self { tokenizer, text: Utf8Stream::default() }
     }
 
     /// Adds a token; returns the text completed so far, if any. Bytes that can never become valid UTF-8 come
     /// out as U+FFFD; a character still incomplete waits for the next tokens.
     pub fn step(&mut self, id: TokenId) -> Option<String> {
-        self.pending.extend_from_slice(self.tokenizer.token_to_piece(id).unwrap_or_default());
+        self.text.push(self.tokenizer.token_to_piece(id).unwrap_or_default())
+    }
+
+    /// Bytes held back (an incomplete character), if any.
+    pub fn pending(&self) -> &[u8] {
+        self.text.pending()
+    }
+
+    /// Ends the stream: what is held back, lossily (U+FFFD for the incomplete character).
+    pub fn flush(&mut self) -> Option<String> {
+        self.text.flush()
+    }
+}
+
+/// The byte side of [`DecodeStream`], for callers that hold the tokenizer elsewhere (an engine that owns it
+/// while generating): bytes in, complete UTF-8 text out.
+#[derive(Debug, Default, Clone)]
+pub struct Utf8Stream {
+    pending: Vec<u8>,
+}
+
+impl Utf8Stream {
+    /// Adds bytes (a token's piece); returns the text completed so far, if any, as [`DecodeStream::step`].
+    pub fn push(&mut self, bytes: &[u8]) -> Option<String> {
+        self.pending.extend_from_slice(bytes);
         let mut out = String::new();
         let mut rest: &[u8] = &self.pending;
         loop {

@@ -42,7 +42,7 @@ mod tokenizer;
 mod unicode;
 mod vocab;
 
-pub use decode::DecodeStream;
+pub use decode::{DecodeStream, Utf8Stream};
 pub use error::{Error, Result};
 pub use pretokenizer::{Pieces, PreTokenizer};
 pub use tokenizer::{Tokenizer, TokenizerBuilder};

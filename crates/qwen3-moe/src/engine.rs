@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use diskformer_bpe::Tokenizer;
@@ -103,7 +103,7 @@ pub(crate) enum Output {
 /// A loaded Qwen3-MoE model: GPU weights, KV cache, expert pool, tokenizer.
 pub struct Engine {
     config: Config,
-    tokenizer: Tokenizer,
+    tokenizer: Arc<Tokenizer>,
     vocab: u32,
     ctx: Context,
     kernels: Kernels,
@@ -177,7 +177,7 @@ impl Engine {
     ) -> Result<Engine> {
         let store = Store::open(store_dir)?;
         let config = Config::from_metadata(&store.header().metadata)?;
-        let tokenizer = Tokenizer::from_header(store.header())?;
+        let tokenizer = Arc::new(Tokenizer::from_header(store.header())?);
         let experts = store.layout().experts.clone().ok_or_else(|| Error::BadTensor {
             name: "blk.0.ffn_gate_exps.weight".into(),
             what: "the store holds no routed experts".into(),
@@ -278,6 +278,10 @@ impl Engine {
     /// The model's tokenizer.
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
+    }
+
+    pub(crate) fn tokenizer_arc(&self) -> Arc<Tokenizer> {
+        Arc::clone(&self.tokenizer)
     }
 
     /// Vocabulary rows of the embedding and lm head.

@@ -24,6 +24,7 @@
 mod config;
 mod engine;
 mod error;
+mod generate;
 mod graph;
 pub mod sampling;
 mod stats;
@@ -33,5 +34,6 @@ mod weights;
 pub use config::{ARCHITECTURE, Config};
 pub use engine::{Engine, EngineOptions, LoadProgress, default_store_dir};
 pub use error::{Error, Result};
+pub use generate::{EndReason, Event, GenerateOptions, Generation};
 pub use sampling::{Sampler, SamplingOptions, log_softmax, top_n};
 pub use stats::{GpuBytes, Stats};
