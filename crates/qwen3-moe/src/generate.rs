@@ -99,7 +99,7 @@ impl Engine {
         Ok(Generation {
             engine: self,
             tokenizer,
-            sampler: Sampler::new(opts.sampling.clone()),
+            sampler: Sampler::new(opts.sampling),
             opts: opts.clone(),
             logits,
             recent: prompt,
