@@ -1,0 +1,168 @@
+//! This example shows how to measure end-to-end prefill and decode speed with streamed experts, on a GGUF or a
+//! synthetic model of a named shape, and prints one JSON object.
+//!
+//! ```text
+//! cargo run --release --example bench -- --shape tiny
+//! cargo run --release --example bench -- --shape qwen3-30b-a3b --synth-dir /dev/shm --store /tmp/q3.store --budget 4GB
+//! ```
+//!
+//! Random weights route almost uniformly, so hit rates on a synthetic model are a pessimistic bound for a
+//! trained one.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Parser;
+use diskformer::expert_stream::EvictionPolicy;
+use diskformer::qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
+use diskformer::qwen3_moe::{Engine, EngineOptions};
+
+/// End-to-end tokens per second.
+#[derive(Parser)]
+struct Args {
+    /// A qwen3moe GGUF to run (else `--shape`).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Synthetic model shape when no `--model`: tiny or qwen3-30b-a3b (written once, seeded).
+    #[arg(long, default_value = "tiny")]
+    shape: String,
+    /// Where the synthetic GGUF is written (default: the temp dir).
+    #[arg(long)]
+    synth_dir: Option<PathBuf>,
+    /// Store directory (default: beside the GGUF).
+    #[arg(long)]
+    store: Option<PathBuf>,
+    /// GPU budget in bytes (suffixes k, m, g for 1e3, 1e6, 1e9).
+    #[arg(long, default_value = "4g", value_parser = parse_size)]
+    budget: u64,
+    /// Explicit expert slots (overrides the budget).
+    #[arg(long)]
+    pool_slots: Option<usize>,
+    /// Turn prefetch off.
+    #[arg(long)]
+    no_prefetch: bool,
+    /// Layers of lookahead for prefetch.
+    #[arg(long, default_value_t = 2)]
+    lookahead: u32,
+    /// Eviction policy: lru, hot, lfu or cyclic.
+    #[arg(long, default_value = "lru")]
+    policy: String,
+    /// Read records with O_DIRECT (cold-disk figures without dropping the page cache).
+    #[arg(long)]
+    direct_io: bool,
+    /// Prompt tokens for the prefill measurement.
+    #[arg(long, default_value_t = 64)]
+    prompt_tokens: usize,
+    /// Tokens to decode.
+    #[arg(long, default_value_t = 32)]
+    decode_tokens: usize,
+    /// Most tokens per prefill chunk.
+    #[arg(long, default_value_t = 64)]
+    max_batch: u32,
+    /// Context length.
+    #[arg(long)]
+    ctx: Option<u32>,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, mult) = match t.chars().last() {
+        Some('k') => (&t[..t.len() - 1], 1e3),
+        Some('m') => (&t[..t.len() - 1], 1e6),
+        Some('g') => (&t[..t.len() - 1], 1e9),
+        _ => (t.as_str(), 1.0),
+    };
+    num.parse::<f64>().map(|n| (n * mult) as u64).map_err(|_| format!("{s:?} is not a size like 4g or 512m"))
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let model = match &args.model {
+        Some(m) => m.clone(),
+        None => {
+            let shape = SynthShape::named(&args.shape).ok_or_else(|| {
+                anyhow::anyhow!("unknown shape {:?}; use tiny or qwen3-30b-a3b", args.shape)
+            })?;
+            let dir = args.synth_dir.clone().unwrap_or_else(std::env::temp_dir);
+            let path = dir.join(format!("diskformer-synth-{}.gguf", args.shape));
+            if !path.exists() {
+                let started = Instant::now();
+                let spec = SynthSpec { shape, vocab: SynthVocab::Bytes, seed: 1 };
+                let n = write_synthetic(&spec, &path)?;
+                eprintln!(
+                    "wrote {} ({:.2} GB, {:.1} s)",
+                    path.display(),
+                    n as f64 / 1e9,
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            path
+        }
+    };
+    let mut opts = EngineOptions::default();
+    opts.gpu_budget = args.budget;
+    opts.pool_slots = args.pool_slots;
+    opts.prefetch = !args.no_prefetch;
+    opts.lookahead = args.lookahead;
+    opts.direct_io = args.direct_io;
+    opts.max_batch = args.max_batch;
+    opts.max_context = args.ctx;
+    opts.policy = match args.policy.as_str() {
+        "lru" => EvictionPolicy::Lru,
+        "hot" => EvictionPolicy::HOT,
+        "lfu" => EvictionPolicy::Lfu,
+        "cyclic" => EvictionPolicy::Cyclic,
+        other => anyhow::bail!("unknown policy {other:?}; use lru, hot, lfu or cyclic"),
+    };
+    let started = Instant::now();
+    let mut engine = Engine::open_gguf(&model, args.store.as_deref(), &opts, &mut |_| {})?;
+    let load_s = started.elapsed().as_secs_f64();
+
+    // A seeded prompt of ordinary tokens (the first 256 ids are bytes in every vocabulary used here).
+    let mut x = 0x9E37_79B9u64;
+    let prompt: Vec<u32> = (0..args.prompt_tokens.max(1))
+        .map(|_| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            ((x >> 33) % 256) as u32
+        })
+        .collect();
+    let logits = engine.prefill(&prompt, true)?;
+    let prefill = engine.stats();
+    engine.reset_stats();
+    let mut next = logits.iter().enumerate().fold(0, |b, (i, &v)| if v > logits[b] { i } else { b }) as u32;
+    for _ in 0..args.decode_tokens {
+        next = engine.step_greedy(next)?;
+    }
+    let d = engine.stats();
+    let c = engine.config();
+    let tokens = d.decode_tokens.max(1) as f64;
+    let out = serde_json::json!({
+        "model": model.display().to_string(),
+        "adapter": engine.adapter(),
+        "shape": {"layers": c.block_count, "experts": c.expert_count, "top_k": c.expert_used_count,
+                  "hidden": c.embedding_length, "ffn": c.expert_feed_forward_length, "vocab": engine.vocab()},
+        "budget": args.budget,
+        "pool_slots": engine.pool_slots(),
+        "prefetch": !args.no_prefetch,
+        "lookahead": args.lookahead,
+        "policy": args.policy,
+        "direct_io": args.direct_io,
+        "load_s": load_s,
+        "prefill_tokens": prefill.prefill_tokens,
+        "prefill_tok_s": prefill.prefill_tok_s(),
+        "prefill_hit_rate": prefill.pool.hit_rate(),
+        "decode_tokens": d.decode_tokens,
+        "decode_tok_s": d.decode_tok_s(),
+        "hit_rate": d.pool.hit_rate(),
+        "bytes_read_per_token": d.pool.bytes_read as f64 / tokens,
+        "stall_ms_per_token": d.pool.wait_time.as_secs_f64() * 1e3 / tokens,
+        "ensure_ms_per_token": d.ensure_time.as_secs_f64() * 1e3 / tokens,
+        "gpu_wait_ms_per_token": d.gpu_wait.as_secs_f64() * 1e3 / tokens,
+        "prefetch_issued": d.pool.prefetch_issued,
+        "prefetch_used": d.pool.prefetch_used,
+        "gpu_bytes": {"dense": d.gpu_bytes.dense, "pool": d.gpu_bytes.pool, "kv": d.gpu_bytes.kv,
+                      "scratch": d.gpu_bytes.scratch, "total": d.gpu_bytes.total()},
+    });
+    println!("{out}");
+    Ok(())
+}
