@@ -1,0 +1,171 @@
+//! Protects the engine's contract on a tiny synthetic model (lavapipe in CI): prefix reuse, batched prefill
+//! against token-by-token, pools of every size giving one answer, clear refusals (bad token, full context,
+//! small budget, bad options), and generation's stop tokens, stop strings, limits and cancellation.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use diskformer_bpe::chat::Message;
+use diskformer_qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
+use diskformer_qwen3_moe::{
+    EndReason, Engine, EngineOptions, Error, Event, GenerateOptions, SamplingOptions,
+};
+
+struct Model {
+    dir: PathBuf,
+    store: PathBuf,
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn model(name: &str, shape: SynthShape, seed: u64) -> Model {
+    let dir = std::env::temp_dir().join(format!("diskformer-engine-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let gguf = dir.join("m.gguf");
+    write_synthetic(&SynthSpec { shape, vocab: SynthVocab::Bytes, seed }, &gguf).unwrap();
+    let store = dir.join("store");
+    diskformer_store::ingest(&gguf, &store, &Default::default(), &mut |_| {}).unwrap();
+    Model { dir, store }
+}
+
+fn open(m: &Model, f: impl FnOnce(&mut EngineOptions)) -> Engine {
+    let mut opts = EngineOptions::default();
+    f(&mut opts);
+    Engine::open(&m.store, &opts, &mut |_| {}).unwrap()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+const PROMPT: [u32; 13] = [256, 257, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108];
+
+#[test]
+fn batched_prefill_pool_sizes_and_prefix_reuse_agree() {
+    let m = model("agree", SynthShape::tiny(), 9);
+    let mut reference = open(&m, |_| {});
+    let want = reference.prefill(&PROMPT, false).unwrap();
+    assert_eq!(reference.cached_tokens(), PROMPT);
+
+    // Batched, in chunks that do not divide the prompt, and with a pool of 2 × top-k slots.
+    for (slots, batch) in [(None, 4), (Some(4), 64), (Some(5), 2)] {
+        let mut e = open(&m, |o| {
+            o.pool_slots = slots;
+            o.max_batch = batch;
+        });
+        let got = e.prefill(&PROMPT, true).unwrap();
+        assert!(max_diff(&got, &want) < 1e-4, "slots {slots:?} batch {batch}: {}", max_diff(&got, &want));
+    }
+
+    // The same prompt again reruns only its last token; a longer one only what is new.
+    let again = reference.prefill(&PROMPT, false).unwrap();
+    assert!(max_diff(&again, &want) < 1e-5);
+    let before = reference.stats().prefill_tokens;
+    let mut longer = PROMPT.to_vec();
+    longer.extend([100, 101]);
+    let l1 = reference.prefill(&longer, true).unwrap();
+    assert_eq!(reference.stats().prefill_tokens - before, 2);
+    let mut fresh = open(&m, |_| {});
+    let l2 = fresh.prefill(&longer, false).unwrap();
+    assert!(max_diff(&l1, &l2) < 1e-4);
+
+    // step == prefill of one more token; step_greedy == argmax of step.
+    let s1 = reference.step(7).unwrap();
+    longer.push(7);
+    let s2 = fresh.prefill(&longer, false).unwrap();
+    assert!(max_diff(&s1, &s2) < 1e-4);
+    let greedy = fresh.step_greedy(9).unwrap();
+    let logits = reference.step(9).unwrap();
+    assert_eq!(greedy, diskformer_qwen3_moe::top_n(&logits, 1)[0].0);
+}
+
+#[test]
+fn refusals_are_clear() {
+    let m = model("refuse", SynthShape::tiny(), 9);
+    let mut e = open(&m, |o| o.max_context = Some(16));
+    match e.prefill(&[1, 2, 999], false) {
+        Err(Error::BadToken { id: 999, vocab: 261 }) => {}
+        other => panic!("{other:?}"),
+    }
+    let long: Vec<u32> = (0..17).collect();
+    match e.prefill(&long, true) {
+        Err(e @ Error::ContextFull { needed: 17, ctx: 16 }) => assert!(e.to_string().contains("--ctx")),
+        other => panic!("{other:?}"),
+    }
+    // The cache still works after a refusal.
+    e.prefill(&long[..16], true).unwrap();
+    assert!(matches!(e.step(3), Err(Error::ContextFull { .. })));
+
+    let opts = |f: fn(&mut EngineOptions)| {
+        let mut o = EngineOptions::default();
+        f(&mut o);
+        Engine::open(&m.store, &o, &mut |_| {}).err().map(|e| e.to_string()).unwrap_or_default()
+    };
+    assert!(opts(|o| o.pool_slots = Some(3)).contains("2 × top-k = 4"));
+    assert!(opts(|o| o.max_context = Some(1 << 20)).contains("max_context"));
+    assert!(opts(|o| o.gpu_budget = 1000).contains("budget"));
+    assert!(opts(|o| o.lookahead = 100).contains("lookahead"));
+    let missing = Engine::open(&m.dir.join("nowhere"), &EngineOptions::default(), &mut |_| {});
+    assert!(matches!(missing, Err(Error::Store(_))));
+}
+
+fn reply(e: &mut Engine, opts: &GenerateOptions) -> (String, Vec<u32>, EndReason) {
+    let (mut text, mut ids, mut end) = (String::new(), Vec::new(), None);
+    for ev in e.generate(&[Message::user("hello")], opts).unwrap() {
+        match ev.unwrap() {
+            Event::Text(t) => text.push_str(&t),
+            Event::Token(id) => ids.push(id),
+            Event::End(r) => end = Some(r),
+        }
+    }
+    (text, ids, end.expect("an End event"))
+}
+
+#[test]
+fn generation_stops_where_asked_and_repeats_with_a_seed() {
+    let mut opts = GenerateOptions::default();
+    opts.max_tokens = 12;
+    // Seed 5's greedy reply ends with <|im_end|> (258) after two tokens; the end token is not emitted.
+    let m5 = model("stoptoken", SynthShape::tiny(), 5);
+    let (_, ids5, end5) = reply(&mut open(&m5, |_| {}), &opts);
+    assert_eq!((ids5.len(), end5), (2, EndReason::StopToken(258)));
+
+    // Seed 9's runs to the limit.
+    let m = model("generate", SynthShape::tiny(), 9);
+    let mut e = open(&m, |_| {});
+    let (text, ids, end) = reply(&mut e, &opts);
+    assert_eq!(end, EndReason::MaxTokens);
+    assert_eq!(ids.len(), 12);
+    assert_eq!(text, String::from_utf8_lossy(&e.tokenizer().decode(&ids)));
+
+    // A stop string taken from the greedy reply ends it just before the string.
+    let chars: Vec<char> = text.chars().collect();
+    assert!(chars.len() >= 4, "{text:?}");
+    let stop: String = chars[2..4].iter().collect();
+    let mut o = opts.clone();
+    o.stop = vec![stop.clone()];
+    let (t2, _, end2) = reply(&mut e, &o);
+    assert_eq!(end2, EndReason::StopString(stop.clone()));
+    assert_eq!(t2, text[..text.find(&stop).unwrap()]);
+
+    // Cancelled before the first token.
+    let mut o = opts.clone();
+    o.cancel = Some(Arc::new(AtomicBool::new(true)));
+    let (t3, ids3, end3) = reply(&mut e, &o);
+    assert_eq!((t3.as_str(), ids3.len(), end3), ("", 0, EndReason::Cancelled));
+
+    // Sampling: the same seed gives the same reply, and options are validated.
+    let mut o = opts.clone();
+    o.sampling = SamplingOptions { temperature: 1.0, seed: 42, ..SamplingOptions::default() };
+    let a = reply(&mut e, &o);
+    let b = reply(&mut e, &o);
+    assert_eq!(a, b);
+    o.sampling.top_p = 2.0;
+    assert!(matches!(e.generate(&[Message::user("x")], &o), Err(Error::BadOption { .. })));
+}
