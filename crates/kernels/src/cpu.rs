@@ -267,6 +267,11 @@ pub fn moe_combine(experts: &[f32], weights: &[f32], residual: &[f32], hidden: u
         .collect()
 }
 
+/// Pool slots of picks from a resident table: `table[base + id]`, `u32::MAX` past the table.
+pub fn expert_slots(ids: &[u32], table: &[u32], base: u32) -> Vec<u32> {
+    ids.iter().map(|&id| table.get((base + id) as usize).copied().unwrap_or(u32::MAX)).collect()
+}
+
 /// Index of the largest value of each row of length `n`, ties to the lower index.
 pub fn argmax(logits: &[f32], n: usize) -> Vec<u32> {
     logits

@@ -44,6 +44,8 @@ pub enum Kernel {
     ExpertQ4Gemv,
     /// Expert Q8_0 GEMM over pairs grouped by slot (prefill).
     ExpertQ8Gemm,
+    /// Pool slots of the picks from a resident table (routing on the GPU).
+    ExpertSlots,
     /// SiLU(gate)·up.
     SiluMul,
     /// Weighted sum of the k expert outputs plus the residual.
@@ -58,7 +60,7 @@ const Q8_HELPERS: &str = include_str!("wgsl/q8_helpers.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 19] = [
+    pub const ALL: [Kernel; 20] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -75,6 +77,7 @@ impl Kernel {
         Kernel::ExpertQ8Gemv,
         Kernel::ExpertQ4Gemv,
         Kernel::ExpertQ8Gemm,
+        Kernel::ExpertSlots,
         Kernel::SiluMul,
         Kernel::MoeCombine,
         Kernel::Argmax,
@@ -99,6 +102,7 @@ impl Kernel {
             Kernel::ExpertQ8Gemv => "expert_q8_gemv",
             Kernel::ExpertQ4Gemv => "expert_q4_gemv",
             Kernel::ExpertQ8Gemm => "expert_q8_gemm",
+            Kernel::ExpertSlots => "expert_slots",
             Kernel::SiluMul => "silu_mul",
             Kernel::MoeCombine => "moe_combine",
             Kernel::Argmax => "argmax",
@@ -137,6 +141,7 @@ impl Kernel {
             Kernel::ExpertQ8Gemv => size_of::<ExpertQ8GemvParams>(),
             Kernel::ExpertQ4Gemv => size_of::<ExpertQ4GemvParams>(),
             Kernel::ExpertQ8Gemm => size_of::<ExpertQ8GemmParams>(),
+            Kernel::ExpertSlots => size_of::<ExpertSlotsParams>(),
             Kernel::SiluMul => size_of::<SiluMulParams>(),
             Kernel::MoeCombine => size_of::<MoeCombineParams>(),
             Kernel::Argmax => size_of::<ArgmaxParams>(),
@@ -162,6 +167,7 @@ impl Kernel {
             Kernel::ExpertQ8Gemv => include_str!("wgsl/expert_q8_gemv.wgsl"),
             Kernel::ExpertQ4Gemv => include_str!("wgsl/expert_q4_gemv.wgsl"),
             Kernel::ExpertQ8Gemm => include_str!("wgsl/expert_q8_gemm.wgsl"),
+            Kernel::ExpertSlots => include_str!("wgsl/expert_slots.wgsl"),
             Kernel::SiluMul => include_str!("wgsl/silu_mul.wgsl"),
             Kernel::MoeCombine => include_str!("wgsl/moe_combine.wgsl"),
             Kernel::Argmax => include_str!("wgsl/argmax.wgsl"),

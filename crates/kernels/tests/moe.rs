@@ -6,7 +6,9 @@
 mod common;
 
 use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
-use diskformer_kernels::{ExpertPlanes, Kernels, MoeCombineParams, cpu, expert_gemm_groups};
+use diskformer_kernels::{
+    ExpertPlanes, ExpertSlotsParams, Kernels, MoeCombineParams, cpu, expert_gemm_groups,
+};
 
 #[test]
 fn router_topk_with_ties() {
@@ -341,6 +343,36 @@ fn expert_gemm_grouped_pairs() {
         check_expert_gemm(g, k, &down, &chunk, 1, 75, 1);
     }
     check_expert_gemm(g, &g.kernels, &down, &chunk[..8], 1, 76, 1);
+}
+
+#[test]
+fn expert_slots_from_a_resident_table() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(63);
+    // 48 layers x 128 experts as in Qwen3-30B-A3B, the table a permutation of the slots; and a small one.
+    for (layers, experts, n) in [(48u32, 128u32, 8usize), (3, 8, 70)] {
+        let entries = layers * experts;
+        let mut table: Vec<u32> = (0..entries).collect();
+        for i in (1..table.len()).rev() {
+            table.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+        }
+        let tb = upload(g, &table);
+        for layer in [0, layers - 1] {
+            let mut ids: Vec<u32> = (0..n).map(|_| (rng.next_u64() % u64::from(experts)) as u32).collect();
+            // An id past the last layer's table comes out as the slot the expert kernels skip.
+            ids[n - 1] = experts + 1;
+            let ib = upload(g, &ids);
+            let out = poisoned(g, 4 * n);
+            let p = ExpertSlotsParams { n: n as u32, base: layer * experts, entries, _pad: 0 };
+            let d = g.kernels.expert_slots((&ib).into(), (&tb).into(), (&out).into(), p).unwrap();
+            run(g, &[&d]);
+            let want = cpu::expert_slots(&ids, &table, layer * experts);
+            assert_eq!(read_n::<u32>(g, &out, n), want, "layers {layers}, layer {layer}");
+            if layer == layers - 1 {
+                assert_eq!(want[n - 1], u32::MAX);
+            }
+        }
+    }
 }
 
 #[test]
