@@ -62,6 +62,9 @@ struct Args {
     /// Context length.
     #[arg(long)]
     ctx: Option<u32>,
+    /// With every expert resident, still route through readbacks and `ensure` (to measure their cost).
+    #[arg(long)]
+    no_gpu_routing: bool,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -107,6 +110,7 @@ fn main() -> anyhow::Result<()> {
     opts.direct_io = args.direct_io;
     opts.max_batch = args.max_batch;
     opts.max_context = args.ctx;
+    opts.gpu_routing = !args.no_gpu_routing;
     opts.policy = match args.policy.as_str() {
         "lru" => EvictionPolicy::Lru,
         "hot" => EvictionPolicy::HOT,
@@ -143,6 +147,7 @@ fn main() -> anyhow::Result<()> {
                   "hidden": c.embedding_length, "ffn": c.expert_feed_forward_length, "vocab": engine.vocab()},
         "budget": args.budget,
         "pool_slots": engine.pool_slots(),
+        "routes_on_gpu": engine.routes_on_gpu(),
         "prefetch": !args.no_prefetch,
         "lookahead": args.lookahead,
         "policy": args.policy,

@@ -100,6 +100,17 @@ fn bar(len: u64, what: &str) -> ProgressBar {
     pb
 }
 
+fn count_bar(len: u64, what: &str) -> ProgressBar {
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template("{msg:>8} [{bar:40}] {pos}/{len} eta {eta}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_owned());
+    pb
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut opts = EngineOptions::default();
@@ -125,7 +136,11 @@ fn main() -> anyhow::Result<()> {
         }
     };
 
-    let (mut ingest, mut upload): (Option<ProgressBar>, Option<ProgressBar>) = (None, None);
+    let (mut ingest, mut upload, mut experts): (
+        Option<ProgressBar>,
+        Option<ProgressBar>,
+        Option<ProgressBar>,
+    ) = (None, None, None);
     let mut engine = Engine::open_gguf(&model, args.store.as_deref(), &opts, &mut |p| match p {
         LoadProgress::Ingest { done, total, .. } => {
             ingest.get_or_insert_with(|| bar(total, "ingest")).set_position(done);
@@ -133,8 +148,11 @@ fn main() -> anyhow::Result<()> {
         LoadProgress::Upload { done, total } => {
             upload.get_or_insert_with(|| bar(total, "upload")).set_position(done);
         }
+        LoadProgress::Experts { done, total } => {
+            experts.get_or_insert_with(|| count_bar(total, "experts")).set_position(done);
+        }
     })?;
-    for pb in [ingest, upload].into_iter().flatten() {
+    for pb in [ingest, upload, experts].into_iter().flatten() {
         pb.finish();
     }
     let s = engine.stats();

@@ -40,8 +40,12 @@ pub struct EngineOptions {
     pub readers: usize,
     /// Read records with O_DIRECT, bypassing the page cache (default off).
     pub direct_io: bool,
-    /// Most tokens per prefill chunk (default 64; also bounded by the pool: chunk × top-k ≤ slots).
+    /// Most tokens per prefill chunk (default 64; while experts stream, also bounded by the pool:
+    /// chunk × top-k ≤ slots).
     pub max_batch: u32,
+    /// When every expert fits, load them all at start and route on the GPU: no readback or `ensure` per
+    /// layer (default on; off keeps the streaming path for comparison).
+    pub gpu_routing: bool,
 }
 
 impl Default for EngineOptions {
@@ -56,6 +60,7 @@ impl Default for EngineOptions {
             readers: 8,
             direct_io: false,
             max_batch: 64,
+            gpu_routing: true,
         }
     }
 }
@@ -77,6 +82,13 @@ pub enum LoadProgress {
         /// Bytes uploaded.
         done: u64,
         /// Bytes to upload.
+        total: u64,
+    },
+    /// Loading every expert into the pool (when all fit and `gpu_routing` is on): records done of total.
+    Experts {
+        /// Records loaded.
+        done: u64,
+        /// Records in the model.
         total: u64,
     },
 }
@@ -112,6 +124,8 @@ pub struct Engine {
     scratch: Scratch,
     pool: ExpertPool<GpuBackend>,
     graphs: HashMap<u32, Graph>,
+    /// `[layers · experts]` pool slots when every expert is resident and routing stays on the GPU.
+    resident_table: Option<wgpu::Buffer>,
     lookahead: u32,
     max_batch: u32,
     /// Token ids whose keys and values the cache holds, position i at index i.
@@ -200,7 +214,7 @@ impl Engine {
         }
         let top_k = config.expert_used_count;
         let all = (config.block_count * config.expert_count) as usize;
-        let lookahead = if opts.prefetch { opts.lookahead.min(config.block_count - 1) } else { 0 };
+        let mut lookahead = if opts.prefetch { opts.lookahead.min(config.block_count - 1) } else { 0 };
         let vocab = store.layout().dense_tensor("token_embd.weight").map_or(0, |t| t.dims[1] as u32);
 
         // Size everything but the pool, then the pool from what the budget leaves.
@@ -220,7 +234,12 @@ impl Engine {
                 .expert_slots(experts.record_bytes, top_k)?
                 .min(all),
         };
-        let max_batch = probe_batch.min((slots / top_k as usize) as u32).min(ctx_len).max(1);
+        let resident = opts.gpu_routing && slots == all;
+        if resident {
+            lookahead = 0;
+        }
+        let pool_bound = if resident { u32::MAX } else { (slots / top_k as usize) as u32 };
+        let max_batch = probe_batch.min(pool_bound).min(ctx_len).max(1);
 
         let device = ctx.device.clone();
         let weights = Weights::upload(&store, &config, &device, &ctx.queue, &mut |done, total| {
@@ -247,6 +266,19 @@ impl Engine {
             kv: kv_bytes,
             scratch: scratch.bytes(),
         };
+        let resident_table = if resident {
+            let table = load_every_expert(&pool, &config, progress)?;
+            let buffer = crate::weights::storage(
+                &device,
+                "resident slots",
+                4 * table.len() as u64,
+                wgpu::BufferUsages::empty(),
+            );
+            ctx.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&table));
+            Some(buffer)
+        } else {
+            None
+        };
         let kernels = Kernels::new(&ctx);
         let mut engine = Engine {
             config,
@@ -259,6 +291,7 @@ impl Engine {
             scratch,
             pool,
             graphs: HashMap::new(),
+            resident_table,
             lookahead,
             max_batch,
             cached: Vec::new(),
@@ -302,6 +335,11 @@ impl Engine {
     /// Expert slots in the pool.
     pub fn pool_slots(&self) -> usize {
         self.pool.backend().pool().slots()
+    }
+
+    /// Whether every expert is resident and routing stays on the GPU (no per-layer readback).
+    pub fn routes_on_gpu(&self) -> bool {
+        self.resident_table.is_some()
     }
 
     /// Most tokens one prefill chunk runs.
@@ -420,6 +458,7 @@ impl Engine {
                 scratch: &self.scratch,
                 pool: self.pool.backend().pool(),
                 lookahead: if t == 1 { self.lookahead } else { 0 },
+                resident_table: self.resident_table.as_ref(),
             };
             let g = Graph::build(&b, t)?;
             self.graphs.insert(t, g);
@@ -458,7 +497,13 @@ impl Engine {
         record(&mut enc, std::slice::from_ref(&graph.embed));
         let mut held: Option<Pinned> = None;
         let pairs = t as usize * k;
-        for l in 0..layers {
+        let routed_here = if self.resident_table.is_some() { 0 } else { layers };
+        for lg in &graph.layers[routed_here as usize..] {
+            // Every expert resident: the graph turns picks into slots itself, one submit for the token.
+            record(&mut enc, &lg.attention);
+            record(&mut enc, &lg.experts);
+        }
+        for l in 0..routed_here {
             let lg = &graph.layers[l as usize];
             record(&mut enc, &lg.attention);
             let guesses = lookahead.min(layers - 1 - l);
@@ -562,6 +607,26 @@ fn readback(
     buffer.unmap();
     *wait += started.elapsed();
     Ok(out)
+}
+
+/// Loads every expert into the pool (all fit), returning the `[layers · experts]` slot table.
+fn load_every_expert(
+    pool: &ExpertPool<GpuBackend>,
+    config: &Config,
+    progress: &mut dyn FnMut(LoadProgress),
+) -> Result<Vec<u32>> {
+    let (layers, experts) = (config.block_count, config.expert_count);
+    let ids: Vec<u32> = (0..experts).collect();
+    let mut table = Vec::with_capacity((layers * experts) as usize);
+    let total = u64::from(layers * experts);
+    for l in 0..layers {
+        let pinned = pool.ensure(l, &ids)?;
+        table.extend(pinned.slots().iter().map(|s| s.0));
+        pool.release(pinned);
+        progress(LoadProgress::Experts { done: u64::from((l + 1) * experts), total });
+    }
+    pool.reset_stats();
+    Ok(table)
 }
 
 /// The store directory used for a GGUF when none is given: `<file>.diskformer/` beside it.

@@ -3,7 +3,8 @@
 
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
-    AttentionShape, Dispatch, ExpertPlanes, Kernels, MoeCombineParams, QkNormRopeParams, View,
+    AttentionShape, Dispatch, ExpertPlanes, ExpertSlotsParams, Kernels, MoeCombineParams, QkNormRopeParams,
+    View,
 };
 
 use crate::weights::{Weights, storage, view};
@@ -229,6 +230,8 @@ pub(crate) struct Bindings<'a> {
     pub pool: &'a GpuPool,
     /// Guesses computed per layer (0 for steps of several tokens).
     pub lookahead: u32,
+    /// With every expert resident: the `[layers · experts]` slot table, so picks become slots on the GPU.
+    pub resident_table: Option<&'a wgpu::Buffer>,
 }
 
 impl Graph {
@@ -294,12 +297,22 @@ impl Graph {
                 attention.push(k.router_topk(gl, gi, gw, experts, top_k, 1)?);
             }
             let cp = MoeCombineParams { hidden: h, k: top_k, tokens: t, _pad: 0 };
-            let experts_dispatches = vec![
+            let mut experts_dispatches = Vec::with_capacity(5);
+            if let Some(table) = b.resident_table {
+                let p = ExpertSlotsParams {
+                    n: pairs,
+                    base: l as u32 * experts,
+                    entries: w.layers.len() as u32 * experts,
+                    _pad: 0,
+                };
+                experts_dispatches.push(k.expert_slots(v(&s.pick_ids), v(table), v(&s.slot_idx[l]), p)?);
+            }
+            experts_dispatches.extend([
                 k.expert_q8_gemv(gate_up, v(&s.xn), v(&s.slot_idx[l]), v(&s.gate_up), pairs, top_k)?,
                 k.silu_mul(v(&s.gate_up), v(&s.act), ffn, pairs)?,
                 k.expert_q8_gemv(down, v(&s.act), v(&s.slot_idx[l]), v(&s.down), pairs, 1)?,
                 k.moe_combine(v(&s.down), v(&s.pick_weights), v(&s.h), v(&s.x), cp)?,
-            ];
+            ]);
             layers.push(LayerGraph { attention, experts: experts_dispatches });
         }
         let head = vec![

@@ -53,14 +53,22 @@ fn batched_prefill_pool_sizes_and_prefix_reuse_agree() {
     let want = reference.prefill(&PROMPT, false).unwrap();
     assert_eq!(reference.cached_tokens(), PROMPT);
 
-    // Batched, in chunks that do not divide the prompt, and with a pool of 2 × top-k slots.
-    for (slots, batch) in [(None, 4), (Some(4), 64), (Some(5), 2)] {
+    assert!(reference.routes_on_gpu(), "the tiny model fits: every expert resident, routed on the GPU");
+
+    // Batched, in chunks that do not divide the prompt, with a pool of 2 × top-k slots, and with every
+    // expert resident but routed through readbacks and `ensure`.
+    for (slots, batch, gpu_routing) in
+        [(None, 4, true), (Some(4), 64, true), (Some(5), 2, true), (None, 5, false)]
+    {
         let mut e = open(&m, |o| {
             o.pool_slots = slots;
             o.max_batch = batch;
+            o.gpu_routing = gpu_routing;
         });
+        assert_eq!(e.routes_on_gpu(), slots.is_none() && gpu_routing);
         let got = e.prefill(&PROMPT, true).unwrap();
-        assert!(max_diff(&got, &want) < 1e-4, "slots {slots:?} batch {batch}: {}", max_diff(&got, &want));
+        let d = max_diff(&got, &want);
+        assert!(d < 1e-4, "slots {slots:?} batch {batch} gpu routing {gpu_routing}: {d}");
     }
 
     // The same prompt again reruns only its last token; a longer one only what is new.
