@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use diskformer_bpe::Tokenizer;
 use diskformer_expert_stream::{
-    EvictionPolicy, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, PoolConfig, Stats as PoolStats,
+    EvictionPolicy, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, Plane, PoolConfig, Stats as PoolStats,
 };
 use diskformer_kernels::{Context, Kernels, cpu};
 use diskformer_store::{IngestOptions, Store};
@@ -234,6 +234,9 @@ impl Engine {
                 .expert_slots(experts.record_bytes, top_k)?
                 .min(all),
         };
+        // Each pool plane is one buffer: no more slots than the device's largest buffer holds.
+        let largest_plane = Plane::ALL.iter().map(|p| p.region(&experts).len).max().unwrap_or(1);
+        let slots = slots.min((ctx.limits.max_buffer_size / largest_plane) as usize);
         let resident = opts.gpu_routing && slots == all;
         if resident {
             lookahead = 0;
@@ -392,6 +395,10 @@ impl Engine {
         self.check(rest)?;
         let started = Instant::now();
         let chunk = if batched { self.max_batch as usize } else { 1 };
+        if chunk > 1 && self.resident_table.is_none() {
+            // A chunk may need every slot: let prefetch loads still running from decode finish first.
+            self.pool.drain();
+        }
         let mut out = Output::Nothing;
         for (i, part) in rest.chunks(chunk).enumerate() {
             let last = (i + 1) * chunk >= rest.len();

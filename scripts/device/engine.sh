@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The full-size engine run on the H200 (issue #8): a Qwen3-30B-A3B-shaped synthetic Q8_0 GGUF in /dev/shm,
+# ingested into a store on /tmp, then examples/bench at several GPU budgets, prefetch settings and page-cache
+# states, with the disk rate and the compute-copy bandwidth measured in the same call. Binaries in .device/
+# (built here: cargo build --release --examples; cargo bench -p diskformer-kernels --bench kernels --no-run).
+# Writes JSON lines to $OUT/bench.jsonl and prints a table last. Nothing is built there.
+set -uo pipefail
+for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+D=.device
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+G=/dev/shm/q3.gguf
+S=/tmp/q3.store
+DECODE=${DECODE:-48}
+
+SECONDS=0
+$D/synth-gguf --shape qwen3-30b-a3b --out $G | tee "$OUT/synth.txt"
+$D/ingest $G --store $S | tail -2 | tee "$OUT/ingest.txt"
+echo "synth + ingest: $SECONDS s"
+
+if [ -x $D/kernels-bench ]; then
+    $D/kernels-bench --bench "copy/compute" --warm-up-time 1 --measurement-time 2 2>&1 | grep -E "time:|thrpt:" | tee "$OUT/copy.txt"
+fi
+sync; echo 3 > /proc/sys/vm/drop_caches
+$D/record-read $S --threads 8,16 --records 384 | tee "$OUT/disk.txt"
+
+run() { # label, page cache (warm|cold), bench args...
+    local label=$1 cache=$2; shift 2
+    if [ "$cache" = cold ]; then sync; echo 3 > /proc/sys/vm/drop_caches; else cat $S/experts.bin > /dev/null; fi
+    local line
+    line=$(timeout 200 $D/bench --model $G --store $S --decode-tokens "$DECODE" "$@" 2> "$OUT/$label.err")
+    if [ -z "$line" ]; then tail -3 "$OUT/$label.err"; line=null; fi
+    echo "{\"label\":\"$label\",\"cache\":\"$cache\",\"run\":$line}" >> "$OUT/bench.jsonl"
+    echo "$label $cache: $line" | cut -c1-400
+}
+run resident warm --budget 100g --prompt-tokens 512
+run resident-readback warm --budget 100g --no-gpu-routing --prompt-tokens 16
+run b16g-la2 warm --budget 16g --prompt-tokens 16
+run b8g-la2 warm --budget 8g --prompt-tokens 16
+run b4g-off warm --budget 4g --no-prefetch --prompt-tokens 16
+run b4g-la1 warm --budget 4g --lookahead 1 --prompt-tokens 16
+run b4g-la2 warm --budget 4g --lookahead 2 --prompt-tokens 512
+run b4g-la4 warm --budget 4g --lookahead 4 --prompt-tokens 16
+run b4g-la2-cold cold --budget 4g --lookahead 2 --prompt-tokens 16
+run b4g-off-cold cold --budget 4g --no-prefetch --prompt-tokens 16
+
+python3 - "$OUT/bench.jsonl" <<'PY' 2>/dev/null || cat "$OUT/bench.jsonl"
+import json, sys
+print(f"{'run':22} {'cache':5} {'slots':>5} {'dec tok/s':>9} {'pre tok/s':>9} {'hit':>6} {'MB/tok':>7} {'stall ms':>8} {'gpuwait':>7} {'GPU GB':>6}")
+for l in open(sys.argv[1]):
+    d = json.loads(l); r = d["run"]
+    if r is None:
+        print(f"{d['label']:22} {d['cache']:5} failed"); continue
+    hit = r["hit_rate"]; hit = "-" if hit is None else f"{100*hit:.1f}%"
+    print(f"{d['label']:22} {d['cache']:5} {r['pool_slots']:5} {r['decode_tok_s']:9.2f} {r['prefill_tok_s']:9.1f} {hit:>6} "
+          f"{r['bytes_read_per_token']/1e6:7.1f} {r['stall_ms_per_token']:8.2f} {r['gpu_wait_ms_per_token']:7.2f} {r['gpu_bytes']['total']/1e9:6.2f}")
+PY
