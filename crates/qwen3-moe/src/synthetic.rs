@@ -192,21 +192,21 @@ pub fn synthetic_writer(spec: &SynthSpec) -> Result<GgufWriter<'static>> {
     };
     for l in 0..d.layers {
         let t = |s: &str| format!("blk.{l}.{s}.weight");
-        f32s(&mut w, t("attn_norm"), &[h], 1.0, 0.4)?;
+        f32s(&mut w, t("attn_norm"), &[h], 1.0, 0.2)?;
         q8(&mut w, t("attn_q"), &[h, q])?;
         q8(&mut w, t("attn_k"), &[h, kv])?;
         q8(&mut w, t("attn_v"), &[h, kv])?;
         q8(&mut w, t("attn_output"), &[q, h])?;
-        f32s(&mut w, t("attn_q_norm"), &[u64::from(d.head_dim)], 1.0, 0.4)?;
-        f32s(&mut w, t("attn_k_norm"), &[u64::from(d.head_dim)], 1.0, 0.4)?;
-        f32s(&mut w, t("ffn_norm"), &[h], 1.0, 0.4)?;
-        // Router logits of spread ~2: the softmax is peaked enough that picks are rarely near-ties.
-        f32s(&mut w, t("ffn_gate_inp"), &[h, e], 0.0, 4.0 / (h as f32).sqrt())?;
+        f32s(&mut w, t("attn_q_norm"), &[u64::from(d.head_dim)], 1.0, 0.2)?;
+        f32s(&mut w, t("attn_k_norm"), &[u64::from(d.head_dim)], 1.0, 0.2)?;
+        f32s(&mut w, t("ffn_norm"), &[h], 1.0, 0.2)?;
+        // Router logits of spread ~1 (as llama.cpp-converted models at init scale); norms near 1 (±0.1).
+        f32s(&mut w, t("ffn_gate_inp"), &[h, e], 0.0, 2.0 / (h as f32).sqrt())?;
         q8(&mut w, t("ffn_gate_exps"), &[h, f, e])?;
         q8(&mut w, t("ffn_up_exps"), &[h, f, e])?;
         q8(&mut w, t("ffn_down_exps"), &[f, h, e])?;
     }
-    f32s(&mut w, "output_norm.weight".into(), &[h], 1.0, 0.4)?;
+    f32s(&mut w, "output_norm.weight".into(), &[h], 1.0, 0.2)?;
     q8(&mut w, "output.weight".into(), &[h, u64::from(d.vocab)])?;
     Ok(w)
 }

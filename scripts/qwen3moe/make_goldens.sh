@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Writes the tiny qwen3moe fixtures with our GGUF writer (examples/synth-gguf) and records llama.cpp's
+# greedy output on their F32 twins (scripts/qwen3moe/llama_golden.py) into crates/qwen3-moe/tests/data.
+# The fixtures are not committed: the test rebuilds each from the "synth_args" in its golden and checks
+# the sha256. Needs llama-cpp-python in .venv (pip install llama-cpp-python: ~20 min compile on 2 cores).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=crates/qwen3-moe/tests/data
+tmp=${TMPDIR:-/tmp}/diskformer-goldens
+mkdir -p "$tmp" "$out"
+cargo build --release --example synth-gguf
+
+# name | synth-gguf args | prompt ids
+fixtures=(
+  "gqa2|--layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 32 --experts 8 --top-k 2 --ffn 32 --seed 11|256,257,72,101,108,108,111,44,32,119,111,114,108,100,33,258,10,256,257,97"
+  "gqa4|--layers 3 --hidden 128 --heads 8 --kv-heads 2 --head-dim 64 --experts 16 --top-k 4 --ffn 64 --seed 12|84,104,101,32,113,117,105,99,107,32,98,114,111,119,110,32,102,111,120"
+  "qwen3vocab|--layers 2 --hidden 64 --heads 2 --kv-heads 2 --head-dim 32 --experts 32 --top-k 8 --ffn 32 --seed 13 --vocab-from .cache/qwen3-vocab.gguf|151644,872,198,9707,11,1246,525,498,30,151645,198,151644,77091,198"
+)
+for f in "${fixtures[@]}"; do
+  IFS='|' read -r name args ids <<<"$f"
+  # shellcheck disable=SC2086
+  ./target/release/examples/synth-gguf --shape tiny $args --out "$tmp/$name.gguf"
+  .venv/bin/python scripts/qwen3moe/llama_golden.py "$tmp/$name.gguf" --ids "$ids" -n 32 --top 5 \
+    --out "$out/golden-$name.json" --synth-args "$args"
+done
