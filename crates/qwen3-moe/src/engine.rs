@@ -11,7 +11,7 @@ use diskformer_bpe::Tokenizer;
 use diskformer_expert_stream::{
     EvictionPolicy, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, Plane, PoolConfig, Stats as PoolStats,
 };
-use diskformer_kernels::{Context, Kernels, cpu};
+use diskformer_kernels::{Context, Kernels, cpu, expert_gemm_groups};
 use diskformer_store::{IngestOptions, Store};
 
 use crate::graph::{Bindings, Graph, KvCache, Scratch};
@@ -124,8 +124,9 @@ pub struct Engine {
     scratch: Scratch,
     pool: ExpertPool<GpuBackend>,
     graphs: HashMap<u32, Graph>,
-    /// `[layers · experts]` pool slots when every expert is resident and routing stays on the GPU.
-    resident_table: Option<wgpu::Buffer>,
+    /// `[layers · experts]` pool slots when every expert is resident and routing stays on the GPU (on the
+    /// device for one-token steps, on the host for chunks).
+    resident_table: Option<(wgpu::Buffer, Vec<u32>)>,
     lookahead: u32,
     max_batch: u32,
     /// Token ids whose keys and values the cache holds, position i at index i.
@@ -278,7 +279,7 @@ impl Engine {
                 wgpu::BufferUsages::empty(),
             );
             ctx.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&table));
-            Some(buffer)
+            Some((buffer, table))
         } else {
             None
         };
@@ -465,7 +466,7 @@ impl Engine {
                 scratch: &self.scratch,
                 pool: self.pool.backend().pool(),
                 lookahead: if t == 1 { self.lookahead } else { 0 },
-                resident_table: self.resident_table.as_ref(),
+                resident_table: self.resident_table.as_ref().map(|(b, _)| b),
             };
             let g = Graph::build(&b, t)?;
             self.graphs.insert(t, g);
@@ -504,9 +505,10 @@ impl Engine {
         record(&mut enc, std::slice::from_ref(&graph.embed));
         let mut held: Option<Pinned> = None;
         let pairs = t as usize * k;
-        let routed_here = if self.resident_table.is_some() { 0 } else { layers };
+        // Every expert resident: a token's graph turns picks into slots itself, one submit for the token.
+        // Chunks read their picks back per layer to group pairs by slot for the expert GEMM.
+        let routed_here = if self.resident_table.is_some() && t == 1 { 0 } else { layers };
         for lg in &graph.layers[routed_here as usize..] {
-            // Every expert resident: the graph turns picks into slots itself, one submit for the token.
             record(&mut enc, &lg.attention);
             record(&mut enc, &lg.experts);
         }
@@ -528,10 +530,13 @@ impl Engine {
             let picks = &read[..pairs];
 
             let ensure_started = Instant::now();
-            let (pinned, slots) = if t == 1 {
+            let (pinned, slots) = if let Some((_, table)) = &self.resident_table {
+                let base = (l * self.config.expert_count) as usize;
+                (None, picks.iter().map(|&id| table[base + id as usize]).collect::<Vec<u32>>())
+            } else if t == 1 {
                 let pinned = self.pool.ensure(l, picks)?;
                 let slots: Vec<u32> = pinned.slots().iter().map(|s| s.0).collect();
-                (pinned, slots)
+                (Some(pinned), slots)
             } else {
                 let mut union = picks.to_vec();
                 union.sort_unstable();
@@ -541,15 +546,21 @@ impl Engine {
                     .iter()
                     .map(|id| pinned.slots()[union.binary_search(id).expect("every pick is in the union")].0)
                     .collect();
-                (pinned, slots)
+                (Some(pinned), slots)
             };
             self.stats.ensure_time += ensure_started.elapsed();
-            queue.write_buffer(&s.slot_idx[l as usize], 0, bytemuck::cast_slice(&slots));
+            if t == 1 {
+                queue.write_buffer(&s.slot_idx[l as usize], 0, bytemuck::cast_slice(&slots));
+            } else {
+                let (groups, order) = expert_gemm_groups(&slots);
+                queue.write_buffer(&s.gemm_groups[l as usize], 0, bytemuck::cast_slice(&groups));
+                queue.write_buffer(&s.gemm_order[l as usize], 0, bytemuck::cast_slice(&order));
+            }
             for j in 0..guesses {
                 let at = pairs + j as usize * k;
                 self.pool.prefetch(l + 1 + j, &read[at..at + k])?;
             }
-            held = Some(pinned);
+            held = pinned;
             enc = device.create_command_encoder(&Default::default());
             record(&mut enc, &lg.experts);
         }

@@ -59,6 +59,10 @@ pub(crate) struct Scratch {
     pick_weights: wgpu::Buffer,
     /// Per layer `[T·k]` pool slots of the picks, written by the engine after `ensure`.
     pub slot_idx: Vec<wgpu::Buffer>,
+    /// Per layer, for chunks: `[T·k] [slot, first, count, 0]` groups of pairs sharing a slot, and the pair
+    /// order they index (see `expert_gemm_groups`), written by the engine after the readback.
+    pub gemm_groups: Vec<wgpu::Buffer>,
+    pub gemm_order: Vec<wgpu::Buffer>,
     gate_up: wgpu::Buffer,
     act: wgpu::Buffer,
     down: wgpu::Buffer,
@@ -114,6 +118,8 @@ impl Scratch {
             pick_ids: storage(device, "pick ids", 4 * t * k, src),
             pick_weights: b("pick weights", t * k),
             slot_idx: (0..c.block_count).map(|_| b("slot idx", t * k)).collect(),
+            gemm_groups: (0..c.block_count).map(|_| b("gemm groups", 4 * t * k)).collect(),
+            gemm_order: (0..c.block_count).map(|_| b("gemm order", t * k)).collect(),
             gate_up: b("gate_up", t * k * 2 * f),
             act: b("act", t * k * f),
             down: b("down", t * k * h),
@@ -194,7 +200,13 @@ impl Scratch {
             &self.readback,
         ];
         all.extend(
-            self.slot_idx.iter().chain(&self.guess_logits).chain(&self.guess_ids).chain(&self.guess_weights),
+            self.slot_idx
+                .iter()
+                .chain(&self.gemm_groups)
+                .chain(&self.gemm_order)
+                .chain(&self.guess_logits)
+                .chain(&self.guess_ids)
+                .chain(&self.guess_weights),
         );
         all.iter().map(|b| b.size()).sum()
     }
@@ -230,7 +242,8 @@ pub(crate) struct Bindings<'a> {
     pub pool: &'a GpuPool,
     /// Guesses computed per layer (0 for steps of several tokens).
     pub lookahead: u32,
-    /// With every expert resident: the `[layers · experts]` slot table, so picks become slots on the GPU.
+    /// With every expert resident: the `[layers · experts]` slot table, so a token's picks become slots on
+    /// the GPU (used for one-token steps; chunks read their picks back to group them by slot).
     pub resident_table: Option<&'a wgpu::Buffer>,
 }
 
@@ -298,7 +311,7 @@ impl Graph {
             }
             let cp = MoeCombineParams { hidden: h, k: top_k, tokens: t, _pad: 0 };
             let mut experts_dispatches = Vec::with_capacity(5);
-            if let Some(table) = b.resident_table {
+            if let Some(table) = b.resident_table.filter(|_| t == 1) {
                 let p = ExpertSlotsParams {
                     n: pairs,
                     base: l as u32 * experts,
@@ -308,9 +321,9 @@ impl Graph {
                 experts_dispatches.push(k.expert_slots(v(&s.pick_ids), v(table), v(&s.slot_idx[l]), p)?);
             }
             experts_dispatches.extend([
-                k.expert_q8_gemv(gate_up, v(&s.xn), v(&s.slot_idx[l]), v(&s.gate_up), pairs, top_k)?,
+                k.expert_matmul(gate_up, v(&s.xn), s, l, v(&s.gate_up), (t, pairs), top_k)?,
                 k.silu_mul(v(&s.gate_up), v(&s.act), ffn, pairs)?,
-                k.expert_q8_gemv(down, v(&s.act), v(&s.slot_idx[l]), v(&s.down), pairs, 1)?,
+                k.expert_matmul(down, v(&s.act), s, l, v(&s.down), (t, pairs), 1)?,
                 k.moe_combine(v(&s.down), v(&s.pick_weights), v(&s.h), v(&s.x), cp)?,
             ]);
             layers.push(LayerGraph { attention, experts: experts_dispatches });
@@ -321,6 +334,42 @@ impl Graph {
             k.argmax(v(&s.logits), v(&s.argmax), w.head().rows, 1)?,
         ];
         Ok(Graph { embed, layers, head })
+    }
+}
+
+/// Expert projections: for one token the slot-indexed GEMV, for a chunk the GEMM over pairs grouped by slot
+/// (each expert's weights read once per 8 pairs instead of once per pair).
+trait ExpertProjection {
+    #[allow(clippy::too_many_arguments)]
+    fn expert_matmul(
+        &self,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        s: &Scratch,
+        layer: usize,
+        y: View<'_>,
+        t_pairs: (u32, u32),
+        x_div: u32,
+    ) -> diskformer_kernels::Result<Dispatch>;
+}
+
+impl ExpertProjection for Kernels {
+    fn expert_matmul(
+        &self,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        s: &Scratch,
+        layer: usize,
+        y: View<'_>,
+        (t, pairs): (u32, u32),
+        x_div: u32,
+    ) -> diskformer_kernels::Result<Dispatch> {
+        if t == 1 {
+            self.expert_q8_gemv(pool, x, view(&s.slot_idx[layer]), y, pairs, x_div)
+        } else {
+            let (groups, order) = (view(&s.gemm_groups[layer]), view(&s.gemm_order[layer]));
+            self.expert_q8_gemm(pool, x, groups, order, y, pairs, x_div)
+        }
     }
 }
 
