@@ -124,22 +124,19 @@ pub enum Error {
         /// The fewest slots the pool can work with: `2 × top-k`.
         min_slots: u64,
     },
-    /// A pool plane would be larger than the device's largest buffer.
+    /// One slot of a pool plane would be larger than the device's largest buffer (pools of many slots are
+    /// split into parts; a single slot cannot be).
     #[error(
-        "the {plane} plane of {slots} slots needs {bytes} bytes, more than the device's largest buffer \
-         ({max} bytes); use a smaller pool (at most {max_slots} slots)"
+        "one slot of the {plane} plane needs {bytes} bytes, more than the device's largest buffer ({max} bytes): \
+         this model's experts cannot be pooled on this device"
     )]
-    PlaneTooLarge {
+    SlotTooLarge {
         /// The plane (`gate_up_q`, `gate_up_scales`, `down_q`, `down_scales`).
         plane: &'static str,
-        /// Slots asked for.
-        slots: usize,
-        /// Bytes the plane would take.
+        /// Bytes of one slot of it.
         bytes: u64,
         /// `max_buffer_size` of the device.
         max: u64,
-        /// The most slots that fit.
-        max_slots: u64,
     },
     /// The expert kernels could not bind the pool: not even one aligned group of slots fits a storage binding.
     #[error(

@@ -1,8 +1,9 @@
 //! The GPU backend: the pool's four plane buffers on a wgpu device ([`GpuPool`]) and a [`Backend`] that reads
 //! records from the store and copies them into those planes ([`GpuBackend`]).
 //!
-//! Plane layout (what `diskformer_kernels::ExpertPlanes` binds): slot `s` of a plane starts at
-//! `s × plane bytes per slot`, one buffer per plane:
+//! Plane layout (what `diskformer_kernels::ExpertPlanes` binds): the pool is one or more [`PoolPart`]s, each
+//! one buffer per plane holding a run of slots; slot `s` of a part starts at `(s − first) × plane bytes per
+//! slot` in its buffers:
 //!
 //! | plane | shape | bytes per slot |
 //! |---|---|---|
@@ -11,10 +12,12 @@
 //! | `down_q` | `[slots, H, F]` int8 | `HF` |
 //! | `down_scales` | `[slots, H, F/32]` f16 | `HF/16` |
 //!
-//! A plane larger than the device's max storage binding stays one buffer: the expert kernels split the
-//! dispatch by slot range and bind each range at a 256-byte-aligned offset (`plan_row_split` in
-//! diskformer-kernels). [`GpuPool::new`] refuses a pool where that split cannot work, or a plane over the
-//! device's max buffer size.
+//! A pool whose planes exceed the device's max buffer size (4 GiB on the H200: 1,364 Qwen3-30B-A3B slots)
+//! is split into parts of at most that size; the expert kernels run once per part (`first_slot` in
+//! `ExpertPlanes`), skipping pairs whose slot lies elsewhere. A part larger than the max storage binding
+//! stays one buffer per plane: the kernels split the dispatch by slot range and bind each range at a
+//! 256-byte-aligned offset (`plan_row_split` in diskformer-kernels). [`GpuPool::new`] refuses a pool where
+//! that split cannot work, or a slot larger than the max buffer size.
 
 use std::future::Future;
 use std::pin::pin;
@@ -69,18 +72,44 @@ impl Plane {
     }
 }
 
-/// The expert slot pool on the device: one storage buffer per plane, `slots` slots each.
+/// The expert slot pool on the device: [`PoolPart`]s of consecutive slots, each one storage buffer per plane.
 ///
 /// Cheap handles (`wgpu` device, queue and buffers are reference counted), so it can live in the backend
-/// while the engine binds [`buffer`](Self::buffer)s.
+/// while the engine binds the [`parts`](Self::parts)' buffers.
 #[derive(Debug)]
 pub struct GpuPool {
     device: wgpu::Device,
     queue: wgpu::Queue,
-    buffers: [wgpu::Buffer; 4],
+    parts: Vec<PoolPart>,
+    slots_per_part: usize,
     regions: [Region; 4],
     slots: usize,
     record_bytes: usize,
+}
+
+/// Slots `first..first + slots` of the pool: one buffer per plane, slot `first + i` at `i × slot bytes`.
+#[derive(Debug)]
+pub struct PoolPart {
+    first: u32,
+    slots: u32,
+    buffers: [wgpu::Buffer; 4],
+}
+
+impl PoolPart {
+    /// The pool slot of this part's first slot.
+    pub fn first_slot(&self) -> u32 {
+        self.first
+    }
+
+    /// Slots in this part.
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// The part's buffer of `plane`.
+    pub fn buffer(&self, plane: Plane) -> &wgpu::Buffer {
+        &self.buffers[plane.index()]
+    }
 }
 
 impl GpuPool {
@@ -89,7 +118,7 @@ impl GpuPool {
     /// # Errors
     ///
     /// [`Error::BadLayout`] for a layout whose regions are not Q8_0 planes of its `hidden` × `ffn`;
-    /// [`Error::InvalidConfig`] for zero slots; [`Error::PlaneTooLarge`] when a plane exceeds the device's
+    /// [`Error::InvalidConfig`] for zero slots; [`Error::SlotTooLarge`] when one slot exceeds the device's
     /// `max_buffer_size`; [`Error::Unbindable`] when the expert kernels could not bind even one aligned group
     /// of slots; [`Error::Allocation`] when the device refuses the memory.
     pub fn new(ctx: &Context, layout: &ExpertLayout, slots: usize) -> Result<Self> {
@@ -116,24 +145,24 @@ impl GpuPool {
             });
         }
         let n = slots as u64;
-        for (plane, region) in Plane::ALL.into_iter().zip(regions) {
-            let bytes = n.saturating_mul(region.len);
-            if bytes > limits.max_buffer_size {
-                return Err(Error::PlaneTooLarge {
-                    plane: plane.name(),
-                    slots,
-                    bytes,
-                    max: limits.max_buffer_size,
-                    max_slots: limits.max_buffer_size / region.len,
-                });
-            }
+        let largest = regions.iter().map(|r| r.len).max().unwrap_or(1);
+        if largest > limits.max_buffer_size {
+            let plane = Plane::ALL[regions.iter().position(|r| r.len == largest).unwrap_or(0)];
+            return Err(Error::SlotTooLarge {
+                plane: plane.name(),
+                bytes: largest,
+                max: limits.max_buffer_size,
+            });
         }
+        let per_part = (limits.max_buffer_size / largest).min(n);
         let align = u64::from(limits.min_storage_buffer_offset_alignment);
         let max_binding = limits.max_storage_buffer_binding_size;
         for (big, small) in [(Plane::GateUpQ, Plane::GateUpScales), (Plane::DownQ, Plane::DownScales)] {
             let (big_len, small_len) = (regions[big.index()].len, regions[small.index()].len);
-            // The expert kernels split the pool over bindings by slot ranges (one slot per row).
-            if diskformer_kernels::plan_row_split(n, big_len, small_len, 1, max_binding, align).is_none() {
+            // The expert kernels split each part over bindings by slot ranges (one slot per row).
+            if diskformer_kernels::plan_row_split(per_part, big_len, small_len, 1, max_binding, align)
+                .is_none()
+            {
                 let step = diskformer_kernels::row_split_step(big_len, small_len, 1, align);
                 return Err(Error::Unbindable {
                     plane: big.name(),
@@ -145,16 +174,23 @@ impl GpuPool {
         }
 
         let scope = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let buffers = Plane::ALL.map(|plane| {
-            device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(plane.name()),
-                size: n * regions[plane.index()].len,
-                usage: wgpu::BufferUsages::STORAGE
-                    | wgpu::BufferUsages::COPY_DST
-                    | wgpu::BufferUsages::COPY_SRC,
-                mapped_at_creation: false,
+        let parts: Vec<PoolPart> = (0..n.div_ceil(per_part))
+            .map(|i| {
+                let first = i * per_part;
+                let count = per_part.min(n - first);
+                let buffers = Plane::ALL.map(|plane| {
+                    device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some(plane.name()),
+                        size: count * regions[plane.index()].len,
+                        usage: wgpu::BufferUsages::STORAGE
+                            | wgpu::BufferUsages::COPY_DST
+                            | wgpu::BufferUsages::COPY_SRC,
+                        mapped_at_creation: false,
+                    })
+                });
+                PoolPart { first: first as u32, slots: count as u32, buffers }
             })
-        });
+            .collect();
         if let Some(e) = ready(scope.pop()).flatten() {
             return Err(Error::Allocation {
                 bytes: n * regions.iter().map(|r| r.len).sum::<u64>(),
@@ -164,7 +200,8 @@ impl GpuPool {
         Ok(Self {
             device: device.clone(),
             queue: queue.clone(),
-            buffers,
+            parts,
+            slots_per_part: per_part as usize,
             regions,
             slots,
             record_bytes: layout.record_bytes as usize,
@@ -176,19 +213,20 @@ impl GpuPool {
         self.slots
     }
 
-    /// The buffer of `plane` (`slots × `[`slot_bytes`](Self::slot_bytes)` bytes).
-    pub fn buffer(&self, plane: Plane) -> &wgpu::Buffer {
-        &self.buffers[plane.index()]
+    /// The parts, in slot order (one unless the planes exceed the device's max buffer size).
+    pub fn parts(&self) -> &[PoolPart] {
+        &self.parts
+    }
+
+    /// The buffer of `plane` holding `slot`, and the slot's byte offset in it.
+    pub fn locate(&self, plane: Plane, slot: Slot) -> (&wgpu::Buffer, u64) {
+        let part = &self.parts[slot.index() / self.slots_per_part];
+        (part.buffer(plane), u64::from(slot.0 - part.first) * self.slot_bytes(plane))
     }
 
     /// Bytes of one slot in `plane`.
     pub fn slot_bytes(&self, plane: Plane) -> u64 {
         self.regions[plane.index()].len
-    }
-
-    /// Byte offset of `slot` in `plane`'s buffer.
-    pub fn slot_offset(&self, plane: Plane, slot: Slot) -> u64 {
-        u64::from(slot.0) * self.slot_bytes(plane)
     }
 
     /// Where `plane` sits inside a record.
@@ -198,7 +236,7 @@ impl GpuPool {
 
     /// Device bytes of all four planes.
     pub fn device_bytes(&self) -> u64 {
-        self.buffers.iter().map(wgpu::Buffer::size).sum()
+        self.parts.iter().flat_map(|p| p.buffers.iter().map(wgpu::Buffer::size)).sum()
     }
 
     /// Bytes of one store record (regions and padding); [`upload_record`](Self::upload_record) takes at
@@ -243,7 +281,8 @@ impl GpuPool {
         for plane in Plane::ALL {
             let r = self.region(plane);
             let src = &record[r.offset as usize..r.end() as usize];
-            self.queue.write_buffer(self.buffer(plane), self.slot_offset(plane, slot), src);
+            let (buffer, offset) = self.locate(plane, slot);
+            self.queue.write_buffer(buffer, offset, src);
         }
         self.queue.submit([]);
         Ok(())
@@ -325,13 +364,8 @@ impl GpuPool {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("expert upload") });
         for plane in Plane::ALL {
             let r = self.region(plane);
-            enc.copy_buffer_to_buffer(
-                &entry.buffer,
-                r.offset,
-                self.buffer(plane),
-                self.slot_offset(plane, slot),
-                r.len,
-            );
+            let (buffer, offset) = self.locate(plane, slot);
+            enc.copy_buffer_to_buffer(&entry.buffer, r.offset, buffer, offset, r.len);
         }
         entry.submission = Some(self.queue.submit([enc.finish()]));
         entry.state.store(PENDING, Ordering::Release);

@@ -54,7 +54,7 @@ pub use budget::GpuBudget;
 pub use config::{EvictionPolicy, PoolConfig};
 pub use core::{LoadJob, LoadReport, Pinned, PoolCore, Progress, SlotView, Ticket};
 pub use error::{BackendError, Error, Result, SharedError};
-pub use gpu::{GpuBackend, GpuPool, GpuStaging, Plane, StagingRing, UploadMethod};
+pub use gpu::{GpuBackend, GpuPool, GpuStaging, Plane, PoolPart, StagingRing, UploadMethod};
 pub use key::{ExpertKey, LoadId, Slot};
 pub use memory::{Event, Fault, Gate, MemoryBackend, MemoryStaging};
 pub use pool::ExpertPool;

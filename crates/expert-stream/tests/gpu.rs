@@ -18,12 +18,17 @@ fn record(reader: &RecordReader, key: ExpertKey) -> Vec<u8> {
     buf.as_slice()[..reader.layout().record_bytes as usize].to_vec()
 }
 
-/// Checks that `slot` of every plane of `pool` holds the matching region of `record`, given the planes read
-/// back.
-fn assert_slot_holds(pool: &GpuPool, planes: &[Vec<u8>; 4], slot: Slot, key: ExpertKey, record: &[u8]) {
-    for (plane, bytes) in Plane::ALL.into_iter().zip(planes) {
+/// Checks that `slot` of every plane of `pool` holds the matching region of `record`, given each part's
+/// planes read back.
+fn assert_slot_holds(pool: &GpuPool, planes: &[[Vec<u8>; 4]], slot: Slot, key: ExpertKey, record: &[u8]) {
+    let part = pool
+        .parts()
+        .iter()
+        .position(|p| (p.first_slot()..p.first_slot() + p.slots()).contains(&slot.0))
+        .expect("every slot is in a part");
+    for (plane, bytes) in Plane::ALL.into_iter().zip(&planes[part]) {
         let r = pool.region(plane);
-        let at = pool.slot_offset(plane, slot) as usize;
+        let at = ((slot.0 - pool.parts()[part].first_slot()) as u64 * pool.slot_bytes(plane)) as usize;
         let got = &bytes[at..at + r.len as usize];
         let want = &record[r.offset as usize..r.end() as usize];
         if let Some(i) = got.iter().zip(want).position(|(g, w)| g != w) {
@@ -37,30 +42,42 @@ fn assert_slot_holds(pool: &GpuPool, planes: &[Vec<u8>; 4], slot: Slot, key: Exp
     }
 }
 
-fn read_planes(ctx: &diskformer_kernels::Context, pool: &GpuPool) -> [Vec<u8>; 4] {
-    Plane::ALL.map(|p| read_back(ctx, pool.buffer(p)))
+fn read_planes(ctx: &diskformer_kernels::Context, pool: &GpuPool) -> Vec<[Vec<u8>; 4]> {
+    pool.parts().iter().map(|part| Plane::ALL.map(|p| read_back(ctx, part.buffer(p)))).collect()
 }
 
 #[test]
 fn records_land_in_their_slots_through_misses_and_evictions() {
-    land_through_misses_and_evictions(UploadMethod::WriteBuffer);
+    land_through_misses_and_evictions(UploadMethod::WriteBuffer, 1);
 }
 
 #[test]
 fn records_land_in_their_slots_through_a_staging_ring() {
-    land_through_misses_and_evictions(UploadMethod::StagingRing(2));
-    land_through_misses_and_evictions(UploadMethod::StagingRing(1));
+    land_through_misses_and_evictions(UploadMethod::StagingRing(2), 1);
+    land_through_misses_and_evictions(UploadMethod::StagingRing(1), 1);
 }
 
-fn land_through_misses_and_evictions(method: UploadMethod) {
+#[test]
+fn records_land_in_their_slots_across_pool_parts() {
+    // A device whose largest buffer holds 2 slots: the 5 slots live in parts of 2, 2 and 1.
+    land_through_misses_and_evictions(UploadMethod::WriteBuffer, 3);
+    land_through_misses_and_evictions(UploadMethod::StagingRing(2), 3);
+}
+
+fn land_through_misses_and_evictions(method: UploadMethod, parts: usize) {
     let ctx = gpu_or_skip!();
     let dir = TempDir::new("gpu-land");
     let (layers, experts, slots) = (2, 8, 5);
     let store = store(dir.path(), layers, experts, 64, 96, 7);
     let layout = store.layout().experts.clone().unwrap();
-    let gpu = GpuPool::new(ctx, &layout, slots).unwrap();
-    assert_eq!(gpu.slot_bytes(Plane::GateUpQ), 2 * 96 * 64);
-    assert_eq!(gpu.buffer(Plane::DownScales).size(), slots as u64 * 64 * 96 / 16);
+    let plane = 2 * 96 * 64;
+    let max_buffer_size = if parts == 1 { ctx.limits.max_buffer_size } else { 2 * plane };
+    let limits = wgpu::Limits { max_buffer_size, ..ctx.limits.clone() };
+    let gpu = GpuPool::with_device(&ctx.device, &ctx.queue, &limits, &layout, slots).unwrap();
+    assert_eq!(gpu.slot_bytes(Plane::GateUpQ), plane);
+    assert_eq!(gpu.parts().len(), parts);
+    let first = &gpu.parts()[0];
+    assert_eq!(first.buffer(Plane::DownScales).size(), u64::from(first.slots()) * 64 * 96 / 16);
     let backend = GpuBackend::new(gpu, store.record_reader(true).unwrap()).unwrap().with_method(method);
     assert_eq!(backend.method(), method);
     let mut config = PoolConfig::new(slots, layers, experts as u32);
@@ -153,12 +170,14 @@ fn pools_the_device_or_kernels_cannot_hold_are_refused() {
     let layout = store.layout().experts.clone().unwrap();
     let plane = 2 * 32 * 64; // gate‖up int8 bytes per slot, the largest plane
 
-    let limits = wgpu::Limits { max_buffer_size: 10 * plane - 1, ..ctx.limits.clone() };
+    let limits = wgpu::Limits { max_buffer_size: plane - 1, ..ctx.limits.clone() };
     let err = GpuPool::with_device(&ctx.device, &ctx.queue, &limits, &layout, 10).unwrap_err();
-    assert!(
-        matches!(err, Error::PlaneTooLarge { plane: "gate_up_q", slots: 10, max_slots: 9, .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, Error::SlotTooLarge { plane: "gate_up_q", .. }), "{err:?}");
+    // Planes over the largest buffer are split into parts: 10 slots in parts of 3, 3, 3, 1.
+    let limits = wgpu::Limits { max_buffer_size: 3 * plane + 1, ..ctx.limits.clone() };
+    let split = GpuPool::with_device(&ctx.device, &ctx.queue, &limits, &layout, 10).unwrap();
+    let parts: Vec<(u32, u32)> = split.parts().iter().map(|p| (p.first_slot(), p.slots())).collect();
+    assert_eq!(parts, [(0, 3), (3, 3), (6, 3), (9, 1)]);
 
     let limits = wgpu::Limits { max_storage_buffer_binding_size: plane - 1, ..ctx.limits.clone() };
     let err = GpuPool::with_device(&ctx.device, &ctx.queue, &limits, &layout, 10).unwrap_err();
@@ -178,7 +197,8 @@ fn pools_the_device_or_kernels_cannot_hold_are_refused() {
 }
 
 /// The pool's planes are what the expert kernels read: gate‖up and down GEMVs of three picks through the
-/// slot index match the CPU reference computed from the store's records.
+/// slot index, one dispatch per pool part (the pool split into parts of 2 slots), match the CPU reference
+/// computed from the store's records.
 #[test]
 fn expert_kernels_read_the_pool_planes() {
     use diskformer_kernels::{ExpertPlanes, Kernels, View, cpu};
@@ -190,7 +210,9 @@ fn expert_kernels_read_the_pool_planes() {
     let (layers, experts, slots, h, f) = (2, 8, 5, 64u64, 96u64);
     let store = store(dir.path(), layers, experts, h, f, 21);
     let layout = store.layout().experts.clone().unwrap();
-    let gpu = GpuPool::new(ctx, &layout, slots).unwrap();
+    let limits = wgpu::Limits { max_buffer_size: 2 * 2 * f * h, ..ctx.limits.clone() };
+    let gpu = GpuPool::with_device(&ctx.device, &ctx.queue, &limits, &layout, slots).unwrap();
+    assert_eq!(gpu.parts().len(), 3);
     let backend = GpuBackend::new(gpu, store.record_reader(false).unwrap()).unwrap();
     let pool = ExpertPool::new(backend, PoolConfig::new(slots, layers, experts as u32)).unwrap();
     let warm = pool.ensure(0, &[0, 1, 2]).unwrap(); // so the picks below do not sit in slots 0..3
@@ -216,28 +238,44 @@ fn expert_kernels_read_the_pool_planes() {
     let x_down = xs(3 * f); // one input per pick
     let slot_buf = init(bytemuck::cast_slice(&slot_idx));
     let planes = pool.backend().pool();
-    let gpu_planes = |q: Plane, s: Plane, rows: u64, cols: u64| ExpertPlanes {
-        q: View::from(planes.buffer(q)),
-        scales: View::from(planes.buffer(s)),
-        slots: slots as u32,
-        rows: rows as u32,
-        cols: cols as u32,
-    };
     let cases = [
-        (gpu_planes(Plane::GateUpQ, Plane::GateUpScales, 2 * f, h), &x_gate_up, 3, 2 * f, h),
-        (gpu_planes(Plane::DownQ, Plane::DownScales, h, f), &x_down, 1, h, f),
+        (Plane::GateUpQ, Plane::GateUpScales, &x_gate_up, 3, 2 * f, h),
+        (Plane::DownQ, Plane::DownScales, &x_down, 1, h, f),
     ];
     let reader = store.record_reader(false).unwrap();
-    for (which, (p, x, x_div, rows, cols)) in cases.into_iter().enumerate() {
+    for (which, (qp, sp, x, x_div, rows, cols)) in cases.into_iter().enumerate() {
         let x_buf = init(bytemuck::cast_slice(x));
         let y_buf = init(&vec![0xff; (3 * rows * 4) as usize]);
-        let d = kernels
-            .expert_q8_gemv(p, View::from(&x_buf), View::from(&slot_buf), View::from(&y_buf), 3, x_div)
-            .unwrap();
+        let dispatches: Vec<_> = planes
+            .parts()
+            .iter()
+            .map(|part| {
+                let p = ExpertPlanes {
+                    q: View::from(part.buffer(qp)),
+                    scales: View::from(part.buffer(sp)),
+                    slots: part.slots(),
+                    first_slot: part.first_slot(),
+                    rows: rows as u32,
+                    cols: cols as u32,
+                };
+                kernels
+                    .expert_q8_gemv(
+                        p,
+                        View::from(&x_buf),
+                        View::from(&slot_buf),
+                        View::from(&y_buf),
+                        3,
+                        x_div,
+                    )
+                    .unwrap()
+            })
+            .collect();
         let mut enc = ctx.device.create_command_encoder(&Default::default());
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
-            d.record(&mut pass);
+            for d in &dispatches {
+                d.record(&mut pass);
+            }
         }
         ctx.queue.submit([enc.finish()]);
         let y: Vec<f32> = bytemuck::pod_collect_to_vec(&read_back(ctx, &y_buf));

@@ -176,7 +176,8 @@ fn bench_expert(c: &mut Criterion, g: &Gpu) {
             if variant == "subgroup" && !k.subgroups() {
                 continue;
             }
-            let planes = ExpertPlanes { q: (&q).into(), scales: (&s).into(), slots, rows, cols };
+            let planes =
+                ExpertPlanes { q: (&q).into(), scales: (&s).into(), slots, first_slot: 0, rows, cols };
             let ds: Result<Vec<Dispatch>, _> = idx
                 .iter()
                 .zip(&ys)

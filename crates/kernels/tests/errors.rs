@@ -41,7 +41,8 @@ fn launchers_refuse_bad_input() {
         Err(Error::BindingTooLarge { name: "w", .. })
     ));
     // A pool whose one slot does not fit a binding.
-    let planes = ExpertPlanes { q: (&q).into(), scales: (&s).into(), slots: 2, rows: 32, cols: 2048 };
+    let planes =
+        ExpertPlanes { q: (&q).into(), scales: (&s).into(), slots: 2, first_slot: 0, rows: 32, cols: 2048 };
     assert!(matches!(
         small.expert_q8_gemv(planes, (&x).into(), (&x).into(), (&y).into(), 1, 1),
         Err(Error::BindingTooLarge { .. })

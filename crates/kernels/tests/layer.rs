@@ -175,6 +175,7 @@ fn decode_step_matches_cpu_chain() {
         q: (&guq).into(),
         scales: (&gus).into(),
         slots: K as u32,
+        first_slot: 0,
         rows: (2 * F) as u32,
         cols: H as u32,
     };
@@ -182,6 +183,7 @@ fn decode_step_matches_cpu_chain() {
         q: (&dq).into(),
         scales: (&ds).into(),
         slots: K as u32,
+        first_slot: 0,
         rows: H as u32,
         cols: F as u32,
     };

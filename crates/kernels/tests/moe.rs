@@ -119,6 +119,7 @@ fn check_expert_kernel(
         q: (&p.qb).into(),
         scales: (&p.sb).into(),
         slots: p.slots as u32,
+        first_slot: 0,
         rows: p.rows as u32,
         cols: p.cols as u32,
     };
@@ -225,6 +226,7 @@ fn check_expert_q4(
         q: (&p.qb).into(),
         scales: (&p.sb).into(),
         slots: p.slots as u32,
+        first_slot: 0,
         rows: p.rows as u32,
         cols: p.cols as u32,
     };

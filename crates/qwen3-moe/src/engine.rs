@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use diskformer_bpe::Tokenizer;
 use diskformer_expert_stream::{
-    EvictionPolicy, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, Plane, PoolConfig, Stats as PoolStats,
+    EvictionPolicy, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, PoolConfig, Stats as PoolStats,
 };
 use diskformer_kernels::{Context, Kernels, cpu, expert_gemm_groups};
 use diskformer_store::{IngestOptions, Store};
@@ -235,9 +235,6 @@ impl Engine {
                 .expert_slots(experts.record_bytes, top_k)?
                 .min(all),
         };
-        // Each pool plane is one buffer: no more slots than the device's largest buffer holds.
-        let largest_plane = Plane::ALL.iter().map(|p| p.region(&experts).len).max().unwrap_or(1);
-        let slots = slots.min((ctx.limits.max_buffer_size / largest_plane) as usize);
         let resident = opts.gpu_routing && slots == all;
         if resident {
             lookahead = 0;

@@ -256,15 +256,23 @@ impl Graph {
         let qp = QkNormRopeParams { heads: c.head_count, head_dim: c.key_length, tokens: t, eps };
         let kp = QkNormRopeParams { heads: c.head_count_kv, ..qp };
         let shape = attention_shape(c, t, b.kv.ctx);
-        let pool = |big: Plane, small: Plane, rows: u32, cols: u32| ExpertPlanes {
-            q: b.pool.buffer(big).into(),
-            scales: b.pool.buffer(small).into(),
-            slots: b.pool.slots() as u32,
-            rows,
-            cols,
+        // One dispatch per pool part (several when the pool exceeds the device's largest buffer).
+        let planes = |big: Plane, small: Plane, rows: u32, cols: u32| -> Vec<ExpertPlanes<'_>> {
+            b.pool
+                .parts()
+                .iter()
+                .map(|part| ExpertPlanes {
+                    q: part.buffer(big).into(),
+                    scales: part.buffer(small).into(),
+                    slots: part.slots(),
+                    first_slot: part.first_slot(),
+                    rows,
+                    cols,
+                })
+                .collect()
         };
-        let gate_up = pool(Plane::GateUpQ, Plane::GateUpScales, 2 * ffn, h);
-        let down = pool(Plane::DownQ, Plane::DownScales, h, ffn);
+        let gate_up = planes(Plane::GateUpQ, Plane::GateUpScales, 2 * ffn, h);
+        let down = planes(Plane::DownQ, Plane::DownScales, h, ffn);
         let pairs = t * top_k;
         let v = view;
         let embed = k.embed_q8(v(&s.ids), w.embd.m(), v(&s.x), t)?;
@@ -320,12 +328,22 @@ impl Graph {
                 };
                 experts_dispatches.push(k.expert_slots(v(&s.pick_ids), v(table), v(&s.slot_idx[l]), p)?);
             }
-            experts_dispatches.extend([
-                k.expert_matmul(gate_up, v(&s.xn), s, l, v(&s.gate_up), (t, pairs), top_k)?,
-                k.silu_mul(v(&s.gate_up), v(&s.act), ffn, pairs)?,
-                k.expert_matmul(down, v(&s.act), s, l, v(&s.down), (t, pairs), 1)?,
-                k.moe_combine(v(&s.down), v(&s.pick_weights), v(&s.h), v(&s.x), cp)?,
-            ]);
+            for &part in &gate_up {
+                experts_dispatches.push(k.expert_matmul(
+                    part,
+                    v(&s.xn),
+                    s,
+                    l,
+                    v(&s.gate_up),
+                    (t, pairs),
+                    top_k,
+                )?);
+            }
+            experts_dispatches.push(k.silu_mul(v(&s.gate_up), v(&s.act), ffn, pairs)?);
+            for &part in &down {
+                experts_dispatches.push(k.expert_matmul(part, v(&s.act), s, l, v(&s.down), (t, pairs), 1)?);
+            }
+            experts_dispatches.push(k.moe_combine(v(&s.down), v(&s.pick_weights), v(&s.h), v(&s.x), cp)?);
             layers.push(LayerGraph { attention, experts: experts_dispatches });
         }
         let head = vec![

@@ -71,6 +71,22 @@ fn batched_prefill_pool_sizes_and_prefix_reuse_agree() {
         assert!(d < 1e-4, "slots {slots:?} batch {batch} gpu routing {gpu_routing}: {d}");
     }
 
+    // A device whose largest buffer holds 3 slots: the 16 resident experts live in 6 pool parts.
+    let mut ctx = diskformer_kernels::Context::new().unwrap();
+    ctx.limits.max_buffer_size = 3 * 2 * 32 * 64;
+    let mut split = Engine::open_on(ctx, &m.store, &EngineOptions::default(), &mut |_| {}).unwrap();
+    assert!(split.routes_on_gpu());
+    for batched in [false, true] {
+        let got = split.prefill(&PROMPT, batched).unwrap();
+        split.reset();
+        assert!(max_diff(&got, &want) < 1e-4, "pool in parts, batched {batched}: {}", max_diff(&got, &want));
+    }
+    split.prefill(&PROMPT[..4], false).unwrap();
+    let stepped = split.step(PROMPT[4]).unwrap();
+    let mut whole = open(&m, |_| {});
+    let direct = whole.prefill(&PROMPT[..5], false).unwrap();
+    assert!(max_diff(&stepped, &direct) < 1e-4);
+
     // The same prompt again reruns only its last token; a longer one only what is new.
     let again = reference.prefill(&PROMPT, false).unwrap();
     assert!(max_diff(&again, &want) < 1e-5);

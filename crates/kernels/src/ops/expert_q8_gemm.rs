@@ -98,8 +98,8 @@ impl Kernels {
                 cols: pool.cols,
                 pairs,
                 x_div,
-                slot_begin: begin as u32,
-                slot_end: end as u32,
+                slot_begin: pool.first_slot + begin as u32,
+                slot_end: pool.first_slot + end as u32,
                 _pad: [0; 2],
             };
             out.push((p, bound, dims));

@@ -32,8 +32,11 @@ pub struct ExpertPlanes<'a> {
     pub q: View<'a>,
     /// The scale plane.
     pub scales: View<'a>,
-    /// Slots in the pool.
+    /// Slots bound here (a pool split over several buffers passes one part at a time).
     pub slots: u32,
+    /// The pool slot of the first slot bound here (0 for a pool in one buffer): pairs whose slot lies outside
+    /// `first_slot..first_slot + slots` are left to the other parts' dispatches.
+    pub first_slot: u32,
     /// Rows of one slot's matrix.
     pub rows: u32,
     /// Columns, a multiple of 32.
@@ -85,8 +88,8 @@ impl Kernels {
                     cols: pool.cols,
                     pairs,
                     x_div,
-                    slot_begin: part.begin,
-                    slot_end: part.end,
+                    slot_begin: pool.first_slot + part.begin,
+                    slot_end: pool.first_slot + part.end,
                     _pad: [0; 2],
                 };
                 (p, part.bound, part.dims)
