@@ -474,7 +474,11 @@ impl Engine {
     /// One forward step of `ids` at the positions after the cache. On an error the cache is reset, since
     /// some layers may have stored keys for positions that never completed.
     fn run(&mut self, ids: &[u32], want: Want) -> Result<Output> {
+        let started = Instant::now();
+        let waited = self.stats.gpu_wait + self.stats.ensure_time;
         let result = self.run_inner(ids, want);
+        let waited_here = self.stats.gpu_wait + self.stats.ensure_time - waited;
+        self.stats.host_time += started.elapsed().saturating_sub(waited_here);
         match &result {
             Ok(_) => self.cached.extend_from_slice(ids),
             Err(_) => self.cached.clear(),

@@ -17,6 +17,8 @@ pub(crate) struct EngineStats {
     pub gpu_wait: Duration,
     /// Time in `ensure` (hits, late hits and misses together).
     pub ensure_time: Duration,
+    /// The rest of a step's time on the host: recording dispatches, writes, submits, prefetch calls.
+    pub host_time: Duration,
 }
 
 /// GPU memory by category, in bytes.
@@ -55,6 +57,8 @@ pub struct Stats {
     pub gpu_wait: Duration,
     /// Time in the pool's `ensure`.
     pub ensure_time: Duration,
+    /// The rest of the steps' time on the host (recording dispatches, writes, submits).
+    pub host_time: Duration,
     /// The pool's counters (hits, late hits, misses, bytes, read and upload times, prefetch, by layer).
     pub pool: PoolStats,
     /// Expert slots.
@@ -72,6 +76,7 @@ impl Stats {
             prefill_time: e.prefill_time,
             gpu_wait: e.gpu_wait,
             ensure_time: e.ensure_time,
+            host_time: e.host_time,
             pool,
             pool_slots,
             gpu_bytes,
@@ -122,9 +127,10 @@ impl fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "per token: GPU wait {:.2} ms, ensure {:.2} ms, read {:.2} ms, upload {:.2} ms, {:.1} MB read",
+            "per token: GPU wait {:.2} ms, ensure {:.2} ms, host {:.2} ms, read {:.2} ms, upload {:.2} ms, {:.1} MB read",
             self.ms_per_token(self.gpu_wait),
             self.ms_per_token(self.ensure_time),
+            self.ms_per_token(self.host_time),
             self.ms_per_token(p.read_time),
             self.ms_per_token(p.upload_time),
             self.bytes_read_per_token() / 1e6
