@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
-use diskformer::expert_stream::EvictionPolicy;
+use diskformer::expert_stream::{EvictionPolicy, UploadMethod};
 use diskformer::qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
 use diskformer::qwen3_moe::{Engine, EngineOptions};
 
@@ -65,6 +65,9 @@ struct Args {
     /// With every expert resident, still route through readbacks and `ensure` (to measure their cost).
     #[arg(long)]
     no_gpu_routing: bool,
+    /// How records reach the pool: ring (mapped staging, read into directly) or write (queue.write_buffer).
+    #[arg(long, default_value = "ring")]
+    upload: String,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -111,6 +114,11 @@ fn main() -> anyhow::Result<()> {
     opts.max_batch = args.max_batch;
     opts.max_context = args.ctx;
     opts.gpu_routing = !args.no_gpu_routing;
+    opts.upload = match args.upload.as_str() {
+        "ring" => UploadMethod::StagingRing(2),
+        "write" => UploadMethod::WriteBuffer,
+        other => anyhow::bail!("unknown upload method {other:?}; use ring or write"),
+    };
     opts.policy = match args.policy.as_str() {
         "lru" => EvictionPolicy::Lru,
         "hot" => EvictionPolicy::HOT,
@@ -152,6 +160,7 @@ fn main() -> anyhow::Result<()> {
         "lookahead": args.lookahead,
         "policy": args.policy,
         "direct_io": args.direct_io,
+        "upload": args.upload,
         "load_s": load_s,
         "prefill_tokens": prefill.prefill_tokens,
         "prefill_tok_s": prefill.prefill_tok_s(),

@@ -304,29 +304,22 @@ impl GpuPool {
                 submission: None,
             })
             .collect();
-        StagingRing { entries, next: 0 }
+        StagingRing { entries, next: 0, filled: false }
     }
 
-    /// Uploads `record` into `slot` through the next buffer of `ring`: waits until that buffer is mapped
-    /// again (its previous copy done), copies the record into it, unmaps it, records one
-    /// `copy_buffer_to_buffer` per plane, submits, and asks for the buffer to be mapped again. Same ordering
-    /// promise as [`upload_record`](Self::upload_record).
+    /// Uploads `record` into `slot` through the next buffer of `ring`: [`fill_staging`](Self::fill_staging)
+    /// with a copy of `record`, then [`upload_filled`](Self::upload_filled). Same ordering promise as
+    /// [`upload_record`](Self::upload_record).
     ///
     /// # Errors
     ///
     /// As [`upload_record`](Self::upload_record), and a staging buffer the device failed to map.
-    // Performance notes: DESIGN.md's H200 figures (write_buffer 3.3–5.7 GB/s, a reused mapped ring + copy
-    // 12.8 GB/s from one thread) are why this exists; the record is still read into a `RecordBuf` first and
-    // copied here, because the store's reader only reads into a `RecordBuf`.
     pub fn upload_staged(
         &self,
         slot: Slot,
         record: &[u8],
         ring: &mut StagingRing,
     ) -> Result<(), BackendError> {
-        if slot.index() >= self.slots {
-            return Err(format!("{slot} is past the GPU pool's {} slots", self.slots).into());
-        }
         if record.len() < self.record_bytes {
             return Err(format!(
                 "record of {} bytes, the layout's records are {}",
@@ -335,9 +328,27 @@ impl GpuPool {
             )
             .into());
         }
-        let at = ring.next;
-        ring.next = (ring.next + 1) % ring.entries.len();
-        let entry = &mut ring.entries[at];
+        let n = self.record_bytes;
+        self.fill_staging(ring, |dst| {
+            dst[..n].copy_from_slice(&record[..n]);
+            Ok(())
+        })?;
+        self.upload_filled(slot, ring)
+    }
+
+    /// Waits until the next buffer of `ring` is mapped again (its previous copy done) and lets `fill` write
+    /// one record into its mapped memory: a reader can `pread` straight into it, so a record is copied once
+    /// on the host. Then call [`upload_filled`](Self::upload_filled).
+    ///
+    /// # Errors
+    ///
+    /// `fill`'s error, or a staging buffer the device failed to map.
+    pub fn fill_staging(
+        &self,
+        ring: &mut StagingRing,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), BackendError>,
+    ) -> Result<(), BackendError> {
+        let entry = &mut ring.entries[ring.next];
         if let Some(index) = entry.submission.take() {
             self.device
                 .poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: None })
@@ -351,13 +362,38 @@ impl GpuPool {
         if entry.state.load(Ordering::Acquire) == FAILED {
             return Err("the device failed to map an expert staging buffer".into());
         }
-        {
-            let mut view = entry
-                .buffer
-                .get_mapped_range_mut(..)
-                .map_err(|e| format!("expert staging buffer not mapped: {e}"))?;
-            view.slice(..self.record_bytes).copy_from_slice(&record[..self.record_bytes]);
+        let mut view = entry
+            .buffer
+            .get_mapped_range_mut(..)
+            .map_err(|e| format!("expert staging buffer not mapped: {e}"))?;
+        let mut whole = view.slice(..);
+        let len = whole.len();
+        // SAFETY: the mapping is valid for writes of `len` bytes while `view` lives, and nothing else touches
+        // it meanwhile. wgpu hands out write-only access because the memory may be write-combining (slow to
+        // read, never wrong); `fill` only writes it (a `pread`'s kernel copy, or `copy_from_slice`).
+        let dst = unsafe { std::slice::from_raw_parts_mut(whole.as_raw_element_ptr().as_ptr(), len) };
+        fill(dst)?;
+        ring.filled = true;
+        Ok(())
+    }
+
+    /// Copies the record [`fill_staging`](Self::fill_staging) just wrote into `slot` of each plane, submits,
+    /// and asks for the staging buffer to be mapped again; the ring moves to its next buffer. Same ordering
+    /// promise as [`upload_record`](Self::upload_record).
+    ///
+    /// # Errors
+    ///
+    /// A slot past the pool, or no record filled since the last upload.
+    pub fn upload_filled(&self, slot: Slot, ring: &mut StagingRing) -> Result<(), BackendError> {
+        if slot.index() >= self.slots {
+            return Err(format!("{slot} is past the GPU pool's {} slots", self.slots).into());
         }
+        if !std::mem::take(&mut ring.filled) {
+            return Err("no record was staged for this upload".into());
+        }
+        let at = ring.next;
+        ring.next = (ring.next + 1) % ring.entries.len();
+        let entry = &mut ring.entries[at];
         entry.buffer.unmap();
         let mut enc = self
             .device
@@ -386,6 +422,8 @@ const FAILED: u8 = 2;
 pub struct StagingRing {
     entries: Vec<RingEntry>,
     next: usize,
+    /// The next entry holds a record not yet uploaded.
+    filled: bool,
 }
 
 #[derive(Debug)]
@@ -493,13 +531,20 @@ impl Backend for GpuBackend {
     }
 
     fn read(&self, key: ExpertKey, staging: &mut GpuStaging) -> Result<usize, BackendError> {
-        self.reader.read(key, &mut staging.record)?;
+        match &mut staging.ring {
+            // Through the page cache, read straight into mapped staging memory: one host copy.
+            Some(ring) if !self.reader.is_direct() => {
+                self.pool.fill_staging(ring, |dst| Ok(self.reader.read_into(key, dst)?))?;
+            }
+            _ => self.reader.read(key, &mut staging.record)?,
+        }
         Ok(self.pool.record_bytes)
     }
 
     fn upload(&self, slot: Slot, staging: &mut GpuStaging) -> Result<(), BackendError> {
         match &mut staging.ring {
             None => self.pool.upload_record(slot, staging.record.as_slice()),
+            Some(ring) if !self.reader.is_direct() => self.pool.upload_filled(slot, ring),
             Some(ring) => self.pool.upload_staged(slot, staging.record.as_slice(), ring),
         }
     }

@@ -48,23 +48,27 @@ fn read_planes(ctx: &diskformer_kernels::Context, pool: &GpuPool) -> Vec<[Vec<u8
 
 #[test]
 fn records_land_in_their_slots_through_misses_and_evictions() {
-    land_through_misses_and_evictions(UploadMethod::WriteBuffer, 1);
+    land_through_misses_and_evictions(UploadMethod::WriteBuffer, 1, true);
+    land_through_misses_and_evictions(UploadMethod::WriteBuffer, 1, false);
 }
 
 #[test]
 fn records_land_in_their_slots_through_a_staging_ring() {
-    land_through_misses_and_evictions(UploadMethod::StagingRing(2), 1);
-    land_through_misses_and_evictions(UploadMethod::StagingRing(1), 1);
+    // O_DIRECT reads into an aligned buffer then copy into the ring; buffered reads go straight into it.
+    for direct in [true, false] {
+        land_through_misses_and_evictions(UploadMethod::StagingRing(2), 1, direct);
+        land_through_misses_and_evictions(UploadMethod::StagingRing(1), 1, direct);
+    }
 }
 
 #[test]
 fn records_land_in_their_slots_across_pool_parts() {
     // A device whose largest buffer holds 2 slots: the 5 slots live in parts of 2, 2 and 1.
-    land_through_misses_and_evictions(UploadMethod::WriteBuffer, 3);
-    land_through_misses_and_evictions(UploadMethod::StagingRing(2), 3);
+    land_through_misses_and_evictions(UploadMethod::WriteBuffer, 3, true);
+    land_through_misses_and_evictions(UploadMethod::StagingRing(2), 3, false);
 }
 
-fn land_through_misses_and_evictions(method: UploadMethod, parts: usize) {
+fn land_through_misses_and_evictions(method: UploadMethod, parts: usize, direct: bool) {
     let ctx = gpu_or_skip!();
     let dir = TempDir::new("gpu-land");
     let (layers, experts, slots) = (2, 8, 5);
@@ -78,7 +82,7 @@ fn land_through_misses_and_evictions(method: UploadMethod, parts: usize) {
     assert_eq!(gpu.parts().len(), parts);
     let first = &gpu.parts()[0];
     assert_eq!(first.buffer(Plane::DownScales).size(), u64::from(first.slots()) * 64 * 96 / 16);
-    let backend = GpuBackend::new(gpu, store.record_reader(true).unwrap()).unwrap().with_method(method);
+    let backend = GpuBackend::new(gpu, store.record_reader(direct).unwrap()).unwrap().with_method(method);
     assert_eq!(backend.method(), method);
     let mut config = PoolConfig::new(slots, layers, experts as u32);
     config.readers = 2; // fewer readers than misses, so a thread's staging is reused

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use diskformer_bpe::Tokenizer;
 use diskformer_expert_stream::{
     EvictionPolicy, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, PoolConfig, Stats as PoolStats,
+    UploadMethod,
 };
 use diskformer_kernels::{Context, Kernels, cpu, expert_gemm_groups};
 use diskformer_store::{IngestOptions, Store};
@@ -40,6 +41,9 @@ pub struct EngineOptions {
     pub readers: usize,
     /// Read records with O_DIRECT, bypassing the page cache (default off).
     pub direct_io: bool,
+    /// How records reach the pool (default: each reader's ring of 2 mapped staging buffers, read into
+    /// directly through the page cache).
+    pub upload: UploadMethod,
     /// Most tokens per prefill chunk (default 64; while experts stream, also bounded by the pool:
     /// chunk × top-k ≤ slots).
     pub max_batch: u32,
@@ -59,6 +63,7 @@ impl Default for EngineOptions {
             policy: EvictionPolicy::Lru,
             readers: 8,
             direct_io: false,
+            upload: UploadMethod::StagingRing(2),
             max_batch: 64,
             gpu_routing: true,
         }
@@ -255,7 +260,8 @@ impl Engine {
         let kv = KvCache::new(&device, &config, ctx_len);
         let scratch = Scratch::new(&device, &config, vocab, ctx_len, max_batch, lookahead);
         let gpu_pool = GpuPool::new(&ctx, &experts, slots)?;
-        let backend = GpuBackend::new(gpu_pool, store.record_reader(opts.direct_io)?)?;
+        let backend =
+            GpuBackend::new(gpu_pool, store.record_reader(opts.direct_io)?)?.with_method(opts.upload);
         let mut pc = PoolConfig::new(slots, config.block_count, config.expert_count);
         pc.policy = opts.policy;
         pc.readers = opts.readers.max(1);

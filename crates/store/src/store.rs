@@ -190,6 +190,16 @@ impl RecordReader {
     /// # Errors
     /// [`Error::NoSuchRecord`], [`Error::BadBuffer`], [`Error::ShortRead`] naming the record, or [`Error::Io`].
     pub fn read(&self, key: ExpertKey, buf: &mut RecordBuf) -> Result<()> {
+        self.read_into(key, buf.as_mut_slice())
+    }
+
+    /// Reads the record of `key` into the first record's bytes of `dst`: any memory (mapped GPU staging, so a
+    /// record is copied once on its way to the device). With O_DIRECT, `dst` must start on a
+    /// [`BUFFER_ALIGN`] boundary.
+    ///
+    /// # Errors
+    /// As [`read`](Self::read); [`Error::BadBuffer`] for a short or (with O_DIRECT) misaligned `dst`.
+    pub fn read_into(&self, key: ExpertKey, dst: &mut [u8]) -> Result<()> {
         let x = &self.layout;
         if key.layer >= x.n_layers || key.expert >= x.n_experts {
             return Err(Error::NoSuchRecord {
@@ -200,15 +210,17 @@ impl RecordReader {
             });
         }
         let len = x.record_bytes as usize;
-        if buf.len() < len {
+        let addr = dst.as_ptr() as usize;
+        let misaligned = self.direct && !addr.is_multiple_of(BUFFER_ALIGN);
+        if dst.len() < len || misaligned {
             return Err(Error::BadBuffer {
-                len: buf.len(),
-                align: BUFFER_ALIGN,
+                len: dst.len(),
+                align: addr & addr.wrapping_neg(),
                 needed: x.record_bytes,
                 needed_align: BUFFER_ALIGN,
             });
         }
-        let dst = &mut buf.as_mut_slice()[..len];
+        let dst = &mut dst[..len];
         let offset = x.record_offset(key);
         let mut got = 0usize;
         while got < len {
