@@ -470,6 +470,7 @@ impl Engine {
                 pool: self.pool.backend().pool(),
                 lookahead: if t == 1 { self.lookahead } else { 0 },
                 resident_table: self.resident_table.as_ref().map(|(b, _)| b),
+                resident_slots: self.resident_table.as_ref().map(|(_, t)| t.as_slice()),
             };
             let g = Graph::build(&b, t)?;
             self.graphs.insert(t, g);

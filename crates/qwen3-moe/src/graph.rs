@@ -245,6 +245,9 @@ pub(crate) struct Bindings<'a> {
     /// With every expert resident: the `[layers · experts]` slot table, so a token's picks become slots on
     /// the GPU (used for one-token steps; chunks read their picks back to group them by slot).
     pub resident_table: Option<&'a wgpu::Buffer>,
+    /// The same table on the host, when every expert is resident: a layer's kernels then run only over the
+    /// pool parts holding that layer's experts.
+    pub resident_slots: Option<&'a [u32]>,
 }
 
 impl Graph {
@@ -328,7 +331,15 @@ impl Graph {
                 };
                 experts_dispatches.push(k.expert_slots(v(&s.pick_ids), v(table), v(&s.slot_idx[l]), p)?);
             }
-            for &part in &gate_up {
+            // The pool parts this layer's experts can be in: all of them while experts stream.
+            let in_layer = |part: &ExpertPlanes<'_>| {
+                b.resident_slots.is_none_or(|table| {
+                    let e = experts as usize;
+                    let range = part.first_slot..part.first_slot + part.slots;
+                    table[l * e..(l + 1) * e].iter().any(|s| range.contains(s))
+                })
+            };
+            for &part in gate_up.iter().filter(|p| in_layer(p)) {
                 experts_dispatches.push(k.expert_matmul(
                     part,
                     v(&s.xn),
@@ -340,7 +351,7 @@ impl Graph {
                 )?);
             }
             experts_dispatches.push(k.silu_mul(v(&s.gate_up), v(&s.act), ffn, pairs)?);
-            for &part in &down {
+            for &part in down.iter().filter(|p| in_layer(p)) {
                 experts_dispatches.push(k.expert_matmul(part, v(&s.act), s, l, v(&s.down), (t, pairs), 1)?);
             }
             experts_dispatches.push(k.moe_combine(v(&s.down), v(&s.pick_weights), v(&s.h), v(&s.x), cp)?);
