@@ -68,6 +68,9 @@ struct Args {
     /// How records reach the pool: ring (mapped staging, read into directly) or write (queue.write_buffer).
     #[arg(long, default_value = "ring")]
     upload: String,
+    /// Threads reading one record through the page cache.
+    #[arg(long, default_value_t = 4)]
+    read_split: usize,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -114,6 +117,7 @@ fn main() -> anyhow::Result<()> {
     opts.max_batch = args.max_batch;
     opts.max_context = args.ctx;
     opts.gpu_routing = !args.no_gpu_routing;
+    opts.read_split = args.read_split;
     opts.upload = match args.upload.as_str() {
         "ring" => UploadMethod::StagingRing(2),
         "write" => UploadMethod::WriteBuffer,
@@ -161,6 +165,7 @@ fn main() -> anyhow::Result<()> {
         "policy": args.policy,
         "direct_io": args.direct_io,
         "upload": args.upload,
+        "read_split": args.read_split,
         "load_s": load_s,
         "prefill_tokens": prefill.prefill_tokens,
         "prefill_tok_s": prefill.prefill_tok_s(),

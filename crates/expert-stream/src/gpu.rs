@@ -454,6 +454,7 @@ pub struct GpuBackend {
     pool: GpuPool,
     reader: RecordReader,
     method: UploadMethod,
+    read_split: usize,
 }
 
 impl GpuBackend {
@@ -475,7 +476,15 @@ impl GpuBackend {
                 ),
             });
         }
-        Ok(Self { pool, reader, method: UploadMethod::default() })
+        Ok(Self { pool, reader, method: UploadMethod::default(), read_split: 1 })
+    }
+
+    /// Reads each record through the page cache as `parts` pieces on as many threads at once (default 1):
+    /// one record's copy out of the page cache runs at one core's memcpy speed, and a layer's few misses
+    /// leave most reader threads idle. Applies to [`UploadMethod::StagingRing`] without O_DIRECT.
+    pub fn with_read_split(mut self, parts: usize) -> Self {
+        self.read_split = parts.max(1);
+        self
     }
 
     /// Uses `method` for uploads (the default is [`UploadMethod::WriteBuffer`]).
@@ -534,7 +543,8 @@ impl Backend for GpuBackend {
         match &mut staging.ring {
             // Through the page cache, read straight into mapped staging memory: one host copy.
             Some(ring) if !self.reader.is_direct() => {
-                self.pool.fill_staging(ring, |dst| Ok(self.reader.read_into(key, dst)?))?;
+                let (n, split) = (self.pool.record_bytes, self.read_split);
+                self.pool.fill_staging(ring, |dst| read_in_parts(&self.reader, key, &mut dst[..n], split))?;
             }
             _ => self.reader.read(key, &mut staging.record)?,
         }
@@ -548,6 +558,39 @@ impl Backend for GpuBackend {
             Some(ring) => self.pool.upload_staged(slot, staging.record.as_slice(), ring),
         }
     }
+}
+
+/// Reads record `key` into `dst` as `parts` pieces of whole 4 KiB pages, each on its own thread.
+fn read_in_parts(
+    reader: &RecordReader,
+    key: ExpertKey,
+    dst: &mut [u8],
+    parts: usize,
+) -> Result<(), BackendError> {
+    if parts <= 1 {
+        return Ok(reader.read_into(key, dst)?);
+    }
+    let piece = dst.len().div_ceil(parts).next_multiple_of(diskformer_store::BUFFER_ALIGN);
+    std::thread::scope(|scope| {
+        let mut chunks = dst.chunks_mut(piece).enumerate();
+        let first = chunks.next();
+        let others: Vec<_> = chunks
+            .map(|(i, chunk)| {
+                scope.spawn(move || {
+                    let len = chunk.len();
+                    reader.read_part_into(key, i * piece, chunk, len)
+                })
+            })
+            .collect();
+        if let Some((_, chunk)) = first {
+            let len = chunk.len();
+            reader.read_part_into(key, 0, chunk, len)?;
+        }
+        for handle in others {
+            handle.join().map_err(|_| "a record reader thread panicked")??;
+        }
+        Ok(())
+    })
 }
 
 /// Checks that `layout` holds Q8_0 planes the expert kernels read, returning the four regions.

@@ -48,27 +48,29 @@ fn read_planes(ctx: &diskformer_kernels::Context, pool: &GpuPool) -> Vec<[Vec<u8
 
 #[test]
 fn records_land_in_their_slots_through_misses_and_evictions() {
-    land_through_misses_and_evictions(UploadMethod::WriteBuffer, 1, true);
-    land_through_misses_and_evictions(UploadMethod::WriteBuffer, 1, false);
+    land_through_misses_and_evictions(UploadMethod::WriteBuffer, 1, true, 1);
+    land_through_misses_and_evictions(UploadMethod::WriteBuffer, 1, false, 1);
 }
 
 #[test]
 fn records_land_in_their_slots_through_a_staging_ring() {
     // O_DIRECT reads into an aligned buffer then copy into the ring; buffered reads go straight into it.
     for direct in [true, false] {
-        land_through_misses_and_evictions(UploadMethod::StagingRing(2), 1, direct);
-        land_through_misses_and_evictions(UploadMethod::StagingRing(1), 1, direct);
+        land_through_misses_and_evictions(UploadMethod::StagingRing(2), 1, direct, 1);
+        land_through_misses_and_evictions(UploadMethod::StagingRing(1), 1, direct, 1);
     }
+    // Buffered reads of one record in 3 pieces on 3 threads.
+    land_through_misses_and_evictions(UploadMethod::StagingRing(2), 1, false, 3);
 }
 
 #[test]
 fn records_land_in_their_slots_across_pool_parts() {
     // A device whose largest buffer holds 2 slots: the 5 slots live in parts of 2, 2 and 1.
-    land_through_misses_and_evictions(UploadMethod::WriteBuffer, 3, true);
-    land_through_misses_and_evictions(UploadMethod::StagingRing(2), 3, false);
+    land_through_misses_and_evictions(UploadMethod::WriteBuffer, 3, true, 1);
+    land_through_misses_and_evictions(UploadMethod::StagingRing(2), 3, false, 1);
 }
 
-fn land_through_misses_and_evictions(method: UploadMethod, parts: usize, direct: bool) {
+fn land_through_misses_and_evictions(method: UploadMethod, parts: usize, direct: bool, split: usize) {
     let ctx = gpu_or_skip!();
     let dir = TempDir::new("gpu-land");
     let (layers, experts, slots) = (2, 8, 5);
@@ -82,7 +84,10 @@ fn land_through_misses_and_evictions(method: UploadMethod, parts: usize, direct:
     assert_eq!(gpu.parts().len(), parts);
     let first = &gpu.parts()[0];
     assert_eq!(first.buffer(Plane::DownScales).size(), u64::from(first.slots()) * 64 * 96 / 16);
-    let backend = GpuBackend::new(gpu, store.record_reader(direct).unwrap()).unwrap().with_method(method);
+    let backend = GpuBackend::new(gpu, store.record_reader(direct).unwrap())
+        .unwrap()
+        .with_method(method)
+        .with_read_split(split);
     assert_eq!(backend.method(), method);
     let mut config = PoolConfig::new(slots, layers, experts as u32);
     config.readers = 2; // fewer readers than misses, so a thread's staging is reused

@@ -44,6 +44,9 @@ pub struct EngineOptions {
     /// How records reach the pool (default: each reader's ring of 2 mapped staging buffers, read into
     /// directly through the page cache).
     pub upload: UploadMethod,
+    /// Threads reading one record through the page cache (default 4: a layer has few misses, and one
+    /// thread copies out of the page cache at one core's memcpy speed).
+    pub read_split: usize,
     /// Most tokens per prefill chunk (default 64; while experts stream, also bounded by the pool:
     /// chunk × top-k ≤ slots).
     pub max_batch: u32,
@@ -64,6 +67,7 @@ impl Default for EngineOptions {
             readers: 8,
             direct_io: false,
             upload: UploadMethod::StagingRing(2),
+            read_split: 4,
             max_batch: 64,
             gpu_routing: true,
         }
@@ -260,8 +264,9 @@ impl Engine {
         let kv = KvCache::new(&device, &config, ctx_len);
         let scratch = Scratch::new(&device, &config, vocab, ctx_len, max_batch, lookahead);
         let gpu_pool = GpuPool::new(&ctx, &experts, slots)?;
-        let backend =
-            GpuBackend::new(gpu_pool, store.record_reader(opts.direct_io)?)?.with_method(opts.upload);
+        let backend = GpuBackend::new(gpu_pool, store.record_reader(opts.direct_io)?)?
+            .with_method(opts.upload)
+            .with_read_split(opts.read_split);
         let mut pc = PoolConfig::new(slots, config.block_count, config.expert_count);
         pc.policy = opts.policy;
         pc.readers = opts.readers.max(1);

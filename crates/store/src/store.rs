@@ -200,6 +200,16 @@ impl RecordReader {
     /// # Errors
     /// As [`read`](Self::read); [`Error::BadBuffer`] for a short or (with O_DIRECT) misaligned `dst`.
     pub fn read_into(&self, key: ExpertKey, dst: &mut [u8]) -> Result<()> {
+        self.read_part_into(key, 0, dst, self.layout.record_bytes as usize)
+    }
+
+    /// Reads `len` bytes of the record of `key`, from byte `start` of the record, into the start of `dst`:
+    /// several threads can read one record's parts at once. With O_DIRECT, `dst`, `start` and `len` must be
+    /// [`BUFFER_ALIGN`]-aligned (the record's last part may end at the record's end).
+    ///
+    /// # Errors
+    /// As [`read_into`](Self::read_into); [`Error::BadBuffer`] for a part past the record.
+    pub fn read_part_into(&self, key: ExpertKey, start: usize, dst: &mut [u8], len: usize) -> Result<()> {
         let x = &self.layout;
         if key.layer >= x.n_layers || key.expert >= x.n_experts {
             return Err(Error::NoSuchRecord {
@@ -209,10 +219,13 @@ impl RecordReader {
                 n_experts: x.n_experts,
             });
         }
-        let len = x.record_bytes as usize;
+        let record = x.record_bytes as usize;
         let addr = dst.as_ptr() as usize;
-        let misaligned = self.direct && !addr.is_multiple_of(BUFFER_ALIGN);
-        if dst.len() < len || misaligned {
+        let misaligned = self.direct
+            && !(addr.is_multiple_of(BUFFER_ALIGN)
+                && start.is_multiple_of(BUFFER_ALIGN)
+                && (len.is_multiple_of(BUFFER_ALIGN) || start + len == record));
+        if dst.len() < len || start + len > record || misaligned {
             return Err(Error::BadBuffer {
                 len: dst.len(),
                 align: addr & addr.wrapping_neg(),
@@ -221,7 +234,7 @@ impl RecordReader {
             });
         }
         let dst = &mut dst[..len];
-        let offset = x.record_offset(key);
+        let offset = x.record_offset(key) + start as u64;
         let mut got = 0usize;
         while got < len {
             match self.file.read_at(&mut dst[got..], offset + got as u64) {
