@@ -521,9 +521,14 @@ impl Engine {
         // Every expert resident: a token's graph turns picks into slots itself, one submit for the token.
         // Chunks read their picks back per layer to group pairs by slot for the expert GEMM.
         let routed_here = if self.resident_table.is_some() && t == 1 { 0 } else { layers };
-        for lg in &graph.layers[routed_here as usize..] {
-            record(&mut enc, &lg.attention);
-            record(&mut enc, &lg.experts);
+        if routed_here == 0 {
+            // One compute pass for the whole token.
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            for lg in &graph.layers {
+                for d in lg.attention.iter().chain(&lg.experts) {
+                    d.record(&mut pass);
+                }
+            }
         }
         for l in 0..routed_here {
             let lg = &graph.layers[l as usize];
