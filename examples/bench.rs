@@ -69,7 +69,7 @@ struct Args {
     #[arg(long, default_value = "ring")]
     upload: String,
     /// Threads reading one record through the page cache.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 1)]
     read_split: usize,
 }
 

@@ -44,8 +44,8 @@ pub struct EngineOptions {
     /// How records reach the pool (default: each reader's ring of 2 mapped staging buffers, read into
     /// directly through the page cache).
     pub upload: UploadMethod,
-    /// Threads reading one record through the page cache (default 4: a layer has few misses, and one
-    /// thread copies out of the page cache at one core's memcpy speed).
+    /// Threads reading one record through the page cache (default 1: on the H200, 4 and 8 were slower, see
+    /// BENCHMARKS.md).
     pub read_split: usize,
     /// Most tokens per prefill chunk (default 64; while experts stream, also bounded by the pool:
     /// chunk × top-k ≤ slots).
@@ -67,7 +67,7 @@ impl Default for EngineOptions {
             readers: 8,
             direct_io: false,
             upload: UploadMethod::StagingRing(2),
-            read_split: 4,
+            read_split: 1,
             max_batch: 64,
             gpu_routing: true,
         }
