@@ -522,11 +522,20 @@ impl Engine {
         // Chunks read their picks back per layer to group pairs by slot for the expert GEMM.
         let routed_here = if self.resident_table.is_some() && t == 1 { 0 } else { layers };
         if routed_here == 0 {
-            // One compute pass for the whole token.
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-            for lg in &graph.layers {
-                for d in lg.attention.iter().chain(&lg.experts) {
-                    d.record(&mut pass);
+            // Submitted in a few pieces, so the GPU starts on the first layers while the host records the rest.
+            for (i, group) in graph.layers.chunks(RESIDENT_SUBMIT_LAYERS).enumerate() {
+                if i > 0 {
+                    queue.submit([std::mem::replace(
+                        &mut enc,
+                        device.create_command_encoder(&Default::default()),
+                    )
+                    .finish()]);
+                }
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                for lg in group {
+                    for d in lg.attention.iter().chain(&lg.experts) {
+                        d.record(&mut pass);
+                    }
                 }
             }
         }
@@ -613,6 +622,9 @@ impl Engine {
         Ok(out)
     }
 }
+
+/// Layers per submit when every expert is resident (no readback between layers).
+const RESIDENT_SUBMIT_LAYERS: usize = 8;
 
 /// Records `dispatches` into one compute pass.
 fn record(enc: &mut wgpu::CommandEncoder, dispatches: &[diskformer_kernels::Dispatch]) {
