@@ -47,6 +47,8 @@ pub(crate) struct Scratch {
     q: wgpu::Buffer,
     k: wgpu::Buffer,
     v: wgpu::Buffer,
+    /// One token's Q, K and V from the stacked GEMV.
+    qkv: wgpu::Buffer,
     qr: wgpu::Buffer,
     kr: wgpu::Buffer,
     att: wgpu::Buffer,
@@ -108,6 +110,7 @@ impl Scratch {
             q: b("q", t * q),
             k: b("k", t * kv),
             v: b("v", t * kv),
+            qkv: b("qkv", q + 2 * kv),
             qr: b("qr", t * q),
             kr: b("kr", t * kv),
             att: b("att", t * q),
@@ -155,6 +158,8 @@ impl Scratch {
         );
         let (layers, la, v) = (u64::from(c.block_count), u64::from(lookahead), u64::from(vocab));
         let floats = t * (2 + d + 4 * h + 3 * q + 4 * kv + e + 2 * k + k * (3 * f + h))
+            + q
+            + 2 * kv
             + attention_shape(c, 1, ctx).partial_len()
             + layers * t * k
             + la * (e + 2 * k)
@@ -281,16 +286,30 @@ impl Graph {
         let embed = k.embed_q8(v(&s.ids), w.embd.m(), v(&s.x), t)?;
         let mut layers = Vec::with_capacity(w.layers.len());
         for (l, lw) in w.layers.iter().enumerate() {
-            let mut attention = vec![
-                k.rms_norm(v(&s.x), v(&lw.attn_norm), v(&s.xn), h, t, eps)?,
-                k.q8_gemm_or_gemv(lw.wq.m(), v(&s.xn), v(&s.q), t)?,
-                k.q8_gemm_or_gemv(lw.wk.m(), v(&s.xn), v(&s.k), t)?,
-                k.q8_gemm_or_gemv(lw.wv.m(), v(&s.xn), v(&s.v), t)?,
-                k.qk_norm_rope(v(&s.q), v(&lw.q_norm), v(&s.rope), v(&s.qr), qp)?,
-                k.qk_norm_rope(v(&s.k), v(&lw.k_norm), v(&s.rope), v(&s.kr), kp)?,
+            let mut attention = vec![k.rms_norm(v(&s.x), v(&lw.attn_norm), v(&s.xn), h, t, eps)?];
+            // One token: Q, K and V from one GEMV over the stacked matrix when its outputs land aligned.
+            let (q_bytes, kv_bytes) = (4 * u64::from(c.head_count * c.key_length), 4 * u64::from(kvn));
+            let align = k.storage_align();
+            let (qv, kv, vv) = match &lw.wqkv {
+                Some(wqkv) if t == 1 && q_bytes.is_multiple_of(align) && kv_bytes.is_multiple_of(align) => {
+                    attention.push(k.q8_gemv(wqkv.m(), v(&s.xn), v(&s.qkv), 1)?);
+                    (View::at(&s.qkv, 0), View::at(&s.qkv, q_bytes), View::at(&s.qkv, q_bytes + kv_bytes))
+                }
+                _ => {
+                    attention.extend([
+                        k.q8_gemm_or_gemv(lw.wq.m(), v(&s.xn), v(&s.q), t)?,
+                        k.q8_gemm_or_gemv(lw.wk.m(), v(&s.xn), v(&s.k), t)?,
+                        k.q8_gemm_or_gemv(lw.wv.m(), v(&s.xn), v(&s.v), t)?,
+                    ]);
+                    (v(&s.q), v(&s.k), v(&s.v))
+                }
+            };
+            attention.extend([
+                k.qk_norm_rope(qv, v(&lw.q_norm), v(&s.rope), v(&s.qr), qp)?,
+                k.qk_norm_rope(kv, v(&lw.k_norm), v(&s.rope), v(&s.kr), kp)?,
                 k.kv_store(v(&s.kr), v(&s.positions), v(&b.kv.k[l]), kvn, t, b.kv.ctx)?,
-                k.kv_store(v(&s.v), v(&s.positions), v(&b.kv.v[l]), kvn, t, b.kv.ctx)?,
-            ];
+                k.kv_store(vv, v(&s.positions), v(&b.kv.v[l]), kvn, t, b.kv.ctx)?,
+            ]);
             if t == 1 {
                 // Split-K: many workgroups for one query token.
                 let (q, kc, vc, pos) = (v(&s.qr), v(&b.kv.k[l]), v(&b.kv.v[l]), v(&s.positions));
