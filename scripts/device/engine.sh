@@ -39,13 +39,13 @@ run resident warm --budget 100g --prompt-tokens 512
 run resident-readback warm --budget 100g --no-gpu-routing --prompt-tokens 16
 run b16g-la2 warm --budget 16g --prompt-tokens 16
 run b8g-la2 warm --budget 8g --prompt-tokens 16
-run b4g-off-split1 warm --budget 4g --no-prefetch --read-split 1 --prompt-tokens 16
 run b4g-off warm --budget 4g --no-prefetch --prompt-tokens 16
-run b4g-off-split8 warm --budget 4g --no-prefetch --read-split 8 --prompt-tokens 16
+run b4g-off-cyclic warm --budget 4g --no-prefetch --policy cyclic --prompt-tokens 16
 run b4g-la1 warm --budget 4g --lookahead 1 --prompt-tokens 16
 run b4g-la2 warm --budget 4g --lookahead 2 --prompt-tokens 512
 run b4g-la4 warm --budget 4g --lookahead 4 --prompt-tokens 16
 DECODE=16 run b4g-off-direct cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4
+DECODE=16 run b4g-la1-direct cold --budget 4g --lookahead 1 --direct-io --prompt-tokens 4
 
 python3 - "$OUT/bench.jsonl" <<'PY' 2>/dev/null || cat "$OUT/bench.jsonl"
 import json, sys
