@@ -45,7 +45,7 @@ struct Args {
     #[arg(long, default_value_t = 2)]
     lookahead: u32,
     /// Eviction policy: lru, hot, lfu or cyclic.
-    #[arg(long, default_value = "lru")]
+    #[arg(long, default_value = "cyclic")]
     policy: String,
     /// Read records with O_DIRECT (cold-disk figures without dropping the page cache).
     #[arg(long)]
@@ -181,7 +181,8 @@ fn main() -> anyhow::Result<()> {
         "prefetch_issued": d.pool.prefetch_issued,
         "prefetch_used": d.pool.prefetch_used,
         "gpu_bytes": {"dense": d.gpu_bytes.dense, "pool": d.gpu_bytes.pool, "kv": d.gpu_bytes.kv,
-                      "scratch": d.gpu_bytes.scratch, "total": d.gpu_bytes.total()},
+                      "scratch": d.gpu_bytes.scratch, "staging": d.gpu_bytes.staging,
+                      "total": d.gpu_bytes.total()},
     });
     println!("{out}");
     Ok(())

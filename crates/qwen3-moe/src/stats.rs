@@ -32,12 +32,15 @@ pub struct GpuBytes {
     pub kv: u64,
     /// Activations, slot indices and readback buffers.
     pub scratch: u64,
+    /// The reader threads' mapped staging rings for expert uploads (host-visible upload memory, outside the
+    /// budget).
+    pub staging: u64,
 }
 
 impl GpuBytes {
     /// All of it.
     pub fn total(&self) -> u64 {
-        self.dense + self.pool + self.kv + self.scratch
+        self.dense + self.pool + self.kv + self.scratch + self.staging
     }
 }
 
@@ -153,11 +156,12 @@ impl fmt::Display for Stats {
         let mb = |b: u64| b as f64 / 1e6;
         write!(
             f,
-            "GPU MB: dense {:.1}, pool {:.1}, kv {:.1}, scratch {:.1}, total {:.1}",
+            "GPU MB: dense {:.1}, pool {:.1}, kv {:.1}, scratch {:.1}, staging {:.1}, total {:.1}",
             mb(g.dense),
             mb(g.pool),
             mb(g.kv),
             mb(g.scratch),
+            mb(g.staging),
             mb(g.total())
         )
     }
