@@ -218,7 +218,7 @@ fn main() -> anyhow::Result<()> {
         let mut reply = String::new();
         let mut out = std::io::stdout();
         let mut generation = engine.generate(&history, &gen_opts)?;
-        let mut end = None;
+        let (mut end, mut tokens) = (None, 0u64);
         for event in &mut generation {
             match event? {
                 Event::Text(t) => {
@@ -226,18 +226,17 @@ fn main() -> anyhow::Result<()> {
                     out.flush()?;
                     reply.push_str(&t);
                 }
-                Event::Token(_) => {}
+                Event::Token(_) => tokens += 1,
                 Event::End(reason) => end = Some(reason),
             }
         }
         let after = engine.stats();
-        let tokens = after.decode_tokens - before.decode_tokens;
         let secs = (after.decode_time - before.decode_time).as_secs_f64();
         let ptoks = after.prefill_tokens - before.prefill_tokens;
         let psecs = (after.prefill_time - before.prefill_time).as_secs_f64();
         eprintln!(
             "\n[{tokens} tokens, {:.2} tok/s; prompt {ptoks} tokens, {:.1} tok/s; ended: {end:?}]",
-            tokens as f64 / secs.max(1e-9),
+            (after.decode_tokens - before.decode_tokens) as f64 / secs.max(1e-9),
             ptoks as f64 / psecs.max(1e-9),
         );
         history.push(Message::assistant(reply));

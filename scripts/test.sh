@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: installs what is missing (scripts/setup.sh), checks our gguf-dump against the PyPI gguf
-# package's on a gguf-py-written fixture and the real Qwen vocabularies, then `cargo test --workspace`.
+# package's on a gguf-py-written fixture and the real Qwen vocabularies, then `cargo test --workspace`, then
+# the chat example once on its built-in model.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -16,3 +17,7 @@ done
 .venv/bin/python scripts/gguf/compare_dump.py target/debug/examples/gguf-dump "${files[@]}"
 
 cargo test --workspace
+
+# The README's main job, end to end on the built-in model (ingest, upload, streamed experts, generation).
+cargo run --example chat -- --prompt "Hello" --max-tokens 8 --temperature 0 > /dev/null
+echo "chat example: ok"

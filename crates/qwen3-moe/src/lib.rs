@@ -8,6 +8,26 @@
 //!   or batched, reusing the cached common prefix), [`step`](Engine::step), [`stats`](Engine::stats).
 //! - [`synthetic`]: seeded random qwen3moe GGUFs of any shape, for tests and benchmarks.
 //!
+//! ```no_run
+//! use diskformer_bpe::chat::Message;
+//! use diskformer_qwen3_moe::{Engine, EngineOptions, Event, GenerateOptions};
+//!
+//! let mut opts = EngineOptions::default();
+//! opts.gpu_budget = 4_000_000_000; // dense weights, KV cache, scratch; the rest holds experts
+//! let gguf = std::path::Path::new("Qwen3-30B-A3B-Q8_0.gguf");
+//! let mut engine = Engine::open_gguf(gguf, None, &opts, &mut |_| {})?; // ingests into a store beside it
+//! for event in engine.generate(&[Message::user("Hello")], &GenerateOptions::default())? {
+//!     if let Event::Text(t) = event? {
+//!         print!("{t}");
+//!     }
+//! }
+//! println!("\n{}", engine.stats());
+//! # Ok::<(), diskformer_qwen3_moe::Error>(())
+//! ```
+//!
+//! It does not tokenize without a chat template (Qwen3 and Qwen3.5 only), batch several sequences, or run
+//! Q4_0 experts on the GPU. Config errors come before any GPU work:
+//!
 //! ```
 //! use diskformer_gguf::{Metadata, Value};
 //! use diskformer_qwen3_moe::{Config, Error};
