@@ -1,6 +1,7 @@
 //! The engine: loads a store onto the GPU (dense weights, KV cache, scratch, expert pool) and runs the
-//! forward pass with one readback of the picks per layer, `ensure` of their slots, and prefetch guesses for
-//! the next layers.
+//! forward pass. While experts stream: one readback of the picks per layer, `ensure` of their slots, and
+//! prefetch guesses for the next layers. When every expert fits: all loaded at start, and a token's picks
+//! become slots on the GPU, with no readback until the logits.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -141,6 +142,8 @@ pub struct Engine {
     max_batch: u32,
     /// Token ids whose keys and values the cache holds, position i at index i.
     cached: Vec<u32>,
+    /// Slots pinned for the layer whose experts are recorded but not yet submitted.
+    held: Option<Pinned>,
     stats: EngineStats,
     gpu_bytes: GpuBytes,
     store_dir: PathBuf,
@@ -207,6 +210,15 @@ impl Engine {
             name: "blk.0.ffn_gate_exps.weight".into(),
             what: "the store holds no routed experts".into(),
         })?;
+        if config.value_length != config.key_length {
+            return Err(Error::BadValue {
+                key: "qwen3moe.attention.value_length".into(),
+                what: format!(
+                    "{} differs from key_length {}; the attention kernels need one head dim",
+                    config.value_length, config.key_length
+                ),
+            });
+        }
         if opts.lookahead > 8 {
             return Err(Error::BadOption {
                 option: "lookahead",
@@ -323,6 +335,7 @@ impl Engine {
             lookahead,
             max_batch,
             cached: Vec::new(),
+            held: None,
             stats: EngineStats::default(),
             gpu_bytes,
             store_dir: store_dir.to_owned(),
@@ -505,6 +518,10 @@ impl Engine {
         let started = Instant::now();
         let waited = self.stats.gpu_wait + self.stats.ensure_time;
         let result = self.run_inner(ids, want);
+        if let Some(p) = self.held.take() {
+            // A step that failed between a layer's `ensure` and the next submit: unpin its slots.
+            self.pool.release(p);
+        }
         let waited_here = self.stats.gpu_wait + self.stats.ensure_time - waited;
         self.stats.host_time += started.elapsed().saturating_sub(waited_here);
         match &result {
@@ -532,7 +549,7 @@ impl Engine {
 
         let mut enc = device.create_command_encoder(&Default::default());
         record(&mut enc, std::slice::from_ref(&graph.embed));
-        let mut held: Option<Pinned> = None;
+        debug_assert!(self.held.is_none());
         let pairs = t as usize * k;
         // Every expert resident: a token's graph turns picks into slots itself, one submit for the token.
         // Chunks read their picks back per layer to group pairs by slot for the expert GEMM.
@@ -565,7 +582,7 @@ impl Engine {
                 enc.copy_buffer_to_buffer(&s.guess_ids[j as usize], 0, &s.readback, at, 4 * k as u64);
             }
             queue.submit([enc.finish()]);
-            if let Some(p) = held.take() {
+            if let Some(p) = self.held.take() {
                 self.pool.release(p);
             }
             let words = pairs + guesses as usize * k;
@@ -603,7 +620,7 @@ impl Engine {
                 let at = pairs + j as usize * k;
                 self.pool.prefetch(l + 1 + j, &read[at..at + k])?;
             }
-            held = pinned;
+            self.held = pinned;
             enc = device.create_command_encoder(&Default::default());
             record(&mut enc, &lg.experts);
         }
@@ -632,7 +649,7 @@ impl Engine {
         };
         // Writes for the next step (ids, positions, slots, uploads into freed slots) are ordered after
         // this submit by the queue, so nothing waits here.
-        if let Some(p) = held.take() {
+        if let Some(p) = self.held.take() {
             self.pool.release(p);
         }
         Ok(out)

@@ -137,6 +137,25 @@ fn refusals_are_clear() {
     assert!(opts(|o| o.lookahead = 100).contains("lookahead"));
     let missing = Engine::open(&m.dir.join("nowhere"), &EngineOptions::default(), &mut |_| {});
     assert!(matches!(missing, Err(Error::Store(_))));
+
+    // A store that loses its experts mid-run: the step fails naming the record, pins nothing, and the engine
+    // works again once the file is back.
+    let mut e = open(&m, |o| o.pool_slots = Some(4));
+    let experts = m.store.join("experts.bin");
+    let bytes = std::fs::read(&experts).unwrap();
+    std::fs::write(&experts, &bytes[..bytes.len() / 4]).unwrap();
+    let err = e.prefill(&PROMPT, false).unwrap_err();
+    std::fs::write(&experts, &bytes).unwrap();
+    assert!(matches!(err, Error::Pool(_)), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("expert record L") && text.contains("truncated"),
+        "names the record and the cause: {text}"
+    );
+    assert!(e.cached_tokens().is_empty());
+    let again = e.prefill(&PROMPT, false).unwrap();
+    let mut fresh = open(&m, |o| o.pool_slots = Some(4));
+    assert!(max_diff(&again, &fresh.prefill(&PROMPT, false).unwrap()) < 1e-4);
 }
 
 fn reply(e: &mut Engine, opts: &GenerateOptions) -> (String, Vec<u32>, EndReason) {
