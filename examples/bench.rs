@@ -57,7 +57,7 @@ struct Args {
     #[arg(long, default_value_t = 32)]
     decode_tokens: usize,
     /// Most tokens per prefill chunk.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 256)]
     max_batch: u32,
     /// Context length.
     #[arg(long)]

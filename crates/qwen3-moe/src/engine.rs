@@ -49,7 +49,7 @@ pub struct EngineOptions {
     /// Threads reading one record through the page cache (default 1: on the H200, 4 and 8 were slower, see
     /// BENCHMARKS.md).
     pub read_split: usize,
-    /// Most tokens per prefill chunk (default 64; while experts stream, also bounded by the pool:
+    /// Most tokens per prefill chunk (default 256: a chunk reads each picked expert once per 8 of its pairs; while experts stream, also bounded by the pool:
     /// chunk × top-k ≤ slots).
     pub max_batch: u32,
     /// When every expert fits, load them all at start and route on the GPU: no readback or `ensure` per
@@ -70,7 +70,7 @@ impl Default for EngineOptions {
             direct_io: false,
             upload: UploadMethod::StagingRing(2),
             read_split: 1,
-            max_batch: 64,
+            max_batch: 256,
             gpu_routing: true,
         }
     }
