@@ -3,7 +3,8 @@
 # ingested into a store on /tmp, then examples/bench at several GPU budgets, prefetch settings and page-cache
 # states, with the disk rate and the compute-copy bandwidth measured in the same call. Binaries in .device/
 # (built here: cargo build --release --examples; cargo bench -p diskformer-kernels --bench kernels --no-run).
-# Writes JSON lines to $OUT/bench.jsonl and prints a table last. Nothing is built there.
+# Writes JSON lines to $OUT/bench.jsonl and prints a table last. Nothing is built there. QUICK=1 runs the
+# follow-up matrix (cyclic eviction, read split, prefill chunks) instead of the BENCHMARKS.md table.
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -35,17 +36,28 @@ run() { # label, page cache (warm|cold), bench args...
     echo "{\"label\":\"$label\",\"cache\":\"$cache\",\"run\":$line}" >> "$OUT/bench.jsonl"
     echo "$label $cache: $line" | cut -c1-400
 }
+if [ -n "${QUICK:-}" ]; then
+# The follow-up matrix: prefill chunks and the streaming path under cyclic eviction.
 run resident warm --budget 100g --prompt-tokens 512
-run resident-readback warm --budget 100g --no-gpu-routing --prompt-tokens 16
-run b16g-la2 warm --budget 16g --prompt-tokens 16
-run b8g-la2 warm --budget 8g --prompt-tokens 16
-run b4g-off warm --budget 4g --no-prefetch --prompt-tokens 16
+run b4g-cyc-off warm --budget 4g --no-prefetch --prompt-tokens 16
+run b4g-cyc-off-split2 warm --budget 4g --no-prefetch --read-split 2 --prompt-tokens 16
+run b4g-cyc-off-split4 warm --budget 4g --no-prefetch --read-split 4 --prompt-tokens 16
+run b4g-cyc-la1 warm --budget 4g --lookahead 1 --prompt-tokens 512
+run b8g-cyc-off warm --budget 8g --no-prefetch --prompt-tokens 16
+else
+run resident warm --budget 100g --prompt-tokens 512 --policy lru
+run resident-readback warm --budget 100g --no-gpu-routing --prompt-tokens 16 --policy lru
+run b16g-la2 warm --budget 16g --prompt-tokens 16 --policy lru
+run b8g-la2 warm --budget 8g --prompt-tokens 16 --policy lru
+run b4g-off warm --budget 4g --no-prefetch --prompt-tokens 16 --policy lru
 run b4g-off-cyclic warm --budget 4g --no-prefetch --policy cyclic --prompt-tokens 16
-run b4g-la1 warm --budget 4g --lookahead 1 --prompt-tokens 16
-run b4g-la2 warm --budget 4g --lookahead 2 --prompt-tokens 512
-run b4g-la4 warm --budget 4g --lookahead 4 --prompt-tokens 16
-DECODE=16 run b4g-off-direct cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4
-DECODE=16 run b4g-la1-direct cold --budget 4g --lookahead 1 --direct-io --prompt-tokens 4
+run b4g-la1 warm --budget 4g --lookahead 1 --prompt-tokens 16 --policy lru
+run b4g-la2 warm --budget 4g --lookahead 2 --prompt-tokens 512 --policy lru
+run b4g-la4 warm --budget 4g --lookahead 4 --prompt-tokens 16 --policy lru
+DECODE=16 run b4g-off-direct cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 --policy lru
+DECODE=16 run b4g-la1-direct cold --budget 4g --lookahead 1 --direct-io --prompt-tokens 4 --policy lru
+
+fi
 
 python3 - "$OUT/bench.jsonl" <<'PY' 2>/dev/null || cat "$OUT/bench.jsonl"
 import json, sys
