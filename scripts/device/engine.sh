@@ -37,13 +37,14 @@ run() { # label, page cache (warm|cold), bench args...
     echo "$label $cache: $line" | cut -c1-400
 }
 if [ -n "${QUICK:-}" ]; then
-# The follow-up matrix: prefill chunks and the streaming path under cyclic eviction.
+# The final matrix of BENCHMARKS.md (defaults: cyclic eviction, staging counted in the budget, chunks of 256).
 run resident warm --budget 100g --prompt-tokens 512
-run b4g-cyc-off warm --budget 4g --no-prefetch --prompt-tokens 16
-run b4g-cyc-off-split2 warm --budget 4g --no-prefetch --read-split 2 --prompt-tokens 16
-run b4g-cyc-off-split4 warm --budget 4g --no-prefetch --read-split 4 --prompt-tokens 16
-run b4g-cyc-la1 warm --budget 4g --lookahead 1 --prompt-tokens 512
+run b16g-cyc-off warm --budget 16g --no-prefetch --prompt-tokens 16
 run b8g-cyc-off warm --budget 8g --no-prefetch --prompt-tokens 16
+run b4g-cyc-off warm --budget 4g --no-prefetch --prompt-tokens 512
+run b4g-cyc-la1 warm --budget 4g --lookahead 1 --prompt-tokens 16
+run b4g-lru-off warm --budget 4g --no-prefetch --policy lru --prompt-tokens 16
+DECODE=16 run b4g-cyc-off-direct cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4
 else
 run resident warm --budget 100g --prompt-tokens 512 --policy lru
 run resident-readback warm --budget 100g --no-gpu-routing --prompt-tokens 16 --policy lru

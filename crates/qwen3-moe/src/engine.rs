@@ -244,39 +244,48 @@ impl Engine {
         let dense = Weights::device_bytes(&store);
         let kv_bytes = KvCache::bytes(&config, ctx_len);
         let probe_batch = opts.max_batch.clamp(1, 1024);
-        let scratch_guess = Scratch::estimate(&config, vocab, ctx_len, probe_batch, lookahead);
-        // Each reader and prefetch thread keeps a ring of mapped staging buffers. They are host-visible
-        // upload memory (system RAM on discrete GPUs), so they are reported but not taken from the budget.
+        // Each reader (and, with prefetch, each prefetch thread) keeps a ring of mapped staging buffers. They
+        // may be device memory (resizable BAR), so they count against the budget.
+        let prefetch_threads =
+            if opts.prefetch { PoolConfig::new(1, 1, 1).max_prefetch_in_flight } else { 0 };
         let staging = match opts.upload {
             UploadMethod::StagingRing(len) => {
-                let threads = opts.readers.max(1) + PoolConfig::new(1, 1, 1).max_prefetch_in_flight;
+                let threads = opts.readers.max(1) + prefetch_threads;
                 (threads * len.max(1)) as u64 * experts.record_bytes.next_multiple_of(4)
             }
             _ => 0,
         };
-        let slots = match opts.pool_slots {
+        // The pool from what the budget leaves; while experts stream a chunk is at most slots / top-k
+        // tokens, so the scratch is sized again for that chunk and the pool once more.
+        let slots_for = |batch: u32, lookahead: u32| -> Result<usize> {
+            let scratch = Scratch::estimate(&config, vocab, ctx_len, batch, lookahead) + staging;
+            let budget = GpuBudget { budget: opts.gpu_budget, dense, kv_cache: kv_bytes, scratch };
+            Ok(budget.expert_slots(experts.record_bytes, top_k)?.min(all))
+        };
+        let (slots, sized_batch) = match opts.pool_slots {
             Some(s) if s < 2 * top_k as usize => {
                 return Err(Error::BadOption {
                     option: "pool_slots",
                     what: format!("{s}; the pool needs at least 2 × top-k = {} slots", 2 * top_k),
                 });
             }
-            Some(s) => s.min(all),
-            None => GpuBudget {
-                budget: opts.gpu_budget,
-                dense,
-                kv_cache: kv_bytes,
-                scratch: scratch_guess + staging,
+            Some(s) => (s.min(all), probe_batch),
+            None => {
+                let first = slots_for(probe_batch, lookahead)?;
+                let streamed_batch = probe_batch.min((first / top_k as usize) as u32).max(1);
+                if first == all || streamed_batch == probe_batch {
+                    (first, probe_batch)
+                } else {
+                    (slots_for(streamed_batch, lookahead)?, streamed_batch)
+                }
             }
-            .expert_slots(experts.record_bytes, top_k)?
-            .min(all),
         };
         let resident = opts.gpu_routing && slots == all;
         if resident {
             lookahead = 0;
         }
         let pool_bound = if resident { u32::MAX } else { (slots / top_k as usize) as u32 };
-        let max_batch = probe_batch.min(pool_bound).min(ctx_len).max(1);
+        let max_batch = sized_batch.min(pool_bound).min(ctx_len).max(1);
 
         let device = ctx.device.clone();
         let weights = Weights::upload(&store, &config, &device, &ctx.queue, &mut |done, total| {
@@ -297,6 +306,7 @@ impl Engine {
         let mut pc = PoolConfig::new(slots, config.block_count, config.expert_count);
         pc.policy = opts.policy;
         pc.readers = opts.readers.max(1);
+        pc.max_prefetch_in_flight = prefetch_threads;
         pc.prefetch_reserve = top_k as usize;
         let pool = ExpertPool::new(backend, pc)?;
         let gpu_bytes = GpuBytes {

@@ -32,8 +32,8 @@ pub struct GpuBytes {
     pub kv: u64,
     /// Activations, slot indices and readback buffers.
     pub scratch: u64,
-    /// The reader threads' mapped staging rings for expert uploads (host-visible upload memory, outside the
-    /// budget).
+    /// The reader threads' mapped staging rings for expert uploads (host-visible memory that may sit on the
+    /// device, so it counts against the budget).
     pub staging: u64,
 }
 
