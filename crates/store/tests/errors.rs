@@ -206,6 +206,25 @@ fn reader_errors_name_the_record() {
         reader.read(ExpertKey { layer: 0, expert: 0 }, &mut RecordBuf::new(n / 2)),
         Err(Error::BadBuffer { .. })
     ));
+    // Pieces of a record read separately equal the whole record; O_DIRECT refuses unaligned pieces.
+    let key = ExpertKey { layer: 1, expert: 2 };
+    reader.read(key, &mut buf).unwrap();
+    let whole = buf.as_slice()[..n].to_vec();
+    let mut pieces = RecordBuf::new(n);
+    let cut = 4096.min(n);
+    let (head, tail) = pieces.as_mut_slice()[..n].split_at_mut(cut);
+    reader.read_part_into(key, 0, head, cut).unwrap();
+    let buffered = store.record_reader(false).unwrap();
+    buffered.read_part_into(key, cut, tail, n - cut).unwrap();
+    assert_eq!(&pieces.as_slice()[..n], &whole[..]);
+    let mut odd = vec![0u8; n];
+    if reader.is_direct() {
+        assert!(matches!(reader.read_part_into(key, 100, &mut odd, 4096), Err(Error::BadBuffer { .. })));
+    }
+    assert!(matches!(buffered.read_part_into(key, n - 10, &mut odd, 20), Err(Error::BadBuffer { .. })));
+    buffered.read_part_into(key, 100, &mut odd, 50).unwrap();
+    assert_eq!(&odd[..50], &whole[100..150]);
+
     // Truncate experts.bin under an open reader: the last record reads short.
     let path = dir.path().join("s/experts.bin");
     let len = std::fs::metadata(&path).unwrap().len();
