@@ -35,6 +35,13 @@ pub fn rms_norm(x: &[f32], w: &[f32], n: usize, eps: f32) -> Vec<f32> {
         .collect()
 }
 
+/// Residual add then RMSNorm: `h = a + b` and [`rms_norm`] of `h`. Returns `(h, out)`.
+pub fn add_rms_norm(a: &[f32], b: &[f32], w: &[f32], n: usize, eps: f32) -> (Vec<f32>, Vec<f32>) {
+    let h = add(a, b);
+    let out = rms_norm(&h, w, n, eps);
+    (h, out)
+}
+
 /// Q8_0 GEMV over T inputs: `y[t, r] = Σ_c dequant(W)[r, c] · x[t, c]` for `W [rows, cols]`.
 pub fn q8_gemv(q: &[i8], scales: &[f16], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
     x.chunks(cols)

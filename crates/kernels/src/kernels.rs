@@ -36,6 +36,8 @@ pub enum Kernel {
     AttentionCombine,
     /// Residual add.
     Add,
+    /// Residual add then RMSNorm, one dispatch.
+    AddRmsNorm,
     /// Router softmax, top-k and renormalisation.
     RouterTopk,
     /// Expert Q8_0 GEMV indexed by pool slot.
@@ -60,7 +62,7 @@ const Q8_HELPERS: &str = include_str!("wgsl/q8_helpers.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 20] = [
+    pub const ALL: [Kernel; 21] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -73,6 +75,7 @@ impl Kernel {
         Kernel::AttentionSplit,
         Kernel::AttentionCombine,
         Kernel::Add,
+        Kernel::AddRmsNorm,
         Kernel::RouterTopk,
         Kernel::ExpertQ8Gemv,
         Kernel::ExpertQ4Gemv,
@@ -98,6 +101,7 @@ impl Kernel {
             Kernel::AttentionSplit => "attention_split",
             Kernel::AttentionCombine => "attention_combine",
             Kernel::Add => "add",
+            Kernel::AddRmsNorm => "add_rms_norm",
             Kernel::RouterTopk => "router_topk",
             Kernel::ExpertQ8Gemv => "expert_q8_gemv",
             Kernel::ExpertQ4Gemv => "expert_q4_gemv",
@@ -137,6 +141,7 @@ impl Kernel {
             Kernel::AttentionSplit => size_of::<AttentionSplitParams>(),
             Kernel::AttentionCombine => size_of::<AttentionCombineParams>(),
             Kernel::Add => size_of::<AddParams>(),
+            Kernel::AddRmsNorm => size_of::<RmsNormParams>(),
             Kernel::RouterTopk => size_of::<RouterTopkParams>(),
             Kernel::ExpertQ8Gemv => size_of::<ExpertQ8GemvParams>(),
             Kernel::ExpertQ4Gemv => size_of::<ExpertQ4GemvParams>(),
@@ -163,6 +168,7 @@ impl Kernel {
             Kernel::AttentionSplit => include_str!("wgsl/attention_split.wgsl"),
             Kernel::AttentionCombine => include_str!("wgsl/attention_combine.wgsl"),
             Kernel::Add => include_str!("wgsl/add.wgsl"),
+            Kernel::AddRmsNorm => include_str!("wgsl/add_rms_norm.wgsl"),
             Kernel::RouterTopk => include_str!("wgsl/router_topk.wgsl"),
             Kernel::ExpertQ8Gemv => include_str!("wgsl/expert_q8_gemv.wgsl"),
             Kernel::ExpertQ4Gemv => include_str!("wgsl/expert_q4_gemv.wgsl"),

@@ -157,6 +157,35 @@ fn rms_norm_rows() {
 }
 
 #[test]
+fn add_rms_norm_rows() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(14);
+    for (n, t) in [(2048usize, 1usize), (2048, 5), (64, 3), (1000, 2), (13, 1)] {
+        let (a, b) = (rng.vec_f32(n * t, -2.0, 2.0), rng.vec_f32(n * t, -2.0, 2.0));
+        let w = rng.vec_f32(n, 0.5, 1.5);
+        let (ab, bb, wb) = (upload(g, &a), upload(g, &b), upload(g, &w));
+        let (h, out) = (poisoned(g, 4 * n * t), poisoned(g, 4 * n * t));
+        let v = diskformer_kernels::View::from;
+        let d =
+            g.kernels.add_rms_norm(v(&ab), v(&bb), v(&wb), v(&h), v(&out), n as u32, t as u32, 1e-6).unwrap();
+        run(g, &[&d]);
+        let (want_h, want) = cpu::add_rms_norm(&a, &b, &w, n, 1e-6);
+        // h is one f32 add, exact; out as rms_norm_rows.
+        let zeros = vec![0.0; n * t];
+        assert_close(
+            &format!("add_rms_norm h n={n} T={t}"),
+            &read_n::<f32>(g, &h, n * t),
+            &want_h,
+            &zeros,
+            0.0,
+            0.0,
+        );
+        let got = read_n::<f32>(g, &out, n * t);
+        assert_close(&format!("add_rms_norm n={n} T={t}"), &got, &want, &abs_of(&want), 1e-7, 4e-6);
+    }
+}
+
+#[test]
 fn f32_gemv_router_shapes() {
     let g = gpu_or_skip!();
     let mut rng = Rng::new(13);

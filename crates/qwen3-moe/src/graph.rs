@@ -327,8 +327,7 @@ impl Graph {
             }
             attention.extend([
                 k.q8_gemm_or_gemv(lw.wo.m(), v(&s.att), v(&s.o), t)?,
-                k.add(v(&s.x), v(&s.o), v(&s.h), t * h)?,
-                k.rms_norm(v(&s.h), v(&lw.ffn_norm), v(&s.xn), h, t, eps)?,
+                k.add_rms_norm(v(&s.x), v(&s.o), v(&lw.ffn_norm), v(&s.h), v(&s.xn), h, t, eps)?,
                 k.f32_gemv(v(&lw.router), experts, h, v(&s.xn), v(&s.router_logits), t)?,
                 k.router_topk(v(&s.router_logits), v(&s.pick_ids), v(&s.pick_weights), experts, top_k, t)?,
             ]);

@@ -3,6 +3,7 @@
 //! [`Dispatch`](crate::Dispatch).
 
 mod add;
+mod add_rms_norm;
 mod argmax;
 mod attention;
 mod attention_combine;

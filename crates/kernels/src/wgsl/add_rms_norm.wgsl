@@ -1,0 +1,43 @@
+// Residual add then RMSNorm in one dispatch (a layer's attention output joining the residual stream before
+// the FFN norm): h = a + b; out = (h * (1 / sqrt(mean(h^2) + eps))) * w, llama.cpp's order as rms_norm.
+
+struct Params {
+    n: u32,      // row length
+    tokens: u32, // rows T
+    eps: f32,
+    _pad0: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<f32>;            // [T, n] f32
+@group(0) @binding(2) var<storage, read> b: array<f32>;            // [T, n] f32
+@group(0) @binding(3) var<storage, read> w: array<f32>;            // [n] f32
+@group(0) @binding(4) var<storage, read_write> h: array<f32>;      // [T, n] f32, a + b
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;    // [T, n] f32
+
+const WG: u32 = 256u;
+var<workgroup> red: array<f32, WG>;
+
+// One workgroup per row; each invocation writes and later rereads only its own elements of h.
+@compute @workgroup_size(256)
+fn add_rms_norm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let base = wg.x * p.n;
+    var ss = 0.0;
+    for (var i = li; i < p.n; i += WG) {
+        let v = a[base + i] + b[base + i];
+        h[base + i] = v;
+        ss += v * v;
+    }
+    red[li] = ss;
+    workgroupBarrier();
+    for (var off = WG / 2u; off > 0u; off >>= 1u) {
+        if (li < off) {
+            red[li] += red[li + off];
+        }
+        workgroupBarrier();
+    }
+    let scale = 1.0 / sqrt(red[0] / f32(p.n) + p.eps);
+    for (var i = li; i < p.n; i += WG) {
+        out[base + i] = (h[base + i] * scale) * w[i];
+    }
+}
