@@ -4,7 +4,7 @@
 # states, with the disk rate and the compute-copy bandwidth measured in the same call. Binaries in .device/
 # (built here: cargo build --release --examples; cargo bench -p diskformer-kernels --bench kernels --no-run).
 # Writes JSON lines to $OUT/bench.jsonl and prints a table last. Nothing is built there. QUICK=1 runs the
-# follow-up matrix (cyclic eviction, read split, prefill chunks) instead of the BENCHMARKS.md table.
+# final matrix of BENCHMARKS.md instead of the earlier one; RESIDENT_ONLY=1 only the resident row.
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -25,7 +25,7 @@ if [ -x $D/kernels-bench ]; then
     $D/kernels-bench --bench "copy/compute" --warm-up-time 1 --measurement-time 2 2>&1 | grep -E "time:|thrpt:" | tee "$OUT/copy.txt"
 fi
 sync; echo 3 > /proc/sys/vm/drop_caches
-$D/record-read $S --threads 8,16 --records 384 | tee "$OUT/disk.txt"
+[ -n "${RESIDENT_ONLY:-}" ] || $D/record-read $S --threads 8,16 --records 384 | tee "$OUT/disk.txt"
 
 run() { # label, page cache (warm|cold), bench args...
     local label=$1 cache=$2; shift 2
@@ -36,7 +36,9 @@ run() { # label, page cache (warm|cold), bench args...
     echo "{\"label\":\"$label\",\"cache\":\"$cache\",\"run\":$line}" >> "$OUT/bench.jsonl"
     echo "$label $cache: $line" | cut -c1-400
 }
-if [ -n "${QUICK:-}" ]; then
+if [ -n "${RESIDENT_ONLY:-}" ]; then
+run resident warm --budget 100g --prompt-tokens 512
+elif [ -n "${QUICK:-}" ]; then
 # The final matrix of BENCHMARKS.md (defaults: cyclic eviction, staging counted in the budget, chunks of 256).
 run resident warm --budget 100g --prompt-tokens 512
 run b16g-cyc-off warm --budget 16g --no-prefetch --prompt-tokens 16
