@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use diskformer::gguf::GgufFile;
+use diskformer::gguf::{GgufFile, TensorType};
 use diskformer::qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
 
 /// Write a synthetic qwen3moe GGUF (random weights: for tests and benchmarks only).
@@ -51,6 +51,9 @@ struct Args {
     /// Copy the tokenizer of this GGUF (its vocabulary size becomes the model's).
     #[arg(long)]
     vocab_from: Option<PathBuf>,
+    /// Type of the routed experts: q8_0 or q4_0.
+    #[arg(long, default_value = "q8_0")]
+    expert_type: String,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -71,6 +74,11 @@ fn main() -> anyhow::Result<()> {
             *field = v;
         }
     }
+    shape.expert_type = match args.expert_type.as_str() {
+        "q8_0" => TensorType::Q8_0,
+        "q4_0" => TensorType::Q4_0,
+        other => anyhow::bail!("unknown expert type {other:?}; use q8_0 or q4_0"),
+    };
     let vocab = match &args.vocab_from {
         Some(path) => {
             let g = GgufFile::open(path)?;

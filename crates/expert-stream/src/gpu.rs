@@ -113,7 +113,7 @@ impl PoolPart {
 }
 
 impl GpuPool {
-    /// Allocates the four planes for `slots` slots of records shaped by `layout` (a Q8_0 store).
+    /// Allocates the four planes for `slots` slots of records shaped by `layout` (a Q8_0 or Q4_0 store).
     ///
     /// # Errors
     ///
@@ -596,14 +596,18 @@ fn read_in_parts(
 /// Checks that `layout` holds Q8_0 planes the expert kernels read, returning the four regions.
 fn check_layout(layout: &ExpertLayout) -> Result<[Region; 4]> {
     let bad = |reason: String| Err(Error::BadLayout { reason });
-    if layout.quant_type != "q8_0" {
-        return bad(format!("quant type {:?}; the expert kernels read q8_0 only", layout.quant_type));
-    }
+    // Quant-plane bytes per value ×2: Q8_0 one byte a value, Q4_0 half a byte; both one f16 scale per 32.
+    let twice_bytes_per_value = match layout.quant_type.as_str() {
+        "q8_0" => 2,
+        "q4_0" => 1,
+        other => return bad(format!("quant type {other:?}; the expert kernels read q8_0 and q4_0")),
+    };
     let (h, f) = (layout.hidden, layout.ffn);
     if h == 0 || f == 0 || !h.is_multiple_of(32) || !f.is_multiple_of(32) {
         return bad(format!("hidden {h} and ffn {f} must be non-zero multiples of 32"));
     }
-    let want = [2 * f * h, 2 * f * h / 16, h * f, h * f / 16];
+    let q = |values: u64| values * twice_bytes_per_value / 2;
+    let want = [q(2 * f * h), 2 * f * h / 16, q(h * f), h * f / 16];
     let regions = Plane::ALL.map(|p| p.region(layout));
     for ((plane, region), want) in Plane::ALL.into_iter().zip(regions).zip(want) {
         if region.len != want {
@@ -643,12 +647,17 @@ mod tests {
     }
 
     #[test]
-    fn qwen_layout_passes_and_q4_is_refused() {
+    fn qwen_layouts_pass_and_others_are_refused() {
         let l = layout(2048, 768);
         assert_eq!(l.record_bytes, 5_013_504);
         assert!(check_layout(&l).is_ok());
-        let q4 = ExpertLayout { quant_type: "q4_0".into(), ..l.clone() };
-        assert!(matches!(check_layout(&q4), Err(Error::BadLayout { .. })));
+        let q4 = ExpertLayout::new(diskformer_gguf::TensorType::Q4_0, 2, 4, 2048, 768);
+        assert_eq!(check_layout(&q4).unwrap()[0].len, 2 * 768 * 2048 / 2);
+        // A Q8_0-sized record labelled q4_0 has the wrong plane sizes.
+        let mislabelled = ExpertLayout { quant_type: "q4_0".into(), ..l.clone() };
+        assert!(matches!(check_layout(&mislabelled), Err(Error::BadLayout { .. })));
+        let q5 = ExpertLayout { quant_type: "q5_0".into(), ..l.clone() };
+        assert!(matches!(check_layout(&q5), Err(Error::BadLayout { .. })));
         let short =
             ExpertLayout { down_scales: Region { offset: l.down_scales.offset, len: 4 }, ..l.clone() };
         assert!(matches!(check_layout(&short), Err(Error::BadLayout { .. })));

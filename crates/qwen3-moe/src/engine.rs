@@ -144,6 +144,8 @@ pub struct Engine {
     cached: Vec<u32>,
     /// Slots pinned for the layer whose experts are recorded but not yet submitted.
     held: Option<Pinned>,
+    /// The store's experts are Q4_0 (else Q8_0).
+    q4_experts: bool,
     stats: EngineStats,
     gpu_bytes: GpuBytes,
     store_dir: PathBuf,
@@ -346,6 +348,7 @@ impl Engine {
             max_batch,
             cached: Vec::new(),
             held: None,
+            q4_experts: experts.quant_type == "q4_0",
             stats: EngineStats::default(),
             gpu_bytes,
             store_dir: store_dir.to_owned(),
@@ -515,6 +518,7 @@ impl Engine {
                 lookahead: if t == 1 { self.lookahead } else { 0 },
                 resident_table: self.resident_table.as_ref().map(|(b, _)| b),
                 resident_slots: self.resident_table.as_ref().map(|(_, t)| t.as_slice()),
+                q4_experts: self.q4_experts,
             };
             let g = Graph::build(&b, t)?;
             self.graphs.insert(t, g);
@@ -619,9 +623,8 @@ impl Engine {
                 (Some(pinned), slots)
             };
             self.stats.ensure_time += ensure_started.elapsed();
-            if t == 1 {
-                queue.write_buffer(&s.slot_idx[l as usize], 0, bytemuck::cast_slice(&slots));
-            } else {
+            queue.write_buffer(&s.slot_idx[l as usize], 0, bytemuck::cast_slice(&slots));
+            if t > 1 && !self.q4_experts {
                 let (groups, order) = expert_gemm_groups(&slots);
                 queue.write_buffer(&s.gemm_groups[l as usize], 0, bytemuck::cast_slice(&groups));
                 queue.write_buffer(&s.gemm_order[l as usize], 0, bytemuck::cast_slice(&order));

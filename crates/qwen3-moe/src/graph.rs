@@ -253,6 +253,8 @@ pub(crate) struct Bindings<'a> {
     /// The same table on the host, when every expert is resident: a layer's kernels then run only over the
     /// pool parts holding that layer's experts.
     pub resident_slots: Option<&'a [u32]>,
+    /// The experts are Q4_0 (else Q8_0).
+    pub q4_experts: bool,
 }
 
 impl Graph {
@@ -366,11 +368,21 @@ impl Graph {
                     v(&s.gate_up),
                     (t, pairs),
                     top_k,
+                    b.q4_experts,
                 )?);
             }
             experts_dispatches.push(k.silu_mul(v(&s.gate_up), v(&s.act), ffn, pairs)?);
             for &part in down.iter().filter(|p| in_layer(p)) {
-                experts_dispatches.push(k.expert_matmul(part, v(&s.act), s, l, v(&s.down), (t, pairs), 1)?);
+                experts_dispatches.push(k.expert_matmul(
+                    part,
+                    v(&s.act),
+                    s,
+                    l,
+                    v(&s.down),
+                    (t, pairs),
+                    1,
+                    b.q4_experts,
+                )?);
             }
             experts_dispatches.push(k.moe_combine(v(&s.down), v(&s.pick_weights), v(&s.h), v(&s.x), cp)?);
             layers.push(LayerGraph { attention, experts: experts_dispatches });
@@ -385,7 +397,7 @@ impl Graph {
 }
 
 /// Expert projections: for one token the slot-indexed GEMV, for a chunk the GEMM over pairs grouped by slot
-/// (each expert's weights read once per 8 pairs instead of once per pair).
+/// (each expert's weights read once per 8 pairs instead of once per pair); Q4_0 experts always the GEMV.
 trait ExpertProjection {
     #[allow(clippy::too_many_arguments)]
     fn expert_matmul(
@@ -397,6 +409,7 @@ trait ExpertProjection {
         y: View<'_>,
         t_pairs: (u32, u32),
         x_div: u32,
+        q4: bool,
     ) -> diskformer_kernels::Result<Dispatch>;
 }
 
@@ -410,8 +423,12 @@ impl ExpertProjection for Kernels {
         y: View<'_>,
         (t, pairs): (u32, u32),
         x_div: u32,
+        q4: bool,
     ) -> diskformer_kernels::Result<Dispatch> {
-        if t == 1 {
+        if q4 {
+            // No Q4_0 GEMM yet: chunks run the GEMV over all their pairs.
+            self.expert_q4_gemv(pool, x, view(&s.slot_idx[layer]), y, pairs, x_div)
+        } else if t == 1 {
             self.expert_q8_gemv(pool, x, view(&s.slot_idx[layer]), y, pairs, x_div)
         } else {
             let (groups, order) = (view(&s.gemm_groups[layer]), view(&s.gemm_order[layer]));

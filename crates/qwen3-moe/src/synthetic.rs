@@ -36,6 +36,8 @@ pub struct SynthShape {
     pub vocab: u32,
     /// `context_length` written to the metadata.
     pub context_length: u32,
+    /// Type of the routed experts' tensors: Q8_0 (as every other matrix) or Q4_0.
+    pub expert_type: TensorType,
 }
 
 impl SynthShape {
@@ -52,6 +54,7 @@ impl SynthShape {
             ffn: 32,
             vocab: BYTE_VOCAB,
             context_length: 4096,
+            expert_type: TensorType::Q8_0,
         }
     }
 
@@ -69,6 +72,7 @@ impl SynthShape {
             ffn: 768,
             vocab: 151_936,
             context_length: 40_960,
+            expert_type: TensorType::Q8_0,
         }
     }
 
@@ -140,6 +144,9 @@ pub fn synthetic_writer(spec: &SynthSpec) -> Result<GgufWriter<'static>> {
             return bad(format!("{name} must be a positive multiple of 32 (Q8_0 rows); got {v}"));
         }
     }
+    if !matches!(d.expert_type, TensorType::Q8_0 | TensorType::Q4_0) {
+        return bad(format!("experts must be q8_0 or q4_0; got {}", d.expert_type.name()));
+    }
     let mut w = GgufWriter::new();
     let a = ARCHITECTURE;
     let meta: Vec<(String, Value)> = vec![
@@ -177,12 +184,15 @@ pub fn synthetic_writer(spec: &SynthSpec) -> Result<GgufWriter<'static>> {
         index += 1;
         SplitMix64(seed.wrapping_mul(0x1000_0000_01B3).wrapping_add(index))
     };
-    let mut q8 = |w: &mut GgufWriter<'static>, name: String, dims: &[u64]| -> Result<()> {
+    let mut quant = |w: &mut GgufWriter<'static>, name: String, ty: TensorType, dims: &[u64]| -> Result<()> {
         let (n, row, mut rng) = (dims.iter().product::<u64>(), dims[0], next());
-        w.add_tensor_fill(name, TensorType::Q8_0, dims, move |out| write_q8_0(out, n, row, &mut rng))?;
+        w.add_tensor_fill(name, ty, dims, move |out| match ty {
+            TensorType::Q4_0 => write_q4_0(out, n, row, &mut rng),
+            _ => write_q8_0(out, n, row, &mut rng),
+        })?;
         Ok(())
     };
-    q8(&mut w, "token_embd.weight".into(), &[h, u64::from(d.vocab)])?;
+    quant(&mut w, "token_embd.weight".into(), TensorType::Q8_0, &[h, u64::from(d.vocab)])?;
     let mut f32_index = 0u64;
     let mut f32s = |w: &mut GgufWriter<'static>, name: String, dims: &[u64], around: f32, spread: f32| {
         f32_index += 1;
@@ -193,21 +203,21 @@ pub fn synthetic_writer(spec: &SynthSpec) -> Result<GgufWriter<'static>> {
     for l in 0..d.layers {
         let t = |s: &str| format!("blk.{l}.{s}.weight");
         f32s(&mut w, t("attn_norm"), &[h], 1.0, 0.2)?;
-        q8(&mut w, t("attn_q"), &[h, q])?;
-        q8(&mut w, t("attn_k"), &[h, kv])?;
-        q8(&mut w, t("attn_v"), &[h, kv])?;
-        q8(&mut w, t("attn_output"), &[q, h])?;
+        quant(&mut w, t("attn_q"), TensorType::Q8_0, &[h, q])?;
+        quant(&mut w, t("attn_k"), TensorType::Q8_0, &[h, kv])?;
+        quant(&mut w, t("attn_v"), TensorType::Q8_0, &[h, kv])?;
+        quant(&mut w, t("attn_output"), TensorType::Q8_0, &[q, h])?;
         f32s(&mut w, t("attn_q_norm"), &[u64::from(d.head_dim)], 1.0, 0.2)?;
         f32s(&mut w, t("attn_k_norm"), &[u64::from(d.head_dim)], 1.0, 0.2)?;
         f32s(&mut w, t("ffn_norm"), &[h], 1.0, 0.2)?;
         // Router logits of spread ~1 (as llama.cpp-converted models at init scale); norms near 1 (±0.1).
         f32s(&mut w, t("ffn_gate_inp"), &[h, e], 0.0, 2.0 / (h as f32).sqrt())?;
-        q8(&mut w, t("ffn_gate_exps"), &[h, f, e])?;
-        q8(&mut w, t("ffn_up_exps"), &[h, f, e])?;
-        q8(&mut w, t("ffn_down_exps"), &[f, h, e])?;
+        quant(&mut w, t("ffn_gate_exps"), d.expert_type, &[h, f, e])?;
+        quant(&mut w, t("ffn_up_exps"), d.expert_type, &[h, f, e])?;
+        quant(&mut w, t("ffn_down_exps"), d.expert_type, &[f, h, e])?;
     }
     f32s(&mut w, "output_norm.weight".into(), &[h], 1.0, 0.2)?;
-    q8(&mut w, "output.weight".into(), &[h, u64::from(d.vocab)])?;
+    quant(&mut w, "output.weight".into(), TensorType::Q8_0, &[h, u64::from(d.vocab)])?;
     Ok(w)
 }
 
@@ -295,6 +305,25 @@ fn write_q8_0(out: &mut dyn Write, n_values: u64, row: u64, rng: &mut SplitMix64
     out.write_all(&buf)
 }
 
+/// `n_values` of Q4_0 blocks: random nibbles (value = nibble − 8), and a scale of 1/(8·sqrt(row)) jittered
+/// per block, so values keep the magnitude of the Q8_0 tensors.
+fn write_q4_0(out: &mut dyn Write, n_values: u64, row: u64, rng: &mut SplitMix64) -> io::Result<()> {
+    let base = 1.0 / (8.0 * (row as f32).sqrt());
+    let mut buf = Vec::with_capacity(1 << 20);
+    for _ in 0..n_values / 32 {
+        let d = f16::from_f32(base * (1.5 + rng.centered()));
+        buf.extend_from_slice(&d.to_le_bytes());
+        for _ in 0..2 {
+            buf.extend_from_slice(&rng.next().to_le_bytes());
+        }
+        if buf.len() >= (1 << 20) - 18 {
+            out.write_all(&buf)?;
+            buf.clear();
+        }
+    }
+    out.write_all(&buf)
+}
+
 fn write_f32(out: &mut dyn Write, n: u64, around: f32, spread: f32, rng: &mut SplitMix64) -> io::Result<()> {
     let mut buf = Vec::with_capacity(1 << 16);
     for _ in 0..n {
@@ -328,6 +357,25 @@ mod tests {
         assert_eq!((config.block_count, config.expert_count, config.expert_used_count), (2, 8, 2));
         let tok = diskformer_bpe::Tokenizer::from_gguf(&g).unwrap();
         assert_eq!(tok.encode("hi", false).len(), 2);
+    }
+
+    #[test]
+    fn q4_0_experts() {
+        let mut shape = SynthShape::tiny();
+        shape.expert_type = TensorType::Q4_0;
+        let spec = SynthSpec { shape, vocab: SynthVocab::Bytes, seed: 3 };
+        let mut bytes = Vec::new();
+        synthetic_writer(&spec).unwrap().write_to(&mut bytes).unwrap();
+        let g = diskformer_gguf::Gguf::from_bytes(bytes).unwrap();
+        let t = |name: &str| g.header().tensor(name).unwrap().ty;
+        assert_eq!(t("blk.1.ffn_down_exps.weight"), TensorType::Q4_0);
+        assert_eq!(t("blk.1.attn_q.weight"), TensorType::Q8_0);
+        let mut values = vec![0f32; 64 * 32 * 8];
+        let data = g.tensor_data("blk.0.ffn_up_exps.weight").unwrap();
+        diskformer_gguf::dequantize(TensorType::Q4_0, data, &mut values).unwrap();
+        let rms = (values.iter().map(|v| v * v).sum::<f32>() / values.len() as f32).sqrt();
+        // Nibble values −8..7 times ~1.5/(8·sqrt(64)): an RMS near 0.08, as the Q8_0 tensors'.
+        assert!((0.04..0.16).contains(&rms), "{rms}");
     }
 
     #[test]

@@ -60,6 +60,13 @@ fn spec_from_args(args: &str) -> SynthSpec {
             "--top-k" => shape.top_k = n(),
             "--ffn" => shape.ffn = n(),
             "--seed" => seed = u64::from(n()),
+            "--expert-type" => {
+                shape.expert_type = match value {
+                    "q8_0" => diskformer_gguf::TensorType::Q8_0,
+                    "q4_0" => diskformer_gguf::TensorType::Q4_0,
+                    other => panic!("unknown expert type {other} in a golden"),
+                }
+            }
             "--vocab-from" => {
                 let path = workspace_root().join(value);
                 let g = GgufFile::open(&path)
@@ -89,7 +96,7 @@ fn fixtures() -> Vec<Fixture> {
         .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("golden-"))
         .collect();
     paths.sort();
-    assert!(paths.len() >= 3, "expected at least 3 goldens in {}", data.display());
+    assert!(paths.len() >= 4, "expected at least 4 goldens in {}", data.display());
     paths
         .into_iter()
         .map(|path| {
