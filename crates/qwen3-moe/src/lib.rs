@@ -25,8 +25,8 @@
 //! # Ok::<(), diskformer_qwen3_moe::Error>(())
 //! ```
 //!
-//! It does not tokenize without a chat template (Qwen3 and Qwen3.5 only), batch several sequences, or run
-//! Q4_0 experts on the GPU. Config errors come before any GPU work:
+//! It does not batch several sequences, run dense weights other than Q8_0 (experts may be Q8_0 or Q4_0), or
+//! render chat templates other than Qwen3's and Qwen3.5's. Config errors come before any GPU work:
 //!
 //! ```
 //! use diskformer_gguf::{Metadata, Value};
