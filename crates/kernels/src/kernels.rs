@@ -46,6 +46,8 @@ pub enum Kernel {
     ExpertQ4Gemv,
     /// Expert Q8_0 GEMM over pairs grouped by slot (prefill).
     ExpertQ8Gemm,
+    /// Expert Q4_0 GEMM over pairs grouped by slot (prefill).
+    ExpertQ4Gemm,
     /// Pool slots of the picks from a resident table (routing on the GPU).
     ExpertSlots,
     /// SiLU(gate)·up.
@@ -62,7 +64,7 @@ const Q8_HELPERS: &str = include_str!("wgsl/q8_helpers.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 21] = [
+    pub const ALL: [Kernel; 22] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -80,6 +82,7 @@ impl Kernel {
         Kernel::ExpertQ8Gemv,
         Kernel::ExpertQ4Gemv,
         Kernel::ExpertQ8Gemm,
+        Kernel::ExpertQ4Gemm,
         Kernel::ExpertSlots,
         Kernel::SiluMul,
         Kernel::MoeCombine,
@@ -106,6 +109,7 @@ impl Kernel {
             Kernel::ExpertQ8Gemv => "expert_q8_gemv",
             Kernel::ExpertQ4Gemv => "expert_q4_gemv",
             Kernel::ExpertQ8Gemm => "expert_q8_gemm",
+            Kernel::ExpertQ4Gemm => "expert_q4_gemm",
             Kernel::ExpertSlots => "expert_slots",
             Kernel::SiluMul => "silu_mul",
             Kernel::MoeCombine => "moe_combine",
@@ -123,6 +127,7 @@ impl Kernel {
                 | Kernel::ExpertQ8Gemv
                 | Kernel::ExpertQ4Gemv
                 | Kernel::ExpertQ8Gemm
+                | Kernel::ExpertQ4Gemm
         )
     }
 
@@ -145,7 +150,7 @@ impl Kernel {
             Kernel::RouterTopk => size_of::<RouterTopkParams>(),
             Kernel::ExpertQ8Gemv => size_of::<ExpertQ8GemvParams>(),
             Kernel::ExpertQ4Gemv => size_of::<ExpertQ4GemvParams>(),
-            Kernel::ExpertQ8Gemm => size_of::<ExpertQ8GemmParams>(),
+            Kernel::ExpertQ8Gemm | Kernel::ExpertQ4Gemm => size_of::<ExpertQ8GemmParams>(),
             Kernel::ExpertSlots => size_of::<ExpertSlotsParams>(),
             Kernel::SiluMul => size_of::<SiluMulParams>(),
             Kernel::MoeCombine => size_of::<MoeCombineParams>(),
@@ -173,6 +178,7 @@ impl Kernel {
             Kernel::ExpertQ8Gemv => include_str!("wgsl/expert_q8_gemv.wgsl"),
             Kernel::ExpertQ4Gemv => include_str!("wgsl/expert_q4_gemv.wgsl"),
             Kernel::ExpertQ8Gemm => include_str!("wgsl/expert_q8_gemm.wgsl"),
+            Kernel::ExpertQ4Gemm => include_str!("wgsl/expert_q4_gemm.wgsl"),
             Kernel::ExpertSlots => include_str!("wgsl/expert_slots.wgsl"),
             Kernel::SiluMul => include_str!("wgsl/silu_mul.wgsl"),
             Kernel::MoeCombine => include_str!("wgsl/moe_combine.wgsl"),

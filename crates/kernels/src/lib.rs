@@ -17,7 +17,7 @@
 //! | KV cache | `kv_store` (f16) | same, T positions |
 //! | attention | `attention_split` + `attention_combine` (split-K) or `attention` | `attention` |
 //! | router | `f32_gemv`, `router_topk` | same, T rows |
-//! | experts | `expert_q8_gemv` (all k picks, slot-indexed; Q4_0 pools: `expert_q4_gemv`), `silu_mul`; `expert_slots` (picks → slots on the GPU when every expert is resident) | `expert_q8_gemm` (pairs grouped by slot, [`expert_gemm_groups`]) |
+//! | experts | `expert_q8_gemv` (all k picks, slot-indexed; Q4_0 pools: `expert_q4_gemv`), `silu_mul`; `expert_slots` (picks → slots on the GPU when every expert is resident) | `expert_q8_gemm` / `expert_q4_gemm` (pairs grouped by slot, [`expert_gemm_groups`]) |
 //! | combine | `moe_combine` (weighted sum, then residual), `add_rms_norm` (attention output + residual, then the FFN norm), `add` | same |
 //! | sampling | `argmax` | — |
 //!

@@ -217,6 +217,20 @@ fn check_expert_q4(
     seed: u64,
     min_parts: usize,
 ) {
+    check_expert_q4_kernel(g, k, p, slot_idx, x_div, seed, min_parts, false);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_expert_q4_kernel(
+    g: &Gpu,
+    k: &Kernels,
+    p: &Q4Pool,
+    slot_idx: &[u32],
+    x_div: usize,
+    seed: u64,
+    min_parts: usize,
+    gemm: bool,
+) {
     let mut rng = Rng::new(seed);
     let pairs = slot_idx.len();
     let x = rng.vec_f32(pairs / x_div * p.cols, -1.0, 1.0);
@@ -230,10 +244,17 @@ fn check_expert_q4(
         rows: p.rows as u32,
         cols: p.cols as u32,
     };
-    let d = k
-        .expert_q4_gemv(planes, (&xb).into(), (&ib).into(), (&y).into(), pairs as u32, x_div as u32)
-        .unwrap();
-    assert_eq!(d.kernel().name(), "expert_q4_gemv");
+    let (groups, order) = expert_gemm_groups(slot_idx);
+    let (gb, ob) = (upload(g, &groups), upload(g, &order));
+    let (pairs_u, x_div_u) = (pairs as u32, x_div as u32);
+    let d = if gemm {
+        k.expert_q4_gemm(planes, (&xb).into(), (&gb).into(), (&ob).into(), (&y).into(), pairs_u, x_div_u)
+    } else {
+        k.expert_q4_gemv(planes, (&xb).into(), (&ib).into(), (&y).into(), pairs_u, x_div_u)
+    }
+    .unwrap();
+    let name = if gemm { "expert_q4_gemm" } else { "expert_q4_gemv" };
+    assert_eq!(d.kernel().name(), name);
     assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
     run(g, &[&d]);
     let got = read_n::<f32>(g, &y, pairs * p.rows);
@@ -255,9 +276,10 @@ fn check_expert_q4(
     // adds in a dot, 7 adds over a block's 8 dots, the scale multiply, one add per block a lane takes
     // (≤ 2 at cols 2048), 5 levels of the 32-lane row sum), each ≤ 2^-24 of the partial sums it touches,
     // so |err| ≤ ~18·2^-24·Σ|w·x| ≈ 1.1e-6·Σ|w·x|; the CPU's f64 sum rounds once. 2e-6·Σ|w·x| as in
-    // expert_q8_gemv; the 1e-6 floor only matters where Σ|w·x| is tiny.
+    // expert_q8_gemv; the 1e-6 floor only matters where Σ|w·x| is tiny. The GEMM adds a block's low and high
+    // halves before the scale: the same count of roundings.
     let what = format!(
-        "expert_q4_gemv {}x{} pairs={pairs} x_div={x_div} sg={} parts={}",
+        "{name} {}x{} pairs={pairs} x_div={x_div} sg={} parts={}",
         p.rows,
         p.cols,
         k.subgroups(),
@@ -345,6 +367,32 @@ fn expert_gemm_grouped_pairs() {
         check_expert_gemm(g, k, &down, &chunk, 1, 75, 1);
     }
     check_expert_gemm(g, &g.kernels, &down, &chunk[..8], 1, 76, 1);
+}
+
+#[test]
+fn expert_q4_gemm_grouped_pairs() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(90);
+    // A 12-token chunk of 8 picks from 10 small slots (groups of 8 and padding), split into 4 parts under a
+    // 24 KiB binding limit (a 64 x 256 Q4_0 slot is 8 KiB of nibbles; y, 96 pairs x 64 rows, is 24 KiB).
+    let small = q4_pool(g, &mut rng, 10, 64, 256);
+    let chunk = chunk_picks(&mut rng, 12, 8, 10);
+    let split = Kernels::new(&g.ctx).with_max_binding(24 << 10);
+    for k in [&g.kernels, &g.plain] {
+        check_expert_q4_kernel(g, k, &small, &chunk, 8, 91, 1, true);
+        check_expert_q4_kernel(g, k, &small, &chunk, 1, 92, 1, true);
+    }
+    check_expert_q4_kernel(g, &split, &small, &chunk, 8, 93, 4, true);
+    // Real expert shapes over a 3-token chunk; an odd shape (3 blocks a row, 37 rows).
+    let gate_up = q4_pool(g, &mut rng, 10, 2 * 768, 2048);
+    let down = q4_pool(g, &mut rng, 10, 2048, 768);
+    let chunk = chunk_picks(&mut rng, 3, 8, 10);
+    let odd = q4_pool(g, &mut rng, 3, 37, 96);
+    for k in [&g.kernels, &g.plain] {
+        check_expert_q4_kernel(g, k, &gate_up, &chunk, 8, 94, 1, true);
+        check_expert_q4_kernel(g, k, &down, &chunk, 1, 95, 1, true);
+        check_expert_q4_kernel(g, k, &odd, &[2, 0, 1, 1, 2, 0], 3, 96, 1, true);
+    }
 }
 
 #[test]

@@ -623,8 +623,9 @@ impl Engine {
                 (Some(pinned), slots)
             };
             self.stats.ensure_time += ensure_started.elapsed();
-            queue.write_buffer(&s.slot_idx[l as usize], 0, bytemuck::cast_slice(&slots));
-            if t > 1 && !self.q4_experts {
+            if t == 1 {
+                queue.write_buffer(&s.slot_idx[l as usize], 0, bytemuck::cast_slice(&slots));
+            } else {
                 let (groups, order) = expert_gemm_groups(&slots);
                 queue.write_buffer(&s.gemm_groups[l as usize], 0, bytemuck::cast_slice(&groups));
                 queue.write_buffer(&s.gemm_order[l as usize], 0, bytemuck::cast_slice(&order));

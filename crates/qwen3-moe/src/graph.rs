@@ -397,7 +397,7 @@ impl Graph {
 }
 
 /// Expert projections: for one token the slot-indexed GEMV, for a chunk the GEMM over pairs grouped by slot
-/// (each expert's weights read once per 8 pairs instead of once per pair); Q4_0 experts always the GEMV.
+/// (each expert's weights read once per 8 pairs instead of once per pair); Q8_0 or Q4_0 kernels by the store.
 trait ExpertProjection {
     #[allow(clippy::too_many_arguments)]
     fn expert_matmul(
@@ -425,14 +425,13 @@ impl ExpertProjection for Kernels {
         x_div: u32,
         q4: bool,
     ) -> diskformer_kernels::Result<Dispatch> {
-        if q4 {
-            // No Q4_0 GEMM yet: chunks run the GEMV over all their pairs.
-            self.expert_q4_gemv(pool, x, view(&s.slot_idx[layer]), y, pairs, x_div)
-        } else if t == 1 {
-            self.expert_q8_gemv(pool, x, view(&s.slot_idx[layer]), y, pairs, x_div)
-        } else {
-            let (groups, order) = (view(&s.gemm_groups[layer]), view(&s.gemm_order[layer]));
-            self.expert_q8_gemm(pool, x, groups, order, y, pairs, x_div)
+        let slot_idx = view(&s.slot_idx[layer]);
+        let (groups, order) = (view(&s.gemm_groups[layer]), view(&s.gemm_order[layer]));
+        match (t == 1, q4) {
+            (true, false) => self.expert_q8_gemv(pool, x, slot_idx, y, pairs, x_div),
+            (true, true) => self.expert_q4_gemv(pool, x, slot_idx, y, pairs, x_div),
+            (false, false) => self.expert_q8_gemm(pool, x, groups, order, y, pairs, x_div),
+            (false, true) => self.expert_q4_gemm(pool, x, groups, order, y, pairs, x_div),
         }
     }
 }

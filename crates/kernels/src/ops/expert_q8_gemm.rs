@@ -1,3 +1,5 @@
+use super::expert_q4_gemv::Q4_0_BLOCK_BYTES;
+use super::expert_q8_gemv::Q8_0_BLOCK_BYTES;
 use crate::error::Result;
 use crate::kernels::{Kernel, Kernels, View};
 use crate::{Dispatch, ExpertPlanes, ops::*};
@@ -69,7 +71,44 @@ impl Kernels {
         pairs: u32,
         x_div: u32,
     ) -> Result<Dispatch> {
-        let b = self.binder(Kernel::ExpertQ8Gemm);
+        self.expert_gemm(Kernel::ExpertQ8Gemm, Q8_0_BLOCK_BYTES, pool, x, groups, order, y, pairs, x_div)
+    }
+
+    /// [`Kernels::expert_q8_gemm`] over Q4_0 pool planes (as [`Kernels::expert_q4_gemv`]): results equal
+    /// [`Kernels::expert_q4_gemv`] with the same picks, each block read once per group of up to 8 pairs.
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_q8_gemv`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn expert_q4_gemm(
+        &self,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        groups: View<'_>,
+        order: View<'_>,
+        y: View<'_>,
+        pairs: u32,
+        x_div: u32,
+    ) -> Result<Dispatch> {
+        self.expert_gemm(Kernel::ExpertQ4Gemm, Q4_0_BLOCK_BYTES, pool, x, groups, order, y, pairs, x_div)
+    }
+
+    /// The launcher shared by the grouped expert GEMMs, which differ only in their shader and the quant-plane
+    /// bytes of a block.
+    #[allow(clippy::too_many_arguments)]
+    fn expert_gemm(
+        &self,
+        kernel: Kernel,
+        block_bytes: u64,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        groups: View<'_>,
+        order: View<'_>,
+        y: View<'_>,
+        pairs: u32,
+        x_div: u32,
+    ) -> Result<Dispatch> {
+        let b = self.binder(kernel);
         let (rows, cols, slots) = (u64::from(pool.rows), u64::from(pool.cols), u64::from(pool.slots));
         let (pp, xd) = (u64::from(pairs), u64::from(x_div));
         b.ensure(cols > 0 && cols.is_multiple_of(32) && rows > 0 && slots > 0, || {
@@ -79,7 +118,7 @@ impl Kernels {
         })?;
         b.ensure(xd > 0 && pp.is_multiple_of(xd), || format!("x_div {xd} must divide pairs {pp}"))?;
         let dims = [b.groups("rows / 8", rows.div_ceil(8))?, b.groups("pairs", pp)?, 1];
-        let slot_q = rows * cols;
+        let slot_q = rows * (cols / 32) * block_bytes;
         let slot_s = f16s(rows * cols / 32);
         let parts = b.split_rows("pool.q", slots, slot_q, slot_s, 1)?;
         let mut out = Vec::with_capacity(parts.len());
