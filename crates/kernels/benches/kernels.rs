@@ -212,6 +212,24 @@ fn bench_small(c: &mut Criterion, g: &Gpu) {
     group.throughput(Throughput::Bytes(wbytes));
     group.bench_function("f32_gemv/router_128x2048", |b| b.iter_custom(|iters| time(g, &ds, iters)));
 
+    // One token's residual add + FFN norm (hidden 2048): bytes read, latency-bound.
+    let h = 2048u32;
+    let (a, bb, w) =
+        (buffer(g, 4 * u64::from(h), 3), buffer(g, 4 * u64::from(h), 4), buffer(g, 4 * u64::from(h), 5));
+    let (hh, out) = (buffer(g, 4 * u64::from(h), 6), buffer(g, 4 * u64::from(h), 7));
+    let d =
+        g.sg.add_rms_norm((&a).into(), (&bb).into(), (&w).into(), (&hh).into(), (&out).into(), h, 1, 1e-6);
+    group.throughput(Throughput::Bytes(3 * 4 * u64::from(h)));
+    let ds = vec![d.expect("bind")];
+    group.bench_function("add_rms_norm/1x2048", |b| b.iter_custom(|iters| time(g, &ds, iters)));
+
+    // A token's 8 picks to slots through a 48 x 128 resident table.
+    let (ids, table, slots) = (buffer(g, 32, 8), buffer(g, 4 * 48 * 128, 9), buffer(g, 32, 10));
+    let p = diskformer_kernels::ExpertSlotsParams { n: 8, base: 0, entries: 48 * 128, _pad: 0 };
+    let ds = vec![g.sg.expert_slots((&ids).into(), (&table).into(), (&slots).into(), p).expect("bind")];
+    group.throughput(Throughput::Bytes(64));
+    group.bench_function("expert_slots/8_picks", |b| b.iter_custom(|iters| time(g, &ds, iters)));
+
     group.finish();
     bench_attention(c, g);
 }
