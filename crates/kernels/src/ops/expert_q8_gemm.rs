@@ -1,5 +1,5 @@
 use super::expert_q4_gemv::Q4_0_BLOCK_BYTES;
-use super::expert_q8_gemv::Q8_0_BLOCK_BYTES;
+use super::expert_q8_gemv::{Q8_0_BLOCK_BYTES, expert_pool_parts};
 use crate::error::Result;
 use crate::kernels::{Kernel, Kernels, View};
 use crate::{Dispatch, ExpertPlanes, ops::*};
@@ -109,40 +109,24 @@ impl Kernels {
         x_div: u32,
     ) -> Result<Dispatch> {
         let b = self.binder(kernel);
-        let (rows, cols, slots) = (u64::from(pool.rows), u64::from(pool.cols), u64::from(pool.slots));
-        let (pp, xd) = (u64::from(pairs), u64::from(x_div));
-        b.ensure(cols > 0 && cols.is_multiple_of(32) && rows > 0 && slots > 0, || {
-            format!(
-                "needs rows, slots > 0 and cols a multiple of 32; got rows {rows}, cols {cols}, slots {slots}"
-            )
-        })?;
-        b.ensure(xd > 0 && pp.is_multiple_of(xd), || format!("x_div {xd} must divide pairs {pp}"))?;
-        let dims = [b.groups("rows / 8", rows.div_ceil(8))?, b.groups("pairs", pp)?, 1];
-        let slot_q = rows * (cols / 32) * block_bytes;
-        let slot_s = f16s(rows * cols / 32);
-        let parts = b.split_rows("pool.q", slots, slot_q, slot_s, 1)?;
-        let mut out = Vec::with_capacity(parts.len());
-        for (begin, end) in parts {
-            let n = end - begin;
-            let bound = vec![
-                b.storage("x", x, 0, f32s(pp / xd * cols))?,
-                b.storage("groups", groups, 0, f32s(4 * pp))?,
-                b.storage("order", order, 0, f32s(pp))?,
-                b.storage("pool.q", pool.q, begin * slot_q, n * slot_q)?,
-                b.storage("pool.scales", pool.scales, begin * slot_s, n * slot_s)?,
-                b.storage("y", y, 0, f32s(pp * rows))?,
-            ];
-            let p = ExpertQ8GemmParams {
-                rows: pool.rows,
-                cols: pool.cols,
-                pairs,
-                x_div,
-                slot_begin: pool.first_slot + begin as u32,
-                slot_end: pool.first_slot + end as u32,
-                _pad: [0; 2],
-            };
-            out.push((p, bound, dims));
-        }
+        let pp = u64::from(pairs);
+        let index = [("groups", groups, f32s(4 * pp)), ("order", order, f32s(pp))];
+        let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, y, pairs, x_div)?;
+        let out = parts
+            .into_iter()
+            .map(|part| {
+                let p = ExpertQ8GemmParams {
+                    rows: pool.rows,
+                    cols: pool.cols,
+                    pairs,
+                    x_div,
+                    slot_begin: pool.first_slot + part.begin,
+                    slot_end: pool.first_slot + part.end,
+                    _pad: [0; 2],
+                };
+                (p, part.bound, part.dims)
+            })
+            .collect();
         Ok(b.finish(out))
     }
 }

@@ -79,7 +79,8 @@ impl Kernels {
         x_div: u32,
     ) -> Result<Dispatch> {
         let b = self.binder(kernel);
-        let parts = expert_gemv_parts(&b, pool, block_bytes, x, slot_idx, y, pairs, x_div)?;
+        let index = [("slot_idx", slot_idx, f32s(u64::from(pairs)))];
+        let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, y, pairs, x_div)?;
         let out = parts
             .into_iter()
             .map(|part| {
@@ -102,31 +103,33 @@ impl Kernels {
 /// Quant-plane bytes of one 32-value Q8_0 block.
 pub(crate) const Q8_0_BLOCK_BYTES: u64 = 32;
 
-/// One pool part of a slot-indexed expert GEMV: the slots it binds and its bindings.
-pub(crate) struct ExpertGemvPart<'a> {
+/// One pool part of an expert GEMV or GEMM: the slots it binds and its bindings.
+pub(crate) struct ExpertPoolPart<'a> {
     /// First slot bound.
     pub begin: u32,
     /// One past the last slot bound.
     pub end: u32,
-    /// x, slot_idx, pool.q, pool.scales, y.
+    /// x, the index bindings, pool.q, pool.scales, y.
     pub bound: Vec<Bound<'a>>,
     /// Workgroups: blocks of 8 rows, pairs.
     pub dims: [u32; 3],
 }
 
-/// Validates a slot-indexed expert GEMV (`expert_q8_gemv`, `expert_q4_gemv`: same bindings, same grid)
-/// whose quant plane holds `block_bytes` bytes per 32-value block, and splits the pool over bindings.
+/// Validates an expert GEMV or GEMM over P pairs (`expert_q8_gemv`, `expert_q4_gemv`, `expert_q8_gemm`,
+/// `expert_q4_gemm`: the same grid, and bindings that differ only in how pairs find their slot: `index`,
+/// each a name, view and byte length) whose quant plane holds `block_bytes` bytes per 32-value block, and
+/// splits the pool over bindings.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn expert_gemv_parts<'a>(
+pub(crate) fn expert_pool_parts<'a>(
     b: &Binder<'_>,
     pool: ExpertPlanes<'a>,
     block_bytes: u64,
     x: View<'a>,
-    slot_idx: View<'a>,
+    index: &[(&'static str, View<'a>, u64)],
     y: View<'a>,
     pairs: u32,
     x_div: u32,
-) -> Result<Vec<ExpertGemvPart<'a>>> {
+) -> Result<Vec<ExpertPoolPart<'a>>> {
     let (rows, cols, slots) = (u64::from(pool.rows), u64::from(pool.cols), u64::from(pool.slots));
     let (pp, xd) = (u64::from(pairs), u64::from(x_div));
     b.ensure(cols > 0 && cols.is_multiple_of(32) && rows > 0 && slots > 0, || {
@@ -142,14 +145,16 @@ pub(crate) fn expert_gemv_parts<'a>(
     let mut out = Vec::with_capacity(parts.len());
     for (begin, end) in parts {
         let n = end - begin;
-        let bound = vec![
-            b.storage("x", x, 0, f32s(pp / xd * cols))?,
-            b.storage("slot_idx", slot_idx, 0, f32s(pp))?,
+        let mut bound = vec![b.storage("x", x, 0, f32s(pp / xd * cols))?];
+        for &(name, view, bytes) in index {
+            bound.push(b.storage(name, view, 0, bytes)?);
+        }
+        bound.extend([
             b.storage("pool.q", pool.q, begin * slot_q, n * slot_q)?,
             b.storage("pool.scales", pool.scales, begin * slot_s, n * slot_s)?,
             b.storage("y", y, 0, f32s(pp * rows))?,
-        ];
-        out.push(ExpertGemvPart { begin: begin as u32, end: end as u32, bound, dims });
+        ]);
+        out.push(ExpertPoolPart { begin: begin as u32, end: end as u32, bound, dims });
     }
     Ok(out)
 }
