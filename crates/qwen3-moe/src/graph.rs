@@ -7,7 +7,7 @@ use diskformer_kernels::{
     View,
 };
 
-use crate::weights::{Weights, storage, view};
+use crate::weights::{Weights, storage, storage_size};
 use crate::{Config, Result};
 
 /// The KV cache: per layer an f16 `[ctx, kv_heads, head_dim]` buffer for keys and one for values.
@@ -36,55 +36,79 @@ impl KvCache {
     }
 }
 
-/// Activations for steps of up to `max_t` tokens, allocated once.
-#[derive(Debug)]
-pub(crate) struct Scratch {
-    pub ids: wgpu::Buffer,
-    pub positions: wgpu::Buffer,
-    pub rope: wgpu::Buffer,
-    x: wgpu::Buffer,
-    xn: wgpu::Buffer,
-    q: wgpu::Buffer,
-    k: wgpu::Buffer,
-    v: wgpu::Buffer,
-    /// One token's Q, K and V from the stacked GEMV.
-    qkv: wgpu::Buffer,
-    qr: wgpu::Buffer,
-    kr: wgpu::Buffer,
-    att: wgpu::Buffer,
-    partial: wgpu::Buffer,
-    o: wgpu::Buffer,
-    h: wgpu::Buffer,
-    router_logits: wgpu::Buffer,
-    /// `[T, k]` picked expert ids (read back every layer).
-    pub pick_ids: wgpu::Buffer,
-    pick_weights: wgpu::Buffer,
-    /// Per layer `[T·k]` pool slots of the picks, written by the engine after `ensure`.
-    pub slot_idx: Vec<wgpu::Buffer>,
-    /// Per layer, for chunks: `[T·k] [slot, first, count, 0]` groups of pairs sharing a slot, and the pair
-    /// order they index (see `expert_gemm_groups`), written by the engine after the readback.
-    pub gemm_groups: Vec<wgpu::Buffer>,
-    pub gemm_order: Vec<wgpu::Buffer>,
-    gate_up: wgpu::Buffer,
-    act: wgpu::Buffer,
-    down: wgpu::Buffer,
-    /// Router logits and picks of the next layers' routers applied to this layer's state (prefetch guesses).
-    guess_logits: Vec<wgpu::Buffer>,
-    pub guess_ids: Vec<wgpu::Buffer>,
-    guess_weights: Vec<wgpu::Buffer>,
-    /// The last token's hidden state, copied out for the head.
-    pub last: wgpu::Buffer,
-    last_n: wgpu::Buffer,
-    /// `[vocab]` logits of the last token.
-    pub logits: wgpu::Buffer,
-    /// The greedy token.
-    pub argmax: wgpu::Buffer,
-    /// Where picks, guesses, logits or the argmax are copied to be mapped.
-    pub readback: wgpu::Buffer,
+/// What a scratch buffer is for, which decides its usages.
+#[derive(Clone, Copy, Debug)]
+enum Use {
+    /// Read and written by kernels, written by the host.
+    Storage,
+    /// A storage buffer that is also copied out (to the readback buffer or to another buffer).
+    CopiedOut,
+    /// The mapped buffer readbacks land in.
+    Readback,
 }
 
-impl Scratch {
-    pub fn new(device: &wgpu::Device, c: &Config, vocab: u32, ctx: u32, max_t: u32, lookahead: u32) -> Self {
+/// Activations for steps of up to `max_t` tokens, allocated once: [`Scratch`]. Generic over the buffer so
+/// that the same layout gives both the buffers and, without allocating, their sizes
+/// ([`Scratch::estimate`]).
+#[derive(Debug)]
+pub(crate) struct ScratchOf<B> {
+    pub ids: B,
+    pub positions: B,
+    pub rope: B,
+    x: B,
+    xn: B,
+    q: B,
+    k: B,
+    v: B,
+    /// One token's Q, K and V from the stacked GEMV.
+    qkv: B,
+    qr: B,
+    kr: B,
+    att: B,
+    partial: B,
+    o: B,
+    h: B,
+    router_logits: B,
+    /// `[T, k]` picked expert ids (read back every layer).
+    pub pick_ids: B,
+    pick_weights: B,
+    /// Per layer `[T·k]` pool slots of the picks, written by the engine after `ensure`.
+    pub slot_idx: Vec<B>,
+    /// Per layer, for chunks: `[T·k] [slot, first, count, 0]` groups of pairs sharing a slot, and the pair
+    /// order they index (see `expert_gemm_groups`), written by the engine after the readback.
+    pub gemm_groups: Vec<B>,
+    pub gemm_order: Vec<B>,
+    gate_up: B,
+    act: B,
+    down: B,
+    /// Router logits and picks of the next layers' routers applied to this layer's state (prefetch guesses).
+    guess_logits: Vec<B>,
+    pub guess_ids: Vec<B>,
+    guess_weights: Vec<B>,
+    /// The last token's hidden state, copied out for the head.
+    pub last: B,
+    last_n: B,
+    /// `[vocab]` logits of the last token.
+    pub logits: B,
+    /// The greedy token.
+    pub argmax: B,
+    /// Where picks, guesses, logits or the argmax are copied to be mapped.
+    pub readback: B,
+}
+
+/// The scratch buffers on the device.
+pub(crate) type Scratch = ScratchOf<wgpu::Buffer>;
+
+impl<B> ScratchOf<B> {
+    /// The layout: every buffer with its byte size and use, made by `alloc`.
+    fn layout(
+        c: &Config,
+        vocab: u32,
+        ctx: u32,
+        max_t: u32,
+        lookahead: u32,
+        alloc: impl Fn(&'static str, u64, Use) -> B,
+    ) -> Self {
         let t = u64::from(max_t);
         let (h, q, kv) = (
             u64::from(c.embedding_length),
@@ -96,16 +120,19 @@ impl Scratch {
             u64::from(c.expert_used_count),
             u64::from(c.expert_feed_forward_length),
         );
-        let none = wgpu::BufferUsages::empty();
-        let src = wgpu::BufferUsages::COPY_SRC;
-        let b = |what: &str, floats: u64| storage(device, what, 4 * floats, none);
-        let shape = attention_shape(c, 1, ctx);
-        let readback_bytes = 4 * (t * k + u64::from(lookahead) * k).max(u64::from(vocab)).max(1);
-        Scratch {
+        let b = |what: &'static str, floats: u64| alloc(what, 4 * floats, Use::Storage);
+        let out = |what: &'static str, floats: u64| alloc(what, 4 * floats, Use::CopiedOut);
+        let per_layer =
+            |what: &'static str, floats: u64| (0..c.block_count).map(|_| b(what, floats)).collect();
+        let per_guess = |what: &'static str, floats: u64, u: Use| {
+            (0..lookahead).map(|_| alloc(what, 4 * floats, u)).collect()
+        };
+        let readback_words = (t * k + u64::from(lookahead) * k).max(u64::from(vocab)).max(1);
+        ScratchOf {
             ids: b("ids", t),
             positions: b("positions", t),
             rope: b("rope", t * u64::from(c.key_length)),
-            x: storage(device, "x", 4 * t * h, src),
+            x: out("x", t * h),
             xn: b("xn", t * h),
             q: b("q", t * q),
             k: b("k", t * kv),
@@ -114,70 +141,32 @@ impl Scratch {
             qr: b("qr", t * q),
             kr: b("kr", t * kv),
             att: b("att", t * q),
-            partial: b("attention partial", shape.partial_len()),
+            partial: b("attention partial", attention_shape(c, 1, ctx).partial_len()),
             o: b("o", t * h),
             h: b("h", t * h),
             router_logits: b("router logits", t * e),
-            pick_ids: storage(device, "pick ids", 4 * t * k, src),
+            pick_ids: out("pick ids", t * k),
             pick_weights: b("pick weights", t * k),
-            slot_idx: (0..c.block_count).map(|_| b("slot idx", t * k)).collect(),
-            gemm_groups: (0..c.block_count).map(|_| b("gemm groups", 4 * t * k)).collect(),
-            gemm_order: (0..c.block_count).map(|_| b("gemm order", t * k)).collect(),
+            slot_idx: per_layer("slot idx", t * k),
+            gemm_groups: per_layer("gemm groups", 4 * t * k),
+            gemm_order: per_layer("gemm order", t * k),
             gate_up: b("gate_up", t * k * 2 * f),
             act: b("act", t * k * f),
             down: b("down", t * k * h),
-            guess_logits: (0..lookahead).map(|_| b("guess logits", e)).collect(),
-            guess_ids: (0..lookahead).map(|_| storage(device, "guess ids", 4 * k, src)).collect(),
-            guess_weights: (0..lookahead).map(|_| b("guess weights", k)).collect(),
+            guess_logits: per_guess("guess logits", e, Use::Storage),
+            guess_ids: per_guess("guess ids", k, Use::CopiedOut),
+            guess_weights: per_guess("guess weights", k, Use::Storage),
             last: b("last", h),
             last_n: b("last normed", h),
-            logits: storage(device, "logits", 4 * u64::from(vocab), src),
-            argmax: storage(device, "argmax", 4, src),
-            readback: device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("readback"),
-                size: readback_bytes,
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            }),
+            logits: out("logits", u64::from(vocab)),
+            argmax: out("argmax", 1),
+            readback: alloc("readback", 4 * readback_words, Use::Readback),
         }
     }
 
-    /// Bytes [`Scratch::new`] allocates for these sizes (within a few words), without allocating.
-    pub fn estimate(c: &Config, vocab: u32, ctx: u32, max_t: u32, lookahead: u32) -> u64 {
-        let t = u64::from(max_t);
-        let (h, d, q, kv) = (
-            u64::from(c.embedding_length),
-            u64::from(c.key_length),
-            u64::from(c.head_count * c.key_length),
-            u64::from(c.head_count_kv * c.key_length),
-        );
-        let (e, k, f) = (
-            u64::from(c.expert_count),
-            u64::from(c.expert_used_count),
-            u64::from(c.expert_feed_forward_length),
-        );
-        let (layers, la, v) = (u64::from(c.block_count), u64::from(lookahead), u64::from(vocab));
-        let floats = t * (2 + d + 4 * h + 3 * q + 4 * kv + e + 2 * k + k * (3 * f + h))
-            + q
-            + 2 * kv
-            + attention_shape(c, 1, ctx).partial_len()
-            + layers * t * k
-            + la * (e + 2 * k)
-            + 2 * h
-            + v
-            + 1
-            + (t * k + la * k).max(v);
-        4 * floats
-    }
-
-    /// The residual stream.
-    pub fn x(&self) -> &wgpu::Buffer {
-        &self.x
-    }
-
-    /// Bytes of every buffer.
-    pub fn bytes(&self) -> u64 {
-        let mut all = vec![
+    /// Every buffer.
+    fn all(&self) -> impl Iterator<Item = &B> {
+        [
             &self.ids,
             &self.positions,
             &self.rope,
@@ -186,6 +175,7 @@ impl Scratch {
             &self.q,
             &self.k,
             &self.v,
+            &self.qkv,
             &self.qr,
             &self.kr,
             &self.att,
@@ -203,17 +193,48 @@ impl Scratch {
             &self.logits,
             &self.argmax,
             &self.readback,
-        ];
-        all.extend(
-            self.slot_idx
-                .iter()
-                .chain(&self.gemm_groups)
-                .chain(&self.gemm_order)
-                .chain(&self.guess_logits)
-                .chain(&self.guess_ids)
-                .chain(&self.guess_weights),
-        );
-        all.iter().map(|b| b.size()).sum()
+        ]
+        .into_iter()
+        .chain(&self.slot_idx)
+        .chain(&self.gemm_groups)
+        .chain(&self.gemm_order)
+        .chain(&self.guess_logits)
+        .chain(&self.guess_ids)
+        .chain(&self.guess_weights)
+    }
+}
+
+impl Scratch {
+    pub fn new(device: &wgpu::Device, c: &Config, vocab: u32, ctx: u32, max_t: u32, lookahead: u32) -> Self {
+        Self::layout(c, vocab, ctx, max_t, lookahead, |label, bytes, u| match u {
+            Use::Storage => storage(device, label, bytes, wgpu::BufferUsages::empty()),
+            Use::CopiedOut => storage(device, label, bytes, wgpu::BufferUsages::COPY_SRC),
+            Use::Readback => device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+        })
+    }
+
+    /// Bytes [`Scratch::new`] allocates for these sizes, without allocating.
+    pub fn estimate(c: &Config, vocab: u32, ctx: u32, max_t: u32, lookahead: u32) -> u64 {
+        let sizes = ScratchOf::layout(c, vocab, ctx, max_t, lookahead, |_, bytes, u| match u {
+            Use::Readback => bytes,
+            _ => storage_size(bytes),
+        });
+        sizes.all().sum()
+    }
+
+    /// The residual stream.
+    pub fn x(&self) -> &wgpu::Buffer {
+        &self.x
+    }
+
+    /// Bytes of every buffer.
+    pub fn bytes(&self) -> u64 {
+        self.all().map(wgpu::Buffer::size).sum()
     }
 }
 
@@ -284,7 +305,7 @@ impl Graph {
         let gate_up = planes(Plane::GateUpQ, Plane::GateUpScales, 2 * ffn, h);
         let down = planes(Plane::DownQ, Plane::DownScales, h, ffn);
         let pairs = t * top_k;
-        let v = view;
+        let v = View::from;
         let embed = k.embed_q8(v(&s.ids), w.embd.m(), v(&s.x), t)?;
         let mut layers = Vec::with_capacity(w.layers.len());
         for (l, lw) in w.layers.iter().enumerate() {
@@ -425,8 +446,8 @@ impl ExpertProjection for Kernels {
         x_div: u32,
         q4: bool,
     ) -> diskformer_kernels::Result<Dispatch> {
-        let slot_idx = view(&s.slot_idx[layer]);
-        let (groups, order) = (view(&s.gemm_groups[layer]), view(&s.gemm_order[layer]));
+        let slot_idx = View::from(&s.slot_idx[layer]);
+        let (groups, order) = (View::from(&s.gemm_groups[layer]), View::from(&s.gemm_order[layer]));
         match (t == 1, q4) {
             (true, false) => self.expert_q8_gemv(pool, x, slot_idx, y, pairs, x_div),
             (true, true) => self.expert_q4_gemv(pool, x, slot_idx, y, pairs, x_div),
@@ -456,5 +477,32 @@ impl DenseProjection for Kernels {
         t: u32,
     ) -> diskformer_kernels::Result<Dispatch> {
         if t == 1 { self.q8_gemv(w, x, y, 1) } else { self.q8_gemm(w, x, y, t) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_estimate_is_what_the_scratch_allocates() {
+        let ctx = diskformer_kernels::Context::new().expect("a GPU (lavapipe in CI)");
+        let spec = crate::synthetic::SynthSpec {
+            shape: crate::synthetic::SynthShape::tiny(),
+            vocab: crate::synthetic::SynthVocab::Bytes,
+            seed: 1,
+        };
+        let mut bytes = Vec::new();
+        crate::synthetic::synthetic_writer(&spec).unwrap().write_to(&mut bytes).unwrap();
+        let gguf = diskformer_gguf::Gguf::from_bytes(bytes).unwrap();
+        let c = Config::from_metadata(gguf.metadata()).unwrap();
+        for (t, lookahead) in [(1, 0), (1, 1), (7, 0), (256, 0)] {
+            let scratch = Scratch::new(&ctx.device, &c, 261, 512, t, lookahead);
+            assert_eq!(
+                Scratch::estimate(&c, 261, 512, t, lookahead),
+                scratch.bytes(),
+                "t {t}, lookahead {lookahead}"
+            );
+        }
     }
 }

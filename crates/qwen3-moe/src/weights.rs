@@ -245,6 +245,11 @@ impl<'a> Uploader<'a> {
     }
 }
 
+/// The size [`storage`] gives a buffer asked for `bytes`: whole words, at least one.
+pub(crate) fn storage_size(bytes: u64) -> u64 {
+    bytes.max(4).next_multiple_of(4)
+}
+
 /// A storage buffer of `bytes` (rounded up to whole words), for scratch and caches.
 pub(crate) fn storage(
     device: &wgpu::Device,
@@ -254,13 +259,8 @@ pub(crate) fn storage(
 ) -> wgpu::Buffer {
     device.create_buffer(&wgpu::BufferDescriptor {
         label: Some(label),
-        size: bytes.max(4).next_multiple_of(4),
+        size: storage_size(bytes),
         usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | extra,
         mapped_at_creation: false,
     })
-}
-
-/// The whole of `buffer` as a kernel view.
-pub(crate) fn view(buffer: &wgpu::Buffer) -> View<'_> {
-    buffer.into()
 }
