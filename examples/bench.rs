@@ -13,6 +13,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
+
+mod common;
 use diskformer::expert_stream::{EvictionPolicy, UploadMethod};
 use diskformer::qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
 use diskformer::qwen3_moe::{Engine, EngineOptions};
@@ -32,8 +34,8 @@ struct Args {
     /// Store directory (default: beside the GGUF).
     #[arg(long)]
     store: Option<PathBuf>,
-    /// GPU budget in bytes (suffixes k, m, g for 1e3, 1e6, 1e9).
-    #[arg(long, default_value = "4g", value_parser = parse_size)]
+    /// GPU budget (e.g. 4g, 4GB, 512MiB).
+    #[arg(long, default_value = "4g", value_parser = common::parse_bytes)]
     budget: u64,
     /// Explicit expert slots (overrides the budget).
     #[arg(long)]
@@ -71,17 +73,6 @@ struct Args {
     /// Threads reading one record through the page cache.
     #[arg(long, default_value_t = 1)]
     read_split: usize,
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim().to_ascii_lowercase();
-    let (num, mult) = match t.chars().last() {
-        Some('k') => (&t[..t.len() - 1], 1e3),
-        Some('m') => (&t[..t.len() - 1], 1e6),
-        Some('g') => (&t[..t.len() - 1], 1e9),
-        _ => (t.as_str(), 1.0),
-    };
-    num.parse::<f64>().map(|n| (n * mult) as u64).map_err(|_| format!("{s:?} is not a size like 4g or 512m"))
 }
 
 fn main() -> anyhow::Result<()> {

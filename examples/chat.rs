@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use clap::Parser;
+
+mod common;
 use diskformer::bpe::chat::Message;
 use diskformer::qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
 use diskformer::qwen3_moe::{Engine, EngineOptions, Event, GenerateOptions, LoadProgress, SamplingOptions};
@@ -28,7 +30,7 @@ struct Args {
     #[arg(long)]
     store: Option<PathBuf>,
     /// GPU memory to use: dense weights, KV cache, scratch, and expert slots with the rest (e.g. 4GB, 512MiB).
-    #[arg(long, default_value = "4GB", value_parser = parse_bytes)]
+    #[arg(long, default_value = "4GB", value_parser = common::parse_bytes)]
     budget: u64,
     /// Context length (KV-cache positions).
     #[arg(long)]
@@ -69,24 +71,6 @@ struct Args {
     /// Turn expert prefetch off.
     #[arg(long)]
     no_prefetch: bool,
-}
-
-fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim().to_ascii_lowercase();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a size like 4GB or 512MiB"))?;
-    let mult = match unit.trim() {
-        "" | "b" => 1.0,
-        "kb" | "k" => 1e3,
-        "mb" | "m" => 1e6,
-        "gb" | "g" => 1e9,
-        "kib" => 1024.0,
-        "mib" => 1024.0 * 1024.0,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        other => return Err(format!("unknown unit {other:?} in {s:?}; use B, KB, MB, GB, KiB, MiB or GiB")),
-    };
-    Ok((n * mult) as u64)
 }
 
 fn bar(len: u64, what: &str) -> ProgressBar {

@@ -468,12 +468,7 @@ impl Engine {
     /// # Errors
     /// As [`Engine::prefill`].
     pub fn step(&mut self, id: u32) -> Result<Vec<f32>> {
-        self.check(&[id])?;
-        let started = Instant::now();
-        let out = self.run(&[id], Want::Logits)?;
-        self.stats.decode_tokens += 1;
-        self.stats.decode_time += started.elapsed();
-        match out {
+        match self.decode(id, Want::Logits)? {
             Output::Logits(l) => Ok(l),
             _ => unreachable!("asked for logits"),
         }
@@ -484,15 +479,20 @@ impl Engine {
     /// # Errors
     /// As [`Engine::prefill`].
     pub fn step_greedy(&mut self, id: u32) -> Result<u32> {
-        self.check(&[id])?;
-        let started = Instant::now();
-        let out = self.run(&[id], Want::Argmax)?;
-        self.stats.decode_tokens += 1;
-        self.stats.decode_time += started.elapsed();
-        match out {
+        match self.decode(id, Want::Argmax)? {
             Output::Argmax(t) => Ok(t),
             _ => unreachable!("asked for the argmax"),
         }
+    }
+
+    /// One decode step, counted in the decode stats.
+    fn decode(&mut self, id: u32, want: Want) -> Result<Output> {
+        self.check(&[id])?;
+        let started = Instant::now();
+        let out = self.run(&[id], want)?;
+        self.stats.decode_tokens += 1;
+        self.stats.decode_time += started.elapsed();
+        Ok(out)
     }
 
     fn check(&self, ids: &[u32]) -> Result<()> {

@@ -1,0 +1,22 @@
+//! Helpers the examples share (not an example itself: cargo only builds `examples/*.rs` and
+//! `examples/*/main.rs`).
+
+/// A byte size as people write it: `4GB`, `512MiB`, `4g`, `1.5GB` (units B, K/KB, M/MB, G/GB = powers of
+/// 1000; KiB, MiB, GiB = powers of 1024; case ignored).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a size like 4GB or 512MiB"))?;
+    let mult = match unit.trim() {
+        "" | "b" => 1.0,
+        "kb" | "k" => 1e3,
+        "mb" | "m" => 1e6,
+        "gb" | "g" => 1e9,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => return Err(format!("unknown unit {other:?} in {s:?}; use B, KB, MB, GB, KiB, MiB or GiB")),
+    };
+    Ok((n * mult) as u64)
+}
