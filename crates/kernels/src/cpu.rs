@@ -120,6 +120,31 @@ pub fn kv_store(src: &[f32], positions: &[u32], n: usize, dst: &mut [f16]) {
     }
 }
 
+/// What `qkv_rope_store` does, from [`qk_norm_rope`] and [`kv_store`]: `qkv` is `[T, heads + 2·kv_heads, d]`
+/// (each token's Q heads, then K heads, then V heads); returns `q_out [T, heads, d]` and stores K (normed
+/// with `k_norm`, rotated) and V into the `[ctx, kv_heads, d]` caches at `positions`.
+#[allow(clippy::too_many_arguments)]
+pub fn qkv_rope_store(
+    qkv: &[f32],
+    q_norm: &[f32],
+    k_norm: &[f32],
+    rope: &[[f32; 2]],
+    positions: &[u32],
+    (heads, kv_heads, head_dim): (usize, usize, usize),
+    eps: f32,
+    (k_cache, v_cache): (&mut [f16], &mut [f16]),
+) -> Vec<f32> {
+    let (q, kv) = (heads * head_dim, kv_heads * head_dim);
+    let part = |from: usize, len: usize| -> Vec<f32> {
+        qkv.chunks(q + 2 * kv).flat_map(|row| row[from..from + len].to_vec()).collect()
+    };
+    let q_out = qk_norm_rope(&part(0, q), q_norm, rope, heads, head_dim, eps);
+    let k = qk_norm_rope(&part(q, kv), k_norm, rope, kv_heads, head_dim, eps);
+    kv_store(&k, positions, kv, k_cache);
+    kv_store(&part(q + kv, kv), positions, kv, v_cache);
+    q_out
+}
+
 /// Causal GQA attention over an f16 cache `[ctx, kv_heads, d]`: for each query `[T, heads, d]` and
 /// head h, softmax over positions `0..=positions[t]` of `q·k / sqrt(d)`, then the weighted sum of v.
 pub fn attention(
@@ -272,6 +297,20 @@ pub fn moe_combine(experts: &[f32], weights: &[f32], residual: &[f32], hidden: u
             })
         })
         .collect()
+}
+
+/// [`moe_combine`] then [`rms_norm`] of its rows: returns `(out, normed)`.
+pub fn moe_combine_norm(
+    experts: &[f32],
+    weights: &[f32],
+    residual: &[f32],
+    norm: &[f32],
+    (hidden, k): (usize, usize),
+    eps: f32,
+) -> (Vec<f32>, Vec<f32>) {
+    let out = moe_combine(experts, weights, residual, hidden, k);
+    let normed = rms_norm(&out, norm, hidden, eps);
+    (out, normed)
 }
 
 /// Pool slots of picks from a resident table: `table[base + id]`, `u32::MAX` past the table.

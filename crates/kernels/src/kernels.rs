@@ -28,6 +28,8 @@ pub enum Kernel {
     QkNormRope,
     /// KV-cache store (f32 → f16).
     KvStore,
+    /// QK norm + RoPE of Q and K and the K/V cache stores, from stacked projections, in one dispatch.
+    QkvRopeStore,
     /// Causal GQA attention over the f16 KV cache.
     Attention,
     /// Split-K attention for decode, part 1: per-block partial softmax sums.
@@ -54,6 +56,8 @@ pub enum Kernel {
     SiluMul,
     /// Weighted sum of the k expert outputs plus the residual.
     MoeCombine,
+    /// Weighted sum plus residual, then the next RMSNorm, in one dispatch.
+    MoeCombineNorm,
     /// Argmax per row.
     Argmax,
 }
@@ -64,7 +68,7 @@ const Q8_HELPERS: &str = include_str!("wgsl/q8_helpers.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 22] = [
+    pub const ALL: [Kernel; 24] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -73,6 +77,7 @@ impl Kernel {
         Kernel::F32Gemv,
         Kernel::QkNormRope,
         Kernel::KvStore,
+        Kernel::QkvRopeStore,
         Kernel::Attention,
         Kernel::AttentionSplit,
         Kernel::AttentionCombine,
@@ -86,6 +91,7 @@ impl Kernel {
         Kernel::ExpertSlots,
         Kernel::SiluMul,
         Kernel::MoeCombine,
+        Kernel::MoeCombineNorm,
         Kernel::Argmax,
     ];
 
@@ -100,6 +106,7 @@ impl Kernel {
             Kernel::F32Gemv => "f32_gemv",
             Kernel::QkNormRope => "qk_norm_rope",
             Kernel::KvStore => "kv_store",
+            Kernel::QkvRopeStore => "qkv_rope_store",
             Kernel::Attention => "attention",
             Kernel::AttentionSplit => "attention_split",
             Kernel::AttentionCombine => "attention_combine",
@@ -113,6 +120,7 @@ impl Kernel {
             Kernel::ExpertSlots => "expert_slots",
             Kernel::SiluMul => "silu_mul",
             Kernel::MoeCombine => "moe_combine",
+            Kernel::MoeCombineNorm => "moe_combine_norm",
             Kernel::Argmax => "argmax",
         }
     }
@@ -142,6 +150,7 @@ impl Kernel {
             Kernel::F32Gemv => size_of::<F32GemvParams>(),
             Kernel::QkNormRope => size_of::<QkNormRopeParams>(),
             Kernel::KvStore => size_of::<KvStoreParams>(),
+            Kernel::QkvRopeStore => size_of::<QkvRopeStoreParams>(),
             Kernel::Attention => size_of::<AttentionParams>(),
             Kernel::AttentionSplit => size_of::<AttentionSplitParams>(),
             Kernel::AttentionCombine => size_of::<AttentionCombineParams>(),
@@ -154,6 +163,7 @@ impl Kernel {
             Kernel::ExpertSlots => size_of::<ExpertSlotsParams>(),
             Kernel::SiluMul => size_of::<SiluMulParams>(),
             Kernel::MoeCombine => size_of::<MoeCombineParams>(),
+            Kernel::MoeCombineNorm => size_of::<MoeCombineNormParams>(),
             Kernel::Argmax => size_of::<ArgmaxParams>(),
         }
     }
@@ -169,6 +179,7 @@ impl Kernel {
             Kernel::F32Gemv => include_str!("wgsl/f32_gemv.wgsl"),
             Kernel::QkNormRope => include_str!("wgsl/qk_norm_rope.wgsl"),
             Kernel::KvStore => include_str!("wgsl/kv_store.wgsl"),
+            Kernel::QkvRopeStore => include_str!("wgsl/qkv_rope_store.wgsl"),
             Kernel::Attention => include_str!("wgsl/attention.wgsl"),
             Kernel::AttentionSplit => include_str!("wgsl/attention_split.wgsl"),
             Kernel::AttentionCombine => include_str!("wgsl/attention_combine.wgsl"),
@@ -182,6 +193,7 @@ impl Kernel {
             Kernel::ExpertSlots => include_str!("wgsl/expert_slots.wgsl"),
             Kernel::SiluMul => include_str!("wgsl/silu_mul.wgsl"),
             Kernel::MoeCombine => include_str!("wgsl/moe_combine.wgsl"),
+            Kernel::MoeCombineNorm => include_str!("wgsl/moe_combine_norm.wgsl"),
             Kernel::Argmax => include_str!("wgsl/argmax.wgsl"),
         }
     }

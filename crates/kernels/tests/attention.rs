@@ -1,10 +1,11 @@
-//! Protects the attention half of a layer (QK-norm + NeoX RoPE, the f16 KV store, causal GQA attention)
+//! Protects the attention half of a layer (QK-norm + NeoX RoPE, the f16 KV store, both fused in
+//! `qkv_rope_store`, causal GQA attention)
 //! against the CPU references on a real device, at the real head shapes, long and odd lengths.
 
 mod common;
 
 use common::{Rng, assert_close, poisoned, read, read_n, run, upload};
-use diskformer_kernels::{AttentionShape, QkNormRopeParams, cpu};
+use diskformer_kernels::{AttentionShape, KvCacheViews, QkNormRopeParams, QkvRopeStoreParams, cpu};
 use half::f16;
 
 #[test]
@@ -175,4 +176,73 @@ fn attention_long_and_odd() {
     check_attention(49, 8, 2, 256, 70, vec![69, 31, 32]); // split: G · d = 1024, blocks of 32
     check_attention(45, 20, 2, 64, 30, vec![29]); // 10 query heads per kv head: beyond the split kernel
     check_attention(46, 2, 2, 30, 30, vec![12]); // d not a multiple of 4: beyond the split kernel
+}
+
+#[test]
+fn qkv_rope_store_is_qk_norm_rope_and_kv_store() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(23);
+    // (heads, kv_heads, head_dim, positions, ctx): the real model at decode and over a chunk with a
+    // position past the cache (not stored), and an odd small one.
+    let cases: [(usize, usize, usize, Vec<u32>, usize); 3] =
+        [(32, 4, 128, vec![37], 64), (32, 4, 128, vec![5, 6, 63, 70], 64), (3, 1, 64, vec![0, 9], 16)];
+    for (heads, kv, d, positions, ctx) in cases {
+        let t = positions.len();
+        let qkv = rng.vec_f32(t * (heads + 2 * kv) * d, -3.0, 3.0);
+        let (qn, kn) = (rng.vec_f32(d, 0.5, 1.5), rng.vec_f32(d, 0.5, 1.5));
+        let rope = cpu::rope_cos_sin(&positions, d, 1_000_000.0);
+        let (xb, qnb, knb) = (upload(g, &qkv), upload(g, &qn), upload(g, &kn));
+        let (rb, pb) = (upload(g, &rope), upload(g, &positions));
+        let q_out = poisoned(g, 4 * t * heads * d);
+        let (kc, vc) = (poisoned(g, 2 * ctx * kv * d), poisoned(g, 2 * ctx * kv * d));
+        let p = QkvRopeStoreParams {
+            heads: heads as u32,
+            kv_heads: kv as u32,
+            head_dim: d as u32,
+            tokens: t as u32,
+            eps: 1e-6,
+            ctx: ctx as u32,
+            _pad: [0; 2],
+        };
+        let v = diskformer_kernels::View::from;
+        let cache = KvCacheViews { k: v(&kc), v: v(&vc) };
+        let disp = g.kernels.qkv_rope_store(v(&xb), v(&qnb), v(&knb), v(&rb), v(&pb), v(&q_out), cache, p);
+        run(g, &[&disp.unwrap()]);
+        let poison = f16::from_bits(0xffff);
+        let (mut want_k, mut want_v) = (vec![poison; ctx * kv * d], vec![poison; ctx * kv * d]);
+        let want_q = cpu::qkv_rope_store(
+            &qkv,
+            &qn,
+            &kn,
+            &rope,
+            &positions,
+            (heads, kv, d),
+            1e-6,
+            (&mut want_k, &mut want_v),
+        );
+        let what = format!("qkv_rope_store heads {heads}/{kv} d {d} T {t}");
+        // Q: as qk_norm_rope_heads, 4e-6 of the head's largest output.
+        let head_max = |v: &[f32]| -> Vec<f32> {
+            v.chunks(d)
+                .flat_map(|h| std::iter::repeat_n(h.iter().fold(0.0f32, |m, x| m.max(x.abs())), d))
+                .collect()
+        };
+        assert_close(&what, &read_n::<f32>(g, &q_out, want_q.len()), &want_q, &head_max(&want_q), 0.0, 4e-6);
+        // V: a copy rounded to f16 on both sides, exact; positions not stored keep the poison.
+        let got_v: Vec<u16> = read_n(g, &vc, ctx * kv * d);
+        assert!(got_v.iter().zip(&want_v).all(|(a, b)| *a == b.to_bits()), "{what}: V cache");
+        // K: the rotation's f32 result may differ in its last bits, which can move the f16 rounding by one
+        // f16 ulp (2^-10 relative); untouched positions keep the poison exactly.
+        let got_k: Vec<u16> = read_n(g, &kc, ctx * kv * d);
+        let want_kf: Vec<f32> = want_k.iter().map(|h| h.to_f32()).collect();
+        for (i, (&a, b)) in got_k.iter().zip(&want_k).enumerate() {
+            if b.to_bits() == poison.to_bits() {
+                assert_eq!(a, 0xffff, "{what}: K cache index {i} was written");
+                continue;
+            }
+            let (got, want) = (f16::from_bits(a).to_f32(), b.to_f32());
+            let m = head_max(&want_kf)[i];
+            assert!((got - want).abs() <= want.abs() / 1024.0 + 4e-6 * m, "{what}: K[{i}] {got} vs {want}");
+        }
+    }
 }

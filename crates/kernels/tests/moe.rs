@@ -7,7 +7,7 @@ mod common;
 
 use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
 use diskformer_kernels::{
-    ExpertPlanes, ExpertSlotsParams, Kernels, MoeCombineParams, cpu, expert_gemm_groups,
+    ExpertPlanes, ExpertSlotsParams, Kernels, MoeCombineNormParams, MoeCombineParams, cpu, expert_gemm_groups,
 };
 
 #[test]
@@ -470,5 +470,121 @@ fn moe_combine_order() {
             })
             .collect();
         assert_close(&format!("moe_combine H={hidden} k={k} T={t}"), &got, &want, &scale, 0.0, 1e-6);
+    }
+}
+
+/// The down projection from gate‖up (`expert_q8_gemv_swiglu`, `expert_q4_gemv_swiglu`) against the CPU's
+/// silu_mul then expert GEMV.
+#[test]
+fn expert_gemv_swiglu_input() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(64);
+    let (q8, q4) = (pool(g, &mut rng, 10, 2048, 768), q4_pool(g, &mut rng, 10, 2048, 768));
+    let (q8_odd, q4_odd) = (pool(g, &mut rng, 3, 40, 96), q4_pool(g, &mut rng, 3, 40, 96));
+    // 3 MiB bindings: 2 Q8_0 slots (1.5 MiB) a part, 5 parts; 4 Q4_0 slots (0.75 MiB) a part, 3 parts.
+    let split = Kernels::new(&g.ctx).with_max_binding(3 << 20);
+    let cases: [(&Kernels, &[u32], usize); 4] = [
+        (&g.kernels, &[3, 7, 0, 9, 4, 1, 8, 5], 1),
+        (&g.plain, &[3, 7, 0, 9, 4, 1, 8, 5], 1),
+        (&split, &[9, 0, 5, 4, 2, 7, 1, 6], 5),
+        (&g.kernels, &[2, 0, 1, 1, 2, 0], 1),
+    ];
+    for (i, (k, slot_idx, min_parts)) in cases.into_iter().enumerate() {
+        let odd = i == 3;
+        let pairs = slot_idx.len();
+        for q4_planes in [false, true] {
+            let (rows, cols, slots) = if odd { (40, 96, 3) } else { (2048, 768, 10) };
+            let (qb, sb) = match (q4_planes, odd) {
+                (false, false) => (&q8.qb, &q8.sb),
+                (false, true) => (&q8_odd.qb, &q8_odd.sb),
+                (true, false) => (&q4.qb, &q4.sb),
+                (true, true) => (&q4_odd.qb, &q4_odd.sb),
+            };
+            let planes = ExpertPlanes {
+                q: qb.into(),
+                scales: sb.into(),
+                slots,
+                first_slot: 0,
+                rows: rows as u32,
+                cols: cols as u32,
+            };
+            let gu = rng.vec_f32(pairs * 2 * cols, -4.0, 4.0);
+            let (gub, ib) = (upload(g, &gu), upload(g, slot_idx));
+            let y = poisoned(g, 4 * pairs * rows);
+            let (x, v) = (pairs as u32, diskformer_kernels::View::from);
+            let d = if q4_planes {
+                k.expert_q4_gemv_swiglu(planes, v(&gub), v(&ib), v(&y), x)
+            } else {
+                k.expert_q8_gemv_swiglu(planes, v(&gub), v(&ib), v(&y), x)
+            }
+            .unwrap();
+            let min_parts = if q4_planes { min_parts.min(3) } else { min_parts };
+            assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
+            run(g, &[&d]);
+            let act = cpu::silu_mul(&gu, cols);
+            let (want, mag) = if q4_planes {
+                let p = if odd { &q4_odd } else { &q4 };
+                let wa = abs_of(&cpu::dequant_q4_0(&p.q, &p.s));
+                let m = rows * cols;
+                let mag: Vec<f32> = slot_idx
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(pair, &s)| {
+                        let xa = abs_of(&act[pair * cols..][..cols]);
+                        cpu::f32_gemv(&wa[s as usize * m..][..m], rows, cols, &xa)
+                    })
+                    .collect();
+                (cpu::expert_q4_gemv(&p.q, &p.s, rows, cols, slot_idx, &act, 1), mag)
+            } else {
+                let p = if odd { &q8_odd } else { &q8 };
+                let qa: Vec<i8> = p.q.iter().map(|v| v.saturating_abs()).collect();
+                let sa: Vec<half::f16> = p.s.iter().map(|v| half::f16::from_f32(v.to_f32().abs())).collect();
+                let mag = cpu::expert_q8_gemv(&qa, &sa, rows, cols, slot_idx, &abs_of(&act), 1);
+                (cpu::expert_q8_gemv(&p.q, &p.s, rows, cols, slot_idx, &act, 1), mag)
+            };
+            let got = read_n::<f32>(g, &y, pairs * rows);
+            // Tolerance: the GEMV's 2e-6·Σ|w·a| plus silu_mul's 2e-6 relative error in each input a:
+            // 4e-6·Σ|w·a|.
+            let what = format!(
+                "swiglu gemv q4 {q4_planes} {rows}x{cols} pairs {pairs} sg {} parts {}",
+                k.subgroups(),
+                d.parts()
+            );
+            assert_close(&what, &got, &want, &mag, 1e-6, 4e-6);
+        }
+    }
+}
+
+#[test]
+fn moe_combine_norm_rows() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(65);
+    for (hidden, k, t) in [(2048usize, 8usize, 1usize), (2048, 8, 3), (100, 3, 2), (13, 1, 1)] {
+        let experts = rng.vec_f32(t * k * hidden, -2.0, 2.0);
+        let weights = rng.vec_f32(t * k, 0.01, 0.3);
+        let residual = rng.vec_f32(t * hidden, -5.0, 5.0);
+        let norm = rng.vec_f32(hidden, 0.5, 1.5);
+        let (eb, wb, rb, nb) =
+            (upload(g, &experts), upload(g, &weights), upload(g, &residual), upload(g, &norm));
+        let (out, normed) = (poisoned(g, 4 * t * hidden), poisoned(g, 4 * t * hidden));
+        let p = MoeCombineNormParams { hidden: hidden as u32, k: k as u32, tokens: t as u32, eps: 1e-6 };
+        let v = diskformer_kernels::View::from;
+        let d = g.kernels.moe_combine_norm(v(&eb), v(&wb), v(&rb), v(&nb), v(&out), v(&normed), p).unwrap();
+        run(g, &[&d]);
+        let (want, want_n) = cpu::moe_combine_norm(&experts, &weights, &residual, &norm, (hidden, k), 1e-6);
+        // Tolerance: out as moe_combine_order (same operations and order, multiply-adds may fuse);
+        // normed as add_rms_norm_rows.
+        let scale: Vec<f32> = (0..t * hidden)
+            .map(|i| {
+                let (tt, h) = (i / hidden, i % hidden);
+                residual[i].abs()
+                    + (0..k)
+                        .map(|j| (experts[(tt * k + j) * hidden + h] * weights[tt * k + j]).abs())
+                        .sum::<f32>()
+            })
+            .collect();
+        let what = format!("moe_combine_norm H={hidden} k={k} T={t}");
+        assert_close(&what, &read_n::<f32>(g, &out, t * hidden), &want, &scale, 0.0, 1e-6);
+        assert_close(&what, &read_n::<f32>(g, &normed, t * hidden), &want_n, &abs_of(&want_n), 1e-7, 4e-6);
     }
 }

@@ -646,7 +646,7 @@ impl Engine {
             }
             Want::Argmax | Want::Logits => {
                 let h = 4 * u64::from(self.config.embedding_length);
-                enc.copy_buffer_to_buffer(s.x(), (u64::from(t) - 1) * h, &s.last, 0, h);
+                enc.copy_buffer_to_buffer(s.xn(), (u64::from(t) - 1) * h, &s.last_n, 0, h);
                 record(&mut enc, &graph.head);
                 let (src, bytes) = match want {
                     Want::Argmax => (&s.argmax, 4),

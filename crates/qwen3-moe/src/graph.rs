@@ -3,8 +3,8 @@
 
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
-    AttentionShape, Dispatch, ExpertPlanes, ExpertSlotsParams, Kernels, MoeCombineParams, QkNormRopeParams,
-    View,
+    AttentionShape, Dispatch, ExpertPlanes, ExpertSlotsParams, Kernels, KvCacheViews, MoeCombineNormParams,
+    QkvRopeStoreParams, View,
 };
 
 use crate::weights::{Weights, storage, storage_size};
@@ -56,14 +56,13 @@ pub(crate) struct ScratchOf<B> {
     pub positions: B,
     pub rope: B,
     x: B,
+    /// The normed residual stream: the input of the attention block and of the experts; after the last
+    /// layer, the output norm's result the head reads.
     xn: B,
-    q: B,
-    k: B,
-    v: B,
-    /// One token's Q, K and V from the stacked GEMV.
+    /// `[T, heads + 2·kv_heads, d]` Q, K and V from the stacked projection.
     qkv: B,
+    /// `[T, heads, d]` Q after QK-norm and RoPE.
     qr: B,
-    kr: B,
     att: B,
     partial: B,
     o: B,
@@ -85,9 +84,8 @@ pub(crate) struct ScratchOf<B> {
     guess_logits: Vec<B>,
     pub guess_ids: Vec<B>,
     guess_weights: Vec<B>,
-    /// The last token's hidden state, copied out for the head.
-    pub last: B,
-    last_n: B,
+    /// The last token's normed hidden state, copied out of `xn` for the head.
+    pub last_n: B,
     /// `[vocab]` logits of the last token.
     pub logits: B,
     /// The greedy token.
@@ -133,13 +131,9 @@ impl<B> ScratchOf<B> {
             positions: b("positions", t),
             rope: b("rope", t * u64::from(c.key_length)),
             x: out("x", t * h),
-            xn: b("xn", t * h),
-            q: b("q", t * q),
-            k: b("k", t * kv),
-            v: b("v", t * kv),
-            qkv: b("qkv", q + 2 * kv),
+            xn: out("xn", t * h),
+            qkv: b("qkv", t * (q + 2 * kv)),
             qr: b("qr", t * q),
-            kr: b("kr", t * kv),
             att: b("att", t * q),
             partial: b("attention partial", attention_shape(c, 1, ctx).partial_len()),
             o: b("o", t * h),
@@ -156,7 +150,6 @@ impl<B> ScratchOf<B> {
             guess_logits: per_guess("guess logits", e, Use::Storage),
             guess_ids: per_guess("guess ids", k, Use::CopiedOut),
             guess_weights: per_guess("guess weights", k, Use::Storage),
-            last: b("last", h),
             last_n: b("last normed", h),
             logits: out("logits", u64::from(vocab)),
             argmax: out("argmax", 1),
@@ -172,12 +165,8 @@ impl<B> ScratchOf<B> {
             &self.rope,
             &self.x,
             &self.xn,
-            &self.q,
-            &self.k,
-            &self.v,
             &self.qkv,
             &self.qr,
-            &self.kr,
             &self.att,
             &self.partial,
             &self.o,
@@ -188,7 +177,6 @@ impl<B> ScratchOf<B> {
             &self.gate_up,
             &self.act,
             &self.down,
-            &self.last,
             &self.last_n,
             &self.logits,
             &self.argmax,
@@ -227,9 +215,9 @@ impl Scratch {
         sizes.all().sum()
     }
 
-    /// The residual stream.
-    pub fn x(&self) -> &wgpu::Buffer {
-        &self.x
+    /// The normed residual stream (after the last layer: the output norm's result).
+    pub fn xn(&self) -> &wgpu::Buffer {
+        &self.xn
     }
 
     /// Bytes of every buffer.
@@ -254,7 +242,8 @@ pub(crate) struct LayerGraph {
 pub(crate) struct Graph {
     pub embed: Dispatch,
     pub layers: Vec<LayerGraph>,
-    /// Final norm, lm head, argmax (on [`Scratch::last`]).
+    /// Lm head and argmax (on [`Scratch::last_n`]; the last layer's `moe_combine_norm` applied the output
+    /// norm).
     pub head: Vec<Dispatch>,
 }
 
@@ -283,9 +272,15 @@ impl Graph {
         let (k, c, w, s) = (b.kernels, b.config, b.weights, b.scratch);
         let (h, eps) = (c.embedding_length, c.layer_norm_rms_epsilon);
         let (experts, top_k, ffn) = (c.expert_count, c.expert_used_count, c.expert_feed_forward_length);
-        let kvn = c.head_count_kv * c.key_length;
-        let qp = QkNormRopeParams { heads: c.head_count, head_dim: c.key_length, tokens: t, eps };
-        let kp = QkNormRopeParams { heads: c.head_count_kv, ..qp };
+        let qkv_params = QkvRopeStoreParams {
+            heads: c.head_count,
+            kv_heads: c.head_count_kv,
+            head_dim: c.key_length,
+            tokens: t,
+            eps,
+            ctx: b.kv.ctx,
+            _pad: [0; 2],
+        };
         let shape = attention_shape(c, t, b.kv.ctx);
         // One dispatch per pool part (several when the pool exceeds the device's largest buffer).
         let planes = |big: Plane, small: Plane, rows: u32, cols: u32| -> Vec<ExpertPlanes<'_>> {
@@ -309,44 +304,33 @@ impl Graph {
         let embed = k.embed_q8(v(&s.ids), w.embd.m(), v(&s.x), t)?;
         let mut layers = Vec::with_capacity(w.layers.len());
         for (l, lw) in w.layers.iter().enumerate() {
-            let mut attention = vec![k.rms_norm(v(&s.x), v(&lw.attn_norm), v(&s.xn), h, t, eps)?];
-            // One token: Q, K and V from one GEMV over the stacked matrix when its outputs land aligned.
-            let (q_bytes, kv_bytes) = (4 * u64::from(c.head_count * c.key_length), 4 * u64::from(kvn));
-            let align = k.storage_align();
-            let (qv, kv, vv) = match &lw.wqkv {
-                Some(wqkv) if t == 1 && q_bytes.is_multiple_of(align) && kv_bytes.is_multiple_of(align) => {
-                    attention.push(k.q8_gemv(wqkv.m(), v(&s.xn), v(&s.qkv), 1)?);
-                    (View::at(&s.qkv, 0), View::at(&s.qkv, q_bytes), View::at(&s.qkv, q_bytes + kv_bytes))
-                }
-                _ => {
-                    attention.extend([
-                        k.q8_gemm_or_gemv(lw.wq.m(), v(&s.xn), v(&s.q), t)?,
-                        k.q8_gemm_or_gemv(lw.wk.m(), v(&s.xn), v(&s.k), t)?,
-                        k.q8_gemm_or_gemv(lw.wv.m(), v(&s.xn), v(&s.v), t)?,
-                    ]);
-                    (v(&s.q), v(&s.k), v(&s.v))
-                }
-            };
+            let mut attention = Vec::with_capacity(12);
+            if l == 0 {
+                // Later layers get their attention norm from the previous layer's `moe_combine_norm`.
+                attention.push(k.rms_norm(v(&s.x), v(&lw.attn_norm), v(&s.xn), h, t, eps)?);
+            }
+            let cache = KvCacheViews { k: v(&b.kv.k[l]), v: v(&b.kv.v[l]) };
+            let (rope, pos) = (v(&s.rope), v(&s.positions));
             attention.extend([
-                k.qk_norm_rope(qv, v(&lw.q_norm), v(&s.rope), v(&s.qr), qp)?,
-                k.qk_norm_rope(kv, v(&lw.k_norm), v(&s.rope), v(&s.kr), kp)?,
-                k.kv_store(v(&s.kr), v(&s.positions), v(&b.kv.k[l]), kvn, t, b.kv.ctx)?,
-                k.kv_store(vv, v(&s.positions), v(&b.kv.v[l]), kvn, t, b.kv.ctx)?,
+                k.q8_gemm_or_gemv(lw.wqkv.m(), v(&s.xn), v(&s.qkv), t)?,
+                k.qkv_rope_store(
+                    v(&s.qkv),
+                    v(&lw.q_norm),
+                    v(&lw.k_norm),
+                    rope,
+                    pos,
+                    v(&s.qr),
+                    cache,
+                    qkv_params,
+                )?,
             ]);
             if t == 1 {
                 // Split-K: many workgroups for one query token.
-                let (q, kc, vc, pos) = (v(&s.qr), v(&b.kv.k[l]), v(&b.kv.v[l]), v(&s.positions));
+                let (q, kc, vc) = (v(&s.qr), v(&b.kv.k[l]), v(&b.kv.v[l]));
                 attention.push(k.attention_split(q, kc, vc, pos, v(&s.partial), shape)?);
                 attention.push(k.attention_combine(v(&s.partial), pos, v(&s.att), shape)?);
             } else {
-                attention.push(k.attention(
-                    v(&s.qr),
-                    v(&b.kv.k[l]),
-                    v(&b.kv.v[l]),
-                    v(&s.positions),
-                    v(&s.att),
-                    shape,
-                )?);
+                attention.push(k.attention(v(&s.qr), v(&b.kv.k[l]), v(&b.kv.v[l]), pos, v(&s.att), shape)?);
             }
             attention.extend([
                 k.q8_gemm_or_gemv(lw.wo.m(), v(&s.att), v(&s.o), t)?,
@@ -361,7 +345,6 @@ impl Graph {
                 let (gl, gi, gw) = (v(&s.guess_logits[j]), v(&s.guess_ids[j]), v(&s.guess_weights[j]));
                 attention.push(k.router_topk(gl, gi, gw, experts, top_k, 1)?);
             }
-            let cp = MoeCombineParams { hidden: h, k: top_k, tokens: t, _pad: 0 };
             let mut experts_dispatches = Vec::with_capacity(5);
             if let Some(table) = b.resident_table.filter(|_| t == 1) {
                 let p = ExpertSlotsParams {
@@ -381,40 +364,67 @@ impl Graph {
                 })
             };
             for &part in gate_up.iter().filter(|p| in_layer(p)) {
+                let input = ExpertInput::Shared(v(&s.xn));
                 experts_dispatches.push(k.expert_matmul(
                     part,
-                    v(&s.xn),
+                    input,
                     s,
                     l,
                     v(&s.gate_up),
                     (t, pairs),
-                    top_k,
                     b.q4_experts,
                 )?);
             }
-            experts_dispatches.push(k.silu_mul(v(&s.gate_up), v(&s.act), ffn, pairs)?);
+            // One token: the down GEMV applies SwiGLU as it reads gate‖up; chunks run silu_mul first.
+            let down_input = if t == 1 {
+                ExpertInput::SwiGlu(v(&s.gate_up))
+            } else {
+                experts_dispatches.push(k.silu_mul(v(&s.gate_up), v(&s.act), ffn, pairs)?);
+                ExpertInput::PerPair(v(&s.act))
+            };
             for &part in down.iter().filter(|p| in_layer(p)) {
                 experts_dispatches.push(k.expert_matmul(
                     part,
-                    v(&s.act),
+                    down_input,
                     s,
                     l,
                     v(&s.down),
                     (t, pairs),
-                    1,
                     b.q4_experts,
                 )?);
             }
-            experts_dispatches.push(k.moe_combine(v(&s.down), v(&s.pick_weights), v(&s.h), v(&s.x), cp)?);
+            // The next layer's attention norm, or after the last layer the output norm.
+            let next_norm = w.layers.get(l + 1).map_or(&w.out_norm, |next| &next.attn_norm);
+            let cp = MoeCombineNormParams { hidden: h, k: top_k, tokens: t, eps };
+            let (down_out, weights, residual) = (v(&s.down), v(&s.pick_weights), v(&s.h));
+            experts_dispatches.push(k.moe_combine_norm(
+                down_out,
+                weights,
+                residual,
+                v(next_norm),
+                v(&s.x),
+                v(&s.xn),
+                cp,
+            )?);
             layers.push(LayerGraph { attention, experts: experts_dispatches });
         }
         let head = vec![
-            k.rms_norm(v(&s.last), v(&w.out_norm), v(&s.last_n), h, 1, eps)?,
             k.q8_gemv_rows2(w.head().m(), v(&s.last_n), v(&s.logits), 1)?,
             k.argmax(v(&s.logits), v(&s.argmax), w.head().rows, 1)?,
         ];
         Ok(Graph { embed, layers, head })
     }
+}
+
+/// The input of an expert projection.
+#[derive(Clone, Copy)]
+enum ExpertInput<'a> {
+    /// `[T, cols]`: a token's picks share its row (gate‖up).
+    Shared(View<'a>),
+    /// `[T·k, cols]`: one row per (token, pick) pair (down, after silu_mul).
+    PerPair(View<'a>),
+    /// `[T·k, 2·cols]` gate‖up, SwiGLU applied as it is read (down, one token).
+    SwiGlu(View<'a>),
 }
 
 /// Expert projections: for one token the slot-indexed GEMV, for a chunk the GEMM over pairs grouped by slot
@@ -424,12 +434,11 @@ trait ExpertProjection {
     fn expert_matmul(
         &self,
         pool: ExpertPlanes<'_>,
-        x: View<'_>,
+        x: ExpertInput<'_>,
         s: &Scratch,
         layer: usize,
         y: View<'_>,
         t_pairs: (u32, u32),
-        x_div: u32,
         q4: bool,
     ) -> diskformer_kernels::Result<Dispatch>;
 }
@@ -438,16 +447,28 @@ impl ExpertProjection for Kernels {
     fn expert_matmul(
         &self,
         pool: ExpertPlanes<'_>,
-        x: View<'_>,
+        x: ExpertInput<'_>,
         s: &Scratch,
         layer: usize,
         y: View<'_>,
         (t, pairs): (u32, u32),
-        x_div: u32,
         q4: bool,
     ) -> diskformer_kernels::Result<Dispatch> {
         let slot_idx = View::from(&s.slot_idx[layer]);
         let (groups, order) = (View::from(&s.gemm_groups[layer]), View::from(&s.gemm_order[layer]));
+        let k = pairs / t;
+        let (x, x_div) = match x {
+            ExpertInput::Shared(x) => (x, k),
+            ExpertInput::PerPair(x) => (x, 1),
+            ExpertInput::SwiGlu(gate_up) => {
+                debug_assert_eq!(t, 1, "chunks run silu_mul before the down GEMM");
+                return if q4 {
+                    self.expert_q4_gemv_swiglu(pool, gate_up, slot_idx, y, pairs)
+                } else {
+                    self.expert_q8_gemv_swiglu(pool, gate_up, slot_idx, y, pairs)
+                };
+            }
+        };
         match (t == 1, q4) {
             (true, false) => self.expert_q8_gemv(pool, x, slot_idx, y, pairs, x_div),
             (true, true) => self.expert_q4_gemv(pool, x, slot_idx, y, pairs, x_div),

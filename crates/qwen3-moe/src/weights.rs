@@ -8,25 +8,18 @@ use diskformer_store::{DenseData, DenseTensor, Store};
 
 use crate::{Config, Error, Result};
 
-/// A Q8_0 matrix on the GPU as the kernels bind it: its planes, or regions of shared planes.
+/// A Q8_0 matrix on the GPU as the kernels bind it: its two planes.
 #[derive(Debug)]
 pub(crate) struct Q8Weight {
     q: wgpu::Buffer,
-    q_offset: u64,
     s: wgpu::Buffer,
-    s_offset: u64,
     pub rows: u32,
     pub cols: u32,
 }
 
 impl Q8Weight {
     pub fn m(&self) -> Q8Matrix<'_> {
-        Q8Matrix {
-            q: View::at(&self.q, self.q_offset),
-            scales: View::at(&self.s, self.s_offset),
-            rows: self.rows,
-            cols: self.cols,
-        }
+        Q8Matrix { q: View::from(&self.q), scales: View::from(&self.s), rows: self.rows, cols: self.cols }
     }
 }
 
@@ -34,12 +27,9 @@ impl Q8Weight {
 #[derive(Debug)]
 pub(crate) struct LayerWeights {
     pub attn_norm: wgpu::Buffer,
-    /// Q, K and V stacked in one matrix (their rows in that order), when their planes could share buffers at
-    /// aligned offsets: decode runs one GEMV for the three. `wq`, `wk`, `wv` are then regions of it.
-    pub wqkv: Option<Q8Weight>,
-    pub wq: Q8Weight,
-    pub wk: Q8Weight,
-    pub wv: Q8Weight,
+    /// Q, K and V stacked in one matrix (their rows in that order): one GEMV (decode) or GEMM (chunks) for
+    /// the three, whose output `qkv_rope_store` reads per head.
+    pub wqkv: Q8Weight,
     pub wo: Q8Weight,
     pub q_norm: wgpu::Buffer,
     pub k_norm: wgpu::Buffer,
@@ -89,9 +79,8 @@ impl Weights {
         // SAFETY: the store's files are written once by ingest and only read afterwards.
         let map = unsafe { memmap2::Mmap::map(&file) }
             .map_err(|source| Error::Io { path: path.clone(), source })?;
-        let align = device.limits().min_storage_buffer_offset_alignment.into();
         let total = Self::device_bytes(store);
-        let mut up = Uploader { store, device, queue, map: &map, done: 0, total, progress, align };
+        let mut up = Uploader { store, device, queue, map: &map, done: 0, total, progress };
         let (h, v) = (config.embedding_length, up.vocab()?);
         let (q, kv) = (config.head_count * config.key_length, config.head_count_kv * config.key_length);
         let embd = up.q8("token_embd.weight", v, h)?;
@@ -104,14 +93,10 @@ impl Weights {
         let mut layers = Vec::with_capacity(config.block_count as usize);
         for l in 0..config.block_count {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
-            let (wqkv, [wq, wk, wv]) =
-                up.q8_stacked([(&n("attn_q"), q), (&n("attn_k"), kv), (&n("attn_v"), kv)], h)?;
+            let wqkv = up.q8_stacked([(&n("attn_q"), q), (&n("attn_k"), kv), (&n("attn_v"), kv)], h)?;
             layers.push(LayerWeights {
                 attn_norm: up.f32s(&n("attn_norm"), &[h])?,
                 wqkv,
-                wq,
-                wk,
-                wv,
                 wo: up.q8(&n("attn_output"), h, q)?,
                 q_norm: up.f32s(&n("attn_q_norm"), &[config.key_length])?,
                 k_norm: up.f32s(&n("attn_k_norm"), &[config.key_length])?,
@@ -133,8 +118,6 @@ struct Uploader<'a> {
     done: u64,
     total: u64,
     progress: &'a mut dyn FnMut(u64, u64),
-    /// The device's storage offset alignment.
-    align: u64,
 }
 
 impl<'a> Uploader<'a> {
@@ -193,39 +176,20 @@ impl<'a> Uploader<'a> {
     fn q8(&mut self, name: &str, rows: u32, cols: u32) -> Result<Q8Weight> {
         let (q, s) = self.q8_planes(name, rows, cols)?;
         let (q, s) = (self.buffer(name, q), self.buffer(name, s));
-        Ok(Q8Weight { q, q_offset: 0, s, s_offset: 0, rows, cols })
+        Ok(Q8Weight { q, s, rows, cols })
     }
 
-    /// Three matrices of `cols` columns stacked into shared planes (the first's rows, then the second's, …)
-    /// when every region starts at an aligned offset; otherwise each in its own buffers.
-    fn q8_stacked(
-        &mut self,
-        parts: [(&str, u32); 3],
-        cols: u32,
-    ) -> Result<(Option<Q8Weight>, [Q8Weight; 3])> {
+    /// Three matrices of `cols` columns stacked into one (the first's rows, then the second's, …): the
+    /// quant planes concatenated, and the scale planes.
+    fn q8_stacked(&mut self, parts: [(&str, u32); 3], cols: u32) -> Result<Q8Weight> {
         let planes: Vec<(&'a [u8], &'a [u8])> =
             parts.iter().map(|&(name, rows)| self.q8_planes(name, rows, cols)).collect::<Result<_>>()?;
-        let aligned = planes.iter().take(2).all(|(q, s)| {
-            (q.len() as u64).is_multiple_of(self.align) && (s.len() as u64).is_multiple_of(self.align)
-        });
-        if !aligned {
-            let [a, b, c] = parts.map(|(name, rows)| self.q8(name, rows, cols));
-            return Ok((None, [a?, b?, c?]));
-        }
         let concat = |i: usize| {
             planes.iter().flat_map(|p| if i == 0 { p.0 } else { p.1 }).copied().collect::<Vec<u8>>()
         };
-        let (qs, ss) = (concat(0), concat(1));
-        let (q, s) = (self.buffer(parts[0].0, &qs), self.buffer(parts[0].0, &ss));
-        let (mut q_offset, mut s_offset) = (0u64, 0u64);
-        let views = std::array::from_fn(|i| {
-            let w = Q8Weight { q: q.clone(), q_offset, s: s.clone(), s_offset, rows: parts[i].1, cols };
-            q_offset += planes[i].0.len() as u64;
-            s_offset += planes[i].1.len() as u64;
-            w
-        });
+        let (q, s) = (self.buffer(parts[0].0, &concat(0)), self.buffer(parts[0].0, &concat(1)));
         let rows = parts.iter().map(|p| p.1).sum();
-        Ok((Some(Q8Weight { q, q_offset: 0, s, s_offset: 0, rows, cols }), views))
+        Ok(Q8Weight { q, s, rows, cols })
     }
 
     fn f32s(&mut self, name: &str, dims: &[u32]) -> Result<wgpu::Buffer> {

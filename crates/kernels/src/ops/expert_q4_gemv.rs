@@ -1,4 +1,4 @@
-use super::expert_q8_gemv::ExpertQ8GemvParams;
+use super::expert_q8_gemv::{ExpertQ8GemvParams, GemvInput};
 use crate::error::Result;
 use crate::kernels::{Kernel, Kernels, View};
 use crate::{Dispatch, ExpertPlanes};
@@ -32,6 +32,39 @@ impl Kernels {
         pairs: u32,
         x_div: u32,
     ) -> Result<Dispatch> {
-        self.expert_gemv(Kernel::ExpertQ4Gemv, Q4_0_BLOCK_BYTES, pool, x, slot_idx, y, pairs, x_div)
+        self.expert_gemv(
+            Kernel::ExpertQ4Gemv,
+            Q4_0_BLOCK_BYTES,
+            pool,
+            x,
+            slot_idx,
+            y,
+            pairs,
+            GemvInput::Plain(x_div),
+        )
+    }
+
+    /// The down projection straight from gate‖up over Q4_0 planes: as [`Kernels::expert_q8_gemv_swiglu`].
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_q4_gemv`].
+    pub fn expert_q4_gemv_swiglu(
+        &self,
+        pool: ExpertPlanes<'_>,
+        gate_up: View<'_>,
+        slot_idx: View<'_>,
+        y: View<'_>,
+        pairs: u32,
+    ) -> Result<Dispatch> {
+        self.expert_gemv(
+            Kernel::ExpertQ4Gemv,
+            Q4_0_BLOCK_BYTES,
+            pool,
+            gate_up,
+            slot_idx,
+            y,
+            pairs,
+            GemvInput::SwiGlu,
+        )
     }
 }

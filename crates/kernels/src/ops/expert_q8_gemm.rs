@@ -1,5 +1,5 @@
 use super::expert_q4_gemv::Q4_0_BLOCK_BYTES;
-use super::expert_q8_gemv::{Q8_0_BLOCK_BYTES, expert_pool_parts};
+use super::expert_q8_gemv::{PoolGrid, Q8_0_BLOCK_BYTES, expert_pool_parts};
 use crate::error::Result;
 use crate::kernels::{Kernel, Kernels, View};
 use crate::{Dispatch, ExpertPlanes, ops::*};
@@ -111,7 +111,8 @@ impl Kernels {
         let b = self.binder(kernel);
         let pp = u64::from(pairs);
         let index = [("groups", groups, f32s(4 * pp)), ("order", order, f32s(pp))];
-        let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, y, pairs, x_div)?;
+        let grid = PoolGrid { rows_per_group: 8, x_row: u64::from(pool.cols) };
+        let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, y, pairs, x_div, grid)?;
         let out = parts
             .into_iter()
             .map(|part| {

@@ -18,8 +18,10 @@ pub struct ExpertQ8GemvParams {
     pub slot_begin: u32,
     /// One past the last slot bound in this part.
     pub slot_end: u32,
+    /// 1: the input is `silu(gate) · up` read from `x = [P, 2 · cols]` gate‖up (x_div 1); 0: `x[pair / x_div]`.
+    pub silu_input: u32,
     /// Padding.
-    pub _pad: [u32; 2],
+    pub _pad: u32,
 }
 const _: () = assert!(size_of::<ExpertQ8GemvParams>() == 32);
 
@@ -61,7 +63,43 @@ impl Kernels {
         pairs: u32,
         x_div: u32,
     ) -> Result<Dispatch> {
-        self.expert_gemv(Kernel::ExpertQ8Gemv, Q8_0_BLOCK_BYTES, pool, x, slot_idx, y, pairs, x_div)
+        self.expert_gemv(
+            Kernel::ExpertQ8Gemv,
+            Q8_0_BLOCK_BYTES,
+            pool,
+            x,
+            slot_idx,
+            y,
+            pairs,
+            GemvInput::Plain(x_div),
+        )
+    }
+
+    /// The down projection straight from gate‖up: as [`Kernels::expert_q8_gemv`] with x_div 1, but the
+    /// input of pair p is `silu(gate_up[p, ..cols]) · gate_up[p, cols..]` (SwiGLU, computed as the input is
+    /// read: no separate [`Kernels::silu_mul`] dispatch).
+    /// Shapes: `gate_up [P, 2 · cols] f32`, `slot_idx [P] u32`, pool planes, `y [P, rows] f32`.
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_q8_gemv`].
+    pub fn expert_q8_gemv_swiglu(
+        &self,
+        pool: ExpertPlanes<'_>,
+        gate_up: View<'_>,
+        slot_idx: View<'_>,
+        y: View<'_>,
+        pairs: u32,
+    ) -> Result<Dispatch> {
+        self.expert_gemv(
+            Kernel::ExpertQ8Gemv,
+            Q8_0_BLOCK_BYTES,
+            pool,
+            gate_up,
+            slot_idx,
+            y,
+            pairs,
+            GemvInput::SwiGlu,
+        )
     }
 
     /// The launcher shared by the slot-indexed expert GEMVs, which differ only in their shader and the
@@ -76,11 +114,16 @@ impl Kernels {
         slot_idx: View<'_>,
         y: View<'_>,
         pairs: u32,
-        x_div: u32,
+        input: GemvInput,
     ) -> Result<Dispatch> {
         let b = self.binder(kernel);
         let index = [("slot_idx", slot_idx, f32s(u64::from(pairs)))];
-        let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, y, pairs, x_div)?;
+        let (x_div, x_row, silu_input) = match input {
+            GemvInput::Plain(x_div) => (x_div, u64::from(pool.cols), 0),
+            GemvInput::SwiGlu => (1, 2 * u64::from(pool.cols), 1),
+        };
+        let grid = PoolGrid { rows_per_group: EXPERT_GEMV_ROWS, x_row };
+        let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, y, pairs, x_div, grid)?;
         let out = parts
             .into_iter()
             .map(|part| {
@@ -91,13 +134,32 @@ impl Kernels {
                     x_div,
                     slot_begin: pool.first_slot + part.begin,
                     slot_end: pool.first_slot + part.end,
-                    _pad: [0; 2],
+                    silu_input,
+                    _pad: 0,
                 };
                 (p, part.bound, part.dims)
             })
             .collect();
         Ok(b.finish(out))
     }
+}
+
+/// How the slot-indexed expert GEMVs read their input.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum GemvInput {
+    /// `x[pair / x_div]`.
+    Plain(u32),
+    /// `silu(gate) · up` from `x = [P, 2 · cols]` gate‖up.
+    SwiGlu,
+}
+
+/// Rows of one workgroup of the expert GEMVs (8 lane groups of 4 rows).
+const EXPERT_GEMV_ROWS: u64 = 32;
+
+/// The grid of an expert kernel: rows per workgroup, and floats per input row.
+pub(crate) struct PoolGrid {
+    pub rows_per_group: u64,
+    pub x_row: u64,
 }
 
 /// Quant-plane bytes of one 32-value Q8_0 block.
@@ -111,14 +173,14 @@ pub(crate) struct ExpertPoolPart<'a> {
     pub end: u32,
     /// x, the index bindings, pool.q, pool.scales, y.
     pub bound: Vec<Bound<'a>>,
-    /// Workgroups: blocks of 8 rows, pairs.
+    /// Workgroups: blocks of rows, pairs.
     pub dims: [u32; 3],
 }
 
 /// Validates an expert GEMV or GEMM over P pairs (`expert_q8_gemv`, `expert_q4_gemv`, `expert_q8_gemm`,
 /// `expert_q4_gemm`: the same grid, and bindings that differ only in how pairs find their slot: `index`,
 /// each a name, view and byte length) whose quant plane holds `block_bytes` bytes per 32-value block, and
-/// splits the pool over bindings.
+/// splits the pool over bindings; `grid` gives the rows a workgroup takes and the length of an input row.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn expert_pool_parts<'a>(
     b: &Binder<'_>,
@@ -129,6 +191,7 @@ pub(crate) fn expert_pool_parts<'a>(
     y: View<'a>,
     pairs: u32,
     x_div: u32,
+    grid: PoolGrid,
 ) -> Result<Vec<ExpertPoolPart<'a>>> {
     let (rows, cols, slots) = (u64::from(pool.rows), u64::from(pool.cols), u64::from(pool.slots));
     let (pp, xd) = (u64::from(pairs), u64::from(x_div));
@@ -138,14 +201,14 @@ pub(crate) fn expert_pool_parts<'a>(
         )
     })?;
     b.ensure(xd > 0 && pp.is_multiple_of(xd), || format!("x_div {xd} must divide pairs {pp}"))?;
-    let dims = [b.groups("rows / 8", rows.div_ceil(8))?, b.groups("pairs", pp)?, 1];
+    let dims = [b.groups("row blocks", rows.div_ceil(grid.rows_per_group))?, b.groups("pairs", pp)?, 1];
     let slot_q = rows * (cols / 32) * block_bytes;
     let slot_s = f16s(rows * cols / 32);
     let parts = b.split_rows("pool.q", slots, slot_q, slot_s, 1)?;
     let mut out = Vec::with_capacity(parts.len());
     for (begin, end) in parts {
         let n = end - begin;
-        let mut bound = vec![b.storage("x", x, 0, f32s(pp / xd * cols))?];
+        let mut bound = vec![b.storage("x", x, 0, f32s(pp / xd * grid.x_row))?];
         for &(name, view, bytes) in index {
             bound.push(b.storage(name, view, 0, bytes)?);
         }

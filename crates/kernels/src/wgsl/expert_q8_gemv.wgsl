@@ -1,23 +1,25 @@
 // Expert Q8_0 GEMV for (token, pick) pairs, indexed by pool slot:
-// y[pair, r] = sum_c (q[slot, r, c] * scale[slot, r, c/32]) * x[pair / x_div, c], slot = slots[pair].
-// gate||up: x_div = k (the picks of a token share its input); down: x_div = 1 (one input per pick).
+// y[pair, r] = sum_c (q[slot, r, c] * scale[slot, r, c/32]) * in[pair, c], slot = slots[pair], where
+// in[pair] = x[pair / x_div] (gate||up: x_div = k, the picks of a token share its input; down from a
+// precomputed activation: x_div = 1), or with silu_input = 1 in[pair, c] = silu(x[pair, c]) * x[pair, cols + c]
+// (down straight from gate||up, SwiGLU computed as the input is read: one dispatch fewer).
 // A pool larger than a binding is split by slot range: one dispatch per part, pairs whose slot lies
-// elsewhere leave at once. The row sum (`row_sum`) is appended as in q8_gemv.
+// elsewhere leave at once. The row sums (`row_sum4`) and `i8x4` are appended as in q8_gemv.
 enable f16;
 
 struct Params {
     rows: u32,       // rows of one slot's matrix
     cols: u32,       // input length, a multiple of 32
     pairs: u32,      // P
-    x_div: u32,      // input row = pair / x_div
+    x_div: u32,      // input row = pair / x_div (1 with silu_input)
     slot_begin: u32, // first slot bound in this part
     slot_end: u32,   // one past the last slot bound in this part
+    silu_input: u32, // 1: x is [P, 2 * cols] gate then up, the input is silu(gate) * up
     _pad0: u32,
-    _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;      // [P / x_div, cols] f32
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;      // [P / x_div, cols] or [P, 2 * cols] f32
 @group(0) @binding(2) var<storage, read> slots: array<u32>;        // [P] pool slot per pair
 @group(0) @binding(3) var<storage, read> q: array<vec4<u32>>;      // [slot_end - slot_begin, rows, cols] int8
 @group(0) @binding(4) var<storage, read> scales: array<f16>;       // [slot_end - slot_begin, rows, cols/32] f16
@@ -25,7 +27,23 @@ struct Params {
 
 var<workgroup> wslot: u32;
 
-// workgroup_id.x = block of 8 rows, workgroup_id.y = pair.
+// Four consecutive input values (vec4 index j of the pair's input row starting at `base`).
+fn input4(base: u32, j: u32) -> vec4<f32> {
+    if (p.silu_input == 0u) {
+        return x[base + j];
+    }
+    let g = x[base + j];
+    let u = x[base + p.cols / 4u + j];
+    return (g / (1.0 + exp(-g))) * u;
+}
+
+// One 16-byte chunk of a row (16 int8) against 16 input values.
+fn dot16(w: vec4<u32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+    return dot(i8x4(w.x), x0) + dot(i8x4(w.y), x1) + dot(i8x4(w.z), x2) + dot(i8x4(w.w), x3);
+}
+
+// workgroup_id.x = block of 32 rows, workgroup_id.y = pair. Each 32-lane group takes 4 rows, so a lane
+// reads its input chunk once for 4 weight chunks, with the 4 loads independent.
 @compute @workgroup_size(256)
 fn expert_q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {
     let pair = wg.y;
@@ -37,26 +55,46 @@ fn expert_q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_i
         return;
     }
     let lane = li % 32u;
-    let r = wg.x * 8u + li / 32u;
-    var acc = 0.0;
-    if (r < p.rows) {
-        let nvec = p.cols / 16u;
-        let row = (slot - p.slot_begin) * p.rows + r;
-        let qbase = row * nvec;
-        let sbase = row * (p.cols / 32u);
-        let xbase = (pair / p.x_div) * (p.cols / 4u);
-        for (var i = lane; i < nvec; i += 32u) {
-            let w = q[qbase + i];
-            let xb = xbase + i * 4u;
-            let d = dot(i8x4(w.x), x[xb])
-                + dot(i8x4(w.y), x[xb + 1u])
-                + dot(i8x4(w.z), x[xb + 2u])
-                + dot(i8x4(w.w), x[xb + 3u]);
-            acc += f32(scales[sbase + i / 2u]) * d;
-        }
+    let r = wg.x * 32u + (li / 32u) * 4u;
+    let nvec = p.cols / 16u;
+    let nblk = p.cols / 32u;
+    // Rows past the matrix (the last block of an odd shape) read the last row and are not written.
+    let first = (slot - p.slot_begin) * p.rows;
+    let last = p.rows - 1u;
+    let rows = vec4<u32>(first) + min(vec4<u32>(r) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(last));
+    var base = (pair / p.x_div) * (p.cols / 4u);
+    if (p.silu_input != 0u) {
+        base = pair * (p.cols / 2u);
     }
-    let total = row_sum(acc, li/*SG_CALL*/);
-    if (lane == 0u && r < p.rows) {
-        y[pair * p.rows + r] = total;
+    var acc = vec4<f32>(0.0);
+    for (var i = lane; i < nvec; i += 32u) {
+        let w0 = q[rows.x * nvec + i];
+        let w1 = q[rows.y * nvec + i];
+        let w2 = q[rows.z * nvec + i];
+        let w3 = q[rows.w * nvec + i];
+        let s = vec4<f32>(
+            f32(scales[rows.x * nblk + i / 2u]),
+            f32(scales[rows.y * nblk + i / 2u]),
+            f32(scales[rows.z * nblk + i / 2u]),
+            f32(scales[rows.w * nblk + i / 2u]),
+        );
+        let x0 = input4(base, i * 4u);
+        let x1 = input4(base, i * 4u + 1u);
+        let x2 = input4(base, i * 4u + 2u);
+        let x3 = input4(base, i * 4u + 3u);
+        acc += s * vec4<f32>(
+            dot16(w0, x0, x1, x2, x3),
+            dot16(w1, x0, x1, x2, x3),
+            dot16(w2, x0, x1, x2, x3),
+            dot16(w3, x0, x1, x2, x3),
+        );
+    }
+    let total = row_sum4(acc, li/*SG_CALL*/);
+    if (lane == 0u) {
+        for (var j = 0u; j < 4u; j++) {
+            if (r + j < p.rows) {
+                y[pair * p.rows + r + j] = total[j];
+            }
+        }
     }
 }
