@@ -293,10 +293,10 @@ impl Engine {
         let weights = Weights::upload(&store, &config, &device, &ctx.queue, &mut |done, total| {
             progress(LoadProgress::Upload { done, total })
         })?;
-        if weights.head().rows != vocab {
+        if weights.head.rows != vocab {
             return Err(Error::BadTensor {
                 name: "output.weight".into(),
-                what: format!("has {} rows; the embedding has {vocab}", weights.head().rows),
+                what: format!("has {} rows; the embedding has {vocab}", weights.head.rows),
             });
         }
         let kv = KvCache::new(&device, &config, ctx_len);
@@ -551,7 +551,7 @@ impl Engine {
         let positions: Vec<u32> = (start..start + t).collect();
         let rope = cpu::rope_cos_sin(&positions, self.config.key_length as usize, self.config.rope_freq_base);
         let queue = self.ctx.queue.clone();
-        queue.write_buffer(&self.scratch.ids, 0, bytemuck::cast_slice(ids));
+        queue.write_buffer(&self.scratch.x, 0, bytemuck::cast_slice(&self.weights.embedding.rows(ids)));
         queue.write_buffer(&self.scratch.positions, 0, bytemuck::cast_slice(&positions));
         queue.write_buffer(&self.scratch.rope, 0, bytemuck::cast_slice(&rope));
         self.graph(t)?;
@@ -562,7 +562,6 @@ impl Engine {
         let s = &self.scratch;
 
         let mut enc = device.create_command_encoder(&Default::default());
-        record(&mut enc, std::slice::from_ref(&graph.embed));
         debug_assert!(self.held.is_none());
         let pairs = t as usize * k;
         // Every expert resident: a token's graph turns picks into slots itself, one submit for the token.

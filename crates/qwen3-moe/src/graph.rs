@@ -1,5 +1,5 @@
 //! The working buffers of a step and the kernels bound to them: one [`Graph`] per step length T, built once
-//! and recorded every step (token ids, positions, the RoPE table and slot indices change in buffers).
+//! and recorded every step (embedding rows, positions, the RoPE table and slot indices change in buffers).
 
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
@@ -52,10 +52,10 @@ enum Use {
 /// ([`Scratch::estimate`]).
 #[derive(Debug)]
 pub(crate) struct ScratchOf<B> {
-    pub ids: B,
     pub positions: B,
     pub rope: B,
-    x: B,
+    /// The residual stream; a step starts with the tokens' embedding rows written here by the host.
+    pub x: B,
     /// The normed residual stream: the input of the attention block and of the experts; after the last
     /// layer, the output norm's result the head reads.
     xn: B,
@@ -127,7 +127,6 @@ impl<B> ScratchOf<B> {
         };
         let readback_words = (t * k + u64::from(lookahead) * k).max(u64::from(vocab)).max(1);
         ScratchOf {
-            ids: b("ids", t),
             positions: b("positions", t),
             rope: b("rope", t * u64::from(c.key_length)),
             x: out("x", t * h),
@@ -160,7 +159,6 @@ impl<B> ScratchOf<B> {
     /// Every buffer.
     fn all(&self) -> impl Iterator<Item = &B> {
         [
-            &self.ids,
             &self.positions,
             &self.rope,
             &self.x,
@@ -240,7 +238,6 @@ pub(crate) struct LayerGraph {
 /// Every kernel of a step of `t` tokens, bound.
 #[derive(Debug)]
 pub(crate) struct Graph {
-    pub embed: Dispatch,
     pub layers: Vec<LayerGraph>,
     /// Lm head and argmax (on [`Scratch::last_n`]; the last layer's `moe_combine_norm` applied the output
     /// norm).
@@ -301,7 +298,6 @@ impl Graph {
         let down = planes(Plane::DownQ, Plane::DownScales, h, ffn);
         let pairs = t * top_k;
         let v = View::from;
-        let embed = k.embed_q8(v(&s.ids), w.embd.m(), v(&s.x), t)?;
         let mut layers = Vec::with_capacity(w.layers.len());
         for (l, lw) in w.layers.iter().enumerate() {
             let mut attention = Vec::with_capacity(12);
@@ -409,10 +405,10 @@ impl Graph {
             layers.push(LayerGraph { attention, experts: experts_dispatches });
         }
         let head = vec![
-            k.q8_gemv_rows2(w.head().m(), v(&s.last_n), v(&s.logits), 1)?,
-            k.argmax(v(&s.logits), v(&s.argmax), w.head().rows, 1)?,
+            k.q8_gemv_rows2(w.head.m(), v(&s.last_n), v(&s.logits), 1)?,
+            k.argmax(v(&s.logits), v(&s.argmax), w.head.rows, 1)?,
         ];
-        Ok(Graph { embed, layers, head })
+        Ok(Graph { layers, head })
     }
 }
 

@@ -23,6 +23,37 @@ impl Q8Weight {
     }
 }
 
+/// The Q8_0 token embedding in the mapped dense file.
+#[derive(Debug)]
+pub(crate) struct HostEmbedding {
+    map: memmap2::Mmap,
+    /// Byte ranges of the int8 plane `[rows, cols]` and the f16 scale plane `[rows, cols / 32]`.
+    q: std::ops::Range<usize>,
+    s: std::ops::Range<usize>,
+    cols: usize,
+    rows: u32,
+}
+
+impl HostEmbedding {
+    /// The rows of `ids`, dequantised as `embed_q8` does (`f32(q) · f32(scale)`, exact): `[ids.len(), cols]`.
+    /// Ids must be below the row count (the engine checks them first).
+    pub fn rows(&self, ids: &[u32]) -> Vec<f32> {
+        let (q, s) = (&self.map[self.q.clone()], &self.map[self.s.clone()]);
+        let blocks = self.cols / 32;
+        let mut out = Vec::with_capacity(ids.len() * self.cols);
+        for &id in ids {
+            debug_assert!(id < self.rows, "token {id} past the embedding");
+            let (qr, sr) =
+                (&q[id as usize * self.cols..][..self.cols], &s[id as usize * blocks * 2..][..blocks * 2]);
+            for (block, scale) in qr.chunks(32).zip(sr.chunks(2)) {
+                let d = half::f16::from_le_bytes([scale[0], scale[1]]).to_f32();
+                out.extend(block.iter().map(|&b| f32::from(b as i8) * d));
+            }
+        }
+        out
+    }
+}
+
 /// One transformer block's dense tensors.
 #[derive(Debug)]
 pub(crate) struct LayerWeights {
@@ -38,30 +69,30 @@ pub(crate) struct LayerWeights {
     pub router: wgpu::Buffer,
 }
 
-/// Every dense tensor of the model.
+/// Every dense tensor of the model: on the GPU, but for the token embedding, which stays in the mapped
+/// dense file (a step needs one row a token; on the GPU its 0.3 GB would be ~60 expert slots fewer at
+/// Qwen3-30B-A3B's size). A model that ties its lm head to the embedding also uploads it, as the head.
 #[derive(Debug)]
 pub(crate) struct Weights {
-    pub embd: Q8Weight,
+    pub embedding: HostEmbedding,
+    /// The lm head: `output.weight`, or the embedding when the model ties them.
+    pub head: Q8Weight,
     pub out_norm: wgpu::Buffer,
-    /// `None` when the model ties the lm head to the embedding (no `output.weight`).
-    pub output: Option<Q8Weight>,
     pub layers: Vec<LayerWeights>,
     /// Bytes uploaded.
     pub bytes: u64,
 }
 
 impl Weights {
-    /// The lm head.
-    pub fn head(&self) -> &Q8Weight {
-        self.output.as_ref().unwrap_or(&self.embd)
-    }
-
-    /// Bytes the dense weights of `store` take on the GPU.
+    /// Bytes the dense weights of `store` take on the GPU: every dense tensor but the token embedding,
+    /// unless the model has no `output.weight` (the embedding is then the head).
     pub fn device_bytes(store: &Store) -> u64 {
+        let tied = store.layout().dense_tensor("output.weight").is_none();
         store
             .layout()
             .dense
             .iter()
+            .filter(|t| tied || t.name != "token_embd.weight")
             .map(|t| t.data.parts().iter().map(|r| r.len.next_multiple_of(4)).sum::<u64>())
             .sum()
     }
@@ -83,11 +114,16 @@ impl Weights {
         let mut up = Uploader { store, device, queue, map: &map, done: 0, total, progress };
         let (h, v) = (config.embedding_length, up.vocab()?);
         let (q, kv) = (config.head_count * config.key_length, config.head_count_kv * config.key_length);
-        let embd = up.q8("token_embd.weight", v, h)?;
-        let output = if store.layout().dense_tensor("output.weight").is_some() {
-            Some(up.q8("output.weight", v, h)?)
+        let (eq, es) = up.q8_planes("token_embd.weight", v, h)?;
+        let at = |plane: &[u8]| {
+            let start = plane.as_ptr() as usize - map.as_ptr() as usize;
+            start..start + plane.len()
+        };
+        let (q_range, s_range) = (at(eq), at(es));
+        let head = if store.layout().dense_tensor("output.weight").is_some() {
+            up.q8("output.weight", v, h)?
         } else {
-            None
+            up.q8("token_embd.weight", v, h)?
         };
         let out_norm = up.f32s("output_norm.weight", &[h])?;
         let mut layers = Vec::with_capacity(config.block_count as usize);
@@ -106,7 +142,9 @@ impl Weights {
             queue.submit([]);
         }
         queue.submit([]);
-        Ok(Weights { embd, out_norm, output, layers, bytes: up.done })
+        let bytes = up.done;
+        let embedding = HostEmbedding { map, q: q_range, s: s_range, cols: h as usize, rows: v };
+        Ok(Weights { embedding, head, out_norm, layers, bytes })
     }
 }
 

@@ -226,3 +226,46 @@ fn generation_stops_where_asked_and_repeats_with_a_seed() {
     o.sampling.top_p = 2.0;
     assert!(matches!(e.generate(&[Message::user("x")], &o), Err(Error::BadOption { .. })));
 }
+
+/// Rewrites `m`'s GGUF without `output.weight` (a model whose lm head is its embedding) and, as the
+/// reference, with `output.weight` replaced by a copy of `token_embd.weight`; ingests both.
+fn tied_and_copied(m: &Model) -> (Model, Model) {
+    let gguf = diskformer_gguf::Gguf::open(m.dir.join("m.gguf")).unwrap();
+    let variant = |name: &str, keep_output: bool| {
+        let dir = m.dir.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut w = diskformer_gguf::GgufWriter::new();
+        for (k, v) in gguf.metadata().iter() {
+            if k != "general.alignment" {
+                w.add_metadata(k, v.clone()).unwrap();
+            }
+        }
+        for t in gguf.tensors() {
+            let from = if t.name == "output.weight" { "token_embd.weight" } else { t.name.as_str() };
+            if t.name == "output.weight" && !keep_output {
+                continue;
+            }
+            let data = gguf.tensor_data(from).unwrap().to_vec();
+            w.add_tensor(t.name.clone(), t.ty, &t.dims, data).unwrap();
+        }
+        w.write_file(dir.join("m.gguf")).unwrap();
+        let store = dir.join("store");
+        diskformer_store::ingest(&dir.join("m.gguf"), &store, &Default::default(), &mut |_| {}).unwrap();
+        Model { dir, store }
+    };
+    (variant("tied", false), variant("copied", true))
+}
+
+#[test]
+fn a_tied_lm_head_reads_the_embedding() {
+    // The engine keeps the embedding on the host and uploads it only as a tied head: without
+    // `output.weight` the logits must equal those of a model whose `output.weight` is the embedding.
+    let m = model("tied", SynthShape::tiny(), 5);
+    let (tied, copied) = tied_and_copied(&m);
+    let want = open(&copied, |_| {}).prefill(&PROMPT, true).unwrap();
+    let got = open(&tied, |_| {}).prefill(&PROMPT, true).unwrap();
+    assert_eq!(got, want);
+    // And the untied model differs (its head is other weights), so the comparison can fail.
+    let other = open(&m, |_| {}).prefill(&PROMPT, true).unwrap();
+    assert!(max_diff(&other, &want) > 1e-3);
+}
