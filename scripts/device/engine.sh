@@ -4,7 +4,8 @@
 # states, with the disk rate and the compute-copy bandwidth measured in the same call. Binaries in .device/
 # (built here: cargo build --release --examples; cargo bench -p diskformer-kernels --bench kernels --no-run).
 # Writes JSON lines to $OUT/bench.jsonl and prints a table last. Nothing is built there. QUICK=1 runs the
-# final matrix of BENCHMARKS.md instead of the earlier one; RESIDENT_ONLY=1 only the resident row.
+# final matrix of BENCHMARKS.md instead of the earlier one; RESIDENT_ONLY=1 only the resident row. KBENCH
+# is the kernels-bench filter run first (default: the compute copy alone).
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -22,7 +23,7 @@ $D/ingest $G --store $S | tail -2 | tee "$OUT/ingest.txt"
 echo "synth + ingest: $SECONDS s"
 
 if [ -x $D/kernels-bench ]; then
-    $D/kernels-bench --bench "copy/compute" --warm-up-time 1 --measurement-time 2 2>&1 | grep -E "time:|thrpt:" | tee "$OUT/copy.txt"
+    $D/kernels-bench --bench "${KBENCH:-copy/compute}" --warm-up-time 1 --measurement-time 2 2>&1 | grep -E "time:|thrpt:|^[a-z_0-9]+/" | tee "$OUT/copy.txt"
 fi
 sync; echo 3 > /proc/sys/vm/drop_caches
 [ -n "${RESIDENT_ONLY:-}" ] || $D/record-read $S --threads 8,16 --records 384 | tee "$OUT/disk.txt"
@@ -47,6 +48,7 @@ run b4g-cyc-off warm --budget 4g --no-prefetch --prompt-tokens 512
 run b4g-cyc-la1 warm --budget 4g --lookahead 1 --prompt-tokens 16
 run b4g-lru-off warm --budget 4g --no-prefetch --policy lru --prompt-tokens 16
 DECODE=16 run b4g-cyc-off-direct cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4
+run b4g-cyc-off-ctx1k warm --budget 4g --no-prefetch --ctx 1024 --prompt-tokens 16
 else
 run resident warm --budget 100g --prompt-tokens 512 --policy lru
 run resident-readback warm --budget 100g --no-gpu-routing --prompt-tokens 16 --policy lru

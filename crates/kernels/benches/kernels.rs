@@ -148,19 +148,29 @@ fn bench_q8_gemv(c: &mut Criterion, g: &Gpu) {
     group.finish();
 }
 
+/// The expert GEMVs at Qwen3-30B-A3B's shapes for one token's 8 picks: Q8_0 gate‖up (shared input), down
+/// from a precomputed activation and down straight from gate‖up (SwiGLU on the input, what decode runs),
+/// and the same over Q4_0 planes. Throughput counts quant plane + scales.
 fn bench_expert(c: &mut Criterion, g: &Gpu) {
     let mut group = c.benchmark_group("expert_q8_gemv");
     let k_picks = 8u32;
-    for (name, rows, cols, x_div) in
-        [("gate_up_8x1536x2048", 1536u32, 2048u32, 8u32), ("down_8x2048x768", 2048, 768, 1)]
-    {
-        let slot_q = u64::from(rows) * u64::from(cols);
-        let slot_s = slot_q / 16;
+    // (name, rows, cols, x_div, q4, swiglu)
+    let cases = [
+        ("gate_up_8x1536x2048", 1536u32, 2048u32, 8u32, false, false),
+        ("down_8x2048x768", 2048, 768, 1, false, false),
+        ("down_swiglu_8x2048x768", 2048, 768, 1, false, true),
+        ("q4/gate_up_8x1536x2048", 1536, 2048, 8, true, false),
+        ("q4/down_swiglu_8x2048x768", 2048, 768, 1, true, true),
+    ];
+    for (name, rows, cols, x_div, q4, swiglu) in cases {
+        let slot_s = u64::from(rows) * u64::from(cols) / 16;
+        let slot_q = if q4 { slot_s * 8 } else { slot_s * 16 };
         let sets = copies(u64::from(k_picks) * (slot_q + slot_s)) as u32;
         let slots = sets * k_picks;
         let q = buffer(g, u64::from(slots) * slot_q, 1);
         let s = buffer(g, u64::from(slots) * slot_s, 2);
-        let x = buffer(g, 4 * u64::from(k_picks * cols), 3);
+        let x_len = if swiglu { 2 * k_picks * cols } else { k_picks / x_div * cols };
+        let x = buffer(g, 4 * u64::from(x_len), 3);
         let ys: Vec<wgpu::Buffer> =
             (0..sets).map(|i| buffer(g, 4 * u64::from(k_picks * rows), 4 + u64::from(i))).collect();
         let idx: Vec<wgpu::Buffer> = (0..sets)
@@ -181,7 +191,15 @@ fn bench_expert(c: &mut Criterion, g: &Gpu) {
             let ds: Result<Vec<Dispatch>, _> = idx
                 .iter()
                 .zip(&ys)
-                .map(|(i, y)| k.expert_q8_gemv(planes, (&x).into(), i.into(), y.into(), k_picks, x_div))
+                .map(|(i, y)| {
+                    let (x, i, y) = ((&x).into(), i.into(), y.into());
+                    match (q4, swiglu) {
+                        (false, false) => k.expert_q8_gemv(planes, x, i, y, k_picks, x_div),
+                        (false, true) => k.expert_q8_gemv_swiglu(planes, x, i, y, k_picks),
+                        (true, false) => k.expert_q4_gemv(planes, x, i, y, k_picks, x_div),
+                        (true, true) => k.expert_q4_gemv_swiglu(planes, x, i, y, k_picks),
+                    }
+                })
                 .collect();
             match ds {
                 Ok(ds) => {
