@@ -459,6 +459,126 @@ fn benches(c: &mut Criterion) {
     bench_q8_gemv(c, &g);
     bench_expert(c, &g);
     bench_small(c, &g);
+    bench_layer(c, &g);
+}
+
+/// One decode layer of Qwen3-30B-A3B as the engine records it (t = 1, every expert resident, cache filled
+/// to position 600), each kernel repeated alone and then the whole layer in order. A kernel repeated
+/// writes the same output, so consecutive dispatches wait for each other as in the engine: these are
+/// latencies (weights L2-warm where they fit), the figure that decides decode speed once kernels are
+/// small, not bandwidths. `layer/all` × 48 + `layer/head` is the GPU time of a token.
+fn bench_layer(c: &mut Criterion, g: &Gpu) {
+    use diskformer_kernels::{ExpertSlotsParams, KvCacheViews, MoeCombineNormParams, QkvRopeStoreParams};
+    let k = &g.sg;
+    let (h, heads, kvh, d, e, top, f, vocab, ctx) =
+        (2048u32, 32u32, 4u32, 128u32, 128u32, 8u32, 768u32, 151_936u32, 4096u32);
+    let q8 = |rows: u32, cols: u32, seed: u64| {
+        let q = buffer(g, u64::from(rows) * u64::from(cols), seed);
+        let s = buffer(g, u64::from(rows) * u64::from(cols) / 16, seed + 1);
+        (q, s, rows, cols)
+    };
+    fn m(w: &(wgpu::Buffer, wgpu::Buffer, u32, u32)) -> Q8Matrix<'_> {
+        Q8Matrix { q: (&w.0).into(), scales: (&w.1).into(), rows: w.2, cols: w.3 }
+    }
+    let f32s = |n: u32, seed: u64| buffer(g, 4 * u64::from(n), seed);
+    let qkv_w = q8((heads + 2 * kvh) * d, h, 10);
+    let wo = q8(h, heads * d, 12);
+    let head_w = q8(vocab, h, 14);
+    let (x, xn, hbuf, qkv, qr, att, o) = (
+        f32s(h, 20),
+        f32s(h, 21),
+        f32s(h, 22),
+        f32s((heads + 2 * kvh) * d, 23),
+        f32s(heads * d, 24),
+        f32s(heads * d, 25),
+        f32s(h, 26),
+    );
+    let (qn, kn, attn_norm, ffn_norm, rope) =
+        (f32s(d, 27), f32s(d, 28), f32s(h, 29), f32s(h, 30), f32s(d, 31));
+    let pos = buffer(g, 4, 32);
+    g.ctx.queue.write_buffer(&pos, 0, bytemuck::bytes_of(&600u32));
+    let cache_bytes = u64::from(ctx * kvh * d) * 2;
+    let (kc, vc) = (buffer(g, cache_bytes, 33), buffer(g, cache_bytes, 34));
+    let shape = AttentionShape { heads, kv_heads: kvh, head_dim: d, tokens: 1, ctx };
+    let partial = buffer(g, 4 * shape.partial_len(), 35);
+    let router = f32s(e * h, 36);
+    let (logits_r, ids, wts) = (f32s(e, 37), f32s(top, 38), f32s(top, 39));
+    let table = buffer(g, 4 * u64::from(48 * e), 40);
+    let table_ids: Vec<u32> = (0..48 * e).map(|i| i % (e * 4)).collect();
+    g.ctx.queue.write_buffer(&table, 0, bytemuck::cast_slice(&table_ids));
+    let slot_idx = f32s(top, 41);
+    // A pool of 4 experts' worth of slots per pick (512 slots, 2.6 GB), the table maps into it.
+    let slots = e * 4;
+    let gu_q = buffer(g, u64::from(slots) * u64::from(2 * f * h), 42);
+    let gu_s = buffer(g, u64::from(slots) * u64::from(2 * f * h) / 16, 43);
+    let dn_q = buffer(g, u64::from(slots) * u64::from(h * f), 44);
+    let dn_s = buffer(g, u64::from(slots) * u64::from(h * f) / 16, 45);
+    let gate_up = ExpertPlanes {
+        q: (&gu_q).into(),
+        scales: (&gu_s).into(),
+        slots,
+        first_slot: 0,
+        rows: 2 * f,
+        cols: h,
+    };
+    let down =
+        ExpertPlanes { q: (&dn_q).into(), scales: (&dn_s).into(), slots, first_slot: 0, rows: h, cols: f };
+    let (gu_out, down_out) = (f32s(top * 2 * f, 46), f32s(top * h, 47));
+    let (last_n, logits, argmax) = (f32s(h, 48), f32s(vocab, 49), f32s(1, 50));
+    let v = diskformer_kernels::View::from;
+    let eps = 1e-6;
+    let qkv_p = QkvRopeStoreParams { heads, kv_heads: kvh, head_dim: d, tokens: 1, eps, ctx, _pad: [0; 2] };
+    let slots_p = ExpertSlotsParams { n: top, base: 0, entries: 48 * e, _pad: 0 };
+    let comb_p = MoeCombineNormParams { hidden: h, k: top, tokens: 1, eps };
+    let layer: Vec<(&str, Dispatch)> = vec![
+        ("qkv_gemv", k.q8_gemv(m(&qkv_w), v(&xn), v(&qkv), 1)),
+        (
+            "qkv_rope_store",
+            k.qkv_rope_store(
+                v(&qkv),
+                v(&qn),
+                v(&kn),
+                v(&rope),
+                v(&pos),
+                v(&qr),
+                KvCacheViews { k: v(&kc), v: v(&vc) },
+                qkv_p,
+            ),
+        ),
+        ("attention_split", k.attention_split(v(&qr), v(&kc), v(&vc), v(&pos), v(&partial), shape)),
+        ("attention_combine", k.attention_combine(v(&partial), v(&pos), v(&att), shape)),
+        ("wo_gemv", k.q8_gemv(m(&wo), v(&att), v(&o), 1)),
+        ("add_rms_norm", k.add_rms_norm(v(&x), v(&o), v(&ffn_norm), v(&hbuf), v(&xn), h, 1, eps)),
+        ("router_gemv", k.f32_gemv(v(&router), e, h, v(&xn), v(&logits_r), 1)),
+        ("router_topk", k.router_topk(v(&logits_r), v(&ids), v(&wts), e, top, 1)),
+        ("expert_slots", k.expert_slots(v(&ids), v(&table), v(&slot_idx), slots_p)),
+        ("expert_gate_up", k.expert_q8_gemv(gate_up, v(&xn), v(&slot_idx), v(&gu_out), top, top)),
+        ("expert_down_swiglu", k.expert_q8_gemv_swiglu(down, v(&gu_out), v(&slot_idx), v(&down_out), top)),
+        (
+            "moe_combine_norm",
+            k.moe_combine_norm(v(&down_out), v(&wts), v(&hbuf), v(&attn_norm), v(&x), v(&xn), comb_p),
+        ),
+    ]
+    .into_iter()
+    .map(|(name, d)| (name, d.expect("bind")))
+    .collect();
+    let head: Vec<Dispatch> = vec![
+        k.q8_gemv_rows2(m(&head_w), v(&last_n), v(&logits), 1).expect("bind"),
+        k.argmax(v(&logits), v(&argmax), vocab, 1).expect("bind"),
+    ];
+    let mut group = c.benchmark_group("layer");
+    for (name, d) in &layer {
+        let one = std::slice::from_ref(d);
+        group.bench_function(*name, |b| b.iter_custom(|iters| time(g, one, iters)));
+    }
+    let all: Vec<Dispatch> = layer.into_iter().map(|(_, d)| d).collect();
+    let n = all.len() as u64;
+    group.bench_function("all", |b| b.iter_custom(|iters| time(g, &all, n * iters)));
+    group.bench_function("all_encode_only", |b| b.iter_custom(|iters| encode_only(g, &all, n * iters)));
+    group.bench_function("head_lm_gemv", |b| b.iter_custom(|iters| time(g, &head[..1], iters)));
+    group.bench_function("head_argmax", |b| b.iter_custom(|iters| time(g, &head[1..], iters)));
+    group.bench_function("head", |b| b.iter_custom(|iters| time(g, &head, 2 * iters)));
+    group.finish();
 }
 
 criterion_group!(kernel_benches, benches);

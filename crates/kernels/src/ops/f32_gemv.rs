@@ -36,7 +36,7 @@ impl Kernels {
         b.ensure(r > 0 && c > 0 && c.is_multiple_of(4), || {
             format!("needs rows > 0 and cols a multiple of 4; got rows {r}, cols {c}")
         })?;
-        let dims = [b.groups("rows / 2", r.div_ceil(2))?, b.groups("tokens", t)?, 1];
+        let dims = [b.groups("rows", r)?, b.groups("tokens", t)?, 1];
         let bound = vec![
             b.storage("x", x, 0, f32s(t * c))?,
             b.storage("w", w, 0, f32s(r * c))?,

@@ -18,15 +18,23 @@ struct Params {
 const WG: u32 = 256u;
 var<workgroup> red: array<f32, WG>;
 
-// One workgroup per row; each invocation writes and later rereads only its own elements of h.
+// One workgroup per row, two elements a step (their loads issued together: one workgroup takes a whole
+// row, so it is bound by memory round trips); each invocation writes and later rereads only its own
+// elements of h.
 @compute @workgroup_size(256)
 fn add_rms_norm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let base = wg.x * p.n;
     var ss = 0.0;
-    for (var i = li; i < p.n; i += WG) {
-        let v = a[base + i] + b[base + i];
-        h[base + i] = v;
-        ss += v * v;
+    for (var i = li; i < p.n; i += 2u * WG) {
+        let i1 = min(i + WG, p.n - 1u);
+        let v0 = a[base + i] + b[base + i];
+        let v1 = a[base + i1] + b[base + i1];
+        h[base + i] = v0;
+        ss += v0 * v0;
+        if (i + WG < p.n) {
+            h[base + i1] = v1;
+            ss += v1 * v1;
+        }
     }
     red[li] = ss;
     workgroupBarrier();

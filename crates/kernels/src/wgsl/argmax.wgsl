@@ -15,17 +15,38 @@ const WG: u32 = 256u;
 var<workgroup> rv: array<f32, WG>;
 var<workgroup> ri: array<u32, WG>;
 
+// Keeps (v, i) as the best so far if v is larger, or if nothing is kept yet (indices come in increasing
+// order, so the first of equal values stays).
+fn take(v: f32, i: u32, bv: ptr<function, f32>, bi: ptr<function, u32>) {
+    if (v > *bv || *bi == 0xffffffffu) {
+        *bv = v;
+        *bi = i;
+    }
+}
+
 // One workgroup per row; each invocation scans a strided share in increasing index order.
 @compute @workgroup_size(256)
 fn argmax(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let base = wg.x * p.n;
     var bv = -3.4e38;
     var bi = 0xffffffffu;
-    for (var i = li; i < p.n; i += WG) {
-        let v = logits[base + i];
-        if (v > bv || bi == 0xffffffffu) {
-            bv = v;
-            bi = i;
+    // Four values a step (WG apart, loads issued before any is used: one workgroup scans the whole row,
+    // so its loop is bound by memory round trips), taken in increasing index order.
+    for (var i = li; i < p.n; i += 4u * WG) {
+        let last = p.n - 1u;
+        let v0 = logits[base + i];
+        let v1 = logits[base + min(i + WG, last)];
+        let v2 = logits[base + min(i + 2u * WG, last)];
+        let v3 = logits[base + min(i + 3u * WG, last)];
+        take(v0, i, &bv, &bi);
+        if (i + WG < p.n) {
+            take(v1, i + WG, &bv, &bi);
+        }
+        if (i + 2u * WG < p.n) {
+            take(v2, i + 2u * WG, &bv, &bi);
+        }
+        if (i + 3u * WG < p.n) {
+            take(v3, i + 3u * WG, &bv, &bi);
         }
     }
     rv[li] = bv;

@@ -4,7 +4,7 @@
 // precomputed activation: x_div = 1), or with silu_input = 1 in[pair, c] = silu(x[pair, c]) * x[pair, cols + c]
 // (down straight from gate||up, SwiGLU computed as the input is read: one dispatch fewer).
 // A pool larger than a binding is split by slot range: one dispatch per part, pairs whose slot lies
-// elsewhere leave at once. The row sums (`row_sum4`) and `i8x4` are appended as in q8_gemv.
+// elsewhere leave at once. The row sums (`row_sum4`), `i8x4` and `dot16` are appended as in q8_gemv.
 enable f16;
 
 struct Params {
@@ -37,9 +37,29 @@ fn input4(base: u32, j: u32) -> vec4<f32> {
     return (g / (1.0 + exp(-g))) * u;
 }
 
-// One 16-byte chunk of a row (16 int8) against 16 input values.
-fn dot16(w: vec4<u32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
-    return dot(i8x4(w.x), x0) + dot(i8x4(w.y), x1) + dot(i8x4(w.z), x2) + dot(i8x4(w.w), x3);
+// Chunk i (16 int8) of the 4 rows against the matching 16 input values, each row scaled: 4 partial sums.
+// `live` 0 makes it add nothing (a clamped chunk past the row's end).
+fn chunk4(rows: vec4<u32>, nvec: u32, nblk: u32, base: u32, i: u32, live: bool) -> vec4<f32> {
+    let w0 = q[rows.x * nvec + i];
+    let w1 = q[rows.y * nvec + i];
+    let w2 = q[rows.z * nvec + i];
+    let w3 = q[rows.w * nvec + i];
+    let s = select(vec4<f32>(0.0), vec4<f32>(
+        f32(scales[rows.x * nblk + i / 2u]),
+        f32(scales[rows.y * nblk + i / 2u]),
+        f32(scales[rows.z * nblk + i / 2u]),
+        f32(scales[rows.w * nblk + i / 2u]),
+    ), live);
+    let x0 = input4(base, i * 4u);
+    let x1 = input4(base, i * 4u + 1u);
+    let x2 = input4(base, i * 4u + 2u);
+    let x3 = input4(base, i * 4u + 3u);
+    return s * vec4<f32>(
+        dot16(w0, x0, x1, x2, x3),
+        dot16(w1, x0, x1, x2, x3),
+        dot16(w2, x0, x1, x2, x3),
+        dot16(w3, x0, x1, x2, x3),
+    );
 }
 
 // workgroup_id.x = block of 32 rows, workgroup_id.y = pair. Each 32-lane group takes 4 rows, so a lane
@@ -66,28 +86,14 @@ fn expert_q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_i
     if (p.silu_input != 0u) {
         base = pair * (p.cols / 2u);
     }
+    // Two chunks a step (512 bytes apart), their loads independent: a lane's loop is bound by its memory
+    // round trips, and two in flight halve them.
     var acc = vec4<f32>(0.0);
-    for (var i = lane; i < nvec; i += 32u) {
-        let w0 = q[rows.x * nvec + i];
-        let w1 = q[rows.y * nvec + i];
-        let w2 = q[rows.z * nvec + i];
-        let w3 = q[rows.w * nvec + i];
-        let s = vec4<f32>(
-            f32(scales[rows.x * nblk + i / 2u]),
-            f32(scales[rows.y * nblk + i / 2u]),
-            f32(scales[rows.z * nblk + i / 2u]),
-            f32(scales[rows.w * nblk + i / 2u]),
-        );
-        let x0 = input4(base, i * 4u);
-        let x1 = input4(base, i * 4u + 1u);
-        let x2 = input4(base, i * 4u + 2u);
-        let x3 = input4(base, i * 4u + 3u);
-        acc += s * vec4<f32>(
-            dot16(w0, x0, x1, x2, x3),
-            dot16(w1, x0, x1, x2, x3),
-            dot16(w2, x0, x1, x2, x3),
-            dot16(w3, x0, x1, x2, x3),
-        );
+    for (var i = lane; i < nvec; i += 64u) {
+        let c0 = chunk4(rows, nvec, nblk, base, i, true);
+        let c1 = chunk4(rows, nvec, nblk, base, min(i + 32u, nvec - 1u), i + 32u < nvec);
+        acc += c0;
+        acc += c1;
     }
     let total = row_sum4(acc, li/*SG_CALL*/);
     if (lane == 0u) {

@@ -1,7 +1,7 @@
 // F32 GEMV over T inputs (the router): y[t, r] = sum_c w[r, c] * x[t, c].
-// 2 rows per workgroup, 32 lanes per row, one vec4 per lane per step: the router has only 128 rows, and
-// small workgroups spread them over 64 SMs. Plain workgroup reduction (the router is 1 MiB; subgroups
-// would not show).
+// One row per workgroup of 128 lanes, each lane four vec4 a step (512 floats apart, loads issued before
+// any is used): the router has only 128 rows, so a lane's loop is bound by its memory round trips, and a
+// row of 2048 takes one step. Plain workgroup reduction (the router is 1 MiB; subgroups would not show).
 
 struct Params {
     rows: u32, // output length
@@ -15,30 +15,43 @@ struct Params {
 @group(0) @binding(2) var<storage, read> w: array<vec4<f32>>;      // [rows, cols] f32
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;      // [T, rows] f32
 
-var<workgroup> red: array<f32, 64>;
+const WG: u32 = 128u;
+var<workgroup> red: array<f32, WG>;
 
-// workgroup_id.x = pair of rows, workgroup_id.y = token.
-@compute @workgroup_size(64)
+// w[r, i] · x[t, i] for vec4 index i of the row, or 0 where i is past its end (read clamped).
+fn part(wr: u32, xt: u32, nvec: u32, i: u32) -> f32 {
+    let j = min(i, nvec - 1u);
+    return select(0.0, dot(w[wr + j], x[xt + j]), i < nvec);
+}
+
+// workgroup_id.x = row, workgroup_id.y = token.
+@compute @workgroup_size(128)
 fn f32_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let lane = li % 32u;
-    let r = wg.x * 2u + li / 32u;
+    let r = wg.x;
     let t = wg.y;
     let nvec = p.cols / 4u;
+    let wr = r * nvec;
+    let xt = t * nvec;
     var acc = 0.0;
-    if (r < p.rows) {
-        for (var i = lane; i < nvec; i += 32u) {
-            acc += dot(w[r * nvec + i], x[t * nvec + i]);
-        }
+    for (var i = li; i < nvec; i += 4u * WG) {
+        let a = part(wr, xt, nvec, i);
+        let b = part(wr, xt, nvec, i + WG);
+        let c = part(wr, xt, nvec, i + 2u * WG);
+        let d = part(wr, xt, nvec, i + 3u * WG);
+        acc += a;
+        acc += b;
+        acc += c;
+        acc += d;
     }
     red[li] = acc;
     workgroupBarrier();
-    for (var off = 16u; off > 0u; off >>= 1u) {
-        if (lane < off) {
+    for (var off = WG / 2u; off > 0u; off >>= 1u) {
+        if (li < off) {
             red[li] += red[li + off];
         }
         workgroupBarrier();
     }
-    if (lane == 0u && r < p.rows) {
-        y[t * p.rows + r] = red[li];
+    if (li == 0u) {
+        y[t * p.rows + r] = red[0];
     }
 }

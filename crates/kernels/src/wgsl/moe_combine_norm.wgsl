@@ -21,20 +21,46 @@ struct Params {
 const WG: u32 = 256u;
 var<workgroup> red: array<f32, WG>;
 
-// One workgroup per token; each invocation writes and later rereads only its own elements of out.
+// residual + sum_j w_j e_j at element i of token t's row, the k terms added in pick order; the loads of
+// four picks are issued before they are used (one workgroup takes a whole row, so it is bound by memory
+// round trips).
+fn combined(t: u32, i: u32) -> f32 {
+    let e = t * p.k;
+    var sum = 0.0;
+    var j = 0u;
+    for (; j + 4u <= p.k; j += 4u) {
+        let a = experts[(e + j) * p.hidden + i] * weights[e + j];
+        let b = experts[(e + j + 1u) * p.hidden + i] * weights[e + j + 1u];
+        let c = experts[(e + j + 2u) * p.hidden + i] * weights[e + j + 2u];
+        let d = experts[(e + j + 3u) * p.hidden + i] * weights[e + j + 3u];
+        sum += a;
+        sum += b;
+        sum += c;
+        sum += d;
+    }
+    for (; j < p.k; j++) {
+        sum += experts[(e + j) * p.hidden + i] * weights[e + j];
+    }
+    return sum + residual[t * p.hidden + i];
+}
+
+// One workgroup per token, two elements a step; each invocation writes and later rereads only its own
+// elements of out.
 @compute @workgroup_size(256)
 fn moe_combine_norm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let t = wg.x;
     let row = t * p.hidden;
     var ss = 0.0;
-    for (var i = li; i < p.hidden; i += WG) {
-        var sum = 0.0;
-        for (var j = 0u; j < p.k; j++) {
-            sum += experts[(t * p.k + j) * p.hidden + i] * weights[t * p.k + j];
+    for (var i = li; i < p.hidden; i += 2u * WG) {
+        let i1 = min(i + WG, p.hidden - 1u);
+        let v0 = combined(t, i);
+        let v1 = combined(t, i1);
+        out[row + i] = v0;
+        ss += v0 * v0;
+        if (i + WG < p.hidden) {
+            out[row + i1] = v1;
+            ss += v1 * v1;
         }
-        let v = sum + residual[row + i];
-        out[row + i] = v;
-        ss += v * v;
     }
     red[li] = ss;
     workgroupBarrier();

@@ -1,6 +1,8 @@
 // Q8_0 GEMV over T inputs: y[t, row_begin + r] = sum_c (q[r, c] * scale[r, c/32]) * x[t, c].
-// 8 rows per workgroup, 32 lanes per row; each lane reads 16 int8 (one vec4<u32>) per step, so a row group
-// reads 512 contiguous bytes per step. One dispatch per row part when the int8 plane is split over bindings.
+// 8 rows per workgroup, 32 lanes per row; each lane reads two 16-int8 chunks (vec4<u32>, 512 bytes apart) per
+// step, both loads issued before either is used: decode GEMVs have few warps per SM, so a lane's loop is
+// bound by its memory round trips, and two in flight halve them. One dispatch per row part when the int8
+// plane is split over bindings.
 // The row sum (`row_sum`) is appended from row_sum_plain.wgsl or row_sum_subgroup.wgsl, `i8x4` from
 // q8_helpers.wgsl.
 //
@@ -38,14 +40,17 @@ fn q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: 
         let qbase = r * nvec;
         let sbase = r * (p.cols / 32u);
         let xbase = t * (p.cols / 4u);
-        for (var i = lane; i < nvec; i += 32u) {
-            let w = q[qbase + i];
-            let xb = xbase + i * 4u;
-            let d = dot(i8x4(w.x), x[xb])
-                + dot(i8x4(w.y), x[xb + 1u])
-                + dot(i8x4(w.z), x[xb + 2u])
-                + dot(i8x4(w.w), x[xb + 3u]);
-            acc += f32(scales[sbase + i / 2u]) * d;
+        for (var i = lane; i < nvec; i += 64u) {
+            // The second chunk, clamped to the row; past its end it adds 0 (scale 0, finite inputs).
+            let j = min(i + 32u, nvec - 1u);
+            let w0 = q[qbase + i];
+            let w1 = q[qbase + j];
+            let s0 = f32(scales[sbase + i / 2u]);
+            let s1 = select(0.0, f32(scales[sbase + j / 2u]), i + 32u < nvec);
+            let a = xbase + i * 4u;
+            let b = xbase + j * 4u;
+            acc += s0 * dot16(w0, x[a], x[a + 1u], x[a + 2u], x[a + 3u]);
+            acc += s1 * dot16(w1, x[b], x[b + 1u], x[b + 2u], x[b + 3u]);
         }
     }
     let total = row_sum(acc, li/*SG_CALL*/);

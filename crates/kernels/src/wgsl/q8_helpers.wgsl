@@ -24,3 +24,8 @@ fn lo4x4(w: u32) -> vec4<f32> {
 fn hi4x4(w: u32) -> vec4<f32> {
     return u8x4_plus_2p23((w >> 4u) & 0x0f0f0f0fu) - vec4<f32>(8388616.0);
 }
+
+// One 16-byte Q8_0 chunk (16 int8) against 16 input values.
+fn dot16(w: vec4<u32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+    return dot(i8x4(w.x), x0) + dot(i8x4(w.y), x1) + dot(i8x4(w.z), x2) + dot(i8x4(w.w), x3);
+}
