@@ -530,38 +530,46 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     let qkv_p = QkvRopeStoreParams { heads, kv_heads: kvh, head_dim: d, tokens: 1, eps, ctx, _pad: [0; 2] };
     let slots_p = ExpertSlotsParams { n: top, base: 0, entries: 48 * e, _pad: 0 };
     let comb_p = MoeCombineNormParams { hidden: h, k: top, tokens: 1, eps };
-    let layer: Vec<(&str, Dispatch)> = vec![
-        ("qkv_gemv", k.q8_gemv(m(&qkv_w), v(&xn), v(&qkv), 1)),
-        (
-            "qkv_rope_store",
-            k.qkv_rope_store(
-                v(&qkv),
-                v(&qn),
-                v(&kn),
-                v(&rope),
-                v(&pos),
-                v(&qr),
-                KvCacheViews { k: v(&kc), v: v(&vc) },
-                qkv_p,
+    let layer_of = |k: &Kernels| -> Vec<(&'static str, Dispatch)> {
+        vec![
+            ("qkv_gemv", k.q8_gemv(m(&qkv_w), v(&xn), v(&qkv), 1)),
+            (
+                "qkv_rope_store",
+                k.qkv_rope_store(
+                    v(&qkv),
+                    v(&qn),
+                    v(&kn),
+                    v(&rope),
+                    v(&pos),
+                    v(&qr),
+                    KvCacheViews { k: v(&kc), v: v(&vc) },
+                    qkv_p,
+                ),
             ),
-        ),
-        ("attention_split", k.attention_split(v(&qr), v(&kc), v(&vc), v(&pos), v(&partial), shape)),
-        ("attention_combine", k.attention_combine(v(&partial), v(&pos), v(&att), shape)),
-        ("wo_gemv", k.q8_gemv(m(&wo), v(&att), v(&o), 1)),
-        ("add_rms_norm", k.add_rms_norm(v(&x), v(&o), v(&ffn_norm), v(&hbuf), v(&xn), h, 1, eps)),
-        ("router_gemv", k.f32_gemv(v(&router), e, h, v(&xn), v(&logits_r), 1)),
-        ("router_topk", k.router_topk(v(&logits_r), v(&ids), v(&wts), e, top, 1)),
-        ("expert_slots", k.expert_slots(v(&ids), v(&table), v(&slot_idx), slots_p)),
-        ("expert_gate_up", k.expert_q8_gemv(gate_up, v(&xn), v(&slot_idx), v(&gu_out), top, top)),
-        ("expert_down_swiglu", k.expert_q8_gemv_swiglu(down, v(&gu_out), v(&slot_idx), v(&down_out), top)),
-        (
-            "moe_combine_norm",
-            k.moe_combine_norm(v(&down_out), v(&wts), v(&hbuf), v(&attn_norm), v(&x), v(&xn), comb_p),
-        ),
-    ]
-    .into_iter()
-    .map(|(name, d)| (name, d.expect("bind")))
-    .collect();
+            ("attention_split", k.attention_split(v(&qr), v(&kc), v(&vc), v(&pos), v(&partial), shape)),
+            ("attention_combine", k.attention_combine(v(&partial), v(&pos), v(&att), shape)),
+            ("wo_gemv", k.q8_gemv(m(&wo), v(&att), v(&o), 1)),
+            ("add_rms_norm", k.add_rms_norm(v(&x), v(&o), v(&ffn_norm), v(&hbuf), v(&xn), h, 1, eps)),
+            ("router_gemv", k.f32_gemv(v(&router), e, h, v(&xn), v(&logits_r), 1)),
+            ("router_topk", k.router_topk(v(&logits_r), v(&ids), v(&wts), e, top, 1)),
+            ("expert_slots", k.expert_slots(v(&ids), v(&table), v(&slot_idx), slots_p)),
+            ("expert_gate_up", k.expert_q8_gemv(gate_up, v(&xn), v(&slot_idx), v(&gu_out), top, top)),
+            (
+                "expert_down_swiglu",
+                k.expert_q8_gemv_swiglu(down, v(&gu_out), v(&slot_idx), v(&down_out), top),
+            ),
+            (
+                "moe_combine_norm",
+                k.moe_combine_norm(v(&down_out), v(&wts), v(&hbuf), v(&attn_norm), v(&x), v(&xn), comb_p),
+            ),
+        ]
+        .into_iter()
+        .map(|(name, d)| (name, d.expect("bind")))
+        .collect()
+    };
+    let layer = layer_of(k);
+    let checked = Kernels::with_checked_shaders(&g.ctx, true);
+    let all_checked: Vec<Dispatch> = layer_of(&checked).into_iter().map(|(_, d)| d).collect();
     let head: Vec<Dispatch> = vec![
         k.q8_gemv_rows2(m(&head_w), v(&last_n), v(&logits), 1).expect("bind"),
         k.argmax(v(&logits), v(&argmax), vocab, 1).expect("bind"),
@@ -574,6 +582,7 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     let all: Vec<Dispatch> = layer.into_iter().map(|(_, d)| d).collect();
     let n = all.len() as u64;
     group.bench_function("all", |b| b.iter_custom(|iters| time(g, &all, n * iters)));
+    group.bench_function("all_checked_shaders", |b| b.iter_custom(|iters| time(g, &all_checked, n * iters)));
     group.bench_function("all_encode_only", |b| b.iter_custom(|iters| encode_only(g, &all, n * iters)));
     group.bench_function("head_lm_gemv", |b| b.iter_custom(|iters| time(g, &head[..1], iters)));
     group.bench_function("head_argmax", |b| b.iter_custom(|iters| time(g, &head[1..], iters)));

@@ -308,15 +308,38 @@ impl Kernels {
     /// Compiles every kernel, choosing the subgroup variants or not (`true` needs `ctx.subgroups`;
     /// otherwise the plain variants are used).
     pub fn with_subgroups(ctx: &Context, subgroups: bool) -> Self {
+        Self::build(ctx, subgroups, true)
+    }
+
+    /// Like [`Kernels::with_subgroups`] but with wgpu's full runtime checks in the shaders, as
+    /// `create_shader_module` compiles them (a counter in every loop, a zero test before every integer
+    /// division); the benches compare the two.
+    pub fn with_checked_shaders(ctx: &Context, subgroups: bool) -> Self {
+        Self::build(ctx, subgroups, false)
+    }
+
+    fn build(ctx: &Context, subgroups: bool, trusted: bool) -> Self {
         let subgroups = subgroups && ctx.subgroups;
         let device = ctx.device.clone();
+        // Bounds checks stay. The loop counter wgpu adds to every loop (against infinite loops) kept
+        // the H200's compiler from unrolling and pipelining our loops, and the divisor tests cost a
+        // select per division; see BENCHMARKS.md.
+        let mut checks = wgpu::ShaderRuntimeChecks::checked();
+        if trusted {
+            checks.force_loop_bounding = false;
+            checks.int_div_checks = false;
+        }
         let pipelines = Kernel::ALL
             .iter()
             .map(|&k| {
-                let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                let desc = wgpu::ShaderModuleDescriptor {
                     label: Some(k.name()),
                     source: wgpu::ShaderSource::Wgsl(k.source(subgroups)),
-                });
+                };
+                // SAFETY: every loop of these shaders is bounded by its parameters, and every divisor is a
+                // constant or a parameter the launchers check to be non-zero, so the two checks left out
+                // guard against nothing that can happen; buffer and array bounds checks stay.
+                let module = unsafe { device.create_shader_module_trusted(desc, checks) };
                 device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                     label: Some(k.name()),
                     layout: None,

@@ -160,7 +160,7 @@ fn rms_norm_rows() {
 fn add_rms_norm_rows() {
     let g = gpu_or_skip!();
     let mut rng = Rng::new(14);
-    for (n, t) in [(2048usize, 1usize), (2048, 5), (64, 3), (1000, 2), (13, 1)] {
+    for (n, t) in [(2048usize, 1usize), (2048, 5), (64, 3), (1000, 2), (2052, 2), (12, 1)] {
         let (a, b) = (rng.vec_f32(n * t, -2.0, 2.0), rng.vec_f32(n * t, -2.0, 2.0));
         let w = rng.vec_f32(n, 0.5, 1.5);
         let (ab, bb, wb) = (upload(g, &a), upload(g, &b), upload(g, &w));

@@ -60,4 +60,11 @@ fn launchers_refuse_bad_input() {
     assert!(matches!(k.attention(a, a, a, a, (&y).into(), shape), Err(Error::Shape { .. })));
     assert!(matches!(k.router_topk(a, (&y).into(), (&y).into(), 300, 8, 1), Err(Error::Shape { .. })));
     assert!(matches!(k.router_topk(a, (&y).into(), (&y).into(), 4, 8, 1), Err(Error::Shape { .. })));
+    // Rows read as vec4: a hidden size off a multiple of 4.
+    let p = diskformer_kernels::MoeCombineNormParams { hidden: 13, k: 1, tokens: 1, eps: 1e-6 };
+    assert!(matches!(k.moe_combine_norm(a, a, a, a, (&y).into(), (&y).into(), p), Err(Error::Shape { .. })));
+    assert!(matches!(
+        k.add_rms_norm(a, a, a, (&y).into(), (&y).into(), 13, 1, 1e-6),
+        Err(Error::Shape { .. })
+    ));
 }

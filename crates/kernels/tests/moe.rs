@@ -559,7 +559,7 @@ fn expert_gemv_swiglu_input() {
 fn moe_combine_norm_rows() {
     let g = gpu_or_skip!();
     let mut rng = Rng::new(65);
-    for (hidden, k, t) in [(2048usize, 8usize, 1usize), (2048, 8, 3), (100, 3, 2), (13, 1, 1)] {
+    for (hidden, k, t) in [(2048usize, 8usize, 1usize), (2048, 8, 3), (100, 3, 2), (12, 1, 1), (2052, 9, 2)] {
         let experts = rng.vec_f32(t * k * hidden, -2.0, 2.0);
         let weights = rng.vec_f32(t * k, 0.01, 0.3);
         let residual = rng.vec_f32(t * hidden, -5.0, 5.0);

@@ -8,7 +8,8 @@ impl Kernels {
     /// [`Kernels::rms_norm`] (`RmsNormParams`). Shapes: `a, b, h, out [T, n] f32`, `w [n] f32`.
     ///
     /// # Errors
-    /// Shape errors for zero sizes; buffer errors for views too small or misaligned.
+    /// Shape errors for zero sizes or n not a multiple of 4; buffer errors for views too small or
+    /// misaligned.
     #[allow(clippy::too_many_arguments)]
     pub fn add_rms_norm(
         &self,
@@ -23,7 +24,9 @@ impl Kernels {
     ) -> Result<Dispatch> {
         let b = self.binder(Kernel::AddRmsNorm);
         let (nn, t) = (u64::from(n), u64::from(tokens));
-        b.ensure(nn > 0, || "n must be > 0".into())?;
+        b.ensure(nn > 0 && nn.is_multiple_of(4), || {
+            format!("n must be a positive multiple of 4 (rows are read as vec4); got {nn}")
+        })?;
         let gx = b.groups("tokens", t)?;
         let bound = vec![
             b.storage("a", a, 0, f32s(t * nn))?,

@@ -6,7 +6,7 @@ use crate::{Dispatch, ops::*};
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct MoeCombineNormParams {
-    /// Hidden size H.
+    /// Hidden size H, a multiple of 4.
     pub hidden: u32,
     /// Picks per token k.
     pub k: u32,
@@ -25,7 +25,7 @@ impl Kernels {
     /// `norm [H] f32`.
     ///
     /// # Errors
-    /// Shape errors for zero sizes; buffer errors as usual.
+    /// Shape errors for zero sizes or H not a multiple of 4; buffer errors as usual.
     #[allow(clippy::too_many_arguments)]
     pub fn moe_combine_norm(
         &self,
@@ -39,7 +39,9 @@ impl Kernels {
     ) -> Result<Dispatch> {
         let b = self.binder(Kernel::MoeCombineNorm);
         let (h, k, t) = (u64::from(p.hidden), u64::from(p.k), u64::from(p.tokens));
-        b.ensure(k > 0 && h > 0, || format!("hidden and k must be > 0; got {h}, {k}"))?;
+        b.ensure(k > 0 && h > 0 && h.is_multiple_of(4), || {
+            format!("needs k > 0 and hidden a positive multiple of 4 (rows are read as vec4); got hidden {h}, k {k}")
+        })?;
         let dims = [b.groups("tokens", t)?, 1, 1];
         let bound = vec![
             b.storage("experts", experts, 0, f32s(t * k * h))?,

@@ -2,38 +2,39 @@
 // the FFN norm): h = a + b; out = (h * (1 / sqrt(mean(h^2) + eps))) * w, llama.cpp's order as rms_norm.
 
 struct Params {
-    n: u32,      // row length
+    n: u32,      // row length, a multiple of 4
     tokens: u32, // rows T
     eps: f32,
     _pad0: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> a: array<f32>;            // [T, n] f32
-@group(0) @binding(2) var<storage, read> b: array<f32>;            // [T, n] f32
-@group(0) @binding(3) var<storage, read> w: array<f32>;            // [n] f32
-@group(0) @binding(4) var<storage, read_write> h: array<f32>;      // [T, n] f32, a + b
-@group(0) @binding(5) var<storage, read_write> out: array<f32>;    // [T, n] f32
+@group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;         // [T, n] f32
+@group(0) @binding(2) var<storage, read> b: array<vec4<f32>>;         // [T, n] f32
+@group(0) @binding(3) var<storage, read> w: array<vec4<f32>>;         // [n] f32
+@group(0) @binding(4) var<storage, read_write> h: array<vec4<f32>>;   // [T, n] f32, a + b
+@group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>; // [T, n] f32
 
 const WG: u32 = 256u;
 var<workgroup> red: array<f32, WG>;
 
-// One workgroup per row, two elements a step (their loads issued together: one workgroup takes a whole
-// row, so it is bound by memory round trips); each invocation writes and later rereads only its own
-// elements of h.
+// One workgroup per row, read as vec4, two a lane a step (their loads issued together: one workgroup takes
+// a whole row, so it is bound by memory round trips; at n = 2048 a lane's share is one step); each
+// invocation writes and later rereads only its own elements of h.
 @compute @workgroup_size(256)
 fn add_rms_norm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let base = wg.x * p.n;
+    let n4 = p.n / 4u;
+    let base = wg.x * n4;
     var ss = 0.0;
-    for (var i = li; i < p.n; i += 2u * WG) {
-        let i1 = min(i + WG, p.n - 1u);
+    for (var i = li; i < n4; i += 2u * WG) {
+        let i1 = min(i + WG, n4 - 1u);
         let v0 = a[base + i] + b[base + i];
         let v1 = a[base + i1] + b[base + i1];
         h[base + i] = v0;
-        ss += v0 * v0;
-        if (i + WG < p.n) {
+        ss += dot(v0, v0);
+        if (i + WG < n4) {
             h[base + i1] = v1;
-            ss += v1 * v1;
+            ss += dot(v1, v1);
         }
     }
     red[li] = ss;
@@ -45,7 +46,7 @@ fn add_rms_norm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id)
         workgroupBarrier();
     }
     let scale = 1.0 / sqrt(red[0] / f32(p.n) + p.eps);
-    for (var i = li; i < p.n; i += WG) {
+    for (var i = li; i < n4; i += WG) {
         out[base + i] = (h[base + i] * scale) * w[i];
     }
 }

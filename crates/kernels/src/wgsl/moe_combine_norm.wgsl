@@ -2,64 +2,77 @@
 // plus the residual (as moe_combine: each expert output scaled by its weight, the k summed in pick order,
 // then the residual), then the next RMSNorm of that row (as rms_norm): out = residual + sum_j w_j e_j;
 // normed = (out * (1 / sqrt(mean(out^2) + eps))) * norm.
+//
+// One workgroup takes a whole row, so the kernel is bound by memory round trips, not bytes: rows are read
+// as vec4 (H a multiple of 4), eight picks a step with every load issued before any is used, and two
+// vec4 a lane a step (at H = 2048 a lane's whole share in one step).
 
 struct Params {
-    hidden: u32, // H
+    hidden: u32, // H, a multiple of 4
     k: u32,      // picks per token
     tokens: u32, // T
     eps: f32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> experts: array<f32>;      // [T, k, H] f32
-@group(0) @binding(2) var<storage, read> weights: array<f32>;      // [T, k] f32
-@group(0) @binding(3) var<storage, read> residual: array<f32>;     // [T, H] f32
-@group(0) @binding(4) var<storage, read> norm: array<f32>;         // [H] f32
-@group(0) @binding(5) var<storage, read_write> out: array<f32>;    // [T, H] f32
-@group(0) @binding(6) var<storage, read_write> normed: array<f32>; // [T, H] f32
+@group(0) @binding(1) var<storage, read> experts: array<vec4<f32>>;      // [T, k, H] f32
+@group(0) @binding(2) var<storage, read> weights: array<f32>;            // [T, k] f32
+@group(0) @binding(3) var<storage, read> residual: array<vec4<f32>>;     // [T, H] f32
+@group(0) @binding(4) var<storage, read> norm: array<vec4<f32>>;         // [H] f32
+@group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;    // [T, H] f32
+@group(0) @binding(6) var<storage, read_write> normed: array<vec4<f32>>; // [T, H] f32
 
 const WG: u32 = 256u;
 var<workgroup> red: array<f32, WG>;
 
-// residual + sum_j w_j e_j at element i of token t's row, the k terms added in pick order; the loads of
-// four picks are issued before they are used (one workgroup takes a whole row, so it is bound by memory
-// round trips).
-fn combined(t: u32, i: u32) -> f32 {
-    let e = t * p.k;
-    var sum = 0.0;
-    var j = 0u;
-    for (; j + 4u <= p.k; j += 4u) {
-        let a = experts[(e + j) * p.hidden + i] * weights[e + j];
-        let b = experts[(e + j + 1u) * p.hidden + i] * weights[e + j + 1u];
-        let c = experts[(e + j + 2u) * p.hidden + i] * weights[e + j + 2u];
-        let d = experts[(e + j + 3u) * p.hidden + i] * weights[e + j + 3u];
+// Pick j's weighted term at vec4 i of token t's row; picks past k read the last pick with weight 0 (so
+// the loads need no branch) and add exactly nothing.
+fn term(t: u32, j: u32, i: u32, h4: u32) -> vec4<f32> {
+    let e = t * p.k + min(j, p.k - 1u);
+    let w = select(0.0, weights[e], j < p.k);
+    return experts[e * h4 + i] * w;
+}
+
+// residual + sum_j w_j e_j at vec4 i of token t's row, the k terms added in pick order.
+fn combined(t: u32, i: u32, h4: u32) -> vec4<f32> {
+    var sum = vec4<f32>(0.0);
+    for (var j = 0u; j < p.k; j += 8u) {
+        let a = term(t, j, i, h4);
+        let b = term(t, j + 1u, i, h4);
+        let c = term(t, j + 2u, i, h4);
+        let d = term(t, j + 3u, i, h4);
+        let e = term(t, j + 4u, i, h4);
+        let f = term(t, j + 5u, i, h4);
+        let g = term(t, j + 6u, i, h4);
+        let h = term(t, j + 7u, i, h4);
         sum += a;
         sum += b;
         sum += c;
         sum += d;
+        sum += e;
+        sum += f;
+        sum += g;
+        sum += h;
     }
-    for (; j < p.k; j++) {
-        sum += experts[(e + j) * p.hidden + i] * weights[e + j];
-    }
-    return sum + residual[t * p.hidden + i];
+    return sum + residual[t * h4 + i];
 }
 
-// One workgroup per token, two elements a step; each invocation writes and later rereads only its own
-// elements of out.
+// One workgroup per token; each invocation writes and later rereads only its own elements of out.
 @compute @workgroup_size(256)
 fn moe_combine_norm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let t = wg.x;
-    let row = t * p.hidden;
+    let h4 = p.hidden / 4u;
+    let row = t * h4;
     var ss = 0.0;
-    for (var i = li; i < p.hidden; i += 2u * WG) {
-        let i1 = min(i + WG, p.hidden - 1u);
-        let v0 = combined(t, i);
-        let v1 = combined(t, i1);
+    for (var i = li; i < h4; i += 2u * WG) {
+        let i1 = min(i + WG, h4 - 1u);
+        let v0 = combined(t, i, h4);
+        let v1 = combined(t, i1, h4);
         out[row + i] = v0;
-        ss += v0 * v0;
-        if (i + WG < p.hidden) {
+        ss += dot(v0, v0);
+        if (i + WG < h4) {
             out[row + i1] = v1;
-            ss += v1 * v1;
+            ss += dot(v1, v1);
         }
     }
     red[li] = ss;
@@ -71,7 +84,7 @@ fn moe_combine_norm(@builtin(local_invocation_index) li: u32, @builtin(workgroup
         workgroupBarrier();
     }
     let scale = 1.0 / sqrt(red[0] / f32(p.hidden) + p.eps);
-    for (var i = li; i < p.hidden; i += WG) {
+    for (var i = li; i < h4; i += WG) {
         normed[row + i] = (out[row + i] * scale) * norm[i];
     }
 }

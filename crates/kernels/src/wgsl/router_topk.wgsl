@@ -1,6 +1,9 @@
 // Router: softmax over all experts, top-k (ties to the lower index), weights renormalised to sum 1
 // (llama.cpp build_moe_ffn with norm_w). The k picks are chosen by logit, which orders like the
 // probabilities; weights are probs[pick] / sum of the picked probs, summed in pick order.
+//
+// Each lane finds its expert's rank (how many logits beat it) in one pass over the row in workgroup memory,
+// so a token costs two barriers instead of k rounds of a reduction tree (a decode step's latency).
 
 struct Params {
     experts: u32, // E, at most 256
@@ -15,11 +18,8 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> weights: array<f32>; // [T, k] f32
 
 const WG: u32 = 256u;
-const NEG: f32 = -3.0e38;
 
-var<workgroup> vals: array<f32, WG>;
-var<workgroup> rv: array<f32, WG>;
-var<workgroup> ri: array<u32, WG>;
+var<workgroup> vals: array<vec4<f32>, 64>; // the row, 4 logits a read
 var<workgroup> picked_p: array<f32, 32>;
 var<workgroup> picked_i: array<u32, 32>;
 
@@ -27,60 +27,45 @@ var<workgroup> picked_i: array<u32, 32>;
 @compute @workgroup_size(256)
 fn router_topk(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let t = wg.x;
-    var l = NEG;
-    if (li < p.experts) {
-        l = logits[t * p.experts + li];
+    let e = p.experts;
+    let n4 = (e + 3u) / 4u;
+    var l = 0.0;
+    if (li < e) {
+        l = logits[t * e + li];
     }
-    vals[li] = l;
-    // max
-    rv[li] = l;
+    if (li < 4u * n4) {
+        vals[li / 4u][li % 4u] = l; // the padding past E is masked out below
+    }
+    if (li < p.k) {
+        // Only read if a NaN logit leaves a rank unfilled.
+        picked_p[li] = 0.0;
+        picked_i[li] = 0u;
+    }
     workgroupBarrier();
-    for (var off = WG / 2u; off > 0u; off >>= 1u) {
-        if (li < off) {
-            rv[li] = max(rv[li], rv[li + off]);
+    if (li < e) {
+        // Same address in every lane: broadcast reads.
+        var m4 = vec4<f32>(-3.4e38);
+        var rank = 0u;
+        for (var j = 0u; j < n4; j++) {
+            let v = vals[j];
+            let idx = vec4<u32>(4u * j) + vec4<u32>(0u, 1u, 2u, 3u);
+            let real = idx < vec4<u32>(e);
+            m4 = max(m4, select(vec4<f32>(-3.4e38), v, real));
+            let beats = (v > vec4<f32>(l)) | ((v == vec4<f32>(l)) & (idx < vec4<u32>(li)));
+            rank += dot(select(vec4<u32>(0u), vec4<u32>(1u), beats & real), vec4<u32>(1u));
         }
-        workgroupBarrier();
-    }
-    let m = rv[0];
-    workgroupBarrier();
-    var e = 0.0;
-    if (li < p.experts) {
-        e = exp(l - m);
-    }
-    rv[li] = e;
-    workgroupBarrier();
-    for (var off = WG / 2u; off > 0u; off >>= 1u) {
-        if (li < off) {
-            rv[li] += rv[li + off];
-        }
-        workgroupBarrier();
-    }
-    let prob = e / rv[0];
-    workgroupBarrier();
-    // k rounds of argmax over the logits; the winner is struck out.
-    for (var r = 0u; r < p.k; r++) {
-        rv[li] = vals[li];
-        ri[li] = li;
-        workgroupBarrier();
-        for (var off = WG / 2u; off > 0u; off >>= 1u) {
-            if (li < off) {
-                let ov = rv[li + off];
-                let oi = ri[li + off];
-                if (ov > rv[li] || (ov == rv[li] && oi < ri[li])) {
-                    rv[li] = ov;
-                    ri[li] = oi;
-                }
+        if (rank < p.k) {
+            let m = max(max(m4.x, m4.y), max(m4.z, m4.w));
+            var s4 = vec4<f32>(0.0);
+            for (var j = 0u; j < n4; j++) {
+                let idx = vec4<u32>(4u * j) + vec4<u32>(0u, 1u, 2u, 3u);
+                s4 += select(vec4<f32>(0.0), exp(vals[j] - m), idx < vec4<u32>(e));
             }
-            workgroupBarrier();
+            picked_p[rank] = exp(l - m) / (s4.x + s4.y + s4.z + s4.w);
+            picked_i[rank] = li;
         }
-        let win = ri[0];
-        if (li == win) {
-            picked_p[r] = prob;
-            picked_i[r] = li;
-            vals[li] = -3.4e38; // below NEG, so padding lanes never win over a real expert
-        }
-        workgroupBarrier();
     }
+    workgroupBarrier();
     if (li == 0u) {
         var sum = 0.0;
         for (var r = 0u; r < p.k; r++) {
