@@ -1,7 +1,8 @@
 //! The engine: loads a store onto the GPU (dense weights, KV cache, scratch, expert pool) and runs the
 //! forward pass. While experts stream: one readback of the picks per layer, `ensure` of their slots, and
-//! prefetch guesses for the next layers. When every expert fits: all loaded at start, and a token's picks
-//! become slots on the GPU, with no readback until the logits.
+//! prefetch guesses for the next layers. When every expert fits: all loaded at start, a token's picks
+//! become slots on the GPU, with no readback until the logits, and each step's commands are recorded
+//! while the GPU runs the step before.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -144,6 +145,9 @@ pub struct Engine {
     cached: Vec<u32>,
     /// Slots pinned for the layer whose experts are recorded but not yet submitted.
     held: Option<Pinned>,
+    /// With every expert resident: the next one-token step's commands, recorded while the GPU ran the
+    /// previous step, for the output it asked for.
+    next_step: Option<(Want, wgpu::CommandBuffer)>,
     /// The store's experts are Q4_0 (else Q8_0).
     q4_experts: bool,
     stats: EngineStats,
@@ -348,6 +352,7 @@ impl Engine {
             max_batch,
             cached: Vec::new(),
             held: None,
+            next_step: None,
             q4_experts: experts.quant_type == "q4_0",
             stats: EngineStats::default(),
             gpu_bytes,
@@ -561,31 +566,26 @@ impl Engine {
         let device = &self.ctx.device;
         let s = &self.scratch;
 
+        let shape = HeadShape { hidden: self.config.embedding_length, vocab: self.vocab, tokens: t };
+        if self.resident_table.is_some() && t == 1 {
+            // Every expert resident: the token's graph turns picks into slots itself, one submit a token.
+            // Its inputs are in buffers written above, ahead of the submit, so the commands can be recorded
+            // before the token is known: each step submits what the previous one recorded and records the
+            // next while the GPU runs, hiding the host's recording (a few ms a token) behind the GPU's work.
+            let commands = match self.next_step.take() {
+                Some((recorded_for, commands)) if recorded_for == want => commands,
+                _ => record_resident_step(device, graph, s, want, shape),
+            };
+            queue.submit([commands]);
+            self.next_step = Some((want, record_resident_step(device, graph, s, want, shape)));
+            return read_output(device, s, want, self.vocab, &mut self.stats.gpu_wait);
+        }
+        // Streaming (and chunks): a readback of the picks per layer, `ensure`, then the layer's experts; chunks
+        // group their pairs by slot for the expert GEMM.
         let mut enc = device.create_command_encoder(&Default::default());
         debug_assert!(self.held.is_none());
         let pairs = t as usize * k;
-        // Every expert resident: a token's graph turns picks into slots itself, one submit for the token.
-        // Chunks read their picks back per layer to group pairs by slot for the expert GEMM.
-        let routed_here = if self.resident_table.is_some() && t == 1 { 0 } else { layers };
-        if routed_here == 0 {
-            // Submitted in a few pieces, so the GPU starts on the first layers while the host records the rest.
-            for (i, group) in graph.layers.chunks(RESIDENT_SUBMIT_LAYERS).enumerate() {
-                if i > 0 {
-                    queue.submit([std::mem::replace(
-                        &mut enc,
-                        device.create_command_encoder(&Default::default()),
-                    )
-                    .finish()]);
-                }
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-                for lg in group {
-                    for d in lg.attention.iter().chain(&lg.experts) {
-                        d.record(&mut pass);
-                    }
-                }
-            }
-        }
-        for l in 0..routed_here {
+        for l in 0..layers {
             let lg = &graph.layers[l as usize];
             record(&mut enc, &lg.attention);
             let guesses = lookahead.min(layers - 1 - l);
@@ -638,28 +638,9 @@ impl Engine {
             record(&mut enc, &lg.experts);
         }
 
-        let out = match want {
-            Want::Nothing => {
-                queue.submit([enc.finish()]);
-                Output::Nothing
-            }
-            Want::Argmax | Want::Logits => {
-                let h = 4 * u64::from(self.config.embedding_length);
-                enc.copy_buffer_to_buffer(s.xn(), (u64::from(t) - 1) * h, &s.last_n, 0, h);
-                record(&mut enc, &graph.head);
-                let (src, bytes) = match want {
-                    Want::Argmax => (&s.argmax, 4),
-                    _ => (&s.logits, 4 * u64::from(self.vocab)),
-                };
-                enc.copy_buffer_to_buffer(src, 0, &s.readback, 0, bytes);
-                queue.submit([enc.finish()]);
-                let read: Vec<u32> = readback(device, &s.readback, bytes, &mut self.stats.gpu_wait)?;
-                match want {
-                    Want::Argmax => Output::Argmax(read[0]),
-                    _ => Output::Logits(bytemuck::cast_slice(&read).to_vec()),
-                }
-            }
-        };
+        record_head(&mut enc, graph, s, want, shape);
+        queue.submit([enc.finish()]);
+        let out = read_output(device, s, want, self.vocab, &mut self.stats.gpu_wait)?;
         // Writes for the next step (ids, positions, slots, uploads into freed slots) are ordered after
         // this submit by the queue, so nothing waits here.
         if let Some(p) = self.held.take() {
@@ -669,8 +650,68 @@ impl Engine {
     }
 }
 
-/// Layers per submit when every expert is resident (no readback between layers).
-const RESIDENT_SUBMIT_LAYERS: usize = 8;
+/// What the head's copies need to know of a step.
+#[derive(Clone, Copy)]
+struct HeadShape {
+    hidden: u32,
+    vocab: u32,
+    /// Tokens of the step (the head reads the last one's row).
+    tokens: u32,
+}
+
+/// Records a one-token step with every expert resident: every layer, then the head.
+fn record_resident_step(
+    device: &wgpu::Device,
+    graph: &Graph,
+    s: &Scratch,
+    want: Want,
+    shape: HeadShape,
+) -> wgpu::CommandBuffer {
+    let mut enc = device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+        for lg in &graph.layers {
+            for d in lg.attention.iter().chain(&lg.experts) {
+                d.record(&mut pass);
+            }
+        }
+    }
+    record_head(&mut enc, graph, s, want, shape);
+    enc.finish()
+}
+
+/// Records what a step returns after its last layer: for logits or the argmax, the last token's normed row,
+/// the head and the copy into the readback buffer; nothing for [`Want::Nothing`].
+fn record_head(enc: &mut wgpu::CommandEncoder, graph: &Graph, s: &Scratch, want: Want, shape: HeadShape) {
+    let bytes = match want {
+        Want::Nothing => return,
+        Want::Argmax => 4,
+        Want::Logits => 4 * u64::from(shape.vocab),
+    };
+    let h = 4 * u64::from(shape.hidden);
+    enc.copy_buffer_to_buffer(s.xn(), (u64::from(shape.tokens) - 1) * h, &s.last_n, 0, h);
+    record(enc, &graph.head);
+    let src = if want == Want::Argmax { &s.argmax } else { &s.logits };
+    enc.copy_buffer_to_buffer(src, 0, &s.readback, 0, bytes);
+}
+
+/// Reads what [`record_head`] copied, once the GPU is done.
+fn read_output(
+    device: &wgpu::Device,
+    s: &Scratch,
+    want: Want,
+    vocab: u32,
+    wait: &mut Duration,
+) -> Result<Output> {
+    Ok(match want {
+        Want::Nothing => Output::Nothing,
+        Want::Argmax => Output::Argmax(readback(device, &s.readback, 4, wait)?[0]),
+        Want::Logits => {
+            let read = readback(device, &s.readback, 4 * u64::from(vocab), wait)?;
+            Output::Logits(bytemuck::cast_slice(&read).to_vec())
+        }
+    })
+}
 
 /// Records `dispatches` into one compute pass.
 fn record(enc: &mut wgpu::CommandEncoder, dispatches: &[diskformer_kernels::Dispatch]) {
