@@ -65,6 +65,8 @@ pub enum Kernel {
 const ROW_SUM_PLAIN: &str = include_str!("wgsl/row_sum_plain.wgsl");
 const ROW_SUM_SUBGROUP: &str = include_str!("wgsl/row_sum_subgroup.wgsl");
 const Q8_HELPERS: &str = include_str!("wgsl/q8_helpers.wgsl");
+const ATTENTION_ROWS_PLAIN: &str = include_str!("wgsl/attention_rows_plain.wgsl");
+const ATTENTION_ROWS_SUBGROUP: &str = include_str!("wgsl/attention_rows_subgroup.wgsl");
 
 impl Kernel {
     /// All kernels.
@@ -130,6 +132,7 @@ impl Kernel {
         matches!(
             self,
             Kernel::Q8Gemv
+                | Kernel::AttentionSplit
                 | Kernel::Q8GemvRows2
                 | Kernel::Q8Gemm
                 | Kernel::ExpertQ8Gemv
@@ -199,7 +202,8 @@ impl Kernel {
     }
 
     /// The WGSL source compiled for this kernel: the file itself, or for the quantised GEMVs and GEMMs
-    /// the file with its row-sum helper (plain or subgroup) and `q8_helpers.wgsl` appended. `subgroups` is ignored by kernels without a variant.
+    /// the file with its row-sum helper (plain or subgroup) and `q8_helpers.wgsl` appended, for the split
+    /// attention its row helpers (plain or subgroup). `subgroups` is ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
         if !self.has_subgroup_variant() {
             return Cow::Borrowed(self.file());
@@ -214,6 +218,10 @@ impl Kernel {
             ("", "", ROW_SUM_PLAIN)
         };
         let body = self.file().replace("/*SG_ARGS*/", args).replace("/*SG_CALL*/", call);
+        if self == Kernel::AttentionSplit {
+            let rows = if subgroups { ATTENTION_ROWS_SUBGROUP } else { ATTENTION_ROWS_PLAIN };
+            return Cow::Owned(format!("{body}\n{rows}"));
+        }
         Cow::Owned(format!("{body}\n{helper}\n{Q8_HELPERS}"))
     }
 }

@@ -130,19 +130,23 @@ fn check_attention(seed: u64, heads: usize, kv_heads: usize, d: usize, ctx: usiz
 
     // The split-K pair, where its limits allow (at most 8 query heads per kv head, d a multiple of 8,
     // query heads per kv head times d at most 1024).
+    // Both variants: row sums by subgroup shuffles (where the device's subgroups hold a row) and through
+    // workgroup memory.
     if heads / kv_heads <= 8 && d.is_multiple_of(8) && heads / kv_heads * d <= 1024 {
-        let partial = poisoned(g, 4 * s.partial_len() as usize);
-        let out2 = poisoned(g, 4 * q.len());
-        let split = g
-            .kernels
-            .attention_split((&qb).into(), (&kb).into(), (&vb).into(), (&pb).into(), (&partial).into(), s)
-            .unwrap();
-        let combine =
-            g.kernels.attention_combine((&partial).into(), (&pb).into(), (&out2).into(), s).unwrap();
-        run(g, &[&split, &combine]);
-        let got = read::<f32>(g, &out2);
-        // Tolerance: as above; blocks (of 32 to 128 positions) merged once more add one rescale per block.
-        assert_close(&format!("attention_split {what}"), &got[..want.len()], &want, &ones, 0.0, 4e-6);
+        for (k, variant) in [(&g.kernels, "subgroup"), (&g.plain, "plain")] {
+            let partial = poisoned(g, 4 * s.partial_len() as usize);
+            let out2 = poisoned(g, 4 * q.len());
+            let split = k
+                .attention_split((&qb).into(), (&kb).into(), (&vb).into(), (&pb).into(), (&partial).into(), s)
+                .unwrap();
+            let combine = k.attention_combine((&partial).into(), (&pb).into(), (&out2).into(), s).unwrap();
+            run(g, &[&split, &combine]);
+            let got = read::<f32>(g, &out2);
+            // Tolerance: as above; blocks (of 32 to 128 positions) merged once more add one rescale per
+            // block.
+            let what = format!("attention_split ({variant}) {what}");
+            assert_close(&what, &got[..want.len()], &want, &ones, 0.0, 4e-6);
+        }
     }
 }
 

@@ -14,8 +14,9 @@
 //   16 loads are written out one by one into plain values (no array, no loop): loaded into a
 //   function-scope array in a loop, they were serialised on the H200 (one memory latency each).
 // - K and V are read once for the G heads: q of the G heads sits in workgroup memory and every lane
-//   dots its 8 dims of k with all of them. Partial dots are summed over a row's lanes in workgroup
-//   memory (one pass at a time). For V, two passes of chunks at a time are staged in workgroup memory
+//   dots its 8 dims of k with all of them. Partial dots are summed over a row's lanes with subgroup
+//   shuffles where a row's lanes share a subgroup (one barrier for all passes), else in workgroup memory
+//   (two barriers a pass). For V, two passes of chunks at a time are staged in workgroup memory
 //   and lane (g, c) sums dims 8c .. 8c + 8 of head g over all rows: no sums across lanes. (Staging V as
 //   f32, one pass a round, converted once instead of once per head, measured slower on the H200: 32.6
 //   against 22.2 µs; barrier rounds, not conversions, bound this kernel there.)
@@ -50,6 +51,7 @@ var<workgroup> red: array<vec4<u32>, 256>; // f32 bits of the partial dots [G, 1
 var<workgroup> sc: array<f32, 1024>;       // [G, block] scores, then exp(s - m)
 var<workgroup> stat: array<f32, 16>;       // [G] block max, then at 8 + g the block sums
 var<workgroup> wlen: u32;
+var<workgroup> wshuffle: u32;
 
 // The lane's place, the same for every phase.
 struct Lane {
@@ -62,6 +64,7 @@ struct Lane {
     n: u32,     // positions of this block below the token's length
     g_count: u32,
     d4: u32,
+    shuffle: bool, // a row's lanes share a subgroup: row sums by shuffles (attention_rows_subgroup.wgsl)
 }
 
 // The 8 f16 of a 16-byte chunk as two vec4<f32> (exact). unpack2x16float, not bitcast<vec2<f16>>: the
@@ -96,6 +99,25 @@ fn load_v(ln: Lane, base: u32, step: u32, i: u32) -> vec4<u32> {
 fn scores(ln: Lane, i: u32, kc: vec4<u32>) {
     let k0 = lo(kc);
     let k1 = hi(kc);
+    if (ln.shuffle) {
+        // The row's partial dots summed across its lanes in registers, the score written by its first
+        // lane: no barrier per pass (the caller waits once after the last).
+        let j = i * ln.rp + ln.r;
+        for (var g = 0u; g < GMAX; g++) {
+            if (g < ln.g_count) {
+                var pd = 0.0;
+                if (ln.busy) {
+                    let qa = g * ln.d4 + 2u * ln.c;
+                    pd = dot(qs[qa], k0) + dot(qs[qa + 1u], k1);
+                }
+                let s = row_total(pd, ln.lpr);
+                if (ln.c == 0u) {
+                    sc[g * p.block + j] = select(NEG, s * p.scale, j < ln.n);
+                }
+            }
+        }
+        return;
+    }
     for (var g = 0u; g < GMAX; g++) {
         if (g < ln.g_count) {
             var pd = 0.0;
@@ -147,24 +169,26 @@ fn weigh(ln: Lane, i: u32, va: vec4<u32>, vb: vec4<u32>, gv: u32, cv: u32, acc: 
 }
 
 @compute @workgroup_size(128)
-fn attention_split(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+fn attention_split(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {
     let kvh = wg.x;
     let blk = wg.y;
     let t = wg.z;
-    if (li == 0u) {
-        wlen = min(positions[t] + 1u, p.ctx);
-    }
-    let len = workgroupUniformLoad(&wlen);
-    let start = blk * p.block;
-    if (start >= len) {
-        return;
-    }
     let d = p.head_dim;
     let d8 = d / 8u;
     let rp = p.block / PASSES;
     let lpr = LANES / rp;
+    if (li == 0u) {
+        wlen = min(positions[t] + 1u, p.ctx);
+        wshuffle = select(0u, 1u, rows_in_subgroups(lpr/*SG_CALL*/));
+    }
+    let len = workgroupUniformLoad(&wlen);
+    let shuffle = workgroupUniformLoad(&wshuffle) == 1u;
+    let start = blk * p.block;
+    if (start >= len) {
+        return;
+    }
     let g_count = p.heads / p.kv_heads;
-    let ln = Lane(li, li / lpr, li % lpr, li % lpr < d8, rp, lpr, min(p.block, len - start), g_count, d / 4u);
+    let ln = Lane(li, li / lpr, li % lpr, li % lpr < d8, rp, lpr, min(p.block, len - start), g_count, d / 4u, shuffle);
     let h0 = kvh * g_count;
 
     // Every K and V load of this lane first: rows r, r + rp, ... of the block, chunk c.
@@ -201,6 +225,7 @@ fn attention_split(@builtin(local_invocation_index) li: u32, @builtin(workgroup_
         scores(ln, 6u, k6);
         scores(ln, 7u, k7);
     }
+    workgroupBarrier(); // the shuffle path's only one for the scores
 
     // Block max and sum per head: 16 lanes per head over the block, then one lane over the 16.
     let n = ln.n;
