@@ -574,11 +574,17 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
         k.q8_gemv_rows2(m(&head_w), v(&last_n), v(&logits), 1).expect("bind"),
         k.argmax(v(&logits), v(&argmax), vocab, 1).expect("bind"),
     ];
+    // The split attention's row sums through workgroup memory instead of subgroup shuffles.
+    let split_plain =
+        g.plain.attention_split(v(&qr), v(&kc), v(&vc), v(&pos), v(&partial), shape).expect("bind");
     let mut group = c.benchmark_group("layer");
     for (name, d) in &layer {
         let one = std::slice::from_ref(d);
         group.bench_function(*name, |b| b.iter_custom(|iters| time(g, one, iters)));
     }
+    group.bench_function("attention_split_plain", |b| {
+        b.iter_custom(|iters| time(g, std::slice::from_ref(&split_plain), iters))
+    });
     let all: Vec<Dispatch> = layer.into_iter().map(|(_, d)| d).collect();
     let n = all.len() as u64;
     group.bench_function("all", |b| b.iter_custom(|iters| time(g, &all, n * iters)));

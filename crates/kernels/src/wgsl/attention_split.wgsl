@@ -92,6 +92,15 @@ fn load_v(ln: Lane, base: u32, step: u32, i: u32) -> vec4<u32> {
     return vec4<u32>(0u);
 }
 
+// This lane's 8-dim partial dot of head g's q with its chunk of k (0 past the heads or the row's chunks).
+fn head_dot(ln: Lane, g: u32, k0: vec4<f32>, k1: vec4<f32>) -> f32 {
+    if (g >= ln.g_count || !ln.busy) {
+        return 0.0;
+    }
+    let qa = g * ln.d4 + 2u * ln.c;
+    return dot(qs[qa], k0) + dot(qs[qa + 1u], k1);
+}
+
 // Scores of pass i: each lane's 8-dim partial dot for every head (lanes past the row's d / 8 chunks give
 // 0), then lane g * rp + r2 sums row r2's lpr partial dots for head g (lpr / 4 vec4 reads) into sc.
 // The partial dots are single components of red's vec4: separate memory locations in WGSL, so lanes
@@ -100,21 +109,14 @@ fn scores(ln: Lane, i: u32, kc: vec4<u32>) {
     let k0 = lo(kc);
     let k1 = hi(kc);
     if (ln.shuffle) {
-        // The row's partial dots summed across its lanes in registers, the score written by its first
-        // lane: no barrier per pass (the caller waits once after the last).
+        // The row's partial dots of the 8 heads summed across its lanes in registers; lane c < 8 of the row
+        // writes head c's score. No barrier per pass (the caller waits once after the last).
+        let a = vec4<f32>(head_dot(ln, 0u, k0, k1), head_dot(ln, 1u, k0, k1), head_dot(ln, 2u, k0, k1), head_dot(ln, 3u, k0, k1));
+        let b = vec4<f32>(head_dot(ln, 4u, k0, k1), head_dot(ln, 5u, k0, k1), head_dot(ln, 6u, k0, k1), head_dot(ln, 7u, k0, k1));
+        let s = row_totals(a, b, ln.c, ln.lpr);
         let j = i * ln.rp + ln.r;
-        for (var g = 0u; g < GMAX; g++) {
-            if (g < ln.g_count) {
-                var pd = 0.0;
-                if (ln.busy) {
-                    let qa = g * ln.d4 + 2u * ln.c;
-                    pd = dot(qs[qa], k0) + dot(qs[qa + 1u], k1);
-                }
-                let s = row_total(pd, ln.lpr);
-                if (ln.c == 0u) {
-                    sc[g * p.block + j] = select(NEG, s * p.scale, j < ln.n);
-                }
-            }
+        if (ln.c < ln.g_count) {
+            sc[ln.c * p.block + j] = select(NEG, s * p.scale, j < ln.n);
         }
         return;
     }
