@@ -1,7 +1,7 @@
 // Q8_0 GEMV over T inputs: y[t, row_begin + r] = sum_c (q[r, c] * scale[r, c/32]) * x[t, c].
-// 8 rows per workgroup, 32 lanes per row; each lane reads two 16-int8 chunks (vec4<u32>, 512 bytes apart) per
-// step, both loads issued before either is used: decode GEMVs have few warps per SM, so a lane's loop is
-// bound by its memory round trips, and two in flight halve them. One dispatch per row part when the int8
+// 8 rows per workgroup, 32 lanes per row; each lane reads four 16-int8 chunks (vec4<u32>, 512 bytes apart) per
+// step, all loads issued before any is used: decode GEMVs have few warps per SM, so a lane's loop is
+// bound by its memory round trips (a 2,048-column row is one step). One dispatch per row part when the int8
 // plane is split over bindings.
 // The row sum (`row_sum`) is appended from row_sum_plain.wgsl or row_sum_subgroup.wgsl, `i8x4` from
 // q8_helpers.wgsl.
@@ -40,17 +40,25 @@ fn q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: 
         let qbase = r * nvec;
         let sbase = r * (p.cols / 32u);
         let xbase = t * (p.cols / 4u);
-        for (var i = lane; i < nvec; i += 64u) {
-            // The second chunk, clamped to the row; past its end it adds 0 (scale 0, finite inputs).
-            let j = min(i + 32u, nvec - 1u);
+        for (var i = lane; i < nvec; i += 128u) {
+            // Chunks i + 32, i + 64, i + 96 clamped to the row; past its end they add 0 (scale 0, finite
+            // inputs).
+            let last = nvec - 1u;
+            let j1 = min(i + 32u, last);
+            let j2 = min(i + 64u, last);
+            let j3 = min(i + 96u, last);
             let w0 = q[qbase + i];
-            let w1 = q[qbase + j];
+            let w1 = q[qbase + j1];
+            let w2 = q[qbase + j2];
+            let w3 = q[qbase + j3];
             let s0 = f32(scales[sbase + i / 2u]);
-            let s1 = select(0.0, f32(scales[sbase + j / 2u]), i + 32u < nvec);
-            let a = xbase + i * 4u;
-            let b = xbase + j * 4u;
-            acc += s0 * dot16(w0, x[a], x[a + 1u], x[a + 2u], x[a + 3u]);
-            acc += s1 * dot16(w1, x[b], x[b + 1u], x[b + 2u], x[b + 3u]);
+            let s1 = select(0.0, f32(scales[sbase + j1 / 2u]), i + 32u < nvec);
+            let s2 = select(0.0, f32(scales[sbase + j2 / 2u]), i + 64u < nvec);
+            let s3 = select(0.0, f32(scales[sbase + j3 / 2u]), i + 96u < nvec);
+            acc += s0 * dot16(w0, x[xbase + i * 4u], x[xbase + i * 4u + 1u], x[xbase + i * 4u + 2u], x[xbase + i * 4u + 3u]);
+            acc += s1 * dot16(w1, x[xbase + j1 * 4u], x[xbase + j1 * 4u + 1u], x[xbase + j1 * 4u + 2u], x[xbase + j1 * 4u + 3u]);
+            acc += s2 * dot16(w2, x[xbase + j2 * 4u], x[xbase + j2 * 4u + 1u], x[xbase + j2 * 4u + 2u], x[xbase + j2 * 4u + 3u]);
+            acc += s3 * dot16(w3, x[xbase + j3 * 4u], x[xbase + j3 * 4u + 1u], x[xbase + j3 * 4u + 2u], x[xbase + j3 * 4u + 3u]);
         }
     }
     let total = row_sum(acc, li/*SG_CALL*/);
