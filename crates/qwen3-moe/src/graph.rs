@@ -265,7 +265,7 @@ pub(crate) struct Bindings<'a> {
 }
 
 impl Graph {
-    pub fn build(b: &Bindings<'_>, t: u32) -> Result<Graph> {
+    pub fn build<'a>(b: &Bindings<'a>, t: u32) -> Result<Graph> {
         let (k, c, w, s) = (b.kernels, b.config, b.weights, b.scratch);
         let (h, eps) = (c.embedding_length, c.layer_norm_rms_epsilon);
         let (experts, top_k, ffn) = (c.expert_count, c.expert_used_count, c.expert_feed_forward_length);
@@ -351,15 +351,14 @@ impl Graph {
                 };
                 experts_dispatches.push(k.expert_slots(v(&s.pick_ids), v(table), v(&s.slot_idx[l]), p)?);
             }
-            // The pool parts this layer's experts can be in: all of them while experts stream.
-            let in_layer = |part: &ExpertPlanes<'_>| {
-                b.resident_slots.is_none_or(|table| {
-                    let e = experts as usize;
-                    let range = part.first_slot..part.first_slot + part.slots;
-                    table[l * e..(l + 1) * e].iter().any(|s| range.contains(s))
-                })
+            // The pool this layer's experts can be in: all of it while experts stream.
+            let layer_slots =
+                b.resident_slots.map(|table| &table[l * experts as usize..][..experts as usize]);
+            let in_layer = |parts: &[ExpertPlanes<'a>], plane: (Plane, Plane)| -> Vec<ExpertPlanes<'a>> {
+                let bytes = (b.pool.slot_bytes(plane.0), b.pool.slot_bytes(plane.1));
+                parts.iter().filter_map(|&part| narrow_to_layer(part, bytes, layer_slots)).collect()
             };
-            for &part in gate_up.iter().filter(|p| in_layer(p)) {
+            for part in in_layer(&gate_up, (Plane::GateUpQ, Plane::GateUpScales)) {
                 let input = ExpertInput::Shared(v(&s.xn));
                 experts_dispatches.push(k.expert_matmul(
                     part,
@@ -378,7 +377,7 @@ impl Graph {
                 experts_dispatches.push(k.silu_mul(v(&s.gate_up), v(&s.act), ffn, pairs)?);
                 ExpertInput::PerPair(v(&s.act))
             };
-            for &part in down.iter().filter(|p| in_layer(p)) {
+            for part in in_layer(&down, (Plane::DownQ, Plane::DownScales)) {
                 experts_dispatches.push(k.expert_matmul(
                     part,
                     down_input,
@@ -410,6 +409,37 @@ impl Graph {
         ];
         Ok(Graph { layers, head })
     }
+}
+
+/// The slots of `part` that hold a resident layer's experts (`layer_slots`: that layer's slot of each
+/// expert), as planes bound over them alone, so the expert kernels launch over one binding instead of every
+/// binding-sized range of the part (each range a dispatch of its own); `None` when the layer has no expert
+/// here. While experts stream (`layer_slots` is `None`), or where the narrowed offsets would break the
+/// 256-byte storage-offset alignment, the whole part.
+fn narrow_to_layer<'a>(
+    part: ExpertPlanes<'a>,
+    (q_bytes, s_bytes): (u64, u64),
+    layer_slots: Option<&[u32]>,
+) -> Option<ExpertPlanes<'a>> {
+    let Some(slots) = layer_slots else { return Some(part) };
+    let range = part.first_slot..part.first_slot + part.slots;
+    let here = slots.iter().filter(|s| range.contains(s));
+    let (lo, hi) = here.fold((u32::MAX, 0), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+    if lo > hi {
+        return None;
+    }
+    let skip = u64::from(lo - part.first_slot);
+    if (skip * q_bytes) % 256 != 0 || (skip * s_bytes) % 256 != 0 {
+        return Some(part);
+    }
+    let at = |v: View<'a>, bytes: u64| View::at(v.buffer, v.offset + skip * bytes);
+    Some(ExpertPlanes {
+        q: at(part.q, q_bytes),
+        scales: at(part.scales, s_bytes),
+        slots: hi - lo + 1,
+        first_slot: lo,
+        ..part
+    })
 }
 
 /// The input of an expert projection.
