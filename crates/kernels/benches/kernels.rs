@@ -466,7 +466,9 @@ fn benches(c: &mut Criterion) {
 /// to position 600), each kernel repeated alone and then the whole layer in order. A kernel repeated
 /// writes the same output, so consecutive dispatches wait for each other as in the engine: these are
 /// latencies (weights L2-warm where they fit), the figure that decides decode speed once kernels are
-/// small, not bandwidths. `layer/all` × 48 + `layer/head` is the GPU time of a token.
+/// small, not bandwidths. `layer/all` × 48 + `layer/head` is the GPU time of a token. Beside them:
+/// `all_checked_shaders` (the layer compiled with wgpu's full shader runtime checks), `all_encode_only`
+/// (recording alone) and `attention_split_plain` (the split's row sums through workgroup memory).
 fn bench_layer(c: &mut Criterion, g: &Gpu) {
     use diskformer_kernels::{ExpertSlotsParams, KvCacheViews, MoeCombineNormParams, QkvRopeStoreParams};
     let k = &g.sg;
