@@ -5,12 +5,13 @@
 //! cargo run --release --example chat -- --prompt "Hello"      # the built-in random model, one reply
 //! ```
 //!
-//! Commands while chatting: `/stats`, `/reset`, `/quit`.
+//! Commands while chatting: `/stats`, `/reset`, `/quit`. Ctrl-C stops the reply being written (the
+//! conversation keeps what was said); at the prompt, or pressed twice, it quits.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 
@@ -165,6 +166,17 @@ fn main() -> anyhow::Result<()> {
     gen_opts.thinking = !args.no_think;
     let cancel = Arc::new(AtomicBool::new(false));
     gen_opts.cancel = Some(Arc::clone(&cancel));
+    let replying = Arc::new(AtomicBool::new(false));
+    {
+        let (cancel, replying) = (Arc::clone(&cancel), Arc::clone(&replying));
+        ctrlc::set_handler(move || {
+            // While a reply is written the first Ctrl-C ends it; otherwise (or a second time) quit.
+            if !replying.load(Ordering::SeqCst) || cancel.swap(true, Ordering::SeqCst) {
+                eprintln!();
+                std::process::exit(130);
+            }
+        })?;
+    }
 
     let mut history: Vec<Message> = args.system.iter().map(Message::system).collect();
     let stdin = std::io::stdin();
@@ -201,6 +213,8 @@ fn main() -> anyhow::Result<()> {
         let before = engine.stats();
         let mut reply = String::new();
         let mut out = std::io::stdout();
+        cancel.store(false, Ordering::SeqCst);
+        replying.store(true, Ordering::SeqCst);
         let mut generation = engine.generate(&history, &gen_opts)?;
         let (mut end, mut tokens) = (None, 0u64);
         for event in &mut generation {
@@ -214,6 +228,7 @@ fn main() -> anyhow::Result<()> {
                 Event::End(reason) => end = Some(reason),
             }
         }
+        replying.store(false, Ordering::SeqCst);
         let after = engine.stats();
         let secs = (after.decode_time - before.decode_time).as_secs_f64();
         let ptoks = after.prefill_tokens - before.prefill_tokens;
