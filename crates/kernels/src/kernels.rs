@@ -67,6 +67,7 @@ const ROW_SUM_SUBGROUP: &str = include_str!("wgsl/row_sum_subgroup.wgsl");
 const Q8_HELPERS: &str = include_str!("wgsl/q8_helpers.wgsl");
 const ATTENTION_ROWS_PLAIN: &str = include_str!("wgsl/attention_rows_plain.wgsl");
 const ATTENTION_ROWS_SUBGROUP: &str = include_str!("wgsl/attention_rows_subgroup.wgsl");
+const RMS_SCALE: &str = include_str!("wgsl/rms_scale.wgsl");
 
 impl Kernel {
     /// All kernels.
@@ -203,8 +204,19 @@ impl Kernel {
 
     /// The WGSL source compiled for this kernel: the file itself, or for the quantised GEMVs and GEMMs
     /// the file with its row-sum helper (plain or subgroup) and `q8_helpers.wgsl` appended, for the split
-    /// attention its row helpers (plain or subgroup). `subgroups` is ignored by kernels without a variant.
+    /// attention its row helpers (plain or subgroup), for the norm kernels `rms_scale.wgsl`. `subgroups` is
+    /// ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
+        if matches!(
+            self,
+            Kernel::RmsNorm
+                | Kernel::AddRmsNorm
+                | Kernel::MoeCombineNorm
+                | Kernel::QkNormRope
+                | Kernel::QkvRopeStore
+        ) {
+            return Cow::Owned(format!("{}\n{RMS_SCALE}", self.file()));
+        }
         if !self.has_subgroup_variant() {
             return Cow::Borrowed(self.file());
         }

@@ -16,7 +16,6 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>; // [T, n] f32
 
 const WG: u32 = 256u;
-var<workgroup> red: array<f32, WG>;
 
 // One workgroup per row, read as vec4, two a lane a step (their loads issued together: one workgroup takes
 // a whole row, so it is bound by memory round trips; at n = 2048 a lane's share is one step); each
@@ -37,15 +36,7 @@ fn add_rms_norm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id)
             ss += dot(v1, v1);
         }
     }
-    red[li] = ss;
-    workgroupBarrier();
-    for (var off = WG / 2u; off > 0u; off >>= 1u) {
-        if (li < off) {
-            red[li] += red[li + off];
-        }
-        workgroupBarrier();
-    }
-    let scale = 1.0 / sqrt(red[0] / f32(p.n) + p.eps);
+    let scale = rms_scale(ss, li, WG, p.n, p.eps);
     for (var i = li; i < n4; i += WG) {
         out[base + i] = (h[base + i] * scale) * w[i];
     }

@@ -23,7 +23,6 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> normed: array<vec4<f32>>; // [T, H] f32
 
 const WG: u32 = 256u;
-var<workgroup> red: array<f32, WG>;
 
 // Pick j's weighted term at vec4 i of token t's row; picks past k read the last pick with weight 0 (so
 // the loads need no branch) and add exactly nothing.
@@ -75,15 +74,7 @@ fn moe_combine_norm(@builtin(local_invocation_index) li: u32, @builtin(workgroup
             ss += dot(v1, v1);
         }
     }
-    red[li] = ss;
-    workgroupBarrier();
-    for (var off = WG / 2u; off > 0u; off >>= 1u) {
-        if (li < off) {
-            red[li] += red[li + off];
-        }
-        workgroupBarrier();
-    }
-    let scale = 1.0 / sqrt(red[0] / f32(p.hidden) + p.eps);
+    let scale = rms_scale(ss, li, WG, p.hidden, p.eps);
     for (var i = li; i < h4; i += WG) {
         normed[row + i] = (out[row + i] * scale) * norm[i];
     }

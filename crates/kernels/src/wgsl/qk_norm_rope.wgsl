@@ -15,7 +15,6 @@ struct Params {
 @group(0) @binding(3) var<storage, read> rope: array<vec2<f32>>;   // [T, d/2] (cos, sin)
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;    // [T, heads, d] f32
 
-var<workgroup> red: array<f32, 128>;
 
 // One workgroup per (head, token); invocation i handles the pair (i, i + d/2).
 @compute @workgroup_size(128)
@@ -29,15 +28,7 @@ fn qk_norm_rope(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id)
         a = x[base + li];
         b = x[base + li + half];
     }
-    red[li] = a * a + b * b;
-    workgroupBarrier();
-    for (var off = 64u; off > 0u; off >>= 1u) {
-        if (li < off) {
-            red[li] += red[li + off];
-        }
-        workgroupBarrier();
-    }
-    let scale = 1.0 / sqrt(red[0] / f32(p.head_dim) + p.eps);
+    let scale = rms_scale(a * a + b * b, li, 128u, p.head_dim, p.eps);
     if (li < half) {
         let h0 = (a * scale) * w[li];
         let h1 = (b * scale) * w[li + half];

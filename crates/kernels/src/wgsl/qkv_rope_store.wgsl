@@ -27,7 +27,6 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> k_cache: array<f16>; // [ctx, kv_heads, d] f16
 @group(0) @binding(8) var<storage, read_write> v_cache: array<f16>; // [ctx, kv_heads, d] f16
 
-var<workgroup> red: array<f32, 128>;
 
 // One workgroup per (stacked head, token); invocation i handles the pair (i, i + d/2).
 @compute @workgroup_size(128)
@@ -54,15 +53,7 @@ fn qkv_rope_store(@builtin(local_invocation_index) li: u32, @builtin(workgroup_i
         }
         return;
     }
-    red[li] = a * a + b * b;
-    workgroupBarrier();
-    for (var off = 64u; off > 0u; off >>= 1u) {
-        if (li < off) {
-            red[li] += red[li + off];
-        }
-        workgroupBarrier();
-    }
-    let scale = 1.0 / sqrt(red[0] / f32(d) + p.eps);
+    let scale = rms_scale(a * a + b * b, li, 128u, d, p.eps);
     if (li >= half) {
         return;
     }

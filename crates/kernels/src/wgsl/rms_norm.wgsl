@@ -13,7 +13,6 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;    // [T, n] f32
 
 const WG: u32 = 256u;
-var<workgroup> red: array<f32, WG>;
 
 // One workgroup per row.
 @compute @workgroup_size(256)
@@ -24,15 +23,7 @@ fn rms_norm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg:
         let v = x[base + i];
         ss += v * v;
     }
-    red[li] = ss;
-    workgroupBarrier();
-    for (var off = WG / 2u; off > 0u; off >>= 1u) {
-        if (li < off) {
-            red[li] += red[li + off];
-        }
-        workgroupBarrier();
-    }
-    let scale = 1.0 / sqrt(red[0] / f32(p.n) + p.eps);
+    let scale = rms_scale(ss, li, WG, p.n, p.eps);
     for (var i = li; i < p.n; i += WG) {
         out[base + i] = (x[base + i] * scale) * w[i];
     }

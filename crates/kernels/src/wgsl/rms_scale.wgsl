@@ -1,0 +1,18 @@
+// The RMSNorm scale shared by the norm kernels (appended to each): every lane holds the sum of squares of
+// its share of a row in `ss`; the lanes' sums are added by a tree in workgroup memory and every lane gets
+// 1 / sqrt(sum / n + eps). `lanes` is the workgroup size, a power of two of at most 256, the same in every
+// lane; every lane of the workgroup calls it.
+
+var<workgroup> rms_red: array<f32, 256>;
+
+fn rms_scale(ss: f32, li: u32, lanes: u32, n: u32, eps: f32) -> f32 {
+    rms_red[li] = ss;
+    workgroupBarrier();
+    for (var off = lanes / 2u; off > 0u; off >>= 1u) {
+        if (li < off) {
+            rms_red[li] += rms_red[li + off];
+        }
+        workgroupBarrier();
+    }
+    return 1.0 / sqrt(rms_red[0] / f32(n) + eps);
+}
