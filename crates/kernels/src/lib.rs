@@ -9,16 +9,16 @@
 //!
 //! Kernels (`src/wgsl/<name>.wgsl`, launcher `Kernels::<name>`), T = tokens in the step:
 //!
-//! | step | decode | prefill chunk |
+//! | step | decode (what the engine records) | prefill chunk |
 //! |---|---|---|
-//! | embedding | `embed_q8` | `embed_q8` (T ids) |
-//! | norms | `rms_norm`, `qk_norm_rope` (+ NeoX RoPE, table from [`cpu::rope_cos_sin`]) | same, T rows |
-//! | dense projections, lm head | `q8_gemv` (lm head: `q8_gemv_rows2`, 1.5× there on the H200) | `q8_gemm` (8 tokens per weight read) |
-//! | KV cache | `kv_store` (f16) | same, T positions |
-//! | attention | `attention_split` + `attention_combine` (split-K) or `attention` | `attention` |
-//! | router | `f32_gemv`, `router_topk` | same, T rows |
-//! | experts | `expert_q8_gemv` (all k picks, slot-indexed; Q4_0 pools: `expert_q4_gemv`), `silu_mul`; `expert_slots` (picks → slots on the GPU when every expert is resident) | `expert_q8_gemm` / `expert_q4_gemm` (pairs grouped by slot, [`expert_gemm_groups`]) |
-//! | combine | `moe_combine` (weighted sum, then residual), `add_rms_norm` (attention output + residual, then the FFN norm), `add` | same |
+//! | embedding | `embed_q8` (the engine writes the rows from its mapped file instead) | same, T ids |
+//! | norms | `rms_norm` (first layer), `add_rms_norm` (attention output + residual, then the FFN norm) | same, T rows |
+//! | Q, K, V | `q8_gemv` of the stacked Q‖K‖V, then `qkv_rope_store` (QK-norm, NeoX RoPE with the table of [`cpu::rope_cos_sin`], both f16 cache stores); apart: `qk_norm_rope`, `kv_store` | `q8_gemm` (8 tokens per weight read), same |
+//! | attention | `attention_split` + `attention_combine` (split-K), or `attention` | `attention` |
+//! | output projection, lm head | `q8_gemv` (lm head: `q8_gemv_rows2`, 1.5× there on the H200) | `q8_gemm` |
+//! | router | `f32_gemv`, `router_topk`; `expert_slots` (picks → slots on the GPU when every expert is resident) | same, T rows |
+//! | experts | `expert_q8_gemv` gate‖up (all k picks, slot-indexed), `expert_q8_gemv_swiglu` down (SiLU(gate)·up as it reads); Q4_0 pools: `expert_q4_gemv`, `expert_q4_gemv_swiglu` | `expert_q8_gemm` / `expert_q4_gemm` (pairs grouped by slot, [`expert_gemm_groups`]), `silu_mul` |
+//! | combine | `moe_combine_norm` (weighted sum + residual, then the next layer's attention norm or the output norm); apart: `moe_combine`, `add` | same |
 //! | sampling | `argmax` | — |
 //!
 //! Values that change every step (token ids, positions, the RoPE table, slot indices) are read from
