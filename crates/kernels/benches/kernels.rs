@@ -468,7 +468,8 @@ fn benches(c: &mut Criterion) {
 /// latencies (weights L2-warm where they fit), the figure that decides decode speed once kernels are
 /// small, not bandwidths. `layer/all` × 48 + `layer/head` is the GPU time of a token. Beside them:
 /// `all_checked_shaders` (the layer compiled with wgpu's full shader runtime checks), `all_encode_only`
-/// (recording alone) and `attention_split_plain` (the split's row sums through workgroup memory).
+/// (recording alone), `attention_split_plain` (the split's row sums through workgroup memory), and
+/// `router_topk` and `expert_slots`, the two dispatches `router_topk_slots` replaced.
 fn bench_layer(c: &mut Criterion, g: &Gpu) {
     use diskformer_kernels::{ExpertSlotsParams, KvCacheViews, MoeCombineNormParams, QkvRopeStoreParams};
     let k = &g.sg;
@@ -553,8 +554,20 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
             ("wo_gemv", k.q8_gemv(m(&wo), v(&att), v(&o), 1)),
             ("add_rms_norm", k.add_rms_norm(v(&x), v(&o), v(&ffn_norm), v(&hbuf), v(&xn), h, 1, eps)),
             ("router_gemv", k.f32_gemv(v(&router), e, h, v(&xn), v(&logits_r), 1)),
-            ("router_topk", k.router_topk(v(&logits_r), v(&ids), v(&wts), e, top, 1)),
-            ("expert_slots", k.expert_slots(v(&ids), v(&table), v(&slot_idx), slots_p)),
+            (
+                "router_topk_slots",
+                k.router_topk_slots(
+                    v(&logits_r),
+                    v(&table),
+                    v(&ids),
+                    v(&wts),
+                    v(&slot_idx),
+                    e,
+                    top,
+                    1,
+                    (0, 48 * e),
+                ),
+            ),
             ("expert_gate_up", k.expert_q8_gemv(gate_up, v(&xn), v(&slot_idx), v(&gu_out), top, top)),
             (
                 "expert_down_swiglu",
@@ -576,9 +589,14 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
         k.q8_gemv_rows2(m(&head_w), v(&last_n), v(&logits), 1).expect("bind"),
         k.argmax(v(&logits), v(&argmax), vocab, 1).expect("bind"),
     ];
-    // The split attention's row sums through workgroup memory instead of subgroup shuffles.
+    // Beside the layer: the split attention's row sums through workgroup memory instead of subgroup
+    // shuffles, and the two dispatches `router_topk_slots` replaces.
     let split_plain =
         g.plain.attention_split(v(&qr), v(&kc), v(&vc), v(&pos), v(&partial), shape).expect("bind");
+    let apart = [
+        ("router_topk", k.router_topk(v(&logits_r), v(&ids), v(&wts), e, top, 1).expect("bind")),
+        ("expert_slots", k.expert_slots(v(&ids), v(&table), v(&slot_idx), slots_p).expect("bind")),
+    ];
     let mut group = c.benchmark_group("layer");
     for (name, d) in &layer {
         let one = std::slice::from_ref(d);
@@ -587,6 +605,10 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     group.bench_function("attention_split_plain", |b| {
         b.iter_custom(|iters| time(g, std::slice::from_ref(&split_plain), iters))
     });
+    for (name, d) in &apart {
+        let one = std::slice::from_ref(d);
+        group.bench_function(*name, |b| b.iter_custom(|iters| time(g, one, iters)));
+    }
     let all: Vec<Dispatch> = layer.into_iter().map(|(_, d)| d).collect();
     let n = all.len() as u64;
     group.bench_function("all", |b| b.iter_custom(|iters| time(g, &all, n * iters)));

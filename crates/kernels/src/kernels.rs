@@ -42,6 +42,8 @@ pub enum Kernel {
     AddRmsNorm,
     /// Router softmax, top-k and renormalisation.
     RouterTopk,
+    /// [`Kernel::RouterTopk`] and [`Kernel::ExpertSlots`] in one dispatch (resident decode).
+    RouterTopkSlots,
     /// Expert Q8_0 GEMV indexed by pool slot.
     ExpertQ8Gemv,
     /// Expert Q4_0 GEMV indexed by pool slot.
@@ -68,10 +70,11 @@ const Q8_HELPERS: &str = include_str!("wgsl/q8_helpers.wgsl");
 const ATTENTION_ROWS_PLAIN: &str = include_str!("wgsl/attention_rows_plain.wgsl");
 const ATTENTION_ROWS_SUBGROUP: &str = include_str!("wgsl/attention_rows_subgroup.wgsl");
 const RMS_SCALE: &str = include_str!("wgsl/rms_scale.wgsl");
+const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 24] = [
+    pub const ALL: [Kernel; 25] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -87,6 +90,7 @@ impl Kernel {
         Kernel::Add,
         Kernel::AddRmsNorm,
         Kernel::RouterTopk,
+        Kernel::RouterTopkSlots,
         Kernel::ExpertQ8Gemv,
         Kernel::ExpertQ4Gemv,
         Kernel::ExpertQ8Gemm,
@@ -116,6 +120,7 @@ impl Kernel {
             Kernel::Add => "add",
             Kernel::AddRmsNorm => "add_rms_norm",
             Kernel::RouterTopk => "router_topk",
+            Kernel::RouterTopkSlots => "router_topk_slots",
             Kernel::ExpertQ8Gemv => "expert_q8_gemv",
             Kernel::ExpertQ4Gemv => "expert_q4_gemv",
             Kernel::ExpertQ8Gemm => "expert_q8_gemm",
@@ -160,7 +165,7 @@ impl Kernel {
             Kernel::AttentionCombine => size_of::<AttentionCombineParams>(),
             Kernel::Add => size_of::<AddParams>(),
             Kernel::AddRmsNorm => size_of::<RmsNormParams>(),
-            Kernel::RouterTopk => size_of::<RouterTopkParams>(),
+            Kernel::RouterTopk | Kernel::RouterTopkSlots => size_of::<RouterTopkParams>(),
             Kernel::ExpertQ8Gemv => size_of::<ExpertQ8GemvParams>(),
             Kernel::ExpertQ4Gemv => size_of::<ExpertQ4GemvParams>(),
             Kernel::ExpertQ8Gemm | Kernel::ExpertQ4Gemm => size_of::<ExpertQ8GemmParams>(),
@@ -190,6 +195,7 @@ impl Kernel {
             Kernel::Add => include_str!("wgsl/add.wgsl"),
             Kernel::AddRmsNorm => include_str!("wgsl/add_rms_norm.wgsl"),
             Kernel::RouterTopk => include_str!("wgsl/router_topk.wgsl"),
+            Kernel::RouterTopkSlots => include_str!("wgsl/router_topk_slots.wgsl"),
             Kernel::ExpertQ8Gemv => include_str!("wgsl/expert_q8_gemv.wgsl"),
             Kernel::ExpertQ4Gemv => include_str!("wgsl/expert_q4_gemv.wgsl"),
             Kernel::ExpertQ8Gemm => include_str!("wgsl/expert_q8_gemm.wgsl"),
@@ -204,8 +210,8 @@ impl Kernel {
 
     /// The WGSL source compiled for this kernel: the file itself, or for the quantised GEMVs and GEMMs
     /// the file with its row-sum helper (plain or subgroup) and `q8_helpers.wgsl` appended, for the split
-    /// attention its row helpers (plain or subgroup), for the norm kernels `rms_scale.wgsl`. `subgroups` is
-    /// ignored by kernels without a variant.
+    /// attention its row helpers (plain or subgroup), for the norm kernels `rms_scale.wgsl`, for the
+    /// routers `router_topk_core.wgsl`. `subgroups` is ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
         if matches!(
             self,
@@ -216,6 +222,9 @@ impl Kernel {
                 | Kernel::QkvRopeStore
         ) {
             return Cow::Owned(format!("{}\n{RMS_SCALE}", self.file()));
+        }
+        if matches!(self, Kernel::RouterTopk | Kernel::RouterTopkSlots) {
+            return Cow::Owned(format!("{}\n{ROUTER_TOPK_CORE}", self.file()));
         }
         if !self.has_subgroup_variant() {
             return Cow::Borrowed(self.file());

@@ -16,7 +16,7 @@
 //! | Q, K, V | `q8_gemv` of the stacked Q‖K‖V, then `qkv_rope_store` (QK-norm, NeoX RoPE with the table of [`cpu::rope_cos_sin`], both f16 cache stores); apart: `qk_norm_rope`, `kv_store` | `q8_gemm` (8 tokens per weight read), same |
 //! | attention | `attention_split` + `attention_combine` (split-K), or `attention` | `attention` |
 //! | output projection, lm head | `q8_gemv` (lm head: `q8_gemv_rows2`, 1.5× there on the H200) | `q8_gemm` |
-//! | router | `f32_gemv`, `router_topk`; `expert_slots` (picks → slots on the GPU when every expert is resident) | same, T rows |
+//! | router | `f32_gemv`, `router_topk`; `router_topk_slots` (also the picks' pool slots, when every expert is resident); apart: `expert_slots` | `f32_gemv`, `router_topk`, T rows |
 //! | experts | `expert_q8_gemv` gate‖up (all k picks, slot-indexed), `expert_q8_gemv_swiglu` down (SiLU(gate)·up as it reads); Q4_0 pools: `expert_q4_gemv`, `expert_q4_gemv_swiglu` | `expert_q8_gemm` / `expert_q4_gemm` (pairs grouped by slot, [`expert_gemm_groups`]), `silu_mul` |
 //! | combine | `moe_combine_norm` (weighted sum + residual, then the next layer's attention norm or the output norm); apart: `moe_combine`, `add` | same |
 //! | sampling | `argmax` | — |

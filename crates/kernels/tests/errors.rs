@@ -60,6 +60,12 @@ fn launchers_refuse_bad_input() {
     assert!(matches!(k.attention(a, a, a, a, (&y).into(), shape), Err(Error::Shape { .. })));
     assert!(matches!(k.router_topk(a, (&y).into(), (&y).into(), 300, 8, 1), Err(Error::Shape { .. })));
     assert!(matches!(k.router_topk(a, (&y).into(), (&y).into(), 4, 8, 1), Err(Error::Shape { .. })));
+    // A layer whose table entries run past the table.
+    let (yv, n) = ((&y).into(), 2 * 128);
+    assert!(matches!(
+        k.router_topk_slots(a, a, yv, yv, yv, 128, 8, 1, (n - 64, n)),
+        Err(Error::Shape { .. })
+    ));
     // Rows read as vec4: a hidden size off a multiple of 4.
     let p = diskformer_kernels::MoeCombineNormParams { hidden: 13, k: 1, tokens: 1, eps: 1e-6 };
     assert!(matches!(k.moe_combine_norm(a, a, a, a, (&y).into(), (&y).into(), p), Err(Error::Shape { .. })));

@@ -61,6 +61,35 @@ fn router_topk_with_ties() {
         for row in got_w.chunks(k) {
             assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5, "weights sum to 1");
         }
+
+        // With the slots of a resident table (3 layers of `experts` entries, this is the middle one): the
+        // same picks and weights, bit for bit, and each pick's slot.
+        let table: Vec<u32> = (0..3 * experts as u32).map(|i| i.wrapping_mul(2_654_435_761) >> 7).collect();
+        let tb = upload(g, &table);
+        let (ids2, weights2, slots) =
+            (poisoned(g, 4 * t * k), poisoned(g, 4 * t * k), poisoned(g, 4 * t * k));
+        let v = diskformer_kernels::View::from;
+        let base = experts as u32;
+        let d = g
+            .kernels
+            .router_topk_slots(
+                v(&lb),
+                v(&tb),
+                v(&ids2),
+                v(&weights2),
+                v(&slots),
+                experts as u32,
+                k as u32,
+                t as u32,
+                (base, table.len() as u32),
+            )
+            .unwrap();
+        run(g, &[&d]);
+        assert_eq!(read_n::<u32>(g, &ids2, t * k), want_ids, "router_topk_slots ids E={experts} k={k}");
+        let got_w2 = read_n::<f32>(g, &weights2, t * k);
+        assert!(got_w2.iter().zip(&got_w).all(|(a, b)| a.to_bits() == b.to_bits()), "same weights");
+        let want_slots: Vec<u32> = want_ids.iter().map(|&id| table[(base + id) as usize]).collect();
+        assert_eq!(read_n::<u32>(g, &slots, t * k), want_slots, "router_topk_slots slots E={experts} k={k}");
     }
     // The reference itself: the tie for the last place goes to the lower index.
     assert_eq!(cpu::router_topk(&[1.0, 3.0, 2.0, 3.0, 2.0], 5, 3).0, vec![1, 3, 2]);

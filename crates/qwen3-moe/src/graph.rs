@@ -3,8 +3,8 @@
 
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
-    AttentionShape, Dispatch, ExpertPlanes, ExpertSlotsParams, Kernels, KvCacheViews, MoeCombineNormParams,
-    QkvRopeStoreParams, View,
+    AttentionShape, Dispatch, ExpertPlanes, Kernels, KvCacheViews, MoeCombineNormParams, QkvRopeStoreParams,
+    View,
 };
 
 use crate::weights::{Weights, storage, storage_size};
@@ -332,8 +332,27 @@ impl Graph {
                 k.q8_gemm_or_gemv(lw.wo.m(), v(&s.att), v(&s.o), t)?,
                 k.add_rms_norm(v(&s.x), v(&s.o), v(&lw.ffn_norm), v(&s.h), v(&s.xn), h, t, eps)?,
                 k.f32_gemv(v(&lw.router), experts, h, v(&s.xn), v(&s.router_logits), t)?,
-                k.router_topk(v(&s.router_logits), v(&s.pick_ids), v(&s.pick_weights), experts, top_k, t)?,
             ]);
+            let (logits, ids, weights) = (v(&s.router_logits), v(&s.pick_ids), v(&s.pick_weights));
+            attention.push(match b.resident_table.filter(|_| t == 1) {
+                // Every expert resident: the picks become pool slots in the same dispatch.
+                Some(table) => {
+                    let (base, entries) = (l as u32 * experts, w.layers.len() as u32 * experts);
+                    let slots = v(&s.slot_idx[l]);
+                    k.router_topk_slots(
+                        logits,
+                        v(table),
+                        ids,
+                        weights,
+                        slots,
+                        experts,
+                        top_k,
+                        t,
+                        (base, entries),
+                    )?
+                }
+                None => k.router_topk(logits, ids, weights, experts, top_k, t)?,
+            });
             // Prefetch guesses: the next layers' routers applied to this layer's normed state.
             let next = w.layers.iter().skip(l + 1).take(b.lookahead as usize);
             for (j, nw) in next.enumerate() {
@@ -342,15 +361,6 @@ impl Graph {
                 attention.push(k.router_topk(gl, gi, gw, experts, top_k, 1)?);
             }
             let mut experts_dispatches = Vec::with_capacity(5);
-            if let Some(table) = b.resident_table.filter(|_| t == 1) {
-                let p = ExpertSlotsParams {
-                    n: pairs,
-                    base: l as u32 * experts,
-                    entries: w.layers.len() as u32 * experts,
-                    _pad: 0,
-                };
-                experts_dispatches.push(k.expert_slots(v(&s.pick_ids), v(table), v(&s.slot_idx[l]), p)?);
-            }
             // The pool this layer's experts can be in: all of it while experts stream.
             let layer_slots =
                 b.resident_slots.map(|table| &table[l * experts as usize..][..experts as usize]);

@@ -12,8 +12,9 @@ pub struct RouterTopkParams {
     pub k: u32,
     /// Tokens T.
     pub tokens: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// [`Kernels::router_topk_slots`]: the layer's first entry of the slot table (layer · experts); 0
+    /// otherwise.
+    pub slot_base: u32,
 }
 const _: () = assert!(size_of::<RouterTopkParams>() == 16);
 
@@ -43,6 +44,45 @@ impl Kernels {
             b.storage("ids", ids, 0, f32s(t * kk))?,
             b.storage("weights", weights, 0, f32s(t * kk))?,
         ];
-        Ok(b.finish(vec![(RouterTopkParams { experts, k, tokens, _pad: 0 }, bound, dims)]))
+        Ok(b.finish(vec![(RouterTopkParams { experts, k, tokens, slot_base: 0 }, bound, dims)]))
+    }
+
+    /// [`Kernels::router_topk`] and [`Kernels::expert_slots`] in one dispatch, for decode while every
+    /// expert is resident: also `slots[t, r] = table[slot_base + ids[t, r]]`, the pool slot of each pick.
+    /// Shapes: as `router_topk`, `table [entries] u32` (`slot_base + experts <= entries`), `slots [T, k] u32`.
+    ///
+    /// # Errors
+    /// As `router_topk`, and a shape error for a layer past the table; buffer errors as usual.
+    #[allow(clippy::too_many_arguments)]
+    pub fn router_topk_slots(
+        &self,
+        logits: View<'_>,
+        table: View<'_>,
+        ids: View<'_>,
+        weights: View<'_>,
+        slots: View<'_>,
+        experts: u32,
+        k: u32,
+        tokens: u32,
+        (slot_base, entries): (u32, u32),
+    ) -> Result<Dispatch> {
+        let b = self.binder(Kernel::RouterTopkSlots);
+        let (e, kk, t) = (u64::from(experts), u64::from(k), u64::from(tokens));
+        b.ensure(e > 0 && e <= 256 && kk > 0 && kk <= 32 && kk <= e, || {
+            format!("needs 0 < experts <= 256 and 0 < k <= min(32, experts); got experts {e}, k {kk}")
+        })?;
+        let end = u64::from(slot_base) + e;
+        b.ensure(end <= u64::from(entries), || {
+            format!("the layer's table entries {slot_base}..{end} run past the table's {entries}")
+        })?;
+        let dims = [b.groups("tokens", t)?, 1, 1];
+        let bound = vec![
+            b.storage("logits", logits, 0, f32s(t * e))?,
+            b.storage("table", table, 0, f32s(u64::from(entries)))?,
+            b.storage("ids", ids, 0, f32s(t * kk))?,
+            b.storage("weights", weights, 0, f32s(t * kk))?,
+            b.storage("slots", slots, 0, f32s(t * kk))?,
+        ];
+        Ok(b.finish(vec![(RouterTopkParams { experts, k, tokens, slot_base }, bound, dims)]))
     }
 }
