@@ -208,42 +208,43 @@ impl Kernel {
         }
     }
 
-    /// The WGSL source compiled for this kernel: the file itself, or for the quantised GEMVs and GEMMs
-    /// the file with its row-sum helper (plain or subgroup) and `q8_helpers.wgsl` appended, for the split
-    /// attention its row helpers (plain or subgroup), for the norm kernels `rms_scale.wgsl`, for the
-    /// routers `router_topk_core.wgsl`. `subgroups` is ignored by kernels without a variant.
+    /// The WGSL source compiled for this kernel: the file (for kernels with a subgroup variant, with its
+    /// `/*SG_ARGS*/` and `/*SG_CALL*/` filled in) followed by the helper files it calls: the row sums
+    /// (plain or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs, the row helpers (plain
+    /// or subgroup) for the split attention, `rms_scale.wgsl` for the norm kernels,
+    /// `router_topk_core.wgsl` for the routers. `subgroups` is ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
-        if matches!(
-            self,
-            Kernel::RmsNorm
-                | Kernel::AddRmsNorm
-                | Kernel::MoeCombineNorm
-                | Kernel::QkNormRope
-                | Kernel::QkvRopeStore
-        ) {
-            return Cow::Owned(format!("{}\n{RMS_SCALE}", self.file()));
-        }
-        if matches!(self, Kernel::RouterTopk | Kernel::RouterTopkSlots) {
-            return Cow::Owned(format!("{}\n{ROUTER_TOPK_CORE}", self.file()));
-        }
-        if !self.has_subgroup_variant() {
-            return Cow::Borrowed(self.file());
-        }
-        let (args, call, helper) = if subgroups {
-            (
-                ", @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32",
-                ", sg_lane, sg_size",
-                ROW_SUM_SUBGROUP,
-            )
+        let body = if !self.has_subgroup_variant() {
+            Cow::Borrowed(self.file())
+        } else if subgroups {
+            let args =
+                ", @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32";
+            Cow::Owned(self.file().replace("/*SG_ARGS*/", args).replace("/*SG_CALL*/", ", sg_lane, sg_size"))
         } else {
-            ("", "", ROW_SUM_PLAIN)
+            Cow::Owned(self.file().replace("/*SG_ARGS*/", "").replace("/*SG_CALL*/", ""))
         };
-        let body = self.file().replace("/*SG_ARGS*/", args).replace("/*SG_CALL*/", call);
-        if self == Kernel::AttentionSplit {
-            let rows = if subgroups { ATTENTION_ROWS_SUBGROUP } else { ATTENTION_ROWS_PLAIN };
-            return Cow::Owned(format!("{body}\n{rows}"));
+        let helpers = self.helpers(subgroups);
+        if helpers.is_empty() {
+            return body;
         }
-        Cow::Owned(format!("{body}\n{helper}\n{Q8_HELPERS}"))
+        Cow::Owned(std::iter::once(&*body).chain(helpers.iter().copied()).collect::<Vec<_>>().join("\n"))
+    }
+
+    /// The helper files appended to the kernel's own (see [`Kernel::source`]).
+    fn helpers(self, subgroups: bool) -> &'static [&'static str] {
+        match self {
+            Kernel::RmsNorm
+            | Kernel::AddRmsNorm
+            | Kernel::MoeCombineNorm
+            | Kernel::QkNormRope
+            | Kernel::QkvRopeStore => &[RMS_SCALE],
+            Kernel::RouterTopk | Kernel::RouterTopkSlots => &[ROUTER_TOPK_CORE],
+            Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
+            Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],
+            k if k.has_subgroup_variant() && subgroups => &[ROW_SUM_SUBGROUP, Q8_HELPERS],
+            k if k.has_subgroup_variant() => &[ROW_SUM_PLAIN, Q8_HELPERS],
+            _ => &[],
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 use crate::error::Result;
-use crate::kernels::{Kernel, Kernels, View};
+use crate::kernels::{Binder, Bound, Kernel, Kernels, View};
 use crate::{Dispatch, ops::*};
 
 /// Params of `router_topk.wgsl`.
@@ -33,18 +33,10 @@ impl Kernels {
         k: u32,
         tokens: u32,
     ) -> Result<Dispatch> {
+        let p = RouterTopkParams { experts, k, tokens, slot_base: 0 };
         let b = self.binder(Kernel::RouterTopk);
-        let (e, kk, t) = (u64::from(experts), u64::from(k), u64::from(tokens));
-        b.ensure(e > 0 && e <= 256 && kk > 0 && kk <= 32 && kk <= e, || {
-            format!("needs 0 < experts <= 256 and 0 < k <= min(32, experts); got experts {e}, k {kk}")
-        })?;
-        let dims = [b.groups("tokens", t)?, 1, 1];
-        let bound = vec![
-            b.storage("logits", logits, 0, f32s(t * e))?,
-            b.storage("ids", ids, 0, f32s(t * kk))?,
-            b.storage("weights", weights, 0, f32s(t * kk))?,
-        ];
-        Ok(b.finish(vec![(RouterTopkParams { experts, k, tokens, slot_base: 0 }, bound, dims)]))
+        let (dims, [logits, ids, weights]) = router_shape(&b, p, [logits, ids, weights])?;
+        Ok(b.finish(vec![(p, vec![logits, ids, weights], dims)]))
     }
 
     /// [`Kernels::router_topk`] and [`Kernels::expert_slots`] in one dispatch, for decode while every
@@ -66,23 +58,35 @@ impl Kernels {
         tokens: u32,
         (slot_base, entries): (u32, u32),
     ) -> Result<Dispatch> {
+        let p = RouterTopkParams { experts, k, tokens, slot_base };
         let b = self.binder(Kernel::RouterTopkSlots);
-        let (e, kk, t) = (u64::from(experts), u64::from(k), u64::from(tokens));
-        b.ensure(e > 0 && e <= 256 && kk > 0 && kk <= 32 && kk <= e, || {
-            format!("needs 0 < experts <= 256 and 0 < k <= min(32, experts); got experts {e}, k {kk}")
-        })?;
-        let end = u64::from(slot_base) + e;
+        let (dims, [logits, ids, weights]) = router_shape(&b, p, [logits, ids, weights])?;
+        let end = u64::from(slot_base) + u64::from(experts);
         b.ensure(end <= u64::from(entries), || {
             format!("the layer's table entries {slot_base}..{end} run past the table's {entries}")
         })?;
-        let dims = [b.groups("tokens", t)?, 1, 1];
-        let bound = vec![
-            b.storage("logits", logits, 0, f32s(t * e))?,
-            b.storage("table", table, 0, f32s(u64::from(entries)))?,
-            b.storage("ids", ids, 0, f32s(t * kk))?,
-            b.storage("weights", weights, 0, f32s(t * kk))?,
-            b.storage("slots", slots, 0, f32s(t * kk))?,
-        ];
-        Ok(b.finish(vec![(RouterTopkParams { experts, k, tokens, slot_base }, bound, dims)]))
+        let table = b.storage("table", table, 0, f32s(u64::from(entries)))?;
+        let slots = b.storage("slots", slots, 0, f32s(u64::from(tokens) * u64::from(k)))?;
+        Ok(b.finish(vec![(p, vec![logits, table, ids, weights, slots], dims)]))
     }
+}
+
+/// The checks and bindings both routers share: E and k in range, the grid (a workgroup per token), and
+/// `logits`, `ids`, `weights` bound at their sizes.
+fn router_shape<'a>(
+    b: &Binder<'_>,
+    p: RouterTopkParams,
+    [logits, ids, weights]: [View<'a>; 3],
+) -> Result<([u32; 3], [Bound<'a>; 3])> {
+    let (e, kk, t) = (u64::from(p.experts), u64::from(p.k), u64::from(p.tokens));
+    b.ensure(e > 0 && e <= 256 && kk > 0 && kk <= 32 && kk <= e, || {
+        format!("needs 0 < experts <= 256 and 0 < k <= min(32, experts); got experts {e}, k {kk}")
+    })?;
+    let dims = [b.groups("tokens", t)?, 1, 1];
+    let bound = [
+        b.storage("logits", logits, 0, f32s(t * e))?,
+        b.storage("ids", ids, 0, f32s(t * kk))?,
+        b.storage("weights", weights, 0, f32s(t * kk))?,
+    ];
+    Ok((dims, bound))
 }
