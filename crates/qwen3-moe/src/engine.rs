@@ -578,7 +578,7 @@ impl Engine {
             };
             queue.submit([commands]);
             self.next_step = Some((want, record_resident_step(device, graph, s, want, shape)));
-            return read_output(device, s, want, self.vocab, &mut self.stats.gpu_wait);
+            return read_output(device, s, want, shape, &mut self.stats.gpu_wait);
         }
         // Streaming (and chunks): a readback of the picks per layer, `ensure`, then the layer's experts; chunks
         // group their pairs by slot for the expert GEMM.
@@ -640,7 +640,7 @@ impl Engine {
 
         record_head(&mut enc, graph, s, want, shape);
         queue.submit([enc.finish()]);
-        let out = read_output(device, s, want, self.vocab, &mut self.stats.gpu_wait)?;
+        let out = read_output(device, s, want, shape, &mut self.stats.gpu_wait)?;
         // Writes for the next step (ids, positions, slots, uploads into freed slots) are ordered after
         // this submit by the queue, so nothing waits here.
         if let Some(p) = self.held.take() {
@@ -657,6 +657,17 @@ struct HeadShape {
     vocab: u32,
     /// Tokens of the step (the head reads the last one's row).
     tokens: u32,
+}
+
+impl HeadShape {
+    /// Bytes the step reads back for `want`: the argmax (4) or the logits; `None` for nothing.
+    fn output_bytes(self, want: Want) -> Option<u64> {
+        match want {
+            Want::Nothing => None,
+            Want::Argmax => Some(4),
+            Want::Logits => Some(4 * u64::from(self.vocab)),
+        }
+    }
 }
 
 /// Records a one-token step with every expert resident: every layer, then the head.
@@ -683,11 +694,7 @@ fn record_resident_step(
 /// Records what a step returns after its last layer: for logits or the argmax, the last token's normed row,
 /// the head and the copy into the readback buffer; nothing for [`Want::Nothing`].
 fn record_head(enc: &mut wgpu::CommandEncoder, graph: &Graph, s: &Scratch, want: Want, shape: HeadShape) {
-    let bytes = match want {
-        Want::Nothing => return,
-        Want::Argmax => 4,
-        Want::Logits => 4 * u64::from(shape.vocab),
-    };
+    let Some(bytes) = shape.output_bytes(want) else { return };
     let h = 4 * u64::from(shape.hidden);
     enc.copy_buffer_to_buffer(s.xn(), (u64::from(shape.tokens) - 1) * h, &s.last_n, 0, h);
     record(enc, &graph.head);
@@ -700,16 +707,14 @@ fn read_output(
     device: &wgpu::Device,
     s: &Scratch,
     want: Want,
-    vocab: u32,
+    shape: HeadShape,
     wait: &mut Duration,
 ) -> Result<Output> {
+    let Some(bytes) = shape.output_bytes(want) else { return Ok(Output::Nothing) };
+    let read = readback(device, &s.readback, bytes, wait)?;
     Ok(match want {
-        Want::Nothing => Output::Nothing,
-        Want::Argmax => Output::Argmax(readback(device, &s.readback, 4, wait)?[0]),
-        Want::Logits => {
-            let read = readback(device, &s.readback, 4 * u64::from(vocab), wait)?;
-            Output::Logits(bytemuck::cast_slice(&read).to_vec())
-        }
+        Want::Argmax => Output::Argmax(read[0]),
+        _ => Output::Logits(bytemuck::cast_slice(&read).to_vec()),
     })
 }
 
