@@ -67,6 +67,10 @@ struct Args {
     /// With every expert resident, still route through readbacks and `ensure` (to measure their cost).
     #[arg(long)]
     no_gpu_routing: bool,
+    /// With every expert resident, read each greedy pick before queuing the next step (to measure what
+    /// run-ahead saves).
+    #[arg(long)]
+    no_run_ahead: bool,
     /// How records reach the pool: ring (mapped staging, read into directly) or write (queue.write_buffer).
     #[arg(long, default_value = "ring")]
     upload: String,
@@ -108,6 +112,7 @@ fn main() -> anyhow::Result<()> {
     opts.max_batch = args.max_batch;
     opts.max_context = args.ctx;
     opts.gpu_routing = !args.no_gpu_routing;
+    opts.run_ahead = !args.no_run_ahead;
     opts.read_split = args.read_split;
     opts.upload = match args.upload.as_str() {
         "ring" => UploadMethod::StagingRing(2),
@@ -151,6 +156,7 @@ fn main() -> anyhow::Result<()> {
         "budget": args.budget,
         "pool_slots": engine.pool_slots(),
         "routes_on_gpu": engine.routes_on_gpu(),
+        "run_ahead": !args.no_run_ahead,
         "prefetch": !args.no_prefetch,
         "lookahead": args.lookahead,
         "policy": args.policy,

@@ -1,8 +1,8 @@
 //! The engine: loads a store onto the GPU (dense weights, KV cache, scratch, expert pool) and runs the
 //! forward pass. While experts stream: one readback of the picks per layer, `ensure` of their slots, and
 //! prefetch guesses for the next layers. When every expert fits: all loaded at start, a token's picks
-//! become slots on the GPU, with no readback until the logits, and each step's commands are recorded
-//! while the GPU runs the step before.
+//! become slots on the GPU, with no readback until the logits, each step's commands are recorded while the
+//! GPU runs the step before, and a greedy step queues the next on the GPU's own pick (run-ahead).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -54,8 +54,14 @@ pub struct EngineOptions {
     /// chunk × top-k ≤ slots).
     pub max_batch: u32,
     /// When every expert fits, load them all at start and route on the GPU: no readback or `ensure` per
-    /// layer (default on; off keeps the streaming path for comparison).
+    /// layer (default on; off keeps the streaming path for comparison). The token embedding then goes to the
+    /// GPU too, and must fit in the budget with the experts.
     pub gpu_routing: bool,
+    /// With every expert resident: [`Engine::step_greedy`] queues the next step on the GPU's own pick before
+    /// it reads this one, so that the GPU does not wait for the host between tokens (default on; off for
+    /// comparison). A caller that next runs anything but `step_greedy` of that pick leaves the queued
+    /// step's work unused (and waits for it).
+    pub run_ahead: bool,
 }
 
 impl Default for EngineOptions {
@@ -73,6 +79,7 @@ impl Default for EngineOptions {
             read_split: 1,
             max_batch: 256,
             gpu_routing: true,
+            run_ahead: true,
         }
     }
 }
@@ -146,8 +153,11 @@ pub struct Engine {
     /// Slots pinned for the layer whose experts are recorded but not yet submitted.
     held: Option<Pinned>,
     /// With every expert resident: the next one-token step's commands, recorded while the GPU ran the
-    /// previous step, for the output it asked for.
-    next_step: Option<(Want, wgpu::CommandBuffer)>,
+    /// previous step, for the output it asked for and the argmax readback it copies to.
+    next_step: Option<(Want, usize, wgpu::CommandBuffer)>,
+    /// The greedy step queued on the GPU's pick of the step before, with [`EngineOptions::run_ahead`].
+    run_ahead: Option<RunAhead>,
+    run_ahead_enabled: bool,
     /// The store's experts are Q4_0 (else Q8_0).
     q4_experts: bool,
     stats: EngineStats,
@@ -247,7 +257,7 @@ impl Engine {
         let vocab = store.layout().dense_tensor("token_embd.weight").map_or(0, |t| t.dims[1] as u32);
 
         // Size everything but the pool, then the pool from what the budget leaves.
-        let dense = Weights::device_bytes(&store);
+        let dense = Weights::device_bytes(&store, false);
         let kv_bytes = KvCache::bytes(&config, ctx_len);
         let probe_batch = opts.max_batch.clamp(1, 1024);
         // Each reader (and, with prefetch, each prefetch thread) keeps a ring of mapped staging buffers. They
@@ -263,11 +273,12 @@ impl Engine {
         };
         // The pool from what the budget leaves; while experts stream a chunk is at most slots / top-k
         // tokens, so the scratch is sized again for that chunk and the pool once more.
-        let slots_for = |batch: u32, lookahead: u32| -> Result<usize> {
+        let slots_for_dense = |batch: u32, lookahead: u32, dense: u64| -> Result<usize> {
             let scratch = Scratch::estimate(&config, vocab, ctx_len, batch, lookahead) + staging;
             let budget = GpuBudget { budget: opts.gpu_budget, dense, kv_cache: kv_bytes, scratch };
             Ok(budget.expert_slots(experts.record_bytes, top_k)?.min(all))
         };
+        let slots_for = |batch: u32, lookahead: u32| slots_for_dense(batch, lookahead, dense);
         let (slots, sized_batch) = match opts.pool_slots {
             Some(s) if s < 2 * top_k as usize => {
                 return Err(Error::BadOption {
@@ -286,7 +297,11 @@ impl Engine {
                 }
             }
         };
-        let resident = opts.gpu_routing && slots == all;
+        // Resident routing also puts the embedding on the GPU (see `Weights`): all must fit with it.
+        let with_embedding = Weights::device_bytes(&store, true);
+        let resident = opts.gpu_routing
+            && slots == all
+            && (opts.pool_slots.is_some() || slots_for_dense(sized_batch, 0, with_embedding)? == all);
         if resident {
             lookahead = 0;
         }
@@ -294,7 +309,7 @@ impl Engine {
         let max_batch = sized_batch.min(pool_bound).min(ctx_len).max(1);
 
         let device = ctx.device.clone();
-        let weights = Weights::upload(&store, &config, &device, &ctx.queue, &mut |done, total| {
+        let weights = Weights::upload(&store, &config, &device, &ctx.queue, resident, &mut |done, total| {
             progress(LoadProgress::Upload { done, total })
         })?;
         if weights.head.rows != vocab {
@@ -353,6 +368,8 @@ impl Engine {
             cached: Vec::new(),
             held: None,
             next_step: None,
+            run_ahead: None,
+            run_ahead_enabled: opts.run_ahead,
             q4_experts: experts.quant_type == "q4_0",
             stats: EngineStats::default(),
             gpu_bytes,
@@ -414,6 +431,7 @@ impl Engine {
     /// Forgets the cached tokens (the next prefill starts at position 0); the pool keeps its experts.
     pub fn reset(&mut self) {
         self.cached.clear();
+        self.run_ahead = None;
     }
 
     /// Engine and pool counters since the load or [`reset_stats`](Self::reset_stats).
@@ -524,6 +542,7 @@ impl Engine {
                 resident_table: self.resident_table.as_ref().map(|(b, _)| b),
                 resident_slots: self.resident_table.as_ref().map(|(_, t)| t.as_slice()),
                 q4_experts: self.q4_experts,
+                embedding: self.weights.gpu_embedding.as_ref().map(|e| e.m()),
             };
             let g = Graph::build(&b, t)?;
             self.graphs.insert(t, g);
@@ -545,41 +564,32 @@ impl Engine {
         self.stats.host_time += started.elapsed().saturating_sub(waited_here);
         match &result {
             Ok(_) => self.cached.extend_from_slice(ids),
-            Err(_) => self.cached.clear(),
+            Err(_) => {
+                self.cached.clear();
+                self.run_ahead = None;
+            }
         }
         result
     }
 
     fn run_inner(&mut self, ids: &[u32], want: Want) -> Result<Output> {
         let t = ids.len() as u32;
+        let queued = self.run_ahead.take();
+        if self.resident_table.is_some() && t == 1 {
+            return self.resident_step(ids[0], want, queued);
+        }
         let start = self.cached.len() as u32;
-        let positions: Vec<u32> = (start..start + t).collect();
-        let rope = cpu::rope_cos_sin(&positions, self.config.key_length as usize, self.config.rope_freq_base);
+        self.write_positions(start, t);
         let queue = self.ctx.queue.clone();
         queue.write_buffer(&self.scratch.x, 0, bytemuck::cast_slice(&self.weights.embedding.rows(ids)));
-        queue.write_buffer(&self.scratch.positions, 0, bytemuck::cast_slice(&positions));
-        queue.write_buffer(&self.scratch.rope, 0, bytemuck::cast_slice(&rope));
         self.graph(t)?;
         let graph = &self.graphs[&t];
         let (k, layers) = (self.config.expert_used_count as usize, self.config.block_count);
         let lookahead = if t == 1 { self.lookahead } else { 0 };
         let device = &self.ctx.device;
         let s = &self.scratch;
-
         let shape = HeadShape { hidden: self.config.embedding_length, vocab: self.vocab, tokens: t };
-        if self.resident_table.is_some() && t == 1 {
-            // Every expert resident: the token's graph turns picks into slots itself, one submit a token.
-            // Its inputs are in buffers written above, ahead of the submit, so the commands can be recorded
-            // before the token is known: each step submits what the previous one recorded and records the
-            // next while the GPU runs, hiding the host's recording (a few ms a token) behind the GPU's work.
-            let commands = match self.next_step.take() {
-                Some((recorded_for, commands)) if recorded_for == want => commands,
-                _ => record_resident_step(device, graph, s, want, shape),
-            };
-            queue.submit([commands]);
-            self.next_step = Some((want, record_resident_step(device, graph, s, want, shape)));
-            return read_output(device, s, want, shape, &mut self.stats.gpu_wait);
-        }
+
         // Streaming (and chunks): a readback of the picks per layer, `ensure`, then the layer's experts; chunks
         // group their pairs by slot for the expert GEMM.
         let mut enc = device.create_command_encoder(&Default::default());
@@ -599,7 +609,8 @@ impl Engine {
                 self.pool.release(p);
             }
             let words = pairs + guesses as usize * k;
-            let read: Vec<u32> = readback(device, &s.readback, 4 * words as u64, &mut self.stats.gpu_wait)?;
+            let read: Vec<u32> =
+                readback(device, &s.readback, 4 * words as u64, None, &mut self.stats.gpu_wait)?;
             let picks = &read[..pairs];
 
             let ensure_started = Instant::now();
@@ -638,9 +649,9 @@ impl Engine {
             record(&mut enc, &lg.experts);
         }
 
-        record_head(&mut enc, graph, s, want, shape);
+        record_head(&mut enc, graph, s, want, shape, 0);
         queue.submit([enc.finish()]);
-        let out = read_output(device, s, want, shape, &mut self.stats.gpu_wait)?;
+        let out = read_output(device, s, want, shape, 0, None, &mut self.stats.gpu_wait)?;
         // Writes for the next step (ids, positions, slots, uploads into freed slots) are ordered after
         // this submit by the queue, so nothing waits here.
         if let Some(p) = self.held.take() {
@@ -648,6 +659,85 @@ impl Engine {
         }
         Ok(out)
     }
+
+    /// Writes the positions `start..start + t` and their RoPE table for the next submit.
+    fn write_positions(&self, start: u32, t: u32) {
+        let positions: Vec<u32> = (start..start + t).collect();
+        let rope = cpu::rope_cos_sin(&positions, self.config.key_length as usize, self.config.rope_freq_base);
+        self.ctx.queue.write_buffer(&self.scratch.positions, 0, bytemuck::cast_slice(&positions));
+        self.ctx.queue.write_buffer(&self.scratch.rope, 0, bytemuck::cast_slice(&rope));
+    }
+
+    /// A one-token step with every expert resident: the token's graph embeds it and turns picks into slots
+    /// itself, one submit a token. Its inputs are in buffers written ahead of the submit, so the commands
+    /// are recorded before the token is known: each step submits what the previous one recorded and records
+    /// the next while the GPU runs, hiding the host's recording (a few ms a token) behind the GPU's work.
+    ///
+    /// With run-ahead and the argmax asked for, the step also queues the next one, whose token is this
+    /// step's pick, copied on the GPU: the host reads the pick while the GPU already runs on. `queued` is
+    /// such a step from the call before; it is this step when it runs `id` at this position.
+    fn resident_step(&mut self, id: u32, want: Want, queued: Option<RunAhead>) -> Result<Output> {
+        let position = self.cached.len() as u32;
+        self.graph(1)?;
+        let queue = self.ctx.queue.clone();
+        let shape = HeadShape { hidden: self.config.embedding_length, vocab: self.vocab, tokens: 1 };
+        let (slot, submission) = match queued {
+            Some(q) if q.position == position && q.token == Some(id) && want == Want::Argmax => {
+                (q.slot, q.submission)
+            }
+            // A queued step for another token (or none) is left to run unused; later writes and submits are
+            // ordered after it.
+            _ => {
+                queue.write_buffer(&self.scratch.token_ids, 0, bytemuck::bytes_of(&id));
+                self.write_positions(position, 1);
+                let commands = self.resident_commands(want, 0);
+                (0, queue.submit([commands]))
+            }
+        };
+        let ahead = self.run_ahead_enabled && want == Want::Argmax && position + 1 < self.kv.ctx;
+        let next_slot = if ahead {
+            // The queued step's position and table; its token arrives by the copy at this step's end.
+            self.write_positions(position + 1, 1);
+            let commands = self.resident_commands(Want::Argmax, 1 - slot);
+            let submission = queue.submit([commands]);
+            self.run_ahead =
+                Some(RunAhead { position: position + 1, token: None, slot: 1 - slot, submission });
+            slot
+        } else {
+            0
+        };
+        let (device, graph, s) = (&self.ctx.device, &self.graphs[&1], &self.scratch);
+        self.next_step =
+            Some((want, next_slot, record_resident_step(device, graph, s, want, shape, next_slot)));
+        let out = read_output(device, s, want, shape, slot, Some(submission), &mut self.stats.gpu_wait)?;
+        if let (Some(q), Output::Argmax(pick)) = (&mut self.run_ahead, &out) {
+            q.token = Some(*pick);
+        }
+        Ok(out)
+    }
+
+    /// The commands of a resident one-token step: those recorded during the step before when they match,
+    /// else recorded now.
+    fn resident_commands(&mut self, want: Want, slot: usize) -> wgpu::CommandBuffer {
+        match self.next_step.take() {
+            Some((w, sl, commands)) if w == want && sl == slot => commands,
+            _ => {
+                let shape = HeadShape { hidden: self.config.embedding_length, vocab: self.vocab, tokens: 1 };
+                record_resident_step(&self.ctx.device, &self.graphs[&1], &self.scratch, want, shape, slot)
+            }
+        }
+    }
+}
+
+/// A greedy one-token step queued before the pick it runs on was read (see [`EngineOptions::run_ahead`]).
+struct RunAhead {
+    /// The position it runs at.
+    position: u32,
+    /// The token it runs: the step before's pick, once read.
+    token: Option<u32>,
+    /// The argmax readback it copies its own pick to.
+    slot: usize,
+    submission: wgpu::SubmissionIndex,
 }
 
 /// What the head's copies need to know of a step.
@@ -670,13 +760,15 @@ impl HeadShape {
     }
 }
 
-/// Records a one-token step with every expert resident: every layer, then the head.
+/// Records a one-token step with every expert resident: every layer, then the head, and for the argmax its
+/// copy into `token_ids`, where a step queued behind this one finds its token.
 fn record_resident_step(
     device: &wgpu::Device,
     graph: &Graph,
     s: &Scratch,
     want: Want,
     shape: HeadShape,
+    slot: usize,
 ) -> wgpu::CommandBuffer {
     let mut enc = device.create_command_encoder(&Default::default());
     {
@@ -687,31 +779,53 @@ fn record_resident_step(
             }
         }
     }
-    record_head(&mut enc, graph, s, want, shape);
+    record_head(&mut enc, graph, s, want, shape, slot);
+    if want == Want::Argmax {
+        enc.copy_buffer_to_buffer(&s.argmax, 0, &s.token_ids, 0, 4);
+    }
     enc.finish()
 }
 
 /// Records what a step returns after its last layer: for logits or the argmax, the last token's normed row,
-/// the head and the copy into the readback buffer; nothing for [`Want::Nothing`].
-fn record_head(enc: &mut wgpu::CommandEncoder, graph: &Graph, s: &Scratch, want: Want, shape: HeadShape) {
+/// the head and the copy into the readback buffer (for the argmax, argmax readback `slot`); nothing for
+/// [`Want::Nothing`].
+fn record_head(
+    enc: &mut wgpu::CommandEncoder,
+    graph: &Graph,
+    s: &Scratch,
+    want: Want,
+    shape: HeadShape,
+    slot: usize,
+) {
     let Some(bytes) = shape.output_bytes(want) else { return };
     let h = 4 * u64::from(shape.hidden);
     enc.copy_buffer_to_buffer(s.xn(), (u64::from(shape.tokens) - 1) * h, &s.last_n, 0, h);
     record(enc, &graph.head);
-    let src = if want == Want::Argmax { &s.argmax } else { &s.logits };
-    enc.copy_buffer_to_buffer(src, 0, &s.readback, 0, bytes);
+    let (src, dst) = output_buffers(s, want, slot);
+    enc.copy_buffer_to_buffer(src, 0, dst, 0, bytes);
 }
 
-/// Reads what [`record_head`] copied, once the GPU is done.
+/// Where the head's output is and where it is copied to be mapped.
+fn output_buffers(s: &Scratch, want: Want, slot: usize) -> (&wgpu::Buffer, &wgpu::Buffer) {
+    match want {
+        Want::Argmax => (&s.argmax, &s.argmax_readback[slot]),
+        _ => (&s.logits, &s.readback),
+    }
+}
+
+/// Reads what [`record_head`] copied, once the GPU is done with `submission` (else with everything
+/// submitted).
 fn read_output(
     device: &wgpu::Device,
     s: &Scratch,
     want: Want,
     shape: HeadShape,
+    slot: usize,
+    submission: Option<wgpu::SubmissionIndex>,
     wait: &mut Duration,
 ) -> Result<Output> {
     let Some(bytes) = shape.output_bytes(want) else { return Ok(Output::Nothing) };
-    let read = readback(device, &s.readback, bytes, wait)?;
+    let read = readback(device, output_buffers(s, want, slot).1, bytes, submission, wait)?;
     Ok(match want {
         Want::Argmax => Output::Argmax(read[0]),
         _ => Output::Logits(bytemuck::cast_slice(&read).to_vec()),
@@ -726,11 +840,13 @@ fn record(enc: &mut wgpu::CommandEncoder, dispatches: &[diskformer_kernels::Disp
     }
 }
 
-/// Maps the first `bytes` of `buffer`, waits for the GPU (adding the wait to `wait`), and copies them out.
+/// Maps the first `bytes` of `buffer`, waits for the GPU to finish `submission` (else everything
+/// submitted; adding the wait to `wait`), and copies them out.
 fn readback(
     device: &wgpu::Device,
     buffer: &wgpu::Buffer,
     bytes: u64,
+    submission: Option<wgpu::SubmissionIndex>,
     wait: &mut Duration,
 ) -> Result<Vec<u32>> {
     let started = Instant::now();
@@ -739,7 +855,9 @@ fn readback(
     slice.map_async(wgpu::MapMode::Read, move |r| {
         let _ = tx.send(r);
     });
-    device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(e.to_string()))?;
+    device
+        .poll(wgpu::PollType::Wait { submission_index: submission, timeout: None })
+        .map_err(|e| Error::Gpu(e.to_string()))?;
     rx.recv()
         .map_err(|_| Error::Gpu("the readback was dropped before it mapped".into()))?
         .map_err(|e| Error::Gpu(format!("readback did not map: {e}")))?;

@@ -3,8 +3,8 @@
 
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
-    AttentionShape, Dispatch, ExpertPlanes, Kernels, KvCacheViews, MoeCombineNormParams, QkvRopeStoreParams,
-    View,
+    AttentionShape, Dispatch, ExpertPlanes, Kernels, KvCacheViews, MoeCombineNormParams, Q8Matrix,
+    QkvRopeStoreParams, View,
 };
 
 use crate::weights::{Weights, storage, storage_size};
@@ -54,7 +54,11 @@ enum Use {
 pub(crate) struct ScratchOf<B> {
     pub positions: B,
     pub rope: B,
-    /// The residual stream; a step starts with the tokens' embedding rows written here by the host.
+    /// A one-token step's token id, when the GPU embeds it (written by the host, or copied from the
+    /// previous step's argmax on the GPU).
+    pub token_ids: B,
+    /// The residual stream; a step starts with the tokens' embedding rows, written here by the host or by
+    /// the step's `embed_q8`.
     pub x: B,
     /// The normed residual stream: the input of the attention block and of the experts; after the last
     /// layer, the output norm's result the head reads.
@@ -90,8 +94,11 @@ pub(crate) struct ScratchOf<B> {
     pub logits: B,
     /// The greedy token.
     pub argmax: B,
-    /// Where picks, guesses, logits or the argmax are copied to be mapped.
+    /// Where picks, guesses or logits are copied to be mapped.
     pub readback: B,
+    /// Two buffers the argmax is copied to, so that one step's pick can be mapped while the next step,
+    /// already queued, copies its own pick to the other.
+    pub argmax_readback: [B; 2],
 }
 
 /// The scratch buffers on the device.
@@ -129,6 +136,7 @@ impl<B> ScratchOf<B> {
         ScratchOf {
             positions: b("positions", t),
             rope: b("rope", t * u64::from(c.key_length)),
+            token_ids: b("token ids", 1),
             x: out("x", t * h),
             xn: out("xn", t * h),
             qkv: b("qkv", t * (q + 2 * kv)),
@@ -153,6 +161,7 @@ impl<B> ScratchOf<B> {
             logits: out("logits", u64::from(vocab)),
             argmax: out("argmax", 1),
             readback: alloc("readback", 4 * readback_words, Use::Readback),
+            argmax_readback: [(); 2].map(|()| alloc("argmax readback", 4, Use::Readback)),
         }
     }
 
@@ -161,6 +170,7 @@ impl<B> ScratchOf<B> {
         [
             &self.positions,
             &self.rope,
+            &self.token_ids,
             &self.x,
             &self.xn,
             &self.qkv,
@@ -181,6 +191,7 @@ impl<B> ScratchOf<B> {
             &self.readback,
         ]
         .into_iter()
+        .chain(&self.argmax_readback)
         .chain(&self.slot_idx)
         .chain(&self.gemm_groups)
         .chain(&self.gemm_order)
@@ -262,6 +273,8 @@ pub(crate) struct Bindings<'a> {
     pub resident_slots: Option<&'a [u32]>,
     /// The experts are Q4_0 (else Q8_0).
     pub q4_experts: bool,
+    /// The token embedding on the GPU: one-token steps then embed `token_ids` themselves.
+    pub embedding: Option<Q8Matrix<'a>>,
 }
 
 impl Graph {
@@ -302,6 +315,9 @@ impl Graph {
         for (l, lw) in w.layers.iter().enumerate() {
             let mut attention = Vec::with_capacity(12);
             if l == 0 {
+                if let Some(table) = b.embedding.filter(|_| t == 1) {
+                    attention.push(k.embed_q8(v(&s.token_ids), table, v(&s.x), 1)?);
+                }
                 // Later layers get their attention norm from the previous layer's `moe_combine_norm`.
                 attention.push(k.rms_norm(v(&s.x), v(&lw.attn_norm), v(&s.xn), h, t, eps)?);
             }

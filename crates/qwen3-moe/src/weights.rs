@@ -9,7 +9,7 @@ use diskformer_store::{DenseData, DenseTensor, Store};
 use crate::{Config, Error, Result};
 
 /// A Q8_0 matrix on the GPU as the kernels bind it: its two planes.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Q8Weight {
     q: wgpu::Buffer,
     s: wgpu::Buffer,
@@ -69,12 +69,16 @@ pub(crate) struct LayerWeights {
     pub router: wgpu::Buffer,
 }
 
-/// Every dense tensor of the model: on the GPU, but for the token embedding, which stays in the mapped
-/// dense file (a step needs one row a token; on the GPU its 0.3 GB would be ~60 expert slots fewer at
-/// Qwen3-30B-A3B's size). A model that ties its lm head to the embedding also uploads it, as the head.
+/// Every dense tensor of the model on the GPU. The token embedding stays in the mapped dense file (a step
+/// needs one row a token; on the GPU its 0.3 GB would be ~60 expert slots fewer at Qwen3-30B-A3B's size),
+/// and goes to the GPU as well only when every expert is resident anyway: the GPU then embeds the token it
+/// picked itself, so a greedy step can be queued before the host has read the pick. A model that ties its
+/// lm head to the embedding uploads it in any case, as the head.
 #[derive(Debug)]
 pub(crate) struct Weights {
     pub embedding: HostEmbedding,
+    /// The embedding on the GPU (the head's buffers when tied), when uploaded.
+    pub gpu_embedding: Option<Q8Weight>,
     /// The lm head: `output.weight`, or the embedding when the model ties them.
     pub head: Q8Weight,
     pub out_norm: wgpu::Buffer,
@@ -85,24 +89,26 @@ pub(crate) struct Weights {
 
 impl Weights {
     /// Bytes the dense weights of `store` take on the GPU: every dense tensor but the token embedding,
-    /// unless the model has no `output.weight` (the embedding is then the head).
-    pub fn device_bytes(store: &Store) -> u64 {
+    /// unless `with_embedding` or the model has no `output.weight` (the embedding is then the head).
+    pub fn device_bytes(store: &Store, with_embedding: bool) -> u64 {
         let tied = store.layout().dense_tensor("output.weight").is_none();
         store
             .layout()
             .dense
             .iter()
-            .filter(|t| tied || t.name != "token_embd.weight")
+            .filter(|t| tied || with_embedding || t.name != "token_embd.weight")
             .map(|t| t.data.parts().iter().map(|r| r.len.next_multiple_of(4)).sum::<u64>())
             .sum()
     }
 
-    /// Uploads the dense tensors of `store`, calling `progress(done, total)` in bytes.
+    /// Uploads the dense tensors of `store` (the embedding too with `with_embedding`), calling
+    /// `progress(done, total)` in bytes.
     pub fn upload(
         store: &Store,
         config: &Config,
         device: &wgpu::Device,
         queue: &wgpu::Queue,
+        with_embedding: bool,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Weights> {
         let path = store.dense_path();
@@ -110,7 +116,7 @@ impl Weights {
         // SAFETY: the store's files are written once by ingest and only read afterwards.
         let map = unsafe { memmap2::Mmap::map(&file) }
             .map_err(|source| Error::Io { path: path.clone(), source })?;
-        let total = Self::device_bytes(store);
+        let total = Self::device_bytes(store, with_embedding);
         let mut up = Uploader { store, device, queue, map: &map, done: 0, total, progress };
         let (h, v) = (config.embedding_length, up.vocab()?);
         let (q, kv) = (config.head_count * config.key_length, config.head_count_kv * config.key_length);
@@ -120,10 +126,12 @@ impl Weights {
             start..start + plane.len()
         };
         let (q_range, s_range) = (at(eq), at(es));
-        let head = if store.layout().dense_tensor("output.weight").is_some() {
-            up.q8("output.weight", v, h)?
-        } else {
-            up.q8("token_embd.weight", v, h)?
+        let tied = store.layout().dense_tensor("output.weight").is_none();
+        let head = up.q8(if tied { "token_embd.weight" } else { "output.weight" }, v, h)?;
+        let gpu_embedding = match (with_embedding, tied) {
+            (false, _) => None,
+            (true, true) => Some(head.clone()),
+            (true, false) => Some(up.q8("token_embd.weight", v, h)?),
         };
         let out_norm = up.f32s("output_norm.weight", &[h])?;
         let mut layers = Vec::with_capacity(config.block_count as usize);
@@ -144,7 +152,7 @@ impl Weights {
         queue.submit([]);
         let bytes = up.done;
         let embedding = HostEmbedding { map, q: q_range, s: s_range, cols: h as usize, rows: v };
-        Ok(Weights { embedding, head, out_norm, layers, bytes })
+        Ok(Weights { embedding, gpu_embedding, head, out_norm, layers, bytes })
     }
 }
 

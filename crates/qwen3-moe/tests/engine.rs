@@ -275,3 +275,75 @@ fn a_tied_lm_head_reads_the_embedding() {
     let other = open(&m, |_| {}).prefill(&PROMPT, true).unwrap();
     assert!(max_diff(&other, &want) > 1e-3);
 }
+
+/// `n` greedy steps from `first`: the picks.
+fn greedy_chain(e: &mut Engine, first: u32, n: usize) -> Vec<u32> {
+    let mut picks = Vec::with_capacity(n);
+    let mut next = first;
+    for _ in 0..n {
+        next = e.step_greedy(next).unwrap();
+        picks.push(next);
+    }
+    picks
+}
+
+#[test]
+fn greedy_run_ahead_gives_the_picks_of_plain_steps() {
+    // With every expert resident, a greedy step queues the next on the GPU's own pick (embedded on the GPU)
+    // before the pick is read. Its picks must be those of steps that wait for each pick, and of the
+    // streaming path that embeds on the host; a caller that goes another way drops the queued step.
+    let m = model("ahead", SynthShape::tiny(), 11);
+    let mut ahead = open(&m, |_| {});
+    let mut waits = open(&m, |o| o.run_ahead = false);
+    let mut streams = open(&m, |o| o.pool_slots = Some(5));
+    assert!(ahead.routes_on_gpu() && waits.routes_on_gpu() && !streams.routes_on_gpu());
+    let mut chains = Vec::new();
+    for e in [&mut ahead, &mut waits, &mut streams] {
+        e.prefill(&PROMPT, true).unwrap();
+        chains.push(greedy_chain(e, 65, 12));
+    }
+    assert_eq!(chains[0], chains[1]);
+    assert_eq!(chains[0], chains[2]);
+    assert!(chains[0].iter().collect::<std::collections::HashSet<_>>().len() > 1, "{:?}", chains[0]);
+    assert_eq!(ahead.cached_tokens(), waits.cached_tokens());
+
+    // Another token than the pick, logits, a new prompt: each time the queued step goes unused.
+    let last = *chains[0].last().unwrap();
+    let other = if last == 66 { 67 } else { 66 };
+    for e in [&mut ahead, &mut waits] {
+        assert_eq!(e.cached_tokens().len(), PROMPT.len() + 12);
+    }
+    let a = (ahead.step_greedy(other).unwrap(), ahead.step_greedy(last).unwrap());
+    let w = (waits.step_greedy(other).unwrap(), waits.step_greedy(last).unwrap());
+    assert_eq!(a, w);
+    let (la, lw) = (ahead.step(a.1).unwrap(), waits.step(w.1).unwrap());
+    assert_eq!(la, lw);
+    let mut prompt = PROMPT.to_vec();
+    prompt[7] = 70;
+    let (pa, pw) = (ahead.prefill(&prompt, true).unwrap(), waits.prefill(&prompt, true).unwrap());
+    assert_eq!(pa, pw);
+    assert_eq!(greedy_chain(&mut ahead, 80, 5), greedy_chain(&mut waits, 80, 5));
+
+    // Up to a full cache: the last step has no room to run ahead, the next is refused.
+    let mut short = open(&m, |o| o.max_context = Some(PROMPT.len() as u32 + 4));
+    let mut short_waits = open(&m, |o| {
+        o.max_context = Some(PROMPT.len() as u32 + 4);
+        o.run_ahead = false;
+    });
+    for e in [&mut short, &mut short_waits] {
+        e.prefill(&PROMPT, true).unwrap();
+    }
+    assert_eq!(greedy_chain(&mut short, 65, 3), greedy_chain(&mut short_waits, 65, 3));
+    assert_eq!(short.step_greedy(1).unwrap(), short_waits.step_greedy(1).unwrap());
+    assert!(matches!(short.step_greedy(2), Err(Error::ContextFull { .. })));
+
+    // A tied head is the embedding the GPU reads.
+    let (tied, copied) = tied_and_copied(&m);
+    let mut chains = Vec::new();
+    for store in [&tied, &copied] {
+        let mut e = open(store, |_| {});
+        e.prefill(&PROMPT, true).unwrap();
+        chains.push(greedy_chain(&mut e, 65, 6));
+    }
+    assert_eq!(chains[0], chains[1]);
+}

@@ -174,6 +174,30 @@ fn check(f: &Fixture, pool_slots: Option<usize>, batched: bool) {
     );
 }
 
+/// Greedy steps on the GPU's own picks (with every expert resident: run-ahead, each step queued on the pick
+/// before it is read, embedded on the GPU) give llama.cpp's greedy ids up to the first near-tie, after which
+/// a flipped pick would change the rest.
+fn check_greedy(f: &Fixture) {
+    let g = &f.golden;
+    let mut engine = Engine::open(&f.store, &EngineOptions::default(), &mut |_| {}).unwrap();
+    assert!(engine.routes_on_gpu());
+    engine.prefill(&g.prompt_ids, true).unwrap();
+    let sure = (0..g.ids.len()).take_while(|&i| g.margins[i] >= NEAR_TIE && g.router_margins[i] >= NEAR_TIE);
+    let n = sure.count();
+    // The first id comes from the prompt's logits; the others from greedy steps.
+    let mut picks = vec![g.ids[0]];
+    for i in 1..n {
+        picks.push(engine.step_greedy(picks[i - 1]).unwrap());
+    }
+    assert_eq!(
+        picks[..n],
+        g.ids[..n],
+        "{}: greedy picks against llama.cpp's (first near-tie at {n})",
+        f.name
+    );
+    eprintln!("{}: {n} greedy picks as llama.cpp's", f.name);
+}
+
 #[test]
 fn matches_llama_cpp_on_every_golden() {
     for f in fixtures() {
@@ -193,6 +217,7 @@ fn matches_llama_cpp_on_every_golden() {
         for (slots, batched) in [(None, false), (None, true), (Some(2 * k), false), (Some(2 * k), true)] {
             check(&f, slots, batched);
         }
+        check_greedy(&f);
     }
 }
 
