@@ -584,6 +584,83 @@ fn expert_gemv_swiglu_input() {
     }
 }
 
+/// gate‖up with SwiGLU on its output (`expert_q8_gemv_gate_up_swiglu`) against the CPU's expert GEMV then
+/// silu_mul, at the real shape (shared input, x_div = k) and an odd one, split and plain; and the refusal of
+/// a gate half that is not a multiple of 16 rows.
+#[test]
+fn expert_gemv_gate_up_swiglu_output() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(66);
+    let (real, odd) = (pool(g, &mut rng, 10, 1536, 2048), pool(g, &mut rng, 3, 64, 96));
+    // 7 MiB bindings: 2 slots of 3.1 MiB a part, 5 parts.
+    let split = Kernels::new(&g.ctx).with_max_binding(7 << 20);
+    let cases: [(&Kernels, &Pool, &[u32], usize, usize); 5] = [
+        (&g.kernels, &real, &[3, 7, 0, 9, 4, 1, 8, 5], 8, 1),
+        (&g.plain, &real, &[3, 7, 0, 9, 4, 1, 8, 5], 8, 1),
+        (&split, &real, &[9, 0, 5, 4, 2, 7, 1, 6, 3, 3, 8, 0, 1, 2, 6, 5], 8, 5),
+        (&g.kernels, &odd, &[2, 0, 1, 1, 2, 0], 3, 1),
+        (&g.plain, &odd, &[2, 0, 1, 1, 2, 0], 1, 1),
+    ];
+    for (k, p, slot_idx, x_div, min_parts) in cases {
+        let (pairs, ffn) = (slot_idx.len(), p.rows / 2);
+        let x = rng.vec_f32(pairs / x_div * p.cols, -1.0, 1.0);
+        let (xb, ib) = (upload(g, &x), upload(g, slot_idx));
+        let y = poisoned(g, 4 * pairs * ffn);
+        let planes = ExpertPlanes {
+            q: (&p.qb).into(),
+            scales: (&p.sb).into(),
+            slots: p.slots as u32,
+            first_slot: 0,
+            rows: p.rows as u32,
+            cols: p.cols as u32,
+        };
+        let v = diskformer_kernels::View::from;
+        let d = k
+            .expert_q8_gemv_gate_up_swiglu(planes, v(&xb), v(&ib), v(&y), pairs as u32, x_div as u32)
+            .unwrap();
+        assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
+        run(g, &[&d]);
+        let gate_up = cpu::expert_q8_gemv(&p.q, &p.s, p.rows, p.cols, slot_idx, &x, x_div);
+        let want = cpu::silu_mul(&gate_up, ffn);
+        let qa: Vec<i8> = p.q.iter().map(|v| v.saturating_abs()).collect();
+        let sa: Vec<half::f16> = p.s.iter().map(|v| half::f16::from_f32(v.to_f32().abs())).collect();
+        let mag = cpu::expert_q8_gemv(&qa, &sa, p.rows, p.cols, slot_idx, &abs_of(&x), x_div);
+        // Tolerance: each of gate and up within the GEMV's 2e-6·Σ|w·x| (mag); silu's slope is at most
+        // 1.1 in magnitude, so the product moves by 1.1·|u|·δg + |silu(g)|·δu, plus silu_mul's own 2e-6
+        // relative: 2e-6 times the scale below (plus 1e-9 absolute).
+        let scale: Vec<f32> = (0..pairs * ffn)
+            .map(|i| {
+                let (pair, j) = (i / ffn, i % ffn);
+                let (gi, ui) = (pair * p.rows + j, pair * p.rows + ffn + j);
+                let (gv, uv) = (gate_up[gi], gate_up[ui]);
+                let silu = gv / (1.0 + (-gv).exp());
+                1.1 * uv.abs() * mag[gi] + silu.abs() * mag[ui] + want[i].abs()
+            })
+            .collect();
+        let got = read_n::<f32>(g, &y, pairs * ffn);
+        let what = format!(
+            "gate_up swiglu {}x{} pairs {pairs} sg {} parts {}",
+            p.rows,
+            p.cols,
+            k.subgroups(),
+            d.parts()
+        );
+        assert_close(&what, &got, &want, &scale, 1e-9, 2e-6);
+    }
+    let bad = pool(g, &mut rng, 1, 40, 32);
+    let planes = ExpertPlanes {
+        q: (&bad.qb).into(),
+        scales: (&bad.sb).into(),
+        slots: 1,
+        first_slot: 0,
+        rows: 40,
+        cols: 32,
+    };
+    let (xb, ib, y) = (upload(g, &[0.5f32; 32]), upload(g, &[0u32]), poisoned(g, 4 * 20));
+    let err = g.kernels.expert_q8_gemv_gate_up_swiglu(planes, (&xb).into(), (&ib).into(), (&y).into(), 1, 1);
+    assert!(err.unwrap_err().to_string().contains("multiple of 16"));
+}
+
 #[test]
 fn moe_combine_norm_rows() {
     let g = gpu_or_skip!();

@@ -111,7 +111,7 @@ impl Kernels {
         let b = self.binder(kernel);
         let pp = u64::from(pairs);
         let index = [("groups", groups, f32s(4 * pp)), ("order", order, f32s(pp))];
-        let grid = PoolGrid { rows_per_group: 8, x_row: u64::from(pool.cols) };
+        let grid = PoolGrid { rows_per_group: 8, x_row: u64::from(pool.cols), y_row: u64::from(pool.rows) };
         let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, y, pairs, x_div, grid)?;
         let out = parts
             .into_iter()

@@ -20,8 +20,8 @@ pub struct ExpertQ8GemvParams {
     pub slot_end: u32,
     /// 1: the input is `silu(gate) · up` read from `x = [P, 2 · cols]` gate‖up (x_div 1); 0: `x[pair / x_div]`.
     pub silu_input: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// 1: the rows are gate then up and the output is `silu(gate) · up`, `[P, rows / 2]`; 0: `[P, rows]`.
+    pub silu_output: u32,
 }
 const _: () = assert!(size_of::<ExpertQ8GemvParams>() == 32);
 
@@ -102,6 +102,39 @@ impl Kernels {
         )
     }
 
+    /// gate‖up with SwiGLU applied to its output, in one dispatch: `act[pair, j] = silu(g_j) · u_j` where
+    /// `g‖u = W[slot_idx[pair]] · x[pair / x_div]` (g the first `rows / 2` rows, u the rest). What decode
+    /// runs before a plain down GEMV: [`Kernels::expert_q8_gemv_swiglu`] computes the same SwiGLU for
+    /// every weight chunk it reads instead.
+    /// Shapes: `x [P / x_div, cols] f32`, `slot_idx [P] u32`, pool planes of `rows = 2F`, `act [P, F] f32`.
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_q8_gemv`], and a shape error unless `rows / 2` is a multiple of 16 (a
+    /// workgroup pairs 16 gate rows with their up rows).
+    pub fn expert_q8_gemv_gate_up_swiglu(
+        &self,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        slot_idx: View<'_>,
+        act: View<'_>,
+        pairs: u32,
+        x_div: u32,
+    ) -> Result<Dispatch> {
+        self.binder(Kernel::ExpertQ8Gemv).ensure(pool.rows.is_multiple_of(32), || {
+            format!("gate‖up with SwiGLU needs rows = 2F with F a multiple of 16; got rows {}", pool.rows)
+        })?;
+        self.expert_gemv(
+            Kernel::ExpertQ8Gemv,
+            Q8_0_BLOCK_BYTES,
+            pool,
+            x,
+            slot_idx,
+            act,
+            pairs,
+            GemvInput::PlainSwiGluOut(x_div),
+        )
+    }
+
     /// The launcher shared by the slot-indexed expert GEMVs, which differ only in their shader and the
     /// quant-plane bytes of a block; their params have one layout.
     #[allow(clippy::too_many_arguments)]
@@ -118,11 +151,13 @@ impl Kernels {
     ) -> Result<Dispatch> {
         let b = self.binder(kernel);
         let index = [("slot_idx", slot_idx, f32s(u64::from(pairs)))];
-        let (x_div, x_row, silu_input) = match input {
-            GemvInput::Plain(x_div) => (x_div, u64::from(pool.cols), 0),
-            GemvInput::SwiGlu => (1, 2 * u64::from(pool.cols), 1),
+        let (x_div, x_row, silu_input, silu_output) = match input {
+            GemvInput::Plain(x_div) => (x_div, u64::from(pool.cols), 0, 0),
+            GemvInput::SwiGlu => (1, 2 * u64::from(pool.cols), 1, 0),
+            GemvInput::PlainSwiGluOut(x_div) => (x_div, u64::from(pool.cols), 0, 1),
         };
-        let grid = PoolGrid { rows_per_group: EXPERT_GEMV_ROWS, x_row };
+        let y_row = if silu_output == 1 { u64::from(pool.rows) / 2 } else { u64::from(pool.rows) };
+        let grid = PoolGrid { rows_per_group: EXPERT_GEMV_ROWS, x_row, y_row };
         let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, y, pairs, x_div, grid)?;
         let out = parts
             .into_iter()
@@ -135,7 +170,7 @@ impl Kernels {
                     slot_begin: pool.first_slot + part.begin,
                     slot_end: pool.first_slot + part.end,
                     silu_input,
-                    _pad: 0,
+                    silu_output,
                 };
                 (p, part.bound, part.dims)
             })
@@ -151,15 +186,18 @@ pub(crate) enum GemvInput {
     Plain(u32),
     /// `silu(gate) · up` from `x = [P, 2 · cols]` gate‖up.
     SwiGlu,
+    /// `x[pair / x_div]`, and the output `silu(gate) · up` of the rows' two halves.
+    PlainSwiGluOut(u32),
 }
 
 /// Rows of one workgroup of the expert GEMVs (8 lane groups of 4 rows).
 const EXPERT_GEMV_ROWS: u64 = 32;
 
-/// The grid of an expert kernel: rows per workgroup, and floats per input row.
+/// The grid of an expert kernel: rows per workgroup, and floats per input and output row.
 pub(crate) struct PoolGrid {
     pub rows_per_group: u64,
     pub x_row: u64,
+    pub y_row: u64,
 }
 
 /// Quant-plane bytes of one 32-value Q8_0 block.
@@ -215,7 +253,7 @@ pub(crate) fn expert_pool_parts<'a>(
         bound.extend([
             b.storage("pool.q", pool.q, begin * slot_q, n * slot_q)?,
             b.storage("pool.scales", pool.scales, begin * slot_s, n * slot_s)?,
-            b.storage("y", y, 0, f32s(pp * rows))?,
+            b.storage("y", y, 0, f32s(pp * grid.y_row))?,
         ]);
         out.push(ExpertPoolPart { begin: begin as u32, end: end as u32, bound, dims });
     }

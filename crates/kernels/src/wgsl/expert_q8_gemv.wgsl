@@ -2,7 +2,11 @@
 // y[pair, r] = sum_c (q[slot, r, c] * scale[slot, r, c/32]) * in[pair, c], slot = slots[pair], where
 // in[pair] = x[pair / x_div] (gate||up: x_div = k, the picks of a token share its input; down from a
 // precomputed activation: x_div = 1), or with silu_input = 1 in[pair, c] = silu(x[pair, c]) * x[pair, cols + c]
-// (down straight from gate||up, SwiGLU computed as the input is read: one dispatch fewer).
+// (down straight from gate||up, SwiGLU computed as the input is read: one dispatch fewer). With
+// silu_output = 1 the matrix is gate||up (rows = 2F) and the output is the activation instead,
+// y[pair, j] = silu(g_j) * u_j for g = rows 0..F, u = rows F..2F: a workgroup takes 16 gate rows and the
+// 16 matching up rows, and pairs them in workgroup memory (SwiGLU at the end of gate||up, so that down
+// reads a plain input and no lane computes an exp per weight chunk).
 // A pool larger than a binding is split by slot range: one dispatch per part, pairs whose slot lies
 // elsewhere leave at once. The row sums (`row_sum4`), `i8x4` and `dot16` are appended as in q8_gemv.
 enable f16;
@@ -15,7 +19,7 @@ struct Params {
     slot_begin: u32, // first slot bound in this part
     slot_end: u32,   // one past the last slot bound in this part
     silu_input: u32, // 1: x is [P, 2 * cols] gate then up, the input is silu(gate) * up
-    _pad0: u32,
+    silu_output: u32, // 1: rows are gate then up, y is [P, rows / 2] silu(gate) * up
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -23,9 +27,10 @@ struct Params {
 @group(0) @binding(2) var<storage, read> slots: array<u32>;        // [P] pool slot per pair
 @group(0) @binding(3) var<storage, read> q: array<vec4<u32>>;      // [slot_end - slot_begin, rows, cols] int8
 @group(0) @binding(4) var<storage, read> scales: array<f16>;       // [slot_end - slot_begin, rows, cols/32] f16
-@group(0) @binding(5) var<storage, read_write> y: array<f32>;      // [P, rows] f32
+@group(0) @binding(5) var<storage, read_write> y: array<f32>;      // [P, rows] f32 ([P, rows / 2] with silu_output)
 
 var<workgroup> wslot: u32;
+var<workgroup> wsum: array<f32, 32>; // silu_output: the 16 gate rows' sums, then the 16 up rows'
 
 // Four consecutive input values (vec4 index j of the pair's input row starting at `base`).
 fn input4(base: u32, j: u32) -> vec4<f32> {
@@ -62,8 +67,9 @@ fn chunk4(rows: vec4<u32>, nvec: u32, nblk: u32, base: u32, i: u32, live: bool) 
     );
 }
 
-// workgroup_id.x = block of 32 rows, workgroup_id.y = pair. Each 32-lane group takes 4 rows, so a lane
-// reads its input chunk once for 4 weight chunks, with the 4 loads independent.
+// workgroup_id.x = block of 32 rows (silu_output: 16 gate rows and their up rows), workgroup_id.y = pair.
+// Each 32-lane group takes 4 rows, so a lane reads its input chunk once for 4 weight chunks, with the 4
+// loads independent.
 @compute @workgroup_size(256)
 fn expert_q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {
     let pair = wg.y;
@@ -75,7 +81,12 @@ fn expert_q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_i
         return;
     }
     let lane = li % 32u;
-    let r = wg.x * 32u + (li / 32u) * 4u;
+    let group = li / 32u;
+    var r = wg.x * 32u + group * 4u;
+    if (p.silu_output != 0u) {
+        // Groups 0-3 the gate rows, 4-7 the up rows F later.
+        r = wg.x * 16u + (group % 4u) * 4u + select(0u, p.rows / 2u, group >= 4u);
+    }
     let nvec = p.cols / 16u;
     let nblk = p.cols / 32u;
     // Rows past the matrix (the last block of an odd shape) read the last row and are not written.
@@ -96,6 +107,19 @@ fn expert_q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_i
         acc += c1;
     }
     let total = row_sum4(acc, li/*SG_CALL*/);
+    if (p.silu_output != 0u) {
+        if (lane == 0u) {
+            for (var j = 0u; j < 4u; j++) {
+                wsum[group * 4u + j] = total[j];
+            }
+        }
+        workgroupBarrier();
+        if (li < 16u) {
+            let g = wsum[li];
+            y[pair * (p.rows / 2u) + wg.x * 16u + li] = (g / (1.0 + exp(-g))) * wsum[16u + li];
+        }
+        return;
+    }
     if (lane == 0u) {
         for (var j = 0u; j < 4u; j++) {
             if (r + j < p.rows) {
