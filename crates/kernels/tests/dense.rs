@@ -4,7 +4,7 @@
 mod common;
 
 use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
-use diskformer_kernels::{Kernels, Q8Matrix, cpu};
+use diskformer_kernels::{Kernels, Q8Matrix, argmax_partial_len, cpu};
 
 /// Σ|w·x| per output: the scale of f32 rounding in a dot product.
 fn magnitudes(q: &[i8], s: &[half::f16], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
@@ -235,13 +235,29 @@ fn argmax_ties_to_lower_index() {
     logits[n + n - 1] = 30.0;
     logits[2 * n] = 25.0;
     logits[2 * n + n - 1] = 25.0;
-    let cases: Vec<(Vec<f32>, usize)> =
-        vec![(logits, n), (vec![1.5; 300], 300), (vec![-2.0], 1), (rng.vec_f32(1000, -1.0, 1.0), 250)];
+    // Slices of 2,048 values: ties within one slice (row 0 of the third case), across slices (row 0
+    // above), one more value than a slice holds (the fourth).
+    let mut within = rng.vec_f32(2 * 4096, -1.0, 1.0);
+    within[3000] = 2.0;
+    within[2100] = 2.0;
+    within[4096 + 4095] = 2.0;
+    let mut past = rng.vec_f32(2049, -1.0, 1.0);
+    past[2048] = 1.5;
+    let cases: Vec<(Vec<f32>, usize)> = vec![
+        (logits, n),
+        (vec![1.5; 300], 300),
+        (within, 4096),
+        (past, 2049),
+        (vec![-2.0], 1),
+        (rng.vec_f32(1000, -1.0, 1.0), 250),
+    ];
     for (l, n) in cases {
         let t = l.len() / n;
         let lb = upload(g, &l);
         let out = poisoned(g, 4 * t);
-        let d = g.kernels.argmax((&lb).into(), (&out).into(), n as u32, t as u32).unwrap();
+        let partial = poisoned(g, 4 * argmax_partial_len(n as u32, t as u32) as usize);
+        let d = g.kernels.argmax((&lb).into(), (&partial).into(), (&out).into(), n as u32, t as u32).unwrap();
+        assert_eq!(d.parts(), 2);
         run(g, &[&d]);
         assert_eq!(read_n::<u32>(g, &out, t), cpu::argmax(&l, n), "argmax n={n} T={t}");
     }

@@ -6,7 +6,9 @@
 mod common;
 
 use common::{Gpu, Rng, assert_close, poisoned, read_n, run, upload};
-use diskformer_kernels::{AttentionShape, ExpertPlanes, MoeCombineParams, Q8Matrix, QkNormRopeParams, cpu};
+use diskformer_kernels::{
+    AttentionShape, ExpertPlanes, MoeCombineParams, Q8Matrix, QkNormRopeParams, argmax_partial_len, cpu,
+};
 use half::f16;
 
 const H: usize = 2048;
@@ -189,6 +191,7 @@ fn decode_step_matches_cpu_chain() {
     };
     let (gu, act, dn, x3, hf, lg, tok) =
         (buf(K * 2 * F), buf(K * F), buf(K * H), buf(H), buf(H), buf(VOCAB), buf(1));
+    let part = buf(argmax_partial_len(VOCAB as u32, 1) as usize);
 
     // Second half: experts → combine → head → argmax, one pass.
     let cp = MoeCombineParams { hidden: H as u32, k: K as u32, tokens: 1, _pad: 0 };
@@ -199,7 +202,7 @@ fn decode_step_matches_cpu_chain() {
         k.moe_combine((&dn).into(), (&wts).into(), (&x2).into(), (&x3).into(), cp).unwrap(),
         k.rms_norm((&x3).into(), (&on).into(), (&hf).into(), H as u32, 1, EPS).unwrap(),
         k.q8_gemv(lm.m(), (&hf).into(), (&lg).into(), 1).unwrap(),
-        k.argmax((&lg).into(), (&tok).into(), VOCAB as u32, 1).unwrap(),
+        k.argmax((&lg).into(), (&part).into(), (&tok).into(), VOCAB as u32, 1).unwrap(),
     ];
     run(g, &second.iter().collect::<Vec<_>>());
 

@@ -4,7 +4,7 @@
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
     AttentionShape, Dispatch, ExpertPlanes, Kernels, KvCacheViews, MoeCombineNormParams, Q8Matrix,
-    QkvRopeStoreParams, View,
+    QkvRopeStoreParams, View, argmax_partial_len,
 };
 
 use crate::weights::{Weights, storage, storage_size};
@@ -92,6 +92,8 @@ pub(crate) struct ScratchOf<B> {
     pub last_n: B,
     /// `[vocab]` logits of the last token.
     pub logits: B,
+    /// The argmax's best (value, index) of each slice of the logits.
+    argmax_partial: B,
     /// The greedy token.
     pub argmax: B,
     /// Where picks, guesses or logits are copied to be mapped.
@@ -159,6 +161,7 @@ impl<B> ScratchOf<B> {
             guess_weights: per_guess("guess weights", k, Use::Storage),
             last_n: b("last normed", h),
             logits: out("logits", u64::from(vocab)),
+            argmax_partial: b("argmax partial", argmax_partial_len(vocab.max(1), 1)),
             argmax: out("argmax", 1),
             readback: alloc("readback", 4 * readback_words, Use::Readback),
             argmax_readback: [(); 2].map(|()| alloc("argmax readback", 4, Use::Readback)),
@@ -187,6 +190,7 @@ impl<B> ScratchOf<B> {
             &self.down,
             &self.last_n,
             &self.logits,
+            &self.argmax_partial,
             &self.argmax,
             &self.readback,
         ]
@@ -384,20 +388,23 @@ impl Graph {
                 let bytes = (b.pool.slot_bytes(plane.0), b.pool.slot_bytes(plane.1));
                 parts.iter().filter_map(|&part| narrow_to_layer(part, bytes, layer_slots)).collect()
             };
+            // One token of Q8_0 experts: gate‖up applies SwiGLU to its own output (a workgroup pairs gate
+            // and up rows), so down reads the activation.
+            let swiglu_out = t == 1 && !b.q4_experts && ffn.is_multiple_of(16);
             for part in in_layer(&gate_up, (Plane::GateUpQ, Plane::GateUpScales)) {
-                let input = ExpertInput::Shared(v(&s.xn));
-                experts_dispatches.push(k.expert_matmul(
-                    part,
-                    input,
-                    s,
-                    l,
-                    v(&s.gate_up),
-                    (t, pairs),
-                    b.q4_experts,
-                )?);
+                experts_dispatches.push(if swiglu_out {
+                    let slots = v(&s.slot_idx[l]);
+                    k.expert_q8_gemv_gate_up_swiglu(part, v(&s.xn), slots, v(&s.act), pairs, top_k)?
+                } else {
+                    let input = ExpertInput::Shared(v(&s.xn));
+                    k.expert_matmul(part, input, s, l, v(&s.gate_up), (t, pairs), b.q4_experts)?
+                });
             }
-            // One token: the down GEMV applies SwiGLU as it reads gate‖up; chunks run silu_mul first.
-            let down_input = if t == 1 {
+            // One token of Q4_0 experts: the down GEMV applies SwiGLU as it reads gate‖up; chunks run
+            // silu_mul first.
+            let down_input = if swiglu_out {
+                ExpertInput::PerPair(v(&s.act))
+            } else if t == 1 {
                 ExpertInput::SwiGlu(v(&s.gate_up))
             } else {
                 experts_dispatches.push(k.silu_mul(v(&s.gate_up), v(&s.act), ffn, pairs)?);
@@ -431,7 +438,7 @@ impl Graph {
         }
         let head = vec![
             k.q8_gemv_rows2(w.head.m(), v(&s.last_n), v(&s.logits), 1)?,
-            k.argmax(v(&s.logits), v(&s.argmax), w.head.rows, 1)?,
+            k.argmax(v(&s.logits), v(&s.argmax_partial), v(&s.argmax), w.head.rows, 1)?,
         ];
         Ok(Graph { layers, head })
     }
