@@ -39,9 +39,11 @@ run() { # label, page cache (warm|cold), bench args...
 }
 if [ -n "${RESIDENT_ONLY:-}" ]; then
 run resident warm --budget 100g --prompt-tokens 512
+run resident-no-run-ahead warm --budget 100g --prompt-tokens 16 --no-run-ahead
 elif [ -n "${QUICK:-}" ]; then
 # The final matrix of BENCHMARKS.md (defaults: cyclic eviction, staging counted in the budget, chunks of 256).
 run resident warm --budget 100g --prompt-tokens 512
+run resident-no-run-ahead warm --budget 100g --prompt-tokens 16 --no-run-ahead
 run b16g-cyc-off warm --budget 16g --no-prefetch --prompt-tokens 16
 run b8g-cyc-off warm --budget 8g --no-prefetch --prompt-tokens 16
 run b4g-cyc-off warm --budget 4g --no-prefetch --prompt-tokens 512

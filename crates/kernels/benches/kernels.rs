@@ -468,8 +468,9 @@ fn benches(c: &mut Criterion) {
 /// latencies (weights L2-warm where they fit), the figure that decides decode speed once kernels are
 /// small, not bandwidths. `layer/all` × 48 + `layer/head` is the GPU time of a token. Beside them:
 /// `all_checked_shaders` (the layer compiled with wgpu's full shader runtime checks), `all_encode_only`
-/// (recording alone), `attention_split_plain` (the split's row sums through workgroup memory), and
-/// `router_topk` and `expert_slots`, the two dispatches `router_topk_slots` replaced.
+/// (recording alone), `attention_split_plain` (the split's row sums through workgroup memory),
+/// `router_topk` and `expert_slots` (the two dispatches `router_topk_slots` replaced), gate‖up without and
+/// down with SwiGLU (what ran before gate‖up took the SwiGLU), and the dense GEMVs two rows a lane.
 fn bench_layer(c: &mut Criterion, g: &Gpu) {
     use diskformer_kernels::{ExpertSlotsParams, KvCacheViews, MoeCombineNormParams, QkvRopeStoreParams};
     let k = &g.sg;
@@ -526,8 +527,9 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     };
     let down =
         ExpertPlanes { q: (&dn_q).into(), scales: (&dn_s).into(), slots, first_slot: 0, rows: h, cols: f };
-    let (gu_out, down_out) = (f32s(top * 2 * f, 46), f32s(top * h, 47));
+    let (gu_out, act, down_out) = (f32s(top * 2 * f, 46), f32s(top * f, 51), f32s(top * h, 47));
     let (last_n, logits, argmax) = (f32s(h, 48), f32s(vocab, 49), f32s(1, 50));
+    let argmax_part = buffer(g, 4 * diskformer_kernels::argmax_partial_len(vocab, 1), 52);
     let v = diskformer_kernels::View::from;
     let eps = 1e-6;
     let qkv_p = QkvRopeStoreParams { heads, kv_heads: kvh, head_dim: d, tokens: 1, eps, ctx, _pad: [0; 2] };
@@ -568,11 +570,11 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
                     (0, 48 * e),
                 ),
             ),
-            ("expert_gate_up", k.expert_q8_gemv(gate_up, v(&xn), v(&slot_idx), v(&gu_out), top, top)),
             (
-                "expert_down_swiglu",
-                k.expert_q8_gemv_swiglu(down, v(&gu_out), v(&slot_idx), v(&down_out), top),
+                "expert_gate_up_swiglu",
+                k.expert_q8_gemv_gate_up_swiglu(gate_up, v(&xn), v(&slot_idx), v(&act), top, top),
             ),
+            ("expert_down", k.expert_q8_gemv(down, v(&act), v(&slot_idx), v(&down_out), top, 1)),
             (
                 "moe_combine_norm",
                 k.moe_combine_norm(v(&down_out), v(&wts), v(&hbuf), v(&attn_norm), v(&x), v(&xn), comb_p),
@@ -587,15 +589,26 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     let all_checked: Vec<Dispatch> = layer_of(&checked).into_iter().map(|(_, d)| d).collect();
     let head: Vec<Dispatch> = vec![
         k.q8_gemv_rows2(m(&head_w), v(&last_n), v(&logits), 1).expect("bind"),
-        k.argmax(v(&logits), v(&argmax), vocab, 1).expect("bind"),
+        k.argmax(v(&logits), v(&argmax_part), v(&argmax), vocab, 1).expect("bind"),
     ];
     // Beside the layer: the split attention's row sums through workgroup memory instead of subgroup
-    // shuffles, and the two dispatches `router_topk_slots` replaces.
+    // shuffles, the two dispatches `router_topk_slots` replaces, the SwiGLU in down's input instead of
+    // gate‖up's output, and the dense GEMVs two rows a lane.
     let split_plain =
         g.plain.attention_split(v(&qr), v(&kc), v(&vc), v(&pos), v(&partial), shape).expect("bind");
     let apart = [
         ("router_topk", k.router_topk(v(&logits_r), v(&ids), v(&wts), e, top, 1).expect("bind")),
         ("expert_slots", k.expert_slots(v(&ids), v(&table), v(&slot_idx), slots_p).expect("bind")),
+        (
+            "expert_gate_up_plain",
+            k.expert_q8_gemv(gate_up, v(&xn), v(&slot_idx), v(&gu_out), top, top).expect("bind"),
+        ),
+        (
+            "expert_down_swiglu",
+            k.expert_q8_gemv_swiglu(down, v(&gu_out), v(&slot_idx), v(&down_out), top).expect("bind"),
+        ),
+        ("qkv_gemv_rows2", k.q8_gemv_rows2(m(&qkv_w), v(&xn), v(&qkv), 1).expect("bind")),
+        ("wo_gemv_rows2", k.q8_gemv_rows2(m(&wo), v(&att), v(&o), 1).expect("bind")),
     ];
     let mut group = c.benchmark_group("layer");
     for (name, d) in &layer {
