@@ -25,6 +25,11 @@ echo "synth + ingest: $SECONDS s"
 if [ -x $D/kernels-bench ]; then
     $D/kernels-bench --bench "${KBENCH:-copy/compute}" --warm-up-time 1 --measurement-time 2 2>&1 | grep -E "time:|thrpt:|^[a-z_0-9]+/" | tee "$OUT/copy.txt"
 fi
+# A second bench binary built from a variant (an experiment), run with its own filter.
+if [ -x $D/kernels-bench-alt ]; then
+    echo "--- kernels-bench-alt"
+    $D/kernels-bench-alt --bench "${KBENCH_ALT:-layer/}" --warm-up-time 1 --measurement-time 2 2>&1 | grep -E "time:|thrpt:|^[a-z_0-9]+/" | tee "$OUT/alt.txt"
+fi
 sync; echo 3 > /proc/sys/vm/drop_caches
 [ -n "${RESIDENT_ONLY:-}" ] || $D/record-read $S --threads 8,16 --records 384 | tee "$OUT/disk.txt"
 

@@ -26,12 +26,12 @@ pub struct AttentionSplitParams {
 const _: () = assert!(size_of::<AttentionSplitParams>() == 32);
 
 /// Passes of one lane over a block in `attention_split.wgsl` (its `PASSES`).
-const SPLIT_PASSES: u32 = 8;
+const SPLIT_PASSES: u32 = 4;
 
 impl AttentionShape {
-    /// Cache positions per workgroup of the split attention: 8 passes of `128 / lanes` rows, where a row
-    /// (one position, `d` f16) takes `lanes` = `d / 8` rounded up to a power of two, at least 8. So 64
-    /// positions at `d = 128` (256 workgroups at 4,096 positions and 4 kv heads), 32 at 256, 128 at ≤ 64.
+    /// Cache positions per workgroup of the split attention: 4 passes of `128 / lanes` rows, where a row
+    /// (one position, `d` f16) takes `lanes` = `d / 8` rounded up to a power of two, at least 8. So 32
+    /// positions at `d = 128` (512 workgroups at 4,096 positions and 4 kv heads), 16 at 256, 64 at ≤ 64.
     pub fn split_block(&self) -> u32 {
         let lanes = (self.head_dim / 8).next_power_of_two().clamp(8, 128);
         SPLIT_PASSES * (128 / lanes)
