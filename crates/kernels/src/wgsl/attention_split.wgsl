@@ -45,7 +45,7 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> partial: array<vec4<f32>>; // [T, heads, blocks, 4 + d] (m, l, 0, 0, acc)
 
 const LANES: u32 = 128u;
-const PASSES: u32 = 4u; // 4 or 8: AttentionShape::split_block's SPLIT_PASSES; the code below is written out for 8
+const PASSES: u32 = 4u; // 2, 4 or 8: AttentionShape::split_block's SPLIT_PASSES; the code below is written out for 8
 const GMAX: u32 = 8u;
 const NEG: f32 = -3.0e38;
 
@@ -222,8 +222,10 @@ fn attention_split(@builtin(local_invocation_index) li: u32, @builtin(workgroup_
 
     scores(ln, 0u, k0);
     scores(ln, 1u, k1);
-    scores(ln, 2u, k2);
-    scores(ln, 3u, k3);
+    if (PASSES >= 4u) {
+        scores(ln, 2u, k2);
+        scores(ln, 3u, k3);
+    }
     if (PASSES == 8u) {
         scores(ln, 4u, k4);
         scores(ln, 5u, k5);
@@ -279,7 +281,9 @@ fn attention_split(@builtin(local_invocation_index) li: u32, @builtin(workgroup_
     acc[0] = vec4<f32>(0.0);
     acc[1] = vec4<f32>(0.0);
     weigh(ln, 0u, v0, v1, gv, cv, &acc);
-    weigh(ln, 2u, v2, v3, gv, cv, &acc);
+    if (PASSES >= 4u) {
+        weigh(ln, 2u, v2, v3, gv, cv, &acc);
+    }
     if (PASSES == 8u) {
         weigh(ln, 4u, v4, v5, gv, cv, &acc);
         weigh(ln, 6u, v6, v7, gv, cv, &acc);
