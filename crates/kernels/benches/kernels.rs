@@ -469,9 +469,8 @@ fn benches(c: &mut Criterion) {
 /// small, not bandwidths. `layer/all` × 48 + `layer/head` is the GPU time of a token. Beside them:
 /// `all_checked_shaders` (the layer compiled with wgpu's full shader runtime checks), `all_encode_only`
 /// (recording alone), `attention_split_plain` (the split's row sums through workgroup memory),
-/// `router_topk_slots` and gate‖up with SwiGLU apart (what the routed gate‖up replaced), `router_topk`
-/// and `expert_slots` (what `router_topk_slots` replaced), gate‖up without and down with SwiGLU (what ran
-/// before gate‖up took the SwiGLU), and the dense GEMVs two rows a lane.
+/// `router_topk` and `expert_slots` (the two dispatches `router_topk_slots` replaced), gate‖up without and
+/// down with SwiGLU (what ran before gate‖up took the SwiGLU), and the dense GEMVs two rows a lane.
 fn bench_layer(c: &mut Criterion, g: &Gpu) {
     use diskformer_kernels::{ExpertSlotsParams, KvCacheViews, MoeCombineNormParams, QkvRopeStoreParams};
     let k = &g.sg;
@@ -536,16 +535,6 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     let qkv_p = QkvRopeStoreParams { heads, kv_heads: kvh, head_dim: d, tokens: 1, eps, ctx, _pad: [0; 2] };
     let slots_p = ExpertSlotsParams { n: top, base: 0, entries: 48 * e, _pad: 0 };
     let comb_p = MoeCombineNormParams { hidden: h, k: top, tokens: 1, eps };
-    let route = diskformer_kernels::ResidentRoute {
-        logits: v(&logits_r),
-        table: v(&table),
-        entries: 48 * e,
-        slot_base: 0,
-        experts: e,
-        k: top,
-        weights: v(&wts),
-        slots: v(&slot_idx),
-    };
     let layer_of = |k: &Kernels| -> Vec<(&'static str, Dispatch)> {
         vec![
             ("qkv_gemv", k.q8_gemv(m(&qkv_w), v(&xn), v(&qkv), 1)),
@@ -568,8 +557,22 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
             ("add_rms_norm", k.add_rms_norm(v(&x), v(&o), v(&ffn_norm), v(&hbuf), v(&xn), h, 1, eps)),
             ("router_gemv", k.f32_gemv(v(&router), e, h, v(&xn), v(&logits_r), 1)),
             (
-                "expert_gate_up_routed",
-                k.expert_q8_gemv_gate_up_swiglu_routed(gate_up, v(&xn), route, v(&act), 1),
+                "router_topk_slots",
+                k.router_topk_slots(
+                    v(&logits_r),
+                    v(&table),
+                    v(&ids),
+                    v(&wts),
+                    v(&slot_idx),
+                    e,
+                    top,
+                    1,
+                    (0, 48 * e),
+                ),
+            ),
+            (
+                "expert_gate_up_swiglu",
+                k.expert_q8_gemv_gate_up_swiglu(gate_up, v(&xn), v(&slot_idx), v(&act), top, top),
             ),
             ("expert_down", k.expert_q8_gemv(down, v(&act), v(&slot_idx), v(&down_out), top, 1)),
             (
@@ -596,25 +599,6 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     let apart = [
         ("router_topk", k.router_topk(v(&logits_r), v(&ids), v(&wts), e, top, 1).expect("bind")),
         ("expert_slots", k.expert_slots(v(&ids), v(&table), v(&slot_idx), slots_p).expect("bind")),
-        (
-            "router_topk_slots",
-            k.router_topk_slots(
-                v(&logits_r),
-                v(&table),
-                v(&ids),
-                v(&wts),
-                v(&slot_idx),
-                e,
-                top,
-                1,
-                (0, 48 * e),
-            )
-            .expect("bind"),
-        ),
-        (
-            "expert_gate_up_swiglu",
-            k.expert_q8_gemv_gate_up_swiglu(gate_up, v(&xn), v(&slot_idx), v(&act), top, top).expect("bind"),
-        ),
         (
             "expert_gate_up_plain",
             k.expert_q8_gemv(gate_up, v(&xn), v(&slot_idx), v(&gu_out), top, top).expect("bind"),

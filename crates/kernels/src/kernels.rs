@@ -46,8 +46,6 @@ pub enum Kernel {
     RouterTopkSlots,
     /// Expert Q8_0 GEMV indexed by pool slot.
     ExpertQ8Gemv,
-    /// gate‖up with SwiGLU for resident decode, its pair's slot from the router logits it ranks itself.
-    ExpertQ8GemvRouted,
     /// Expert Q4_0 GEMV indexed by pool slot.
     ExpertQ4Gemv,
     /// Expert Q8_0 GEMM over pairs grouped by slot (prefill).
@@ -73,11 +71,10 @@ const ATTENTION_ROWS_PLAIN: &str = include_str!("wgsl/attention_rows_plain.wgsl"
 const ATTENTION_ROWS_SUBGROUP: &str = include_str!("wgsl/attention_rows_subgroup.wgsl");
 const RMS_SCALE: &str = include_str!("wgsl/rms_scale.wgsl");
 const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
-const EXPERT_Q8_CORE: &str = include_str!("wgsl/expert_q8_gemv_core.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 26] = [
+    pub const ALL: [Kernel; 25] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -95,7 +92,6 @@ impl Kernel {
         Kernel::RouterTopk,
         Kernel::RouterTopkSlots,
         Kernel::ExpertQ8Gemv,
-        Kernel::ExpertQ8GemvRouted,
         Kernel::ExpertQ4Gemv,
         Kernel::ExpertQ8Gemm,
         Kernel::ExpertQ4Gemm,
@@ -126,7 +122,6 @@ impl Kernel {
             Kernel::RouterTopk => "router_topk",
             Kernel::RouterTopkSlots => "router_topk_slots",
             Kernel::ExpertQ8Gemv => "expert_q8_gemv",
-            Kernel::ExpertQ8GemvRouted => "expert_q8_gemv_routed",
             Kernel::ExpertQ4Gemv => "expert_q4_gemv",
             Kernel::ExpertQ8Gemm => "expert_q8_gemm",
             Kernel::ExpertQ4Gemm => "expert_q4_gemm",
@@ -147,7 +142,6 @@ impl Kernel {
                 | Kernel::Q8GemvRows2
                 | Kernel::Q8Gemm
                 | Kernel::ExpertQ8Gemv
-                | Kernel::ExpertQ8GemvRouted
                 | Kernel::ExpertQ4Gemv
                 | Kernel::ExpertQ8Gemm
                 | Kernel::ExpertQ4Gemm
@@ -173,7 +167,6 @@ impl Kernel {
             Kernel::AddRmsNorm => size_of::<RmsNormParams>(),
             Kernel::RouterTopk | Kernel::RouterTopkSlots => size_of::<RouterTopkParams>(),
             Kernel::ExpertQ8Gemv => size_of::<ExpertQ8GemvParams>(),
-            Kernel::ExpertQ8GemvRouted => size_of::<ExpertQ8GemvRoutedParams>(),
             Kernel::ExpertQ4Gemv => size_of::<ExpertQ4GemvParams>(),
             Kernel::ExpertQ8Gemm | Kernel::ExpertQ4Gemm => size_of::<ExpertQ8GemmParams>(),
             Kernel::ExpertSlots => size_of::<ExpertSlotsParams>(),
@@ -204,7 +197,6 @@ impl Kernel {
             Kernel::RouterTopk => include_str!("wgsl/router_topk.wgsl"),
             Kernel::RouterTopkSlots => include_str!("wgsl/router_topk_slots.wgsl"),
             Kernel::ExpertQ8Gemv => include_str!("wgsl/expert_q8_gemv.wgsl"),
-            Kernel::ExpertQ8GemvRouted => include_str!("wgsl/expert_q8_gemv_routed.wgsl"),
             Kernel::ExpertQ4Gemv => include_str!("wgsl/expert_q4_gemv.wgsl"),
             Kernel::ExpertQ8Gemm => include_str!("wgsl/expert_q8_gemm.wgsl"),
             Kernel::ExpertQ4Gemm => include_str!("wgsl/expert_q4_gemm.wgsl"),
@@ -216,34 +208,26 @@ impl Kernel {
         }
     }
 
-    /// The WGSL source compiled for this kernel: the file followed by the helper files it calls (for
-    /// kernels with a subgroup variant, with `/*SG_ARGS*/`, `/*SG_PARAMS*/` and `/*SG_CALL*/` filled in
-    /// across them): the row sums (plain or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and
-    /// GEMMs, the GEMV's body for the Q8_0 expert GEMVs, the row helpers (plain or subgroup) for the split
-    /// attention, `rms_scale.wgsl` for the norm kernels, `router_topk_core.wgsl` for the routers.
-    /// `subgroups` is ignored by kernels without a variant.
+    /// The WGSL source compiled for this kernel: the file (for kernels with a subgroup variant, with its
+    /// `/*SG_ARGS*/` and `/*SG_CALL*/` filled in) followed by the helper files it calls: the row sums
+    /// (plain or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs, the row helpers (plain
+    /// or subgroup) for the split attention, `rms_scale.wgsl` for the norm kernels,
+    /// `router_topk_core.wgsl` for the routers. `subgroups` is ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
-        let helpers = self.helpers(subgroups);
-        if !self.has_subgroup_variant() && helpers.is_empty() {
-            return Cow::Borrowed(self.file());
-        }
-        let all = std::iter::once(self.file()).chain(helpers.iter().copied()).collect::<Vec<_>>().join("\n");
-        if !self.has_subgroup_variant() {
-            return Cow::Owned(all);
-        }
-        // The subgroup builtins reach helper functions as two trailing parameters.
-        let (args, params, call) = if subgroups {
-            (
-                ", @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32",
-                ", sg_lane: u32, sg_size: u32",
-                ", sg_lane, sg_size",
-            )
+        let body = if !self.has_subgroup_variant() {
+            Cow::Borrowed(self.file())
+        } else if subgroups {
+            let args =
+                ", @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32";
+            Cow::Owned(self.file().replace("/*SG_ARGS*/", args).replace("/*SG_CALL*/", ", sg_lane, sg_size"))
         } else {
-            ("", "", "")
+            Cow::Owned(self.file().replace("/*SG_ARGS*/", "").replace("/*SG_CALL*/", ""))
         };
-        Cow::Owned(
-            all.replace("/*SG_ARGS*/", args).replace("/*SG_PARAMS*/", params).replace("/*SG_CALL*/", call),
-        )
+        let helpers = self.helpers(subgroups);
+        if helpers.is_empty() {
+            return body;
+        }
+        Cow::Owned(std::iter::once(&*body).chain(helpers.iter().copied()).collect::<Vec<_>>().join("\n"))
     }
 
     /// The helper files appended to the kernel's own (see [`Kernel::source`]).
@@ -257,12 +241,6 @@ impl Kernel {
             Kernel::RouterTopk | Kernel::RouterTopkSlots => &[ROUTER_TOPK_CORE],
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
             Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],
-            Kernel::ExpertQ8Gemv if subgroups => &[ROW_SUM_SUBGROUP, Q8_HELPERS, EXPERT_Q8_CORE],
-            Kernel::ExpertQ8Gemv => &[ROW_SUM_PLAIN, Q8_HELPERS, EXPERT_Q8_CORE],
-            Kernel::ExpertQ8GemvRouted if subgroups => {
-                &[ROW_SUM_SUBGROUP, Q8_HELPERS, EXPERT_Q8_CORE, ROUTER_TOPK_CORE]
-            }
-            Kernel::ExpertQ8GemvRouted => &[ROW_SUM_PLAIN, Q8_HELPERS, EXPERT_Q8_CORE, ROUTER_TOPK_CORE],
             k if k.has_subgroup_variant() && subgroups => &[ROW_SUM_SUBGROUP, Q8_HELPERS],
             k if k.has_subgroup_variant() => &[ROW_SUM_PLAIN, Q8_HELPERS],
             _ => &[],

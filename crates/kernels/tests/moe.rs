@@ -7,8 +7,7 @@ mod common;
 
 use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
 use diskformer_kernels::{
-    ExpertPlanes, ExpertSlotsParams, Kernels, MoeCombineNormParams, MoeCombineParams, ResidentRoute, cpu,
-    expert_gemm_groups,
+    ExpertPlanes, ExpertSlotsParams, Kernels, MoeCombineNormParams, MoeCombineParams, cpu, expert_gemm_groups,
 };
 
 #[test]
@@ -660,89 +659,6 @@ fn expert_gemv_gate_up_swiglu_output() {
     let (xb, ib, y) = (upload(g, &[0.5f32; 32]), upload(g, &[0u32]), poisoned(g, 4 * 20));
     let err = g.kernels.expert_q8_gemv_gate_up_swiglu(planes, (&xb).into(), (&ib).into(), (&y).into(), 1, 1);
     assert!(err.unwrap_err().to_string().contains("multiple of 16"));
-}
-
-/// The routed gate‖up (`expert_q8_gemv_gate_up_swiglu_routed`: top-k ranked inside every workgroup) against
-/// `router_topk_slots` then `expert_q8_gemv_gate_up_swiglu`: the same picks, weights, slots and activation,
-/// bit for bit (the same code, differently dispatched), at the real shape and an odd one, for one and two
-/// tokens, in one pool binding and split, subgroup and plain; with ties in the logits.
-#[test]
-fn expert_gemv_routed_equals_router_then_gemv() {
-    let g = gpu_or_skip!();
-    let mut rng = Rng::new(67);
-    let (real, odd) = (pool(g, &mut rng, 24, 1536, 2048), pool(g, &mut rng, 12, 64, 96));
-    let split = Kernels::new(&g.ctx).with_max_binding(7 << 20);
-    // (kernels, pool, experts, k, tokens, layer of 2)
-    let cases: [(&Kernels, &Pool, usize, usize, usize, u32); 5] = [
-        (&g.kernels, &real, 12, 8, 1, 1),
-        (&g.plain, &real, 12, 8, 2, 0),
-        (&split, &real, 12, 8, 1, 1),
-        (&g.kernels, &odd, 6, 3, 2, 1),
-        (&g.plain, &odd, 6, 1, 1, 0),
-    ];
-    for (k, p, experts, top, t, layer) in cases {
-        let v = diskformer_kernels::View::from;
-        let mut logits = rng.vec_f32(t * experts, -3.0, 3.0);
-        logits[1] = logits[4]; // a tie: the lower index ranks first
-        // Two layers of `experts` entries, mapped onto the pool's slots in a shuffled order.
-        let table: Vec<u32> = (0..2 * experts as u32).map(|i| (i * 7 + 3) % p.slots as u32).collect();
-        let x = rng.vec_f32(t * p.cols, -1.0, 1.0);
-        let (lb, tb, xb) = (upload(g, &logits), upload(g, &table), upload(g, &x));
-        let ffn = p.rows / 2;
-        let pairs = t * top;
-        let planes = ExpertPlanes {
-            q: (&p.qb).into(),
-            scales: (&p.sb).into(),
-            slots: p.slots as u32,
-            first_slot: 0,
-            rows: p.rows as u32,
-            cols: p.cols as u32,
-        };
-        // Apart: router_topk_slots, then gate‖up with SwiGLU over its slots.
-        let (ids, w1, s1, a1) = (
-            poisoned(g, 4 * pairs),
-            poisoned(g, 4 * pairs),
-            poisoned(g, 4 * pairs),
-            poisoned(g, 4 * pairs * ffn),
-        );
-        let base = layer * experts as u32;
-        let (e32, k32, t32) = (experts as u32, top as u32, t as u32);
-        let route =
-            k.router_topk_slots(v(&lb), v(&tb), v(&ids), v(&w1), v(&s1), e32, k32, t32, (base, 2 * e32));
-        let gemv = k.expert_q8_gemv_gate_up_swiglu(planes, v(&xb), v(&s1), v(&a1), pairs as u32, k32);
-        run(g, &[&route.unwrap(), &gemv.unwrap()]);
-        // Together.
-        let (w2, s2, a2) = (poisoned(g, 4 * pairs), poisoned(g, 4 * pairs), poisoned(g, 4 * pairs * ffn));
-        let r = ResidentRoute {
-            logits: v(&lb),
-            table: v(&tb),
-            entries: 2 * e32,
-            slot_base: base,
-            experts: e32,
-            k: k32,
-            weights: v(&w2),
-            slots: v(&s2),
-        };
-        let d = k.expert_q8_gemv_gate_up_swiglu_routed(planes, v(&xb), r, v(&a2), t32).unwrap();
-        run(g, &[&d]);
-        let what = format!(
-            "routed {}x{} E={experts} k={top} T={t} sg {} parts {}",
-            p.rows,
-            p.cols,
-            k.subgroups(),
-            d.parts()
-        );
-        let bits = |b: &wgpu::Buffer, n: usize| read_n::<u32>(g, b, n);
-        assert_eq!(bits(&s2, pairs), bits(&s1, pairs), "{what}: slots");
-        assert_eq!(bits(&w2, pairs), bits(&w1, pairs), "{what}: weights");
-        let (got, want) = (bits(&a2, pairs * ffn), bits(&a1, pairs * ffn));
-        let first_diff = got.iter().zip(&want).position(|(a, b)| a != b);
-        assert_eq!(first_diff, None, "{what}: the activation differs first at this index");
-        // And the picks are the CPU router's.
-        let (want_ids, _) = cpu::router_topk(&logits, experts, top);
-        let want_slots: Vec<u32> = want_ids.iter().map(|&id| table[(base + id) as usize]).collect();
-        assert_eq!(bits(&s2, pairs), want_slots, "{what}: slots of the CPU's picks");
-    }
 }
 
 #[test]

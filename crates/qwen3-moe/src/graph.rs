@@ -4,7 +4,7 @@
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
     AttentionShape, Dispatch, ExpertPlanes, Kernels, KvCacheViews, MoeCombineNormParams, Q8Matrix,
-    QkvRopeStoreParams, ResidentRoute, View, argmax_partial_len,
+    QkvRopeStoreParams, View, argmax_partial_len,
 };
 
 use crate::weights::{Weights, storage, storage_size};
@@ -353,19 +353,13 @@ impl Graph {
                 k.add_rms_norm(v(&s.x), v(&s.o), v(&lw.ffn_norm), v(&s.h), v(&s.xn), h, t, eps)?,
                 k.f32_gemv(v(&lw.router), experts, h, v(&s.xn), v(&s.router_logits), t)?,
             ]);
-            // One token of Q8_0 experts: gate‖up applies SwiGLU to its own output (a workgroup pairs gate
-            // and up rows), so down reads the activation; with every expert resident it also ranks the
-            // router's logits itself (no router dispatch between the two).
-            let swiglu_out = t == 1 && !b.q4_experts && ffn.is_multiple_of(16);
-            let routed = b.resident_table.filter(|_| swiglu_out);
             let (logits, ids, weights) = (v(&s.router_logits), v(&s.pick_ids), v(&s.pick_weights));
-            match (routed, b.resident_table.filter(|_| t == 1)) {
-                (Some(_), _) => {}
+            attention.push(match b.resident_table.filter(|_| t == 1) {
                 // Every expert resident: the picks become pool slots in the same dispatch.
-                (None, Some(table)) => {
+                Some(table) => {
                     let (base, entries) = (l as u32 * experts, w.layers.len() as u32 * experts);
                     let slots = v(&s.slot_idx[l]);
-                    attention.push(k.router_topk_slots(
+                    k.router_topk_slots(
                         logits,
                         v(table),
                         ids,
@@ -375,10 +369,10 @@ impl Graph {
                         top_k,
                         t,
                         (base, entries),
-                    )?);
+                    )?
                 }
-                (None, None) => attention.push(k.router_topk(logits, ids, weights, experts, top_k, t)?),
-            }
+                None => k.router_topk(logits, ids, weights, experts, top_k, t)?,
+            });
             // Prefetch guesses: the next layers' routers applied to this layer's normed state.
             let next = w.layers.iter().skip(l + 1).take(b.lookahead as usize);
             for (j, nw) in next.enumerate() {
@@ -394,20 +388,11 @@ impl Graph {
                 let bytes = (b.pool.slot_bytes(plane.0), b.pool.slot_bytes(plane.1));
                 parts.iter().filter_map(|&part| narrow_to_layer(part, bytes, layer_slots)).collect()
             };
+            // One token of Q8_0 experts: gate‖up applies SwiGLU to its own output (a workgroup pairs gate
+            // and up rows), so down reads the activation.
+            let swiglu_out = t == 1 && !b.q4_experts && ffn.is_multiple_of(16);
             for part in in_layer(&gate_up, (Plane::GateUpQ, Plane::GateUpScales)) {
-                experts_dispatches.push(if let Some(table) = routed {
-                    let route = ResidentRoute {
-                        logits: v(&s.router_logits),
-                        table: v(table),
-                        entries: w.layers.len() as u32 * experts,
-                        slot_base: l as u32 * experts,
-                        experts,
-                        k: top_k,
-                        weights: v(&s.pick_weights),
-                        slots: v(&s.slot_idx[l]),
-                    };
-                    k.expert_q8_gemv_gate_up_swiglu_routed(part, v(&s.xn), route, v(&s.act), t)?
-                } else if swiglu_out {
+                experts_dispatches.push(if swiglu_out {
                     let slots = v(&s.slot_idx[l]);
                     k.expert_q8_gemv_gate_up_swiglu(part, v(&s.xn), slots, v(&s.act), pairs, top_k)?
                 } else {

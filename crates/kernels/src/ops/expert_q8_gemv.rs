@@ -25,45 +25,6 @@ pub struct ExpertQ8GemvParams {
 }
 const _: () = assert!(size_of::<ExpertQ8GemvParams>() == 32);
 
-/// Params of `expert_q8_gemv_routed.wgsl`: [`ExpertQ8GemvParams`] and the router's.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct ExpertQ8GemvRoutedParams {
-    /// The GEMV's (SwiGLU output, x_div = k).
-    pub gemv: ExpertQ8GemvParams,
-    /// Experts E, at most 256.
-    pub experts: u32,
-    /// Picks k, at most 32 and at most E.
-    pub k: u32,
-    /// The layer's first entry of the slot table (layer · experts).
-    pub slot_base: u32,
-    /// Padding.
-    pub _pad: u32,
-}
-const _: () = assert!(size_of::<ExpertQ8GemvRoutedParams>() == 48);
-
-/// What the routed gate‖up ranks and writes: a layer's router logits and the resident slot table in; the
-/// picks' weights and pool slots out.
-#[derive(Clone, Copy, Debug)]
-pub struct ResidentRoute<'a> {
-    /// `[T, E]` router logits.
-    pub logits: View<'a>,
-    /// `[entries]` pool slot of each (layer, expert).
-    pub table: View<'a>,
-    /// Entries of the table.
-    pub entries: u32,
-    /// The layer's first entry (layer · experts).
-    pub slot_base: u32,
-    /// Experts E.
-    pub experts: u32,
-    /// Picks k.
-    pub k: u32,
-    /// `[T, k]` f32 out: the picks' weights (renormalised over the k).
-    pub weights: View<'a>,
-    /// `[T, k]` u32 out: the picks' pool slots.
-    pub slots: View<'a>,
-}
-
 /// One matrix plane pair of the expert slot pool: the quant plane (`[slots, rows, cols]` int8 for Q8_0,
 /// `[slots, rows, cols/32]` 16-byte nibble blocks for Q4_0) and `[slots, rows, cols/32]` f16 scales
 /// (gate‖up: rows = 2F, cols = H; down: rows = H, cols = F).
@@ -172,71 +133,6 @@ impl Kernels {
             pairs,
             GemvInput::PlainSwiGluOut(x_div),
         )
-    }
-
-    /// [`Kernels::expert_q8_gemv_gate_up_swiglu`] for decode while every expert is resident, routing
-    /// included: every workgroup ranks its token's router logits itself (as [`Kernels::router_topk`]) and
-    /// takes its pick's slot from the table, so no router dispatch runs before it; the token's weights and
-    /// slots are written for the down GEMV and the combine. Same results as
-    /// [`Kernels::router_topk_slots`] then [`Kernels::expert_q8_gemv_gate_up_swiglu`].
-    /// Shapes: `x [T, cols] f32` (pairs = T · k), pool planes of `rows = 2F`, `act [T · k, F] f32`, and
-    /// the route's.
-    ///
-    /// # Errors
-    /// As [`Kernels::expert_q8_gemv_gate_up_swiglu`] and [`Kernels::router_topk_slots`].
-    pub fn expert_q8_gemv_gate_up_swiglu_routed(
-        &self,
-        pool: ExpertPlanes<'_>,
-        x: View<'_>,
-        route: ResidentRoute<'_>,
-        act: View<'_>,
-        tokens: u32,
-    ) -> Result<Dispatch> {
-        let b = self.binder(Kernel::ExpertQ8GemvRouted);
-        let (e, k) = (route.experts, route.k);
-        b.ensure(pool.rows.is_multiple_of(32), || {
-            format!("gate‖up with SwiGLU needs rows = 2F with F a multiple of 16; got rows {}", pool.rows)
-        })?;
-        b.ensure(e > 0 && e <= 256 && k > 0 && k <= 32 && k <= e && tokens > 0, || {
-            format!("needs 0 < E <= 256, 0 < k <= min(32, E), T > 0; got E {e}, k {k}, T {tokens}")
-        })?;
-        let end = u64::from(route.slot_base) + u64::from(e);
-        b.ensure(end <= u64::from(route.entries), || {
-            format!(
-                "the layer's table entries {}..{end} run past the table's {}",
-                route.slot_base, route.entries
-            )
-        })?;
-        let pairs = b.groups("pairs", u64::from(tokens) * u64::from(k))?;
-        let (t, kk) = (u64::from(tokens), u64::from(k));
-        let index = [
-            ("router logits", route.logits, f32s(t * u64::from(e))),
-            ("table", route.table, f32s(u64::from(route.entries))),
-        ];
-        let grid = PoolGrid {
-            rows_per_group: EXPERT_GEMV_ROWS,
-            x_row: u64::from(pool.cols),
-            y_row: u64::from(pool.rows) / 2,
-        };
-        let parts = expert_pool_parts(&b, pool, Q8_0_BLOCK_BYTES, x, &index, act, pairs, k, grid)?;
-        let mut out = Vec::with_capacity(parts.len());
-        for mut part in parts {
-            part.bound.push(b.storage("weights", route.weights, 0, f32s(t * kk))?);
-            part.bound.push(b.storage("slots", route.slots, 0, f32s(t * kk))?);
-            let gemv = ExpertQ8GemvParams {
-                rows: pool.rows,
-                cols: pool.cols,
-                pairs,
-                x_div: k,
-                slot_begin: pool.first_slot + part.begin,
-                slot_end: pool.first_slot + part.end,
-                silu_input: 0,
-                silu_output: 1,
-            };
-            let p = ExpertQ8GemvRoutedParams { gemv, experts: e, k, slot_base: route.slot_base, _pad: 0 };
-            out.push((p, part.bound, part.dims));
-        }
-        Ok(b.finish(out))
     }
 
     /// The launcher shared by the slot-indexed expert GEMVs, which differ only in their shader and the

@@ -8,8 +8,7 @@
 // 16 matching up rows, and pairs them in workgroup memory (SwiGLU at the end of gate||up, so that down
 // reads a plain input and no lane computes an exp per weight chunk).
 // A pool larger than a binding is split by slot range: one dispatch per part, pairs whose slot lies
-// elsewhere leave at once. The row sums (`row_sum4`), `i8x4` and `dot16` are appended as in q8_gemv, then
-// the GEMV's body (expert_q8_gemv_core.wgsl).
+// elsewhere leave at once. The row sums (`row_sum4`), `i8x4` and `dot16` are appended as in q8_gemv.
 enable f16;
 
 struct Params {
@@ -31,8 +30,46 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> y: array<f32>;      // [P, rows] f32 ([P, rows / 2] with silu_output)
 
 var<workgroup> wslot: u32;
+var<workgroup> wsum: array<f32, 32>; // silu_output: the 16 gate rows' sums, then the 16 up rows'
 
-// workgroup_id.y = pair; the rows are in expert_q8_gemv_core.wgsl (appended).
+// Four consecutive input values (vec4 index j of the pair's input row starting at `base`).
+fn input4(base: u32, j: u32) -> vec4<f32> {
+    if (p.silu_input == 0u) {
+        return x[base + j];
+    }
+    let g = x[base + j];
+    let u = x[base + p.cols / 4u + j];
+    return (g / (1.0 + exp(-g))) * u;
+}
+
+// Chunk i (16 int8) of the 4 rows against the matching 16 input values, each row scaled: 4 partial sums.
+// `live` 0 makes it add nothing (a clamped chunk past the row's end).
+fn chunk4(rows: vec4<u32>, nvec: u32, nblk: u32, base: u32, i: u32, live: bool) -> vec4<f32> {
+    let w0 = q[rows.x * nvec + i];
+    let w1 = q[rows.y * nvec + i];
+    let w2 = q[rows.z * nvec + i];
+    let w3 = q[rows.w * nvec + i];
+    let s = select(vec4<f32>(0.0), vec4<f32>(
+        f32(scales[rows.x * nblk + i / 2u]),
+        f32(scales[rows.y * nblk + i / 2u]),
+        f32(scales[rows.z * nblk + i / 2u]),
+        f32(scales[rows.w * nblk + i / 2u]),
+    ), live);
+    let x0 = input4(base, i * 4u);
+    let x1 = input4(base, i * 4u + 1u);
+    let x2 = input4(base, i * 4u + 2u);
+    let x3 = input4(base, i * 4u + 3u);
+    return s * vec4<f32>(
+        dot16(w0, x0, x1, x2, x3),
+        dot16(w1, x0, x1, x2, x3),
+        dot16(w2, x0, x1, x2, x3),
+        dot16(w3, x0, x1, x2, x3),
+    );
+}
+
+// workgroup_id.x = block of 32 rows (silu_output: 16 gate rows and their up rows), workgroup_id.y = pair.
+// Each 32-lane group takes 4 rows, so a lane reads its input chunk once for 4 weight chunks, with the 4
+// loads independent.
 @compute @workgroup_size(256)
 fn expert_q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {
     let pair = wg.y;
@@ -43,5 +80,51 @@ fn expert_q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_i
     if (slot < p.slot_begin || slot >= p.slot_end) {
         return;
     }
-    gemv_rows(li, wg, pair, slot/*SG_CALL*/);
+    let lane = li % 32u;
+    let group = li / 32u;
+    var r = wg.x * 32u + group * 4u;
+    if (p.silu_output != 0u) {
+        // Groups 0-3 the gate rows, 4-7 the up rows F later.
+        r = wg.x * 16u + (group % 4u) * 4u + select(0u, p.rows / 2u, group >= 4u);
+    }
+    let nvec = p.cols / 16u;
+    let nblk = p.cols / 32u;
+    // Rows past the matrix (the last block of an odd shape) read the last row and are not written.
+    let first = (slot - p.slot_begin) * p.rows;
+    let last = p.rows - 1u;
+    let rows = vec4<u32>(first) + min(vec4<u32>(r) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(last));
+    var base = (pair / p.x_div) * (p.cols / 4u);
+    if (p.silu_input != 0u) {
+        base = pair * (p.cols / 2u);
+    }
+    // Two chunks a step (512 bytes apart), their loads independent: a lane's loop is bound by its memory
+    // round trips, and two in flight halve them.
+    var acc = vec4<f32>(0.0);
+    for (var i = lane; i < nvec; i += 64u) {
+        let c0 = chunk4(rows, nvec, nblk, base, i, true);
+        let c1 = chunk4(rows, nvec, nblk, base, min(i + 32u, nvec - 1u), i + 32u < nvec);
+        acc += c0;
+        acc += c1;
+    }
+    let total = row_sum4(acc, li/*SG_CALL*/);
+    if (p.silu_output != 0u) {
+        if (lane == 0u) {
+            for (var j = 0u; j < 4u; j++) {
+                wsum[group * 4u + j] = total[j];
+            }
+        }
+        workgroupBarrier();
+        if (li < 16u) {
+            let g = wsum[li];
+            y[pair * (p.rows / 2u) + wg.x * 16u + li] = (g / (1.0 + exp(-g))) * wsum[16u + li];
+        }
+        return;
+    }
+    if (lane == 0u) {
+        for (var j = 0u; j < 4u; j++) {
+            if (r + j < p.rows) {
+                y[pair * p.rows + r + j] = total[j];
+            }
+        }
+    }
 }
