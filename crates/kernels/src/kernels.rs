@@ -322,6 +322,8 @@ impl Dispatch {
 pub struct Kernels {
     device: wgpu::Device,
     pipelines: Vec<wgpu::ComputePipeline>,
+    /// `attention_split` compiled with `PASSES = 2` (half-size blocks, for short caches).
+    attention_split_short: wgpu::ComputePipeline,
     subgroups: bool,
     max_binding: u64,
     storage_align: u64,
@@ -359,34 +361,35 @@ impl Kernels {
             checks.force_loop_bounding = false;
             checks.int_div_checks = false;
         }
-        let pipelines = Kernel::ALL
-            .iter()
-            .map(|&k| {
-                let desc = wgpu::ShaderModuleDescriptor {
-                    label: Some(k.name()),
-                    source: wgpu::ShaderSource::Wgsl(k.source(subgroups)),
-                };
-                // SAFETY: every loop of these shaders is bounded by its parameters, and every divisor is a
-                // constant or a parameter the launchers check to be non-zero, so the two checks left out
-                // guard against nothing that can happen; buffer and array bounds checks stay.
-                let module = unsafe { device.create_shader_module_trusted(desc, checks) };
-                device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some(k.name()),
-                    layout: None,
-                    module: &module,
-                    entry_point: Some(k.name()),
-                    compilation_options: wgpu::PipelineCompilationOptions {
-                        // Every kernel writes its workgroup memory before reading it.
-                        zero_initialize_workgroup_memory: false,
-                        ..Default::default()
-                    },
-                    cache: None,
-                })
+        // `constants`: values for the shader's `override` declarations.
+        let compile = |k: Kernel, constants: &[(&str, f64)]| {
+            let desc = wgpu::ShaderModuleDescriptor {
+                label: Some(k.name()),
+                source: wgpu::ShaderSource::Wgsl(k.source(subgroups)),
+            };
+            // SAFETY: every loop of these shaders is bounded by its parameters, and every divisor is a
+            // constant or a parameter the launchers check to be non-zero, so the two checks left out
+            // guard against nothing that can happen; buffer and array bounds checks stay.
+            let module = unsafe { device.create_shader_module_trusted(desc, checks) };
+            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(k.name()),
+                layout: None,
+                module: &module,
+                entry_point: Some(k.name()),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants,
+                    // Every kernel writes its workgroup memory before reading it.
+                    zero_initialize_workgroup_memory: false,
+                },
+                cache: None,
             })
-            .collect();
+        };
+        let pipelines = Kernel::ALL.iter().map(|&k| compile(k, &[])).collect();
+        let attention_split_short = compile(Kernel::AttentionSplit, &[("PASSES", 2.0)]);
         Self {
             device,
             pipelines,
+            attention_split_short,
             subgroups,
             max_binding: ctx.limits.max_storage_buffer_binding_size,
             storage_align: u64::from(ctx.limits.min_storage_buffer_offset_alignment),
@@ -415,6 +418,11 @@ impl Kernels {
     /// The storage offset alignment views and split points must keep.
     pub fn storage_align(&self) -> u64 {
         self.storage_align
+    }
+
+    /// `attention_split` with two passes a block (see [`AttentionShape::split_passes`](crate::AttentionShape::split_passes)).
+    pub(crate) fn attention_split_short(&self) -> &wgpu::ComputePipeline {
+        &self.attention_split_short
     }
 
     pub(crate) fn pipeline(&self, k: Kernel) -> &wgpu::ComputePipeline {
@@ -487,6 +495,16 @@ impl<'k> Binder<'k> {
 
     /// Builds the dispatch: one params block and one bind group per part.
     pub(crate) fn finish<P: bytemuck::Pod>(self, parts: Vec<(P, Vec<Bound<'_>>, [u32; 3])>) -> Dispatch {
+        let pipeline = self.k.pipeline(self.kernel).clone();
+        self.finish_on(pipeline, parts)
+    }
+
+    /// [`Binder::finish`] on another compilation of the kernel (other `override` values).
+    pub(crate) fn finish_on<P: bytemuck::Pod>(
+        self,
+        pipeline: wgpu::ComputePipeline,
+        parts: Vec<(P, Vec<Bound<'_>>, [u32; 3])>,
+    ) -> Dispatch {
         let device = &self.k.device;
         let psize = size_of::<P>() as u64;
         let stride = psize.next_multiple_of(self.k.uniform_align);
@@ -500,7 +518,6 @@ impl<'k> Binder<'k> {
             contents: &bytes,
             usage: wgpu::BufferUsages::UNIFORM,
         });
-        let pipeline = self.k.pipeline(self.kernel).clone();
         let layout = pipeline.get_bind_group_layout(0);
         let groups = parts
             .iter()

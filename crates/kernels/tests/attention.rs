@@ -152,15 +152,17 @@ fn check_attention(seed: u64, heads: usize, kv_heads: usize, d: usize, ctx: usiz
 
 #[test]
 fn attention_decode_model_shape() {
-    // Block edges of the split kernel (32 positions at d = 128) and of the full one (128).
-    for (i, pos) in [0u32, 1, 31, 32, 33, 63, 64, 127, 128, 129, 299].into_iter().enumerate() {
+    // Block edges of the split kernel (16 positions at d = 128 in a cache this short) and of the full one
+    // (128).
+    for (i, pos) in [0u32, 1, 15, 16, 17, 31, 32, 63, 64, 127, 128, 129, 299].into_iter().enumerate() {
         check_attention(30 + i as u64, 32, 4, 128, 300, vec![pos]);
     }
 }
 
 #[test]
 fn attention_max_context() {
-    // Qwen3-30B-A3B's full context (40,960 positions), one GQA group to keep lavapipe quick.
+    // Qwen3-30B-A3B's full context (40,960 positions: four passes a block), one GQA group to keep lavapipe
+    // quick.
     check_attention(47, 8, 1, 128, 40_960, vec![40_959]);
 }
 

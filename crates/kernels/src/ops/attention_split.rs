@@ -25,16 +25,26 @@ pub struct AttentionSplitParams {
 }
 const _: () = assert!(size_of::<AttentionSplitParams>() == 32);
 
-/// Passes of one lane over a block in `attention_split.wgsl` (its `PASSES`).
-const SPLIT_PASSES: u32 = 4;
+/// Caches of up to this many positions run the split attention two passes a block, longer ones four.
+const SHORT_SPLIT_CTX: u32 = 4096;
 
 impl AttentionShape {
-    /// Cache positions per workgroup of the split attention: 4 passes of `128 / lanes` rows, where a row
-    /// (one position, `d` f16) takes `lanes` = `d / 8` rounded up to a power of two, at least 8. So 32
-    /// positions at `d = 128` (512 workgroups at 4,096 positions and 4 kv heads), 16 at 256, 64 at ≤ 64.
+    /// Passes of one lane over a block in `attention_split.wgsl` (its `PASSES` override): 2 for caches of
+    /// up to 4,096 positions, else 4. Smaller blocks shorten each workgroup's chain of passes and barriers
+    /// and give short lengths more workgroups; but every block of the cache is launched (those past the
+    /// token's length leave at once), and on the H200 at 40,960 positions the 2,560 blocks a kv head of
+    /// two passes cost 32.6 us against 26.4 for four passes, while at 4,096 positions they tie at the last
+    /// position and two passes win at position 600 (6.5 against 8.6 us a layer).
+    pub fn split_passes(&self) -> u32 {
+        if self.ctx <= SHORT_SPLIT_CTX { 2 } else { 4 }
+    }
+
+    /// Cache positions per workgroup of the split attention: [`split_passes`](Self::split_passes) passes of
+    /// `128 / lanes` rows, where a row (one position, `d` f16) takes `lanes` = `d / 8` rounded up to a power
+    /// of two, at least 8. So at `d = 128` 16 positions (2 passes) or 32 (4 passes).
     pub fn split_block(&self) -> u32 {
         let lanes = (self.head_dim / 8).next_power_of_two().clamp(8, 128);
-        SPLIT_PASSES * (128 / lanes)
+        self.split_passes() * (128 / lanes)
     }
 
     /// Blocks the split attention uses: `ceil(ctx / split_block)`.
@@ -110,6 +120,10 @@ impl Kernels {
             blocks: s.blocks(),
             block: s.split_block(),
         };
-        Ok(b.finish(vec![(p, bound, dims)]))
+        let pipeline = match s.split_passes() {
+            2 => self.attention_split_short(),
+            _ => self.pipeline(Kernel::AttentionSplit),
+        };
+        Ok(b.finish_on(pipeline.clone(), vec![(p, bound, dims)]))
     }
 }

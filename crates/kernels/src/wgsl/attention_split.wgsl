@@ -9,11 +9,11 @@
 // - A cache row (one position of one kv head, d f16) is d/8 chunks of 16 bytes (one vec4<u32>). A row
 //   takes `lpr` consecutive lanes (d/8 rounded up to a power of two, at least 8), so consecutive lanes
 //   read consecutive 16-byte chunks and a 128-lane pass covers rp = 128 / lpr rows (8 at d = 128).
-// - Each lane issues all of its K and V loads (PASSES = 4 passes each) before any arithmetic, so a
-//   workgroup has its whole block (block = 4 * rp positions: 32 at d = 128, 16 KiB of K + V) in flight at
-//   once. Four passes, not eight: a block's chain of passes and barriers bounds a workgroup, and at short
-//   lengths there are few workgroups, so halving the block halved the chain and doubled the workgroups
-//   (8.7 against 13.9 us a layer at position 600 on the H200, the combine 4.0 against 3.8 us). The
+// - Each lane issues all of its K and V loads (PASSES passes each, 2 or 4) before any arithmetic, so a
+//   workgroup has its whole block (block = PASSES * rp positions: 16 or 32 at d = 128) in flight at
+//   once. Not eight passes: a block's chain of passes and barriers bounds a workgroup, and at short
+//   lengths there are few workgroups, so smaller blocks shorten the chain and add workgroups (on the
+//   H200 at position 600: 13.9 us a layer with 8 passes, 8.7 with 4, 6.5 with 2). The
 //   16 loads are written out one by one into plain values (no array, no loop): loaded into a
 //   function-scope array in a loop, they were serialised on the H200 (one memory latency each).
 // - K and V are read once for the G heads: q of the G heads sits in workgroup memory and every lane
@@ -23,7 +23,7 @@
 //   and lane (g, c) sums dims 8c .. 8c + 8 of head g over all rows: no sums across lanes. (Staging V as
 //   f32, one pass a round, converted once instead of once per head, measured slower on the H200: 32.6
 //   against 22.2 µs; barrier rounds, not conversions, bound this kernel there.)
-// Loops run a fixed 4 passes or a few dozen iterations per invocation, far under lavapipe's 65,535
+// Loops run a fixed 2 or 4 passes or a few dozen iterations per invocation, far under lavapipe's 65,535
 // (see attention.wgsl).
 
 struct Params {
@@ -45,7 +45,9 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> partial: array<vec4<f32>>; // [T, heads, blocks, 4 + d] (m, l, 0, 0, acc)
 
 const LANES: u32 = 128u;
-const PASSES: u32 = 4u; // 2, 4 or 8: AttentionShape::split_block's SPLIT_PASSES; the code below is written out for 8
+// 2, 4 or 8 (the code below is written out for 8): set per pipeline from AttentionShape::split_passes (2 for
+// caches of up to 4,096 positions, else 4).
+override PASSES: u32 = 4u;
 const GMAX: u32 = 8u;
 const NEG: f32 = -3.0e38;
 
