@@ -24,11 +24,19 @@ const WG: u32 = 256u;
 fn add_rms_norm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let n4 = p.n / 4u;
     let base = wg.x * n4;
+    // The first step's two vec4 and their norm weights stay in registers (at n = 2048 a lane's whole
+    // share), the weights loaded before the reduction: after it, nothing waits on memory.
+    let w0 = w[min(li, n4 - 1u)];
+    let w1 = w[min(li + WG, n4 - 1u)];
+    var kept = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
     var ss = 0.0;
     for (var i = li; i < n4; i += 2u * WG) {
         let i1 = min(i + WG, n4 - 1u);
         let v0 = a[base + i] + b[base + i];
         let v1 = a[base + i1] + b[base + i1];
+        if (i == li) {
+            kept = array<vec4<f32>, 2>(v0, v1);
+        }
         h[base + i] = v0;
         ss += dot(v0, v0);
         if (i + WG < n4) {
@@ -37,7 +45,13 @@ fn add_rms_norm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id)
         }
     }
     let scale = rms_scale(ss, li, WG, p.n, p.eps);
-    for (var i = li; i < n4; i += WG) {
+    if (li < n4) {
+        out[base + li] = (kept[0] * scale) * w0;
+    }
+    if (li + WG < n4) {
+        out[base + li + WG] = (kept[1] * scale) * w1;
+    }
+    for (var i = li + 2u * WG; i < n4; i += WG) {
         out[base + i] = (h[base + i] * scale) * w[i];
     }
 }

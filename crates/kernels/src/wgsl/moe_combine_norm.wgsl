@@ -62,11 +62,19 @@ fn moe_combine_norm(@builtin(local_invocation_index) li: u32, @builtin(workgroup
     let t = wg.x;
     let h4 = p.hidden / 4u;
     let row = t * h4;
+    // The first step's two vec4 and their norm weights stay in registers (at H = 2048 a lane's whole
+    // share), the weights loaded before the reduction: after it, nothing waits on memory.
+    let n0 = norm[min(li, h4 - 1u)];
+    let n1 = norm[min(li + WG, h4 - 1u)];
+    var kept = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
     var ss = 0.0;
     for (var i = li; i < h4; i += 2u * WG) {
         let i1 = min(i + WG, h4 - 1u);
         let v0 = combined(t, i, h4);
         let v1 = combined(t, i1, h4);
+        if (i == li) {
+            kept = array<vec4<f32>, 2>(v0, v1);
+        }
         out[row + i] = v0;
         ss += dot(v0, v0);
         if (i + WG < h4) {
@@ -75,7 +83,13 @@ fn moe_combine_norm(@builtin(local_invocation_index) li: u32, @builtin(workgroup
         }
     }
     let scale = rms_scale(ss, li, WG, p.hidden, p.eps);
-    for (var i = li; i < h4; i += WG) {
+    if (li < h4) {
+        normed[row + li] = (kept[0] * scale) * n0;
+    }
+    if (li + WG < h4) {
+        normed[row + li + WG] = (kept[1] * scale) * n1;
+    }
+    for (var i = li + 2u * WG; i < h4; i += WG) {
         normed[row + i] = (out[row + i] * scale) * norm[i];
     }
 }
