@@ -3,7 +3,8 @@
 // 0 .. ceil(len / block) of each (head, token), len = min(positions[t] + 1, ctx).
 // The blocks are spread over the workgroup's lanes (M and L by one workgroup reduction of (m, l) pairs;
 // acc by 16 groups of 8 lanes, a workgroup per 32 dims, each group a share of the blocks, 16 bytes a lane
-// a load, eight loads in flight a lane), so no lane walks all blocks serially.
+// a load, eight loads in flight a lane, the first eight issued before the (m, l) tree), so no lane walks
+// all blocks serially.
 
 struct Params {
     heads: u32,    // query heads
@@ -35,6 +36,22 @@ fn merge(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
     return vec2<f32>(m, a.y * exp(a.x - m) + b.y * exp(b.x - m));
 }
 
+// Block bb's acc chunk i and its m, or zeros and NEG (adding nothing) for a lane past the dims or a block
+// past the token's length.
+fn acc_at(base: u32, bb: u32, nb: u32, stride4: u32, i: u32, live: bool) -> vec4<f32> {
+    if (live && bb < nb) {
+        return partial[base + bb * stride4 + 1u + i];
+    }
+    return vec4<f32>(0.0);
+}
+
+fn m_at(base: u32, bb: u32, nb: u32, stride4: u32, live: bool) -> f32 {
+    if (live && bb < nb) {
+        return partial[base + bb * stride4].x;
+    }
+    return NEG;
+}
+
 // One workgroup per (head, token, slice of 32 dims): x = head, y = token, z = slice.
 @compute @workgroup_size(128)
 fn attention_combine(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
@@ -45,29 +62,66 @@ fn attention_combine(@builtin(local_invocation_index) li: u32, @builtin(workgrou
     let len = min(positions[t] + 1u, p.ctx);
     let nb = (len + p.block - 1u) / p.block;
     let base = (t * p.heads + h) * p.blocks * stride4;
-    // M and L in one pass: each lane merges its blocks, then a tree over the lanes.
+    // Lane li: dims 4i .. 4i + 4 (i = 8 * slice + li % 8) of blocks bg, bg + 16, ... (bg = li / 8). Its
+    // first eight blocks' chunks and m are loaded here, before the (m, l) tree, so that their latency
+    // overlaps it (written out, not an array in a loop: see attention_split.wgsl).
+    let i = wg.z * SLICE + li % SLICE;
+    let bg = li / SLICE;
+    let live = i < d4;
+    let a0 = acc_at(base, bg, nb, stride4, i, live);
+    let a1 = acc_at(base, bg + GROUPS, nb, stride4, i, live);
+    let a2 = acc_at(base, bg + 2u * GROUPS, nb, stride4, i, live);
+    let a3 = acc_at(base, bg + 3u * GROUPS, nb, stride4, i, live);
+    let a4 = acc_at(base, bg + 4u * GROUPS, nb, stride4, i, live);
+    let a5 = acc_at(base, bg + 5u * GROUPS, nb, stride4, i, live);
+    let a6 = acc_at(base, bg + 6u * GROUPS, nb, stride4, i, live);
+    let a7 = acc_at(base, bg + 7u * GROUPS, nb, stride4, i, live);
+    let m0 = m_at(base, bg, nb, stride4, live);
+    let m1 = m_at(base, bg + GROUPS, nb, stride4, live);
+    let m2 = m_at(base, bg + 2u * GROUPS, nb, stride4, live);
+    let m3 = m_at(base, bg + 3u * GROUPS, nb, stride4, live);
+    let m4 = m_at(base, bg + 4u * GROUPS, nb, stride4, live);
+    let m5 = m_at(base, bg + 5u * GROUPS, nb, stride4, live);
+    let m6 = m_at(base, bg + 6u * GROUPS, nb, stride4, live);
+    let m7 = m_at(base, bg + 7u * GROUPS, nb, stride4, live);
+
+    // M and L in one pass: each lane merges its blocks, then a tree over the lanes, four a step (then a
+    // last pair: 128 lanes take 4 barriers).
     var ml = vec2<f32>(NEG, 0.0);
     for (var b = li; b < nb; b += LANES) {
         ml = merge(ml, partial[base + b * stride4].xy);
     }
     red[li] = ml;
     workgroupBarrier();
-    for (var off = LANES / 2u; off > 0u; off >>= 1u) {
+    var n = LANES;
+    for (; n >= 4u; n /= 4u) {
+        let off = n / 4u;
         if (li < off) {
-            red[li] = merge(red[li], red[li + off]);
+            red[li] = merge(merge(red[li], red[li + off]), merge(red[li + 2u * off], red[li + 3u * off]));
+        }
+        workgroupBarrier();
+    }
+    if (n == 2u) {
+        if (li == 0u) {
+            red[0] = merge(red[0], red[1]);
         }
         workgroupBarrier();
     }
     let mm = red[0].x;
     let ll = red[0].y;
 
-    // Lane li: dims 4i .. 4i + 4 (i = 8 * slice + li % 8) of blocks bg, bg + 16, ... (bg = li / 8), eight
-    // independent loads per step.
-    let i = wg.z * SLICE + li % SLICE;
-    let bg = li / SLICE;
+    // The blocks in the order as before: the loaded eight, then eight more a step.
     var acc = vec4<f32>(0.0);
-    if (i < d4) {
-        for (var b = bg; b < nb; b += 8u * GROUPS) {
+    acc += a0 * exp(m0 - mm);
+    acc += a1 * exp(m1 - mm);
+    acc += a2 * exp(m2 - mm);
+    acc += a3 * exp(m3 - mm);
+    acc += a4 * exp(m4 - mm);
+    acc += a5 * exp(m5 - mm);
+    acc += a6 * exp(m6 - mm);
+    acc += a7 * exp(m7 - mm);
+    if (live) {
+        for (var b = bg + 8u * GROUPS; b < nb; b += 8u * GROUPS) {
             for (var u = 0u; u < 8u; u++) {
                 let bb = b + u * GROUPS;
                 if (bb < nb) {
