@@ -68,13 +68,20 @@ pub enum Event {
     End(EndReason),
 }
 
+/// The last step's output: its logits to sample from, or (plain greedy sampling) the GPU's pick.
+enum Next {
+    Logits(Vec<f32>),
+    Token(u32),
+}
+
 /// A reply in progress: an iterator of [`Event`]s, ending with [`Event::End`] (or an error).
 pub struct Generation<'a> {
     engine: &'a mut Engine,
     tokenizer: Arc<Tokenizer>,
     opts: GenerateOptions,
     sampler: Sampler,
-    logits: Vec<f32>,
+    /// What the next token is picked from.
+    next: Next,
     recent: Vec<u32>,
     utf8: Utf8Stream,
     text: String,
@@ -101,7 +108,7 @@ impl Engine {
             tokenizer,
             sampler: Sampler::new(opts.sampling),
             opts: opts.clone(),
-            logits,
+            next: Next::Logits(logits),
             recent: prompt,
             utf8: Utf8Stream::default(),
             text: String::new(),
@@ -129,7 +136,10 @@ impl Generation<'_> {
         if self.produced >= self.opts.max_tokens {
             return self.end(EndReason::MaxTokens);
         }
-        let id = self.sampler.sample(&self.logits, &self.recent);
+        let id = match &self.next {
+            Next::Logits(logits) => self.sampler.sample(logits, &self.recent),
+            Next::Token(id) => *id,
+        };
         if self.tokenizer.is_end_of_generation(id) {
             return self.end(EndReason::StopToken(id));
         }
@@ -145,8 +155,15 @@ impl Generation<'_> {
         }
         self.emit_to(self.safe_end());
         if self.produced < self.opts.max_tokens {
-            match self.engine.step(id) {
-                Ok(logits) => self.logits = logits,
+            // Plain greedy: the GPU's argmax (ties to the lower index, as the sampler's), with every
+            // expert resident queued ahead of the read (run-ahead).
+            let stepped = if self.opts.sampling.is_plain_greedy() {
+                self.engine.step_greedy(id).map(Next::Token)
+            } else {
+                self.engine.step(id).map(Next::Logits)
+            };
+            match stepped {
+                Ok(next) => self.next = next,
                 Err(Error::ContextFull { .. }) => return self.end(EndReason::ContextFull),
                 Err(e) => return Err(e),
             }

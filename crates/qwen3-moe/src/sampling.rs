@@ -52,6 +52,13 @@ impl SamplingOptions {
         Self::default()
     }
 
+    /// Greedy with no penalty: the pick is the logits' argmax, which the GPU can take itself
+    /// ([`Engine::step_greedy`](crate::Engine::step_greedy), 4 bytes read back instead of the logits; the
+    /// two differ only on NaN logits, which the sampler skips).
+    pub fn is_plain_greedy(&self) -> bool {
+        self.temperature == 0.0 && self.repetition_penalty == 1.0 && self.presence_penalty == 0.0
+    }
+
     /// Checks every field is in range, so a bad request is refused before decoding starts.
     ///
     /// # Errors
@@ -250,6 +257,16 @@ mod tests {
         assert_eq!(s.sample(&[0.1, 3.0, -2.0, 1.0], &[]), 1);
         assert_eq!(s.sample(&[1.0, 5.0, 2.0, 5.0, 5.0], &[]), 1);
         assert_eq!(s.sample(&[f32::NAN, -1.0, f32::NAN, 0.5], &[]), 3);
+    }
+
+    #[test]
+    fn plain_greedy_is_temperature_zero_without_penalties() {
+        assert!(SamplingOptions::greedy().is_plain_greedy());
+        // Filters do not matter at temperature 0; penalties and a temperature do.
+        assert!(SamplingOptions { top_k: 5, top_p: 0.5, ..SamplingOptions::greedy() }.is_plain_greedy());
+        assert!(!SamplingOptions { temperature: 0.6, ..SamplingOptions::greedy() }.is_plain_greedy());
+        assert!(!SamplingOptions { repetition_penalty: 1.1, ..SamplingOptions::greedy() }.is_plain_greedy());
+        assert!(!SamplingOptions { presence_penalty: 0.5, ..SamplingOptions::greedy() }.is_plain_greedy());
     }
 
     #[test]

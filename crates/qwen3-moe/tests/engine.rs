@@ -202,10 +202,23 @@ fn generation_stops_where_asked_and_repeats_with_a_seed() {
         }
     }
     assert!(stopped.is_some(), "no seed of 24 stopped early: is the end-of-generation check alive?");
-    let (_m, mut e) = full.expect("some seed runs to max_tokens");
+    let (m, mut e) = full.expect("some seed runs to max_tokens");
     let (text, ids, end) = reply(&mut e, &opts);
     assert_eq!((ids.len(), end), (12, EndReason::MaxTokens));
     assert_eq!(text, String::from_utf8_lossy(&e.tokenizer().decode(&ids)));
+
+    // A greedy reply takes the GPU's picks (step_greedy, run ahead): the ids of the host's argmax over
+    // every step's logits.
+    let mut by_logits = open(&m, |_| {});
+    let prompt = by_logits.prompt_ids(&[Message::user("hello")], opts.thinking);
+    let mut logits = by_logits.prefill(&prompt, true).unwrap();
+    let mut want = Vec::new();
+    for _ in 0..12 {
+        let id = diskformer_qwen3_moe::top_n(&logits, 1)[0].0;
+        want.push(id);
+        logits = by_logits.step(id).unwrap();
+    }
+    assert_eq!(ids, want);
 
     // A stop string taken from the greedy reply ends it just before the string.
     let chars: Vec<char> = text.chars().collect();
