@@ -11,15 +11,15 @@
 //!
 //! | step | decode (what the engine records) | prefill chunk |
 //! |---|---|---|
-//! | embedding | `embed_q8` (the engine writes the rows from its mapped file instead) | same, T ids |
+//! | embedding | `embed_q8` with every expert resident (the token id from the previous step's argmax or the host); else the engine writes the rows from its mapped file | the engine writes the rows |
 //! | norms | `rms_norm` (first layer), `add_rms_norm` (attention output + residual, then the FFN norm) | same, T rows |
 //! | Q, K, V | `q8_gemv` of the stacked Q‖K‖V, then `qkv_rope_store` (QK-norm, NeoX RoPE with the table of [`cpu::rope_cos_sin`], both f16 cache stores); apart: `qk_norm_rope`, `kv_store` | `q8_gemm` (8 tokens per weight read), same |
-//! | attention | `attention_split` + `attention_combine` (split-K), or `attention` | `attention` |
+//! | attention | `attention_split` (2 or 4 passes a block by cache length) + `attention_combine` (split-K), or `attention` | `attention` |
 //! | output projection, lm head | `q8_gemv` (lm head: `q8_gemv_rows2`, 1.5× there on the H200) | `q8_gemm` |
 //! | router | `f32_gemv`, `router_topk`; `router_topk_slots` (also the picks' pool slots, when every expert is resident); apart: `expert_slots` | `f32_gemv`, `router_topk`, T rows |
-//! | experts | `expert_q8_gemv` gate‖up (all k picks, slot-indexed), `expert_q8_gemv_swiglu` down (SiLU(gate)·up as it reads); Q4_0 pools: `expert_q4_gemv`, `expert_q4_gemv_swiglu` | `expert_q8_gemm` / `expert_q4_gemm` (pairs grouped by slot, [`expert_gemm_groups`]), `silu_mul` |
+//! | experts | `expert_q8_gemv_gate_up_swiglu` (all k picks, slot-indexed, SiLU(gate)·up on its output), `expert_q8_gemv` down; apart: `expert_q8_gemv_swiglu` (SiLU(gate)·up as it reads); Q4_0 pools: `expert_q4_gemv` gate‖up, `expert_q4_gemv_swiglu` down | `expert_q8_gemm` / `expert_q4_gemm` (pairs grouped by slot, [`expert_gemm_groups`]), `silu_mul` |
 //! | combine | `moe_combine_norm` (weighted sum + residual, then the next layer's attention norm or the output norm); apart: `moe_combine`, `add` | same |
-//! | sampling | `argmax` | — |
+//! | sampling | `argmax` (two stages: slices, then their best) | — |
 //!
 //! Values that change every step (token ids, positions, the RoPE table, slot indices) are read from
 //! buffers, so a [`Dispatch`] is bound once and recorded every step.

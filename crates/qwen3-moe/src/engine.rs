@@ -497,7 +497,9 @@ impl Engine {
         }
     }
 
-    /// Runs one token and returns the greedy next token (argmax on the GPU, no logits read back).
+    /// Runs one token and returns the greedy next token (argmax on the GPU, no logits read back). With
+    /// every expert resident and [`EngineOptions::run_ahead`], the step after it is already queued on the
+    /// GPU, on this pick, when it returns: a loop `next = step_greedy(next)` never leaves the GPU idle.
     ///
     /// # Errors
     /// As [`Engine::prefill`].
