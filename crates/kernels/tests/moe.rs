@@ -95,14 +95,38 @@ fn router_topk_with_ties() {
     assert_eq!(cpu::router_topk(&[1.0, 3.0, 2.0, 3.0, 2.0], 5, 3).0, vec![1, 3, 2]);
 }
 
-struct Pool {
-    q: Vec<i8>,
+/// A pool of expert planes with its host copy: Q8_0 (int8 quants) or, as [`Q4Pool`], Q4_0.
+struct Pool<Q = i8> {
+    q: Vec<Q>,
     s: Vec<half::f16>,
     qb: wgpu::Buffer,
     sb: wgpu::Buffer,
     slots: usize,
     rows: usize,
     cols: usize,
+}
+
+impl<Q> Pool<Q> {
+    /// The planes as the expert kernels bind them: the whole pool, one part.
+    fn planes(&self) -> ExpertPlanes<'_> {
+        ExpertPlanes {
+            q: (&self.qb).into(),
+            scales: (&self.sb).into(),
+            slots: self.slots as u32,
+            first_slot: 0,
+            rows: self.rows as u32,
+            cols: self.cols as u32,
+        }
+    }
+}
+
+impl Pool {
+    /// Σ|w·x| of every output of the slot-indexed GEMV: what its rounding error scales with.
+    fn magnitude(&self, slot_idx: &[u32], x: &[f32], x_div: usize) -> Vec<f32> {
+        let qa: Vec<i8> = self.q.iter().map(|v| v.saturating_abs()).collect();
+        let sa: Vec<half::f16> = self.s.iter().map(|v| half::f16::from_f32(v.to_f32().abs())).collect();
+        cpu::expert_q8_gemv(&qa, &sa, self.rows, self.cols, slot_idx, &abs_of(x), x_div)
+    }
 }
 
 fn pool(g: &Gpu, rng: &mut Rng, slots: usize, rows: usize, cols: usize) -> Pool {
@@ -144,14 +168,7 @@ fn check_expert_kernel(
     let x = rng.vec_f32(pairs / x_div * p.cols, -1.0, 1.0);
     let (xb, ib) = (upload(g, &x), upload(g, slot_idx));
     let y = poisoned(g, 4 * pairs * p.rows);
-    let planes = ExpertPlanes {
-        q: (&p.qb).into(),
-        scales: (&p.sb).into(),
-        slots: p.slots as u32,
-        first_slot: 0,
-        rows: p.rows as u32,
-        cols: p.cols as u32,
-    };
+    let planes = p.planes();
     let (groups, order) = expert_gemm_groups(slot_idx);
     let (gb, ob) = (upload(g, &groups), upload(g, &order));
     let (pairs_u, x_div_u) = (pairs as u32, x_div as u32);
@@ -166,9 +183,7 @@ fn check_expert_kernel(
     run(g, &[&d]);
     let got = read_n::<f32>(g, &y, pairs * p.rows);
     let want = cpu::expert_q8_gemv(&p.q, &p.s, p.rows, p.cols, slot_idx, &x, x_div);
-    let qa: Vec<i8> = p.q.iter().map(|v| v.saturating_abs()).collect();
-    let sa: Vec<half::f16> = p.s.iter().map(|v| half::f16::from_f32(v.to_f32().abs())).collect();
-    let mag = cpu::expert_q8_gemv(&qa, &sa, p.rows, p.cols, slot_idx, &abs_of(&x), x_div);
+    let mag = p.magnitude(slot_idx, &x, x_div);
     // Tolerance: as q8_gemv (same arithmetic): 2e-6·Σ|w·x|.
     let what = format!(
         "{} {}x{} pairs={pairs} x_div={x_div} sg={} parts={}",
@@ -219,22 +234,15 @@ fn expert_gemv_pool_split_and_odd() {
 }
 
 /// A Q4_0 pool: 16 bytes of nibble pairs per 32-value block (ggml order) and one f16 scale per block.
-struct Q4Pool {
-    q: Vec<u8>,
-    s: Vec<half::f16>,
-    qb: wgpu::Buffer,
-    sb: wgpu::Buffer,
-    slots: usize,
-    rows: usize,
-    cols: usize,
-}
+/// A pool of Q4_0 planes (16 bytes of nibble pairs a 32-value block).
+type Q4Pool = Pool<u8>;
 
 fn q4_pool(g: &Gpu, rng: &mut Rng, slots: usize, rows: usize, cols: usize) -> Q4Pool {
     // Uniform random bytes: every nibble 0..=15 (values -8..=7) in both halves of a byte.
     let q: Vec<u8> = rng.vec_i8(slots * rows * cols / 2).into_iter().map(|v| v as u8).collect();
     let s = rng.vec_scales(slots * rows * cols / 32);
     let (qb, sb) = (upload(g, &q), upload(g, &s));
-    Q4Pool { q, s, qb, sb, slots, rows, cols }
+    Pool { q, s, qb, sb, slots, rows, cols }
 }
 
 fn check_expert_q4(
@@ -265,14 +273,7 @@ fn check_expert_q4_kernel(
     let x = rng.vec_f32(pairs / x_div * p.cols, -1.0, 1.0);
     let (xb, ib) = (upload(g, &x), upload(g, slot_idx));
     let y = poisoned(g, 4 * pairs * p.rows);
-    let planes = ExpertPlanes {
-        q: (&p.qb).into(),
-        scales: (&p.sb).into(),
-        slots: p.slots as u32,
-        first_slot: 0,
-        rows: p.rows as u32,
-        cols: p.cols as u32,
-    };
+    let planes = p.planes();
     let (groups, order) = expert_gemm_groups(slot_idx);
     let (gb, ob) = (upload(g, &groups), upload(g, &order));
     let (pairs_u, x_div_u) = (pairs as u32, x_div as u32);
@@ -566,9 +567,7 @@ fn expert_gemv_swiglu_input() {
                 (cpu::expert_q4_gemv(&p.q, &p.s, rows, cols, slot_idx, &act, 1), mag)
             } else {
                 let p = if odd { &q8_odd } else { &q8 };
-                let qa: Vec<i8> = p.q.iter().map(|v| v.saturating_abs()).collect();
-                let sa: Vec<half::f16> = p.s.iter().map(|v| half::f16::from_f32(v.to_f32().abs())).collect();
-                let mag = cpu::expert_q8_gemv(&qa, &sa, rows, cols, slot_idx, &abs_of(&act), 1);
+                let mag = p.magnitude(slot_idx, &act, 1);
                 (cpu::expert_q8_gemv(&p.q, &p.s, rows, cols, slot_idx, &act, 1), mag)
             };
             let got = read_n::<f32>(g, &y, pairs * rows);
@@ -606,14 +605,7 @@ fn expert_gemv_gate_up_swiglu_output() {
         let x = rng.vec_f32(pairs / x_div * p.cols, -1.0, 1.0);
         let (xb, ib) = (upload(g, &x), upload(g, slot_idx));
         let y = poisoned(g, 4 * pairs * ffn);
-        let planes = ExpertPlanes {
-            q: (&p.qb).into(),
-            scales: (&p.sb).into(),
-            slots: p.slots as u32,
-            first_slot: 0,
-            rows: p.rows as u32,
-            cols: p.cols as u32,
-        };
+        let planes = p.planes();
         let v = diskformer_kernels::View::from;
         let d = k
             .expert_q8_gemv_gate_up_swiglu(planes, v(&xb), v(&ib), v(&y), pairs as u32, x_div as u32)
@@ -622,9 +614,7 @@ fn expert_gemv_gate_up_swiglu_output() {
         run(g, &[&d]);
         let gate_up = cpu::expert_q8_gemv(&p.q, &p.s, p.rows, p.cols, slot_idx, &x, x_div);
         let want = cpu::silu_mul(&gate_up, ffn);
-        let qa: Vec<i8> = p.q.iter().map(|v| v.saturating_abs()).collect();
-        let sa: Vec<half::f16> = p.s.iter().map(|v| half::f16::from_f32(v.to_f32().abs())).collect();
-        let mag = cpu::expert_q8_gemv(&qa, &sa, p.rows, p.cols, slot_idx, &abs_of(&x), x_div);
+        let mag = p.magnitude(slot_idx, &x, x_div);
         // Tolerance: each of gate and up within the GEMV's 2e-6·Σ|w·x| (mag); silu's slope is at most
         // 1.1 in magnitude, so the product moves by 1.1·|u|·δg + |silu(g)|·δu, plus silu_mul's own 2e-6
         // relative: 2e-6 times the scale below (plus 1e-9 absolute).
