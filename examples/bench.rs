@@ -175,6 +175,8 @@ fn main() -> anyhow::Result<()> {
         "ensure_ms_per_token": d.ensure_time.as_secs_f64() * 1e3 / tokens,
         "gpu_wait_ms_per_token": d.gpu_wait.as_secs_f64() * 1e3 / tokens,
         "host_ms_per_token": d.host_time.as_secs_f64() * 1e3 / tokens,
+        "record_ms_per_token": d.record_time.as_secs_f64() * 1e3 / tokens,
+        "submit_ms_per_token": d.submit_time.as_secs_f64() * 1e3 / tokens,
         "prefetch_issued": d.pool.prefetch_issued,
         "prefetch_used": d.pool.prefetch_used,
         "gpu_bytes": {"dense": d.gpu_bytes.dense, "pool": d.gpu_bytes.pool, "kv": d.gpu_bytes.kv,

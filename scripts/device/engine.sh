@@ -73,12 +73,13 @@ fi
 
 python3 - "$OUT/bench.jsonl" <<'PY' 2>/dev/null || cat "$OUT/bench.jsonl"
 import json, sys
-print(f"{'run':22} {'cache':5} {'slots':>5} {'dec tok/s':>9} {'pre tok/s':>9} {'hit':>6} {'MB/tok':>7} {'stall ms':>8} {'gpuwait':>7} {'host ms':>7} {'GPU GB':>6}")
+print(f"{'run':22} {'cache':5} {'slots':>5} {'dec tok/s':>9} {'pre tok/s':>9} {'hit':>6} {'MB/tok':>7} {'stall ms':>8} {'gpuwait':>7} {'host ms':>7} {'rec ms':>6} {'sub ms':>6} {'GPU GB':>6}")
 for l in open(sys.argv[1]):
     d = json.loads(l); r = d["run"]
     if r is None:
         print(f"{d['label']:22} {d['cache']:5} failed"); continue
     hit = r["hit_rate"]; hit = "-" if hit is None else f"{100*hit:.1f}%"
     print(f"{d['label']:22} {d['cache']:5} {r['pool_slots']:5} {r['decode_tok_s']:9.2f} {r['prefill_tok_s']:9.1f} {hit:>6} "
-          f"{r['bytes_read_per_token']/1e6:7.1f} {r['stall_ms_per_token']:8.2f} {r['gpu_wait_ms_per_token']:7.2f} {r['host_ms_per_token']:7.2f} {r['gpu_bytes']['total']/1e9:6.2f}")
+          f"{r['bytes_read_per_token']/1e6:7.1f} {r['stall_ms_per_token']:8.2f} {r['gpu_wait_ms_per_token']:7.2f} {r['host_ms_per_token']:7.2f} "
+          f"{r.get('record_ms_per_token', 0):6.2f} {r.get('submit_ms_per_token', 0):6.2f} {r['gpu_bytes']['total']/1e9:6.2f}")
 PY

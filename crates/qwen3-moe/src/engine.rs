@@ -599,14 +599,14 @@ impl Engine {
         let pairs = t as usize * k;
         for l in 0..layers {
             let lg = &graph.layers[l as usize];
-            record(&mut enc, &lg.attention);
+            timed(&mut self.stats.record_time, || record(&mut enc, &lg.attention));
             let guesses = lookahead.min(layers - 1 - l);
             enc.copy_buffer_to_buffer(&s.pick_ids, 0, &s.readback, 0, 4 * pairs as u64);
             for j in 0..guesses {
                 let at = 4 * (pairs + j as usize * k) as u64;
                 enc.copy_buffer_to_buffer(&s.guess_ids[j as usize], 0, &s.readback, at, 4 * k as u64);
             }
-            queue.submit([enc.finish()]);
+            timed(&mut self.stats.submit_time, || queue.submit([enc.finish()]));
             if let Some(p) = self.held.take() {
                 self.pool.release(p);
             }
@@ -648,11 +648,11 @@ impl Engine {
             }
             self.held = pinned;
             enc = device.create_command_encoder(&Default::default());
-            record(&mut enc, &lg.experts);
+            timed(&mut self.stats.record_time, || record(&mut enc, &lg.experts));
         }
 
-        record_head(&mut enc, graph, s, want, shape, 0);
-        queue.submit([enc.finish()]);
+        timed(&mut self.stats.record_time, || record_head(&mut enc, graph, s, want, shape, 0));
+        timed(&mut self.stats.submit_time, || queue.submit([enc.finish()]));
         let out = read_output(device, s, want, shape, 0, None, &mut self.stats.gpu_wait)?;
         // Writes for the next step (ids, positions, slots, uploads into freed slots) are ordered after
         // this submit by the queue, so nothing waits here.
@@ -693,7 +693,7 @@ impl Engine {
                 queue.write_buffer(&self.scratch.token_ids, 0, bytemuck::bytes_of(&id));
                 self.write_positions(position, 1);
                 let commands = self.resident_commands(want, 0);
-                (0, queue.submit([commands]))
+                (0, timed(&mut self.stats.submit_time, || queue.submit([commands])))
             }
         };
         let ahead = self.run_ahead_enabled && want == Want::Argmax && position + 1 < self.kv.ctx;
@@ -701,7 +701,7 @@ impl Engine {
             // The queued step's position and table; its token arrives by the copy at this step's end.
             self.write_positions(position + 1, 1);
             let commands = self.resident_commands(Want::Argmax, 1 - slot);
-            let submission = queue.submit([commands]);
+            let submission = timed(&mut self.stats.submit_time, || queue.submit([commands]));
             self.run_ahead =
                 Some(RunAhead { position: position + 1, token: None, slot: 1 - slot, submission });
             slot
@@ -709,8 +709,10 @@ impl Engine {
             0
         };
         let (device, graph, s) = (&self.ctx.device, &self.graphs[&1], &self.scratch);
-        self.next_step =
-            Some((want, next_slot, record_resident_step(device, graph, s, want, shape, next_slot)));
+        let next = timed(&mut self.stats.record_time, || {
+            record_resident_step(device, graph, s, want, shape, next_slot)
+        });
+        self.next_step = Some((want, next_slot, next));
         let out = read_output(device, s, want, shape, slot, Some(submission), &mut self.stats.gpu_wait)?;
         if let (Some(q), Output::Argmax(pick)) = (&mut self.run_ahead, &out) {
             q.token = Some(*pick);
@@ -725,7 +727,10 @@ impl Engine {
             Some((w, sl, commands)) if w == want && sl == slot => commands,
             _ => {
                 let shape = HeadShape { hidden: self.config.embedding_length, vocab: self.vocab, tokens: 1 };
-                record_resident_step(&self.ctx.device, &self.graphs[&1], &self.scratch, want, shape, slot)
+                let (device, graph, s) = (&self.ctx.device, &self.graphs[&1], &self.scratch);
+                timed(&mut self.stats.record_time, || {
+                    record_resident_step(device, graph, s, want, shape, slot)
+                })
             }
         }
     }
@@ -832,6 +837,14 @@ fn read_output(
         Want::Argmax => Output::Argmax(read[0]),
         _ => Output::Logits(bytemuck::cast_slice(&read).to_vec()),
     })
+}
+
+/// Runs `f`, adding its time to `total`.
+fn timed<T>(total: &mut Duration, f: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let out = f();
+    *total += started.elapsed();
+    out
 }
 
 /// Records `dispatches` into one compute pass.

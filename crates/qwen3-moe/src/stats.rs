@@ -19,6 +19,10 @@ pub(crate) struct EngineStats {
     pub ensure_time: Duration,
     /// The rest of a step's time on the host: recording dispatches, writes, submits, prefetch calls.
     pub host_time: Duration,
+    /// Of the host time: recording commands (with every expert resident, mostly while the GPU runs).
+    pub record_time: Duration,
+    /// Of the host time: `queue.submit` calls.
+    pub submit_time: Duration,
 }
 
 /// GPU memory by category, in bytes.
@@ -62,6 +66,10 @@ pub struct Stats {
     pub ensure_time: Duration,
     /// The rest of the steps' time on the host (recording dispatches, writes, submits).
     pub host_time: Duration,
+    /// Of the host time: recording commands (with every expert resident, mostly while the GPU runs).
+    pub record_time: Duration,
+    /// Of the host time: `queue.submit` calls.
+    pub submit_time: Duration,
     /// The pool's counters (hits, late hits, misses, bytes, read and upload times, prefetch, by layer).
     pub pool: PoolStats,
     /// Expert slots.
@@ -80,6 +88,8 @@ impl Stats {
             gpu_wait: e.gpu_wait,
             ensure_time: e.ensure_time,
             host_time: e.host_time,
+            record_time: e.record_time,
+            submit_time: e.submit_time,
             pool,
             pool_slots,
             gpu_bytes,
@@ -130,10 +140,12 @@ impl fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "per token: GPU wait {:.2} ms, ensure {:.2} ms, host {:.2} ms, read {:.2} ms, upload {:.2} ms, {:.1} MB read",
+            "per token: GPU wait {:.2} ms, ensure {:.2} ms, host {:.2} ms (recording {:.2}, submits {:.2}), read {:.2} ms, upload {:.2} ms, {:.1} MB read",
             self.ms_per_token(self.gpu_wait),
             self.ms_per_token(self.ensure_time),
             self.ms_per_token(self.host_time),
+            self.ms_per_token(self.record_time),
+            self.ms_per_token(self.submit_time),
             self.ms_per_token(p.read_time),
             self.ms_per_token(p.upload_time),
             self.bytes_read_per_token() / 1e6
