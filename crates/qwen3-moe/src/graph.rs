@@ -400,8 +400,8 @@ impl Graph {
                     k.expert_matmul(part, input, s, l, v(&s.gate_up), (t, pairs), b.q4_experts)?
                 });
             }
-            // One token of Q4_0 experts: the down GEMV applies SwiGLU as it reads gate‖up; chunks run
-            // silu_mul first.
+            // Other one-token steps (Q4_0 experts, or F not a multiple of 16): the down GEMV applies SwiGLU
+            // as it reads gate‖up; chunks run silu_mul first.
             let down_input = if swiglu_out {
                 ExpertInput::PerPair(v(&s.act))
             } else if t == 1 {
