@@ -86,6 +86,9 @@ fn batched_prefill_pool_sizes_and_prefix_reuse_agree() {
     let mut whole = open(&m, |_| {});
     let direct = whole.prefill(&PROMPT[..5], false).unwrap();
     assert!(max_diff(&stepped, &direct) < 1e-4);
+    // Greedy steps run ahead over the pool in parts too.
+    let first = diskformer_qwen3_moe::top_n(&direct, 1)[0].0;
+    assert_eq!(greedy_chain(&mut split, first, 6), greedy_chain(&mut whole, first, 6));
 
     // The same prompt again reruns only its last token; a longer one only what is new.
     let again = reference.prefill(&PROMPT, false).unwrap();
