@@ -1,18 +1,32 @@
-// The router's top-k, shared by router_topk, router_topk_slots and expert_q8_gemv's routed entry point
-// (appended to each; see router_topk.wgsl for what it computes). It declares no bindings: the file it is
-// appended to provides `router_logit(i)`, the logit at flat index i of the [T, E] row-major logits.
+// The router's top-k shared by router_topk and router_topk_slots (appended to each; see router_topk.wgsl
+// for what it computes).
+
+struct Params {
+    experts: u32,   // E, at most 256
+    k: u32,         // picks, at most 32
+    tokens: u32,    // T
+    slot_base: u32, // router_topk_slots: the layer's first entry of the slot table (layer · experts)
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> logits: array<f32>; // [T, E] f32
+// The entry point's file declares the outputs `ids` ([T, k] expert ids, best first) and `weights`
+// ([T, k] f32).
 
 var<workgroup> vals: array<vec4<f32>, 64>; // the row, 4 logits a read
 var<workgroup> picked_p: array<f32, 32>;
 var<workgroup> picked_i: array<u32, 32>;
 
-// Token t's picks (of `e` experts, `k` picks) into picked_i / picked_p, complete in every lane on return.
-// Every lane of the 256-lane workgroup calls it.
-fn pick(li: u32, t: u32, e: u32, k: u32) {
+// Token t's picks into picked_i / picked_p (complete in every lane on return), and lanes r < k write
+// ids[t, r] and weights[t, r] (the probability over the k picked ones', summed in pick order in every lane,
+// so every lane gets the same sum). Every lane of the 256-lane workgroup calls it.
+fn pick(li: u32, t: u32) {
+    let e = p.experts;
+    let k = p.k;
     let n4 = (e + 3u) / 4u;
     var l = 0.0;
     if (li < e) {
-        l = router_logit(t * e + li);
+        l = logits[t * e + li];
     }
     if (li < 4u * n4) {
         vals[li / 4u][li % 4u] = l; // the padding past E is masked out below
@@ -47,14 +61,12 @@ fn pick(li: u32, t: u32, e: u32, k: u32) {
         }
     }
     workgroupBarrier();
-}
-
-// The weight of pick r: its probability over the k picked ones', summed in pick order (every lane sums
-// the same way, so every lane gets the same value).
-fn pick_weight(r: u32, k: u32) -> f32 {
-    var sum = 0.0;
-    for (var j = 0u; j < k; j++) {
-        sum += picked_p[j];
+    if (li < k) {
+        var sum = 0.0;
+        for (var j = 0u; j < k; j++) {
+            sum += picked_p[j];
+        }
+        ids[t * k + li] = picked_i[li];
+        weights[t * k + li] = picked_p[li] / sum;
     }
-    return picked_p[r] / sum;
 }
