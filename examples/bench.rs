@@ -74,7 +74,7 @@ struct Args {
     /// How records reach the pool: ring (mapped staging, read into directly) or write (queue.write_buffer).
     #[arg(long, default_value = "ring")]
     upload: String,
-    /// Threads reading one record through the page cache.
+    /// Pieces a record is read, staged and uploaded in, each on its own thread (ring upload).
     #[arg(long, default_value_t = 1)]
     read_split: usize,
 }

@@ -55,6 +55,10 @@ struct Args {
     /// Staging buffers per thread for the staging-ring method.
     #[arg(long, default_value_t = 2)]
     ring: usize,
+    /// Pieces a record is read and uploaded in (`GpuBackend::with_read_split`) in the miss measurement of
+    /// the staging-ring method, one measurement each.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pieces: Vec<usize>,
     /// Model width, without `--store`.
     #[arg(long, default_value_t = 2048)]
     hidden: u64,
@@ -115,7 +119,7 @@ fn upload(
                 .map(|(t, rec)| {
                     s.spawn(move || -> anyhow::Result<()> {
                         let mut ring = match method {
-                            UploadMethod::StagingRing(n) => Some(pool.staging_ring(n)),
+                            UploadMethod::StagingRing(n) => Some(pool.staging_ring(n, 1)),
                             _ => None,
                         };
                         for i in 0..per_thread {
@@ -163,8 +167,9 @@ fn random_key(rng: &mut Rng, layout: &ExpertLayout) -> ExpertKey {
     )
 }
 
-/// One record at a time: read, upload, wait for the device.
-fn misses(ctx: &Context, backend: &GpuBackend, n: usize) -> anyhow::Result<serde_json::Value> {
+/// One record at a time: read, upload, wait for the device (with the staging ring, `read` already uploads
+/// the record piece by piece).
+fn misses(ctx: &Context, backend: &GpuBackend, n: usize, pieces: usize) -> anyhow::Result<serde_json::Value> {
     let layout = backend.reader().layout().clone();
     let mut rng = Rng(42);
     let mut staging = backend.staging();
@@ -172,11 +177,10 @@ fn misses(ctx: &Context, backend: &GpuBackend, n: usize) -> anyhow::Result<serde
     for i in 0..n {
         let key = random_key(&mut rng, &layout);
         let t0 = Instant::now();
-        backend.read(key, &mut staging).map_err(|e| anyhow::anyhow!(e))?;
+        let slot = Slot((i % backend.pool().slots()) as u32);
+        backend.read(key, slot, &mut staging).map_err(|e| anyhow::anyhow!(e))?;
         let t1 = Instant::now();
-        backend
-            .upload(Slot((i % backend.pool().slots()) as u32), &mut staging)
-            .map_err(|e| anyhow::anyhow!(e))?;
+        backend.upload(slot, &mut staging).map_err(|e| anyhow::anyhow!(e))?;
         wait(ctx)?;
         let t2 = Instant::now();
         read_us.push((t1 - t0).as_secs_f64() * 1e6);
@@ -185,6 +189,7 @@ fn misses(ctx: &Context, backend: &GpuBackend, n: usize) -> anyhow::Result<serde
     }
     Ok(json!({
         "method": format!("{:?}", backend.method()),
+        "pieces": pieces,
         "records": n,
         "read_us": percentiles(read_us),
         "upload_us": percentiles(upload_us),
@@ -299,9 +304,12 @@ fn main() -> anyhow::Result<()> {
         let mut miss = Vec::new();
         let mut backend = Some(backend);
         for method in methods {
-            let b = backend.take().context("backend")?.with_method(method);
-            miss.push(misses(&ctx, &b, args.misses)?);
-            backend = Some(b);
+            let pieces = if method == UploadMethod::WriteBuffer { &[1][..] } else { &args.pieces };
+            for &p in pieces {
+                let b = backend.take().context("backend")?.with_method(method).with_read_split(p);
+                miss.push(misses(&ctx, &b, args.misses, p)?);
+                backend = Some(b);
+            }
         }
         out["miss"] = miss.into();
         drop(backend);

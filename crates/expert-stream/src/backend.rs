@@ -7,8 +7,8 @@ use crate::{BackendError, ExpertKey, Slot};
 ///
 /// A GPU backend reads with `pread` straight into mapped staging memory (a `MAP_WRITE` ring buffer) and
 /// uploads with a copy into slot `s` of each plane; [`MemoryBackend`](crate::MemoryBackend) keeps records and
-/// slots in RAM for tests. The pool guarantees that no slot is uploaded into by two loads at once, and that a
-/// slot is not handed to a new load until the previous upload into it returned.
+/// slots in RAM for tests. The pool guarantees that a slot belongs to one load from its `read` until its
+/// `upload` returned: no other load reads into or uploads into it meanwhile.
 pub trait Backend: Send + Sync + 'static {
     /// Per-thread scratch a record is read into and uploaded from.
     type Staging: Send + 'static;
@@ -19,12 +19,15 @@ pub trait Backend: Send + Sync + 'static {
     /// A staging buffer for one reader thread (made once per thread, and again after a panic).
     fn staging(&self) -> Self::Staging;
 
-    /// Reads record `key` into `staging`, returning the bytes read.
+    /// Reads record `key` into `staging` for `slot`, returning the bytes read. A backend may already copy the
+    /// pieces it has read into `slot` (so that the device copy of one piece overlaps the read of the next);
+    /// [`upload`](Self::upload) then finishes what is left.
     ///
     /// # Errors
     ///
-    /// Any I/O failure; the pool frees the slot and reports the record.
-    fn read(&self, key: ExpertKey, staging: &mut Self::Staging) -> Result<usize, BackendError>;
+    /// Any I/O failure (or a device failure while uploading pieces); the pool frees the slot and reports the
+    /// record.
+    fn read(&self, key: ExpertKey, slot: Slot, staging: &mut Self::Staging) -> Result<usize, BackendError>;
 
     /// Uploads the record in `staging` (just read) into `slot`. It may return before the device has the bytes
     /// if the device orders the copy before any later work that reads the slot (a wgpu queue does).

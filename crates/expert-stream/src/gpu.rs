@@ -265,7 +265,7 @@ impl GpuPool {
     ///
     /// A slot past the pool or a record shorter than the layout's record.
     // Performance notes: on the H200 (DESIGN.md) `write_buffer` of 5 MB records ran at 3.3–5.7 GB/s from one
-    // thread, a ring of mapped MAP_WRITE staging buffers + copy at 12.8 GB/s; the ring is not built yet.
+    // thread, a ring of mapped MAP_WRITE staging buffers + copy at 12.8 GB/s (`upload_pieces`).
     pub fn upload_record(&self, slot: Slot, record: &[u8]) -> Result<(), BackendError> {
         if slot.index() >= self.slots {
             return Err(format!("{slot} is past the GPU pool's {} slots", self.slots).into());
@@ -288,15 +288,17 @@ impl GpuPool {
         Ok(())
     }
 
-    /// A ring of `len` (at least 1) mapped `MAP_WRITE` staging buffers of one record each, for one thread's
-    /// [`upload_staged`](Self::upload_staged) calls.
-    pub fn staging_ring(&self, len: usize) -> StagingRing {
-        let size = (self.record_bytes as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
-        let entries = (0..len.max(1))
+    /// A ring of mapped `MAP_WRITE` staging buffers for one thread's uploads: `len` (at least 1) records'
+    /// worth, each record in `pieces` (at least 1) buffers of whole 4 KiB pages, so that
+    /// [`upload_pieces`](Self::upload_pieces) can copy a piece to the device as soon as it is written.
+    pub fn staging_ring(&self, len: usize, pieces: usize) -> StagingRing {
+        let piece = StagingRing::piece_bytes(self.record_bytes, pieces);
+        let pieces = self.record_bytes.div_ceil(piece);
+        let entries = (0..len.max(1) * pieces)
             .map(|_| RingEntry {
                 buffer: self.device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some("expert staging"),
-                    size,
+                    size: piece as u64,
                     usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
                     mapped_at_creation: true,
                 }),
@@ -304,12 +306,11 @@ impl GpuPool {
                 submission: None,
             })
             .collect();
-        StagingRing { entries, next: 0, filled: false }
+        StagingRing { entries, piece, pieces, next: 0 }
     }
 
-    /// Uploads `record` into `slot` through the next buffer of `ring`: [`fill_staging`](Self::fill_staging)
-    /// with a copy of `record`, then [`upload_filled`](Self::upload_filled). Same ordering promise as
-    /// [`upload_record`](Self::upload_record).
+    /// Uploads `record` into `slot` through the next record of `ring` (its pieces copied on as many
+    /// threads). Same ordering promise as [`upload_record`](Self::upload_record).
     ///
     /// # Errors
     ///
@@ -328,27 +329,73 @@ impl GpuPool {
             )
             .into());
         }
-        let n = self.record_bytes;
-        self.fill_staging(ring, |dst| {
-            dst[..n].copy_from_slice(&record[..n]);
+        self.upload_pieces(slot, ring, &mut [], |start, dst, _| {
+            dst.copy_from_slice(&record[start..start + dst.len()]);
             Ok(())
-        })?;
-        self.upload_filled(slot, ring)
+        })
     }
 
-    /// Waits until the next buffer of `ring` is mapped again (its previous copy done) and lets `fill` write
-    /// one record into its mapped memory: a reader can `pread` straight into it, so a record is copied once
-    /// on the host. Then call [`upload_filled`](Self::upload_filled).
+    /// Stages one record through the next record's pieces of `ring`, each on its own thread: waits until the
+    /// piece's buffer is mapped again (its previous copy done), lets `fill(start, dst, scratch)` write record
+    /// bytes `start..start + dst.len()` into its mapped memory `dst`, then copies the piece into `slot` of
+    /// the planes it covers and submits at once, so that one piece's device copy overlaps the others' fills.
+    /// `scratch` is the piece's part of `scratch` (pieces of the ring's piece size; empty if `scratch` is
+    /// shorter than a record): an O_DIRECT read lands there, as it cannot land in mapped device memory.
+    /// Same ordering promise as [`upload_record`](Self::upload_record).
     ///
     /// # Errors
     ///
-    /// `fill`'s error, or a staging buffer the device failed to map.
-    pub fn fill_staging(
+    /// A slot past the pool, `fill`'s first error, or a staging buffer the device failed to map. A failed
+    /// record may have some of its pieces in the slot.
+    pub fn upload_pieces<F>(
         &self,
+        slot: Slot,
         ring: &mut StagingRing,
-        fill: impl FnOnce(&mut [u8]) -> Result<(), BackendError>,
+        scratch: &mut [u8],
+        fill: F,
+    ) -> Result<(), BackendError>
+    where
+        F: Fn(usize, &mut [u8], &mut [u8]) -> Result<(), BackendError> + Sync,
+    {
+        if slot.index() >= self.slots {
+            return Err(format!("{slot} is past the GPU pool's {} slots", self.slots).into());
+        }
+        let (piece, pieces, n) = (ring.piece, ring.pieces, self.record_bytes);
+        let at = ring.next;
+        ring.next = (at + 1) % (ring.entries.len() / pieces);
+        let entries = &mut ring.entries[at * pieces..(at + 1) * pieces];
+        let mut scratch: Vec<&mut [u8]> =
+            if scratch.len() >= n { scratch.chunks_mut(piece).collect() } else { Vec::new() };
+        scratch.resize_with(pieces, || &mut []);
+        let fill = &fill;
+        let mut jobs = entries.iter_mut().zip(scratch).enumerate().map(|(i, (entry, scratch))| {
+            move || {
+                let start = i * piece;
+                self.stage_piece(slot, entry, start, piece.min(n - start), scratch, fill)
+            }
+        });
+        let mut first = jobs.next().expect("a record has at least one piece");
+        std::thread::scope(|scope| {
+            let others: Vec<_> = jobs.map(|job| scope.spawn(job)).collect();
+            let mut result = first();
+            for handle in others {
+                let piece = handle.join().unwrap_or_else(|_| Err("a staging thread panicked".into()));
+                result = result.and(piece);
+            }
+            result
+        })
+    }
+
+    /// One piece of [`upload_pieces`](Self::upload_pieces): record bytes `start..start + len`.
+    fn stage_piece(
+        &self,
+        slot: Slot,
+        entry: &mut RingEntry,
+        start: usize,
+        len: usize,
+        scratch: &mut [u8],
+        fill: &(impl Fn(usize, &mut [u8], &mut [u8]) -> Result<(), BackendError> + Sync),
     ) -> Result<(), BackendError> {
-        let entry = &mut ring.entries[ring.next];
         if let Some(index) = entry.submission.take() {
             self.device
                 .poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: None })
@@ -362,46 +409,38 @@ impl GpuPool {
         if entry.state.load(Ordering::Acquire) == FAILED {
             return Err("the device failed to map an expert staging buffer".into());
         }
-        let mut view = entry
-            .buffer
-            .get_mapped_range_mut(..)
-            .map_err(|e| format!("expert staging buffer not mapped: {e}"))?;
-        let mut whole = view.slice(..);
-        let len = whole.len();
-        // SAFETY: the mapping is valid for writes of `len` bytes while `view` lives, and nothing else touches
-        // it meanwhile. wgpu hands out write-only access because the memory may be write-combining (slow to
-        // read, never wrong); `fill` only writes it (a `pread`'s kernel copy, or `copy_from_slice`).
-        let dst = unsafe { std::slice::from_raw_parts_mut(whole.as_raw_element_ptr().as_ptr(), len) };
-        fill(dst)?;
-        ring.filled = true;
-        Ok(())
-    }
-
-    /// Copies the record [`fill_staging`](Self::fill_staging) just wrote into `slot` of each plane, submits,
-    /// and asks for the staging buffer to be mapped again; the ring moves to its next buffer. Same ordering
-    /// promise as [`upload_record`](Self::upload_record).
-    ///
-    /// # Errors
-    ///
-    /// A slot past the pool, or no record filled since the last upload.
-    pub fn upload_filled(&self, slot: Slot, ring: &mut StagingRing) -> Result<(), BackendError> {
-        if slot.index() >= self.slots {
-            return Err(format!("{slot} is past the GPU pool's {} slots", self.slots).into());
+        {
+            let mut view = entry
+                .buffer
+                .get_mapped_range_mut(..)
+                .map_err(|e| format!("expert staging buffer not mapped: {e}"))?;
+            let mut whole = view.slice(..);
+            let mapped = whole.len();
+            // SAFETY: the mapping is valid for writes of `mapped` bytes while `view` lives, and nothing else
+            // touches it meanwhile. wgpu hands out write-only access because the memory may be
+            // write-combining (slow to read, never wrong); `fill` only writes it (a `pread`'s kernel copy, or
+            // `copy_from_slice`).
+            let dst = unsafe { std::slice::from_raw_parts_mut(whole.as_raw_element_ptr().as_ptr(), mapped) };
+            fill(start, &mut dst[..len], scratch)?;
         }
-        if !std::mem::take(&mut ring.filled) {
-            return Err("no record was staged for this upload".into());
-        }
-        let at = ring.next;
-        ring.next = (ring.next + 1) % ring.entries.len();
-        let entry = &mut ring.entries[at];
         entry.buffer.unmap();
         let mut enc = self
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("expert upload") });
+        let (lo, hi) = (start as u64, (start + len) as u64);
         for plane in Plane::ALL {
             let r = self.region(plane);
-            let (buffer, offset) = self.locate(plane, slot);
-            enc.copy_buffer_to_buffer(&entry.buffer, r.offset, buffer, offset, r.len);
+            let (from, to) = (lo.max(r.offset), hi.min(r.end()));
+            if from < to {
+                let (buffer, offset) = self.locate(plane, slot);
+                enc.copy_buffer_to_buffer(
+                    &entry.buffer,
+                    from - lo,
+                    buffer,
+                    offset + from - r.offset,
+                    to - from,
+                );
+            }
         }
         entry.submission = Some(self.queue.submit([enc.finish()]));
         entry.state.store(PENDING, Ordering::Release);
@@ -417,13 +456,30 @@ const PENDING: u8 = 0;
 const MAPPED: u8 = 1;
 const FAILED: u8 = 2;
 
-/// One thread's ring of mapped staging buffers for [`GpuPool::upload_staged`].
+/// One thread's ring of mapped staging buffers for [`GpuPool::upload_pieces`]: records of `pieces` buffers.
 #[derive(Debug)]
 pub struct StagingRing {
     entries: Vec<RingEntry>,
+    /// Bytes of each buffer (the last piece of a record may use fewer).
+    piece: usize,
+    /// Buffers per record.
+    pieces: usize,
+    /// The record the next upload uses.
     next: usize,
-    /// The next entry holds a record not yet uploaded.
-    filled: bool,
+}
+
+impl StagingRing {
+    /// Bytes of each staging buffer when records of `record_bytes` are staged in `pieces` pieces: whole 4 KiB
+    /// pages, so that O_DIRECT can read each piece on its own.
+    pub fn piece_bytes(record_bytes: usize, pieces: usize) -> usize {
+        record_bytes.div_ceil(pieces.max(1)).next_multiple_of(diskformer_store::BUFFER_ALIGN)
+    }
+
+    /// Mapped staging bytes of a ring of `len` records in `pieces` pieces (what it takes from the budget).
+    pub fn bytes(record_bytes: usize, len: usize, pieces: usize) -> u64 {
+        let piece = Self::piece_bytes(record_bytes, pieces);
+        (len.max(1) * record_bytes.div_ceil(piece) * piece) as u64
+    }
 }
 
 #[derive(Debug)]
@@ -442,13 +498,16 @@ pub enum UploadMethod {
     /// [`GpuPool::upload_record`]: `queue.write_buffer` per plane (wgpu stages each write itself).
     #[default]
     WriteBuffer,
-    /// [`GpuPool::upload_staged`]: each reader thread's ring of this many mapped staging buffers.
+    /// [`GpuPool::upload_pieces`]: each reader thread's ring of mapped staging buffers for this many records;
+    /// a record is read into it (through a bounce buffer with O_DIRECT) and copied to the device piece by
+    /// piece ([`GpuBackend::with_read_split`]).
     StagingRing(usize),
 }
 
 /// The [`Backend`] of the GPU pool: reads records with the store's [`RecordReader`] (`pread`, O_DIRECT when
-/// the reader was opened so) into a per-thread aligned buffer and uploads them with
-/// [`GpuPool::upload_record`].
+/// the reader was opened so) and uploads them: into mapped staging memory piece by piece with
+/// [`GpuPool::upload_pieces`] ([`UploadMethod::StagingRing`]), or into a per-thread aligned buffer then
+/// [`GpuPool::upload_record`] ([`UploadMethod::WriteBuffer`]).
 #[derive(Debug)]
 pub struct GpuBackend {
     pool: GpuPool,
@@ -479,9 +538,9 @@ impl GpuBackend {
         Ok(Self { pool, reader, method: UploadMethod::default(), read_split: 1 })
     }
 
-    /// Reads each record through the page cache as `parts` pieces on as many threads at once (default 1):
-    /// one record's copy out of the page cache runs at one core's memcpy speed, and a layer's few misses
-    /// leave most reader threads idle. Applies to [`UploadMethod::StagingRing`] without O_DIRECT.
+    /// Reads, stages and uploads each record as `parts` pieces (whole 4 KiB pages), each on its own thread
+    /// (default 1), with [`UploadMethod::StagingRing`]: a piece is copied to the device as soon as it is read,
+    /// so the copies overlap the reads, and a layer's few misses occupy more than one thread each.
     pub fn with_read_split(mut self, parts: usize) -> Self {
         self.read_split = parts.max(1);
         self
@@ -509,8 +568,9 @@ impl GpuBackend {
     }
 }
 
-/// One reader thread's staging of [`GpuBackend`]: an O_DIRECT-aligned record buffer, and the thread's ring of
-/// mapped staging buffers with [`UploadMethod::StagingRing`].
+/// One reader thread's staging of [`GpuBackend`]: an O_DIRECT-aligned record buffer (what a record is read
+/// into, or with [`UploadMethod::StagingRing`] and O_DIRECT the bounce buffer of its pieces), and the thread's
+/// ring of mapped staging buffers with [`UploadMethod::StagingRing`].
 #[derive(Debug)]
 pub struct GpuStaging {
     record: RecordBuf,
@@ -518,7 +578,8 @@ pub struct GpuStaging {
 }
 
 impl GpuStaging {
-    /// The bytes last read (a whole record, padded to the alignment).
+    /// The record buffer: the bytes last read with [`UploadMethod::WriteBuffer`] (a whole record, padded to
+    /// the alignment).
     pub fn bytes(&self) -> &[u8] {
         self.record.as_slice()
     }
@@ -534,63 +595,44 @@ impl Backend for GpuBackend {
     fn staging(&self) -> GpuStaging {
         let ring = match self.method {
             UploadMethod::WriteBuffer => None,
-            UploadMethod::StagingRing(len) => Some(self.pool.staging_ring(len)),
+            UploadMethod::StagingRing(len) => Some(self.pool.staging_ring(len, self.read_split)),
         };
         GpuStaging { record: RecordBuf::new(self.pool.record_bytes), ring }
     }
 
-    fn read(&self, key: ExpertKey, staging: &mut GpuStaging) -> Result<usize, BackendError> {
-        match &mut staging.ring {
-            // Through the page cache, read straight into mapped staging memory: one host copy.
-            Some(ring) if !self.reader.is_direct() => {
-                let (n, split) = (self.pool.record_bytes, self.read_split);
-                self.pool.fill_staging(ring, |dst| read_in_parts(&self.reader, key, &mut dst[..n], split))?;
-            }
-            _ => self.reader.read(key, &mut staging.record)?,
+    fn read(&self, key: ExpertKey, slot: Slot, staging: &mut GpuStaging) -> Result<usize, BackendError> {
+        let GpuStaging { record, ring } = staging;
+        let Some(ring) = ring else {
+            self.reader.read(key, record)?;
+            return Ok(self.pool.record_bytes);
+        };
+        let reader = &self.reader;
+        if reader.is_direct() {
+            // O_DIRECT cannot read into mapped device memory: each piece lands in its part of the record
+            // buffer, then is copied into staging by the same thread.
+            self.pool.upload_pieces(slot, ring, record.as_mut_slice(), |start, dst, bounce| {
+                let len = dst.len();
+                reader.read_part_into(key, start, bounce, len)?;
+                dst.copy_from_slice(&bounce[..len]);
+                Ok(())
+            })?;
+        } else {
+            // Through the page cache, straight into mapped staging memory: one host copy.
+            self.pool.upload_pieces(slot, ring, &mut [], |start, dst, _| {
+                let len = dst.len();
+                Ok(reader.read_part_into(key, start, dst, len)?)
+            })?;
         }
         Ok(self.pool.record_bytes)
     }
 
     fn upload(&self, slot: Slot, staging: &mut GpuStaging) -> Result<(), BackendError> {
-        match &mut staging.ring {
+        match &staging.ring {
             None => self.pool.upload_record(slot, staging.record.as_slice()),
-            Some(ring) if !self.reader.is_direct() => self.pool.upload_filled(slot, ring),
-            Some(ring) => self.pool.upload_staged(slot, staging.record.as_slice(), ring),
+            // `read` copied each piece to the device as it arrived.
+            Some(_) => Ok(()),
         }
     }
-}
-
-/// Reads record `key` into `dst` as `parts` pieces of whole 4 KiB pages, each on its own thread.
-fn read_in_parts(
-    reader: &RecordReader,
-    key: ExpertKey,
-    dst: &mut [u8],
-    parts: usize,
-) -> Result<(), BackendError> {
-    if parts <= 1 {
-        return Ok(reader.read_into(key, dst)?);
-    }
-    let piece = dst.len().div_ceil(parts).next_multiple_of(diskformer_store::BUFFER_ALIGN);
-    std::thread::scope(|scope| {
-        let mut chunks = dst.chunks_mut(piece).enumerate();
-        let first = chunks.next();
-        let others: Vec<_> = chunks
-            .map(|(i, chunk)| {
-                scope.spawn(move || {
-                    let len = chunk.len();
-                    reader.read_part_into(key, i * piece, chunk, len)
-                })
-            })
-            .collect();
-        if let Some((_, chunk)) = first {
-            let len = chunk.len();
-            reader.read_part_into(key, 0, chunk, len)?;
-        }
-        for handle in others {
-            handle.join().map_err(|_| "a record reader thread panicked")??;
-        }
-        Ok(())
-    })
 }
 
 /// Checks that `layout` holds Q8_0 planes the expert kernels read, returning the four regions.

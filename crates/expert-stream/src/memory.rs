@@ -164,7 +164,7 @@ impl Backend for MemoryBackend {
         MemoryStaging::default()
     }
 
-    fn read(&self, key: ExpertKey, staging: &mut MemoryStaging) -> Result<usize, BackendError> {
+    fn read(&self, key: ExpertKey, _slot: Slot, staging: &mut MemoryStaging) -> Result<usize, BackendError> {
         self.emit(Event::ReadStarted(key));
         let gate = lock(&self.gates).remove(&key);
         if let Some(gate) = gate {

@@ -241,7 +241,7 @@ fn load<B: Backend>(backend: &B, job: LoadJob, staging: &mut B::Staging) -> (Loa
     let key = job.key;
     let mut report = LoadReport::default();
     let start = Instant::now();
-    let read = catch_unwind(AssertUnwindSafe(|| backend.read(key, staging)));
+    let read = catch_unwind(AssertUnwindSafe(|| backend.read(key, job.slot, staging)));
     report.read = start.elapsed();
     let got = match read {
         Err(_) => return (report, Err(Error::BackendPanicked { key })),

@@ -55,12 +55,13 @@ fn records_land_in_their_slots_through_misses_and_evictions() {
 #[test]
 fn records_land_in_their_slots_through_a_staging_ring() {
     // O_DIRECT reads into an aligned buffer then copy into the ring; buffered reads go straight into it.
+    // Whole records, and records in 3 pieces on 3 threads (each piece uploaded as it arrives).
     for direct in [true, false] {
-        land_through_misses_and_evictions(UploadMethod::StagingRing(2), 1, direct, 1);
-        land_through_misses_and_evictions(UploadMethod::StagingRing(1), 1, direct, 1);
+        for split in [1, 3] {
+            land_through_misses_and_evictions(UploadMethod::StagingRing(2), 1, direct, split);
+            land_through_misses_and_evictions(UploadMethod::StagingRing(1), 1, direct, split);
+        }
     }
-    // Buffered reads of one record in 3 pieces on 3 threads.
-    land_through_misses_and_evictions(UploadMethod::StagingRing(2), 1, false, 3);
 }
 
 #[test]
@@ -68,6 +69,7 @@ fn records_land_in_their_slots_across_pool_parts() {
     // A device whose largest buffer holds 2 slots: the 5 slots live in parts of 2, 2 and 1.
     land_through_misses_and_evictions(UploadMethod::WriteBuffer, 3, true, 1);
     land_through_misses_and_evictions(UploadMethod::StagingRing(2), 3, false, 1);
+    land_through_misses_and_evictions(UploadMethod::StagingRing(2), 3, true, 2);
 }
 
 fn land_through_misses_and_evictions(method: UploadMethod, parts: usize, direct: bool, split: usize) {
@@ -147,7 +149,7 @@ fn concurrent_uploads(staged: bool) {
         for t in 0..4u32 {
             let (gpu, reader) = (&gpu, &reader);
             s.spawn(move || {
-                let mut ring = gpu.staging_ring(2);
+                let mut ring = gpu.staging_ring(2, 1);
                 for slot in (t..16).step_by(4) {
                     let rec = record(reader, ExpertKey::new(0, 15 - slot));
                     if staged {
@@ -166,7 +168,7 @@ fn concurrent_uploads(staged: bool) {
     }
     assert!(gpu.upload_record(Slot(16), &record(&reader, ExpertKey::new(0, 0))).is_err());
     assert!(gpu.upload_record(Slot(0), &[0; 64]).is_err());
-    let mut ring = gpu.staging_ring(1);
+    let mut ring = gpu.staging_ring(1, 3);
     assert!(gpu.upload_staged(Slot(16), &record(&reader, ExpertKey::new(0, 0)), &mut ring).is_err());
     assert!(gpu.upload_staged(Slot(0), &[0; 64], &mut ring).is_err());
 }

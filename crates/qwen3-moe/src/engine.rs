@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use diskformer_bpe::Tokenizer;
 use diskformer_expert_stream::{
-    EvictionPolicy, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, PoolConfig, Stats as PoolStats,
-    UploadMethod,
+    EvictionPolicy, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, PoolConfig, StagingRing,
+    Stats as PoolStats, UploadMethod,
 };
 use diskformer_kernels::{Context, Kernels, cpu, expert_gemm_groups};
 use diskformer_store::{IngestOptions, Store};
@@ -47,8 +47,8 @@ pub struct EngineOptions {
     /// How records reach the pool (default: each reader's ring of 2 mapped staging buffers, read into
     /// directly through the page cache).
     pub upload: UploadMethod,
-    /// Threads reading one record through the page cache (default 1: on the H200, 4 and 8 were slower, see
-    /// BENCHMARKS.md).
+    /// Pieces a record is read, staged and uploaded in, each on its own thread, so that a piece's copy to the
+    /// device overlaps the others' reads (default 1; see BENCHMARKS.md).
     pub read_split: usize,
     /// Most tokens per prefill chunk (default 256: a chunk reads each picked expert once per 8 of its pairs; while experts stream, also bounded by the pool:
     /// chunk × top-k ≤ slots).
@@ -267,7 +267,8 @@ impl Engine {
         let staging = match opts.upload {
             UploadMethod::StagingRing(len) => {
                 let threads = opts.readers.max(1) + prefetch_threads;
-                (threads * len.max(1)) as u64 * experts.record_bytes.next_multiple_of(4)
+                let ring = StagingRing::bytes(experts.record_bytes as usize, len, opts.read_split);
+                threads as u64 * ring
             }
             _ => 0,
         };
