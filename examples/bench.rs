@@ -77,6 +77,9 @@ struct Args {
     /// Pieces a record is read, staged and uploaded in, each on its own thread (ring upload).
     #[arg(long, default_value_t = 1)]
     read_split: usize,
+    /// Threads reading demand misses.
+    #[arg(long, default_value_t = 8)]
+    readers: usize,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -114,6 +117,7 @@ fn main() -> anyhow::Result<()> {
     opts.gpu_routing = !args.no_gpu_routing;
     opts.run_ahead = !args.no_run_ahead;
     opts.read_split = args.read_split;
+    opts.readers = args.readers;
     opts.upload = match args.upload.as_str() {
         "ring" => UploadMethod::StagingRing(2),
         "write" => UploadMethod::WriteBuffer,
@@ -148,6 +152,8 @@ fn main() -> anyhow::Result<()> {
     let d = engine.stats();
     let c = engine.config();
     let tokens = d.decode_tokens.max(1) as f64;
+    // Loads run by the pool's threads (misses and prefetches): per-load read and upload times.
+    let loads = (d.pool.misses + d.pool.prefetch_issued).max(1);
     let out = serde_json::json!({
         "model": model.display().to_string(),
         "adapter": engine.adapter(),
@@ -163,6 +169,7 @@ fn main() -> anyhow::Result<()> {
         "direct_io": args.direct_io,
         "upload": args.upload,
         "read_split": args.read_split,
+        "readers": args.readers,
         "load_s": load_s,
         "prefill_tokens": prefill.prefill_tokens,
         "prefill_tok_s": prefill.prefill_tok_s(),
@@ -172,6 +179,9 @@ fn main() -> anyhow::Result<()> {
         "hit_rate": d.pool.hit_rate(),
         "bytes_read_per_token": d.pool.bytes_read as f64 / tokens,
         "stall_ms_per_token": d.pool.wait_time.as_secs_f64() * 1e3 / tokens,
+        "loads_per_token": loads as f64 / tokens,
+        "read_ms_per_load": d.pool.read_time.as_secs_f64() * 1e3 / loads as f64,
+        "upload_ms_per_load": d.pool.upload_time.as_secs_f64() * 1e3 / loads as f64,
         "ensure_ms_per_token": d.ensure_time.as_secs_f64() * 1e3 / tokens,
         "gpu_wait_ms_per_token": d.gpu_wait.as_secs_f64() * 1e3 / tokens,
         "host_ms_per_token": d.host_time.as_secs_f64() * 1e3 / tokens,

@@ -4,12 +4,15 @@
 # states, with the disk rate and the compute-copy bandwidth measured in the same call. Binaries in .device/
 # (built here: cargo build --release --examples; cargo bench -p diskformer-kernels --bench kernels --no-run).
 # Writes JSON lines to $OUT/bench.jsonl and prints a table last. Nothing is built there. QUICK=1 runs the
-# final matrix of BENCHMARKS.md instead of the earlier one; RESIDENT_ONLY=1 only the resident row. KBENCH
+# final matrix of BENCHMARKS.md instead of the earlier one; RESIDENT_ONLY=1 only the resident row; STREAM=1
+# the 4 GB rows with records read in pieces (--read-split) and upload-bench's miss latency. KBENCH
 # is the kernels-bench filter run first (default: the compute copy alone).
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 D=.device
+for z in $D/*.gz; do [ -e "$z" ] && gunzip -f "$z"; done # binaries sent compressed (the 64 MiB carry)
+chmod +x $D/* 2>/dev/null
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -25,26 +28,39 @@ echo "synth + ingest: $SECONDS s"
 if [ -x $D/kernels-bench ]; then
     $D/kernels-bench --bench "${KBENCH:-copy/compute}" --warm-up-time 1 --measurement-time 2 2>&1 | grep -E "time:|thrpt:|^[a-z_0-9]+/" | tee "$OUT/copy.txt"
 fi
-# A second bench binary built from a variant (an experiment), run with its own filter.
-if [ -x $D/kernels-bench-alt ]; then
-    echo "--- kernels-bench-alt"
-    $D/kernels-bench-alt --bench "${KBENCH_ALT:-layer/}" --warm-up-time 1 --measurement-time 2 2>&1 | grep -E "time:|thrpt:|^[a-z_0-9]+/" | tee "$OUT/alt.txt"
-fi
+# Bench binaries built from variants (experiments: .device/kernels-bench-NAME), each run with KBENCH_ALT.
+for alt in $D/kernels-bench-*; do
+    [ -x "$alt" ] || continue
+    echo "--- ${alt#$D/}"
+    $alt --bench "${KBENCH_ALT:-layer/}" --warm-up-time 1 --measurement-time 2 2>&1 | grep -E "time:|thrpt:|^[a-z_0-9]+/" | tee -a "$OUT/alt.txt"
+done
 sync; echo 3 > /proc/sys/vm/drop_caches
-[ -n "${RESIDENT_ONLY:-}" ] || $D/record-read $S --threads 8,16 --records 384 | tee "$OUT/disk.txt"
+[ -n "${RESIDENT_ONLY:-}" ] || $D/record-read $S --threads 1,8,16 --records 384 | tee "$OUT/disk.txt"
 
 run() { # label, page cache (warm|cold), bench args...
     local label=$1 cache=$2; shift 2
     if [ "$cache" = cold ]; then sync; echo 3 > /proc/sys/vm/drop_caches; else cat $S/experts.bin > /dev/null; fi
     local line
-    line=$(timeout 200 $D/bench --model $G --store $S --decode-tokens "$DECODE" "$@" 2> "$OUT/$label.err")
-    if [ -z "$line" ]; then tail -3 "$OUT/$label.err"; line=null; fi
+    line=$(timeout 200 $D/bench --model $G --store $S --decode-tokens "$DECODE" "$@" 2> "/tmp/$label.err")
+    if [ -z "$line" ]; then tail -3 "/tmp/$label.err"; line=null; fi
     echo "{\"label\":\"$label\",\"cache\":\"$cache\",\"run\":$line}" >> "$OUT/bench.jsonl"
-    echo "$label $cache: $line" | cut -c1-400
+    echo "$label $cache: $line" | cut -c1-120
 }
 if [ -n "${RESIDENT_ONLY:-}" ]; then
 run resident warm --budget 100g --prompt-tokens 512
 run resident-no-run-ahead warm --budget 100g --prompt-tokens 16 --no-run-ahead
+elif [ -n "${STREAM:-}" ]; then
+# One miss at a time (read, upload, device done), O_DIRECT, records in 1 or 8 pieces; raw reads from 1-8 threads.
+sync; echo 3 > /proc/sys/vm/drop_caches
+[ -x $D/upload-bench ] && $D/upload-bench --store $S --direct --threads 1,4,8 --records 64 --misses 48 --pieces 1,8 > "$OUT/upload.json" 2> /tmp/upload.err &&
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print('read', r['threads'], 'threads', round(r['gb_per_s'], 2), 'GB/s') for r in d['read']]; [print('miss', m['method'], m['pieces'], 'read us', round(m['read_us']['mean']), 'upload us', round(m['upload_us']['mean']), 'total us p50', round(m['total_us']['p50']), 'mean', round(m['total_us']['mean'])) for m in d['miss']]" "$OUT/upload.json"
+run resident warm --budget 100g --prompt-tokens 512
+for n in 1 2 4 8; do
+run b4g-off-split$n warm --budget 4g --no-prefetch --prompt-tokens 16 --read-split $n
+done
+for rs in 8:1 8:4 8:8 1:1 1:8 2:4 4:2; do
+DECODE=16 run b4g-off-direct-r${rs%%:*}-s${rs#*:} cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 --readers ${rs%%:*} --read-split ${rs#*:}
+done
 elif [ -n "${QUICK:-}" ]; then
 # The final matrix of BENCHMARKS.md (defaults: cyclic eviction, staging counted in the budget, chunks of 256).
 run resident warm --budget 100g --prompt-tokens 512
@@ -73,7 +89,7 @@ fi
 
 python3 - "$OUT/bench.jsonl" <<'PY' 2>/dev/null || cat "$OUT/bench.jsonl"
 import json, sys
-print(f"{'run':22} {'cache':5} {'slots':>5} {'dec tok/s':>9} {'pre tok/s':>9} {'hit':>6} {'MB/tok':>7} {'stall ms':>8} {'gpuwait':>7} {'host ms':>7} {'rec ms':>6} {'sub ms':>6} {'GPU GB':>6}")
+print(f"{'run':22} {'cache':5} {'slots':>5} {'dec tok/s':>9} {'pre tok/s':>9} {'hit':>6} {'MB/tok':>7} {'stall ms':>8} {'gpuwait':>7} {'host ms':>7} {'rec ms':>6} {'sub ms':>6} {'ld/tok':>6} {'rd/ld':>6} {'up/ld':>6} {'GPU GB':>6}")
 for l in open(sys.argv[1]):
     d = json.loads(l); r = d["run"]
     if r is None:
@@ -81,5 +97,6 @@ for l in open(sys.argv[1]):
     hit = r["hit_rate"]; hit = "-" if hit is None else f"{100*hit:.1f}%"
     print(f"{d['label']:22} {d['cache']:5} {r['pool_slots']:5} {r['decode_tok_s']:9.2f} {r['prefill_tok_s']:9.1f} {hit:>6} "
           f"{r['bytes_read_per_token']/1e6:7.1f} {r['stall_ms_per_token']:8.2f} {r['gpu_wait_ms_per_token']:7.2f} {r['host_ms_per_token']:7.2f} "
-          f"{r.get('record_ms_per_token', 0):6.2f} {r.get('submit_ms_per_token', 0):6.2f} {r['gpu_bytes']['total']/1e9:6.2f}")
+          f"{r.get('record_ms_per_token', 0):6.2f} {r.get('submit_ms_per_token', 0):6.2f} "
+          f"{r.get('loads_per_token', 0):6.1f} {r.get('read_ms_per_load', 0):6.2f} {r.get('upload_ms_per_load', 0):6.2f} {r['gpu_bytes']['total']/1e9:6.2f}")
 PY

@@ -342,6 +342,30 @@ fn copy_vec4(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg
 }
 "#;
 
+/// A read-only pass over the same kind of window: 4 `vec4<u32>` loads per lane as in `COPY_WGSL`, xor-ed
+/// together so the loads stay, one word written per workgroup. The floor of a one-dispatch kernel that
+/// reads that many bytes (no decoding, no input vector, no row structure).
+const READ_WGSL: &str = r#"
+@group(0) @binding(0) var<storage, read> src: array<vec4<u32>>;
+@group(0) @binding(1) var<storage, read_write> dst: array<u32>;
+
+var<workgroup> part: array<vec4<u32>, 256>;
+
+@compute @workgroup_size(256)
+fn read_vec4(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let base = (wg.y * 65535u + wg.x) * 1024u + li;
+    part[li] = src[base] ^ src[base + 256u] ^ src[base + 512u] ^ src[base + 768u];
+    workgroupBarrier();
+    if (li == 0u) {
+        var v = vec4<u32>(0u);
+        for (var i = 0u; i < 256u; i += 64u) {
+            v ^= part[i];
+        }
+        dst[wg.y * 65535u + wg.x] = v.x ^ v.y ^ v.z ^ v.w;
+    }
+}
+"#;
+
 fn bench_copy(c: &mut Criterion, g: &Gpu) {
     let mut group = c.benchmark_group("copy");
     let bytes = 256u64 << 20;
@@ -440,7 +464,83 @@ fn bench_copy(c: &mut Criterion, g: &Gpu) {
             })
         });
     }
+    bench_read_only(&mut group, g, &src, cbytes);
     group.finish();
+}
+
+/// `READ_WGSL` over windows of the expert GEMVs' byte counts (8 picks' planes and scales), each dispatch from
+/// another place of `src` and into another output (no barrier between them), as `bench_expert` runs.
+fn bench_read_only(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    g: &Gpu,
+    src: &wgpu::Buffer,
+    src_bytes: u64,
+) {
+    let device = &g.ctx.device;
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("read_vec4"),
+        source: wgpu::ShaderSource::Wgsl(READ_WGSL.into()),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("read_vec4"),
+        layout: None,
+        module: &module,
+        entry_point: Some("read_vec4"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let plane = |rows: u64, cols: u64| 8 * (rows * cols + rows * cols / 16);
+    for (name, size) in [("gate_up_8x1536x2048", plane(1536, 2048)), ("down_8x2048x768", plane(2048, 768))] {
+        let wgs = size / (16 << 10);
+        assert_eq!(wgs * (16 << 10), size, "the window must tile workgroups of 16 KiB");
+        let windows = src_bytes / size;
+        let groups: Vec<wgpu::BindGroup> = (0..windows)
+            .map(|i| {
+                let out = buffer(g, 4 * wgs, 300 + i);
+                device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some("read_vec4"),
+                    layout: &pipeline.get_bind_group_layout(0),
+                    entries: &[
+                        wgpu::BindGroupEntry {
+                            binding: 0,
+                            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                buffer: src,
+                                offset: i * size,
+                                size: std::num::NonZeroU64::new(size),
+                            }),
+                        },
+                        wgpu::BindGroupEntry { binding: 1, resource: out.as_entire_binding() },
+                    ],
+                })
+            })
+            .collect();
+        group.throughput(Throughput::Bytes(size));
+        group.bench_function(format!("read_only_{name}"), |b| {
+            b.iter_custom(|iters| {
+                wait(g);
+                let start = Instant::now();
+                let mut left = iters;
+                let mut k = 0;
+                while left > 0 {
+                    let n = left.min(64);
+                    let mut enc = device.create_command_encoder(&Default::default());
+                    {
+                        let mut pass = enc.begin_compute_pass(&Default::default());
+                        pass.set_pipeline(&pipeline);
+                        for _ in 0..n {
+                            pass.set_bind_group(0, &groups[k % groups.len()], &[]);
+                            pass.dispatch_workgroups(wgs as u32, 1, 1);
+                            k += 1;
+                        }
+                    }
+                    g.ctx.queue.submit([enc.finish()]);
+                    left -= n;
+                }
+                wait(g);
+                start.elapsed()
+            })
+        });
+    }
 }
 
 fn benches(c: &mut Criterion) {
