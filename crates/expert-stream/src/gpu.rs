@@ -265,7 +265,7 @@ impl GpuPool {
     ///
     /// A slot past the pool or a record shorter than the layout's record.
     // Performance notes: on the H200 (DESIGN.md) `write_buffer` of 5 MB records ran at 3.3–5.7 GB/s from one
-    // thread, a ring of mapped MAP_WRITE staging buffers + copy at 12.8 GB/s (`upload_pieces`).
+    // thread, a ring of mapped MAP_WRITE staging buffers + copy at 12.8 GB/s (`upload_pieces`, `upload_read_ahead`).
     pub fn upload_record(&self, slot: Slot, record: &[u8]) -> Result<(), BackendError> {
         if slot.index() >= self.slots {
             return Err(format!("{slot} is past the GPU pool's {} slots", self.slots).into());
@@ -329,50 +329,30 @@ impl GpuPool {
             )
             .into());
         }
-        self.upload_pieces(slot, ring, &mut [], |start, dst, _| {
+        self.upload_pieces(slot, ring, |start, dst| {
             dst.copy_from_slice(&record[start..start + dst.len()]);
             Ok(())
         })
     }
 
     /// Stages one record through the next record's pieces of `ring`, each on its own thread: waits until the
-    /// piece's buffer is mapped again (its previous copy done), lets `fill(start, dst, scratch)` write record
-    /// bytes `start..start + dst.len()` into its mapped memory `dst`, then copies the piece into `slot` of
-    /// the planes it covers and submits at once, so that one piece's device copy overlaps the others' fills.
-    /// `scratch` is the piece's part of `scratch` (pieces of the ring's piece size; empty if `scratch` is
-    /// shorter than a record): an O_DIRECT read lands there, as it cannot land in mapped device memory.
-    /// Same ordering promise as [`upload_record`](Self::upload_record).
+    /// piece's buffer is mapped again (its previous copy done), lets `fill(start, dst)` write record bytes
+    /// `start..start + dst.len()` into its mapped memory `dst`, then copies the piece into `slot` of the
+    /// planes it covers and submits at once. For fills bound by the host's copy into mapped memory (reads
+    /// from the page cache). Same ordering promise as [`upload_record`](Self::upload_record).
     ///
     /// # Errors
     ///
     /// A slot past the pool, `fill`'s first error, or a staging buffer the device failed to map. A failed
     /// record may have some of its pieces in the slot.
-    pub fn upload_pieces<F>(
-        &self,
-        slot: Slot,
-        ring: &mut StagingRing,
-        scratch: &mut [u8],
-        fill: F,
-    ) -> Result<(), BackendError>
+    pub fn upload_pieces<F>(&self, slot: Slot, ring: &mut StagingRing, fill: F) -> Result<(), BackendError>
     where
-        F: Fn(usize, &mut [u8], &mut [u8]) -> Result<(), BackendError> + Sync,
+        F: Fn(usize, &mut [u8]) -> Result<(), BackendError> + Sync,
     {
-        if slot.index() >= self.slots {
-            return Err(format!("{slot} is past the GPU pool's {} slots", self.slots).into());
-        }
-        let (piece, pieces, n) = (ring.piece, ring.pieces, self.record_bytes);
-        let at = ring.next;
-        ring.next = (at + 1) % (ring.entries.len() / pieces);
-        let entries = &mut ring.entries[at * pieces..(at + 1) * pieces];
-        let mut scratch: Vec<&mut [u8]> =
-            if scratch.len() >= n { scratch.chunks_mut(piece).collect() } else { Vec::new() };
-        scratch.resize_with(pieces, || &mut []);
+        let (entries, pieces) = self.next_record(slot, ring)?;
         let fill = &fill;
-        let mut jobs = entries.iter_mut().zip(scratch).enumerate().map(|(i, (entry, scratch))| {
-            move || {
-                let start = i * piece;
-                self.stage_piece(slot, entry, start, piece.min(n - start), scratch, fill)
-            }
+        let mut jobs = entries.iter_mut().zip(pieces).map(|(entry, (start, len))| {
+            move || self.stage_piece(slot, entry, start, len, |dst| fill(start, dst))
         });
         let mut first = jobs.next().expect("a record has at least one piece");
         std::thread::scope(|scope| {
@@ -386,15 +366,98 @@ impl GpuPool {
         })
     }
 
-    /// One piece of [`upload_pieces`](Self::upload_pieces): record bytes `start..start + len`.
+    /// Stages one record through the next record's pieces of `ring` as they are read: a helper thread calls
+    /// `read(start, dst)` for the pieces in order, each into its part of `bounce` (at least a record long),
+    /// and this thread copies each piece read into staging and into `slot` at once, so that the host and
+    /// device copies of one piece overlap the read of the next while the store sees one read at a time. For
+    /// O_DIRECT reads, which cannot land in mapped device memory and which some disks serve fastest one at a
+    /// time. Same ordering promise as [`upload_record`](Self::upload_record).
+    ///
+    /// # Errors
+    ///
+    /// A slot past the pool, a short `bounce`, `read`'s first error, or a staging buffer the device failed to
+    /// map. A failed record may have some of its pieces in the slot.
+    pub fn upload_read_ahead<F>(
+        &self,
+        slot: Slot,
+        ring: &mut StagingRing,
+        bounce: &mut [u8],
+        read: F,
+    ) -> Result<(), BackendError>
+    where
+        F: Fn(usize, &mut [u8]) -> Result<(), BackendError> + Sync,
+    {
+        if bounce.len() < self.record_bytes {
+            return Err(format!("a bounce buffer of {} bytes holds no record", bounce.len()).into());
+        }
+        let (piece, count) = (ring.piece, ring.pieces);
+        let (entries, pieces) = self.next_record(slot, ring)?;
+        let (tx, rx) = crossbeam_channel::bounded(count);
+        std::thread::scope(|scope| {
+            let read = &read;
+            let bounds = pieces.clone();
+            let reader = scope.spawn(move || {
+                for (dst, (start, len)) in bounce.chunks_mut(piece).zip(bounds) {
+                    let got = read(start, &mut dst[..len]).map(|()| &dst[..len]);
+                    let failed = got.is_err();
+                    // A closed channel: the stager failed and stopped listening.
+                    if tx.send(got).is_err() || failed {
+                        break;
+                    }
+                }
+            });
+            let mut result = Ok(());
+            for (entry, (start, _)) in entries.iter_mut().zip(pieces) {
+                result = rx
+                    .recv()
+                    .map_err(|_| BackendError::from("the record reader thread stopped"))
+                    .and_then(|got| got)
+                    .and_then(|src| {
+                        self.stage_piece(slot, entry, start, src.len(), |dst| {
+                            dst.copy_from_slice(src);
+                            Ok(())
+                        })
+                    });
+                if result.is_err() {
+                    break;
+                }
+            }
+            drop(rx);
+            if reader.join().is_err() {
+                result = result.and(Err("the record reader thread panicked".into()));
+            }
+            result
+        })
+    }
+
+    /// The next record's entries of `ring` and its pieces as (start, len) in the record; checks `slot`.
+    fn next_record<'r>(
+        &self,
+        slot: Slot,
+        ring: &'r mut StagingRing,
+    ) -> Result<
+        (&'r mut [RingEntry], impl Iterator<Item = (usize, usize)> + Clone + Send + use<>),
+        BackendError,
+    > {
+        if slot.index() >= self.slots {
+            return Err(format!("{slot} is past the GPU pool's {} slots", self.slots).into());
+        }
+        let (piece, pieces, n) = (ring.piece, ring.pieces, self.record_bytes);
+        let at = ring.next;
+        ring.next = (at + 1) % (ring.entries.len() / pieces);
+        let bounds = (0..pieces).map(move |i| (i * piece, piece.min(n - i * piece)));
+        Ok((&mut ring.entries[at * pieces..(at + 1) * pieces], bounds))
+    }
+
+    /// One piece of a record: waits until `entry` is mapped again, lets `fill` write record bytes
+    /// `start..start + len` into it, copies them into `slot` of the planes they cover and submits.
     fn stage_piece(
         &self,
         slot: Slot,
         entry: &mut RingEntry,
         start: usize,
         len: usize,
-        scratch: &mut [u8],
-        fill: &(impl Fn(usize, &mut [u8], &mut [u8]) -> Result<(), BackendError> + Sync),
+        fill: impl FnOnce(&mut [u8]) -> Result<(), BackendError>,
     ) -> Result<(), BackendError> {
         if let Some(index) = entry.submission.take() {
             self.device
@@ -421,7 +484,7 @@ impl GpuPool {
             // write-combining (slow to read, never wrong); `fill` only writes it (a `pread`'s kernel copy, or
             // `copy_from_slice`).
             let dst = unsafe { std::slice::from_raw_parts_mut(whole.as_raw_element_ptr().as_ptr(), mapped) };
-            fill(start, &mut dst[..len], scratch)?;
+            fill(&mut dst[..len])?;
         }
         entry.buffer.unmap();
         let mut enc = self
@@ -456,7 +519,8 @@ const PENDING: u8 = 0;
 const MAPPED: u8 = 1;
 const FAILED: u8 = 2;
 
-/// One thread's ring of mapped staging buffers for [`GpuPool::upload_pieces`]: records of `pieces` buffers.
+/// One thread's ring of mapped staging buffers for [`GpuPool::upload_pieces`] and
+/// [`GpuPool::upload_read_ahead`]: records of `pieces` buffers.
 #[derive(Debug)]
 pub struct StagingRing {
     entries: Vec<RingEntry>,
@@ -498,15 +562,16 @@ pub enum UploadMethod {
     /// [`GpuPool::upload_record`]: `queue.write_buffer` per plane (wgpu stages each write itself).
     #[default]
     WriteBuffer,
-    /// [`GpuPool::upload_pieces`]: each reader thread's ring of mapped staging buffers for this many records;
-    /// a record is read into it (through a bounce buffer with O_DIRECT) and copied to the device piece by
-    /// piece ([`GpuBackend::with_read_split`]).
+    /// Each reader thread's ring of mapped staging buffers for this many records: a record is read into it
+    /// (through a bounce buffer with O_DIRECT) and copied to the device piece by piece
+    /// ([`GpuBackend::with_read_split`]).
     StagingRing(usize),
 }
 
 /// The [`Backend`] of the GPU pool: reads records with the store's [`RecordReader`] (`pread`, O_DIRECT when
 /// the reader was opened so) and uploads them: into mapped staging memory piece by piece with
-/// [`GpuPool::upload_pieces`] ([`UploadMethod::StagingRing`]), or into a per-thread aligned buffer then
+/// [`GpuPool::upload_pieces`] or [`GpuPool::upload_read_ahead`] ([`UploadMethod::StagingRing`]), or into a
+/// per-thread aligned buffer then
 /// [`GpuPool::upload_record`] ([`UploadMethod::WriteBuffer`]).
 #[derive(Debug)]
 pub struct GpuBackend {
@@ -538,9 +603,11 @@ impl GpuBackend {
         Ok(Self { pool, reader, method: UploadMethod::default(), read_split: 1 })
     }
 
-    /// Reads, stages and uploads each record as `parts` pieces (whole 4 KiB pages), each on its own thread
-    /// (default 1), with [`UploadMethod::StagingRing`]: a piece is copied to the device as soon as it is read,
-    /// so the copies overlap the reads, and a layer's few misses occupy more than one thread each.
+    /// Reads, stages and uploads each record as `parts` pieces of whole 4 KiB pages (default 1) with
+    /// [`UploadMethod::StagingRing`], each piece copied to the device as soon as it is staged: through the page
+    /// cache the pieces are read on as many threads at once ([`GpuPool::upload_pieces`]: the copy out of the
+    /// page cache is the bound); with O_DIRECT one after another, each staged and uploaded while the next is
+    /// read ([`GpuPool::upload_read_ahead`]).
     pub fn with_read_split(mut self, parts: usize) -> Self {
         self.read_split = parts.max(1);
         self
@@ -607,21 +674,16 @@ impl Backend for GpuBackend {
             return Ok(self.pool.record_bytes);
         };
         let reader = &self.reader;
+        let read = |start: usize, dst: &mut [u8]| -> Result<(), BackendError> {
+            Ok(reader.read_part_into(key, start, dst, dst.len())?)
+        };
         if reader.is_direct() {
-            // O_DIRECT cannot read into mapped device memory: each piece lands in its part of the record
-            // buffer, then is copied into staging by the same thread.
-            self.pool.upload_pieces(slot, ring, record.as_mut_slice(), |start, dst, bounce| {
-                let len = dst.len();
-                reader.read_part_into(key, start, bounce, len)?;
-                dst.copy_from_slice(&bounce[..len]);
-                Ok(())
-            })?;
+            // O_DIRECT cannot read into mapped device memory: the pieces land in the record buffer, one read
+            // at a time, each staged and uploaded while the next is read.
+            self.pool.upload_read_ahead(slot, ring, record.as_mut_slice(), read)?;
         } else {
-            // Through the page cache, straight into mapped staging memory: one host copy.
-            self.pool.upload_pieces(slot, ring, &mut [], |start, dst, _| {
-                let len = dst.len();
-                Ok(reader.read_part_into(key, start, dst, len)?)
-            })?;
+            // Through the page cache, straight into mapped staging memory (one host copy), the pieces at once.
+            self.pool.upload_pieces(slot, ring, read)?;
         }
         Ok(self.pool.record_bytes)
     }
