@@ -74,12 +74,16 @@ struct Args {
     /// How records reach the pool: ring (mapped staging, read into directly) or write (queue.write_buffer).
     #[arg(long, default_value = "ring")]
     upload: String,
-    /// Pieces a record is read, staged and uploaded in, each on its own thread (ring upload).
+    /// Pieces a record is read, staged and uploaded in (ring upload; default: the engine's).
+    #[arg(long)]
+    read_split: Option<usize>,
+    /// Threads reading demand misses (default: the engine's).
+    #[arg(long)]
+    readers: Option<usize>,
+    /// Tokens decoded after the prefill and before the decode is timed (the first one-token step builds
+    /// its bind groups, and the driver may finish compiling its pipelines on first use).
     #[arg(long, default_value_t = 1)]
-    read_split: usize,
-    /// Threads reading demand misses.
-    #[arg(long, default_value_t = 8)]
-    readers: usize,
+    warmup_tokens: usize,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -116,8 +120,8 @@ fn main() -> anyhow::Result<()> {
     opts.max_context = args.ctx;
     opts.gpu_routing = !args.no_gpu_routing;
     opts.run_ahead = !args.no_run_ahead;
-    opts.read_split = args.read_split;
-    opts.readers = args.readers;
+    opts.read_split = args.read_split.unwrap_or(opts.read_split);
+    opts.readers = args.readers.unwrap_or(opts.readers);
     opts.upload = match args.upload.as_str() {
         "ring" => UploadMethod::StagingRing(2),
         "write" => UploadMethod::WriteBuffer,
@@ -144,8 +148,11 @@ fn main() -> anyhow::Result<()> {
         .collect();
     let logits = engine.prefill(&prompt, true)?;
     let prefill = engine.stats();
-    engine.reset_stats();
     let mut next = logits.iter().enumerate().fold(0, |b, (i, &v)| if v > logits[b] { i } else { b }) as u32;
+    for _ in 0..args.warmup_tokens {
+        next = engine.step_greedy(next)?;
+    }
+    engine.reset_stats();
     for _ in 0..args.decode_tokens {
         next = engine.step_greedy(next)?;
     }
@@ -168,8 +175,9 @@ fn main() -> anyhow::Result<()> {
         "policy": args.policy,
         "direct_io": args.direct_io,
         "upload": args.upload,
-        "read_split": args.read_split,
-        "readers": args.readers,
+        "read_split": opts.read_split,
+        "readers": opts.readers,
+        "warmup_tokens": args.warmup_tokens,
         "load_s": load_s,
         "prefill_tokens": prefill.prefill_tokens,
         "prefill_tok_s": prefill.prefill_tok_s(),

@@ -52,13 +52,13 @@ run resident-no-run-ahead warm --budget 100g --prompt-tokens 16 --no-run-ahead
 elif [ -n "${STREAM:-}" ]; then
 # One miss at a time (read, upload, device done), O_DIRECT, records in 1 or 8 pieces; raw reads from 1-8 threads.
 sync; echo 3 > /proc/sys/vm/drop_caches
-[ -x $D/upload-bench ] && $D/upload-bench --store $S --direct --threads 1,4,8 --records 64 --misses 48 --pieces 1,8 > "$OUT/upload.json" 2> /tmp/upload.err &&
+[ -x $D/upload-bench ] && $D/upload-bench --store $S --direct --threads 1,4,8 --records 64 --misses 48 --pieces ${MISS_PIECES:-1,8} > "$OUT/upload.json" 2> /tmp/upload.err &&
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print('read', r['threads'], 'threads', round(r['gb_per_s'], 2), 'GB/s') for r in d['read']]; [print('miss', m['method'], m['pieces'], 'read us', round(m['read_us']['mean']), 'upload us', round(m['upload_us']['mean']), 'total us p50', round(m['total_us']['p50']), 'mean', round(m['total_us']['mean'])) for m in d['miss']]" "$OUT/upload.json"
 run resident warm --budget 100g --prompt-tokens 512
-for n in 1 2 4 8; do
+for n in ${WARM_SPLITS:-1 2 4 8}; do
 run b4g-off-split$n warm --budget 4g --no-prefetch --prompt-tokens 16 --read-split $n
 done
-for rs in 8:1 8:4 8:8 1:1 1:8 2:4 4:2; do
+for rs in ${COLD_READERS_SPLITS:-8:1 8:4 8:8 1:1 1:8 2:4 4:2}; do
 DECODE=16 run b4g-off-direct-r${rs%%:*}-s${rs#*:} cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 --readers ${rs%%:*} --read-split ${rs#*:}
 done
 elif [ -n "${QUICK:-}" ]; then
