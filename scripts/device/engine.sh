@@ -5,7 +5,8 @@
 # (built here: cargo build --release --examples; cargo bench -p diskformer-kernels --bench kernels --no-run).
 # Writes JSON lines to $OUT/bench.jsonl and prints a table last. Nothing is built there. QUICK=1 runs the
 # final matrix of BENCHMARKS.md instead of the earlier one; RESIDENT_ONLY=1 only the resident row; STREAM=1
-# the 4 GB rows with records read in pieces (--read-split) and upload-bench's miss latency. KBENCH
+# the 4 GB rows with records read in pieces (--read-split) and upload-bench's miss latency; LOOKAHEAD=1 the
+# 4 GB prefetch rows. KBENCH
 # is the kernels-bench filter run first (default: the compute copy alone).
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
@@ -35,7 +36,7 @@ for alt in $D/kernels-bench-*; do
     $alt --bench "${KBENCH_ALT:-layer/}" --warm-up-time 1 --measurement-time 2 2>&1 | grep -E "time:|thrpt:|^[a-z_0-9]+/" | tee -a "$OUT/alt.txt"
 done
 sync; echo 3 > /proc/sys/vm/drop_caches
-[ -n "${RESIDENT_ONLY:-}" ] || $D/record-read $S --threads 1,8,16 --records 384 | tee "$OUT/disk.txt"
+[ -n "${RESIDENT_ONLY:-}${LOOKAHEAD:-}" ] || $D/record-read $S --threads 1,8,16 --records 384 | tee "$OUT/disk.txt"
 
 run() { # label, page cache (warm|cold), bench args...
     local label=$1 cache=$2; shift 2
@@ -61,16 +62,29 @@ done
 for rs in ${COLD_READERS_SPLITS:-8:1 8:4 8:8 1:1 1:8 2:4 4:2}; do
 DECODE=16 run b4g-off-direct-r${rs%%:*}-s${rs#*:} cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 --readers ${rs%%:*} --read-split ${rs#*:}
 done
+elif [ -n "${LOOKAHEAD:-}" ]; then
+# Prefetch at 4 GB with records in pieces (default) and whole (-s1), and prefetch off for reference.
+run b4g-cyc-la1 warm --budget 4g --lookahead 1 --prompt-tokens 16
+run b4g-cyc-la1-s1 warm --budget 4g --lookahead 1 --prompt-tokens 16 --read-split 1
+run b4g-cyc-la2 warm --budget 4g --lookahead 2 --prompt-tokens 16
+run b4g-cyc-la2-s1 warm --budget 4g --lookahead 2 --prompt-tokens 16 --read-split 1
+run b4g-cyc-off warm --budget 4g --no-prefetch --prompt-tokens 16
 elif [ -n "${QUICK:-}" ]; then
-# The final matrix of BENCHMARKS.md (defaults: cyclic eviction, staging counted in the budget, chunks of 256).
+# The final matrix of BENCHMARKS.md (defaults: cyclic eviction, staging counted in the budget, chunks of 256,
+# records in 4 pieces, 8 readers); the -s1 rows are whole records (the default before 2026-12-01), -r1/-r2
+# fewer readers.
 run resident warm --budget 100g --prompt-tokens 512
 run resident-no-run-ahead warm --budget 100g --prompt-tokens 16 --no-run-ahead
 run b16g-cyc-off warm --budget 16g --no-prefetch --prompt-tokens 16
 run b8g-cyc-off warm --budget 8g --no-prefetch --prompt-tokens 16
 run b4g-cyc-off warm --budget 4g --no-prefetch --prompt-tokens 512
+run b4g-cyc-off-s1 warm --budget 4g --no-prefetch --prompt-tokens 512 --read-split 1
 run b4g-cyc-la1 warm --budget 4g --lookahead 1 --prompt-tokens 16
 run b4g-lru-off warm --budget 4g --no-prefetch --policy lru --prompt-tokens 16
-DECODE=16 run b4g-cyc-off-direct cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4
+DECODE=32 run b4g-cyc-off-direct cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4
+DECODE=32 run b4g-cyc-off-direct-s1 cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 --read-split 1
+DECODE=32 run b4g-cyc-off-direct-r2 cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 --readers 2
+DECODE=32 run b4g-cyc-off-direct-r1 cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 --readers 1
 run b4g-cyc-off-ctx1k warm --budget 4g --no-prefetch --ctx 1024 --prompt-tokens 16
 else
 run resident warm --budget 100g --prompt-tokens 512 --policy lru

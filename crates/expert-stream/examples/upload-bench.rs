@@ -172,7 +172,7 @@ fn random_key(rng: &mut Rng, layout: &ExpertLayout) -> ExpertKey {
 fn misses(ctx: &Context, backend: &GpuBackend, n: usize, pieces: usize) -> anyhow::Result<serde_json::Value> {
     let layout = backend.reader().layout().clone();
     let mut rng = Rng(42);
-    let mut staging = backend.staging();
+    let mut staging = backend.staging(false);
     let (mut read_us, mut upload_us, mut total_us) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..n {
         let key = random_key(&mut rng, &layout);

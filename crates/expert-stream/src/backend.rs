@@ -16,8 +16,9 @@ pub trait Backend: Send + Sync + 'static {
     /// Bytes of one record; a read that returns fewer is a short read.
     fn record_bytes(&self) -> usize;
 
-    /// A staging buffer for one reader thread (made once per thread, and again after a panic).
-    fn staging(&self) -> Self::Staging;
+    /// A staging buffer for one reader thread (made once per thread, and again after a panic); `prefetch`
+    /// for the threads that only run prefetch loads, which nothing waits for.
+    fn staging(&self, prefetch: bool) -> Self::Staging;
 
     /// Reads record `key` into `staging` for `slot`, returning the bytes read. A backend may already copy the
     /// pieces it has read into `slot` (so that the device copy of one piece overlaps the read of the next);

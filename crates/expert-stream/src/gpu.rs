@@ -607,7 +607,7 @@ impl GpuBackend {
     /// [`UploadMethod::StagingRing`], each piece copied to the device as soon as it is staged: through the page
     /// cache the pieces are read on as many threads at once ([`GpuPool::upload_pieces`]: the copy out of the
     /// page cache is the bound); with O_DIRECT one after another, each staged and uploaded while the next is
-    /// read ([`GpuPool::upload_read_ahead`]).
+    /// read ([`GpuPool::upload_read_ahead`]). Demand misses only: prefetch loads read whole records.
     pub fn with_read_split(mut self, parts: usize) -> Self {
         self.read_split = parts.max(1);
         self
@@ -659,10 +659,13 @@ impl Backend for GpuBackend {
         self.pool.record_bytes
     }
 
-    fn staging(&self) -> GpuStaging {
+    fn staging(&self, prefetch: bool) -> GpuStaging {
+        // Prefetch loads keep whole records: nothing waits for them, and their many pieces' submits would
+        // compete with the engine's.
+        let pieces = if prefetch { 1 } else { self.read_split };
         let ring = match self.method {
             UploadMethod::WriteBuffer => None,
-            UploadMethod::StagingRing(len) => Some(self.pool.staging_ring(len, self.read_split)),
+            UploadMethod::StagingRing(len) => Some(self.pool.staging_ring(len, pieces)),
         };
         GpuStaging { record: RecordBuf::new(self.pool.record_bytes), ring }
     }

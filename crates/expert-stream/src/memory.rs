@@ -160,7 +160,7 @@ impl Backend for MemoryBackend {
         self.record_bytes
     }
 
-    fn staging(&self) -> MemoryStaging {
+    fn staging(&self, _prefetch: bool) -> MemoryStaging {
         MemoryStaging::default()
     }
 

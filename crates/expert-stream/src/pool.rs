@@ -72,14 +72,14 @@ impl<B: Backend> ExpertPool<B> {
             backend,
         });
         let mut pool = Self { shared, demand_tx: Some(demand_tx), threads: Vec::new() };
-        let readers = (0..config.readers).map(|i| (format!("expert-reader-{i}"), &demand_rx));
+        let readers = (0..config.readers).map(|i| (format!("expert-reader-{i}"), &demand_rx, false));
         let prefetchers =
-            (0..config.max_prefetch_in_flight).map(|i| (format!("expert-prefetch-{i}"), &prefetch_rx));
-        for (name, rx) in readers.chain(prefetchers) {
+            (0..config.max_prefetch_in_flight).map(|i| (format!("expert-prefetch-{i}"), &prefetch_rx, true));
+        for (name, rx, prefetch) in readers.chain(prefetchers) {
             let (shared, rx) = (Arc::clone(&pool.shared), rx.clone());
             let thread = std::thread::Builder::new()
                 .name(name)
-                .spawn(move || reader(&shared, &rx))
+                .spawn(move || reader(&shared, &rx, prefetch))
                 .map_err(|e| Error::Spawn(Arc::new(e)))?;
             pool.threads.push(thread);
         }
@@ -221,13 +221,14 @@ impl std::fmt::Debug for Inner {
     }
 }
 
-/// A reader thread: runs loads until its channel closes, reporting each to the core.
-fn reader<B: Backend>(shared: &Shared<B>, jobs: &Receiver<LoadJob>) {
-    let mut staging = shared.backend.staging();
+/// A reader thread: runs loads until its channel closes, reporting each to the core; `prefetch` for the
+/// threads of prefetch loads.
+fn reader<B: Backend>(shared: &Shared<B>, jobs: &Receiver<LoadJob>, prefetch: bool) {
+    let mut staging = shared.backend.staging(prefetch);
     for job in jobs {
         let (report, result) = load(&shared.backend, job, &mut staging);
         if matches!(result, Err(Error::BackendPanicked { .. })) {
-            staging = shared.backend.staging();
+            staging = shared.backend.staging(prefetch);
         }
         let mut inner = shared.lock();
         let more = inner.core.complete(job.id, report, result);

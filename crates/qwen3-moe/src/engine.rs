@@ -47,8 +47,8 @@ pub struct EngineOptions {
     /// How records reach the pool (default: each reader's ring of 2 mapped staging buffers, read into
     /// directly through the page cache).
     pub upload: UploadMethod,
-    /// Pieces a record is read, staged and uploaded in, each copied to the device as soon as it is staged
-    /// (default 4): through the page cache the pieces are read at once on as many threads, with O_DIRECT one
+    /// Pieces a demand miss's record is read, staged and uploaded in, each copied to the device as soon as it
+    /// is staged (default 4; prefetch loads read whole records): through the page cache the pieces are read at once on as many threads, with O_DIRECT one
     /// after another while the previous piece is staged. On the H200 at a 4 GB budget in the page cache, 4
     /// pieces decoded 11-14 % faster than whole records (BENCHMARKS.md).
     pub read_split: usize,
@@ -268,9 +268,10 @@ impl Engine {
             if opts.prefetch { PoolConfig::new(1, 1, 1).max_prefetch_in_flight } else { 0 };
         let staging = match opts.upload {
             UploadMethod::StagingRing(len) => {
-                let threads = opts.readers.max(1) + prefetch_threads;
-                let ring = StagingRing::bytes(experts.record_bytes as usize, len, opts.read_split);
-                threads as u64 * ring
+                let record = experts.record_bytes as usize;
+                let demand = StagingRing::bytes(record, len, opts.read_split);
+                opts.readers.max(1) as u64 * demand
+                    + prefetch_threads as u64 * StagingRing::bytes(record, len, 1)
             }
             _ => 0,
         };
