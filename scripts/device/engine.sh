@@ -6,7 +6,7 @@
 # Writes JSON lines to $OUT/bench.jsonl and prints a table last. Nothing is built there. QUICK=1 runs the
 # final matrix of BENCHMARKS.md instead of the earlier one; RESIDENT_ONLY=1 only the resident row; STREAM=1
 # the 4 GB rows with records read in pieces (--read-split) and upload-bench's miss latency; LOOKAHEAD=1 the
-# 4 GB prefetch rows. KBENCH
+# 4 GB prefetch rows; PREFILL=1 the 4 GB rows after a 512-token prompt. KBENCH
 # is the kernels-bench filter run first (default: the compute copy alone).
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
@@ -36,7 +36,7 @@ for alt in $D/kernels-bench-*; do
     $alt --bench "${KBENCH_ALT:-layer/}" --warm-up-time 1 --measurement-time 2 2>&1 | grep -E "time:|thrpt:|^[a-z_0-9]+/" | tee -a "$OUT/alt.txt"
 done
 sync; echo 3 > /proc/sys/vm/drop_caches
-[ -n "${RESIDENT_ONLY:-}${LOOKAHEAD:-}" ] || $D/record-read $S --threads 1,8,16 --records 384 | tee "$OUT/disk.txt"
+[ -n "${RESIDENT_ONLY:-}${LOOKAHEAD:-}${PREFILL:-}" ] || $D/record-read $S --threads 1,8,16 --records 384 | tee "$OUT/disk.txt"
 
 run() { # label, page cache (warm|cold), bench args...
     local label=$1 cache=$2; shift 2
@@ -62,6 +62,10 @@ done
 for rs in ${COLD_READERS_SPLITS:-8:1 8:4 8:8 1:1 1:8 2:4 4:2}; do
 DECODE=16 run b4g-off-direct-r${rs%%:*}-s${rs#*:} cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 --readers ${rs%%:*} --read-split ${rs#*:}
 done
+elif [ -n "${PREFILL:-}" ]; then
+# 4 GB, a 512-token prompt: records in pieces (default) and whole (-s1).
+run b4g-cyc-off warm --budget 4g --no-prefetch --prompt-tokens 512
+run b4g-cyc-off-s1 warm --budget 4g --no-prefetch --prompt-tokens 512 --read-split 1
 elif [ -n "${LOOKAHEAD:-}" ]; then
 # Prefetch at 4 GB with records in pieces (default) and whole (-s1), and prefetch off for reference.
 run b4g-cyc-la1 warm --budget 4g --lookahead 1 --prompt-tokens 16

@@ -22,7 +22,7 @@
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::task::{Poll, Waker};
 
 use diskformer_kernels::Context;
@@ -329,28 +329,40 @@ impl GpuPool {
             )
             .into());
         }
-        self.upload_pieces(slot, ring, |start, dst| {
+        self.upload_pieces(slot, ring, true, |start, dst| {
             dst.copy_from_slice(&record[start..start + dst.len()]);
             Ok(())
         })
     }
 
-    /// Stages one record through the next record's pieces of `ring`, each on its own thread: waits until the
-    /// piece's buffer is mapped again (its previous copy done), lets `fill(start, dst)` write record bytes
-    /// `start..start + dst.len()` into its mapped memory `dst`, then copies the piece into `slot` of the
-    /// planes it covers and submits at once. For fills bound by the host's copy into mapped memory (reads
-    /// from the page cache). Same ordering promise as [`upload_record`](Self::upload_record).
+    /// Stages one record through the next record's pieces of `ring`, with `parallel` each on its own thread,
+    /// else one after another on this one: waits until the piece's buffer is mapped again (its previous copy
+    /// done), lets `fill(start, dst)` write record bytes `start..start + dst.len()` into its mapped memory
+    /// `dst`, then copies the piece into `slot` of the planes it covers and submits at once. For fills bound
+    /// by the host's copy into mapped memory (reads from the page cache). Same ordering promise as
+    /// [`upload_record`](Self::upload_record).
     ///
     /// # Errors
     ///
     /// A slot past the pool, `fill`'s first error, or a staging buffer the device failed to map. A failed
     /// record may have some of its pieces in the slot.
-    pub fn upload_pieces<F>(&self, slot: Slot, ring: &mut StagingRing, fill: F) -> Result<(), BackendError>
+    pub fn upload_pieces<F>(
+        &self,
+        slot: Slot,
+        ring: &mut StagingRing,
+        parallel: bool,
+        fill: F,
+    ) -> Result<(), BackendError>
     where
         F: Fn(usize, &mut [u8]) -> Result<(), BackendError> + Sync,
     {
         let (entries, pieces) = self.next_record(slot, ring)?;
         let fill = &fill;
+        if !parallel {
+            return entries.iter_mut().zip(pieces).try_for_each(|(entry, (start, len))| {
+                self.stage_piece(slot, entry, start, len, |dst| fill(start, dst))
+            });
+        }
         let mut jobs = entries.iter_mut().zip(pieces).map(|(entry, (start, len))| {
             move || self.stage_piece(slot, entry, start, len, |dst| fill(start, dst))
         });
@@ -579,7 +591,13 @@ pub struct GpuBackend {
     reader: RecordReader,
     method: UploadMethod,
     read_split: usize,
+    /// Page-cache loads running now (their pieces go on threads of their own only while few run).
+    page_cache_loads: AtomicUsize,
 }
+
+/// Page-cache loads that may each put their pieces on threads of their own; past this many at once (a
+/// prefill's burst of misses) the loads already keep the cores busy and more threads only add switching.
+const PARALLEL_LOADS: usize = 2;
 
 impl GpuBackend {
     /// A backend filling `pool` from `reader`.
@@ -600,7 +618,13 @@ impl GpuBackend {
                 ),
             });
         }
-        Ok(Self { pool, reader, method: UploadMethod::default(), read_split: 1 })
+        Ok(Self {
+            pool,
+            reader,
+            method: UploadMethod::default(),
+            read_split: 1,
+            page_cache_loads: AtomicUsize::new(0),
+        })
     }
 
     /// Reads, stages and uploads each record as `parts` pieces of whole 4 KiB pages (default 1) with
@@ -685,8 +709,12 @@ impl Backend for GpuBackend {
             // at a time, each staged and uploaded while the next is read.
             self.pool.upload_read_ahead(slot, ring, record.as_mut_slice(), read)?;
         } else {
-            // Through the page cache, straight into mapped staging memory (one host copy), the pieces at once.
-            self.pool.upload_pieces(slot, ring, read)?;
+            // Through the page cache, straight into mapped staging memory (one host copy): the pieces at once
+            // while few loads run, one after another in a burst.
+            let running = self.page_cache_loads.fetch_add(1, Ordering::Relaxed);
+            let result = self.pool.upload_pieces(slot, ring, running < PARALLEL_LOADS, read);
+            self.page_cache_loads.fetch_sub(1, Ordering::Relaxed);
+            result?;
         }
         Ok(self.pool.record_bytes)
     }

@@ -327,7 +327,8 @@ fn a_failed_piece_is_reported_and_the_ring_stays_usable() {
     let (a, b) = (ExpertKey::new(0, 2), ExpertKey::new(0, 3));
     let (rec_a, rec_b) = (record(&reader, a), record(&reader, b));
     let copy = |rec: &[u8], start: usize, dst: &mut [u8]| dst.copy_from_slice(&rec[start..start + dst.len()]);
-    // The second piece fails: read ahead (one reader thread, pieces staged behind it), then all at once.
+    // The second piece fails: read ahead (one reader thread, pieces staged behind it), then all at once and
+    // one after another.
     let fail_second = |start: usize, dst: &mut [u8]| -> Result<(), diskformer_expert_stream::BackendError> {
         if start > 0 {
             return Err("injected read failure".into());
@@ -338,22 +339,27 @@ fn a_failed_piece_is_reported_and_the_ring_stays_usable() {
     let mut bounce = vec![0u8; rec_a.len()];
     let err = gpu.upload_read_ahead(Slot(1), &mut ring, &mut bounce, fail_second).unwrap_err();
     assert!(err.to_string().contains("injected"), "{err}");
-    let err = gpu.upload_pieces(Slot(1), &mut ring, fail_second).unwrap_err();
-    assert!(err.to_string().contains("injected"), "{err}");
+    for parallel in [true, false] {
+        let err = gpu.upload_pieces(Slot(1), &mut ring, parallel, fail_second).unwrap_err();
+        assert!(err.to_string().contains("injected"), "{err}");
+    }
     assert!(gpu.upload_read_ahead(Slot(0), &mut ring, &mut [0; 16], fail_second).is_err(), "short bounce");
-    assert!(gpu.upload_pieces(Slot(4), &mut ring, fail_second).is_err(), "slot past the pool");
+    assert!(gpu.upload_pieces(Slot(4), &mut ring, true, fail_second).is_err(), "slot past the pool");
     // The same ring then carries whole records both ways.
     gpu.upload_read_ahead(Slot(1), &mut ring, &mut bounce, |start, dst| {
         copy(&rec_a, start, dst);
         Ok(())
     })
     .unwrap();
-    gpu.upload_pieces(Slot(2), &mut ring, |start, dst| {
-        copy(&rec_b, start, dst);
-        Ok(())
-    })
-    .unwrap();
+    for (slot, parallel) in [(2, true), (3, false)] {
+        gpu.upload_pieces(Slot(slot), &mut ring, parallel, |start, dst| {
+            copy(&rec_b, start, dst);
+            Ok(())
+        })
+        .unwrap();
+    }
     let planes = read_planes(ctx, &gpu);
     assert_slot_holds(&gpu, &planes, Slot(1), a, &rec_a);
     assert_slot_holds(&gpu, &planes, Slot(2), b, &rec_b);
+    assert_slot_holds(&gpu, &planes, Slot(3), b, &rec_b);
 }
