@@ -265,7 +265,8 @@ impl GpuPool {
     ///
     /// A slot past the pool or a record shorter than the layout's record.
     // Performance notes: on the H200 (DESIGN.md) `write_buffer` of 5 MB records ran at 3.3–5.7 GB/s from one
-    // thread, a ring of mapped MAP_WRITE staging buffers + copy at 12.8 GB/s (`upload_pieces`, `upload_read_ahead`).
+    // thread, a ring of mapped MAP_WRITE staging buffers + copy at 12.8 GB/s (`upload_pieces`,
+    // `upload_read_ahead`).
     pub fn upload_record(&self, slot: Slot, record: &[u8]) -> Result<(), BackendError> {
         if slot.index() >= self.slots {
             return Err(format!("{slot} is past the GPU pool's {} slots", self.slots).into());
@@ -583,8 +584,7 @@ pub enum UploadMethod {
 /// The [`Backend`] of the GPU pool: reads records with the store's [`RecordReader`] (`pread`, O_DIRECT when
 /// the reader was opened so) and uploads them: into mapped staging memory piece by piece with
 /// [`GpuPool::upload_pieces`] or [`GpuPool::upload_read_ahead`] ([`UploadMethod::StagingRing`]), or into a
-/// per-thread aligned buffer then
-/// [`GpuPool::upload_record`] ([`UploadMethod::WriteBuffer`]).
+/// per-thread aligned buffer then [`GpuPool::upload_record`] ([`UploadMethod::WriteBuffer`]).
 #[derive(Debug)]
 pub struct GpuBackend {
     pool: GpuPool,
@@ -629,9 +629,10 @@ impl GpuBackend {
 
     /// Reads, stages and uploads each record as `parts` pieces of whole 4 KiB pages (default 1) with
     /// [`UploadMethod::StagingRing`], each piece copied to the device as soon as it is staged: through the page
-    /// cache the pieces are read on as many threads at once ([`GpuPool::upload_pieces`]: the copy out of the
-    /// page cache is the bound); with O_DIRECT one after another, each staged and uploaded while the next is
-    /// read ([`GpuPool::upload_read_ahead`]). Demand misses only: prefetch loads read whole records.
+    /// cache the pieces are read on as many threads at once while at most two such loads run, one after
+    /// another beyond ([`GpuPool::upload_pieces`]: the copy out of the page cache is the bound); with O_DIRECT
+    /// one after another, each staged and uploaded while the next is read ([`GpuPool::upload_read_ahead`]).
+    /// Demand misses only: prefetch loads read whole records.
     pub fn with_read_split(mut self, parts: usize) -> Self {
         self.read_split = parts.max(1);
         self

@@ -48,12 +48,13 @@ pub struct EngineOptions {
     /// directly through the page cache).
     pub upload: UploadMethod,
     /// Pieces a demand miss's record is read, staged and uploaded in, each copied to the device as soon as it
-    /// is staged (default 4; prefetch loads read whole records): through the page cache the pieces are read at once on as many threads, with O_DIRECT one
-    /// after another while the previous piece is staged. On the H200 at a 4 GB budget in the page cache, 4
-    /// pieces decoded 11-14 % faster than whole records (BENCHMARKS.md).
+    /// is staged (default 4; prefetch loads read whole records): through the page cache on as many threads
+    /// while at most two loads run, with O_DIRECT one after another while the previous piece is staged. On the
+    /// H200 at a 4 GB budget in the page cache, 4 pieces decoded 11-20 % faster than whole records and
+    /// prefilled 13 % slower (BENCHMARKS.md).
     pub read_split: usize,
-    /// Most tokens per prefill chunk (default 256: a chunk reads each picked expert once per 8 of its pairs; while experts stream, also bounded by the pool:
-    /// chunk × top-k ≤ slots).
+    /// Most tokens per prefill chunk (default 256: a chunk reads each picked expert once per 8 of its pairs;
+    /// while experts stream, also bounded by the pool: chunk × top-k ≤ slots).
     pub max_batch: u32,
     /// When every expert fits, load them all at start and route on the GPU: no readback or `ensure` per
     /// layer (default on; off keeps the streaming path for comparison). The token embedding then goes to the
