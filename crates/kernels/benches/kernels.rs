@@ -366,6 +366,55 @@ fn read_vec4(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg
 }
 "#;
 
+/// A pipeline of the bench's own WGSL `source` (entry point and label `entry`, layout from the shader).
+fn wgsl_pipeline(g: &Gpu, source: &str, entry: &str) -> wgpu::ComputePipeline {
+    let device = &g.ctx.device;
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some(entry),
+        source: wgpu::ShaderSource::Wgsl(source.into()),
+    });
+    device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(entry),
+        layout: None,
+        module: &module,
+        entry_point: Some(entry),
+        compilation_options: Default::default(),
+        cache: None,
+    })
+}
+
+/// Records `iters` dispatches of `pipeline` over `dims` workgroups, cycling through `groups` (64 per submit),
+/// waits, returns the wall time.
+fn time_rotating(
+    g: &Gpu,
+    pipeline: &wgpu::ComputePipeline,
+    groups: &[wgpu::BindGroup],
+    dims: [u32; 2],
+    iters: u64,
+) -> Duration {
+    wait(g);
+    let start = Instant::now();
+    let mut left = iters;
+    let mut k = 0;
+    while left > 0 {
+        let n = left.min(64);
+        let mut enc = g.ctx.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            pass.set_pipeline(pipeline);
+            for _ in 0..n {
+                pass.set_bind_group(0, &groups[k % groups.len()], &[]);
+                pass.dispatch_workgroups(dims[0], dims[1], 1);
+                k += 1;
+            }
+        }
+        g.ctx.queue.submit([enc.finish()]);
+        left -= n;
+    }
+    wait(g);
+    start.elapsed()
+}
+
 fn bench_copy(c: &mut Criterion, g: &Gpu) {
     let mut group = c.benchmark_group("copy");
     let bytes = 256u64 << 20;
@@ -396,18 +445,7 @@ fn bench_copy(c: &mut Criterion, g: &Gpu) {
     // held to): 256 MiB, or the largest multiple of 16 KiB one binding allows (lavapipe: 128 MiB).
     let cbytes = bytes.min(g.ctx.max_binding() / (16 << 10) * (16 << 10));
     let device = &g.ctx.device;
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("copy_vec4"),
-        source: wgpu::ShaderSource::Wgsl(COPY_WGSL.into()),
-    });
-    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("copy_vec4"),
-        layout: None,
-        module: &module,
-        entry_point: Some("copy_vec4"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
+    let pipeline = wgsl_pipeline(g, COPY_WGSL, "copy_vec4");
     fn binding(buffer: &wgpu::Buffer, offset: u64, bytes: u64) -> wgpu::BindingResource<'_> {
         wgpu::BindingResource::Buffer(wgpu::BufferBinding {
             buffer,
@@ -439,29 +477,7 @@ fn bench_copy(c: &mut Criterion, g: &Gpu) {
         assert_eq!(gx * gy, wgs, "copy size must tile the grid");
         group.throughput(Throughput::Bytes(2 * size));
         group.bench_function(format!("compute_vec4_{}MiB", size >> 20), |b| {
-            b.iter_custom(|iters| {
-                wait(g);
-                let start = Instant::now();
-                let mut left = iters;
-                let mut k = 0;
-                while left > 0 {
-                    let n = left.min(64);
-                    let mut enc = device.create_command_encoder(&Default::default());
-                    {
-                        let mut pass = enc.begin_compute_pass(&Default::default());
-                        pass.set_pipeline(&pipeline);
-                        for _ in 0..n {
-                            pass.set_bind_group(0, &groups[k % groups.len()], &[]);
-                            pass.dispatch_workgroups(gx, gy, 1);
-                            k += 1;
-                        }
-                    }
-                    g.ctx.queue.submit([enc.finish()]);
-                    left -= n;
-                }
-                wait(g);
-                start.elapsed()
-            })
+            b.iter_custom(|iters| time_rotating(g, &pipeline, &groups, [gx, gy], iters))
         });
     }
     bench_read_only(&mut group, g, &src, cbytes);
@@ -477,18 +493,7 @@ fn bench_read_only(
     src_bytes: u64,
 ) {
     let device = &g.ctx.device;
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("read_vec4"),
-        source: wgpu::ShaderSource::Wgsl(READ_WGSL.into()),
-    });
-    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("read_vec4"),
-        layout: None,
-        module: &module,
-        entry_point: Some("read_vec4"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
+    let pipeline = wgsl_pipeline(g, READ_WGSL, "read_vec4");
     let plane = |rows: u64, cols: u64| 8 * (rows * cols + rows * cols / 16);
     for (name, size) in [("gate_up_8x1536x2048", plane(1536, 2048)), ("down_8x2048x768", plane(2048, 768))] {
         let wgs = size / (16 << 10);
@@ -516,29 +521,7 @@ fn bench_read_only(
             .collect();
         group.throughput(Throughput::Bytes(size));
         group.bench_function(format!("read_only_{name}"), |b| {
-            b.iter_custom(|iters| {
-                wait(g);
-                let start = Instant::now();
-                let mut left = iters;
-                let mut k = 0;
-                while left > 0 {
-                    let n = left.min(64);
-                    let mut enc = device.create_command_encoder(&Default::default());
-                    {
-                        let mut pass = enc.begin_compute_pass(&Default::default());
-                        pass.set_pipeline(&pipeline);
-                        for _ in 0..n {
-                            pass.set_bind_group(0, &groups[k % groups.len()], &[]);
-                            pass.dispatch_workgroups(wgs as u32, 1, 1);
-                            k += 1;
-                        }
-                    }
-                    g.ctx.queue.submit([enc.finish()]);
-                    left -= n;
-                }
-                wait(g);
-                start.elapsed()
-            })
+            b.iter_custom(|iters| time_rotating(g, &pipeline, &groups, [wgs as u32, 1], iters))
         });
     }
 }
