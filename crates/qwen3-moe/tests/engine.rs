@@ -71,6 +71,21 @@ fn batched_prefill_pool_sizes_and_prefix_reuse_agree() {
         assert!(d < 1e-4, "slots {slots:?} batch {batch} gpu routing {gpu_routing}: {d}");
     }
 
+    // Streaming through 5 slots with records read in pieces (O_DIRECT: read ahead, one piece at a time;
+    // page cache: pieces on their own threads while few loads run) or whole, by one reader or several.
+    for (direct_io, read_split, readers) in [(true, 4, 8), (true, 1, 1), (false, 4, 1), (false, 1, 2)] {
+        let mut e = open(&m, |o| {
+            o.pool_slots = Some(5);
+            o.direct_io = direct_io;
+            o.read_split = read_split;
+            o.readers = readers;
+        });
+        let got = e.prefill(&PROMPT, false).unwrap();
+        let d = max_diff(&got, &want);
+        assert!(d < 1e-4, "O_DIRECT {direct_io}, {read_split} pieces, {readers} readers: {d}");
+        assert!(e.stats().pool.misses > 0, "the pool streamed");
+    }
+
     // A device whose largest buffer holds 3 slots: the 16 resident experts live in 6 pool parts.
     let mut ctx = diskformer_kernels::Context::new().unwrap();
     ctx.limits.max_buffer_size = 3 * 2 * 32 * 64;
