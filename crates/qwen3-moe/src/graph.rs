@@ -444,6 +444,10 @@ impl Graph {
     }
 }
 
+/// WebGPU's largest allowed `min_storage_buffer_offset_alignment`: an offset that is a multiple of it binds on
+/// every device, whatever its own (power-of-two) alignment.
+const STORAGE_OFFSET_ALIGN: u64 = 256;
+
 /// The slots of `part` that hold a resident layer's experts (`layer_slots`: that layer's slot of each
 /// expert), as planes bound over them alone, so the expert kernels launch over one binding instead of every
 /// binding-sized range of the part (each range a dispatch of its own); `None` when the layer has no expert
@@ -462,7 +466,9 @@ fn narrow_to_layer<'a>(
         return None;
     }
     let skip = u64::from(lo - part.first_slot);
-    if (skip * q_bytes) % 256 != 0 || (skip * s_bytes) % 256 != 0 {
+    if !(skip * q_bytes).is_multiple_of(STORAGE_OFFSET_ALIGN)
+        || !(skip * s_bytes).is_multiple_of(STORAGE_OFFSET_ALIGN)
+    {
         return Some(part);
     }
     let at = |v: View<'a>, bytes: u64| View::at(v.buffer, v.offset + skip * bytes);
