@@ -13,7 +13,8 @@
 //! - [`GpuBackend`] is the device side: a [`GpuPool`] (the four plane buffers the expert kernels bind,
 //!   `gate_up_q`, `gate_up_scales`, `down_q`, `down_scales`, slot `s` at `s × plane bytes`) filled from the
 //!   store's [`RecordReader`](diskformer_store::RecordReader), uploading with `queue.write_buffer` or a
-//!   per-thread ring of mapped staging buffers ([`UploadMethod`]).
+//!   per-thread ring of mapped staging buffers ([`UploadMethod`]), a record in pieces that each go to the
+//!   device as soon as they are read ([`GpuPool::upload_pieces`], [`GpuPool::upload_read_ahead`]).
 //! - [`GpuBudget::expert_slots`] turns a GPU budget into a slot count, refusing one under `2 × top-k` records.
 //! - [`MemoryBackend`] keeps records and slots in RAM, with hooks to hold, fail and watch loads.
 //!
