@@ -54,49 +54,55 @@ fn wait(g: &Gpu) {
     g.ctx.device.poll(wgpu::PollType::wait_indefinitely()).expect("poll");
 }
 
-/// Records `iters` dispatches cycling through `ds` (512 per submit), waits, returns the wall time.
-fn time(g: &Gpu, ds: &[Dispatch], iters: u64) -> Duration {
-    wait(g);
+/// Records `iters` dispatches, `per_buffer` to a command buffer, the `i`th by `record(pass, i)`. With
+/// `submit`, submits each buffer and returns the wall time until the GPU is done; else only finishes them
+/// (the CPU's cost).
+fn run_recorded(
+    g: &Gpu,
+    iters: u64,
+    per_buffer: u64,
+    submit: bool,
+    mut record: impl FnMut(&mut wgpu::ComputePass<'_>, usize),
+) -> Duration {
+    if submit {
+        wait(g);
+    }
     let start = Instant::now();
     let mut left = iters;
     let mut i = 0;
     while left > 0 {
-        let n = left.min(512);
+        let n = left.min(per_buffer);
         let mut enc = g.ctx.device.create_command_encoder(&Default::default());
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
             for _ in 0..n {
-                ds[i % ds.len()].record(&mut pass);
+                record(&mut pass, i);
                 i += 1;
             }
         }
-        g.ctx.queue.submit([enc.finish()]);
+        let commands = enc.finish();
+        if submit {
+            g.ctx.queue.submit([commands]);
+        } else {
+            std::hint::black_box(commands);
+        }
         left -= n;
     }
-    wait(g);
+    if submit {
+        wait(g);
+    }
     start.elapsed()
+}
+
+/// Records `iters` dispatches cycling through `ds` (512 per submit), waits, returns the wall time.
+fn time(g: &Gpu, ds: &[Dispatch], iters: u64) -> Duration {
+    run_recorded(g, iters, 512, true, |pass, i| ds[i % ds.len()].record(pass))
 }
 
 /// Like [`time`] but only records and finishes the command buffers, never submits: the CPU's cost per
 /// dispatch, the floor under any time [`time`] reports.
 fn encode_only(g: &Gpu, ds: &[Dispatch], iters: u64) -> Duration {
-    let start = Instant::now();
-    let mut left = iters;
-    let mut i = 0;
-    while left > 0 {
-        let n = left.min(512);
-        let mut enc = g.ctx.device.create_command_encoder(&Default::default());
-        {
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            for _ in 0..n {
-                ds[i % ds.len()].record(&mut pass);
-                i += 1;
-            }
-        }
-        std::hint::black_box(enc.finish());
-        left -= n;
-    }
-    start.elapsed()
+    run_recorded(g, iters, 512, false, |pass, i| ds[i % ds.len()].record(pass))
 }
 
 fn copies(bytes: u64) -> usize {
@@ -392,27 +398,11 @@ fn time_rotating(
     dims: [u32; 2],
     iters: u64,
 ) -> Duration {
-    wait(g);
-    let start = Instant::now();
-    let mut left = iters;
-    let mut k = 0;
-    while left > 0 {
-        let n = left.min(64);
-        let mut enc = g.ctx.device.create_command_encoder(&Default::default());
-        {
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            pass.set_pipeline(pipeline);
-            for _ in 0..n {
-                pass.set_bind_group(0, &groups[k % groups.len()], &[]);
-                pass.dispatch_workgroups(dims[0], dims[1], 1);
-                k += 1;
-            }
-        }
-        g.ctx.queue.submit([enc.finish()]);
-        left -= n;
-    }
-    wait(g);
-    start.elapsed()
+    run_recorded(g, iters, 64, true, |pass, i| {
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &groups[i % groups.len()], &[]);
+        pass.dispatch_workgroups(dims[0], dims[1], 1);
+    })
 }
 
 fn bench_copy(c: &mut Criterion, g: &Gpu) {
