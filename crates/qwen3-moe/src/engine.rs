@@ -595,7 +595,7 @@ impl Engine {
         let lookahead = if t == 1 { self.lookahead } else { 0 };
         let device = &self.ctx.device;
         let s = &self.scratch;
-        let shape = HeadShape { hidden: self.config.embedding_length, vocab: self.vocab, tokens: t };
+        let shape = self.head_shape(t);
 
         // Streaming (and chunks): a readback of the picks per layer, `ensure`, then the layer's experts; chunks
         // group their pairs by slot for the expert GEMM.
@@ -687,7 +687,6 @@ impl Engine {
         let position = self.cached.len() as u32;
         self.graph(1)?;
         let queue = self.ctx.queue.clone();
-        let shape = HeadShape { hidden: self.config.embedding_length, vocab: self.vocab, tokens: 1 };
         let (slot, submission) = match queued {
             Some(q) if q.position == position && q.token == Some(id) && want == Want::Argmax => {
                 (q.slot, q.submission)
@@ -713,11 +712,9 @@ impl Engine {
         } else {
             0
         };
-        let (device, graph, s) = (&self.ctx.device, &self.graphs[&1], &self.scratch);
-        let next = timed(&mut self.stats.record_time, || {
-            record_resident_step(device, graph, s, want, shape, next_slot)
-        });
+        let next = self.record_resident(want, next_slot);
         self.next_step = Some((want, next_slot, next));
+        let (device, s, shape) = (&self.ctx.device, &self.scratch, self.head_shape(1));
         let out = read_output(device, s, want, shape, slot, Some(submission), &mut self.stats.gpu_wait)?;
         if let (Some(q), Output::Argmax(pick)) = (&mut self.run_ahead, &out) {
             q.token = Some(*pick);
@@ -730,14 +727,20 @@ impl Engine {
     fn resident_commands(&mut self, want: Want, slot: usize) -> wgpu::CommandBuffer {
         match self.next_step.take() {
             Some((w, sl, commands)) if w == want && sl == slot => commands,
-            _ => {
-                let shape = HeadShape { hidden: self.config.embedding_length, vocab: self.vocab, tokens: 1 };
-                let (device, graph, s) = (&self.ctx.device, &self.graphs[&1], &self.scratch);
-                timed(&mut self.stats.record_time, || {
-                    record_resident_step(device, graph, s, want, shape, slot)
-                })
-            }
+            _ => self.record_resident(want, slot),
         }
+    }
+
+    /// Records a resident one-token step now ([`record_resident_step`]), timed as recording.
+    fn record_resident(&mut self, want: Want, slot: usize) -> wgpu::CommandBuffer {
+        let shape = self.head_shape(1);
+        let (device, graph, s) = (&self.ctx.device, &self.graphs[&1], &self.scratch);
+        timed(&mut self.stats.record_time, || record_resident_step(device, graph, s, want, shape, slot))
+    }
+
+    /// What the head's copies need to know of a step of `tokens` tokens.
+    fn head_shape(&self, tokens: u32) -> HeadShape {
+        HeadShape { hidden: self.config.embedding_length, vocab: self.vocab, tokens }
     }
 }
 
