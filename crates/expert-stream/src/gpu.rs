@@ -271,14 +271,7 @@ impl GpuPool {
         if slot.index() >= self.slots {
             return Err(format!("{slot} is past the GPU pool's {} slots", self.slots).into());
         }
-        if record.len() < self.record_bytes {
-            return Err(format!(
-                "record of {} bytes, the layout's records are {}",
-                record.len(),
-                self.record_bytes
-            )
-            .into());
-        }
+        self.check_record(record)?;
         for plane in Plane::ALL {
             let r = self.region(plane);
             let src = &record[r.offset as usize..r.end() as usize];
@@ -322,14 +315,7 @@ impl GpuPool {
         record: &[u8],
         ring: &mut StagingRing,
     ) -> Result<(), BackendError> {
-        if record.len() < self.record_bytes {
-            return Err(format!(
-                "record of {} bytes, the layout's records are {}",
-                record.len(),
-                self.record_bytes
-            )
-            .into());
-        }
+        self.check_record(record)?;
         self.upload_pieces(slot, ring, true, |start, dst| {
             dst.copy_from_slice(&record[start..start + dst.len()]);
             Ok(())
@@ -441,6 +427,19 @@ impl GpuPool {
             }
             result
         })
+    }
+
+    /// Refuses a record shorter than the layout's.
+    fn check_record(&self, record: &[u8]) -> Result<(), BackendError> {
+        if record.len() < self.record_bytes {
+            return Err(format!(
+                "record of {} bytes, the layout's records are {}",
+                record.len(),
+                self.record_bytes
+            )
+            .into());
+        }
+        Ok(())
     }
 
     /// The next record's entries of `ring` and its pieces as (start, len) in the record; checks `slot`.
