@@ -584,6 +584,10 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     let table_ids: Vec<u32> = (0..48 * e).map(|i| i % (e * 4)).collect();
     g.ctx.queue.write_buffer(&table, 0, bytemuck::cast_slice(&table_ids));
     let slot_idx = f32s(top, 41);
+    // Valid slots for the expert kernels timed alone (in `all`, router_topk_slots writes them first): random
+    // words would be past the pool, and every workgroup would leave at once.
+    let alone_slots: Vec<u32> = (0..top).map(|j| (j * 61 + 5) % (e * 4)).collect();
+    g.ctx.queue.write_buffer(&slot_idx, 0, bytemuck::cast_slice(&alone_slots));
     // A pool of 4 experts' worth of slots per pick (512 slots, 2.6 GB), the table maps into it.
     let slots = e * 4;
     let gu_q = buffer(g, u64::from(slots) * u64::from(2 * f * h), 42);
