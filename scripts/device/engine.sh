@@ -6,7 +6,11 @@
 # Writes JSON lines to $OUT/bench.jsonl and prints a table last. Nothing is built there. QUICK=1 runs the
 # final matrix of BENCHMARKS.md instead of the earlier one; RESIDENT_ONLY=1 only the resident row; STREAM=1
 # the 4 GB rows with records read in pieces (--read-split) and upload-bench's miss latency; LOOKAHEAD=1 the
-# 4 GB prefetch rows; PREFILL=1 the 4 GB rows after a 512-token prompt. KBENCH
+# 4 GB prefetch rows; PREFILL=1 the 4 GB rows after a 512-token prompt; KERNELS=1 the resident rows with
+# .device/bench and each .device/bench-NAME built from a variant, then 4 GB rows warm and cold with the
+# GPU's clocks sampled (nvidia-smi, read only) into $OUT/clocks-LABEL.csv; COLD=1 the disk's rate for records
+# read in pieces (record-read --pieces), a lone miss's read and upload (upload-bench), and the 4 GB cold rows
+# over readers and pieces (COLD_READERS_SPLITS). KBENCH
 # is the kernels-bench filter run first (default: the compute copy alone).
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
@@ -36,7 +40,7 @@ for alt in $D/kernels-bench-*; do
     $alt --bench "${KBENCH_ALT:-layer/}" --warm-up-time 1 --measurement-time 2 2>&1 | grep -E "time:|thrpt:|^[a-z_0-9]+/" | tee -a "$OUT/alt.txt"
 done
 sync; echo 3 > /proc/sys/vm/drop_caches
-[ -n "${RESIDENT_ONLY:-}${LOOKAHEAD:-}${PREFILL:-}" ] || $D/record-read $S --threads 1,8,16 --records 384 | tee "$OUT/disk.txt"
+[ -n "${RESIDENT_ONLY:-}${LOOKAHEAD:-}${PREFILL:-}" ] || $D/record-read $S --threads ${DISK_THREADS:-1,8,16} --pieces ${DISK_PIECES:-1} --records 384 | tee "$OUT/disk.txt"
 
 run() { # label, page cache (warm|cold), bench args...
     local label=$1 cache=$2; shift 2
@@ -47,7 +51,34 @@ run() { # label, page cache (warm|cold), bench args...
     echo "{\"label\":\"$label\",\"cache\":\"$cache\",\"run\":$line}" >> "$OUT/bench.jsonl"
     echo "$label $cache: $line" | cut -c1-120
 }
-if [ -n "${RESIDENT_ONLY:-}" ]; then
+# As run, with the SM and memory clocks sampled every 50 ms while it runs; prints their median and range.
+clocked() { # label, page cache, bench args...
+    nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw --format=csv,noheader,nounits -lms 50 > "$OUT/clocks-$1.csv" &
+    local smi=$!
+    run "$@"
+    kill $smi; wait $smi 2>/dev/null
+    python3 -c "import sys,statistics as s; r=[l.split(',') for l in open(sys.argv[1]) if l.strip()]; sm=[float(x[0]) for x in r]; p=[float(x[2]) for x in r]; print(sys.argv[2], 'SM MHz median', s.median(sm), 'min', min(sm), 'max', max(sm), '| W median', s.median(p), '| samples', len(r))" "$OUT/clocks-$1.csv" "$1"
+}
+if [ -n "${COLD:-}" ]; then
+sync; echo 3 > /proc/sys/vm/drop_caches
+$D/upload-bench --store $S --direct --threads 1 --records 64 --misses 32 --pieces 1,2,4 > "$OUT/upload.json" 2> /tmp/upload.err &&
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print('miss', m['method'], m['pieces'], 'read us', round(m['read_us']['mean']), 'upload us', round(m['upload_us']['mean']), 'total us p50', round(m['total_us']['p50']), 'mean', round(m['total_us']['mean'])) for m in d['miss']]" "$OUT/upload.json"
+for rs in ${COLD_READERS_SPLITS:-8:4 2:4 2:2 2:1 1:1 1:4}; do
+DECODE=32 run b4g-off-direct-r${rs%%:*}-s${rs#*:} cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 --readers ${rs%%:*} --read-split ${rs#*:}
+done
+elif [ -n "${KERNELS:-}" ]; then
+run resident warm --budget 100g --prompt-tokens 512
+run resident-no-run-ahead warm --budget 100g --prompt-tokens 16 --no-run-ahead
+for alt in $D/bench-*; do
+    [ -x "$alt" ] || continue
+    b=${alt#$D/bench-}
+    line=$(timeout 200 $alt --model $G --store $S --decode-tokens "$DECODE" --budget 100g --prompt-tokens 512 2> /tmp/alt.err)
+    echo "{\"label\":\"resident-$b\",\"cache\":\"warm\",\"run\":${line:-null}}" >> "$OUT/bench.jsonl"
+done
+clocked b4g-cyc-off warm --budget 4g --no-prefetch --prompt-tokens 16
+DECODE=32 clocked b4g-cyc-off-direct-r2 cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 --readers 2
+DECODE=32 clocked b4g-cyc-off-direct cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4
+elif [ -n "${RESIDENT_ONLY:-}" ]; then
 run resident warm --budget 100g --prompt-tokens 512
 run resident-no-run-ahead warm --budget 100g --prompt-tokens 16 --no-run-ahead
 elif [ -n "${STREAM:-}" ]; then
