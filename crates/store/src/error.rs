@@ -100,6 +100,12 @@ pub enum Error {
         /// What is wrong.
         what: String,
     },
+    /// A reader probe was asked for impossible counts.
+    #[error("bad reader probe: {what}")]
+    BadProbe {
+        /// What is wrong.
+        what: String,
+    },
     /// The store's ingest never finished.
     #[error(
         "the store in {dir} is incomplete (its ingest was interrupted); run the ingest again to resume it"

@@ -7,7 +7,8 @@
 //!   least every GiB so an ingest killed at any moment resumes and ends byte-identical to a clean one; the
 //!   manifest records the source's size, mtime and sha256 and a checksum per record and tensor.
 //! - [`Store::open`] refuses incomplete or foreign stores; [`Store::verify`] names the first bad record or
-//!   tensor; [`RecordReader`] reads records with `pread`, O_DIRECT where supported.
+//!   tensor; [`RecordReader`] reads records with `pread`, O_DIRECT where supported, and
+//!   [`RecordReader::probe_readers`] finds how many reader threads the disk serves fastest.
 //!
 //! It does not download models, run anything on a GPU, or know model architectures beyond the expert tensor
 //! names `blk.N.ffn_{gate,up,down}_exps.weight`.
@@ -42,6 +43,7 @@ mod error;
 mod ingest;
 mod layout;
 mod manifest;
+mod probe;
 mod store;
 
 pub use checksum::Sha256State;
@@ -53,4 +55,5 @@ pub use layout::{
     DenseData, DenseTensor, ExpertKey, ExpertLayout, Layout, RECORD_ALIGN, REGION_ALIGN, Region,
 };
 pub use manifest::{Checkpoint, FORMAT, FORMAT_VERSION, MANIFEST, Manifest, SourceInfo};
+pub use probe::{ReaderProbe, ThreadsRate};
 pub use store::{BUFFER_ALIGN, RecordBuf, RecordReader, Store};

@@ -1,0 +1,41 @@
+//! `RecordReader::probe_readers`: every candidate measured, the pick among them, bad counts refused. Which
+//! count is fastest depends on the disk, so no test asserts it.
+
+mod common;
+
+use common::{Shape, TempDir, write_model};
+use diskformer_store::{Error, IngestOptions, Store, ingest};
+
+fn store(tag: &str) -> (TempDir, Store) {
+    let dir = TempDir::new(tag);
+    let path = write_model(dir.path(), "m.gguf", &Shape::small(), 7);
+    ingest(&path, &dir.path().join("store"), &IngestOptions::default(), &mut |_| {}).unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    (dir, store)
+}
+
+#[test]
+fn probe_measures_every_candidate_and_picks_the_fewest_near_the_fastest() {
+    let (_dir, store) = store("probe");
+    for direct in [true, false] {
+        let reader = store.record_reader(direct).unwrap();
+        // More records than the 8 the store holds: the probe wraps around them.
+        let probe = reader.probe_readers(&[1, 2, 4], 12).unwrap();
+        assert_eq!(probe.rates.iter().map(|r| r.threads).collect::<Vec<_>>(), [1, 2, 4]);
+        assert!(probe.rates.iter().all(|r| r.bytes_per_sec > 0.0 && r.bytes_per_sec.is_finite()));
+        let fastest = probe.rates.iter().map(|r| r.bytes_per_sec).fold(0.0, f64::max);
+        let near = probe.rates.iter().filter(|r| r.bytes_per_sec >= 0.95 * fastest).map(|r| r.threads);
+        assert_eq!(Some(probe.best), near.min(), "{probe:?}");
+    }
+}
+
+#[test]
+fn probe_refuses_bad_counts() {
+    let (_dir, store) = store("probe-bad");
+    let reader = store.record_reader(false).unwrap();
+    for (candidates, records) in [(&[][..], 8), (&[0, 2][..], 8), (&[1, 8][..], 4)] {
+        let err = reader.probe_readers(candidates, records).unwrap_err();
+        assert!(matches!(err, Error::BadProbe { .. }), "{candidates:?} {records}: {err}");
+        assert!(err.to_string().contains("at least"), "{err}");
+    }
+}
