@@ -77,7 +77,8 @@ struct Args {
     /// Pieces a record is read, staged and uploaded in (ring upload; default: the engine's).
     #[arg(long)]
     read_split: Option<usize>,
-    /// Threads reading demand misses (default: the engine's).
+    /// Threads reading demand misses (default: the engine's, 8, or with --direct-io the count a probe of the
+    /// disk picks while the model loads).
     #[arg(long)]
     readers: Option<usize>,
     /// Tokens decoded after the prefill and before the decode is timed (the first one-token step builds
@@ -121,7 +122,7 @@ fn main() -> anyhow::Result<()> {
     opts.gpu_routing = !args.no_gpu_routing;
     opts.run_ahead = !args.no_run_ahead;
     opts.read_split = args.read_split.unwrap_or(opts.read_split);
-    opts.readers = args.readers.unwrap_or(opts.readers);
+    opts.readers = args.readers.or(opts.readers);
     opts.upload = match args.upload.as_str() {
         "ring" => UploadMethod::StagingRing(2),
         "write" => UploadMethod::WriteBuffer,
@@ -161,7 +162,11 @@ fn main() -> anyhow::Result<()> {
     let tokens = d.decode_tokens.max(1) as f64;
     // Loads run by the pool's threads (misses and prefetches): per-load read and upload times.
     let loads = (d.pool.misses + d.pool.prefetch_issued).max(1);
-    let out = serde_json::json!({
+    // The disk probe's rates (threads, GB/s) when it chose the readers.
+    let reader_probe = engine
+        .reader_probe()
+        .map(|p| p.rates.iter().map(|r| (r.threads, r.bytes_per_sec / 1e9)).collect::<Vec<_>>());
+    let mut out = serde_json::json!({
         "model": model.display().to_string(),
         "adapter": engine.adapter(),
         "shape": {"layers": c.block_count, "experts": c.expert_count, "top_k": c.expert_used_count,
@@ -176,7 +181,7 @@ fn main() -> anyhow::Result<()> {
         "direct_io": args.direct_io,
         "upload": args.upload,
         "read_split": opts.read_split,
-        "readers": opts.readers,
+        "readers": engine.readers(),
         "warmup_tokens": args.warmup_tokens,
         "load_s": load_s,
         "prefill_tokens": prefill.prefill_tokens,
@@ -201,6 +206,8 @@ fn main() -> anyhow::Result<()> {
                       "scratch": d.gpu_bytes.scratch, "staging": d.gpu_bytes.staging,
                       "total": d.gpu_bytes.total()},
     });
+    // Beside the rest: one more field would pass json!'s recursion limit.
+    out["reader_probe_gb_s"] = serde_json::json!(reader_probe);
     println!("{out}");
     Ok(())
 }

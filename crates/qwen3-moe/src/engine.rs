@@ -15,7 +15,7 @@ use diskformer_expert_stream::{
     Stats as PoolStats, UploadMethod,
 };
 use diskformer_kernels::{Context, Kernels, cpu, expert_gemm_groups};
-use diskformer_store::{IngestOptions, Store};
+use diskformer_store::{IngestOptions, ReaderProbe, Store};
 
 use crate::graph::{Bindings, Graph, KvCache, Scratch};
 use crate::stats::{EngineStats, GpuBytes};
@@ -40,8 +40,12 @@ pub struct EngineOptions {
     /// Which resident expert makes room (default cyclic, LRU aware of the layer cycle: on the H200 at a 4 GB
     /// budget it kept 90 % of demands hits where LRU kept 44 %, see BENCHMARKS.md).
     pub policy: EvictionPolicy,
-    /// Threads reading demand misses (default 8).
-    pub readers: usize,
+    /// Threads reading demand misses. `None` (default): 8 through the page cache; with O_DIRECT, the count the
+    /// disk serves fastest among 1, 2, 4 and 8, measured while the model loads
+    /// ([`RecordReader::probe_readers`](diskformer_store::RecordReader::probe_readers): 32 random records at
+    /// each count, ~0.6 GB). Disks differ: the H200 machine's served one outstanding read fastest, and there
+    /// cold decode ran 37 % faster with 1 reader than with 8 (BENCHMARKS.md); NVMe drives want many.
+    pub readers: Option<usize>,
     /// Read records with O_DIRECT, bypassing the page cache (default off).
     pub direct_io: bool,
     /// How records reach the pool (default: each reader's ring of 2 mapped staging buffers, read into
@@ -76,7 +80,7 @@ impl Default for EngineOptions {
             prefetch: true,
             lookahead: 2,
             policy: EvictionPolicy::Cyclic,
-            readers: 8,
+            readers: None,
             direct_io: false,
             upload: UploadMethod::StagingRing(2),
             read_split: 4,
@@ -151,6 +155,8 @@ pub struct Engine {
     resident_table: Option<(wgpu::Buffer, Vec<u32>)>,
     lookahead: u32,
     max_batch: u32,
+    /// What the disk probe measured, when it chose the readers.
+    reader_probe: Option<ReaderProbe>,
     /// Token ids whose keys and values the cache holds, position i at index i.
     cached: Vec<u32>,
     /// Slots pinned for the layer whose experts are recorded but not yet submitted.
@@ -244,6 +250,16 @@ impl Engine {
                 what: format!("{} layers; allowed 0..=8", opts.lookahead),
             });
         }
+        let reader = store.record_reader(opts.direct_io)?;
+        let reader_probe = match opts.readers {
+            None if reader.is_direct() => Some(reader.probe_readers(&PROBE_READERS, PROBE_RECORDS)?),
+            _ => None,
+        };
+        let readers = match (opts.readers, &reader_probe) {
+            (Some(n), _) => n.max(1),
+            (None, Some(probe)) => probe.best,
+            (None, None) => DEFAULT_READERS,
+        };
         let ctx_len = opts.max_context.unwrap_or(config.context_length.min(4096));
         if ctx_len == 0 || ctx_len > config.context_length {
             return Err(Error::BadOption {
@@ -271,8 +287,7 @@ impl Engine {
             UploadMethod::StagingRing(len) => {
                 let record = experts.record_bytes as usize;
                 let demand = StagingRing::bytes(record, len, opts.read_split);
-                opts.readers.max(1) as u64 * demand
-                    + prefetch_threads as u64 * StagingRing::bytes(record, len, 1)
+                readers as u64 * demand + prefetch_threads as u64 * StagingRing::bytes(record, len, 1)
             }
             _ => 0,
         };
@@ -326,12 +341,11 @@ impl Engine {
         let kv = KvCache::new(&device, &config, ctx_len);
         let scratch = Scratch::new(&device, &config, vocab, ctx_len, max_batch, lookahead);
         let gpu_pool = GpuPool::new(&ctx, &experts, slots)?;
-        let backend = GpuBackend::new(gpu_pool, store.record_reader(opts.direct_io)?)?
-            .with_method(opts.upload)
-            .with_read_split(opts.read_split);
+        let backend =
+            GpuBackend::new(gpu_pool, reader)?.with_method(opts.upload).with_read_split(opts.read_split);
         let mut pc = PoolConfig::new(slots, config.block_count, config.expert_count);
         pc.policy = opts.policy;
-        pc.readers = opts.readers.max(1);
+        pc.readers = readers;
         pc.max_prefetch_in_flight = prefetch_threads;
         pc.prefetch_reserve = top_k as usize;
         let pool = ExpertPool::new(backend, pc)?;
@@ -370,6 +384,7 @@ impl Engine {
             resident_table,
             lookahead,
             max_batch,
+            reader_probe,
             cached: Vec::new(),
             held: None,
             next_step: None,
@@ -416,6 +431,16 @@ impl Engine {
     /// Expert slots in the pool.
     pub fn pool_slots(&self) -> usize {
         self.pool.backend().pool().slots()
+    }
+
+    /// Threads reading demand misses: [`EngineOptions::readers`], or the count the disk probe picked.
+    pub fn readers(&self) -> usize {
+        self.pool.config().readers
+    }
+
+    /// The disk probe's rates, when it chose [`Engine::readers`] (O_DIRECT and no count given).
+    pub fn reader_probe(&self) -> Option<&ReaderProbe> {
+        self.reader_probe.as_ref()
     }
 
     /// Whether every expert is resident and routing stays on the GPU (no per-layer readback).
@@ -743,6 +768,12 @@ impl Engine {
         HeadShape { hidden: self.config.embedding_length, vocab: self.vocab, tokens }
     }
 }
+
+/// Demand readers when [`EngineOptions::readers`] is `None` and reads go through the page cache.
+const DEFAULT_READERS: usize = 8;
+/// Reader counts the O_DIRECT probe tries, and the random records it reads at each.
+const PROBE_READERS: [usize; 4] = [1, 2, 4, 8];
+const PROBE_RECORDS: usize = 32;
 
 /// A greedy one-token step queued before the pick it runs on was read (see [`EngineOptions::run_ahead`]).
 struct RunAhead {

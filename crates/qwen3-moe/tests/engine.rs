@@ -72,17 +72,24 @@ fn batched_prefill_pool_sizes_and_prefix_reuse_agree() {
     }
 
     // Streaming through 5 slots with records read in pieces (O_DIRECT: read ahead, one piece at a time;
-    // page cache: pieces on their own threads while few loads run) or whole, by one reader or several.
-    for (direct_io, read_split, readers) in [(true, 4, 8), (true, 1, 1), (false, 4, 1), (false, 1, 2)] {
+    // page cache: pieces on their own threads while few loads run) or whole, by one reader or several; with
+    // O_DIRECT and no count given, as many as a probe of the disk picks.
+    let cases =
+        [(true, 4, Some(8)), (true, 1, Some(1)), (false, 4, Some(1)), (false, 1, Some(2)), (true, 4, None)];
+    for (direct_io, read_split, readers) in cases {
         let mut e = open(&m, |o| {
             o.pool_slots = Some(5);
             o.direct_io = direct_io;
             o.read_split = read_split;
             o.readers = readers;
         });
+        match readers {
+            Some(n) => assert_eq!(e.readers(), n),
+            None => assert!([1, 2, 4, 8].contains(&e.readers()), "probed {} readers", e.readers()),
+        }
         let got = e.prefill(&PROMPT, false).unwrap();
         let d = max_diff(&got, &want);
-        assert!(d < 1e-4, "O_DIRECT {direct_io}, {read_split} pieces, {readers} readers: {d}");
+        assert!(d < 1e-4, "O_DIRECT {direct_io}, {read_split} pieces, {readers:?} readers: {d}");
         assert!(e.stats().pool.misses > 0, "the pool streamed");
     }
 
