@@ -10,7 +10,7 @@
 # .device/bench and each .device/bench-NAME built from a variant, then 4 GB rows warm and cold with the
 # GPU's clocks sampled (nvidia-smi, read only) into $OUT/clocks-LABEL.csv; COLD=1 the disk's rate for records
 # read in pieces (record-read --pieces), a lone miss's read and upload (upload-bench), and the 4 GB cold rows
-# over readers and pieces (COLD_READERS_SPLITS). KBENCH
+# over readers and pieces (COLD_READERS_SPLITS; WARM_ROWS=1 adds the resident and 4 GB page-cache rows). KBENCH
 # is the kernels-bench filter run first (default: the compute copy alone).
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
@@ -63,8 +63,14 @@ if [ -n "${COLD:-}" ]; then
 sync; echo 3 > /proc/sys/vm/drop_caches
 $D/upload-bench --store $S --direct --threads 1 --records 64 --misses 32 --pieces 1,2,4 > "$OUT/upload.json" 2> /tmp/upload.err &&
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print('miss', m['method'], m['pieces'], 'read us', round(m['read_us']['mean']), 'upload us', round(m['upload_us']['mean']), 'total us p50', round(m['total_us']['p50']), 'mean', round(m['total_us']['mean'])) for m in d['miss']]" "$OUT/upload.json"
-for rs in ${COLD_READERS_SPLITS:-8:4 2:4 2:2 2:1 1:1 1:4}; do
-DECODE=32 run b4g-off-direct-r${rs%%:*}-s${rs#*:} cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 --readers ${rs%%:*} --read-split ${rs#*:}
+if [ -n "${WARM_ROWS:-}" ]; then
+run resident warm --budget 100g --prompt-tokens 512
+run b4g-cyc-off warm --budget 4g --no-prefetch --prompt-tokens 16
+fi
+# readers:pieces; readers "p" leaves the count to the engine's disk probe.
+for rs in ${COLD_READERS_SPLITS:-p:4 8:4 2:4 2:2 2:1 1:1 1:4}; do
+r=${rs%%:*}; readers=(--readers "$r"); [ "$r" = p ] && readers=()
+DECODE=32 run b4g-off-direct-r$r-s${rs#*:} cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 "${readers[@]}" --read-split ${rs#*:}
 done
 elif [ -n "${KERNELS:-}" ]; then
 run resident warm --budget 100g --prompt-tokens 512
@@ -138,7 +144,7 @@ fi
 
 python3 - "$OUT/bench.jsonl" <<'PY' 2>/dev/null || cat "$OUT/bench.jsonl"
 import json, sys
-print(f"{'run':22} {'cache':5} {'slots':>5} {'dec tok/s':>9} {'pre tok/s':>9} {'hit':>6} {'MB/tok':>7} {'stall ms':>8} {'gpuwait':>7} {'host ms':>7} {'rec ms':>6} {'sub ms':>6} {'ld/tok':>6} {'rd/ld':>6} {'up/ld':>6} {'GPU GB':>6}")
+print(f"{'run':22} {'cache':5} {'slots':>5} {'dec tok/s':>9} {'pre tok/s':>9} {'hit':>6} {'MB/tok':>7} {'stall ms':>8} {'gpuwait':>7} {'host ms':>7} {'rec ms':>6} {'sub ms':>6} {'ld/tok':>6} {'rd/ld':>6} {'up/ld':>6} {'GPU GB':>6} {'rdrs':>4}")
 for l in open(sys.argv[1]):
     d = json.loads(l); r = d["run"]
     if r is None:
@@ -147,5 +153,7 @@ for l in open(sys.argv[1]):
     print(f"{d['label']:22} {d['cache']:5} {r['pool_slots']:5} {r['decode_tok_s']:9.2f} {r['prefill_tok_s']:9.1f} {hit:>6} "
           f"{r['bytes_read_per_token']/1e6:7.1f} {r['stall_ms_per_token']:8.2f} {r['gpu_wait_ms_per_token']:7.2f} {r['host_ms_per_token']:7.2f} "
           f"{r.get('record_ms_per_token', 0):6.2f} {r.get('submit_ms_per_token', 0):6.2f} "
-          f"{r.get('loads_per_token', 0):6.1f} {r.get('read_ms_per_load', 0):6.2f} {r.get('upload_ms_per_load', 0):6.2f} {r['gpu_bytes']['total']/1e9:6.2f}")
+          f"{r.get('loads_per_token', 0):6.1f} {r.get('read_ms_per_load', 0):6.2f} {r.get('upload_ms_per_load', 0):6.2f} {r['gpu_bytes']['total']/1e9:6.2f} {r.get('readers', 0):4}")
+    if r.get("reader_probe_gb_s"):
+        print(f"{'':22} disk probe (threads, GB/s): " + ", ".join(f"{t}: {g:.2f}" for t, g in r["reader_probe_gb_s"]))
 PY
