@@ -12,7 +12,10 @@
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use diskformer_kernels::{AttentionShape, Context, Dispatch, ExpertPlanes, Kernels, Q8Matrix};
+use diskformer_kernels::{
+    AttentionShape, Context, Dispatch, ExpertPlanes, Kernels, Q8Matrix, expert_gemm_group_bound,
+    expert_gemm_groups,
+};
 
 const ROTATION_BYTES: u64 = 256 << 20;
 
@@ -533,6 +536,78 @@ fn benches(c: &mut Criterion) {
     bench_expert(c, &g);
     bench_small(c, &g);
     bench_layer(c, &g);
+    bench_prefill(c, &g);
+}
+
+/// The GEMMs of one layer of a 256-token prefill chunk at Qwen3-30B-A3B's shapes, throughput in
+/// multiply-adds ×2 (FLOP): the dense q‖k‖v and o projections (`q8_gemm`), and the expert GEMM over the
+/// chunk's 2,048 (token, pick) pairs grouped by slot (8 distinct picks a token from 128 experts, one slot
+/// each) with the dispatch sized by the group bound (`bound`, what the engine runs) or by the pair count
+/// (`padded`, what it ran before: most workgroups find a count-0 group and leave). Consecutive dispatches
+/// write different outputs; the weights (up to 384 MB of expert slots) are the same each time.
+fn bench_prefill(c: &mut Criterion, g: &Gpu) {
+    let mut group = c.benchmark_group("prefill");
+    let (t, k, experts) = (256u32, 8u32, 128u32);
+    let k_ = &g.sg;
+    for (name, rows, cols) in
+        [("q8_gemm/qkv_5120x2048_t256", 5120u32, 2048u32), ("q8_gemm/wo_2048x4096_t256", 2048, 4096)]
+    {
+        let qbytes = u64::from(rows) * u64::from(cols);
+        let (q, s) = (buffer(g, qbytes, 1), buffer(g, qbytes / 16, 2));
+        let x = buffer(g, 4 * u64::from(t * cols), 3);
+        let ys: Vec<wgpu::Buffer> = (0..4).map(|i| buffer(g, 4 * u64::from(t * rows), 4 + i)).collect();
+        let w = Q8Matrix { q: (&q).into(), scales: (&s).into(), rows, cols };
+        let ds: Vec<Dispatch> =
+            ys.iter().map(|y| k_.q8_gemm(w, (&x).into(), y.into(), t).expect("bind")).collect();
+        group.throughput(Throughput::Elements(2 * qbytes * u64::from(t)));
+        group.bench_function(name, |b| b.iter_custom(|iters| time(g, &ds, iters)));
+    }
+    // The chunk's picks: 8 distinct experts a token, an LCG over the 128.
+    let pairs = t * k;
+    let mut state = 12_345u64;
+    let mut picks = Vec::with_capacity(pairs as usize);
+    for _ in 0..t {
+        let mut token: Vec<u32> = Vec::with_capacity(k as usize);
+        while token.len() < k as usize {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let e = (state >> 33) as u32 % experts;
+            if !token.contains(&e) {
+                token.push(e);
+            }
+        }
+        picks.extend(token);
+    }
+    let bound = expert_gemm_group_bound(pairs as usize, experts as usize);
+    for (name, rows, cols, x_div) in [
+        ("expert_q8_gemm/gate_up_1536x2048", 1536u32, 2048u32, k),
+        ("expert_q8_gemm/down_2048x768", 2048, 768, 1),
+    ] {
+        let slot_q = u64::from(rows) * u64::from(cols);
+        let (q, s) =
+            (buffer(g, u64::from(experts) * slot_q, 5), buffer(g, u64::from(experts) * slot_q / 16, 6));
+        let planes =
+            ExpertPlanes { q: (&q).into(), scales: (&s).into(), slots: experts, first_slot: 0, rows, cols };
+        let x = buffer(g, 4 * u64::from(pairs / x_div * cols), 7);
+        let ys: Vec<wgpu::Buffer> = (0..4).map(|i| buffer(g, 4 * u64::from(pairs * rows), 8 + i)).collect();
+        group.throughput(Throughput::Elements(2 * slot_q * u64::from(pairs)));
+        for (variant, len) in [("bound", bound), ("padded", pairs as usize)] {
+            let (groups, order) = expert_gemm_groups(&picks, len);
+            let gb = buffer(g, 16 * len as u64, 9);
+            let ob = buffer(g, 4 * u64::from(pairs), 10);
+            g.ctx.queue.write_buffer(&gb, 0, bytemuck::cast_slice(&groups));
+            g.ctx.queue.write_buffer(&ob, 0, bytemuck::cast_slice(&order));
+            let sizes = (pairs, len as u32);
+            let ds: Vec<Dispatch> = ys
+                .iter()
+                .map(|y| {
+                    let (x, gb, ob, y) = ((&x).into(), (&gb).into(), (&ob).into(), y.into());
+                    k_.expert_q8_gemm(planes, x, gb, ob, y, sizes, x_div).expect("bind")
+                })
+                .collect();
+            group.bench_function(format!("{name}/{variant}"), |b| b.iter_custom(|iters| time(g, &ds, iters)));
+        }
+    }
+    group.finish();
 }
 
 /// One decode layer of Qwen3-30B-A3B as the engine records it (t = 1, every expert resident, cache filled

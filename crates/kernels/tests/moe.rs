@@ -7,7 +7,8 @@ mod common;
 
 use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
 use diskformer_kernels::{
-    ExpertPlanes, ExpertSlotsParams, Kernels, MoeCombineNormParams, MoeCombineParams, cpu, expert_gemm_groups,
+    ExpertPlanes, ExpertSlotsParams, Kernels, MoeCombineNormParams, MoeCombineParams, cpu,
+    expert_gemm_group_bound, expert_gemm_groups,
 };
 
 #[test]
@@ -169,11 +170,13 @@ fn check_expert_kernel(
     let (xb, ib) = (upload(g, &x), upload(g, slot_idx));
     let y = poisoned(g, 4 * pairs * p.rows);
     let planes = p.planes();
-    let (groups, order) = expert_gemm_groups(slot_idx);
+    let groups_len = expert_gemm_group_bound(pairs, p.slots);
+    let (groups, order) = expert_gemm_groups(slot_idx, groups_len);
     let (gb, ob) = (upload(g, &groups), upload(g, &order));
     let (pairs_u, x_div_u) = (pairs as u32, x_div as u32);
+    let sizes = (pairs_u, groups_len as u32);
     let d = if gemm {
-        k.expert_q8_gemm(planes, (&xb).into(), (&gb).into(), (&ob).into(), (&y).into(), pairs_u, x_div_u)
+        k.expert_q8_gemm(planes, (&xb).into(), (&gb).into(), (&ob).into(), (&y).into(), sizes, x_div_u)
     } else {
         k.expert_q8_gemv(planes, (&xb).into(), (&ib).into(), (&y).into(), pairs_u, x_div_u)
     }
@@ -274,11 +277,13 @@ fn check_expert_q4_kernel(
     let (xb, ib) = (upload(g, &x), upload(g, slot_idx));
     let y = poisoned(g, 4 * pairs * p.rows);
     let planes = p.planes();
-    let (groups, order) = expert_gemm_groups(slot_idx);
+    let groups_len = expert_gemm_group_bound(pairs, p.slots);
+    let (groups, order) = expert_gemm_groups(slot_idx, groups_len);
     let (gb, ob) = (upload(g, &groups), upload(g, &order));
     let (pairs_u, x_div_u) = (pairs as u32, x_div as u32);
+    let sizes = (pairs_u, groups_len as u32);
     let d = if gemm {
-        k.expert_q4_gemm(planes, (&xb).into(), (&gb).into(), (&ob).into(), (&y).into(), pairs_u, x_div_u)
+        k.expert_q4_gemm(planes, (&xb).into(), (&gb).into(), (&ob).into(), (&y).into(), sizes, x_div_u)
     } else {
         k.expert_q4_gemv(planes, (&xb).into(), (&ib).into(), (&y).into(), pairs_u, x_div_u)
     }
@@ -380,8 +385,23 @@ fn expert_gemm_grouped_pairs() {
     // of 8 holds, and the pool splits into 5 parts under a 32 KiB binding limit.
     let small = pool(g, &mut rng, 10, 64, 256);
     let chunk = chunk_picks(&mut rng, 12, 8, 10);
-    let (groups, _) = expert_gemm_groups(&chunk);
+    let (groups, _) = expert_gemm_groups(&chunk, expert_gemm_group_bound(chunk.len(), 10));
     assert!(groups.iter().any(|g| g[2] == 8) && groups.iter().any(|g| g[2] == 0), "groups {groups:?}");
+    // The bound holds however the pairs fall: all on one slot, one each, and random chunks.
+    let one_slot = vec![3u32; 20];
+    let each_own: Vec<u32> = (0..20).collect();
+    let mut cases = vec![one_slot, each_own];
+    cases.extend((0..20).map(|i| chunk_picks(&mut rng, 1 + i % 7, 8, 10)));
+    for picks in cases {
+        let distinct = picks.iter().collect::<std::collections::HashSet<_>>().len();
+        let bound = expert_gemm_group_bound(picks.len(), distinct);
+        let (groups, order) = expert_gemm_groups(&picks, bound);
+        assert_eq!(groups.len(), bound);
+        assert_eq!(groups.iter().map(|g| g[2] as usize).sum::<usize>(), picks.len(), "{picks:?}");
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..picks.len() as u32).collect::<Vec<_>>());
+    }
     let split = Kernels::new(&g.ctx).with_max_binding(32 << 10);
     for k in [&g.kernels, &g.plain] {
         check_expert_gemm(g, k, &small, &chunk, 8, 71, 1);

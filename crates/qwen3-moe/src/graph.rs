@@ -4,7 +4,7 @@
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
     AttentionShape, Dispatch, ExpertPlanes, Kernels, KvCacheViews, MoeCombineNormParams, Q8Matrix,
-    QkvRopeStoreParams, View, argmax_partial_len,
+    QkvRopeStoreParams, View, argmax_partial_len, expert_gemm_group_bound,
 };
 
 use crate::weights::{Weights, storage, storage_size};
@@ -151,7 +151,7 @@ impl<B> ScratchOf<B> {
             pick_ids: out("pick ids", t * k),
             pick_weights: b("pick weights", t * k),
             slot_idx: per_layer("slot idx", t * k),
-            gemm_groups: per_layer("gemm groups", 4 * t * k),
+            gemm_groups: per_layer("gemm groups", 4 * u64::from(gemm_groups_len(c, max_t))),
             gemm_order: per_layer("gemm order", t * k),
             gate_up: b("gate_up", t * k * 2 * f),
             act: b("act", t * k * f),
@@ -314,6 +314,7 @@ impl Graph {
         let gate_up = planes(Plane::GateUpQ, Plane::GateUpScales, 2 * ffn, h);
         let down = planes(Plane::DownQ, Plane::DownScales, h, ffn);
         let pairs = t * top_k;
+        let sizes = PairSizes { t, pairs, groups: gemm_groups_len(c, t) };
         let v = View::from;
         let mut layers = Vec::with_capacity(w.layers.len());
         for (l, lw) in w.layers.iter().enumerate() {
@@ -397,7 +398,7 @@ impl Graph {
                     k.expert_q8_gemv_gate_up_swiglu(part, v(&s.xn), slots, v(&s.act), pairs, top_k)?
                 } else {
                     let input = ExpertInput::Shared(v(&s.xn));
-                    k.expert_matmul(part, input, s, l, v(&s.gate_up), (t, pairs), b.q4_experts)?
+                    k.expert_matmul(part, input, s, l, v(&s.gate_up), sizes, b.q4_experts)?
                 });
             }
             // Other one-token steps (Q4_0 experts, or F not a multiple of 16): the down GEMV applies SwiGLU
@@ -417,7 +418,7 @@ impl Graph {
                     s,
                     l,
                     v(&s.down),
-                    (t, pairs),
+                    sizes,
                     b.q4_experts,
                 )?);
             }
@@ -492,6 +493,21 @@ enum ExpertInput<'a> {
     SwiGlu(View<'a>),
 }
 
+/// The (token, pick) pairs of a step: `t` tokens, `pairs` = t·k, and for chunks the GEMM's group entries
+/// ([`gemm_groups_len`]).
+#[derive(Clone, Copy)]
+struct PairSizes {
+    t: u32,
+    pairs: u32,
+    groups: u32,
+}
+
+/// Entries of a chunk's expert GEMM groups, the GEMM dispatch's workgroup rows: the most that t·k pairs over
+/// a layer's experts make ([`expert_gemm_group_bound`]).
+pub(crate) fn gemm_groups_len(c: &Config, t: u32) -> u32 {
+    expert_gemm_group_bound((t * c.expert_used_count) as usize, c.expert_count as usize) as u32
+}
+
 /// Expert projections: for one token the slot-indexed GEMV, for a chunk the GEMM over pairs grouped by slot
 /// (each expert's weights read once per 8 pairs instead of once per pair); Q8_0 or Q4_0 kernels by the store.
 trait ExpertProjection {
@@ -503,7 +519,7 @@ trait ExpertProjection {
         s: &Scratch,
         layer: usize,
         y: View<'_>,
-        t_pairs: (u32, u32),
+        sizes: PairSizes,
         q4: bool,
     ) -> diskformer_kernels::Result<Dispatch>;
 }
@@ -516,11 +532,11 @@ impl ExpertProjection for Kernels {
         s: &Scratch,
         layer: usize,
         y: View<'_>,
-        (t, pairs): (u32, u32),
+        PairSizes { t, pairs, groups }: PairSizes,
         q4: bool,
     ) -> diskformer_kernels::Result<Dispatch> {
         let slot_idx = View::from(&s.slot_idx[layer]);
-        let (groups, order) = (View::from(&s.gemm_groups[layer]), View::from(&s.gemm_order[layer]));
+        let (group_buf, order) = (View::from(&s.gemm_groups[layer]), View::from(&s.gemm_order[layer]));
         let k = pairs / t;
         let (x, x_div) = match x {
             ExpertInput::Shared(x) => (x, k),
@@ -537,8 +553,8 @@ impl ExpertProjection for Kernels {
         match (t == 1, q4) {
             (true, false) => self.expert_q8_gemv(pool, x, slot_idx, y, pairs, x_div),
             (true, true) => self.expert_q4_gemv(pool, x, slot_idx, y, pairs, x_div),
-            (false, false) => self.expert_q8_gemm(pool, x, groups, order, y, pairs, x_div),
-            (false, true) => self.expert_q4_gemm(pool, x, groups, order, y, pairs, x_div),
+            (false, false) => self.expert_q8_gemm(pool, x, group_buf, order, y, (pairs, groups), x_div),
+            (false, true) => self.expert_q4_gemm(pool, x, group_buf, order, y, (pairs, groups), x_div),
         }
     }
 }

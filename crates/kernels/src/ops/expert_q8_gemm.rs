@@ -28,10 +28,20 @@ const _: () = assert!(size_of::<ExpertQ8GemmParams>() == 32);
 /// Pairs per group of `expert_q8_gemm.wgsl` (its `TB`).
 pub const EXPERT_GEMM_GROUP: usize = 8;
 
+/// Most groups [`expert_gemm_groups`] makes of `pairs` pairs over at most `slots` distinct slots: each
+/// slot's pairs in runs of [`EXPERT_GEMM_GROUP`], at most one of them short, so ⌊P/8⌋ + min(P, slots). The
+/// GEMM's dispatch has this many workgroup rows (a chunk of 256 tokens over 128 experts: 384, not 2,048).
+pub fn expert_gemm_group_bound(pairs: usize, slots: usize) -> usize {
+    pairs / EXPERT_GEMM_GROUP + pairs.min(slots)
+}
+
 /// Groups (token, pick) pairs by slot for [`Kernels::expert_q8_gemm`]: returns `groups` (`[slot, first,
-/// count, 0]`, at most [`EXPERT_GEMM_GROUP`] pairs each, padded with zero-count groups to P entries, the
+/// count, 0]`, at most [`EXPERT_GEMM_GROUP`] pairs each, padded with zero-count groups to `len` entries, the
 /// dispatch size) and `order` (the pair ids, grouped). Slots appear in first-use order.
-pub fn expert_gemm_groups(slot_idx: &[u32]) -> (Vec<[u32; 4]>, Vec<u32>) {
+///
+/// # Panics
+/// When the pairs make more than `len` groups: size `len` by [`expert_gemm_group_bound`].
+pub fn expert_gemm_groups(slot_idx: &[u32], len: usize) -> (Vec<[u32; 4]>, Vec<u32>) {
     let mut slots: Vec<u32> = Vec::new();
     for &s in slot_idx {
         if !slots.contains(&s) {
@@ -47,7 +57,13 @@ pub fn expert_gemm_groups(slot_idx: &[u32]) -> (Vec<[u32; 4]>, Vec<u32>) {
             order.extend_from_slice(chunk);
         }
     }
-    groups.resize(slot_idx.len(), [0; 4]);
+    assert!(
+        groups.len() <= len,
+        "{} groups of {} pairs exceed the {len} given",
+        groups.len(),
+        slot_idx.len()
+    );
+    groups.resize(len, [0; 4]);
     (groups, order)
 }
 
@@ -55,7 +71,8 @@ impl Kernels {
     /// Expert Q8_0 GEMM for prefill over P (token, pick) pairs grouped by slot (see
     /// [`expert_gemm_groups`]): each group's weights are read once for its up to 8 pairs. Results equal
     /// [`Kernels::expert_q8_gemv`] with the same picks.
-    /// Shapes: `x [P / x_div, cols] f32`, `groups [P] [u32; 4]`, `order [P] u32`, pool planes,
+    /// One workgroup row per entry of `groups` (G = `groups_len`, at least [`expert_gemm_group_bound`]).
+    /// Shapes: `x [P / x_div, cols] f32`, `groups [G] [u32; 4]`, `order [P] u32`, pool planes,
     /// `y [P, rows] f32`.
     ///
     /// # Errors
@@ -68,10 +85,11 @@ impl Kernels {
         groups: View<'_>,
         order: View<'_>,
         y: View<'_>,
-        pairs: u32,
+        (pairs, groups_len): (u32, u32),
         x_div: u32,
     ) -> Result<Dispatch> {
-        self.expert_gemm(Kernel::ExpertQ8Gemm, Q8_0_BLOCK_BYTES, pool, x, groups, order, y, pairs, x_div)
+        let sizes = (pairs, groups_len);
+        self.expert_gemm(Kernel::ExpertQ8Gemm, Q8_0_BLOCK_BYTES, pool, x, groups, order, y, sizes, x_div)
     }
 
     /// [`Kernels::expert_q8_gemm`] over Q4_0 pool planes (as [`Kernels::expert_q4_gemv`]): results equal
@@ -87,10 +105,11 @@ impl Kernels {
         groups: View<'_>,
         order: View<'_>,
         y: View<'_>,
-        pairs: u32,
+        (pairs, groups_len): (u32, u32),
         x_div: u32,
     ) -> Result<Dispatch> {
-        self.expert_gemm(Kernel::ExpertQ4Gemm, Q4_0_BLOCK_BYTES, pool, x, groups, order, y, pairs, x_div)
+        let sizes = (pairs, groups_len);
+        self.expert_gemm(Kernel::ExpertQ4Gemm, Q4_0_BLOCK_BYTES, pool, x, groups, order, y, sizes, x_div)
     }
 
     /// The launcher shared by the grouped expert GEMMs, which differ only in their shader and the quant-plane
@@ -105,17 +124,20 @@ impl Kernels {
         groups: View<'_>,
         order: View<'_>,
         y: View<'_>,
-        pairs: u32,
+        (pairs, groups_len): (u32, u32),
         x_div: u32,
     ) -> Result<Dispatch> {
         let b = self.binder(kernel);
-        let pp = u64::from(pairs);
-        let index = [("groups", groups, f32s(4 * pp)), ("order", order, f32s(pp))];
+        let (pp, gl) = (u64::from(pairs), u64::from(groups_len));
+        b.ensure(gl > 0, || "needs at least one group".to_string())?;
+        let index = [("groups", groups, f32s(4 * gl)), ("order", order, f32s(pp))];
         let grid = PoolGrid { rows_per_group: 8, x_row: u64::from(pool.cols), y_row: u64::from(pool.rows) };
         let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, y, pairs, x_div, grid)?;
+        let groups_dim = b.groups("groups", gl)?;
         let out = parts
             .into_iter()
-            .map(|part| {
+            .map(|mut part| {
+                part.dims[1] = groups_dim;
                 let p = ExpertQ8GemmParams {
                     rows: pool.rows,
                     cols: pool.cols,

@@ -32,7 +32,9 @@ pub use attention_combine::AttentionCombineParams;
 pub use attention_split::AttentionSplitParams;
 pub use embed_q8::EmbedQ8Params;
 pub use expert_q4_gemv::ExpertQ4GemvParams;
-pub use expert_q8_gemm::{EXPERT_GEMM_GROUP, ExpertQ8GemmParams, expert_gemm_groups};
+pub use expert_q8_gemm::{
+    EXPERT_GEMM_GROUP, ExpertQ8GemmParams, expert_gemm_group_bound, expert_gemm_groups,
+};
 pub use expert_q8_gemv::{ExpertPlanes, ExpertQ8GemvParams};
 pub use expert_slots::ExpertSlotsParams;
 pub use f32_gemv::F32GemvParams;
