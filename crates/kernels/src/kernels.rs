@@ -22,6 +22,8 @@ pub enum Kernel {
     Q8GemvRows2,
     /// Q8_0 GEMM over T tokens (prefill).
     Q8Gemm,
+    /// Q8_0 GEMM over T tokens through workgroup-memory tiles of 64 rows x 32 tokens (prefill).
+    Q8GemmTiled,
     /// F32 GEMV over T inputs (the router).
     F32Gemv,
     /// Per-head QK RMSNorm then NeoX RoPE.
@@ -74,12 +76,13 @@ const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 25] = [
+    pub const ALL: [Kernel; 26] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
         Kernel::Q8GemvRows2,
         Kernel::Q8Gemm,
+        Kernel::Q8GemmTiled,
         Kernel::F32Gemv,
         Kernel::QkNormRope,
         Kernel::KvStore,
@@ -110,6 +113,7 @@ impl Kernel {
             Kernel::Q8Gemv => "q8_gemv",
             Kernel::Q8GemvRows2 => "q8_gemv_rows2",
             Kernel::Q8Gemm => "q8_gemm",
+            Kernel::Q8GemmTiled => "q8_gemm_tiled",
             Kernel::F32Gemv => "f32_gemv",
             Kernel::QkNormRope => "qk_norm_rope",
             Kernel::KvStore => "kv_store",
@@ -155,7 +159,7 @@ impl Kernel {
             Kernel::EmbedQ8 => size_of::<EmbedQ8Params>(),
             Kernel::RmsNorm => size_of::<RmsNormParams>(),
             Kernel::Q8Gemv | Kernel::Q8GemvRows2 => size_of::<Q8GemvParams>(),
-            Kernel::Q8Gemm => size_of::<Q8GemmParams>(),
+            Kernel::Q8Gemm | Kernel::Q8GemmTiled => size_of::<Q8GemmParams>(),
             Kernel::F32Gemv => size_of::<F32GemvParams>(),
             Kernel::QkNormRope => size_of::<QkNormRopeParams>(),
             Kernel::KvStore => size_of::<KvStoreParams>(),
@@ -185,6 +189,7 @@ impl Kernel {
             Kernel::Q8Gemv => include_str!("wgsl/q8_gemv.wgsl"),
             Kernel::Q8GemvRows2 => include_str!("wgsl/q8_gemv_rows2.wgsl"),
             Kernel::Q8Gemm => include_str!("wgsl/q8_gemm.wgsl"),
+            Kernel::Q8GemmTiled => include_str!("wgsl/q8_gemm_tiled.wgsl"),
             Kernel::F32Gemv => include_str!("wgsl/f32_gemv.wgsl"),
             Kernel::QkNormRope => include_str!("wgsl/qk_norm_rope.wgsl"),
             Kernel::KvStore => include_str!("wgsl/kv_store.wgsl"),
@@ -239,6 +244,7 @@ impl Kernel {
             | Kernel::QkNormRope
             | Kernel::QkvRopeStore => &[RMS_SCALE],
             Kernel::RouterTopk | Kernel::RouterTopkSlots => &[ROUTER_TOPK_CORE],
+            Kernel::Q8GemmTiled => &[Q8_HELPERS],
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
             Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],
             k if k.has_subgroup_variant() && subgroups => &[ROW_SUM_SUBGROUP, Q8_HELPERS],

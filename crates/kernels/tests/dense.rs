@@ -23,6 +23,7 @@ fn check_q8_gemv(g: &Gpu, k: &Kernels, rows: usize, cols: usize, tokens: usize, 
 
 fn check_q8_gemm(g: &Gpu, k: &Kernels, rows: usize, cols: usize, tokens: usize, seed: u64, min_parts: usize) {
     check_q8(g, k, rows, cols, tokens, seed, min_parts, "q8_gemm");
+    check_q8(g, k, rows, cols, tokens, seed, min_parts, "q8_gemm_tiled");
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -45,6 +46,7 @@ fn check_q8(
     let w = Q8Matrix { q: (&qb).into(), scales: (&sb).into(), rows: rows as u32, cols: cols as u32 };
     let d = match name {
         "q8_gemm" => k.q8_gemm(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
+        "q8_gemm_tiled" => k.q8_gemm_tiled(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
         "q8_gemv_rows2" => k.q8_gemv_rows2(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
         _ => k.q8_gemv(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
     };
@@ -100,11 +102,14 @@ fn q8_gemv_lm_head_split() {
 fn q8_gemm_token_blocks() {
     let g = gpu_or_skip!();
     for k in [&g.kernels, &g.plain] {
-        // Token counts around the 8-token block: 1, a full block, a block and one, several.
+        // Token counts around the 8-token block (and the tiled kernel's 32): 1, a full block, a block and
+        // one, several; rows around its 64-row block.
         check_q8_gemm(g, k, 512, 2048, 1, 20, 1);
         check_q8_gemm(g, k, 512, 2048, 8, 21, 1);
         check_q8_gemm(g, k, 300, 2048, 9, 22, 1);
         check_q8_gemm(g, k, 37, 96, 19, 23, 1);
+        check_q8_gemm(g, k, 65, 256, 33, 26, 1);
+        check_q8_gemm(g, k, 128, 64, 32, 27, 1);
     }
     // Real projection shape over a chunk, and the split.
     check_q8_gemm(g, &g.kernels, 4096, 2048, 12, 24, 1);

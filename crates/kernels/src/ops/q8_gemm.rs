@@ -61,4 +61,47 @@ impl Kernels {
         }
         Ok(b.finish(out))
     }
+
+    /// [`Kernels::q8_gemm`] through workgroup-memory tiles (`q8_gemm_tiled.wgsl`): a workgroup takes 64
+    /// rows × 32 tokens, reading each weight once per 32 tokens and each input once per 64 rows.
+    /// Shapes and splits as [`Kernels::q8_gemm`] (parts of whole 64-row blocks).
+    ///
+    /// # Errors
+    /// As [`Kernels::q8_gemv`], and a shape error for zero tokens.
+    pub fn q8_gemm_tiled(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
+        let b = self.binder(Kernel::Q8GemmTiled);
+        let (rows, cols, t) = (u64::from(w.rows), u64::from(w.cols), u64::from(tokens));
+        b.ensure(cols > 0 && cols.is_multiple_of(32) && rows > 0 && t > 0, || {
+            format!(
+                "needs rows, tokens > 0 and cols a multiple of 32; got rows {rows}, cols {cols}, tokens {t}"
+            )
+        })?;
+        let gy = b.groups("tokens / 32", t.div_ceil(Q8_GEMM_TILED_TOKENS))?;
+        let scale_row = f16s(cols / 32);
+        let parts = b.split_rows("w.q", rows, cols, scale_row, Q8_GEMM_TILED_ROWS)?;
+        let mut out = Vec::with_capacity(parts.len());
+        for (begin, end) in parts {
+            let n = end - begin;
+            let bound = vec![
+                b.storage("x", x, 0, f32s(t * cols))?,
+                b.storage("w.q", w.q, begin * cols, n * cols)?,
+                b.storage("w.scales", w.scales, begin * scale_row, n * scale_row)?,
+                b.storage("y", y, 0, f32s(t * rows))?,
+            ];
+            let p = Q8GemmParams {
+                rows: n as u32,
+                cols: w.cols,
+                row_begin: begin as u32,
+                out_rows: w.rows,
+                tokens,
+                _pad: [0; 3],
+            };
+            out.push((p, bound, [b.groups("rows / 64", n.div_ceil(Q8_GEMM_TILED_ROWS))?, gy, 1]));
+        }
+        Ok(b.finish(out))
+    }
 }
+
+/// Rows and tokens of a `q8_gemm_tiled.wgsl` workgroup (its `BR`, `BT`).
+const Q8_GEMM_TILED_ROWS: u64 = 64;
+const Q8_GEMM_TILED_TOKENS: u64 = 32;
