@@ -540,7 +540,8 @@ fn benches(c: &mut Criterion) {
 }
 
 /// The GEMMs of one layer of a 256-token prefill chunk at Qwen3-30B-A3B's shapes, throughput in
-/// multiply-adds ×2 (FLOP): the dense q‖k‖v and o projections (`q8_gemm`), and the expert GEMM over the
+/// multiply-adds ×2 (FLOP): the dense q‖k‖v and o projections (`q8_gemm`, and `q8_gemm_tiled` through
+/// workgroup-memory tiles), and the expert GEMM over the
 /// chunk's 2,048 (token, pick) pairs grouped by slot (8 distinct picks a token from 128 experts, one slot
 /// each) with the dispatch sized by the group bound (`bound`, what the engine runs) or by the pair count
 /// (`padded`, what it ran before: most workgroups find a count-0 group and leave). Consecutive dispatches
@@ -557,10 +558,18 @@ fn bench_prefill(c: &mut Criterion, g: &Gpu) {
         let x = buffer(g, 4 * u64::from(t * cols), 3);
         let ys: Vec<wgpu::Buffer> = (0..4).map(|i| buffer(g, 4 * u64::from(t * rows), 4 + i)).collect();
         let w = Q8Matrix { q: (&q).into(), scales: (&s).into(), rows, cols };
-        let ds: Vec<Dispatch> =
-            ys.iter().map(|y| k_.q8_gemm(w, (&x).into(), y.into(), t).expect("bind")).collect();
         group.throughput(Throughput::Elements(2 * qbytes * u64::from(t)));
-        group.bench_function(name, |b| b.iter_custom(|iters| time(g, &ds, iters)));
+        for tiled in [false, true] {
+            let ds: Vec<Dispatch> = ys
+                .iter()
+                .map(|y| {
+                    let (x, y) = ((&x).into(), y.into());
+                    if tiled { k_.q8_gemm_tiled(w, x, y, t) } else { k_.q8_gemm(w, x, y, t) }.expect("bind")
+                })
+                .collect();
+            let name = if tiled { name.replace("q8_gemm", "q8_gemm_tiled") } else { name.to_string() };
+            group.bench_function(name, |b| b.iter_custom(|iters| time(g, &ds, iters)));
+        }
     }
     // The chunk's picks: 8 distinct experts a token, an LCG over the 128.
     let pairs = t * k;
