@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use diskformer_kernels::{
-    AttentionShape, Context, Dispatch, ExpertPlanes, Kernels, Q8Matrix, expert_gemm_group_bound,
-    expert_gemm_groups,
+    AttentionShape, Context, Dispatch, EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertPlanes, Kernels,
+    Q8Matrix, expert_gemm_group_bound, expert_gemm_groups,
 };
 
 const ROTATION_BYTES: u64 = 256 << 20;
@@ -543,8 +543,9 @@ fn benches(c: &mut Criterion) {
 /// multiply-adds ×2 (FLOP): the dense q‖k‖v and o projections (`q8_gemm`, and `q8_gemm_tiled` through
 /// workgroup-memory tiles), and the expert GEMM over the
 /// chunk's 2,048 (token, pick) pairs grouped by slot (8 distinct picks a token from 128 experts, one slot
-/// each) with the dispatch sized by the group bound (`bound`, what the engine runs) or by the pair count
-/// (`padded`, what it ran before: most workgroups find a count-0 group and leave). Consecutive dispatches
+/// each) with the dispatch sized by the group bound (`bound`) or by the pair count (`padded`, what the
+/// engine ran before: most workgroups find a count-0 group and leave), and the tiled expert GEMM (`tiled`,
+/// groups of up to 32 pairs). Consecutive dispatches
 /// write different outputs; the weights (up to 384 MB of expert slots) are the same each time.
 fn bench_prefill(c: &mut Criterion, g: &Gpu) {
     let mut group = c.benchmark_group("prefill");
@@ -586,7 +587,7 @@ fn bench_prefill(c: &mut Criterion, g: &Gpu) {
         }
         picks.extend(token);
     }
-    let bound = expert_gemm_group_bound(pairs as usize, experts as usize);
+    let bound = expert_gemm_group_bound(pairs as usize, experts as usize, EXPERT_GEMM_GROUP);
     for (name, rows, cols, x_div) in [
         ("expert_q8_gemm/gate_up_1536x2048", 1536u32, 2048u32, k),
         ("expert_q8_gemm/down_2048x768", 2048, 768, 1),
@@ -599,8 +600,13 @@ fn bench_prefill(c: &mut Criterion, g: &Gpu) {
         let x = buffer(g, 4 * u64::from(pairs / x_div * cols), 7);
         let ys: Vec<wgpu::Buffer> = (0..4).map(|i| buffer(g, 4 * u64::from(pairs * rows), 8 + i)).collect();
         group.throughput(Throughput::Elements(2 * slot_q * u64::from(pairs)));
-        for (variant, len) in [("bound", bound), ("padded", pairs as usize)] {
-            let (groups, order) = expert_gemm_groups(&picks, len);
+        let tiled_bound = expert_gemm_group_bound(pairs as usize, experts as usize, EXPERT_GEMM_TILED_GROUP);
+        for (variant, size, len) in [
+            ("bound", EXPERT_GEMM_GROUP, bound),
+            ("padded", EXPERT_GEMM_GROUP, pairs as usize),
+            ("tiled", EXPERT_GEMM_TILED_GROUP, tiled_bound),
+        ] {
+            let (groups, order) = expert_gemm_groups(&picks, size, len);
             let gb = buffer(g, 16 * len as u64, 9);
             let ob = buffer(g, 4 * u64::from(pairs), 10);
             g.ctx.queue.write_buffer(&gb, 0, bytemuck::cast_slice(&groups));
@@ -610,7 +616,12 @@ fn bench_prefill(c: &mut Criterion, g: &Gpu) {
                 .iter()
                 .map(|y| {
                     let (x, gb, ob, y) = ((&x).into(), (&gb).into(), (&ob).into(), y.into());
-                    k_.expert_q8_gemm(planes, x, gb, ob, y, sizes, x_div).expect("bind")
+                    if size == EXPERT_GEMM_TILED_GROUP {
+                        k_.expert_q8_gemm_tiled(planes, x, gb, ob, y, sizes, x_div)
+                    } else {
+                        k_.expert_q8_gemm(planes, x, gb, ob, y, sizes, x_div)
+                    }
+                    .expect("bind")
                 })
                 .collect();
             group.bench_function(format!("{name}/{variant}"), |b| b.iter_custom(|iters| time(g, &ds, iters)));

@@ -52,6 +52,8 @@ pub enum Kernel {
     ExpertQ4Gemv,
     /// Expert Q8_0 GEMM over pairs grouped by slot (prefill).
     ExpertQ8Gemm,
+    /// Expert Q8_0 GEMM over pairs grouped by slot, through workgroup-memory tiles (prefill).
+    ExpertQ8GemmTiled,
     /// Expert Q4_0 GEMM over pairs grouped by slot (prefill).
     ExpertQ4Gemm,
     /// Pool slots of the picks from a resident table (routing on the GPU).
@@ -76,7 +78,7 @@ const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 26] = [
+    pub const ALL: [Kernel; 27] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -97,6 +99,7 @@ impl Kernel {
         Kernel::ExpertQ8Gemv,
         Kernel::ExpertQ4Gemv,
         Kernel::ExpertQ8Gemm,
+        Kernel::ExpertQ8GemmTiled,
         Kernel::ExpertQ4Gemm,
         Kernel::ExpertSlots,
         Kernel::SiluMul,
@@ -128,6 +131,7 @@ impl Kernel {
             Kernel::ExpertQ8Gemv => "expert_q8_gemv",
             Kernel::ExpertQ4Gemv => "expert_q4_gemv",
             Kernel::ExpertQ8Gemm => "expert_q8_gemm",
+            Kernel::ExpertQ8GemmTiled => "expert_q8_gemm_tiled",
             Kernel::ExpertQ4Gemm => "expert_q4_gemm",
             Kernel::ExpertSlots => "expert_slots",
             Kernel::SiluMul => "silu_mul",
@@ -172,7 +176,9 @@ impl Kernel {
             Kernel::RouterTopk | Kernel::RouterTopkSlots => size_of::<RouterTopkParams>(),
             Kernel::ExpertQ8Gemv => size_of::<ExpertQ8GemvParams>(),
             Kernel::ExpertQ4Gemv => size_of::<ExpertQ4GemvParams>(),
-            Kernel::ExpertQ8Gemm | Kernel::ExpertQ4Gemm => size_of::<ExpertQ8GemmParams>(),
+            Kernel::ExpertQ8Gemm | Kernel::ExpertQ4Gemm | Kernel::ExpertQ8GemmTiled => {
+                size_of::<ExpertQ8GemmParams>()
+            }
             Kernel::ExpertSlots => size_of::<ExpertSlotsParams>(),
             Kernel::SiluMul => size_of::<SiluMulParams>(),
             Kernel::MoeCombine => size_of::<MoeCombineParams>(),
@@ -204,6 +210,7 @@ impl Kernel {
             Kernel::ExpertQ8Gemv => include_str!("wgsl/expert_q8_gemv.wgsl"),
             Kernel::ExpertQ4Gemv => include_str!("wgsl/expert_q4_gemv.wgsl"),
             Kernel::ExpertQ8Gemm => include_str!("wgsl/expert_q8_gemm.wgsl"),
+            Kernel::ExpertQ8GemmTiled => include_str!("wgsl/expert_q8_gemm_tiled.wgsl"),
             Kernel::ExpertQ4Gemm => include_str!("wgsl/expert_q4_gemm.wgsl"),
             Kernel::ExpertSlots => include_str!("wgsl/expert_slots.wgsl"),
             Kernel::SiluMul => include_str!("wgsl/silu_mul.wgsl"),
@@ -244,7 +251,7 @@ impl Kernel {
             | Kernel::QkNormRope
             | Kernel::QkvRopeStore => &[RMS_SCALE],
             Kernel::RouterTopk | Kernel::RouterTopkSlots => &[ROUTER_TOPK_CORE],
-            Kernel::Q8GemmTiled => &[Q8_HELPERS],
+            Kernel::Q8GemmTiled | Kernel::ExpertQ8GemmTiled => &[Q8_HELPERS],
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
             Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],
             k if k.has_subgroup_variant() && subgroups => &[ROW_SUM_SUBGROUP, Q8_HELPERS],

@@ -7,8 +7,8 @@ mod common;
 
 use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
 use diskformer_kernels::{
-    ExpertPlanes, ExpertSlotsParams, Kernels, MoeCombineNormParams, MoeCombineParams, cpu,
-    expert_gemm_group_bound, expert_gemm_groups,
+    EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertPlanes, ExpertSlotsParams, Kernels,
+    MoeCombineNormParams, MoeCombineParams, cpu, expert_gemm_group_bound, expert_gemm_groups,
 };
 
 #[test]
@@ -138,7 +138,7 @@ fn pool(g: &Gpu, rng: &mut Rng, slots: usize, rows: usize, cols: usize) -> Pool 
 }
 
 fn check_expert(g: &Gpu, k: &Kernels, p: &Pool, slot_idx: &[u32], x_div: usize, seed: u64, min_parts: usize) {
-    check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, false);
+    check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, "expert_q8_gemv");
 }
 
 fn check_expert_gemm(
@@ -150,7 +150,8 @@ fn check_expert_gemm(
     seed: u64,
     min_parts: usize,
 ) {
-    check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, true);
+    check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, "expert_q8_gemm");
+    check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, "expert_q8_gemm_tiled");
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -162,7 +163,7 @@ fn check_expert_kernel(
     x_div: usize,
     seed: u64,
     min_parts: usize,
-    gemm: bool,
+    name: &str,
 ) {
     let mut rng = Rng::new(seed);
     let pairs = slot_idx.len();
@@ -170,18 +171,20 @@ fn check_expert_kernel(
     let (xb, ib) = (upload(g, &x), upload(g, slot_idx));
     let y = poisoned(g, 4 * pairs * p.rows);
     let planes = p.planes();
-    let groups_len = expert_gemm_group_bound(pairs, p.slots);
-    let (groups, order) = expert_gemm_groups(slot_idx, groups_len);
+    let size = if name == "expert_q8_gemm_tiled" { EXPERT_GEMM_TILED_GROUP } else { EXPERT_GEMM_GROUP };
+    let groups_len = expert_gemm_group_bound(pairs, p.slots, size);
+    let (groups, order) = expert_gemm_groups(slot_idx, size, groups_len);
     let (gb, ob) = (upload(g, &groups), upload(g, &order));
     let (pairs_u, x_div_u) = (pairs as u32, x_div as u32);
     let sizes = (pairs_u, groups_len as u32);
-    let d = if gemm {
-        k.expert_q8_gemm(planes, (&xb).into(), (&gb).into(), (&ob).into(), (&y).into(), sizes, x_div_u)
-    } else {
-        k.expert_q8_gemv(planes, (&xb).into(), (&ib).into(), (&y).into(), pairs_u, x_div_u)
+    let (xv, gb, ob, yv) = ((&xb).into(), (&gb).into(), (&ob).into(), (&y).into());
+    let d = match name {
+        "expert_q8_gemm" => k.expert_q8_gemm(planes, xv, gb, ob, yv, sizes, x_div_u),
+        "expert_q8_gemm_tiled" => k.expert_q8_gemm_tiled(planes, xv, gb, ob, yv, sizes, x_div_u),
+        _ => k.expert_q8_gemv(planes, xv, (&ib).into(), yv, pairs_u, x_div_u),
     }
     .unwrap();
-    assert_eq!(d.kernel().name(), if gemm { "expert_q8_gemm" } else { "expert_q8_gemv" });
+    assert_eq!(d.kernel().name(), name);
     assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
     run(g, &[&d]);
     let got = read_n::<f32>(g, &y, pairs * p.rows);
@@ -189,8 +192,7 @@ fn check_expert_kernel(
     let mag = p.magnitude(slot_idx, &x, x_div);
     // Tolerance: as q8_gemv (same arithmetic): 2e-6·Σ|w·x|.
     let what = format!(
-        "{} {}x{} pairs={pairs} x_div={x_div} sg={} parts={}",
-        if gemm { "expert_q8_gemm" } else { "expert_q8_gemv" },
+        "{name} {}x{} pairs={pairs} x_div={x_div} sg={} parts={}",
         p.rows,
         p.cols,
         k.subgroups(),
@@ -277,8 +279,8 @@ fn check_expert_q4_kernel(
     let (xb, ib) = (upload(g, &x), upload(g, slot_idx));
     let y = poisoned(g, 4 * pairs * p.rows);
     let planes = p.planes();
-    let groups_len = expert_gemm_group_bound(pairs, p.slots);
-    let (groups, order) = expert_gemm_groups(slot_idx, groups_len);
+    let groups_len = expert_gemm_group_bound(pairs, p.slots, EXPERT_GEMM_GROUP);
+    let (groups, order) = expert_gemm_groups(slot_idx, EXPERT_GEMM_GROUP, groups_len);
     let (gb, ob) = (upload(g, &groups), upload(g, &order));
     let (pairs_u, x_div_u) = (pairs as u32, x_div as u32);
     let sizes = (pairs_u, groups_len as u32);
@@ -385,18 +387,19 @@ fn expert_gemm_grouped_pairs() {
     // of 8 holds, and the pool splits into 5 parts under a 32 KiB binding limit.
     let small = pool(g, &mut rng, 10, 64, 256);
     let chunk = chunk_picks(&mut rng, 12, 8, 10);
-    let (groups, _) = expert_gemm_groups(&chunk, expert_gemm_group_bound(chunk.len(), 10));
+    let (groups, _) = expert_gemm_groups(&chunk, 8, expert_gemm_group_bound(chunk.len(), 10, 8));
     assert!(groups.iter().any(|g| g[2] == 8) && groups.iter().any(|g| g[2] == 0), "groups {groups:?}");
     // The bound holds however the pairs fall: all on one slot, one each, and random chunks.
     let one_slot = vec![3u32; 20];
     let each_own: Vec<u32> = (0..20).collect();
     let mut cases = vec![one_slot, each_own];
     cases.extend((0..20).map(|i| chunk_picks(&mut rng, 1 + i % 7, 8, 10)));
-    for picks in cases {
+    for (picks, size) in cases.into_iter().flat_map(|c| [(c.clone(), 8), (c, 32)]) {
         let distinct = picks.iter().collect::<std::collections::HashSet<_>>().len();
-        let bound = expert_gemm_group_bound(picks.len(), distinct);
-        let (groups, order) = expert_gemm_groups(&picks, bound);
+        let bound = expert_gemm_group_bound(picks.len(), distinct, size);
+        let (groups, order) = expert_gemm_groups(&picks, size, bound);
         assert_eq!(groups.len(), bound);
+        assert!(groups.iter().all(|g| g[2] as usize <= size), "{groups:?}");
         assert_eq!(groups.iter().map(|g| g[2] as usize).sum::<usize>(), picks.len(), "{picks:?}");
         let mut sorted = order.clone();
         sorted.sort_unstable();
@@ -417,6 +420,10 @@ fn expert_gemm_grouped_pairs() {
         check_expert_gemm(g, k, &down, &chunk, 1, 75, 1);
     }
     check_expert_gemm(g, &g.kernels, &down, &chunk[..8], 1, 76, 1);
+    // Odd: 3 slots of 40 x 96 (rows short of one 64-row tile), 2 tokens of 3 picks.
+    let odd = pool(g, &mut rng, 3, 40, 96);
+    check_expert_gemm(g, &g.kernels, &odd, &[2, 0, 1, 1, 2, 0], 3, 77, 1);
+    check_expert_gemm(g, &g.kernels, &odd, &[2, 0, 1, 1, 2, 0], 1, 78, 1);
 }
 
 #[test]

@@ -14,7 +14,7 @@ use diskformer_expert_stream::{
     EvictionPolicy, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, PoolConfig, StagingRing,
     Stats as PoolStats, UploadMethod,
 };
-use diskformer_kernels::{Context, Kernels, cpu, expert_gemm_groups};
+use diskformer_kernels::{Context, EXPERT_GEMM_GROUP, Kernels, cpu, expert_gemm_groups};
 use diskformer_store::{IngestOptions, ReaderProbe, Store};
 
 use crate::graph::{Bindings, Graph, KvCache, Scratch, gemm_groups_len};
@@ -668,7 +668,8 @@ impl Engine {
             if t == 1 {
                 queue.write_buffer(&s.slot_idx[l as usize], 0, bytemuck::cast_slice(&slots));
             } else {
-                let (groups, order) = expert_gemm_groups(&slots, gemm_groups_len(&self.config, t) as usize);
+                let (groups, order) =
+                    expert_gemm_groups(&slots, EXPERT_GEMM_GROUP, gemm_groups_len(&self.config, t) as usize);
                 queue.write_buffer(&s.gemm_groups[l as usize], 0, bytemuck::cast_slice(&groups));
                 queue.write_buffer(&s.gemm_order[l as usize], 0, bytemuck::cast_slice(&order));
             }

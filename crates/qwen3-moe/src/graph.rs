@@ -3,8 +3,8 @@
 
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
-    AttentionShape, Dispatch, ExpertPlanes, Kernels, KvCacheViews, MoeCombineNormParams, Q8Matrix,
-    QkvRopeStoreParams, View, argmax_partial_len, expert_gemm_group_bound,
+    AttentionShape, Dispatch, EXPERT_GEMM_GROUP, ExpertPlanes, Kernels, KvCacheViews, MoeCombineNormParams,
+    Q8Matrix, QkvRopeStoreParams, View, argmax_partial_len, expert_gemm_group_bound,
 };
 
 use crate::weights::{Weights, storage, storage_size};
@@ -505,7 +505,8 @@ struct PairSizes {
 /// Entries of a chunk's expert GEMM groups, the GEMM dispatch's workgroup rows: the most that t·k pairs over
 /// a layer's experts make ([`expert_gemm_group_bound`]).
 pub(crate) fn gemm_groups_len(c: &Config, t: u32) -> u32 {
-    expert_gemm_group_bound((t * c.expert_used_count) as usize, c.expert_count as usize) as u32
+    expert_gemm_group_bound((t * c.expert_used_count) as usize, c.expert_count as usize, EXPERT_GEMM_GROUP)
+        as u32
 }
 
 /// Expert projections: for one token the slot-indexed GEMV, for a chunk the GEMM over pairs grouped by slot

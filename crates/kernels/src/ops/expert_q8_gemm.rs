@@ -25,23 +25,27 @@ pub struct ExpertQ8GemmParams {
 }
 const _: () = assert!(size_of::<ExpertQ8GemmParams>() == 32);
 
-/// Pairs per group of `expert_q8_gemm.wgsl` (its `TB`).
+/// Pairs per group of `expert_q8_gemm.wgsl` and `expert_q4_gemm.wgsl` (their `TB`).
 pub const EXPERT_GEMM_GROUP: usize = 8;
+/// Pairs per group of `expert_q8_gemm_tiled.wgsl` (its `BT`).
+pub const EXPERT_GEMM_TILED_GROUP: usize = 32;
 
-/// Most groups [`expert_gemm_groups`] makes of `pairs` pairs over at most `slots` distinct slots: each
-/// slot's pairs in runs of [`EXPERT_GEMM_GROUP`], at most one of them short, so ⌊P/8⌋ + min(P, slots). The
-/// GEMM's dispatch has this many workgroup rows (a chunk of 256 tokens over 128 experts: 384, not 2,048).
-pub fn expert_gemm_group_bound(pairs: usize, slots: usize) -> usize {
-    pairs / EXPERT_GEMM_GROUP + pairs.min(slots)
+/// Most groups [`expert_gemm_groups`] makes of `pairs` pairs over at most `slots` distinct slots in groups
+/// of `size`: each slot's pairs in runs of `size`, at most one of them short, so ⌊P/size⌋ + min(P, slots).
+/// The GEMM's dispatch has this many workgroup rows (a chunk of 256 tokens over 128 experts in groups of
+/// 8: 384, not 2,048).
+pub fn expert_gemm_group_bound(pairs: usize, slots: usize, size: usize) -> usize {
+    pairs / size.max(1) + pairs.min(slots)
 }
 
-/// Groups (token, pick) pairs by slot for [`Kernels::expert_q8_gemm`]: returns `groups` (`[slot, first,
-/// count, 0]`, at most [`EXPERT_GEMM_GROUP`] pairs each, padded with zero-count groups to `len` entries, the
-/// dispatch size) and `order` (the pair ids, grouped). Slots appear in first-use order.
+/// Groups (token, pick) pairs by slot for [`Kernels::expert_q8_gemm`] ([`EXPERT_GEMM_GROUP`] pairs a group)
+/// or [`Kernels::expert_q8_gemm_tiled`] ([`EXPERT_GEMM_TILED_GROUP`]): returns `groups` (`[slot, first,
+/// count, 0]`, at most `size` pairs each, padded with zero-count groups to `len` entries, the dispatch size)
+/// and `order` (the pair ids, grouped). Slots appear in first-use order.
 ///
 /// # Panics
 /// When the pairs make more than `len` groups: size `len` by [`expert_gemm_group_bound`].
-pub fn expert_gemm_groups(slot_idx: &[u32], len: usize) -> (Vec<[u32; 4]>, Vec<u32>) {
+pub fn expert_gemm_groups(slot_idx: &[u32], size: usize, len: usize) -> (Vec<[u32; 4]>, Vec<u32>) {
     let mut slots: Vec<u32> = Vec::new();
     for &s in slot_idx {
         if !slots.contains(&s) {
@@ -52,7 +56,7 @@ pub fn expert_gemm_groups(slot_idx: &[u32], len: usize) -> (Vec<[u32; 4]>, Vec<u
     let mut order = Vec::with_capacity(slot_idx.len());
     for s in slots {
         let pairs: Vec<u32> = (0..slot_idx.len() as u32).filter(|&p| slot_idx[p as usize] == s).collect();
-        for chunk in pairs.chunks(EXPERT_GEMM_GROUP) {
+        for chunk in pairs.chunks(size.max(1)) {
             groups.push([s, order.len() as u32, chunk.len() as u32, 0]);
             order.extend_from_slice(chunk);
         }
@@ -90,6 +94,27 @@ impl Kernels {
     ) -> Result<Dispatch> {
         let sizes = (pairs, groups_len);
         self.expert_gemm(Kernel::ExpertQ8Gemm, Q8_0_BLOCK_BYTES, pool, x, groups, order, y, sizes, x_div)
+    }
+
+    /// [`Kernels::expert_q8_gemm`] through workgroup-memory tiles (`expert_q8_gemm_tiled.wgsl`): groups of
+    /// up to [`EXPERT_GEMM_TILED_GROUP`] pairs (`expert_gemm_groups(.., EXPERT_GEMM_TILED_GROUP, ..)`), a
+    /// workgroup 64 rows of a group, each weight read once per group and each input once per 64 rows.
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_q8_gemv`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn expert_q8_gemm_tiled(
+        &self,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        groups: View<'_>,
+        order: View<'_>,
+        y: View<'_>,
+        (pairs, groups_len): (u32, u32),
+        x_div: u32,
+    ) -> Result<Dispatch> {
+        let sizes = (pairs, groups_len);
+        self.expert_gemm(Kernel::ExpertQ8GemmTiled, Q8_0_BLOCK_BYTES, pool, x, groups, order, y, sizes, x_div)
     }
 
     /// [`Kernels::expert_q8_gemm`] over Q4_0 pool planes (as [`Kernels::expert_q4_gemv`]): results equal
@@ -131,7 +156,8 @@ impl Kernels {
         let (pp, gl) = (u64::from(pairs), u64::from(groups_len));
         b.ensure(gl > 0, || "needs at least one group".to_string())?;
         let index = [("groups", groups, f32s(4 * gl)), ("order", order, f32s(pp))];
-        let grid = PoolGrid { rows_per_group: 8, x_row: u64::from(pool.cols), y_row: u64::from(pool.rows) };
+        let rows_per_group = if kernel == Kernel::ExpertQ8GemmTiled { 64 } else { 8 };
+        let grid = PoolGrid { rows_per_group, x_row: u64::from(pool.cols), y_row: u64::from(pool.rows) };
         let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, y, pairs, x_div, grid)?;
         let groups_dim = b.groups("groups", gl)?;
         let out = parts

@@ -33,7 +33,8 @@ pub use attention_split::AttentionSplitParams;
 pub use embed_q8::EmbedQ8Params;
 pub use expert_q4_gemv::ExpertQ4GemvParams;
 pub use expert_q8_gemm::{
-    EXPERT_GEMM_GROUP, ExpertQ8GemmParams, expert_gemm_group_bound, expert_gemm_groups,
+    EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertQ8GemmParams, expert_gemm_group_bound,
+    expert_gemm_groups,
 };
 pub use expert_q8_gemv::{ExpertPlanes, ExpertQ8GemvParams};
 pub use expert_slots::ExpertSlotsParams;

@@ -1,0 +1,96 @@
+// Expert Q8_0 GEMM for prefill through workgroup-memory tiles: (token, pick) pairs grouped by pool slot,
+// up to 32 pairs a group; a workgroup takes 64 rows of the group's slot x its pairs. Per 32-column block
+// it decodes the rows' weights (scaled) and copies the pairs' inputs into workgroup memory once, then each
+// lane multiplies 4 rows by 2 pairs from there (q8_gemm_tiled's scheme, with the rows of one slot and the
+// inputs of the group's pairs). Group g names a slot and a run of `order`:
+// y[pair] = W[slot] x[pair / x_div] for pair = order[first + j], j < count. Groups with count 0 (padding up
+// to the dispatch size) and slots outside this part leave at once. `i8x4` is appended as in q8_gemv.
+enable f16;
+
+struct Params {
+    rows: u32,       // rows of one slot's matrix
+    cols: u32,       // input length, a multiple of 32
+    pairs: u32,      // P
+    x_div: u32,      // input row = pair / x_div
+    slot_begin: u32, // first slot bound in this part
+    slot_end: u32,   // one past the last slot bound in this part
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;      // [P / x_div, cols] f32
+@group(0) @binding(2) var<storage, read> groups: array<vec4<u32>>; // [G] (slot, first, count <= 32, 0)
+@group(0) @binding(3) var<storage, read> order: array<u32>;        // [P] pair ids, grouped by slot
+@group(0) @binding(4) var<storage, read> q: array<vec2<u32>>;      // [slot_end - slot_begin, rows, cols] int8
+@group(0) @binding(5) var<storage, read> scales: array<f16>;       // [slot_end - slot_begin, rows, cols/32] f16
+@group(0) @binding(6) var<storage, read_write> y: array<f32>;      // [P, rows] f32
+
+const BR: u32 = 64u; // rows per workgroup
+const BT: u32 = 32u; // pairs per group at most
+
+// One 32-column block: w[k * 16 + i] = the scaled weights of rows 4i..4i+3 at column k; xs[k * 16 + j] =
+// the inputs of the group's pairs 2j, 2j+1 at column k.
+var<workgroup> w: array<vec4<f32>, 512>;
+var<workgroup> xs: array<vec2<f32>, 512>;
+
+// workgroup_id.x = block of 64 rows, workgroup_id.y = group.
+@compute @workgroup_size(256)
+fn expert_q8_gemm_tiled(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let grp = groups[wg.y];
+    let slot = grp.x;
+    let nt = min(grp.z, BT);
+    if (nt == 0u || slot < p.slot_begin || slot >= p.slot_end) {
+        return;
+    }
+    let r0 = wg.x * BR;
+    let nblk = p.cols / 32u;
+    let first_row = (slot - p.slot_begin) * p.rows;
+    // Loading: lane li decodes 8 weights of row li / 4 (columns 8 * (li % 4)..), and copies 4 inputs of
+    // pair li / 8 (columns 4 * (li % 8)..). Rows and pairs past the end read the last ones / zeros.
+    let lr = li / 4u;
+    let lrow = first_row + min(r0 + lr, p.rows - 1u);
+    let lk = (li % 4u) * 8u;
+    let lt = li / 8u;
+    let lk4 = li % 8u;
+    let live_t = lt < nt;
+    let xrow = (order[grp.y + min(lt, nt - 1u)] / p.x_div) * (p.cols / 4u);
+    // Computing: lane li takes rows 4 * (li % 16).. and the group's pairs 2 * (li / 16)..
+    let ri = li % 16u;
+    let tj = li / 16u;
+    var acc0 = vec4<f32>(0.0); // 4 rows, pair 2 tj
+    var acc1 = vec4<f32>(0.0); // 4 rows, pair 2 tj + 1
+    for (var b = 0u; b < nblk; b++) {
+        let word = q[(lrow * p.cols + b * 32u + lk) / 8u];
+        let s = f32(scales[lrow * nblk + b]);
+        let lo = i8x4(word.x) * s;
+        let hi = i8x4(word.y) * s;
+        let xv = select(vec4<f32>(0.0), x[xrow + b * 8u + lk4], live_t);
+        workgroupBarrier(); // the last block's reads are done
+        for (var j = 0u; j < 4u; j++) {
+            w[(lk + j) * 16u + lr / 4u][lr % 4u] = lo[j];
+            w[(lk + 4u + j) * 16u + lr / 4u][lr % 4u] = hi[j];
+            xs[(lk4 * 4u + j) * 16u + lt / 2u][lt % 2u] = xv[j];
+        }
+        workgroupBarrier();
+        for (var k = 0u; k < 32u; k++) {
+            let a = w[k * 16u + ri];
+            let t = xs[k * 16u + tj];
+            acc0 += a * t.x;
+            acc1 += a * t.y;
+        }
+    }
+    let j = tj * 2u;
+    for (var i = 0u; i < 4u; i++) {
+        let r = r0 + ri * 4u + i;
+        if (r >= p.rows) {
+            break;
+        }
+        if (j < nt) {
+            y[order[grp.y + j] * p.rows + r] = acc0[i];
+        }
+        if (j + 1u < nt) {
+            y[order[grp.y + j + 1u] * p.rows + r] = acc1[i];
+        }
+    }
+}
