@@ -3,8 +3,9 @@
 
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
-    AttentionShape, Dispatch, EXPERT_GEMM_GROUP, ExpertPlanes, Kernels, KvCacheViews, MoeCombineNormParams,
-    Q8Matrix, QkvRopeStoreParams, View, argmax_partial_len, expert_gemm_group_bound,
+    AttentionShape, Dispatch, EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertPlanes, Kernels,
+    KvCacheViews, MoeCombineNormParams, Q8Matrix, QkvRopeStoreParams, View, argmax_partial_len,
+    expert_gemm_group_bound,
 };
 
 use crate::weights::{Weights, storage, storage_size};
@@ -151,7 +152,8 @@ impl<B> ScratchOf<B> {
             pick_ids: out("pick ids", t * k),
             pick_weights: b("pick weights", t * k),
             slot_idx: per_layer("slot idx", t * k),
-            gemm_groups: per_layer("gemm groups", 4 * u64::from(gemm_groups_len(c, max_t))),
+            // Sized for the smaller groups (Q4_0): the larger count.
+            gemm_groups: per_layer("gemm groups", 4 * u64::from(gemm_groups_len(c, max_t, true))),
             gemm_order: per_layer("gemm order", t * k),
             gate_up: b("gate_up", t * k * 2 * f),
             act: b("act", t * k * f),
@@ -314,7 +316,7 @@ impl Graph {
         let gate_up = planes(Plane::GateUpQ, Plane::GateUpScales, 2 * ffn, h);
         let down = planes(Plane::DownQ, Plane::DownScales, h, ffn);
         let pairs = t * top_k;
-        let sizes = PairSizes { t, pairs, groups: gemm_groups_len(c, t) };
+        let sizes = PairSizes { t, pairs, groups: gemm_groups_len(c, t, b.q4_experts) };
         let v = View::from;
         let mut layers = Vec::with_capacity(w.layers.len());
         for (l, lw) in w.layers.iter().enumerate() {
@@ -504,13 +506,19 @@ struct PairSizes {
 
 /// Entries of a chunk's expert GEMM groups, the GEMM dispatch's workgroup rows: the most that t·k pairs over
 /// a layer's experts make ([`expert_gemm_group_bound`]).
-pub(crate) fn gemm_groups_len(c: &Config, t: u32) -> u32 {
-    expert_gemm_group_bound((t * c.expert_used_count) as usize, c.expert_count as usize, EXPERT_GEMM_GROUP)
-        as u32
+pub(crate) fn gemm_groups_len(c: &Config, t: u32, q4: bool) -> u32 {
+    let pairs = (t * c.expert_used_count) as usize;
+    expert_gemm_group_bound(pairs, c.expert_count as usize, gemm_group_size(q4)) as u32
+}
+
+/// Pairs a group of a chunk's expert GEMM takes: 32 for the tiled Q8_0 kernel, 8 for the Q4_0 one.
+pub(crate) fn gemm_group_size(q4: bool) -> usize {
+    if q4 { EXPERT_GEMM_GROUP } else { EXPERT_GEMM_TILED_GROUP }
 }
 
 /// Expert projections: for one token the slot-indexed GEMV, for a chunk the GEMM over pairs grouped by slot
-/// (each expert's weights read once per 8 pairs instead of once per pair); Q8_0 or Q4_0 kernels by the store.
+/// (each expert's weights read once per group of 32 pairs, Q4_0 8, instead of once per pair); Q8_0 or Q4_0
+/// kernels by the store.
 trait ExpertProjection {
     #[allow(clippy::too_many_arguments)]
     fn expert_matmul(
@@ -554,13 +562,13 @@ impl ExpertProjection for Kernels {
         match (t == 1, q4) {
             (true, false) => self.expert_q8_gemv(pool, x, slot_idx, y, pairs, x_div),
             (true, true) => self.expert_q4_gemv(pool, x, slot_idx, y, pairs, x_div),
-            (false, false) => self.expert_q8_gemm(pool, x, group_buf, order, y, (pairs, groups), x_div),
+            (false, false) => self.expert_q8_gemm_tiled(pool, x, group_buf, order, y, (pairs, groups), x_div),
             (false, true) => self.expert_q4_gemm(pool, x, group_buf, order, y, (pairs, groups), x_div),
         }
     }
 }
 
-/// Dense projections: the GEMM (8 tokens per weight read) for chunks, the GEMV for one token.
+/// Dense projections: the tiled GEMM for chunks, the GEMV for one token.
 trait DenseProjection {
     fn q8_gemm_or_gemv(
         &self,
@@ -579,7 +587,7 @@ impl DenseProjection for Kernels {
         y: View<'_>,
         t: u32,
     ) -> diskformer_kernels::Result<Dispatch> {
-        if t == 1 { self.q8_gemv(w, x, y, 1) } else { self.q8_gemm(w, x, y, t) }
+        if t == 1 { self.q8_gemv(w, x, y, 1) } else { self.q8_gemm_tiled(w, x, y, t) }
     }
 }
 
