@@ -6,9 +6,10 @@
 # Writes JSON lines to $OUT/bench.jsonl and prints a table last. Nothing is built there. QUICK=1 runs the
 # final matrix of BENCHMARKS.md instead of the earlier one; RESIDENT_ONLY=1 only the resident row; STREAM=1
 # the 4 GB rows with records read in pieces (--read-split) and upload-bench's miss latency; LOOKAHEAD=1 the
-# 4 GB prefetch rows; PREFILL=1 the 4 GB rows after a 512-token prompt; KERNELS=1 the resident rows with
-# .device/bench and each .device/bench-NAME built from a variant, then 4 GB rows warm and cold with the
-# GPU's clocks sampled (nvidia-smi, read only) into $OUT/clocks-LABEL.csv; COLD=1 the disk's rate for records
+# 4 GB prefetch rows; PREFILL=1 the 4 GB rows after a 512-token prompt; KERNELS=1 the resident and 4 GB
+# rows after a 512-token prompt with .device/bench and each .device/bench-NAME built from a variant, and
+# with CLOCKS=1 4 GB rows warm and cold with the GPU's clocks sampled (nvidia-smi, read only) into
+# $OUT/clocks-LABEL.csv; COLD=1 the disk's rate for records
 # read in pieces (record-read --pieces), a lone miss's read and upload (upload-bench), and the 4 GB cold rows
 # over readers and pieces (COLD_READERS_SPLITS; WARM_ROWS=1 adds the resident and 4 GB page-cache rows). KBENCH
 # is the kernels-bench filter run first (default: the compute copy alone).
@@ -74,16 +75,22 @@ DECODE=32 run b4g-off-direct-r$r-s${rs#*:} cold --budget 4g --no-prefetch --dire
 done
 elif [ -n "${KERNELS:-}" ]; then
 run resident warm --budget 100g --prompt-tokens 512
-run resident-no-run-ahead warm --budget 100g --prompt-tokens 16 --no-run-ahead
+run b4g-cyc-off-p512 warm --budget 4g --no-prefetch --prompt-tokens 512
 for alt in $D/bench-*; do
     [ -x "$alt" ] || continue
     b=${alt#$D/bench-}
-    line=$(timeout 200 $alt --model $G --store $S --decode-tokens "$DECODE" --budget 100g --prompt-tokens 512 2> /tmp/alt.err)
-    echo "{\"label\":\"resident-$b\",\"cache\":\"warm\",\"run\":${line:-null}}" >> "$OUT/bench.jsonl"
+    for row in "resident-$b 100g" "b4g-cyc-off-p512-$b 4g"; do
+        set -- $row
+        cat $S/experts.bin > /dev/null
+        line=$(timeout 200 $alt --model $G --store $S --decode-tokens "$DECODE" --budget $2 --no-prefetch --prompt-tokens 512 2> /tmp/alt.err)
+        echo "{\"label\":\"$1\",\"cache\":\"warm\",\"run\":${line:-null}}" >> "$OUT/bench.jsonl"
+    done
 done
+if [ -n "${CLOCKS:-}" ]; then
 clocked b4g-cyc-off warm --budget 4g --no-prefetch --prompt-tokens 16
 DECODE=32 clocked b4g-cyc-off-direct-r2 cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 --readers 2
 DECODE=32 clocked b4g-cyc-off-direct cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4
+fi
 elif [ -n "${RESIDENT_ONLY:-}" ]; then
 run resident warm --budget 100g --prompt-tokens 512
 run resident-no-run-ahead warm --budget 100g --prompt-tokens 16 --no-run-ahead
