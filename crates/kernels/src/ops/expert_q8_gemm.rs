@@ -73,7 +73,9 @@ pub fn expert_gemm_groups(slot_idx: &[u32], size: usize, len: usize) -> (Vec<[u3
 
 impl Kernels {
     /// Expert Q8_0 GEMM for prefill over P (token, pick) pairs grouped by slot (see
-    /// [`expert_gemm_groups`]): each group's weights are read once for its up to 8 pairs. Results equal
+    /// [`expert_gemm_groups`]): each group's weights are read once for its up to 8 pairs. The engine runs
+    /// [`Kernels::expert_q8_gemm_tiled`] (2-3× on the H200 at 256 tokens); this one stays as the comparison in
+    /// the bench and the twin of [`Kernels::expert_q4_gemm`]. Results equal
     /// [`Kernels::expert_q8_gemv`] with the same picks.
     /// One workgroup row per entry of `groups` (G = `groups_len`, at least [`expert_gemm_group_bound`]).
     /// Shapes: `x [P / x_div, cols] f32`, `groups [G] [u32; 4]`, `order [P] u32`, pool planes,

@@ -26,7 +26,8 @@ pub const Q8_GEMM_TOKENS: u32 = 8;
 
 impl Kernels {
     /// Q8_0 GEMM for prefill: `y[t] = W x[t]` for T tokens, each weight read once per 8 tokens. The int8
-    /// plane is split by rows as in [`Kernels::q8_gemv`].
+    /// plane is split by rows as in [`Kernels::q8_gemv`]. The engine runs [`Kernels::q8_gemm_tiled`] (4× on
+    /// the H200 at 256 tokens); this one stays as the comparison in the bench.
     /// Shapes: `x [T, cols] f32`, `w [rows, cols]` Q8_0, `y [T, rows] f32`.
     ///
     /// # Errors
