@@ -71,6 +71,7 @@ pub enum Kernel {
 const ROW_SUM_PLAIN: &str = include_str!("wgsl/row_sum_plain.wgsl");
 const ROW_SUM_SUBGROUP: &str = include_str!("wgsl/row_sum_subgroup.wgsl");
 const Q8_HELPERS: &str = include_str!("wgsl/q8_helpers.wgsl");
+const Q8_TILE: &str = include_str!("wgsl/q8_tile.wgsl");
 const ATTENTION_ROWS_PLAIN: &str = include_str!("wgsl/attention_rows_plain.wgsl");
 const ATTENTION_ROWS_SUBGROUP: &str = include_str!("wgsl/attention_rows_subgroup.wgsl");
 const RMS_SCALE: &str = include_str!("wgsl/rms_scale.wgsl");
@@ -222,8 +223,8 @@ impl Kernel {
 
     /// The WGSL source compiled for this kernel: the file (for kernels with a subgroup variant, with its
     /// `/*SG_ARGS*/` and `/*SG_CALL*/` filled in) followed by the helper files it calls: the row sums
-    /// (plain or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs, the row helpers (plain
-    /// or subgroup) for the split attention, `rms_scale.wgsl` for the norm kernels,
+    /// (plain or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs (`q8_tile.wgsl` before it
+    /// for the tiled GEMMs), the row helpers (plain or subgroup) for the split attention, `rms_scale.wgsl` for the norm kernels,
     /// `router_topk_core.wgsl` for the routers. `subgroups` is ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
         let body = if !self.has_subgroup_variant() {
@@ -251,7 +252,7 @@ impl Kernel {
             | Kernel::QkNormRope
             | Kernel::QkvRopeStore => &[RMS_SCALE],
             Kernel::RouterTopk | Kernel::RouterTopkSlots => &[ROUTER_TOPK_CORE],
-            Kernel::Q8GemmTiled | Kernel::ExpertQ8GemmTiled => &[Q8_HELPERS],
+            Kernel::Q8GemmTiled | Kernel::ExpertQ8GemmTiled => &[Q8_TILE, Q8_HELPERS],
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
             Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],
             k if k.has_subgroup_variant() && subgroups => &[ROW_SUM_SUBGROUP, Q8_HELPERS],

@@ -250,16 +250,6 @@ impl Engine {
                 what: format!("{} layers; allowed 0..=8", opts.lookahead),
             });
         }
-        let reader = store.record_reader(opts.direct_io)?;
-        let reader_probe = match opts.readers {
-            None if reader.is_direct() => Some(reader.probe_readers(&PROBE_READERS, PROBE_RECORDS)?),
-            _ => None,
-        };
-        let readers = match (opts.readers, &reader_probe) {
-            (Some(n), _) => n.max(1),
-            (None, Some(probe)) => probe.best,
-            (None, None) => DEFAULT_READERS,
-        };
         let ctx_len = opts.max_context.unwrap_or(config.context_length.min(4096));
         if ctx_len == 0 || ctx_len > config.context_length {
             return Err(Error::BadOption {
@@ -270,6 +260,18 @@ impl Engine {
                 ),
             });
         }
+        // The disk probe runs once the options are known good (it reads ~0.6 GB); the staging rings are sized
+        // by the readers it picks.
+        let reader = store.record_reader(opts.direct_io)?;
+        let reader_probe = match opts.readers {
+            None if reader.is_direct() => Some(reader.probe_readers(&PROBE_READERS, PROBE_RECORDS)?),
+            _ => None,
+        };
+        let readers = match (opts.readers, &reader_probe) {
+            (Some(n), _) => n.max(1),
+            (None, Some(probe)) => probe.best,
+            (None, None) => DEFAULT_READERS,
+        };
         let top_k = config.expert_used_count;
         let all = (config.block_count * config.expert_count) as usize;
         let mut lookahead = if opts.prefetch { opts.lookahead.min(config.block_count - 1) } else { 0 };

@@ -31,36 +31,9 @@ impl Kernels {
     /// Shapes: `x [T, cols] f32`, `w [rows, cols]` Q8_0, `y [T, rows] f32`.
     ///
     /// # Errors
-    /// As [`Kernels::q8_gemv`].
+    /// As [`Kernels::q8_gemv`], and a shape error for zero tokens.
     pub fn q8_gemm(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
-        let b = self.binder(Kernel::Q8Gemm);
-        let (rows, cols, t) = (u64::from(w.rows), u64::from(w.cols), u64::from(tokens));
-        b.ensure(cols > 0 && cols.is_multiple_of(32) && rows > 0, || {
-            format!("needs rows > 0 and cols a multiple of 32; got rows {rows}, cols {cols}")
-        })?;
-        let gy = b.groups("tokens / 8", t.div_ceil(u64::from(Q8_GEMM_TOKENS)))?;
-        let scale_row = f16s(cols / 32);
-        let parts = b.split_rows("w.q", rows, cols, scale_row, 8)?;
-        let mut out = Vec::with_capacity(parts.len());
-        for (begin, end) in parts {
-            let n = end - begin;
-            let bound = vec![
-                b.storage("x", x, 0, f32s(t * cols))?,
-                b.storage("w.q", w.q, begin * cols, n * cols)?,
-                b.storage("w.scales", w.scales, begin * scale_row, n * scale_row)?,
-                b.storage("y", y, 0, f32s(t * rows))?,
-            ];
-            let p = Q8GemmParams {
-                rows: n as u32,
-                cols: w.cols,
-                row_begin: begin as u32,
-                out_rows: w.rows,
-                tokens,
-                _pad: [0; 3],
-            };
-            out.push((p, bound, [b.groups("rows / 8", n.div_ceil(8))?, gy, 1]));
-        }
-        Ok(b.finish(out))
+        self.dense_gemm(Kernel::Q8Gemm, (8, u64::from(Q8_GEMM_TOKENS)), w, x, y, tokens)
     }
 
     /// [`Kernels::q8_gemm`] through workgroup-memory tiles (`q8_gemm_tiled.wgsl`): a workgroup takes 64
@@ -68,18 +41,32 @@ impl Kernels {
     /// Shapes and splits as [`Kernels::q8_gemm`] (parts of whole 64-row blocks).
     ///
     /// # Errors
-    /// As [`Kernels::q8_gemv`], and a shape error for zero tokens.
+    /// As [`Kernels::q8_gemm`].
     pub fn q8_gemm_tiled(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
-        let b = self.binder(Kernel::Q8GemmTiled);
+        self.dense_gemm(Kernel::Q8GemmTiled, (Q8_GEMM_TILED_ROWS, Q8_GEMM_TILED_TOKENS), w, x, y, tokens)
+    }
+
+    /// The launcher shared by the dense GEMMs, which differ in their shader and the rows × tokens a
+    /// workgroup takes (`tile`); their params have one layout.
+    fn dense_gemm(
+        &self,
+        kernel: Kernel,
+        (tile_rows, tile_tokens): (u64, u64),
+        w: Q8Matrix<'_>,
+        x: View<'_>,
+        y: View<'_>,
+        tokens: u32,
+    ) -> Result<Dispatch> {
+        let b = self.binder(kernel);
         let (rows, cols, t) = (u64::from(w.rows), u64::from(w.cols), u64::from(tokens));
         b.ensure(cols > 0 && cols.is_multiple_of(32) && rows > 0 && t > 0, || {
             format!(
                 "needs rows, tokens > 0 and cols a multiple of 32; got rows {rows}, cols {cols}, tokens {t}"
             )
         })?;
-        let gy = b.groups("tokens / 32", t.div_ceil(Q8_GEMM_TILED_TOKENS))?;
+        let gy = b.groups("token blocks", t.div_ceil(tile_tokens))?;
         let scale_row = f16s(cols / 32);
-        let parts = b.split_rows("w.q", rows, cols, scale_row, Q8_GEMM_TILED_ROWS)?;
+        let parts = b.split_rows("w.q", rows, cols, scale_row, tile_rows)?;
         let mut out = Vec::with_capacity(parts.len());
         for (begin, end) in parts {
             let n = end - begin;
@@ -97,7 +84,7 @@ impl Kernels {
                 tokens,
                 _pad: [0; 3],
             };
-            out.push((p, bound, [b.groups("rows / 64", n.div_ceil(Q8_GEMM_TILED_ROWS))?, gy, 1]));
+            out.push((p, bound, [b.groups("row blocks", n.div_ceil(tile_rows))?, gy, 1]));
         }
         Ok(b.finish(out))
     }

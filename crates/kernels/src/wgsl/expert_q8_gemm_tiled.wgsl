@@ -4,7 +4,8 @@
 // lane multiplies 4 rows by 2 pairs from there (q8_gemm_tiled's scheme, with the rows of one slot and the
 // inputs of the group's pairs). Group g names a slot and a run of `order`:
 // y[pair] = W[slot] x[pair / x_div] for pair = order[first + j], j < count. Groups with count 0 (padding up
-// to the dispatch size) and slots outside this part leave at once. `i8x4` is appended as in q8_gemv.
+// to the dispatch size) and slots outside this part leave at once. The tile (`tile_block`,
+// q8_tile.wgsl) and `i8x4` are appended.
 enable f16;
 
 struct Params {
@@ -28,11 +29,6 @@ struct Params {
 
 const BR: u32 = 64u; // rows per workgroup
 const BT: u32 = 32u; // pairs per group at most
-
-// One 32-column block: w[k * 16 + i] = the scaled weights of rows 4i..4i+3 at column k; xs[k * 16 + j] =
-// the inputs of the group's pairs 2j, 2j+1 at column k.
-var<workgroup> w: array<vec4<f32>, 512>;
-var<workgroup> xs: array<vec2<f32>, 512>;
 
 // workgroup_id.x = block of 64 rows, workgroup_id.y = group.
 @compute @workgroup_size(256)
@@ -63,22 +59,8 @@ fn expert_q8_gemm_tiled(@builtin(local_invocation_index) li: u32, @builtin(workg
     for (var b = 0u; b < nblk; b++) {
         let word = q[(lrow * p.cols + b * 32u + lk) / 8u];
         let s = f32(scales[lrow * nblk + b]);
-        let lo = i8x4(word.x) * s;
-        let hi = i8x4(word.y) * s;
         let xv = select(vec4<f32>(0.0), x[xrow + b * 8u + lk4], live_t);
-        workgroupBarrier(); // the last block's reads are done
-        for (var j = 0u; j < 4u; j++) {
-            w[(lk + j) * 16u + lr / 4u][lr % 4u] = lo[j];
-            w[(lk + 4u + j) * 16u + lr / 4u][lr % 4u] = hi[j];
-            xs[(lk4 * 4u + j) * 16u + lt / 2u][lt % 2u] = xv[j];
-        }
-        workgroupBarrier();
-        for (var k = 0u; k < 32u; k++) {
-            let a = w[k * 16u + ri];
-            let t = xs[k * 16u + tj];
-            acc0 += a * t.x;
-            acc1 += a * t.y;
-        }
+        tile_block(li, word, s, xv, &acc0, &acc1);
     }
     let j = tj * 2u;
     for (var i = 0u; i < 4u; i++) {

@@ -2,7 +2,8 @@
 // workgroup takes 64 rows x 32 tokens; per 32-column block it decodes the rows' weights (scaled) and copies
 // the tokens' inputs into workgroup memory once, then each lane multiplies 4 rows by 2 tokens from there:
 // a weight is read from memory once per 32 tokens, and an input once per 64 rows (q8_gemm reads each
-// input value once per 8 rows and each weight once per 8 tokens). `i8x4` is appended as in q8_gemv.
+// input value once per 8 rows and each weight once per 8 tokens). The tile (`tile_block`,
+// q8_tile.wgsl) and `i8x4` are appended.
 enable f16;
 
 struct Params {
@@ -24,11 +25,6 @@ struct Params {
 
 const BR: u32 = 64u; // rows per workgroup
 const BT: u32 = 32u; // tokens per workgroup
-
-// One 32-column block: w[k * 16 + i] = the scaled weights of rows 4i..4i+3 at column k; xs[k * 16 + j] =
-// the inputs of tokens 2j, 2j+1 at column k. A lane reads one vec4 and one vec2 per column.
-var<workgroup> w: array<vec4<f32>, 512>;
-var<workgroup> xs: array<vec2<f32>, 512>;
 
 // workgroup_id.x = block of 64 rows, workgroup_id.y = block of 32 tokens.
 @compute @workgroup_size(256)
@@ -53,22 +49,8 @@ fn q8_gemm_tiled(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id
     for (var b = 0u; b < nblk; b++) {
         let word = q[(lrow * p.cols + b * 32u + lk) / 8u];
         let s = f32(scales[lrow * nblk + b]);
-        let lo = i8x4(word.x) * s;
-        let hi = i8x4(word.y) * s;
         let xv = select(vec4<f32>(0.0), x[xrow + b * 8u + lk4], live_t);
-        workgroupBarrier(); // the last block's reads are done
-        for (var j = 0u; j < 4u; j++) {
-            w[(lk + j) * 16u + lr / 4u][lr % 4u] = lo[j];
-            w[(lk + 4u + j) * 16u + lr / 4u][lr % 4u] = hi[j];
-            xs[(lk4 * 4u + j) * 16u + lt / 2u][lt % 2u] = xv[j];
-        }
-        workgroupBarrier();
-        for (var k = 0u; k < 32u; k++) {
-            let a = w[k * 16u + ri];
-            let t = xs[k * 16u + tj];
-            acc0 += a * t.x;
-            acc1 += a * t.y;
-        }
+        tile_block(li, word, s, xv, &acc0, &acc1);
     }
     for (var i = 0u; i < 4u; i++) {
         let r = r0 + ri * 4u + i;
