@@ -57,8 +57,9 @@ pub struct EngineOptions {
     /// H200 at a 4 GB budget in the page cache, 4 pieces decoded 11-20 % faster than whole records and
     /// prefilled 13 % slower (BENCHMARKS.md).
     pub read_split: usize,
-    /// Most tokens per prefill chunk (default 256: a chunk reads each picked expert once per 8 of its pairs;
-    /// while experts stream, also bounded by the pool: chunk × top-k ≤ slots).
+    /// Most tokens per prefill chunk (default 256: a chunk reads each picked expert once per 32 of its pairs
+    /// (Q4_0: 8) and each dense weight once per 32 tokens; while experts stream, also bounded by the pool:
+    /// chunk × top-k ≤ slots).
     pub max_batch: u32,
     /// When every expert fits, load them all at start and route on the GPU: no readback or `ensure` per
     /// layer (default on; off keeps the streaming path for comparison). The token embedding then goes to the
