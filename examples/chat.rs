@@ -72,6 +72,14 @@ struct Args {
     /// Turn expert prefetch off.
     #[arg(long)]
     no_prefetch: bool,
+    /// Read experts with O_DIRECT, past the page cache (for stores larger than RAM, or to keep the cache for
+    /// other work).
+    #[arg(long)]
+    direct_io: bool,
+    /// Threads reading expert misses (default: 8, or with --direct-io as many as a probe of the disk finds
+    /// fastest while the model loads).
+    #[arg(long)]
+    readers: Option<usize>,
 }
 
 fn bar(len: u64, what: &str) -> ProgressBar {
@@ -102,6 +110,8 @@ fn main() -> anyhow::Result<()> {
     opts.gpu_budget = args.budget;
     opts.max_context = args.ctx;
     opts.prefetch = !args.no_prefetch;
+    opts.direct_io = args.direct_io;
+    opts.readers = args.readers;
 
     let model = match &args.model {
         Some(m) => m.clone(),
@@ -149,6 +159,11 @@ fn main() -> anyhow::Result<()> {
         s.gpu_bytes.total() as f64 / 1e9,
         engine.max_context()
     );
+    if let Some(probe) = engine.reader_probe() {
+        let rates: Vec<String> =
+            probe.rates.iter().map(|r| format!("{}: {:.2}", r.threads, r.bytes_per_sec / 1e9)).collect();
+        eprintln!("{} expert readers (disk probe, GB/s by threads: {})", engine.readers(), rates.join(", "));
+    }
 
     let sampling = SamplingOptions {
         temperature: args.temperature,
