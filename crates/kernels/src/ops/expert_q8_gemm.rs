@@ -29,6 +29,9 @@ const _: () = assert!(size_of::<ExpertQ8GemmParams>() == 32);
 pub const EXPERT_GEMM_GROUP: usize = 8;
 /// Pairs per group of `expert_q8_gemm_tiled.wgsl` (its `BT`).
 pub const EXPERT_GEMM_TILED_GROUP: usize = 32;
+/// Rows of a workgroup of `expert_q8_gemm.wgsl` / `expert_q4_gemm.wgsl`, and of the tiled one (its `BR`).
+const ROWS: u64 = 8;
+const TILED_ROWS: u64 = 64;
 
 /// Most groups [`expert_gemm_groups`] makes of `pairs` pairs over at most `slots` distinct slots in groups
 /// of `size`: each slot's pairs in runs of `size`, at most one of them short, so ⌊P/size⌋ + min(P, slots).
@@ -158,7 +161,7 @@ impl Kernels {
         let (pp, gl) = (u64::from(pairs), u64::from(groups_len));
         b.ensure(gl > 0, || "needs at least one group".to_string())?;
         let index = [("groups", groups, f32s(4 * gl)), ("order", order, f32s(pp))];
-        let rows_per_group = if kernel == Kernel::ExpertQ8GemmTiled { 64 } else { 8 };
+        let rows_per_group = if kernel == Kernel::ExpertQ8GemmTiled { TILED_ROWS } else { ROWS };
         let grid = PoolGrid { rows_per_group, x_row: u64::from(pool.cols), y_row: u64::from(pool.rows) };
         let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, y, pairs, x_div, grid)?;
         let groups_dim = b.groups("groups", gl)?;
