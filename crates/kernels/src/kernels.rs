@@ -142,6 +142,14 @@ impl Kernel {
         }
     }
 
+    /// Values of the shader's `override` declarations without a default, set when its pipeline is built.
+    pub fn constants(self) -> &'static [(&'static str, f64)] {
+        match self {
+            Kernel::Argmax => &[("SLICE", crate::ops::ARGMAX_SLICE as f64)],
+            _ => &[],
+        }
+    }
+
     /// Whether the kernel has a subgroup variant.
     pub fn has_subgroup_variant(self) -> bool {
         matches!(
@@ -398,7 +406,7 @@ impl Kernels {
                 cache: None,
             })
         };
-        let pipelines = Kernel::ALL.iter().map(|&k| compile(k, &[])).collect();
+        let pipelines = Kernel::ALL.iter().map(|&k| compile(k, k.constants())).collect();
         let attention_split_short = compile(Kernel::AttentionSplit, &[("PASSES", 2.0)]);
         Self {
             device,

@@ -1,6 +1,7 @@
 //! Protects the WGSL sources without a GPU: every kernel (plain and subgroup variants) parses and
-//! validates with naga, its uniform `Params` has the size of the Rust params struct, and its bindings
-//! follow the house order (0 = params uniform, inputs read-only, outputs read_write and last).
+//! validates with naga, its uniform `Params` has the size of the Rust params struct, its bindings follow
+//! the house order (0 = params uniform, inputs read-only, outputs read_write and last), and every
+//! `override` without a default gets a value from `Kernel::constants`.
 
 use diskformer_kernels::Kernel;
 use naga::valid::{Capabilities, ValidationFlags, Validator};
@@ -24,6 +25,17 @@ fn check(kernel: Kernel, subgroups: bool) {
         module.entry_points.iter().any(|e| e.name == name && e.stage == naga::ShaderStage::Compute),
         "{name}: entry point must be named after the kernel"
     );
+
+    // An `override` without a default must get its value from `Kernel::constants` when the pipeline is built.
+    for (_, o) in module.overrides.iter() {
+        let Some(o_name) = &o.name else { continue };
+        if o.init.is_none() {
+            assert!(
+                kernel.constants().iter().any(|(c, _)| c == o_name),
+                "{name}: override {o_name} has no default and no value in Kernel::constants"
+            );
+        }
+    }
 
     let mut layouter = naga::proc::Layouter::default();
     layouter.update(module.to_ctx()).expect("layout");

@@ -17,8 +17,9 @@ pub struct ArgmaxParams {
 }
 const _: () = assert!(size_of::<ArgmaxParams>() == 16);
 
-/// Values of a row one workgroup of the argmax's first stage scans (`SLICE` in `argmax.wgsl`).
-const ARGMAX_SLICE: u32 = 2048;
+/// Values of a row one workgroup of the argmax's first stage scans (the `SLICE` override of `argmax.wgsl`,
+/// set when its pipeline is built): 256 lanes × 8, two steps of four loads a lane.
+pub(crate) const ARGMAX_SLICE: u32 = 2048;
 
 /// Slices of a row of `n` values in the argmax's first stage.
 pub fn argmax_slices(n: u32) -> u32 {

@@ -26,6 +26,7 @@ mod router_topk;
 mod silu_mul;
 
 pub use add::AddParams;
+pub(crate) use argmax::ARGMAX_SLICE;
 pub use argmax::{ArgmaxParams, argmax_partial_len, argmax_slices};
 pub use attention::{AttentionParams, AttentionShape};
 pub use attention_combine::AttentionCombineParams;

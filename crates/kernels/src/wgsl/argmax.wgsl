@@ -16,7 +16,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> dst: array<u32>; // stage 0: [T, slices] (value bits, index) pairs; 1: [T] u32
 
 const WG: u32 = 256u;
-const SLICE: u32 = 2048u; // WG * 8: two steps of four loads a lane
+override SLICE: u32; // values a stage-0 workgroup scans: ARGMAX_SLICE, given by the launcher's pipeline
 const NONE: u32 = 0xffffffffu;
 var<workgroup> rv: array<f32, WG>;
 var<workgroup> ri: array<u32, WG>;
