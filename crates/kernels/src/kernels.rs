@@ -146,6 +146,7 @@ impl Kernel {
     pub fn constants(self) -> &'static [(&'static str, f64)] {
         match self {
             Kernel::Argmax => &[("SLICE", crate::ops::ARGMAX_SLICE as f64)],
+            Kernel::AttentionSplit => &[("PASSES", crate::ops::LONG_SPLIT_PASSES as f64)],
             _ => &[],
         }
     }
@@ -344,7 +345,8 @@ impl Dispatch {
 pub struct Kernels {
     device: wgpu::Device,
     pipelines: Vec<wgpu::ComputePipeline>,
-    /// `attention_split` compiled with `PASSES = 2` (half-size blocks, for short caches).
+    /// `attention_split` compiled with `PASSES = SHORT_SPLIT_PASSES` (half-size blocks, for short caches); the
+    /// main pipeline has `LONG_SPLIT_PASSES`.
     attention_split_short: wgpu::ComputePipeline,
     subgroups: bool,
     max_binding: u64,
@@ -407,7 +409,8 @@ impl Kernels {
             })
         };
         let pipelines = Kernel::ALL.iter().map(|&k| compile(k, k.constants())).collect();
-        let attention_split_short = compile(Kernel::AttentionSplit, &[("PASSES", 2.0)]);
+        let attention_split_short =
+            compile(Kernel::AttentionSplit, &[("PASSES", f64::from(crate::ops::SHORT_SPLIT_PASSES))]);
         Self {
             device,
             pipelines,

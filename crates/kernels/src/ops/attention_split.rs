@@ -25,8 +25,11 @@ pub struct AttentionSplitParams {
 }
 const _: () = assert!(size_of::<AttentionSplitParams>() == 32);
 
-/// Caches of up to this many positions run the split attention two passes a block, longer ones four.
+/// Caches of up to this many positions run the split attention [`SHORT_SPLIT_PASSES`] passes a block,
+/// longer ones [`LONG_SPLIT_PASSES`] (the `PASSES` override of `attention_split.wgsl`, one pipeline each).
 const SHORT_SPLIT_CTX: u32 = 4096;
+pub(crate) const SHORT_SPLIT_PASSES: u32 = 2;
+pub(crate) const LONG_SPLIT_PASSES: u32 = 4;
 
 impl AttentionShape {
     /// Passes of one lane over a block in `attention_split.wgsl` (its `PASSES` override): 2 for caches of
@@ -36,7 +39,7 @@ impl AttentionShape {
     /// two passes cost 32.6 us against 26.4 for four passes, while at 4,096 positions they tie at the last
     /// position and two passes win at position 600 (6.5 against 8.6 us a layer).
     pub fn split_passes(&self) -> u32 {
-        if self.ctx <= SHORT_SPLIT_CTX { 2 } else { 4 }
+        if self.ctx <= SHORT_SPLIT_CTX { SHORT_SPLIT_PASSES } else { LONG_SPLIT_PASSES }
     }
 
     /// Cache positions per workgroup of the split attention: [`split_passes`](Self::split_passes) passes of
@@ -120,9 +123,10 @@ impl Kernels {
             blocks: s.blocks(),
             block: s.split_block(),
         };
-        let pipeline = match s.split_passes() {
-            2 => self.attention_split_short(),
-            _ => self.pipeline(Kernel::AttentionSplit),
+        let pipeline = if s.split_passes() == SHORT_SPLIT_PASSES {
+            self.attention_split_short()
+        } else {
+            self.pipeline(Kernel::AttentionSplit)
         };
         Ok(b.finish_on(pipeline.clone(), vec![(p, bound, dims)]))
     }

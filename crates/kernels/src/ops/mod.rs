@@ -31,6 +31,7 @@ pub use argmax::{ArgmaxParams, argmax_partial_len, argmax_slices};
 pub use attention::{AttentionParams, AttentionShape};
 pub use attention_combine::AttentionCombineParams;
 pub use attention_split::AttentionSplitParams;
+pub(crate) use attention_split::{LONG_SPLIT_PASSES, SHORT_SPLIT_PASSES};
 pub use embed_q8::EmbedQ8Params;
 pub use expert_q4_gemv::ExpertQ4GemvParams;
 pub use expert_q8_gemm::{

@@ -45,9 +45,9 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> partial: array<vec4<f32>>; // [T, heads, blocks, 4 + d] (m, l, 0, 0, acc)
 
 const LANES: u32 = 128u;
-// 2, 4 or 8 (the code below is written out for 8): set per pipeline from AttentionShape::split_passes (2 for
-// caches of up to 4,096 positions, else 4).
-override PASSES: u32 = 4u;
+// 2, 4 or 8 (the code below is written out for 8): set per pipeline from the launcher's SHORT_SPLIT_PASSES
+// and LONG_SPLIT_PASSES (AttentionShape::split_passes picks one by cache length).
+override PASSES: u32;
 const GMAX: u32 = 8u;
 const NEG: f32 = -3.0e38;
 
