@@ -545,7 +545,8 @@ fn benches(c: &mut Criterion) {
 /// chunk's 2,048 (token, pick) pairs grouped by slot (8 distinct picks a token from 128 experts, one slot
 /// each) with the dispatch sized by the group bound (`bound`) or by the pair count (`padded`, what the
 /// engine ran before: most workgroups find a count-0 group and leave), and the tiled expert GEMM (`tiled`,
-/// groups of up to 32 pairs). Consecutive dispatches
+/// groups of up to 32 pairs); and the chunk's causal attention (`attention`, the kernel chunks run).
+/// Consecutive dispatches
 /// write different outputs; the weights (up to 384 MB of expert slots) are the same each time.
 fn bench_prefill(c: &mut Criterion, g: &Gpu) {
     let mut group = c.benchmark_group("prefill");
@@ -572,6 +573,27 @@ fn bench_prefill(c: &mut Criterion, g: &Gpu) {
             group.bench_function(name, |b| b.iter_custom(|iters| time(g, &ds, iters)));
         }
     }
+    // The chunk's causal attention: the second chunk of a 512-token prompt (positions 256..511) over a
+    // 4,096-position f16 cache, 32 query heads, 4 kv heads, d = 128. Throughput: the K and V bytes each query
+    // head reads (a workgroup per head and token).
+    let shape = AttentionShape { heads: 32, kv_heads: 4, head_dim: 128, tokens: t, ctx: 4096 };
+    let q = buffer(g, 4 * u64::from(t * 32 * 128), 20);
+    let cache_bytes = 2 * u64::from(shape.ctx * 4 * 128);
+    let (kc, vc) = (buffer(g, cache_bytes, 21), buffer(g, cache_bytes, 22));
+    let pos = buffer(g, 4 * u64::from(t), 23);
+    let positions: Vec<u32> = (256..256 + t).collect();
+    g.ctx.queue.write_buffer(&pos, 0, bytemuck::cast_slice(&positions));
+    let outs: Vec<wgpu::Buffer> = (0..4).map(|i| buffer(g, 4 * u64::from(t * 32 * 128), 24 + i)).collect();
+    let ds: Vec<Dispatch> = outs
+        .iter()
+        .map(|o| {
+            k_.attention((&q).into(), (&kc).into(), (&vc).into(), (&pos).into(), o.into(), shape)
+                .expect("bind")
+        })
+        .collect();
+    let attended: u64 = positions.iter().map(|&p| u64::from(p) + 1).sum();
+    group.throughput(Throughput::Bytes(attended * 32 * 128 * 2 * 2));
+    group.bench_function("attention/t256_pos256-511", |b| b.iter_custom(|iters| time(g, &ds, iters)));
     // The chunk's picks: 8 distinct experts a token, an LCG over the 128.
     let pairs = t * k;
     let mut state = 12_345u64;
