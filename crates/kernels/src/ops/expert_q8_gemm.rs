@@ -80,7 +80,8 @@ impl Kernels {
     /// [`Kernels::expert_q8_gemm_tiled`] (2-3× on the H200 at 256 tokens); this one stays as the comparison in
     /// the bench and the twin of [`Kernels::expert_q4_gemm`]. Results equal
     /// [`Kernels::expert_q8_gemv`] with the same picks.
-    /// One workgroup row per entry of `groups` (G = `groups_len`, at least [`expert_gemm_group_bound`]).
+    /// `sizes` = (P, G): the pairs, and the entries of `groups` (at least [`expert_gemm_group_bound`]), one
+    /// row of workgroups each.
     /// Shapes: `x [P / x_div, cols] f32`, `groups [G] [u32; 4]`, `order [P] u32`, pool planes,
     /// `y [P, rows] f32`.
     ///
@@ -94,10 +95,9 @@ impl Kernels {
         groups: View<'_>,
         order: View<'_>,
         y: View<'_>,
-        (pairs, groups_len): (u32, u32),
+        sizes: (u32, u32),
         x_div: u32,
     ) -> Result<Dispatch> {
-        let sizes = (pairs, groups_len);
         self.expert_gemm(Kernel::ExpertQ8Gemm, Q8_0_BLOCK_BYTES, pool, x, groups, order, y, sizes, x_div)
     }
 
@@ -115,10 +115,9 @@ impl Kernels {
         groups: View<'_>,
         order: View<'_>,
         y: View<'_>,
-        (pairs, groups_len): (u32, u32),
+        sizes: (u32, u32),
         x_div: u32,
     ) -> Result<Dispatch> {
-        let sizes = (pairs, groups_len);
         self.expert_gemm(Kernel::ExpertQ8GemmTiled, Q8_0_BLOCK_BYTES, pool, x, groups, order, y, sizes, x_div)
     }
 
@@ -135,10 +134,9 @@ impl Kernels {
         groups: View<'_>,
         order: View<'_>,
         y: View<'_>,
-        (pairs, groups_len): (u32, u32),
+        sizes: (u32, u32),
         x_div: u32,
     ) -> Result<Dispatch> {
-        let sizes = (pairs, groups_len);
         self.expert_gemm(Kernel::ExpertQ4Gemm, Q4_0_BLOCK_BYTES, pool, x, groups, order, y, sizes, x_div)
     }
 

@@ -4,7 +4,7 @@
 // lane multiplies 4 rows by 2 pairs from there (q8_gemm_tiled's scheme, with the rows of one slot and the
 // inputs of the group's pairs). Group g names a slot and a run of `order`:
 // y[pair] = W[slot] x[pair / x_div] for pair = order[first + j], j < count. Groups with count 0 (padding up
-// to the dispatch size) and slots outside this part leave at once. The tile (`tile_block`,
+// to the dispatch size) and slots outside this part leave at once. The product (`tile_gemm`,
 // q8_tile.wgsl) and `i8x4` are appended.
 enable f16;
 
@@ -40,28 +40,15 @@ fn expert_q8_gemm_tiled(@builtin(local_invocation_index) li: u32, @builtin(workg
         return;
     }
     let r0 = wg.x * BR;
-    let nblk = p.cols / 32u;
-    let first_row = (slot - p.slot_begin) * p.rows;
-    // Loading: lane li decodes 8 weights of row li / 4 (columns 8 * (li % 4)..), and copies 4 inputs of
-    // pair li / 8 (columns 4 * (li % 8)..). Rows and pairs past the end read the last ones / zeros.
-    let lr = li / 4u;
-    let lrow = first_row + min(r0 + lr, p.rows - 1u);
-    let lk = (li % 4u) * 8u;
+    // Lane li loads row li / 4 of the tile and the group's pair li / 8 (tile_gemm): rows and pairs past the
+    // end read the last ones / zeros.
+    let lrow = (slot - p.slot_begin) * p.rows + min(r0 + li / 4u, p.rows - 1u);
     let lt = li / 8u;
-    let lk4 = li % 8u;
-    let live_t = lt < nt;
     let xrow = (order[grp.y + min(lt, nt - 1u)] / p.x_div) * (p.cols / 4u);
-    // Computing: lane li takes rows 4 * (li % 16).. and the group's pairs 2 * (li / 16)..
+    let acc = tile_gemm(li, lrow, xrow, lt < nt);
+    // Lane li holds rows 4 * (li % 16).. for the group's pairs 2 * (li / 16) and the next.
     let ri = li % 16u;
     let tj = li / 16u;
-    var acc0 = vec4<f32>(0.0); // 4 rows, pair 2 tj
-    var acc1 = vec4<f32>(0.0); // 4 rows, pair 2 tj + 1
-    for (var b = 0u; b < nblk; b++) {
-        let word = q[(lrow * p.cols + b * 32u + lk) / 8u];
-        let s = f32(scales[lrow * nblk + b]);
-        let xv = select(vec4<f32>(0.0), x[xrow + b * 8u + lk4], live_t);
-        tile_block(li, word, s, xv, &acc0, &acc1);
-    }
     let j = tj * 2u;
     for (var i = 0u; i < 4u; i++) {
         let r = r0 + ri * 4u + i;
@@ -69,10 +56,10 @@ fn expert_q8_gemm_tiled(@builtin(local_invocation_index) li: u32, @builtin(workg
             break;
         }
         if (j < nt) {
-            y[order[grp.y + j] * p.rows + r] = acc0[i];
+            y[order[grp.y + j] * p.rows + r] = acc[0][i];
         }
         if (j + 1u < nt) {
-            y[order[grp.y + j + 1u] * p.rows + r] = acc1[i];
+            y[order[grp.y + j + 1u] * p.rows + r] = acc[1][i];
         }
     }
 }

@@ -2,7 +2,7 @@
 // workgroup takes 64 rows x 32 tokens; per 32-column block it decodes the rows' weights (scaled) and copies
 // the tokens' inputs into workgroup memory once, then each lane multiplies 4 rows by 2 tokens from there:
 // a weight is read from memory once per 32 tokens, and an input once per 64 rows (q8_gemm reads each
-// input value once per 8 rows and each weight once per 8 tokens). The tile (`tile_block`,
+// input value once per 8 rows and each weight once per 8 tokens). The product (`tile_gemm`,
 // q8_tile.wgsl) and `i8x4` are appended.
 enable f16;
 
@@ -31,27 +31,15 @@ const BT: u32 = 32u; // tokens per workgroup
 fn q8_gemm_tiled(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let r0 = wg.x * BR;
     let t0 = wg.y * BT;
-    let nblk = p.cols / 32u;
-    // Loading: lane li decodes 8 weights of row li / 4 (columns 8 * (li % 4)..), and copies 4 inputs of
-    // token li / 8 (columns 4 * (li % 8)..). Rows and tokens past the end read the last ones / zeros.
-    let lr = li / 4u;
-    let lrow = min(r0 + lr, p.rows - 1u);
-    let lk = (li % 4u) * 8u;
+    // Lane li loads row li / 4 and token li / 8 of the tile (tile_gemm): rows and tokens past the end read
+    // the last ones / zeros.
+    let lrow = min(r0 + li / 4u, p.rows - 1u);
     let lt = li / 8u;
-    let lk4 = li % 8u;
-    let live_t = t0 + lt < p.tokens;
     let xrow = min(t0 + lt, p.tokens - 1u) * (p.cols / 4u);
-    // Computing: lane li takes rows 4 * (li % 16).. and tokens 2 * (li / 16)..
+    let acc = tile_gemm(li, lrow, xrow, t0 + lt < p.tokens);
+    // Lane li holds rows 4 * (li % 16).. for tokens 2 * (li / 16) and the next.
     let ri = li % 16u;
     let tj = li / 16u;
-    var acc0 = vec4<f32>(0.0); // 4 rows, token 2 tj
-    var acc1 = vec4<f32>(0.0); // 4 rows, token 2 tj + 1
-    for (var b = 0u; b < nblk; b++) {
-        let word = q[(lrow * p.cols + b * 32u + lk) / 8u];
-        let s = f32(scales[lrow * nblk + b]);
-        let xv = select(vec4<f32>(0.0), x[xrow + b * 8u + lk4], live_t);
-        tile_block(li, word, s, xv, &acc0, &acc1);
-    }
     for (var i = 0u; i < 4u; i++) {
         let r = r0 + ri * 4u + i;
         if (r >= p.rows) {
@@ -59,10 +47,10 @@ fn q8_gemm_tiled(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id
         }
         let t = t0 + tj * 2u;
         if (t < p.tokens) {
-            y[t * p.out_rows + p.row_begin + r] = acc0[i];
+            y[t * p.out_rows + p.row_begin + r] = acc[0][i];
         }
         if (t + 1u < p.tokens) {
-            y[(t + 1u) * p.out_rows + p.row_begin + r] = acc1[i];
+            y[(t + 1u) * p.out_rows + p.row_begin + r] = acc[1][i];
         }
     }
 }
