@@ -548,7 +548,7 @@ impl StagingRing {
     /// Bytes of each staging buffer when records of `record_bytes` are staged in `pieces` pieces: whole 4 KiB
     /// pages, so that O_DIRECT can read each piece on its own.
     pub fn piece_bytes(record_bytes: usize, pieces: usize) -> usize {
-        record_bytes.div_ceil(pieces.max(1)).next_multiple_of(diskformer_store::BUFFER_ALIGN)
+        diskformer_store::part_bytes(record_bytes, pieces)
     }
 
     /// Mapped staging bytes of a ring of `len` records in `pieces` pieces (what it takes from the budget).

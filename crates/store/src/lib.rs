@@ -56,4 +56,4 @@ pub use layout::{
 };
 pub use manifest::{Checkpoint, FORMAT, FORMAT_VERSION, MANIFEST, Manifest, SourceInfo};
 pub use probe::{ReaderProbe, ThreadsRate};
-pub use store::{BUFFER_ALIGN, RecordBuf, RecordReader, Store};
+pub use store::{BUFFER_ALIGN, RecordBuf, RecordReader, Store, part_bytes};

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::store::{RecordBuf, RecordReader};
+use crate::layout::ExpertKey;
+use crate::store::{RecordBuf, RecordReader, part_bytes};
 
 /// A count within this fraction of the fastest counts as fast: fewer threads win such near-ties (less
 /// staging memory, less contention with the engine's own threads).
@@ -32,6 +33,55 @@ pub struct ReaderProbe {
 }
 
 impl RecordReader {
+    /// Reads `records` records, the `i`th that of `key(i)`, from `threads` threads at once, each record in
+    /// `pieces` reads one after another (parts of [`part_bytes`] bytes, as the engine's demand loads read
+    /// them), and returns the record bytes read per second.
+    ///
+    /// # Errors
+    /// [`Error::BadProbe`] for zero threads, records or pieces; read errors as [`RecordReader::read`].
+    pub fn read_rate(
+        &self,
+        threads: usize,
+        records: usize,
+        pieces: usize,
+        key: impl Fn(usize) -> ExpertKey + Sync,
+    ) -> Result<f64> {
+        if threads == 0 || records == 0 || pieces == 0 {
+            return Err(Error::BadProbe {
+                what: format!(
+                    "{threads} threads, {records} records, {pieces} pieces; each must be at least 1"
+                ),
+            });
+        }
+        let record = self.layout().record_bytes as usize;
+        let part = part_bytes(record, pieces);
+        let next = AtomicUsize::new(0);
+        let started = Instant::now();
+        std::thread::scope(|s| -> Result<()> {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| -> Result<()> {
+                        let mut buf = RecordBuf::new(record);
+                        loop {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            if i >= records {
+                                return Ok(());
+                            }
+                            for (at, dst) in
+                                (0..record).step_by(part).zip(buf.as_mut_slice().chunks_mut(part))
+                            {
+                                self.read_part_into(key(i), at, dst, part.min(record - at))?;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            workers.into_iter().try_for_each(|w| w.join().expect("a reader thread panicked"))
+        })?;
+        let secs = started.elapsed().as_secs_f64().max(1e-9);
+        Ok((records * record) as f64 / secs)
+    }
+
     /// Reads `records` random records at each thread count of `candidates` (after a warm-up read, so that
     /// the first count does not pay for a disk waking up) and returns the rates and the count to use.
     /// Through the page cache this measures memory, not the disk: meant for O_DIRECT readers.
@@ -58,30 +108,8 @@ impl RecordReader {
         let mut rates = Vec::with_capacity(candidates.len());
         for (m, &threads) in candidates.iter().enumerate() {
             let first = 1 + m * records;
-            let next = AtomicUsize::new(0);
-            let started = Instant::now();
-            std::thread::scope(|s| -> Result<()> {
-                let workers: Vec<_> = (0..threads)
-                    .map(|_| {
-                        s.spawn(|| -> Result<()> {
-                            let mut buf = RecordBuf::new(layout.record_bytes as usize);
-                            loop {
-                                let i = next.fetch_add(1, Ordering::Relaxed);
-                                if i >= records {
-                                    return Ok(());
-                                }
-                                self.read(key(first + i), &mut buf)?;
-                            }
-                        })
-                    })
-                    .collect();
-                workers.into_iter().try_for_each(|w| w.join().expect("a probe reader panicked"))
-            })?;
-            let secs = started.elapsed().as_secs_f64().max(1e-9);
-            rates.push(ThreadsRate {
-                threads,
-                bytes_per_sec: (records as u64 * layout.record_bytes) as f64 / secs,
-            });
+            let bytes_per_sec = self.read_rate(threads, records, 1, |i| key(first + i))?;
+            rates.push(ThreadsRate { threads, bytes_per_sec });
         }
         let fastest = rates.iter().map(|r| r.bytes_per_sec).fold(0.0, f64::max);
         let best = rates

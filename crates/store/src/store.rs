@@ -174,6 +174,12 @@ pub struct RecordReader {
 /// Alignment of record buffers (O_DIRECT's granularity).
 pub const BUFFER_ALIGN: usize = 4096;
 
+/// Bytes of each part when a record of `record_bytes` is read in `parts` reads: whole [`BUFFER_ALIGN`] pages,
+/// so that O_DIRECT can read each part on its own (the last part may be shorter).
+pub fn part_bytes(record_bytes: usize, parts: usize) -> usize {
+    record_bytes.div_ceil(parts.max(1)).next_multiple_of(BUFFER_ALIGN)
+}
+
 impl RecordReader {
     /// Whether reads bypass the page cache.
     pub fn is_direct(&self) -> bool {

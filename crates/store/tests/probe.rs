@@ -39,3 +39,18 @@ fn probe_refuses_bad_counts() {
         assert!(err.to_string().contains("at least"), "{err}");
     }
 }
+
+#[test]
+fn read_rate_reads_whole_records_or_pieces_and_refuses_zero_counts() {
+    let (_dir, store) = store("read-rate");
+    let reader = store.record_reader(true).unwrap();
+    let n = reader.layout().n_records();
+    for (threads, pieces) in [(1, 1), (3, 1), (2, 3)] {
+        let rate = reader.read_rate(threads, 10, pieces, |i| reader.layout().key(i % n)).unwrap();
+        assert!(rate > 0.0 && rate.is_finite(), "{threads} threads, {pieces} pieces: {rate}");
+    }
+    for (threads, records, pieces) in [(0, 4, 1), (1, 0, 1), (1, 4, 0)] {
+        let err = reader.read_rate(threads, records, pieces, |i| reader.layout().key(i % n)).unwrap_err();
+        assert!(matches!(err, Error::BadProbe { .. }), "{err}");
+    }
+}
