@@ -43,11 +43,11 @@ done
 sync; echo 3 > /proc/sys/vm/drop_caches
 [ -n "${RESIDENT_ONLY:-}${LOOKAHEAD:-}${PREFILL:-}" ] || $D/record-read $S --threads ${DISK_THREADS:-1,8,16} --pieces ${DISK_PIECES:-1} --records 384 | tee "$OUT/disk.txt"
 
-run() { # label, page cache (warm|cold), bench args...
+run() { # label, page cache (warm|cold), bench args...; BIN=path runs another bench binary
     local label=$1 cache=$2; shift 2
     if [ "$cache" = cold ]; then sync; echo 3 > /proc/sys/vm/drop_caches; else cat $S/experts.bin > /dev/null; fi
     local line
-    line=$(timeout 200 $D/bench --model $G --store $S --decode-tokens "$DECODE" "$@" 2> "/tmp/$label.err")
+    line=$(timeout 200 "${BIN:-$D/bench}" --model $G --store $S --decode-tokens "$DECODE" "$@" 2> "/tmp/$label.err")
     if [ -z "$line" ]; then tail -3 "/tmp/$label.err"; line=null; fi
     echo "{\"label\":\"$label\",\"cache\":\"$cache\",\"run\":$line}" >> "$OUT/bench.jsonl"
     echo "$label $cache: $line" | cut -c1-120
@@ -79,12 +79,8 @@ run b4g-cyc-off-p512 warm --budget 4g --no-prefetch --prompt-tokens 512
 for alt in $D/bench-*; do
     [ -x "$alt" ] || continue
     b=${alt#$D/bench-}
-    for row in "resident-$b 100g" "b4g-cyc-off-p512-$b 4g"; do
-        set -- $row
-        cat $S/experts.bin > /dev/null
-        line=$(timeout 200 $alt --model $G --store $S --decode-tokens "$DECODE" --budget $2 --no-prefetch --prompt-tokens 512 2> /tmp/alt.err)
-        echo "{\"label\":\"$1\",\"cache\":\"warm\",\"run\":${line:-null}}" >> "$OUT/bench.jsonl"
-    done
+    BIN=$alt run resident-$b warm --budget 100g --prompt-tokens 512
+    BIN=$alt run b4g-cyc-off-p512-$b warm --budget 4g --no-prefetch --prompt-tokens 512
 done
 if [ -n "${CLOCKS:-}" ]; then
 clocked b4g-cyc-off warm --budget 4g --no-prefetch --prompt-tokens 16
