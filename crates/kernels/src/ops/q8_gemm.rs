@@ -1,6 +1,7 @@
+use super::q8_gemv::q8_matrix_parts;
+use crate::Dispatch;
 use crate::error::Result;
 use crate::kernels::{Kernel, Kernels, Q8Matrix, View};
-use crate::{Dispatch, ops::*};
 
 /// Params of `q8_gemm.wgsl`.
 #[repr(C)]
@@ -65,27 +66,20 @@ impl Kernels {
             )
         })?;
         let gy = b.groups("token blocks", t.div_ceil(tile_tokens))?;
-        let scale_row = f16s(cols / 32);
-        let parts = b.split_rows("w.q", rows, cols, scale_row, tile_rows)?;
-        let mut out = Vec::with_capacity(parts.len());
-        for (begin, end) in parts {
-            let n = end - begin;
-            let bound = vec![
-                b.storage("x", x, 0, f32s(t * cols))?,
-                b.storage("w.q", w.q, begin * cols, n * cols)?,
-                b.storage("w.scales", w.scales, begin * scale_row, n * scale_row)?,
-                b.storage("y", y, 0, f32s(t * rows))?,
-            ];
-            let p = Q8GemmParams {
-                rows: n as u32,
-                cols: w.cols,
-                row_begin: begin as u32,
-                out_rows: w.rows,
-                tokens,
-                _pad: [0; 3],
-            };
-            out.push((p, bound, [b.groups("row blocks", n.div_ceil(tile_rows))?, gy, 1]));
-        }
+        let out = q8_matrix_parts(&b, w, x, y, t, tile_rows)?
+            .into_iter()
+            .map(|part| {
+                let p = Q8GemmParams {
+                    rows: part.rows as u32,
+                    cols: w.cols,
+                    row_begin: part.begin as u32,
+                    out_rows: w.rows,
+                    tokens,
+                    _pad: [0; 3],
+                };
+                (p, part.bound, [part.row_groups, gy, 1])
+            })
+            .collect();
         Ok(b.finish(out))
     }
 }

@@ -1,5 +1,5 @@
 use crate::error::Result;
-use crate::kernels::{Kernel, Kernels, Q8Matrix, View};
+use crate::kernels::{Binder, Bound, Kernel, Kernels, Q8Matrix, View};
 use crate::{Dispatch, ops::*};
 
 /// Params of `q8_gemv.wgsl`.
@@ -53,20 +53,59 @@ impl Kernels {
             format!("needs rows > 0 and cols a multiple of 32; got rows {rows}, cols {cols}")
         })?;
         let gy = b.groups("tokens", t)?;
-        let scale_row = f16s(cols / 32);
-        let parts = b.split_rows("w.q", rows, cols, scale_row, rows_per_group)?;
-        let mut out = Vec::with_capacity(parts.len());
-        for (begin, end) in parts {
-            let n = end - begin;
-            let bound = vec![
-                b.storage("x", x, 0, f32s(t * cols))?,
-                b.storage("w.q", w.q, begin * cols, n * cols)?,
-                b.storage("w.scales", w.scales, begin * scale_row, n * scale_row)?,
-                b.storage("y", y, 0, f32s(t * rows))?,
-            ];
-            let p = Q8GemvParams { rows: n as u32, cols: w.cols, row_begin: begin as u32, out_rows: w.rows };
-            out.push((p, bound, [b.groups("row groups", n.div_ceil(rows_per_group))?, gy, 1]));
-        }
+        let out = q8_matrix_parts(&b, w, x, y, t, rows_per_group)?
+            .into_iter()
+            .map(|part| {
+                let p = Q8GemvParams {
+                    rows: part.rows as u32,
+                    cols: w.cols,
+                    row_begin: part.begin as u32,
+                    out_rows: w.rows,
+                };
+                (p, part.bound, [part.row_groups, gy, 1])
+            })
+            .collect();
         Ok(b.finish(out))
     }
+}
+
+/// One binding part of a dense Q8_0 matrix (the lm head splits past the binding limit): its rows, their
+/// bindings and the workgroups along them.
+pub(crate) struct MatrixPart<'a> {
+    /// First row of the part.
+    pub begin: u64,
+    /// Rows in the part.
+    pub rows: u64,
+    /// x, w.q, w.scales, y.
+    pub bound: Vec<Bound<'a>>,
+    /// Workgroups along the part's rows.
+    pub row_groups: u32,
+}
+
+/// Splits `w` by rows over bindings (whole blocks of `rows_per_group` rows) and binds each part with `x
+/// [tokens, cols]` and `y [tokens, rows]`, as the dense GEMVs and GEMMs read them.
+pub(crate) fn q8_matrix_parts<'a>(
+    b: &Binder<'_>,
+    w: Q8Matrix<'a>,
+    x: View<'a>,
+    y: View<'a>,
+    tokens: u64,
+    rows_per_group: u64,
+) -> Result<Vec<MatrixPart<'a>>> {
+    let (rows, cols) = (u64::from(w.rows), u64::from(w.cols));
+    let scale_row = f16s(cols / 32);
+    let parts = b.split_rows("w.q", rows, cols, scale_row, rows_per_group)?;
+    let mut out = Vec::with_capacity(parts.len());
+    for (begin, end) in parts {
+        let n = end - begin;
+        let bound = vec![
+            b.storage("x", x, 0, f32s(tokens * cols))?,
+            b.storage("w.q", w.q, begin * cols, n * cols)?,
+            b.storage("w.scales", w.scales, begin * scale_row, n * scale_row)?,
+            b.storage("y", y, 0, f32s(tokens * rows))?,
+        ];
+        let row_groups = b.groups("row groups", n.div_ceil(rows_per_group))?;
+        out.push(MatrixPart { begin, rows: n, bound, row_groups });
+    }
+    Ok(out)
 }
