@@ -657,12 +657,16 @@ fn bench_prefill(c: &mut Criterion, g: &Gpu) {
 /// writes the same output, so consecutive dispatches wait for each other as in the engine: these are
 /// latencies (weights L2-warm where they fit), the figure that decides decode speed once kernels are
 /// small, not bandwidths. `layer/all` × 48 + `layer/head` is the GPU time of a token. Beside them:
-/// `all_checked_shaders` (the layer compiled with wgpu's full shader runtime checks), `all_encode_only`
-/// (recording alone), `attention_split_plain` (the split's row sums through workgroup memory),
+/// `all_unfused` (the layer with its norms and the MoE combine as dispatches of their own, as chunks run
+/// it, and its kernels alone by their names), `all_checked_shaders` (the layer compiled with wgpu's full
+/// shader runtime checks), `all_encode_only` (recording alone), `attention_split_plain` (the split's row
+/// sums through workgroup memory),
 /// `router_topk` and `expert_slots` (the two dispatches `router_topk_slots` replaced), gate‖up without and
 /// down with SwiGLU (what ran before gate‖up took the SwiGLU), and the dense GEMVs two rows a lane.
 fn bench_layer(c: &mut Criterion, g: &Gpu) {
-    use diskformer_kernels::{ExpertSlotsParams, KvCacheViews, MoeCombineNormParams, QkvRopeStoreParams};
+    use diskformer_kernels::{
+        ExpertSlotsParams, GemvFusion, InputNorm, KvCacheViews, MoeCombineNormParams, QkvRopeStoreParams,
+    };
     let k = &g.sg;
     let (h, heads, kvh, d, e, top, f, vocab, ctx) =
         (2048u32, 32u32, 4u32, 128u32, 128u32, 8u32, 768u32, 151_936u32, 4096u32);
@@ -729,9 +733,17 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     let qkv_p = QkvRopeStoreParams { heads, kv_heads: kvh, head_dim: d, tokens: 1, eps, ctx, _pad: [0; 2] };
     let slots_p = ExpertSlotsParams { n: top, base: 0, entries: 48 * e, _pad: 0 };
     let comb_p = MoeCombineNormParams { hidden: h, k: top, tokens: 1, eps };
-    let layer_of = |k: &Kernels| -> Vec<(&'static str, Dispatch)> {
-        vec![
-            ("qkv_gemv", k.q8_gemv(m(&qkv_w), v(&xn), v(&qkv), 1)),
+    // The engine's decode layer (`fused`: norms in the GEMVs, the combine in down) or a chunk's.
+    let layer_of = |k: &Kernels, fused: bool| -> Vec<(&'static str, Dispatch)> {
+        let norm = GemvFusion { norm: Some((v(&attn_norm), eps)), accumulate: false };
+        let add = GemvFusion { norm: None, accumulate: true };
+        let ffn = InputNorm { weight: v(&ffn_norm), eps, normed: v(&xn) };
+        let mut layer = vec![
+            if fused {
+                ("qkv_gemv_norm", k.q8_gemv_fused(m(&qkv_w), v(&x), v(&qkv), 1, norm))
+            } else {
+                ("qkv_gemv", k.q8_gemv(m(&qkv_w), v(&xn), v(&qkv), 1))
+            },
             (
                 "qkv_rope_store",
                 k.qkv_rope_store(
@@ -747,9 +759,20 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
             ),
             ("attention_split", k.attention_split(v(&qr), v(&kc), v(&vc), v(&pos), v(&partial), shape)),
             ("attention_combine", k.attention_combine(v(&partial), v(&pos), v(&att), shape)),
-            ("wo_gemv", k.q8_gemv(m(&wo), v(&att), v(&o), 1)),
-            ("add_rms_norm", k.add_rms_norm(v(&x), v(&o), v(&ffn_norm), v(&hbuf), v(&xn), h, 1, eps)),
-            ("router_gemv", k.f32_gemv(v(&router), e, h, v(&xn), v(&logits_r), 1)),
+        ];
+        if fused {
+            layer.extend([
+                ("wo_gemv_add", k.q8_gemv_fused(m(&wo), v(&att), v(&x), 1, add)),
+                ("router_gemv_norm", k.f32_gemv_norm(v(&router), (e, h), v(&x), v(&logits_r), 1, ffn)),
+            ]);
+        } else {
+            layer.extend([
+                ("wo_gemv", k.q8_gemv(m(&wo), v(&att), v(&o), 1)),
+                ("add_rms_norm", k.add_rms_norm(v(&x), v(&o), v(&ffn_norm), v(&hbuf), v(&xn), h, 1, eps)),
+                ("router_gemv", k.f32_gemv(v(&router), e, h, v(&xn), v(&logits_r), 1)),
+            ]);
+        }
+        layer.extend([
             (
                 "router_topk_slots",
                 k.router_topk_slots(
@@ -768,19 +791,25 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
                 "expert_gate_up_swiglu",
                 k.expert_q8_gemv_gate_up_swiglu(gate_up, v(&xn), v(&slot_idx), v(&act), top, top),
             ),
-            ("expert_down", k.expert_q8_gemv(down, v(&act), v(&slot_idx), v(&down_out), top, 1)),
-            (
-                "moe_combine_norm",
-                k.moe_combine_norm(v(&down_out), v(&wts), v(&hbuf), v(&attn_norm), v(&x), v(&xn), comb_p),
-            ),
-        ]
-        .into_iter()
-        .map(|(name, d)| (name, d.expect("bind")))
-        .collect()
+        ]);
+        if fused {
+            let combine = k.expert_q8_gemv_combine(down, v(&act), v(&slot_idx), v(&wts), v(&x), 1, top);
+            layer.push(("expert_down_combine", combine));
+        } else {
+            layer.extend([
+                ("expert_down", k.expert_q8_gemv(down, v(&act), v(&slot_idx), v(&down_out), top, 1)),
+                (
+                    "moe_combine_norm",
+                    k.moe_combine_norm(v(&down_out), v(&wts), v(&hbuf), v(&attn_norm), v(&x), v(&xn), comb_p),
+                ),
+            ]);
+        }
+        layer.into_iter().map(|(name, d)| (name, d.expect("bind"))).collect()
     };
-    let layer = layer_of(k);
+    let layer = layer_of(k, true);
+    let unfused = layer_of(k, false);
     let checked = Kernels::with_checked_shaders(&g.ctx, true);
-    let all_checked: Vec<Dispatch> = layer_of(&checked).into_iter().map(|(_, d)| d).collect();
+    let all_checked: Vec<Dispatch> = layer_of(&checked, true).into_iter().map(|(_, d)| d).collect();
     let head: Vec<Dispatch> = vec![
         k.q8_gemv_rows2(m(&head_w), v(&last_n), v(&logits), 1).expect("bind"),
         k.argmax(v(&logits), v(&argmax_part), v(&argmax), vocab, 1).expect("bind"),
@@ -805,7 +834,9 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
         ("wo_gemv_rows2", k.q8_gemv_rows2(m(&wo), v(&att), v(&o), 1).expect("bind")),
     ];
     let mut group = c.benchmark_group("layer");
-    for (name, d) in &layer {
+    // The kernels both layers share are timed once.
+    let shared = |name: &&str| layer.iter().any(|(n, _)| n == name);
+    for (name, d) in layer.iter().chain(unfused.iter().filter(|(n, _)| !shared(n))) {
         let one = std::slice::from_ref(d);
         group.bench_function(*name, |b| b.iter_custom(|iters| time(g, one, iters)));
     }
@@ -817,8 +848,11 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
         group.bench_function(*name, |b| b.iter_custom(|iters| time(g, one, iters)));
     }
     let all: Vec<Dispatch> = layer.into_iter().map(|(_, d)| d).collect();
+    let all_unfused: Vec<Dispatch> = unfused.into_iter().map(|(_, d)| d).collect();
     let n = all.len() as u64;
     group.bench_function("all", |b| b.iter_custom(|iters| time(g, &all, n * iters)));
+    let n_unfused = all_unfused.len() as u64;
+    group.bench_function("all_unfused", |b| b.iter_custom(|iters| time(g, &all_unfused, n_unfused * iters)));
     group.bench_function("all_checked_shaders", |b| b.iter_custom(|iters| time(g, &all_checked, n * iters)));
     group.bench_function("all_encode_only", |b| b.iter_custom(|iters| encode_only(g, &all, n * iters)));
     group.bench_function("head_lm_gemv", |b| b.iter_custom(|iters| time(g, &head[..1], iters)));

@@ -48,6 +48,8 @@ pub enum Kernel {
     RouterTopkSlots,
     /// Expert Q8_0 GEMV indexed by pool slot.
     ExpertQ8Gemv,
+    /// Expert Q8_0 down GEMV with the MoE combine, added onto the residual stream (decode).
+    ExpertQ8GemvCombine,
     /// Expert Q4_0 GEMV indexed by pool slot.
     ExpertQ4Gemv,
     /// Expert Q8_0 GEMM over pairs grouped by slot (prefill).
@@ -72,6 +74,7 @@ const ROW_SUM_PLAIN: &str = include_str!("wgsl/row_sum_plain.wgsl");
 const ROW_SUM_SUBGROUP: &str = include_str!("wgsl/row_sum_subgroup.wgsl");
 const Q8_HELPERS: &str = include_str!("wgsl/q8_helpers.wgsl");
 const Q8_TILE: &str = include_str!("wgsl/q8_tile.wgsl");
+const EXPERT_Q8_ROWS: &str = include_str!("wgsl/expert_q8_rows.wgsl");
 const ATTENTION_ROWS_PLAIN: &str = include_str!("wgsl/attention_rows_plain.wgsl");
 const ATTENTION_ROWS_SUBGROUP: &str = include_str!("wgsl/attention_rows_subgroup.wgsl");
 const RMS_SCALE: &str = include_str!("wgsl/rms_scale.wgsl");
@@ -79,7 +82,7 @@ const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 27] = [
+    pub const ALL: [Kernel; 28] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -98,6 +101,7 @@ impl Kernel {
         Kernel::RouterTopk,
         Kernel::RouterTopkSlots,
         Kernel::ExpertQ8Gemv,
+        Kernel::ExpertQ8GemvCombine,
         Kernel::ExpertQ4Gemv,
         Kernel::ExpertQ8Gemm,
         Kernel::ExpertQ8GemmTiled,
@@ -130,6 +134,7 @@ impl Kernel {
             Kernel::RouterTopk => "router_topk",
             Kernel::RouterTopkSlots => "router_topk_slots",
             Kernel::ExpertQ8Gemv => "expert_q8_gemv",
+            Kernel::ExpertQ8GemvCombine => "expert_q8_gemv_combine",
             Kernel::ExpertQ4Gemv => "expert_q4_gemv",
             Kernel::ExpertQ8Gemm => "expert_q8_gemm",
             Kernel::ExpertQ8GemmTiled => "expert_q8_gemm_tiled",
@@ -160,6 +165,7 @@ impl Kernel {
                 | Kernel::Q8GemvRows2
                 | Kernel::Q8Gemm
                 | Kernel::ExpertQ8Gemv
+                | Kernel::ExpertQ8GemvCombine
                 | Kernel::ExpertQ4Gemv
                 | Kernel::ExpertQ8Gemm
                 | Kernel::ExpertQ4Gemm
@@ -185,6 +191,7 @@ impl Kernel {
             Kernel::AddRmsNorm => size_of::<RmsNormParams>(),
             Kernel::RouterTopk | Kernel::RouterTopkSlots => size_of::<RouterTopkParams>(),
             Kernel::ExpertQ8Gemv => size_of::<ExpertQ8GemvParams>(),
+            Kernel::ExpertQ8GemvCombine => size_of::<ExpertQ8GemvCombineParams>(),
             Kernel::ExpertQ4Gemv => size_of::<ExpertQ4GemvParams>(),
             Kernel::ExpertQ8Gemm | Kernel::ExpertQ4Gemm | Kernel::ExpertQ8GemmTiled => {
                 size_of::<ExpertQ8GemmParams>()
@@ -218,6 +225,7 @@ impl Kernel {
             Kernel::RouterTopk => include_str!("wgsl/router_topk.wgsl"),
             Kernel::RouterTopkSlots => include_str!("wgsl/router_topk_slots.wgsl"),
             Kernel::ExpertQ8Gemv => include_str!("wgsl/expert_q8_gemv.wgsl"),
+            Kernel::ExpertQ8GemvCombine => include_str!("wgsl/expert_q8_gemv_combine.wgsl"),
             Kernel::ExpertQ4Gemv => include_str!("wgsl/expert_q4_gemv.wgsl"),
             Kernel::ExpertQ8Gemm => include_str!("wgsl/expert_q8_gemm.wgsl"),
             Kernel::ExpertQ8GemmTiled => include_str!("wgsl/expert_q8_gemm_tiled.wgsl"),
@@ -264,6 +272,12 @@ impl Kernel {
             Kernel::Q8GemmTiled | Kernel::ExpertQ8GemmTiled => &[Q8_TILE, Q8_HELPERS],
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
             Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],
+            Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvCombine if subgroups => {
+                &[EXPERT_Q8_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
+            }
+            Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvCombine => {
+                &[EXPERT_Q8_ROWS, ROW_SUM_PLAIN, Q8_HELPERS]
+            }
             k if k.has_subgroup_variant() && subgroups => &[ROW_SUM_SUBGROUP, Q8_HELPERS],
             k if k.has_subgroup_variant() => &[ROW_SUM_PLAIN, Q8_HELPERS],
             _ => &[],
@@ -353,7 +367,12 @@ pub struct Kernels {
     storage_align: u64,
     uniform_align: u64,
     max_groups: u32,
+    /// Bound where a kernel's optional output is off (the shader writes nothing there).
+    placeholder: wgpu::Buffer,
 }
+
+/// Bytes of [`Kernels::placeholder`].
+pub(crate) const PLACEHOLDER_BYTES: u64 = 16;
 
 impl Kernels {
     /// Compiles every kernel for `ctx`, with the subgroup variants when `ctx.subgroups`.
@@ -411,6 +430,12 @@ impl Kernels {
         let pipelines = Kernel::ALL.iter().map(|&k| compile(k, k.constants())).collect();
         let attention_split_short =
             compile(Kernel::AttentionSplit, &[("PASSES", f64::from(crate::ops::SHORT_SPLIT_PASSES))]);
+        let placeholder = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("unused binding"),
+            size: PLACEHOLDER_BYTES,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        });
         Self {
             device,
             pipelines,
@@ -420,6 +445,7 @@ impl Kernels {
             storage_align: u64::from(ctx.limits.min_storage_buffer_offset_alignment),
             uniform_align: u64::from(ctx.limits.min_uniform_buffer_offset_alignment),
             max_groups: ctx.limits.max_compute_workgroups_per_dimension,
+            placeholder,
         }
     }
 
@@ -452,6 +478,11 @@ impl Kernels {
 
     pub(crate) fn pipeline(&self, k: Kernel) -> &wgpu::ComputePipeline {
         &self.pipelines[Kernel::ALL.iter().position(|&x| x == k).expect("every kernel is in ALL")]
+    }
+
+    /// A small storage buffer to bind where a kernel's optional output is off.
+    pub(crate) fn placeholder(&self) -> View<'_> {
+        View::from(&self.placeholder)
     }
 
     /// Starts binding `kernel`.

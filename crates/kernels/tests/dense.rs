@@ -4,7 +4,7 @@
 mod common;
 
 use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
-use diskformer_kernels::{Kernels, Q8Matrix, argmax_partial_len, cpu};
+use diskformer_kernels::{GemvFusion, InputNorm, Kernels, Q8Matrix, View, argmax_partial_len, cpu};
 
 /// Σ|w·x| per output: the scale of f32 rounding in a dot product.
 fn magnitudes(q: &[i8], s: &[half::f16], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
@@ -96,6 +96,66 @@ fn q8_gemv_lm_head_split() {
     check_q8_gemv(g, &k, 20_000, 2048, 1, 9, 5);
     let k = Kernels::with_subgroups(&g.ctx, false).with_max_binding(3 << 20);
     check_q8_gemv(g, &k, 5_003, 2048, 2, 10, 4);
+}
+
+/// `q8_gemv_fused` with the norm folded in and/or the product added to `y`, against `cpu::rms_norm` then
+/// `cpu::q8_gemv` (plus `y`'s old values).
+#[allow(clippy::too_many_arguments)]
+fn check_q8_gemv_fused(
+    g: &Gpu,
+    k: &Kernels,
+    (rows, cols, tokens): (usize, usize, usize),
+    norm: bool,
+    accumulate: bool,
+    seed: u64,
+    min_parts: usize,
+) {
+    let mut rng = Rng::new(seed);
+    let q = rng.vec_i8(rows * cols);
+    let s = rng.vec_scales(rows * cols / 32);
+    let x = rng.vec_f32(tokens * cols, -2.0, 2.0);
+    let nw = rng.vec_f32(cols, 0.5, 1.5);
+    let y0 = rng.vec_f32(tokens * rows, -3.0, 3.0);
+    let (qb, sb, xb, nb) = (upload(g, &q), upload(g, &s), upload(g, &x), upload(g, &nw));
+    let y = if accumulate { upload(g, &y0) } else { poisoned(g, 4 * tokens * rows) };
+    let w = Q8Matrix { q: (&qb).into(), scales: (&sb).into(), rows: rows as u32, cols: cols as u32 };
+    let fusion = GemvFusion { norm: norm.then_some((View::from(&nb), 1e-6)), accumulate };
+    let d = k.q8_gemv_fused(w, (&xb).into(), (&y).into(), tokens as u32, fusion).unwrap();
+    assert!(d.parts() >= min_parts, "expected a split into >= {min_parts} parts, got {}", d.parts());
+    run(g, &[&d]);
+    let got = read_n::<f32>(g, &y, tokens * rows);
+    let input = if norm { cpu::rms_norm(&x, &nw, cols, 1e-6) } else { x };
+    let mut want = cpu::q8_gemv(&q, &s, rows, cols, &input);
+    let mut mag = magnitudes(&q, &s, rows, cols, &input);
+    if accumulate {
+        want.iter_mut().zip(&y0).for_each(|(w, y)| *w += y);
+        mag.iter_mut().zip(&y0).for_each(|(m, y)| *m += y.abs());
+    }
+    // Tolerance: as q8_gemv, 2e-6·Σ|w·x| (plus |y| for the add). The folded norm scales the dot product
+    // of the row with x·weight instead of each input, a few more roundings of relative size eps, far
+    // under it; a wrong norm scale or a lost add moves outputs by O(Σ|w·x|) or O(|y|).
+    let what = format!(
+        "q8_gemv_fused {rows}x{cols} T={tokens} norm={norm} acc={accumulate} sg={} parts={}",
+        k.subgroups(),
+        d.parts()
+    );
+    assert_close(&what, &got, &want, &mag, 1e-6, 2e-6);
+}
+
+#[test]
+fn q8_gemv_fused_norm_and_add() {
+    let g = gpu_or_skip!();
+    for k in [&g.kernels, &g.plain] {
+        // Decode's q|k|v (the attention norm folded in) and wo (added onto the residual stream).
+        check_q8_gemv_fused(g, k, (5120, 2048, 1), true, false, 301, 1);
+        check_q8_gemv_fused(g, k, (2048, 4096, 1), false, true, 302, 1);
+        // Odd shapes, several tokens, both at once.
+        check_q8_gemv_fused(g, k, (40, 96, 3), true, true, 303, 1);
+        check_q8_gemv_fused(g, k, (13, 4128, 2), true, false, 304, 1);
+    }
+    // Split over bindings: each part reads the whole input row for its norm.
+    let k = Kernels::new(&g.ctx).with_max_binding(1 << 20);
+    check_q8_gemv_fused(g, &k, (1000, 2048, 2), true, true, 305, 2);
 }
 
 #[test]
@@ -208,6 +268,36 @@ fn f32_gemv_router_shapes() {
         let mag = cpu::f32_gemv(&wa, rows, cols, &abs_of(&x));
         // Tolerance: as q8_gemv, f32 sums in another order, 2e-6·Σ|w·x|.
         assert_close(&format!("f32_gemv {rows}x{cols} T={t}"), &got, &want, &mag, 1e-7, 2e-6);
+    }
+}
+
+#[test]
+fn f32_gemv_norm_writes_the_normed_rows() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(306);
+    // (1, 2048): one workgroup writes the whole normed row, a vec4 a lane and more.
+    for (rows, cols, t) in
+        [(128usize, 2048usize, 1usize), (128, 2048, 3), (5, 12, 2), (1, 2048, 2), (60, 2052, 1)]
+    {
+        let w = rng.vec_f32(rows * cols, -0.1, 0.1);
+        let x = rng.vec_f32(t * cols, -2.0, 2.0);
+        let nw = rng.vec_f32(cols, 0.5, 1.5);
+        let (wb, xb, nb) = (upload(g, &w), upload(g, &x), upload(g, &nw));
+        let (y, normed) = (poisoned(g, 4 * rows * t), poisoned(g, 4 * cols * t));
+        let norm = InputNorm { weight: (&nb).into(), eps: 1e-6, normed: (&normed).into() };
+        let shape = (rows as u32, cols as u32);
+        let d = g.kernels.f32_gemv_norm((&wb).into(), shape, (&xb).into(), (&y).into(), t as u32, norm);
+        run(g, &[&d.unwrap()]);
+        let want_normed = cpu::rms_norm(&x, &nw, cols, 1e-6);
+        let got_normed = read_n::<f32>(g, &normed, cols * t);
+        // As rms_norm_rows.
+        let what = format!("f32_gemv_norm normed {rows}x{cols} T={t}");
+        assert_close(&what, &got_normed, &want_normed, &abs_of(&want_normed), 1e-7, 4e-6);
+        let want = cpu::f32_gemv(&w, rows, cols, &want_normed);
+        let mag = cpu::f32_gemv(&abs_of(&w), rows, cols, &abs_of(&want_normed));
+        // As f32_gemv_router_shapes; the folded norm adds roundings of relative size eps.
+        let got = read_n::<f32>(g, &y, rows * t);
+        assert_close(&format!("f32_gemv_norm {rows}x{cols} T={t}"), &got, &want, &mag, 1e-7, 2e-6);
     }
 }
 

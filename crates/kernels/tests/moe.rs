@@ -530,6 +530,94 @@ fn moe_combine_order() {
     }
 }
 
+/// `expert_q8_gemv_combine` against `cpu::expert_q8_gemv` then `cpu::moe_combine` onto `y`'s old values;
+/// picks whose slot is past the pool add nothing.
+fn check_combine(
+    g: &Gpu,
+    k: &Kernels,
+    p: &Pool,
+    slot_idx: &[u32],
+    picks: usize,
+    seed: u64,
+    min_parts: usize,
+) {
+    let mut rng = Rng::new(seed);
+    let (pairs, tokens) = (slot_idx.len(), slot_idx.len() / picks);
+    let x = rng.vec_f32(pairs * p.cols, -1.0, 1.0);
+    let weights = rng.vec_f32(pairs, 0.01, 0.3);
+    let residual = rng.vec_f32(tokens * p.rows, -5.0, 5.0);
+    let (xb, ib, wb, y) = (upload(g, &x), upload(g, slot_idx), upload(g, &weights), upload(g, &residual));
+    let d = k
+        .expert_q8_gemv_combine(
+            p.planes(),
+            (&xb).into(),
+            (&ib).into(),
+            (&wb).into(),
+            (&y).into(),
+            tokens as u32,
+            picks as u32,
+        )
+        .unwrap();
+    assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
+    run(g, &[&d]);
+    let got = read_n::<f32>(g, &y, tokens * p.rows);
+    // The reference of a pick outside the pool is a zero row (slot 0's product, zeroed).
+    let inside: Vec<u32> = slot_idx.iter().map(|&s| if (s as usize) < p.slots { s } else { 0 }).collect();
+    let mut experts = cpu::expert_q8_gemv(&p.q, &p.s, p.rows, p.cols, &inside, &x, 1);
+    let mut mags = p.magnitude(&inside, &x, 1);
+    for (pair, &s) in slot_idx.iter().enumerate() {
+        if s as usize >= p.slots {
+            experts[pair * p.rows..][..p.rows].fill(0.0);
+            mags[pair * p.rows..][..p.rows].fill(0.0);
+        }
+    }
+    let want = cpu::moe_combine(&experts, &weights, &residual, p.rows, picks);
+    // Tolerance: each pick's row sum as expert_q8_gemv's (2e-6·Σ|w·x|), weighted, plus the combine's
+    // k+1 roundings (as moe_combine_order): 2e-6 of |residual| + Σ_j weight_j·Σ|w·x|_j.
+    let scale: Vec<f32> = (0..tokens * p.rows)
+        .map(|i| {
+            let (t, r) = (i / p.rows, i % p.rows);
+            residual[i].abs()
+                + (0..picks).map(|j| weights[t * picks + j] * mags[(t * picks + j) * p.rows + r]).sum::<f32>()
+        })
+        .collect();
+    let what = format!(
+        "expert_q8_gemv_combine {}x{} T={tokens} k={picks} sg={} parts={}",
+        p.rows,
+        p.cols,
+        k.subgroups(),
+        d.parts()
+    );
+    assert_close(&what, &got, &want, &scale, 1e-6, 2e-6);
+}
+
+#[test]
+fn expert_gemv_combine_adds_the_picks_onto_the_residual() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(307);
+    // The real down shape: one token's 8 picks, then two tokens with slots repeating.
+    let down = pool(g, &mut rng, 10, 2048, 768);
+    let odd = pool(g, &mut rng, 3, 42, 96);
+    for k in [&g.kernels, &g.plain] {
+        check_combine(g, k, &down, &[3, 7, 0, 9, 4, 1, 8, 5], 8, 308, 1);
+        check_combine(g, k, &down, &[3, 7, 0, 9, 4, 1, 8, 5, 3, 2, 6, 9, 0, 1, 7, 4], 8, 309, 1);
+        // Odd rows (the last block part past the matrix), 3 picks, one of them outside the pool.
+        check_combine(g, k, &odd, &[2, 0, 1, 1, u32::MAX, 0], 3, 310, 1);
+        // More picks than lane groups: two rounds.
+        check_combine(g, k, &odd, &[2, 0, 1, 1, 2, 0, 0, 1, 2, 2, 1, 0], 12, 311, 1);
+    }
+    // A pool split over bindings (1.5 MiB a down slot, 2 slots a part): every part adds its own picks.
+    let k = Kernels::new(&g.ctx).with_max_binding(3 << 20);
+    check_combine(g, &k, &down, &[9, 0, 5, 4, 2, 7, 1, 6], 8, 312, 5);
+    let k = Kernels::with_subgroups(&g.ctx, false).with_max_binding(3 << 20);
+    check_combine(g, &k, &down, &[9, 0, 5, 4, 2, 7, 1, 6], 8, 313, 5);
+    // Picks a token out of range are refused.
+    let (x, i) = (upload(g, &[0.0f32; 4]), upload(g, &[0u32; 4]));
+    let v = diskformer_kernels::View::from;
+    let err = g.kernels.expert_q8_gemv_combine(down.planes(), v(&x), v(&i), v(&i), v(&x), 1, 65).unwrap_err();
+    assert!(err.to_string().contains("picks a token"), "{err}");
+}
+
 /// The down projection from gate‖up (`expert_q8_gemv_swiglu`, `expert_q4_gemv_swiglu`) against the CPU's
 /// silu_mul then expert GEMV.
 #[test]

@@ -160,7 +160,8 @@ impl Kernels {
         b.ensure(gl > 0, || "needs at least one group".to_string())?;
         let index = [("groups", groups, f32s(4 * gl)), ("order", order, f32s(pp))];
         let rows_per_group = if kernel == Kernel::ExpertQ8GemmTiled { TILED_ROWS } else { ROWS };
-        let grid = PoolGrid { rows_per_group, x_row: u64::from(pool.cols), y_row: u64::from(pool.rows) };
+        let grid =
+            PoolGrid { rows_per_group, x_row: u64::from(pool.cols), y_row: u64::from(pool.rows), y_div: 1 };
         let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, y, pairs, x_div, grid)?;
         let groups_dim = b.groups("groups", gl)?;
         let out = parts

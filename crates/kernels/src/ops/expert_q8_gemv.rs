@@ -25,6 +25,31 @@ pub struct ExpertQ8GemvParams {
 }
 const _: () = assert!(size_of::<ExpertQ8GemvParams>() == 32);
 
+/// Params of `expert_q8_gemv_combine.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ExpertQ8GemvCombineParams {
+    /// Rows of one slot's matrix (H).
+    pub rows: u32,
+    /// Input length (F), a multiple of 32.
+    pub cols: u32,
+    /// Picks per token k.
+    pub k: u32,
+    /// First slot bound in this part.
+    pub slot_begin: u32,
+    /// One past the last slot bound in this part.
+    pub slot_end: u32,
+    /// Padding.
+    pub _pad: [u32; 3],
+}
+const _: () = assert!(size_of::<ExpertQ8GemvCombineParams>() == 32);
+
+/// The most picks a token [`Kernels::expert_q8_gemv_combine`] takes (its shader's `MAX_PICKS`).
+const COMBINE_MAX_PICKS: u32 = 64;
+
+/// Rows of one workgroup of `expert_q8_gemv_combine` (every lane group takes the same 4 rows of its picks).
+const COMBINE_ROWS: u64 = 4;
+
 /// One matrix plane pair of the expert slot pool: the quant plane (`[slots, rows, cols]` int8 for Q8_0,
 /// `[slots, rows, cols/32]` 16-byte nibble blocks for Q4_0) and `[slots, rows, cols/32]` f16 scales
 /// (gate‖up: rows = 2F, cols = H; down: rows = H, cols = F).
@@ -135,6 +160,56 @@ impl Kernels {
         )
     }
 
+    /// The down projection and the MoE combine in one dispatch (one per pool part when the pool is larger
+    /// than a binding): `y[t] += Σ_j weights[t, j] · (W[slot_idx[t·k + j]] · x[t·k + j])`, the k terms added
+    /// in pick order and then to `y`, so that with `y` the residual stream it is [`Kernels::moe_combine`]
+    /// of [`Kernels::expert_q8_gemv`]'s output (same row sums), written in place. Picks whose slot is past
+    /// the pool add nothing. What decode runs at the end of a layer; the next layer's q|k|v GEMV applies
+    /// the attention norm ([`Kernels::q8_gemv_fused`]).
+    /// Shapes: `x [T·k, cols] f32`, `slot_idx [T·k] u32`, `weights [T·k] f32`, pool planes, `y [T, rows] f32`.
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_q8_gemv`], and a shape error unless `1 <= k <= 64`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn expert_q8_gemv_combine(
+        &self,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        slot_idx: View<'_>,
+        weights: View<'_>,
+        y: View<'_>,
+        tokens: u32,
+        k: u32,
+    ) -> Result<Dispatch> {
+        let b = self.binder(Kernel::ExpertQ8GemvCombine);
+        b.ensure((1..=COMBINE_MAX_PICKS).contains(&k), || {
+            format!("needs 1 to {COMBINE_MAX_PICKS} picks a token; got k {k}")
+        })?;
+        let pairs =
+            tokens.checked_mul(k).ok_or_else(|| b.shape(format!("{tokens} tokens x {k} picks overflow")))?;
+        let p64 = u64::from(pairs);
+        let index = [("slot_idx", slot_idx, f32s(p64)), ("weights", weights, f32s(p64))];
+        let (x_row, y_row) = (u64::from(pool.cols), u64::from(pool.rows));
+        let grid = PoolGrid { rows_per_group: COMBINE_ROWS, x_row, y_row, y_div: u64::from(k) };
+        let parts = expert_pool_parts(&b, pool, Q8_0_BLOCK_BYTES, x, &index, y, pairs, 1, grid)?;
+        let gy = b.groups("tokens", u64::from(tokens))?;
+        let out = parts
+            .into_iter()
+            .map(|part| {
+                let p = ExpertQ8GemvCombineParams {
+                    rows: pool.rows,
+                    cols: pool.cols,
+                    k,
+                    slot_begin: pool.first_slot + part.begin,
+                    slot_end: pool.first_slot + part.end,
+                    _pad: [0; 3],
+                };
+                (p, part.bound, [part.dims[0], gy, 1])
+            })
+            .collect();
+        Ok(b.finish(out))
+    }
+
     /// The launcher shared by the slot-indexed expert GEMVs, which differ only in their shader and the
     /// quant-plane bytes of a block; their params have one layout.
     #[allow(clippy::too_many_arguments)]
@@ -157,7 +232,7 @@ impl Kernels {
             GemvInput::PlainSwiGluOut(x_div) => (x_div, u64::from(pool.cols), 0, 1),
         };
         let y_row = if silu_output == 1 { u64::from(pool.rows) / 2 } else { u64::from(pool.rows) };
-        let grid = PoolGrid { rows_per_group: EXPERT_GEMV_ROWS, x_row, y_row };
+        let grid = PoolGrid { rows_per_group: EXPERT_GEMV_ROWS, x_row, y_row, y_div: 1 };
         let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, y, pairs, x_div, grid)?;
         let out = parts
             .into_iter()
@@ -193,11 +268,13 @@ pub(crate) enum GemvInput {
 /// Rows of one workgroup of the expert GEMVs (8 lane groups of 4 rows).
 const EXPERT_GEMV_ROWS: u64 = 32;
 
-/// The grid of an expert kernel: rows per workgroup, and floats per input and output row.
+/// The grid of an expert kernel: rows per workgroup, floats per input and output row, and pairs per output
+/// row (1, or k where a token's picks are summed into one row).
 pub(crate) struct PoolGrid {
     pub rows_per_group: u64,
     pub x_row: u64,
     pub y_row: u64,
+    pub y_div: u64,
 }
 
 /// Quant-plane bytes of one 32-value Q8_0 block.
@@ -253,7 +330,7 @@ pub(crate) fn expert_pool_parts<'a>(
         bound.extend([
             b.storage("pool.q", pool.q, begin * slot_q, n * slot_q)?,
             b.storage("pool.scales", pool.scales, begin * slot_s, n * slot_s)?,
-            b.storage("y", y, 0, f32s(pp * grid.y_row))?,
+            b.storage("y", y, 0, f32s(pp / grid.y_div * grid.y_row))?,
         ]);
         out.push(ExpertPoolPart { begin: begin as u32, end: end as u32, bound, dims });
     }

@@ -1,5 +1,5 @@
 use crate::error::Result;
-use crate::kernels::{Kernel, Kernels, View};
+use crate::kernels::{Kernel, Kernels, PLACEHOLDER_BYTES, View};
 use crate::{Dispatch, ops::*};
 
 /// Params of `f32_gemv.wgsl`.
@@ -10,10 +10,23 @@ pub struct F32GemvParams {
     pub rows: u32,
     /// Input length, a multiple of 4.
     pub cols: u32,
-    /// Padding.
-    pub _pad: [u32; 2],
+    /// 1: the input is `rms_norm(x) · g`, also written out.
+    pub norm: u32,
+    /// RMSNorm epsilon (with `norm`).
+    pub eps: f32,
 }
 const _: () = assert!(size_of::<F32GemvParams>() == 16);
+
+/// The RMSNorm [`Kernels::f32_gemv_norm`] applies to its input, and where the normed rows go.
+#[derive(Clone, Copy, Debug)]
+pub struct InputNorm<'a> {
+    /// The norm weight, `[cols] f32`.
+    pub weight: View<'a>,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+    /// `[T, cols] f32`: the normed input rows.
+    pub normed: View<'a>,
+}
 
 impl Kernels {
     /// F32 GEMV over T inputs (the router): `y[t] = W x[t]`.
@@ -31,17 +44,59 @@ impl Kernels {
         y: View<'_>,
         tokens: u32,
     ) -> Result<Dispatch> {
+        self.f32_gemv_with(w, (rows, cols), x, y, tokens, None)
+    }
+
+    /// [`Kernels::f32_gemv`] of the RMSNorm of its input, which it also writes out, in one dispatch:
+    /// `normed[t] = rms_norm(x[t]) · norm.weight` (as [`Kernels::rms_norm`]) and `y[t] = W normed[t]` (the
+    /// row's scale applied to the dot product with `x · weight`). Decode's router runs the layer's FFN norm
+    /// this way for itself and for the expert GEMVs after it: one dispatch a layer fewer.
+    /// Shapes as [`Kernels::f32_gemv`], `norm.weight [cols] f32`, `norm.normed [T, cols] f32`.
+    ///
+    /// # Errors
+    /// As [`Kernels::f32_gemv`].
+    pub fn f32_gemv_norm(
+        &self,
+        w: View<'_>,
+        (rows, cols): (u32, u32),
+        x: View<'_>,
+        y: View<'_>,
+        tokens: u32,
+        norm: InputNorm<'_>,
+    ) -> Result<Dispatch> {
+        self.f32_gemv_with(w, (rows, cols), x, y, tokens, Some(norm))
+    }
+
+    fn f32_gemv_with(
+        &self,
+        w: View<'_>,
+        (rows, cols): (u32, u32),
+        x: View<'_>,
+        y: View<'_>,
+        tokens: u32,
+        norm: Option<InputNorm<'_>>,
+    ) -> Result<Dispatch> {
         let b = self.binder(Kernel::F32Gemv);
         let (r, c, t) = (u64::from(rows), u64::from(cols), u64::from(tokens));
         b.ensure(r > 0 && c > 0 && c.is_multiple_of(4), || {
             format!("needs rows > 0 and cols a multiple of 4; got rows {r}, cols {c}")
         })?;
         let dims = [b.groups("rows", r)?, b.groups("tokens", t)?, 1];
+        // Without a norm, x stands in for the weight and the placeholder for the normed rows: the shader
+        // reads and writes neither.
+        let (weight, normed, normed_bytes) = match norm {
+            Some(n) => (n.weight, n.normed, f32s(t * c)),
+            None => (x, self.placeholder(), PLACEHOLDER_BYTES),
+        };
         let bound = vec![
             b.storage("x", x, 0, f32s(t * c))?,
             b.storage("w", w, 0, f32s(r * c))?,
+            b.storage("norm.weight", weight, 0, f32s(c))?,
             b.storage("y", y, 0, f32s(t * r))?,
+            b.storage("norm.normed", normed, 0, normed_bytes)?,
         ];
-        Ok(b.finish(vec![(F32GemvParams { rows, cols, _pad: [0; 2] }, bound, dims)]))
+        let p =
+            F32GemvParams { rows, cols, norm: u32::from(norm.is_some()), eps: norm.map_or(0.0, |n| n.eps) };
+        Ok(b.finish(vec![(p, bound, dims)]))
     }
 }

@@ -14,8 +14,25 @@ pub struct Q8GemvParams {
     pub row_begin: u32,
     /// Rows of the whole matrix (stride of `y`).
     pub out_rows: u32,
+    /// 1: the input is `rms_norm(x) · g` (`q8_gemv` only; 0 for `q8_gemv_rows2`).
+    pub norm: u32,
+    /// 1: `y += W in` instead of `y = W in` (`q8_gemv` only).
+    pub accumulate: u32,
+    /// RMSNorm epsilon (with `norm`).
+    pub eps: f32,
+    /// Padding.
+    pub _pad: u32,
 }
-const _: () = assert!(size_of::<Q8GemvParams>() == 16);
+const _: () = assert!(size_of::<Q8GemvParams>() == 32);
+
+/// What decode folds into a dense GEMV (see [`Kernels::q8_gemv_fused`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GemvFusion<'a> {
+    /// RMSNorm the input first: the norm weight `[cols] f32` and epsilon.
+    pub norm: Option<(View<'a>, f32)>,
+    /// Add the product to `y` instead of storing it.
+    pub accumulate: bool,
+}
 
 impl Kernels {
     /// Q8_0 GEMV over T inputs: `y[t] = W x[t]`. The int8 plane is split by rows over several
@@ -26,7 +43,26 @@ impl Kernels {
     /// Shape errors for `cols` not a multiple of 32 or zero sizes; buffer errors for views too small
     /// or misaligned.
     pub fn q8_gemv(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
-        self.q8_gemv_with(Kernel::Q8Gemv, 8, w, x, y, tokens)
+        self.q8_gemv_with(Kernel::Q8Gemv, w, x, y, tokens, GemvFusion::default())
+    }
+
+    /// [`Kernels::q8_gemv`] with an RMSNorm before it and/or an add after it, in the same dispatch:
+    /// `y[t] (+)= W · in[t]`, `in[t] = rms_norm(x[t]) · norm` (as [`Kernels::rms_norm`], the row's scale
+    /// applied to the dot product with `x · norm`) or `x[t]`. Decode runs its attention norm in the q|k|v
+    /// GEMV and adds wo's output onto the residual stream this way: two dispatches a layer fewer, each a
+    /// dependent launch and drain. Shapes as [`Kernels::q8_gemv`], `norm [cols] f32`.
+    ///
+    /// # Errors
+    /// As [`Kernels::q8_gemv`]; a buffer error for a norm weight shorter than `cols`.
+    pub fn q8_gemv_fused(
+        &self,
+        w: Q8Matrix<'_>,
+        x: View<'_>,
+        y: View<'_>,
+        tokens: u32,
+        fusion: GemvFusion<'_>,
+    ) -> Result<Dispatch> {
+        self.q8_gemv_with(Kernel::Q8Gemv, w, x, y, tokens, fusion)
     }
 
     /// [`Kernels::q8_gemv`] with two rows per lane (16 rows per workgroup): same contract and result,
@@ -35,36 +71,45 @@ impl Kernels {
     /// # Errors
     /// As [`Kernels::q8_gemv`].
     pub fn q8_gemv_rows2(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
-        self.q8_gemv_with(Kernel::Q8GemvRows2, 16, w, x, y, tokens)
+        self.q8_gemv_with(Kernel::Q8GemvRows2, w, x, y, tokens, GemvFusion::default())
     }
 
     fn q8_gemv_with(
         &self,
         kernel: Kernel,
-        rows_per_group: u64,
         w: Q8Matrix<'_>,
         x: View<'_>,
         y: View<'_>,
         tokens: u32,
+        fusion: GemvFusion<'_>,
     ) -> Result<Dispatch> {
         let b = self.binder(kernel);
+        let rows_per_group = if kernel == Kernel::Q8GemvRows2 { 16 } else { 8 };
         let (rows, cols, t) = (u64::from(w.rows), u64::from(w.cols), u64::from(tokens));
         b.ensure(cols > 0 && cols.is_multiple_of(32) && rows > 0, || {
             format!("needs rows > 0 and cols a multiple of 32; got rows {rows}, cols {cols}")
         })?;
         let gy = b.groups("tokens", t)?;
-        let out = q8_matrix_parts(&b, w, x, y, t, rows_per_group)?
-            .into_iter()
-            .map(|part| {
-                let p = Q8GemvParams {
-                    rows: part.rows as u32,
-                    cols: w.cols,
-                    row_begin: part.begin as u32,
-                    out_rows: w.rows,
-                };
-                (p, part.bound, [part.row_groups, gy, 1])
-            })
-            .collect();
+        // Without a norm the weight binding is x itself, which the shader then never reads as one.
+        let (g, eps) = fusion.norm.unwrap_or((x, 0.0));
+        let mut out = Vec::new();
+        for mut part in q8_matrix_parts(&b, w, x, y, t, rows_per_group)? {
+            if kernel == Kernel::Q8Gemv {
+                // Before y: outputs come last.
+                part.bound.insert(3, b.storage("norm", g, 0, f32s(cols))?);
+            }
+            let p = Q8GemvParams {
+                rows: part.rows as u32,
+                cols: w.cols,
+                row_begin: part.begin as u32,
+                out_rows: w.rows,
+                norm: u32::from(fusion.norm.is_some()),
+                accumulate: u32::from(fusion.accumulate),
+                eps,
+                _pad: 0,
+            };
+            out.push((p, part.bound, [part.row_groups, gy, 1]));
+        }
         Ok(b.finish(out))
     }
 }

@@ -8,7 +8,8 @@
 // 16 matching up rows, and pairs them in workgroup memory (SwiGLU at the end of gate||up, so that down
 // reads a plain input and no lane computes an exp per weight chunk).
 // A pool larger than a binding is split by slot range: one dispatch per part, pairs whose slot lies
-// elsewhere leave at once. The row sums (`row_sum4`), `i8x4` and `dot16` are appended as in q8_gemv.
+// elsewhere leave at once. The row walk (`rows4`) is appended from expert_q8_rows.wgsl, the row sums
+// (`row_sum4`), `i8x4` and `dot16` as in q8_gemv.
 enable f16;
 
 struct Params {
@@ -42,34 +43,8 @@ fn input4(base: u32, j: u32) -> vec4<f32> {
     return (g / (1.0 + exp(-g))) * u;
 }
 
-// Chunk i (16 int8) of the 4 rows against the matching 16 input values, each row scaled: 4 partial sums.
-// `live` 0 makes it add nothing (a clamped chunk past the row's end).
-fn chunk4(rows: vec4<u32>, nvec: u32, nblk: u32, base: u32, i: u32, live: bool) -> vec4<f32> {
-    let w0 = q[rows.x * nvec + i];
-    let w1 = q[rows.y * nvec + i];
-    let w2 = q[rows.z * nvec + i];
-    let w3 = q[rows.w * nvec + i];
-    let s = select(vec4<f32>(0.0), vec4<f32>(
-        f32(scales[rows.x * nblk + i / 2u]),
-        f32(scales[rows.y * nblk + i / 2u]),
-        f32(scales[rows.z * nblk + i / 2u]),
-        f32(scales[rows.w * nblk + i / 2u]),
-    ), live);
-    let x0 = input4(base, i * 4u);
-    let x1 = input4(base, i * 4u + 1u);
-    let x2 = input4(base, i * 4u + 2u);
-    let x3 = input4(base, i * 4u + 3u);
-    return s * vec4<f32>(
-        dot16(w0, x0, x1, x2, x3),
-        dot16(w1, x0, x1, x2, x3),
-        dot16(w2, x0, x1, x2, x3),
-        dot16(w3, x0, x1, x2, x3),
-    );
-}
-
-// workgroup_id.x = block of 32 rows (silu_output: 16 gate rows and their up rows), workgroup_id.y = pair.
-// Each 32-lane group takes 4 rows, so a lane reads its input chunk once for 4 weight chunks, with the 4
-// loads independent.
+// workgroup_id.x = block of 32 rows (silu_output: 16 gate rows and their up rows), workgroup_id.y = pair;
+// each 32-lane group takes 4 of the rows (`rows4`).
 @compute @workgroup_size(256)
 fn expert_q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {
     let pair = wg.y;
@@ -97,16 +72,7 @@ fn expert_q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_i
     if (p.silu_input != 0u) {
         base = pair * (p.cols / 2u);
     }
-    // Two chunks a step (512 bytes apart), their loads independent: a lane's loop is bound by its memory
-    // round trips, and two in flight halve them.
-    var acc = vec4<f32>(0.0);
-    for (var i = lane; i < nvec; i += 64u) {
-        let c0 = chunk4(rows, nvec, nblk, base, i, true);
-        let c1 = chunk4(rows, nvec, nblk, base, min(i + 32u, nvec - 1u), i + 32u < nvec);
-        acc += c0;
-        acc += c1;
-    }
-    let total = row_sum4(acc, li/*SG_CALL*/);
+    let total = row_sum4(rows4(rows, nvec, nblk, base, lane), li/*SG_CALL*/);
     if (p.silu_output != 0u) {
         if (lane == 0u) {
             for (var j = 0u; j < 4u; j++) {

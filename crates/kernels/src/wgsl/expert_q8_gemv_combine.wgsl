@@ -1,0 +1,75 @@
+// Down projection and MoE combine in one dispatch, for T tokens of k picks each (pair = t * k + j):
+// y[t, r] += sum_j w[t, j] * (sum_c (q[slot_j, r, c] * scale[slot_j, r, c/32]) * x[pair, c]),
+// slot_j = slots[pair], the k weighted terms added in pick order and then to y (the residual stream, as
+// moe_combine adds the residual last). Each pick's row sums are the ones expert_q8_gemv computes (the same
+// row walk, `rows4`), so the result is moe_combine's of expert_q8_gemv's output; decode runs it instead of
+// the two and folds the next norm into the next GEMV: no combine dispatch, no [T, k, H] round trip.
+// A pool larger than a binding is split by slot range: one dispatch per part, each adding the terms of the
+// picks whose slot it binds (a pick elsewhere adds 0 here).
+// The row walk (`rows4`) is appended from expert_q8_rows.wgsl, the row sums (`row_sum4`), `i8x4` and
+// `dot16` as in q8_gemv.
+enable f16;
+
+struct Params {
+    rows: u32,       // rows of one slot's matrix (H)
+    cols: u32,       // input length (F), a multiple of 32
+    k: u32,          // picks per token, at most MAX_PICKS
+    slot_begin: u32, // first slot bound in this part
+    slot_end: u32,   // one past the last slot bound in this part
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;      // [T * k, cols] f32 (the activations)
+@group(0) @binding(2) var<storage, read> slots: array<u32>;        // [T * k] pool slot per pair
+@group(0) @binding(3) var<storage, read> weights: array<f32>;      // [T * k] f32 pick weights
+@group(0) @binding(4) var<storage, read> q: array<vec4<u32>>;      // [slot_end - slot_begin, rows, cols] int8
+@group(0) @binding(5) var<storage, read> scales: array<f16>;       // [slot_end - slot_begin, rows, cols/32] f16
+@group(0) @binding(6) var<storage, read_write> y: array<f32>;      // [T, rows] f32, added to
+
+const MAX_PICKS: u32 = 64u;
+var<workgroup> pick_sums: array<vec4<f32>, MAX_PICKS>; // the 4 rows' sums of each pick
+
+fn input4(base: u32, j: u32) -> vec4<f32> {
+    return x[base + j];
+}
+
+// workgroup_id.x = block of 4 rows, workgroup_id.y = token. Lane group g (of 8) takes picks g, g + 8, ...
+// over the block's 4 rows.
+@compute @workgroup_size(256)
+fn expert_q8_gemv_combine(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {
+    let t = wg.y;
+    let lane = li % 32u;
+    let group = li / 32u;
+    let r = wg.x * 4u;
+    let nvec = p.cols / 16u;
+    let nblk = p.cols / 32u;
+    // Rows past the matrix (the last block of an odd shape) read the last row and are not written.
+    let last = p.rows - 1u;
+    let block = min(vec4<u32>(r) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(last));
+    for (var first = 0u; first < p.k; first += 8u) {
+        let j = first + group;
+        let pair = t * p.k + min(j, p.k - 1u);
+        let slot = slots[pair];
+        var acc = vec4<f32>(0.0);
+        if (j < p.k && slot >= p.slot_begin && slot < p.slot_end) {
+            let rows = vec4<u32>((slot - p.slot_begin) * p.rows) + block;
+            acc = rows4(rows, nvec, nblk, pair * (p.cols / 4u), lane);
+        }
+        let total = row_sum4(acc, li/*SG_CALL*/);
+        if (lane == 0u && j < p.k) {
+            pick_sums[j] = total;
+        }
+        // row_sum4's scratch is reused by the next round.
+        workgroupBarrier();
+    }
+    if (li < 4u && r + li < p.rows) {
+        var sum = 0.0;
+        for (var j = 0u; j < p.k; j++) {
+            sum += pick_sums[j][li] * weights[t * p.k + j];
+        }
+        y[t * p.rows + r + li] += sum;
+    }
+}
