@@ -3,9 +3,9 @@
 
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
-    AttentionShape, Dispatch, EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertPlanes, Kernels,
-    KvCacheViews, MoeCombineNormParams, Q8Matrix, QkvRopeStoreParams, View, argmax_partial_len,
-    expert_gemm_group_bound,
+    AttentionShape, Dispatch, EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertPlanes, GemvFusion,
+    InputNorm, Kernels, KvCacheViews, MoeCombineNormParams, Q8Matrix, QkvRopeStoreParams, View,
+    argmax_partial_len, expert_gemm_group_bound,
 };
 
 use crate::weights::{Weights, storage, storage_size};
@@ -318,6 +318,11 @@ impl Graph {
         let pairs = t * top_k;
         let sizes = PairSizes { t, pairs, groups: gemm_groups_len(c, t, b.q4_experts) };
         let v = View::from;
+        // One token of Q8_0 experts: gate‖up applies SwiGLU to its own output (a workgroup pairs gate and
+        // up rows), so down reads the activation.
+        let swiglu_out = t == 1 && !b.q4_experts && ffn.is_multiple_of(16);
+        // And the norms ride in the GEMVs (see `fused_decode`): the residual stream stays in `x`.
+        let fused = swiglu_out && top_k <= FUSED_MAX_PICKS;
         let mut layers = Vec::with_capacity(w.layers.len());
         for (l, lw) in w.layers.iter().enumerate() {
             let mut attention = Vec::with_capacity(12);
@@ -326,12 +331,19 @@ impl Graph {
                     attention.push(k.embed_q8(v(&s.token_ids), table, v(&s.x), 1)?);
                 }
                 // Later layers get their attention norm from the previous layer's `moe_combine_norm`.
-                attention.push(k.rms_norm(v(&s.x), v(&lw.attn_norm), v(&s.xn), h, t, eps)?);
+                if !fused {
+                    attention.push(k.rms_norm(v(&s.x), v(&lw.attn_norm), v(&s.xn), h, t, eps)?);
+                }
             }
             let cache = KvCacheViews { k: v(&b.kv.k[l]), v: v(&b.kv.v[l]) };
             let (rope, pos) = (v(&s.rope), v(&s.positions));
             attention.extend([
-                k.q8_gemm_or_gemv(lw.wqkv.m(), v(&s.xn), v(&s.qkv), t)?,
+                if fused {
+                    let fusion = GemvFusion { norm: Some((v(&lw.attn_norm), eps)), accumulate: false };
+                    k.q8_gemv_fused(lw.wqkv.m(), v(&s.x), v(&s.qkv), 1, fusion)?
+                } else {
+                    k.q8_gemm_or_gemv(lw.wqkv.m(), v(&s.xn), v(&s.qkv), t)?
+                },
                 k.qkv_rope_store(
                     v(&s.qkv),
                     v(&lw.q_norm),
@@ -351,11 +363,20 @@ impl Graph {
             } else {
                 attention.push(k.attention(v(&s.qr), v(&b.kv.k[l]), v(&b.kv.v[l]), pos, v(&s.att), shape)?);
             }
-            attention.extend([
-                k.q8_gemm_or_gemv(lw.wo.m(), v(&s.att), v(&s.o), t)?,
-                k.add_rms_norm(v(&s.x), v(&s.o), v(&lw.ffn_norm), v(&s.h), v(&s.xn), h, t, eps)?,
-                k.f32_gemv(v(&lw.router), experts, h, v(&s.xn), v(&s.router_logits), t)?,
-            ]);
+            if fused {
+                let fusion = GemvFusion { norm: None, accumulate: true };
+                let norm = InputNorm { weight: v(&lw.ffn_norm), eps, normed: v(&s.xn) };
+                attention.extend([
+                    k.q8_gemv_fused(lw.wo.m(), v(&s.att), v(&s.x), 1, fusion)?,
+                    k.f32_gemv_norm(v(&lw.router), (experts, h), v(&s.x), v(&s.router_logits), 1, norm)?,
+                ]);
+            } else {
+                attention.extend([
+                    k.q8_gemm_or_gemv(lw.wo.m(), v(&s.att), v(&s.o), t)?,
+                    k.add_rms_norm(v(&s.x), v(&s.o), v(&lw.ffn_norm), v(&s.h), v(&s.xn), h, t, eps)?,
+                    k.f32_gemv(v(&lw.router), experts, h, v(&s.xn), v(&s.router_logits), t)?,
+                ]);
+            }
             let (logits, ids, weights) = (v(&s.router_logits), v(&s.pick_ids), v(&s.pick_weights));
             attention.push(match b.resident_table.filter(|_| t == 1) {
                 // Every expert resident: the picks become pool slots in the same dispatch.
@@ -391,9 +412,6 @@ impl Graph {
                 let bytes = (b.pool.slot_bytes(plane.0), b.pool.slot_bytes(plane.1));
                 parts.iter().filter_map(|&part| narrow_to_layer(part, bytes, layer_slots)).collect()
             };
-            // One token of Q8_0 experts: gate‖up applies SwiGLU to its own output (a workgroup pairs gate
-            // and up rows), so down reads the activation.
-            let swiglu_out = t == 1 && !b.q4_experts && ffn.is_multiple_of(16);
             for part in in_layer(&gate_up, (Plane::GateUpQ, Plane::GateUpScales)) {
                 experts_dispatches.push(if swiglu_out {
                     let slots = v(&s.slot_idx[l]);
@@ -413,6 +431,28 @@ impl Graph {
                 experts_dispatches.push(k.silu_mul(v(&s.gate_up), v(&s.act), ffn, pairs)?);
                 ExpertInput::PerPair(v(&s.act))
             };
+            // The next layer's attention norm, or after the last layer the output norm.
+            let next_norm = w.layers.get(l + 1).map_or(&w.out_norm, |next| &next.attn_norm);
+            if fused {
+                let (slots, weights) = (v(&s.slot_idx[l]), v(&s.pick_weights));
+                for part in in_layer(&down, (Plane::DownQ, Plane::DownScales)) {
+                    experts_dispatches.push(k.expert_q8_gemv_combine(
+                        part,
+                        v(&s.act),
+                        slots,
+                        weights,
+                        v(&s.x),
+                        1,
+                        top_k,
+                    )?);
+                }
+                // The next layer's q|k|v GEMV applies its norm; the head reads the output norm's row.
+                if l + 1 == w.layers.len() {
+                    experts_dispatches.push(k.rms_norm(v(&s.x), v(&w.out_norm), v(&s.xn), h, 1, eps)?);
+                }
+                layers.push(LayerGraph { attention, experts: experts_dispatches });
+                continue;
+            }
             for part in in_layer(&down, (Plane::DownQ, Plane::DownScales)) {
                 experts_dispatches.push(k.expert_matmul(
                     part,
@@ -424,8 +464,6 @@ impl Graph {
                     b.q4_experts,
                 )?);
             }
-            // The next layer's attention norm, or after the last layer the output norm.
-            let next_norm = w.layers.get(l + 1).map_or(&w.out_norm, |next| &next.attn_norm);
             let cp = MoeCombineNormParams { hidden: h, k: top_k, tokens: t, eps };
             let (down_out, weights, residual) = (v(&s.down), v(&s.pick_weights), v(&s.h));
             experts_dispatches.push(k.moe_combine_norm(
@@ -446,6 +484,15 @@ impl Graph {
         Ok(Graph { layers, head })
     }
 }
+
+/// The most picks a token the fused decode layer takes (`expert_q8_gemv_combine`'s limit).
+///
+/// Fused decode (one token, Q8_0 experts): the RMSNorms ride in the GEMVs after them and the MoE combine in
+/// the down GEMV, so a layer runs q|k|v (attention norm folded in), qkv_rope_store, attention, wo (added
+/// onto the residual stream `x`), the router (FFN norm folded in; it writes the normed row for the experts),
+/// the top-k, gate‖up with SwiGLU, and down with the combine (added onto `x`): two dispatches fewer than a
+/// chunk's layer, each a dependent launch and drain.
+const FUSED_MAX_PICKS: u32 = 64;
 
 /// WebGPU's largest allowed `min_storage_buffer_offset_alignment`: an offset that is a multiple of it binds on
 /// every device, whatever its own (power-of-two) alignment.
