@@ -665,7 +665,8 @@ fn bench_prefill(c: &mut Criterion, g: &Gpu) {
 /// down with SwiGLU (what ran before gate‖up took the SwiGLU), and the dense GEMVs two rows a lane.
 fn bench_layer(c: &mut Criterion, g: &Gpu) {
     use diskformer_kernels::{
-        ExpertSlotsParams, GemvFusion, InputNorm, KvCacheViews, MoeCombineNormParams, QkvRopeStoreParams,
+        CombineOut, ExpertSlotsParams, InputNorm, KvCacheViews, MoeCombineNormParams, QkvRopeStoreParams,
+        combine_squares,
     };
     let k = &g.sg;
     let (h, heads, kvh, d, e, top, f, vocab, ctx) =
@@ -730,39 +731,46 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     let argmax_part = buffer(g, 4 * diskformer_kernels::argmax_partial_len(vocab, 1), 52);
     let v = diskformer_kernels::View::from;
     let eps = 1e-6;
-    let qkv_p = QkvRopeStoreParams { heads, kv_heads: kvh, head_dim: d, tokens: 1, eps, ctx, _pad: [0; 2] };
+    let qkv_p = QkvRopeStoreParams {
+        heads,
+        kv_heads: kvh,
+        head_dim: d,
+        tokens: 1,
+        eps,
+        ctx,
+        in_squares: 0,
+        hidden: 0,
+    };
+    let scaled_p = QkvRopeStoreParams { in_squares: combine_squares(h), hidden: h, ..qkv_p };
+    let (xg, squares) = (f32s(h, 53), f32s(combine_squares(h), 54));
     let slots_p = ExpertSlotsParams { n: top, base: 0, entries: 48 * e, _pad: 0 };
     let comb_p = MoeCombineNormParams { hidden: h, k: top, tokens: 1, eps };
     // The engine's decode layer (`fused`: norms in the GEMVs, the combine in down) or a chunk's.
     let layer_of = |k: &Kernels, fused: bool| -> Vec<(&'static str, Dispatch)> {
-        let norm = GemvFusion { norm: Some((v(&attn_norm), eps)), accumulate: false };
-        let add = GemvFusion { norm: None, accumulate: true };
         let ffn = InputNorm { weight: v(&ffn_norm), eps, normed: v(&xn) };
-        let mut layer = vec![
-            if fused {
-                ("qkv_gemv_norm", k.q8_gemv_fused(m(&qkv_w), v(&x), v(&qkv), 1, norm))
-            } else {
-                ("qkv_gemv", k.q8_gemv(m(&qkv_w), v(&xn), v(&qkv), 1))
-            },
-            (
-                "qkv_rope_store",
-                k.qkv_rope_store(
-                    v(&qkv),
-                    v(&qn),
-                    v(&kn),
-                    v(&rope),
-                    v(&pos),
-                    v(&qr),
-                    KvCacheViews { k: v(&kc), v: v(&vc) },
-                    qkv_p,
+        let cache = KvCacheViews { k: v(&kc), v: v(&vc) };
+        let (qn, kn, rope, pos, qr) = (v(&qn), v(&kn), v(&rope), v(&pos), v(&qr));
+        let mut layer = if fused {
+            vec![
+                ("qkv_gemv_rows2", k.q8_gemv_rows2(m(&qkv_w), v(&xg), v(&qkv), 1)),
+                (
+                    "qkv_rope_store_scaled",
+                    k.qkv_rope_store(v(&qkv), qn, kn, rope, pos, qr, cache, Some(v(&squares)), scaled_p),
                 ),
-            ),
-            ("attention_split", k.attention_split(v(&qr), v(&kc), v(&vc), v(&pos), v(&partial), shape)),
-            ("attention_combine", k.attention_combine(v(&partial), v(&pos), v(&att), shape)),
-        ];
+            ]
+        } else {
+            vec![
+                ("qkv_gemv", k.q8_gemv(m(&qkv_w), v(&xn), v(&qkv), 1)),
+                ("qkv_rope_store", k.qkv_rope_store(v(&qkv), qn, kn, rope, pos, qr, cache, None, qkv_p)),
+            ]
+        };
+        layer.extend([
+            ("attention_split", k.attention_split(qr, v(&kc), v(&vc), pos, v(&partial), shape)),
+            ("attention_combine", k.attention_combine(v(&partial), pos, v(&att), shape)),
+        ]);
         if fused {
             layer.extend([
-                ("wo_gemv_add", k.q8_gemv_fused(m(&wo), v(&att), v(&x), 1, add)),
+                ("wo_gemv_add", k.q8_gemv_add(m(&wo), v(&att), v(&x), 1)),
                 ("router_gemv_norm", k.f32_gemv_norm(v(&router), (e, h), v(&x), v(&logits_r), 1, ffn)),
             ]);
         } else {
@@ -793,7 +801,15 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
             ),
         ]);
         if fused {
-            let combine = k.expert_q8_gemv_combine(down, v(&act), v(&slot_idx), v(&wts), v(&x), 1, top);
+            let out = CombineOut {
+                weights: v(&wts),
+                residual: v(&x),
+                next_norm: v(&attn_norm),
+                scaled: v(&xg),
+                squares: v(&squares),
+                finish: true,
+            };
+            let combine = k.expert_q8_gemv_combine(down, v(&act), v(&slot_idx), out, (1, top));
             layer.push(("expert_down_combine", combine));
         } else {
             layer.extend([
@@ -830,7 +846,6 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
             "expert_down_swiglu",
             k.expert_q8_gemv_swiglu(down, v(&gu_out), v(&slot_idx), v(&down_out), top).expect("bind"),
         ),
-        ("qkv_gemv_rows2", k.q8_gemv_rows2(m(&qkv_w), v(&xn), v(&qkv), 1).expect("bind")),
         ("wo_gemv_rows2", k.q8_gemv_rows2(m(&wo), v(&att), v(&o), 1).expect("bind")),
     ];
     let mut group = c.benchmark_group("layer");

@@ -189,16 +189,22 @@ fn qkv_rope_store_is_qk_norm_rope_and_kv_store() {
     let g = gpu_or_skip!();
     let mut rng = Rng::new(23);
     // (heads, kv_heads, head_dim, positions, ctx): the real model at decode and over a chunk with a
-    // position past the cache (not stored), and an odd small one.
+    // position past the cache (not stored), and an odd small one. Each also with unscaled projections
+    // and sums of squares (fused decode's attention norm): 512 a token as decode has them (4 a lane), and
+    // an odd 37.
     let cases: [(usize, usize, usize, Vec<u32>, usize); 3] =
         [(32, 4, 128, vec![37], 64), (32, 4, 128, vec![5, 6, 63, 70], 64), (3, 1, 64, vec![0, 9], 16)];
-    for (heads, kv, d, positions, ctx) in cases {
-        let t = positions.len();
+    for ((heads, kv, d, positions, ctx), squares) in
+        cases.iter().flat_map(|c| [(c, 0usize), (c, 512), (c, 37)])
+    {
+        let (heads, kv, d, ctx, t) = (*heads, *kv, *d, *ctx, positions.len());
         let qkv = rng.vec_f32(t * (heads + 2 * kv) * d, -3.0, 3.0);
         let (qn, kn) = (rng.vec_f32(d, 0.5, 1.5), rng.vec_f32(d, 0.5, 1.5));
-        let rope = cpu::rope_cos_sin(&positions, d, 1_000_000.0);
+        let sq = rng.vec_f32((t * squares).max(1), 0.0, 20.0);
+        let hidden = 2048;
+        let rope = cpu::rope_cos_sin(positions, d, 1_000_000.0);
         let (xb, qnb, knb) = (upload(g, &qkv), upload(g, &qn), upload(g, &kn));
-        let (rb, pb) = (upload(g, &rope), upload(g, &positions));
+        let (rb, pb, sqb) = (upload(g, &rope), upload(g, positions), upload(g, &sq));
         let q_out = poisoned(g, 4 * t * heads * d);
         let (kc, vc) = (poisoned(g, 2 * ctx * kv * d), poisoned(g, 2 * ctx * kv * d));
         let p = QkvRopeStoreParams {
@@ -208,25 +214,37 @@ fn qkv_rope_store_is_qk_norm_rope_and_kv_store() {
             tokens: t as u32,
             eps: 1e-6,
             ctx: ctx as u32,
-            _pad: [0; 2],
+            in_squares: squares as u32,
+            hidden: if squares > 0 { hidden } else { 0 },
         };
         let v = diskformer_kernels::View::from;
         let cache = KvCacheViews { k: v(&kc), v: v(&vc) };
-        let disp = g.kernels.qkv_rope_store(v(&xb), v(&qnb), v(&knb), v(&rb), v(&pb), v(&q_out), cache, p);
+        let sqv = (squares > 0).then(|| v(&sqb));
+        let disp =
+            g.kernels.qkv_rope_store(v(&xb), v(&qnb), v(&knb), v(&rb), v(&pb), v(&q_out), cache, sqv, p);
         run(g, &[&disp.unwrap()]);
+        // The reference of the scaled case: the projections times the norm's scale, in f64 then f32.
+        let mut input = qkv.clone();
+        if squares > 0 {
+            for (tt, row) in input.chunks_mut((heads + 2 * kv) * d).enumerate() {
+                let ss: f64 = sq[tt * squares..][..squares].iter().map(|&x| f64::from(x)).sum();
+                let scale = 1.0 / ((ss / f64::from(hidden)) as f32 + 1e-6).sqrt();
+                row.iter_mut().for_each(|x| *x *= scale);
+            }
+        }
         let poison = f16::from_bits(0xffff);
         let (mut want_k, mut want_v) = (vec![poison; ctx * kv * d], vec![poison; ctx * kv * d]);
         let want_q = cpu::qkv_rope_store(
-            &qkv,
+            &input,
             &qn,
             &kn,
             &rope,
-            &positions,
+            positions,
             (heads, kv, d),
             1e-6,
             (&mut want_k, &mut want_v),
         );
-        let what = format!("qkv_rope_store heads {heads}/{kv} d {d} T {t}");
+        let what = format!("qkv_rope_store heads {heads}/{kv} d {d} T {t} squares {squares}");
         // Q: as qk_norm_rope_heads, 4e-6 of the head's largest output.
         let head_max = |v: &[f32]| -> Vec<f32> {
             v.chunks(d)
@@ -234,21 +252,44 @@ fn qkv_rope_store_is_qk_norm_rope_and_kv_store() {
                 .collect()
         };
         assert_close(&what, &read_n::<f32>(g, &q_out, want_q.len()), &want_q, &head_max(&want_q), 0.0, 4e-6);
-        // V: a copy rounded to f16 on both sides, exact; positions not stored keep the poison.
+        // V: a copy rounded to f16 on both sides, exact; positions not stored keep the poison. Scaled, the
+        // scale's last bits (another summation order) can move the f16 rounding by one f16 ulp.
         let got_v: Vec<u16> = read_n(g, &vc, ctx * kv * d);
-        assert!(got_v.iter().zip(&want_v).all(|(a, b)| *a == b.to_bits()), "{what}: V cache");
+        if squares == 0 {
+            assert!(got_v.iter().zip(&want_v).all(|(a, b)| *a == b.to_bits()), "{what}: V cache");
+        } else {
+            check_f16_cache(&what, "V", &got_v, &want_v, d, 1e-6);
+        }
         // K: the rotation's f32 result may differ in its last bits, which can move the f16 rounding by one
         // f16 ulp (2^-10 relative); untouched positions keep the poison exactly.
         let got_k: Vec<u16> = read_n(g, &kc, ctx * kv * d);
-        let want_kf: Vec<f32> = want_k.iter().map(|h| h.to_f32()).collect();
-        for (i, (&a, b)) in got_k.iter().zip(&want_k).enumerate() {
-            if b.to_bits() == poison.to_bits() {
-                assert_eq!(a, 0xffff, "{what}: K cache index {i} was written");
-                continue;
-            }
-            let (got, want) = (f16::from_bits(a).to_f32(), b.to_f32());
-            let m = head_max(&want_kf)[i];
-            assert!((got - want).abs() <= want.abs() / 1024.0 + 4e-6 * m, "{what}: K[{i}] {got} vs {want}");
+        check_f16_cache(&what, "K", &got_k, &want_k, d, 4e-6);
+    }
+}
+
+/// An f16 cache against its reference: untouched positions (the poison) exactly, the rest within one f16
+/// ulp (2^-10 relative) plus `rtol` of the head's largest value.
+fn check_f16_cache(what: &str, name: &str, got: &[u16], want: &[f16], d: usize, rtol: f32) {
+    let poison = f16::from_bits(0xffff);
+    let head_max: Vec<f32> = want
+        .chunks(d)
+        .flat_map(|h| {
+            let m = h
+                .iter()
+                .filter(|x| x.to_bits() != poison.to_bits())
+                .fold(0.0f32, |m, x| m.max(x.to_f32().abs()));
+            std::iter::repeat_n(m, d)
+        })
+        .collect();
+    for (i, (&a, b)) in got.iter().zip(want).enumerate() {
+        if b.to_bits() == poison.to_bits() {
+            assert_eq!(a, 0xffff, "{what}: {name} cache index {i} was written");
+            continue;
         }
+        let (got, want) = (f16::from_bits(a).to_f32(), b.to_f32());
+        assert!(
+            (got - want).abs() <= want.abs() / 1024.0 + rtol * head_max[i],
+            "{what}: {name}[{i}] {got} vs {want}"
+        );
     }
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
-use diskformer_kernels::{GemvFusion, InputNorm, Kernels, Q8Matrix, View, argmax_partial_len, cpu};
+use diskformer_kernels::{InputNorm, Kernels, Q8Matrix, argmax_partial_len, cpu};
 
 /// Σ|w·x| per output: the scale of f32 rounding in a dot product.
 fn magnitudes(q: &[i8], s: &[half::f16], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
@@ -98,64 +98,46 @@ fn q8_gemv_lm_head_split() {
     check_q8_gemv(g, &k, 5_003, 2048, 2, 10, 4);
 }
 
-/// `q8_gemv_fused` with the norm folded in and/or the product added to `y`, against `cpu::rms_norm` then
-/// `cpu::q8_gemv` (plus `y`'s old values).
-#[allow(clippy::too_many_arguments)]
-fn check_q8_gemv_fused(
+/// `q8_gemv_add` against `y`'s old values plus `cpu::q8_gemv`.
+fn check_q8_gemv_add(
     g: &Gpu,
     k: &Kernels,
     (rows, cols, tokens): (usize, usize, usize),
-    norm: bool,
-    accumulate: bool,
     seed: u64,
     min_parts: usize,
 ) {
     let mut rng = Rng::new(seed);
     let q = rng.vec_i8(rows * cols);
     let s = rng.vec_scales(rows * cols / 32);
-    let x = rng.vec_f32(tokens * cols, -2.0, 2.0);
-    let nw = rng.vec_f32(cols, 0.5, 1.5);
+    let x = rng.vec_f32(tokens * cols, -1.0, 1.0);
     let y0 = rng.vec_f32(tokens * rows, -3.0, 3.0);
-    let (qb, sb, xb, nb) = (upload(g, &q), upload(g, &s), upload(g, &x), upload(g, &nw));
-    let y = if accumulate { upload(g, &y0) } else { poisoned(g, 4 * tokens * rows) };
+    let (qb, sb, xb, y) = (upload(g, &q), upload(g, &s), upload(g, &x), upload(g, &y0));
     let w = Q8Matrix { q: (&qb).into(), scales: (&sb).into(), rows: rows as u32, cols: cols as u32 };
-    let fusion = GemvFusion { norm: norm.then_some((View::from(&nb), 1e-6)), accumulate };
-    let d = k.q8_gemv_fused(w, (&xb).into(), (&y).into(), tokens as u32, fusion).unwrap();
+    let d = k.q8_gemv_add(w, (&xb).into(), (&y).into(), tokens as u32).unwrap();
     assert!(d.parts() >= min_parts, "expected a split into >= {min_parts} parts, got {}", d.parts());
     run(g, &[&d]);
     let got = read_n::<f32>(g, &y, tokens * rows);
-    let input = if norm { cpu::rms_norm(&x, &nw, cols, 1e-6) } else { x };
-    let mut want = cpu::q8_gemv(&q, &s, rows, cols, &input);
-    let mut mag = magnitudes(&q, &s, rows, cols, &input);
-    if accumulate {
-        want.iter_mut().zip(&y0).for_each(|(w, y)| *w += y);
-        mag.iter_mut().zip(&y0).for_each(|(m, y)| *m += y.abs());
-    }
-    // Tolerance: as q8_gemv, 2e-6·Σ|w·x| (plus |y| for the add). The folded norm scales the dot product
-    // of the row with x·weight instead of each input, a few more roundings of relative size eps, far
-    // under it; a wrong norm scale or a lost add moves outputs by O(Σ|w·x|) or O(|y|).
-    let what = format!(
-        "q8_gemv_fused {rows}x{cols} T={tokens} norm={norm} acc={accumulate} sg={} parts={}",
-        k.subgroups(),
-        d.parts()
-    );
+    let mut want = cpu::q8_gemv(&q, &s, rows, cols, &x);
+    let mut mag = magnitudes(&q, &s, rows, cols, &x);
+    want.iter_mut().zip(&y0).for_each(|(w, y)| *w += y);
+    mag.iter_mut().zip(&y0).for_each(|(m, y)| *m += y.abs());
+    // Tolerance: as q8_gemv, 2e-6·Σ|w·x|, plus the add's rounding (|y|); a lost or doubled add moves
+    // outputs by O(|y|) or O(Σ|w·x|).
+    let what = format!("q8_gemv_add {rows}x{cols} T={tokens} sg={} parts={}", k.subgroups(), d.parts());
     assert_close(&what, &got, &want, &mag, 1e-6, 2e-6);
 }
 
 #[test]
-fn q8_gemv_fused_norm_and_add() {
+fn q8_gemv_add_onto_y() {
     let g = gpu_or_skip!();
     for k in [&g.kernels, &g.plain] {
-        // Decode's q|k|v (the attention norm folded in) and wo (added onto the residual stream).
-        check_q8_gemv_fused(g, k, (5120, 2048, 1), true, false, 301, 1);
-        check_q8_gemv_fused(g, k, (2048, 4096, 1), false, true, 302, 1);
-        // Odd shapes, several tokens, both at once.
-        check_q8_gemv_fused(g, k, (40, 96, 3), true, true, 303, 1);
-        check_q8_gemv_fused(g, k, (13, 4128, 2), true, false, 304, 1);
+        // Decode's wo (added onto the residual stream), an odd shape over several tokens.
+        check_q8_gemv_add(g, k, (2048, 4096, 1), 302, 1);
+        check_q8_gemv_add(g, k, (40, 96, 3), 303, 1);
     }
-    // Split over bindings: each part reads the whole input row for its norm.
+    // Split over bindings: each part adds its rows.
     let k = Kernels::new(&g.ctx).with_max_binding(1 << 20);
-    check_q8_gemv_fused(g, &k, (1000, 2048, 2), true, true, 305, 2);
+    check_q8_gemv_add(g, &k, (1000, 2048, 2), 305, 2);
 }
 
 #[test]

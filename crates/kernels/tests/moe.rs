@@ -7,8 +7,9 @@ mod common;
 
 use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
 use diskformer_kernels::{
-    EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertPlanes, ExpertSlotsParams, Kernels,
-    MoeCombineNormParams, MoeCombineParams, cpu, expert_gemm_group_bound, expert_gemm_groups,
+    CombineOut, EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertPlanes, ExpertSlotsParams, Kernels,
+    MoeCombineNormParams, MoeCombineParams, combine_squares, cpu, expert_gemm_group_bound,
+    expert_gemm_groups,
 };
 
 #[test]
@@ -530,8 +531,9 @@ fn moe_combine_order() {
     }
 }
 
-/// `expert_q8_gemv_combine` against `cpu::expert_q8_gemv` then `cpu::moe_combine` onto `y`'s old values;
-/// picks whose slot is past the pool add nothing.
+/// `expert_q8_gemv_combine` against `cpu::expert_q8_gemv` then `cpu::moe_combine` onto the residual's old
+/// values; picks whose slot is past the pool add nothing; the next norm's inputs (the new residual times its
+/// weight, sums of squares of 4 rows) as the CPU computes them from the expected residual.
 fn check_combine(
     g: &Gpu,
     k: &Kernels,
@@ -546,18 +548,21 @@ fn check_combine(
     let x = rng.vec_f32(pairs * p.cols, -1.0, 1.0);
     let weights = rng.vec_f32(pairs, 0.01, 0.3);
     let residual = rng.vec_f32(tokens * p.rows, -5.0, 5.0);
+    let next_norm = rng.vec_f32(p.rows, 0.5, 1.5);
     let (xb, ib, wb, y) = (upload(g, &x), upload(g, slot_idx), upload(g, &weights), upload(g, &residual));
-    let d = k
-        .expert_q8_gemv_combine(
-            p.planes(),
-            (&xb).into(),
-            (&ib).into(),
-            (&wb).into(),
-            (&y).into(),
-            tokens as u32,
-            picks as u32,
-        )
-        .unwrap();
+    let blocks = combine_squares(p.rows as u32) as usize;
+    let (nb, scaled, squares) =
+        (upload(g, &next_norm), poisoned(g, 4 * tokens * p.rows), poisoned(g, 4 * tokens * blocks));
+    let v = diskformer_kernels::View::from;
+    let out = CombineOut {
+        weights: v(&wb),
+        residual: v(&y),
+        next_norm: v(&nb),
+        scaled: v(&scaled),
+        squares: v(&squares),
+        finish: true,
+    };
+    let d = k.expert_q8_gemv_combine(p.planes(), v(&xb), v(&ib), out, (tokens as u32, picks as u32)).unwrap();
     assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
     run(g, &[&d]);
     let got = read_n::<f32>(g, &y, tokens * p.rows);
@@ -589,6 +594,17 @@ fn check_combine(
         d.parts()
     );
     assert_close(&what, &got, &want, &scale, 1e-6, 2e-6);
+    // The next norm's inputs from what the GPU wrote: the product exact, the 4-row sums in f32 (3
+    // roundings of a sum of positive terms, 1e-6 of it).
+    let want_scaled: Vec<f32> = got.iter().enumerate().map(|(i, v)| v * next_norm[i % p.rows]).collect();
+    let zeros = vec![0.0; want_scaled.len()];
+    assert_close(&what, &read_n::<f32>(g, &scaled, tokens * p.rows), &want_scaled, &zeros, 0.0, 0.0);
+    let want_squares: Vec<f32> = got
+        .chunks(p.rows)
+        .flat_map(|row| row.chunks(4).map(|b| b.iter().map(|v| v * v).sum::<f32>()).collect::<Vec<_>>())
+        .collect();
+    let got_squares = read_n::<f32>(g, &squares, tokens * blocks);
+    assert_close(&what, &got_squares, &want_squares, &want_squares, 0.0, 1e-6);
 }
 
 #[test]
@@ -614,7 +630,15 @@ fn expert_gemv_combine_adds_the_picks_onto_the_residual() {
     // Picks a token out of range are refused.
     let (x, i) = (upload(g, &[0.0f32; 4]), upload(g, &[0u32; 4]));
     let v = diskformer_kernels::View::from;
-    let err = g.kernels.expert_q8_gemv_combine(down.planes(), v(&x), v(&i), v(&i), v(&x), 1, 65).unwrap_err();
+    let out = CombineOut {
+        weights: v(&i),
+        residual: v(&x),
+        next_norm: v(&x),
+        scaled: v(&x),
+        squares: v(&x),
+        finish: true,
+    };
+    let err = g.kernels.expert_q8_gemv_combine(down.planes(), v(&x), v(&i), out, (1, 65)).unwrap_err();
     assert!(err.to_string().contains("picks a token"), "{err}");
 }
 

@@ -3,9 +3,9 @@
 
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
-    AttentionShape, Dispatch, EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertPlanes, GemvFusion,
+    AttentionShape, CombineOut, Dispatch, EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertPlanes,
     InputNorm, Kernels, KvCacheViews, MoeCombineNormParams, Q8Matrix, QkvRopeStoreParams, View,
-    argmax_partial_len, expert_gemm_group_bound,
+    argmax_partial_len, combine_squares, expert_gemm_group_bound,
 };
 
 use crate::weights::{Weights, storage, storage_size};
@@ -62,8 +62,12 @@ pub(crate) struct ScratchOf<B> {
     /// the step's `embed_q8`.
     pub x: B,
     /// The normed residual stream: the input of the attention block and of the experts; after the last
-    /// layer, the output norm's result the head reads.
+    /// layer, the output norm's result the head reads. (Fused decode: the router writes the FFN norm's row.)
     xn: B,
+    /// Fused decode: the residual stream times the next attention norm's weight (not yet scaled), and the
+    /// sums of its squares that give the scale (see `FUSED_MAX_PICKS`).
+    x_scaled: B,
+    squares: B,
     /// `[T, heads + 2·kv_heads, d]` Q, K and V from the stacked projection.
     qkv: B,
     /// `[T, heads, d]` Q after QK-norm and RoPE.
@@ -142,6 +146,8 @@ impl<B> ScratchOf<B> {
             token_ids: b("token ids", 1),
             x: out("x", t * h),
             xn: out("xn", t * h),
+            x_scaled: b("x scaled", h),
+            squares: b("squares", u64::from(combine_squares(c.embedding_length))),
             qkv: b("qkv", t * (q + 2 * kv)),
             qr: b("qr", t * q),
             att: b("att", t * q),
@@ -178,6 +184,8 @@ impl<B> ScratchOf<B> {
             &self.token_ids,
             &self.x,
             &self.xn,
+            &self.x_scaled,
+            &self.squares,
             &self.qkv,
             &self.qr,
             &self.att,
@@ -295,8 +303,11 @@ impl Graph {
             tokens: t,
             eps,
             ctx: b.kv.ctx,
-            _pad: [0; 2],
+            in_squares: 0,
+            hidden: 0,
         };
+        // Fused decode past layer 0: q|k|v of the unscaled `x_scaled`, the norm's scale from `squares`.
+        let scaled_params = QkvRopeStoreParams { in_squares: combine_squares(h), hidden: h, ..qkv_params };
         let shape = attention_shape(c, t, b.kv.ctx);
         // One dispatch per pool part (several when the pool exceeds the device's largest buffer).
         let planes = |big: Plane, small: Plane, rows: u32, cols: u32| -> Vec<ExpertPlanes<'_>> {
@@ -321,7 +332,8 @@ impl Graph {
         // One token of Q8_0 experts: gate‖up applies SwiGLU to its own output (a workgroup pairs gate and
         // up rows), so down reads the activation.
         let swiglu_out = t == 1 && !b.q4_experts && ffn.is_multiple_of(16);
-        // And the norms ride in the GEMVs (see `fused_decode`): the residual stream stays in `x`.
+        // And the norms and the combine ride in other kernels (see `FUSED_MAX_PICKS`): the residual stream
+        // stays in `x`.
         let fused = swiglu_out && top_k <= FUSED_MAX_PICKS;
         let mut layers = Vec::with_capacity(w.layers.len());
         for (l, lw) in w.layers.iter().enumerate() {
@@ -330,31 +342,26 @@ impl Graph {
                 if let Some(table) = b.embedding.filter(|_| t == 1) {
                     attention.push(k.embed_q8(v(&s.token_ids), table, v(&s.x), 1)?);
                 }
-                // Later layers get their attention norm from the previous layer's `moe_combine_norm`.
-                if !fused {
-                    attention.push(k.rms_norm(v(&s.x), v(&lw.attn_norm), v(&s.xn), h, t, eps)?);
-                }
+                // Later layers get their attention norm from the previous layer's `moe_combine_norm` (fused:
+                // from its `expert_q8_gemv_combine` and this layer's `qkv_rope_store`).
+                attention.push(k.rms_norm(v(&s.x), v(&lw.attn_norm), v(&s.xn), h, t, eps)?);
             }
             let cache = KvCacheViews { k: v(&b.kv.k[l]), v: v(&b.kv.v[l]) };
             let (rope, pos) = (v(&s.rope), v(&s.positions));
-            attention.extend([
-                if fused {
-                    let fusion = GemvFusion { norm: Some((v(&lw.attn_norm), eps)), accumulate: false };
-                    k.q8_gemv_fused(lw.wqkv.m(), v(&s.x), v(&s.qkv), 1, fusion)?
-                } else {
-                    k.q8_gemm_or_gemv(lw.wqkv.m(), v(&s.xn), v(&s.qkv), t)?
-                },
-                k.qkv_rope_store(
-                    v(&s.qkv),
-                    v(&lw.q_norm),
-                    v(&lw.k_norm),
-                    rope,
-                    pos,
-                    v(&s.qr),
-                    cache,
-                    qkv_params,
-                )?,
-            ]);
+            let (qn, kn, qr) = (v(&lw.q_norm), v(&lw.k_norm), v(&s.qr));
+            attention.extend(if fused && l > 0 {
+                // Two rows a lane: faster than q8_gemv at this shape (layer/ on the H200).
+                let squares = Some(v(&s.squares));
+                [
+                    k.q8_gemv_rows2(lw.wqkv.m(), v(&s.x_scaled), v(&s.qkv), 1)?,
+                    k.qkv_rope_store(v(&s.qkv), qn, kn, rope, pos, qr, cache, squares, scaled_params)?,
+                ]
+            } else {
+                [
+                    k.q8_gemm_or_gemv(lw.wqkv.m(), v(&s.xn), v(&s.qkv), t)?,
+                    k.qkv_rope_store(v(&s.qkv), qn, kn, rope, pos, qr, cache, None, qkv_params)?,
+                ]
+            });
             if t == 1 {
                 // Split-K: many workgroups for one query token.
                 let (q, kc, vc) = (v(&s.qr), v(&b.kv.k[l]), v(&b.kv.v[l]));
@@ -364,10 +371,9 @@ impl Graph {
                 attention.push(k.attention(v(&s.qr), v(&b.kv.k[l]), v(&b.kv.v[l]), pos, v(&s.att), shape)?);
             }
             if fused {
-                let fusion = GemvFusion { norm: None, accumulate: true };
                 let norm = InputNorm { weight: v(&lw.ffn_norm), eps, normed: v(&s.xn) };
                 attention.extend([
-                    k.q8_gemv_fused(lw.wo.m(), v(&s.att), v(&s.x), 1, fusion)?,
+                    k.q8_gemv_add(lw.wo.m(), v(&s.att), v(&s.x), 1)?,
                     k.f32_gemv_norm(v(&lw.router), (experts, h), v(&s.x), v(&s.router_logits), 1, norm)?,
                 ]);
             } else {
@@ -434,20 +440,28 @@ impl Graph {
             // The next layer's attention norm, or after the last layer the output norm.
             let next_norm = w.layers.get(l + 1).map_or(&w.out_norm, |next| &next.attn_norm);
             if fused {
-                let (slots, weights) = (v(&s.slot_idx[l]), v(&s.pick_weights));
-                for part in in_layer(&down, (Plane::DownQ, Plane::DownScales)) {
+                let parts = in_layer(&down, (Plane::DownQ, Plane::DownScales));
+                let last_layer = l + 1 == w.layers.len();
+                for (i, &part) in parts.iter().enumerate() {
+                    let out = CombineOut {
+                        weights: v(&s.pick_weights),
+                        residual: v(&s.x),
+                        next_norm: v(next_norm),
+                        scaled: v(&s.x_scaled),
+                        squares: v(&s.squares),
+                        // The next layer's qkv_rope_store finishes its norm; after the last, rms_norm does.
+                        finish: !last_layer && i + 1 == parts.len(),
+                    };
+                    let slots = v(&s.slot_idx[l]);
                     experts_dispatches.push(k.expert_q8_gemv_combine(
                         part,
                         v(&s.act),
                         slots,
-                        weights,
-                        v(&s.x),
-                        1,
-                        top_k,
+                        out,
+                        (1, top_k),
                     )?);
                 }
-                // The next layer's q|k|v GEMV applies its norm; the head reads the output norm's row.
-                if l + 1 == w.layers.len() {
+                if last_layer {
                     experts_dispatches.push(k.rms_norm(v(&s.x), v(&w.out_norm), v(&s.xn), h, 1, eps)?);
                 }
                 layers.push(LayerGraph { attention, experts: experts_dispatches });
@@ -487,11 +501,12 @@ impl Graph {
 
 /// The most picks a token the fused decode layer takes (`expert_q8_gemv_combine`'s limit).
 ///
-/// Fused decode (one token, Q8_0 experts): the RMSNorms ride in the GEMVs after them and the MoE combine in
-/// the down GEMV, so a layer runs q|k|v (attention norm folded in), qkv_rope_store, attention, wo (added
-/// onto the residual stream `x`), the router (FFN norm folded in; it writes the normed row for the experts),
-/// the top-k, gate‖up with SwiGLU, and down with the combine (added onto `x`): two dispatches fewer than a
-/// chunk's layer, each a dependent launch and drain.
+/// Fused decode (one token, Q8_0 experts): the RMSNorms and the MoE combine ride in the kernels around them,
+/// so a layer runs q|k|v (of `x_scaled`, the residual times the attention norm's weight), qkv_rope_store
+/// (which applies the norm's scale from `squares`), attention, wo (added onto the residual stream `x`), the
+/// router (FFN norm folded in; it writes the normed row for the experts), the top-k, gate‖up with SwiGLU,
+/// and down with the combine (added onto `x`; it writes `x_scaled` and `squares` for the next layer): two
+/// dispatches fewer than a chunk's layer, each a dependent launch and drain.
 const FUSED_MAX_PICKS: u32 = 64;
 
 /// WebGPU's largest allowed `min_storage_buffer_offset_alignment`: an offset that is a multiple of it binds on

@@ -39,16 +39,43 @@ pub struct ExpertQ8GemvCombineParams {
     pub slot_begin: u32,
     /// One past the last slot bound in this part.
     pub slot_end: u32,
+    /// 1: write `scaled` and `squares` (the last pool part).
+    pub finish: u32,
     /// Padding.
-    pub _pad: [u32; 3],
+    pub _pad: [u32; 2],
 }
 const _: () = assert!(size_of::<ExpertQ8GemvCombineParams>() == 32);
+
+/// Where [`Kernels::expert_q8_gemv_combine`] adds the weighted picks, and how it starts the next RMSNorm.
+#[derive(Clone, Copy, Debug)]
+pub struct CombineOut<'a> {
+    /// `[T·k] f32` pick weights.
+    pub weights: View<'a>,
+    /// `[T, rows] f32`: the residual stream, added to in place.
+    pub residual: View<'a>,
+    /// `[rows] f32`: the next RMSNorm's weight.
+    pub next_norm: View<'a>,
+    /// `[T, rows] f32`: the new residual times `next_norm` (written when `finish`).
+    pub scaled: View<'a>,
+    /// `[T, rows.div_ceil(4)] f32`: sums of the new residual's squares, 4 rows each (written when
+    /// `finish`); their total over a token's row is the next norm's sum of squares.
+    pub squares: View<'a>,
+    /// Whether this call ends the combine (a pool split over several calls adds each part's picks; only
+    /// the last may write `scaled` and `squares`).
+    pub finish: bool,
+}
 
 /// The most picks a token [`Kernels::expert_q8_gemv_combine`] takes (its shader's `MAX_PICKS`).
 const COMBINE_MAX_PICKS: u32 = 64;
 
 /// Rows of one workgroup of `expert_q8_gemv_combine` (every lane group takes the same 4 rows of its picks).
 const COMBINE_ROWS: u64 = 4;
+
+/// How many sums of squares [`Kernels::expert_q8_gemv_combine`] writes a token for `rows` rows (one per
+/// workgroup of 4 rows): [`QkvRopeStoreParams::in_squares`] of the layer after it.
+pub fn combine_squares(rows: u32) -> u32 {
+    rows.div_ceil(COMBINE_ROWS as u32)
+}
 
 /// One matrix plane pair of the expert slot pool: the quant plane (`[slots, rows, cols]` int8 for Q8_0,
 /// `[slots, rows, cols/32]` 16-byte nibble blocks for Q4_0) and `[slots, rows, cols/32]` f16 scales
@@ -161,25 +188,23 @@ impl Kernels {
     }
 
     /// The down projection and the MoE combine in one dispatch (one per pool part when the pool is larger
-    /// than a binding): `y[t] += Σ_j weights[t, j] · (W[slot_idx[t·k + j]] · x[t·k + j])`, the k terms added
-    /// in pick order and then to `y`, so that with `y` the residual stream it is [`Kernels::moe_combine`]
-    /// of [`Kernels::expert_q8_gemv`]'s output (same row sums), written in place. Picks whose slot is past
-    /// the pool add nothing. What decode runs at the end of a layer; the next layer's q|k|v GEMV applies
-    /// the attention norm ([`Kernels::q8_gemv_fused`]).
-    /// Shapes: `x [T·k, cols] f32`, `slot_idx [T·k] u32`, `weights [T·k] f32`, pool planes, `y [T, rows] f32`.
+    /// than a binding): `residual[t] += Σ_j weights[t, j] · (W[slot_idx[t·k + j]] · x[t·k + j])`, the k terms
+    /// added in pick order and then to the residual: [`Kernels::moe_combine`] of [`Kernels::expert_q8_gemv`]'s
+    /// output (the same row sums), written in place. Picks whose slot is past the pool add nothing. With
+    /// `out.finish` it also writes what the next RMSNorm needs from the whole row (see [`CombineOut`]);
+    /// [`Kernels::qkv_rope_store`] applies that norm's scale after the q|k|v GEMV of `out.scaled`. What
+    /// decode runs at the end of a layer.
+    /// Shapes: `x [T·k, cols] f32`, `slot_idx [T·k] u32`, pool planes, `out` as [`CombineOut`].
     ///
     /// # Errors
     /// As [`Kernels::expert_q8_gemv`], and a shape error unless `1 <= k <= 64`.
-    #[allow(clippy::too_many_arguments)]
     pub fn expert_q8_gemv_combine(
         &self,
         pool: ExpertPlanes<'_>,
         x: View<'_>,
         slot_idx: View<'_>,
-        weights: View<'_>,
-        y: View<'_>,
-        tokens: u32,
-        k: u32,
+        out: CombineOut<'_>,
+        (tokens, k): (u32, u32),
     ) -> Result<Dispatch> {
         let b = self.binder(Kernel::ExpertQ8GemvCombine);
         b.ensure((1..=COMBINE_MAX_PICKS).contains(&k), || {
@@ -188,26 +213,36 @@ impl Kernels {
         let pairs =
             tokens.checked_mul(k).ok_or_else(|| b.shape(format!("{tokens} tokens x {k} picks overflow")))?;
         let p64 = u64::from(pairs);
-        let index = [("slot_idx", slot_idx, f32s(p64)), ("weights", weights, f32s(p64))];
-        let (x_row, y_row) = (u64::from(pool.cols), u64::from(pool.rows));
-        let grid = PoolGrid { rows_per_group: COMBINE_ROWS, x_row, y_row, y_div: u64::from(k) };
-        let parts = expert_pool_parts(&b, pool, Q8_0_BLOCK_BYTES, x, &index, y, pairs, 1, grid)?;
-        let gy = b.groups("tokens", u64::from(tokens))?;
-        let out = parts
-            .into_iter()
-            .map(|part| {
-                let p = ExpertQ8GemvCombineParams {
-                    rows: pool.rows,
-                    cols: pool.cols,
-                    k,
-                    slot_begin: pool.first_slot + part.begin,
-                    slot_end: pool.first_slot + part.end,
-                    _pad: [0; 3],
-                };
-                (p, part.bound, [part.dims[0], gy, 1])
-            })
-            .collect();
-        Ok(b.finish(out))
+        let index = [("slot_idx", slot_idx, f32s(p64)), ("weights", out.weights, f32s(p64))];
+        let (x_row, rows, t) = (u64::from(pool.cols), u64::from(pool.rows), u64::from(tokens));
+        let grid = PoolGrid { rows_per_group: COMBINE_ROWS, x_row, y_row: rows, y_div: u64::from(k) };
+        let parts = expert_pool_parts(&b, pool, Q8_0_BLOCK_BYTES, x, &index, out.residual, pairs, 1, grid)?;
+        let gy = b.groups("tokens", t)?;
+        let last = parts.len() - 1;
+        let mut dispatches = Vec::with_capacity(parts.len());
+        for (i, mut part) in parts.into_iter().enumerate() {
+            // The norm weight before the residual, the next norm's outputs after it: inputs first.
+            let at = part.bound.len() - 1;
+            part.bound.insert(at, b.storage("next_norm", out.next_norm, 0, f32s(rows))?);
+            part.bound.push(b.storage("scaled", out.scaled, 0, f32s(t * rows))?);
+            part.bound.push(b.storage(
+                "squares",
+                out.squares,
+                0,
+                f32s(t * u64::from(combine_squares(pool.rows))),
+            )?);
+            let p = ExpertQ8GemvCombineParams {
+                rows: pool.rows,
+                cols: pool.cols,
+                k,
+                slot_begin: pool.first_slot + part.begin,
+                slot_end: pool.first_slot + part.end,
+                finish: u32::from(out.finish && i == last),
+                _pad: [0; 2],
+            };
+            dispatches.push((p, part.bound, [part.dims[0], gy, 1]));
+        }
+        Ok(b.finish(dispatches))
     }
 
     /// The launcher shared by the slot-indexed expert GEMVs, which differ only in their shader and the

@@ -38,14 +38,16 @@ pub use expert_q8_gemm::{
     EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertQ8GemmParams, expert_gemm_group_bound,
     expert_gemm_groups,
 };
-pub use expert_q8_gemv::{ExpertPlanes, ExpertQ8GemvCombineParams, ExpertQ8GemvParams};
+pub use expert_q8_gemv::{
+    CombineOut, ExpertPlanes, ExpertQ8GemvCombineParams, ExpertQ8GemvParams, combine_squares,
+};
 pub use expert_slots::ExpertSlotsParams;
 pub use f32_gemv::{F32GemvParams, InputNorm};
 pub use kv_store::KvStoreParams;
 pub use moe_combine::MoeCombineParams;
 pub use moe_combine_norm::MoeCombineNormParams;
 pub use q8_gemm::{Q8_GEMM_TOKENS, Q8GemmParams};
-pub use q8_gemv::{GemvFusion, Q8GemvParams};
+pub use q8_gemv::Q8GemvParams;
 pub use qk_norm_rope::QkNormRopeParams;
 pub use qkv_rope_store::{KvCacheViews, QkvRopeStoreParams};
 pub use rms_norm::RmsNormParams;

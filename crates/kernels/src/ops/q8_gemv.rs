@@ -14,25 +14,12 @@ pub struct Q8GemvParams {
     pub row_begin: u32,
     /// Rows of the whole matrix (stride of `y`).
     pub out_rows: u32,
-    /// 1: the input is `rms_norm(x) · g` (`q8_gemv` only; 0 for `q8_gemv_rows2`).
-    pub norm: u32,
-    /// 1: `y += W in` instead of `y = W in` (`q8_gemv` only).
+    /// 1: `y += W x` instead of `y = W x` (`q8_gemv` only; 0 for `q8_gemv_rows2`).
     pub accumulate: u32,
-    /// RMSNorm epsilon (with `norm`).
-    pub eps: f32,
     /// Padding.
-    pub _pad: u32,
+    pub _pad: [u32; 3],
 }
 const _: () = assert!(size_of::<Q8GemvParams>() == 32);
-
-/// What decode folds into a dense GEMV (see [`Kernels::q8_gemv_fused`]).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct GemvFusion<'a> {
-    /// RMSNorm the input first: the norm weight `[cols] f32` and epsilon.
-    pub norm: Option<(View<'a>, f32)>,
-    /// Add the product to `y` instead of storing it.
-    pub accumulate: bool,
-}
 
 impl Kernels {
     /// Q8_0 GEMV over T inputs: `y[t] = W x[t]`. The int8 plane is split by rows over several
@@ -43,26 +30,16 @@ impl Kernels {
     /// Shape errors for `cols` not a multiple of 32 or zero sizes; buffer errors for views too small
     /// or misaligned.
     pub fn q8_gemv(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
-        self.q8_gemv_with(Kernel::Q8Gemv, w, x, y, tokens, GemvFusion::default())
+        self.q8_gemv_with(Kernel::Q8Gemv, w, x, y, tokens, false)
     }
 
-    /// [`Kernels::q8_gemv`] with an RMSNorm before it and/or an add after it, in the same dispatch:
-    /// `y[t] (+)= W · in[t]`, `in[t] = rms_norm(x[t]) · norm` (as [`Kernels::rms_norm`], the row's scale
-    /// applied to the dot product with `x · norm`) or `x[t]`. Decode runs its attention norm in the q|k|v
-    /// GEMV and adds wo's output onto the residual stream this way: two dispatches a layer fewer, each a
-    /// dependent launch and drain. Shapes as [`Kernels::q8_gemv`], `norm [cols] f32`.
+    /// [`Kernels::q8_gemv`] adding its product onto `y`: `y[t] += W x[t]`. Decode's wo adds onto the residual
+    /// stream this way (no residual-add dispatch). Shapes as [`Kernels::q8_gemv`].
     ///
     /// # Errors
-    /// As [`Kernels::q8_gemv`]; a buffer error for a norm weight shorter than `cols`.
-    pub fn q8_gemv_fused(
-        &self,
-        w: Q8Matrix<'_>,
-        x: View<'_>,
-        y: View<'_>,
-        tokens: u32,
-        fusion: GemvFusion<'_>,
-    ) -> Result<Dispatch> {
-        self.q8_gemv_with(Kernel::Q8Gemv, w, x, y, tokens, fusion)
+    /// As [`Kernels::q8_gemv`].
+    pub fn q8_gemv_add(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
+        self.q8_gemv_with(Kernel::Q8Gemv, w, x, y, tokens, true)
     }
 
     /// [`Kernels::q8_gemv`] with two rows per lane (16 rows per workgroup): same contract and result,
@@ -71,7 +48,7 @@ impl Kernels {
     /// # Errors
     /// As [`Kernels::q8_gemv`].
     pub fn q8_gemv_rows2(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
-        self.q8_gemv_with(Kernel::Q8GemvRows2, w, x, y, tokens, GemvFusion::default())
+        self.q8_gemv_with(Kernel::Q8GemvRows2, w, x, y, tokens, false)
     }
 
     fn q8_gemv_with(
@@ -81,7 +58,7 @@ impl Kernels {
         x: View<'_>,
         y: View<'_>,
         tokens: u32,
-        fusion: GemvFusion<'_>,
+        accumulate: bool,
     ) -> Result<Dispatch> {
         let b = self.binder(kernel);
         let rows_per_group = if kernel == Kernel::Q8GemvRows2 { 16 } else { 8 };
@@ -90,26 +67,20 @@ impl Kernels {
             format!("needs rows > 0 and cols a multiple of 32; got rows {rows}, cols {cols}")
         })?;
         let gy = b.groups("tokens", t)?;
-        // Without a norm the weight binding is x itself, which the shader then never reads as one.
-        let (g, eps) = fusion.norm.unwrap_or((x, 0.0));
-        let mut out = Vec::new();
-        for mut part in q8_matrix_parts(&b, w, x, y, t, rows_per_group)? {
-            if kernel == Kernel::Q8Gemv {
-                // Before y: outputs come last.
-                part.bound.insert(3, b.storage("norm", g, 0, f32s(cols))?);
-            }
-            let p = Q8GemvParams {
-                rows: part.rows as u32,
-                cols: w.cols,
-                row_begin: part.begin as u32,
-                out_rows: w.rows,
-                norm: u32::from(fusion.norm.is_some()),
-                accumulate: u32::from(fusion.accumulate),
-                eps,
-                _pad: 0,
-            };
-            out.push((p, part.bound, [part.row_groups, gy, 1]));
-        }
+        let out = q8_matrix_parts(&b, w, x, y, t, rows_per_group)?
+            .into_iter()
+            .map(|part| {
+                let p = Q8GemvParams {
+                    rows: part.rows as u32,
+                    cols: w.cols,
+                    row_begin: part.begin as u32,
+                    out_rows: w.rows,
+                    accumulate: u32::from(accumulate),
+                    _pad: [0; 3],
+                };
+                (p, part.bound, [part.row_groups, gy, 1])
+            })
+            .collect();
         Ok(b.finish(out))
     }
 }

@@ -3,9 +3,13 @@
 // slot_j = slots[pair], the k weighted terms added in pick order and then to y (the residual stream, as
 // moe_combine adds the residual last). Each pick's row sums are the ones expert_q8_gemv computes (the same
 // row walk, `rows4`), so the result is moe_combine's of expert_q8_gemv's output; decode runs it instead of
-// the two and folds the next norm into the next GEMV: no combine dispatch, no [T, k, H] round trip.
+// the two: no combine dispatch, no [T, k, H] round trip. With finish = 1 it also starts the next RMSNorm
+// (the next layer's attention norm), which needs the whole row and so cannot end here: it writes
+// scaled[t, r] = y[t, r] * next_norm[r] and, per workgroup, the sum of the squares of its 4 rows of y
+// (squares[t, block]); qkv_rope_store adds those up and applies the norm's scale after the q|k|v GEMV of
+// `scaled`.
 // A pool larger than a binding is split by slot range: one dispatch per part, each adding the terms of the
-// picks whose slot it binds (a pick elsewhere adds 0 here).
+// picks whose slot it binds (a pick elsewhere adds 0 here); only the last has finish = 1.
 // The row walk (`rows4`) is appended from expert_q8_rows.wgsl, the row sums (`row_sum4`), `i8x4` and
 // `dot16` as in q8_gemv.
 enable f16;
@@ -16,9 +20,9 @@ struct Params {
     k: u32,          // picks per token, at most MAX_PICKS
     slot_begin: u32, // first slot bound in this part
     slot_end: u32,   // one past the last slot bound in this part
+    finish: u32,     // 1: write scaled and squares (the pool's last part)
     _pad0: u32,
     _pad1: u32,
-    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -27,10 +31,14 @@ struct Params {
 @group(0) @binding(3) var<storage, read> weights: array<f32>;      // [T * k] f32 pick weights
 @group(0) @binding(4) var<storage, read> q: array<vec4<u32>>;      // [slot_end - slot_begin, rows, cols] int8
 @group(0) @binding(5) var<storage, read> scales: array<f16>;       // [slot_end - slot_begin, rows, cols/32] f16
-@group(0) @binding(6) var<storage, read_write> y: array<f32>;      // [T, rows] f32, added to
+@group(0) @binding(6) var<storage, read> next_norm: array<f32>;    // [rows] f32 the next RMSNorm's weight
+@group(0) @binding(7) var<storage, read_write> y: array<f32>;      // [T, rows] f32, added to
+@group(0) @binding(8) var<storage, read_write> scaled: array<f32>; // [T, rows] f32 y * next_norm (finish)
+@group(0) @binding(9) var<storage, read_write> squares: array<f32>; // [T, ceil(rows / 4)] f32 (finish)
 
 const MAX_PICKS: u32 = 64u;
 var<workgroup> pick_sums: array<vec4<f32>, MAX_PICKS>; // the 4 rows' sums of each pick
+var<workgroup> row_squares: array<f32, 4>;
 
 fn input4(base: u32, j: u32) -> vec4<f32> {
     return x[base + j];
@@ -65,11 +73,27 @@ fn expert_q8_gemv_combine(@builtin(local_invocation_index) li: u32, @builtin(wor
         // row_sum4's scratch is reused by the next round.
         workgroupBarrier();
     }
-    if (li < 4u && r + li < p.rows) {
-        var sum = 0.0;
-        for (var j = 0u; j < p.k; j++) {
-            sum += pick_sums[j][li] * weights[t * p.k + j];
+    if (li < 4u) {
+        var v = 0.0;
+        if (r + li < p.rows) {
+            var sum = 0.0;
+            for (var j = 0u; j < p.k; j++) {
+                sum += pick_sums[j][li] * weights[t * p.k + j];
+            }
+            let at = t * p.rows + r + li;
+            v = y[at] + sum;
+            y[at] = v;
+            if (p.finish != 0u) {
+                scaled[at] = v * next_norm[r + li];
+            }
         }
-        y[t * p.rows + r + li] += sum;
+        row_squares[li] = v * v;
+    }
+    if (p.finish != 0u) {
+        workgroupBarrier();
+        if (li == 0u) {
+            let blocks = (p.rows + 3u) / 4u;
+            squares[t * blocks + wg.x] = (row_squares[0] + row_squares[1]) + (row_squares[2] + row_squares[3]);
+        }
     }
 }

@@ -1,7 +1,4 @@
-// Q8_0 GEMV over T inputs: y[t, row_begin + r] = sum_c (q[r, c] * scale[r, c/32]) * in[t, c], where
-// in = x, or with norm = 1 in = rms_norm(x[t]) * g (the RMSNorm folded in: every row group reads the whole
-// input row anyway, so it also sums its squares, and the row's scale 1 / sqrt(mean(x^2) + eps) multiplies
-// the dot product of the row with x * g: decode's attention norm without a dispatch of its own). With
+// Q8_0 GEMV over T inputs: y[t, row_begin + r] = sum_c (q[r, c] * scale[r, c/32]) * x[t, c]. With
 // accumulate = 1 the result is added to y instead of stored (decode's wo adds onto the residual stream).
 // 8 rows per workgroup, 32 lanes per row; each lane reads four 16-int8 chunks (vec4<u32>, 512 bytes apart) per
 // step, all loads issued before any is used: decode GEMVs have few warps per SM, so a lane's loop is
@@ -24,40 +21,17 @@ struct Params {
     cols: u32,      // input length, a multiple of 32
     row_begin: u32, // first output row of this part
     out_rows: u32,  // rows of the whole matrix (stride of y)
-    norm: u32,       // 1: the input is rms_norm(x) * g
-    accumulate: u32, // 1: y += W in
-    eps: f32,        // RMSNorm epsilon (norm = 1)
-    _pad: u32,
+    accumulate: u32, // 1: y += W x
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;      // [T, cols] f32
 @group(0) @binding(2) var<storage, read> q: array<vec4<u32>>;      // [rows, cols] int8 (this part)
 @group(0) @binding(3) var<storage, read> scales: array<f16>;       // [rows, cols/32] f16 scales (this part)
-@group(0) @binding(4) var<storage, read> g: array<vec4<f32>>;      // [cols] f32 norm weight (norm = 1)
-@group(0) @binding(5) var<storage, read_write> y: array<f32>;      // [T, out_rows] f32
-
-// The 16 inputs of chunk i of token row `xbase` (x, or x * g with norm = 1) and their squares' sum in
-// `.ss` (of x: the norm's mean square), as four vec4.
-struct In16 {
-    a: vec4<f32>,
-    b: vec4<f32>,
-    c: vec4<f32>,
-    d: vec4<f32>,
-    ss: f32,
-}
-
-fn in16(xbase: u32, i: u32) -> In16 {
-    let a = x[xbase + i * 4u];
-    let b = x[xbase + i * 4u + 1u];
-    let c = x[xbase + i * 4u + 2u];
-    let d = x[xbase + i * 4u + 3u];
-    if (p.norm == 0u) {
-        return In16(a, b, c, d, 0.0);
-    }
-    let ss = (dot(a, a) + dot(b, b)) + (dot(c, c) + dot(d, d));
-    return In16(a * g[i * 4u], b * g[i * 4u + 1u], c * g[i * 4u + 2u], d * g[i * 4u + 3u], ss);
-}
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;      // [T, out_rows] f32
 
 // workgroup_id.x = block of 8 rows, workgroup_id.y = token.
 @compute @workgroup_size(256)
@@ -66,7 +40,6 @@ fn q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: 
     let r = wg.x * 8u + li / 32u;
     let t = wg.y;
     var acc = 0.0;
-    var ss = 0.0;
     if (r < p.rows) {
         let nvec = p.cols / 16u;
         let qbase = r * nvec;
@@ -87,25 +60,13 @@ fn q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: 
             let s1 = select(0.0, f32(scales[sbase + j1 / 2u]), i + 32u < nvec);
             let s2 = select(0.0, f32(scales[sbase + j2 / 2u]), i + 64u < nvec);
             let s3 = select(0.0, f32(scales[sbase + j3 / 2u]), i + 96u < nvec);
-            let x0 = in16(xbase, i);
-            let x1 = in16(xbase, j1);
-            let x2 = in16(xbase, j2);
-            let x3 = in16(xbase, j3);
-            acc += s0 * dot16(w0, x0.a, x0.b, x0.c, x0.d);
-            acc += s1 * dot16(w1, x1.a, x1.b, x1.c, x1.d);
-            acc += s2 * dot16(w2, x2.a, x2.b, x2.c, x2.d);
-            acc += s3 * dot16(w3, x3.a, x3.b, x3.c, x3.d);
-            ss += x0.ss + select(0.0, x1.ss, i + 32u < nvec) + select(0.0, x2.ss, i + 64u < nvec)
-                + select(0.0, x3.ss, i + 96u < nvec);
+            acc += s0 * dot16(w0, x[xbase + i * 4u], x[xbase + i * 4u + 1u], x[xbase + i * 4u + 2u], x[xbase + i * 4u + 3u]);
+            acc += s1 * dot16(w1, x[xbase + j1 * 4u], x[xbase + j1 * 4u + 1u], x[xbase + j1 * 4u + 2u], x[xbase + j1 * 4u + 3u]);
+            acc += s2 * dot16(w2, x[xbase + j2 * 4u], x[xbase + j2 * 4u + 1u], x[xbase + j2 * 4u + 2u], x[xbase + j2 * 4u + 3u]);
+            acc += s3 * dot16(w3, x[xbase + j3 * 4u], x[xbase + j3 * 4u + 1u], x[xbase + j3 * 4u + 2u], x[xbase + j3 * 4u + 3u]);
         }
     }
-    var total = 0.0;
-    if (p.norm == 0u) {
-        total = row_sum(acc, li/*SG_CALL*/);
-    } else {
-        let both = row_sum4(vec4<f32>(acc, ss, 0.0, 0.0), li/*SG_CALL*/);
-        total = both.x * (1.0 / sqrt(both.y / f32(p.cols) + p.eps));
-    }
+    let total = row_sum(acc, li/*SG_CALL*/);
     if (lane == 0u && r < p.rows) {
         let at = t * p.out_rows + p.row_begin + r;
         if (p.accumulate != 0u) {

@@ -11,10 +11,10 @@ struct Params {
     cols: u32,      // input length, a multiple of 32
     row_begin: u32, // first output row of this part
     out_rows: u32,  // rows of the whole matrix (stride of y)
-    _norm: u32,       // q8_gemv's fusions (Q8GemvParams), not offered here: 0
-    _accumulate: u32,
-    _eps: f32,
-    _pad: u32,
+    _accumulate: u32, // q8_gemv's add onto y (Q8GemvParams), not offered here: 0
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

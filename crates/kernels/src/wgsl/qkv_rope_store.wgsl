@@ -4,6 +4,10 @@
 // K: the same with k_norm -> the K cache at the token's position (f16);
 // V: copied -> the V cache at the token's position (f16). Positions at or past ctx are not stored.
 // Same arithmetic as qk_norm_rope (llama.cpp order) and kv_store (f16 round to nearest even).
+// With in_squares > 0 the projections came from the residual stream times the attention norm's weight, not
+// yet scaled (fused decode: expert_q8_gemv_combine wrote that row and `squares`, per-block sums of the
+// stream's squares): every head first scales its values by 1 / sqrt(sum(squares) / hidden + eps), the
+// attention norm's scale (a GEMV is linear in its input, so scaling after it is scaling before it).
 enable f16;
 
 struct Params {
@@ -13,8 +17,8 @@ struct Params {
     tokens: u32,   // T
     eps: f32,
     ctx: u32,      // positions the caches hold
-    _pad0: u32,
-    _pad1: u32,
+    in_squares: u32, // squares per token (0: the projections are already normed)
+    hidden: u32,     // the attention norm's length (with in_squares)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -23,9 +27,10 @@ struct Params {
 @group(0) @binding(3) var<storage, read> k_norm: array<f32>;       // [d] f32
 @group(0) @binding(4) var<storage, read> rope: array<vec2<f32>>;   // [T, d/2] (cos, sin)
 @group(0) @binding(5) var<storage, read> positions: array<u32>;    // [T]
-@group(0) @binding(6) var<storage, read_write> q_out: array<f32>;  // [T, heads, d] f32
-@group(0) @binding(7) var<storage, read_write> k_cache: array<f16>; // [ctx, kv_heads, d] f16
-@group(0) @binding(8) var<storage, read_write> v_cache: array<f16>; // [ctx, kv_heads, d] f16
+@group(0) @binding(6) var<storage, read> squares: array<f32>;      // [T, in_squares] f32 (in_squares > 0)
+@group(0) @binding(7) var<storage, read_write> q_out: array<f32>;  // [T, heads, d] f32
+@group(0) @binding(8) var<storage, read_write> k_cache: array<f16>; // [ctx, kv_heads, d] f16
+@group(0) @binding(9) var<storage, read_write> v_cache: array<f16>; // [ctx, kv_heads, d] f16
 
 
 // One workgroup per (stacked head, token); invocation i handles the pair (i, i + d/2).
@@ -43,6 +48,17 @@ fn qkv_rope_store(@builtin(local_invocation_index) li: u32, @builtin(workgroup_i
     if (li < half) {
         a = qkv[base + li];
         b = qkv[base + li + half];
+    }
+    if (p.in_squares != 0u) {
+        var ss = 0.0;
+        for (var i = li; i < p.in_squares; i += 128u) {
+            ss += squares[t * p.in_squares + i];
+        }
+        let in_scale = rms_scale(ss, li, 128u, p.hidden, p.eps);
+        a *= in_scale;
+        b *= in_scale;
+        // rms_scale's scratch is used again below.
+        workgroupBarrier();
     }
     if (head >= p.heads + p.kv_heads) {
         // V: no norm, no rotation.
