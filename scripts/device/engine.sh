@@ -12,7 +12,9 @@
 # $OUT/clocks-LABEL.csv; COLD=1 the disk's rate for records
 # read in pieces (record-read --pieces), a lone miss's read and upload (upload-bench), and the 4 GB cold rows
 # over readers and pieces (COLD_READERS_SPLITS; WARM_ROWS=1 adds the resident and 4 GB page-cache rows). KBENCH
-# is the kernels-bench filter run first (default: the compute copy alone).
+# is the kernels-bench filter run first (default: the compute copy alone). AB=1 alternates .device/bench and
+# each .device/bench-NAME over AB_ROUNDS rounds of the resident row (decode after a 16-token prompt), then
+# one 4 GB page-cache row each. REUSE=1 keeps a model and store a call on the same machine left behind.
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -27,8 +29,12 @@ S=/tmp/q3.store
 DECODE=${DECODE:-48}
 
 SECONDS=0
-$D/synth-gguf --shape qwen3-30b-a3b --out $G | tee "$OUT/synth.txt"
-$D/ingest $G --store $S | tail -2 | tee "$OUT/ingest.txt"
+if [ -n "${REUSE:-}" ] && [ -s $G ] && [ -s $S/experts.bin ]; then
+    echo "reusing $G and $S"
+else
+    $D/synth-gguf --shape qwen3-30b-a3b --out $G | tee "$OUT/synth.txt"
+    $D/ingest $G --store $S | tail -2 | tee "$OUT/ingest.txt"
+fi
 echo "synth + ingest: $SECONDS s"
 
 if [ -x $D/kernels-bench ]; then
@@ -87,6 +93,19 @@ clocked b4g-cyc-off warm --budget 4g --no-prefetch --prompt-tokens 16
 DECODE=32 clocked b4g-cyc-off-direct-r2 cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 --readers 2
 DECODE=32 clocked b4g-cyc-off-direct cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4
 fi
+elif [ -n "${AB:-}" ]; then
+for round in $(seq ${AB_ROUNDS:-2}); do
+    run resident-r$round warm --budget 100g --prompt-tokens 16
+    for alt in $D/bench-*; do
+        [ -x "$alt" ] || continue
+        BIN=$alt run resident-r$round-${alt#$D/bench-} warm --budget 100g --prompt-tokens 16
+    done
+done
+run b4g-cyc-off warm --budget 4g --no-prefetch --prompt-tokens 16
+for alt in $D/bench-*; do
+    [ -x "$alt" ] || continue
+    BIN=$alt run b4g-cyc-off-${alt#$D/bench-} warm --budget 4g --no-prefetch --prompt-tokens 16
+done
 elif [ -n "${RESIDENT_ONLY:-}" ]; then
 run resident warm --budget 100g --prompt-tokens 512
 run resident-no-run-ahead warm --budget 100g --prompt-tokens 16 --no-run-ahead
