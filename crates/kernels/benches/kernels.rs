@@ -752,7 +752,7 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
         let (qn, kn, rope, pos, qr) = (v(&qn), v(&kn), v(&rope), v(&pos), v(&qr));
         let mut layer = if fused {
             vec![
-                ("qkv_gemv_rows2", k.q8_gemv_rows2(m(&qkv_w), v(&xg), v(&qkv), 1)),
+                ("qkv_gemv_scaled", k.q8_gemv(m(&qkv_w), v(&xg), v(&qkv), 1)),
                 (
                     "qkv_rope_store_scaled",
                     k.qkv_rope_store(v(&qkv), qn, kn, rope, pos, qr, cache, Some(v(&squares)), scaled_p),
@@ -846,6 +846,7 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
             "expert_down_swiglu",
             k.expert_q8_gemv_swiglu(down, v(&gu_out), v(&slot_idx), v(&down_out), top).expect("bind"),
         ),
+        ("qkv_gemv_rows2", k.q8_gemv_rows2(m(&qkv_w), v(&xn), v(&qkv), 1).expect("bind")),
         ("wo_gemv_rows2", k.q8_gemv_rows2(m(&wo), v(&att), v(&o), 1).expect("bind")),
     ];
     let mut group = c.benchmark_group("layer");

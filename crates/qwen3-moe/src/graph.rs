@@ -350,10 +350,9 @@ impl Graph {
             let (rope, pos) = (v(&s.rope), v(&s.positions));
             let (qn, kn, qr) = (v(&lw.q_norm), v(&lw.k_norm), v(&s.qr));
             attention.extend(if fused && l > 0 {
-                // Two rows a lane: faster than q8_gemv at this shape (layer/ on the H200).
                 let squares = Some(v(&s.squares));
                 [
-                    k.q8_gemv_rows2(lw.wqkv.m(), v(&s.x_scaled), v(&s.qkv), 1)?,
+                    k.q8_gemv(lw.wqkv.m(), v(&s.x_scaled), v(&s.qkv), 1)?,
                     k.qkv_rope_store(v(&s.qkv), qn, kn, rope, pos, qr, cache, squares, scaled_params)?,
                 ]
             } else {
