@@ -59,7 +59,7 @@ struct Args {
     #[arg(long, default_value_t = 32)]
     decode_tokens: usize,
     /// Most tokens per prefill chunk.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 512)]
     max_batch: u32,
     /// Context length.
     #[arg(long)]
