@@ -574,8 +574,8 @@ fn bench_prefill(c: &mut Criterion, g: &Gpu) {
         }
     }
     // The chunk's causal attention: the second chunk of a 512-token prompt (positions 256..511) over a
-    // 4,096-position f16 cache, 32 query heads, 4 kv heads, d = 128. Throughput: the K and V bytes each query
-    // head reads (a workgroup per head and token).
+    // 4,096-position f16 cache, 32 query heads, 4 kv heads, d = 128, by the tiled kernel chunks run and by
+    // the one-query-head-a-workgroup one it replaced. Throughput: the K and V bytes each query head reads.
     let shape = AttentionShape { heads: 32, kv_heads: 4, head_dim: 128, tokens: t, ctx: 4096 };
     let q = buffer(g, 4 * u64::from(t * 32 * 128), 20);
     let cache_bytes = 2 * u64::from(shape.ctx * 4 * 128);
@@ -584,16 +584,25 @@ fn bench_prefill(c: &mut Criterion, g: &Gpu) {
     let positions: Vec<u32> = (256..256 + t).collect();
     g.ctx.queue.write_buffer(&pos, 0, bytemuck::cast_slice(&positions));
     let outs: Vec<wgpu::Buffer> = (0..4).map(|i| buffer(g, 4 * u64::from(t * 32 * 128), 24 + i)).collect();
-    let ds: Vec<Dispatch> = outs
-        .iter()
-        .map(|o| {
-            k_.attention((&q).into(), (&kc).into(), (&vc).into(), (&pos).into(), o.into(), shape)
-                .expect("bind")
-        })
-        .collect();
     let attended: u64 = positions.iter().map(|&p| u64::from(p) + 1).sum();
     group.throughput(Throughput::Bytes(attended * 32 * 128 * 2 * 2));
-    group.bench_function("attention/t256_pos256-511", |b| b.iter_custom(|iters| time(g, &ds, iters)));
+    for name in ["attention", "attention_per_query"] {
+        let ds: Vec<Dispatch> = outs
+            .iter()
+            .map(|o| {
+                let (q, kc, vc, pos, o) = ((&q).into(), (&kc).into(), (&vc).into(), (&pos).into(), o.into());
+                if name == "attention" {
+                    k_.attention_tiled(q, kc, vc, pos, o, shape)
+                } else {
+                    k_.attention_per_query(q, kc, vc, pos, o, shape)
+                }
+                .expect("bind")
+            })
+            .collect();
+        group.bench_function(format!("{name}/t256_pos256-511"), |b| {
+            b.iter_custom(|iters| time(g, &ds, iters))
+        });
+    }
     // The chunk's picks: 8 distinct experts a token, an LCG over the 128.
     let pairs = t * k;
     let mut state = 12_345u64;

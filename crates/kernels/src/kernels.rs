@@ -32,8 +32,11 @@ pub enum Kernel {
     KvStore,
     /// QK norm + RoPE of Q and K and the K/V cache stores, from stacked projections, in one dispatch.
     QkvRopeStore,
-    /// Causal GQA attention over the f16 KV cache.
+    /// Causal GQA attention over the f16 KV cache, a workgroup per (query head, token).
     Attention,
+    /// Causal GQA attention for chunks: a workgroup per token and up to 8 query heads of a kv head, keys
+    /// and values in tiles through workgroup memory.
+    AttentionTiled,
     /// Split-K attention for decode, part 1: per-block partial softmax sums.
     AttentionSplit,
     /// Split-K attention for decode, part 2: merges the blocks.
@@ -82,7 +85,7 @@ const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 28] = [
+    pub const ALL: [Kernel; 29] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -94,6 +97,7 @@ impl Kernel {
         Kernel::KvStore,
         Kernel::QkvRopeStore,
         Kernel::Attention,
+        Kernel::AttentionTiled,
         Kernel::AttentionSplit,
         Kernel::AttentionCombine,
         Kernel::Add,
@@ -127,6 +131,7 @@ impl Kernel {
             Kernel::KvStore => "kv_store",
             Kernel::QkvRopeStore => "qkv_rope_store",
             Kernel::Attention => "attention",
+            Kernel::AttentionTiled => "attention_tiled",
             Kernel::AttentionSplit => "attention_split",
             Kernel::AttentionCombine => "attention_combine",
             Kernel::Add => "add",
@@ -184,7 +189,7 @@ impl Kernel {
             Kernel::QkNormRope => size_of::<QkNormRopeParams>(),
             Kernel::KvStore => size_of::<KvStoreParams>(),
             Kernel::QkvRopeStore => size_of::<QkvRopeStoreParams>(),
-            Kernel::Attention => size_of::<AttentionParams>(),
+            Kernel::Attention | Kernel::AttentionTiled => size_of::<AttentionParams>(),
             Kernel::AttentionSplit => size_of::<AttentionSplitParams>(),
             Kernel::AttentionCombine => size_of::<AttentionCombineParams>(),
             Kernel::Add => size_of::<AddParams>(),
@@ -218,6 +223,7 @@ impl Kernel {
             Kernel::KvStore => include_str!("wgsl/kv_store.wgsl"),
             Kernel::QkvRopeStore => include_str!("wgsl/qkv_rope_store.wgsl"),
             Kernel::Attention => include_str!("wgsl/attention.wgsl"),
+            Kernel::AttentionTiled => include_str!("wgsl/attention_tiled.wgsl"),
             Kernel::AttentionSplit => include_str!("wgsl/attention_split.wgsl"),
             Kernel::AttentionCombine => include_str!("wgsl/attention_combine.wgsl"),
             Kernel::Add => include_str!("wgsl/add.wgsl"),

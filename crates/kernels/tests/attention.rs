@@ -106,7 +106,6 @@ fn check_attention(seed: u64, heads: usize, kv_heads: usize, d: usize, ctx: usiz
     let k = cache(&mut rng, ctx * kv_heads * d);
     let v = cache(&mut rng, ctx * kv_heads * d);
     let (qb, kb, vb, pb) = (upload(g, &q), upload(g, &k), upload(g, &v), upload(g, &positions));
-    let out = poisoned(g, 4 * q.len());
     let s = AttentionShape {
         heads: heads as u32,
         kv_heads: kv_heads as u32,
@@ -114,19 +113,30 @@ fn check_attention(seed: u64, heads: usize, kv_heads: usize, d: usize, ctx: usiz
         tokens: t as u32,
         ctx: ctx as u32,
     };
-    let disp = g
-        .kernels
-        .attention((&qb).into(), (&kb).into(), (&vb).into(), (&pb).into(), (&out).into(), s)
-        .unwrap();
-    run(g, &[&disp]);
-    let got = read::<f32>(g, &out);
     let want = cpu::attention(&q, &k, &v, &positions, heads, kv_heads, d);
-    // Tolerance: outputs are convex combinations of |v| ≤ 1. The GPU's f32 scores (d-term sums), f32
-    // exp (a few ulp) and f32 running sums over up to `len` keys with rescaling give ~1e-6 relative
-    // error per weight (lavapipe: ≤ 3e-7); 4e-6 absolute is a wide margin that a wrong head, position or mask still breaks.
-    let ones = vec![1.0; want.len()];
     let what = format!("h={heads}/{kv_heads} d={d} ctx={ctx} pos={positions:?}");
-    assert_close(&format!("attention {what}"), &got[..want.len()], &want, &ones, 0.0, 4e-6);
+    let ones = vec![1.0; want.len()];
+    // Both chunk kernels: the tiled one where d is a multiple of 16, the one-query-a-workgroup one always.
+    let v = diskformer_kernels::View::from;
+    let (qv, kv, vv, pv) = (v(&qb), v(&kb), v(&vb), v(&pb));
+    let tiled = d.is_multiple_of(16);
+    for kernel in ["attention_tiled", "attention"].into_iter().filter(|&n| tiled || n == "attention") {
+        let out = poisoned(g, 4 * q.len());
+        let disp = if kernel == "attention" {
+            g.kernels.attention_per_query(qv, kv, vv, pv, (&out).into(), s)
+        } else {
+            g.kernels.attention_tiled(qv, kv, vv, pv, (&out).into(), s)
+        };
+        let disp = disp.unwrap();
+        run(g, &[&disp]);
+        let got = read::<f32>(g, &out);
+        // Tolerance: outputs are convex combinations of |v| ≤ 1. The GPU's f32 scores (d-term sums), f32
+        // exp (a few ulp) and f32 running sums over up to `len` keys with rescaling give ~1e-6 relative
+        // error per weight (lavapipe: ≤ 3e-7); 4e-6 absolute is a wide margin that a wrong head, position or
+        // mask still breaks.
+        let name = disp.kernel().name();
+        assert_close(&format!("{name} {what}"), &got[..want.len()], &want, &ones, 0.0, 4e-6);
+    }
 
     // The split-K pair, where its limits allow (at most 8 query heads per kv head, d a multiple of 8,
     // query heads per kv head times d at most 1024).

@@ -1,5 +1,5 @@
 use crate::error::Result;
-use crate::kernels::{Kernel, Kernels, View};
+use crate::kernels::{Binder, Bound, Kernel, Kernels, View};
 use crate::{Dispatch, ops::*};
 
 /// Params of `attention.wgsl`.
@@ -38,10 +38,15 @@ pub struct AttentionShape {
     pub ctx: u32,
 }
 
+/// Query heads of one kv head a workgroup of `attention_tiled` takes (its shader's `R`).
+const TILED_ROWS: u64 = 8;
+
 impl Kernels {
     /// Causal GQA attention: for each query token t and head h, softmax over cache positions
     /// `0..=positions[t]` of `q·k / sqrt(d)`, weighted sum of v; kv head = `h / (heads / kv_heads)`.
-    /// The cache must already hold every position attended (store the chunk first).
+    /// The cache must already hold every position attended (store the chunk first). Runs
+    /// [`Kernels::attention_tiled`] where `head_dim` is a multiple of 16, else
+    /// [`Kernels::attention_per_query`].
     /// Shapes: `q [T, heads, d] f32`, `k, v [ctx, kv_heads, d] f16`, `positions [T] u32`,
     /// `out [T, heads, d] f32`.
     ///
@@ -57,34 +62,95 @@ impl Kernels {
         out: View<'_>,
         s: AttentionShape,
     ) -> Result<Dispatch> {
-        let b = self.binder(Kernel::Attention);
-        let (h, kvh, d, t, c) = (
-            u64::from(s.heads),
-            u64::from(s.kv_heads),
-            u64::from(s.head_dim),
-            u64::from(s.tokens),
-            u64::from(s.ctx),
-        );
-        b.ensure(kvh > 0 && h.is_multiple_of(kvh) && d > 0 && d <= 256 && c > 0, || {
-            format!("needs kv_heads dividing heads, 0 < head_dim <= 256, ctx > 0; got {s:?}")
-        })?;
-        let dims = [b.groups("heads", h)?, b.groups("tokens", t)?, 1];
-        let bound = vec![
-            b.storage("q", q, 0, f32s(t * h * d))?,
-            b.storage("k", k, 0, f16s(c * kvh * d))?,
-            b.storage("v", v, 0, f16s(c * kvh * d))?,
-            b.storage("positions", positions, 0, f32s(t))?,
-            b.storage("out", out, 0, f32s(t * h * d))?,
+        if s.head_dim.is_multiple_of(16) {
+            self.attention_tiled(q, k, v, positions, out, s)
+        } else {
+            self.attention_per_query(q, k, v, positions, out, s)
+        }
+    }
+
+    /// [`Kernels::attention`] with a workgroup per token and up to 8 query heads of one kv head, keys and
+    /// values in tiles through workgroup memory (each read once for the 8 heads): the prefill kernel.
+    ///
+    /// # Errors
+    /// As [`Kernels::attention`], and a shape error unless `head_dim` is a multiple of 16.
+    pub fn attention_tiled(
+        &self,
+        q: View<'_>,
+        k: View<'_>,
+        v: View<'_>,
+        positions: View<'_>,
+        out: View<'_>,
+        s: AttentionShape,
+    ) -> Result<Dispatch> {
+        let b = self.binder(Kernel::AttentionTiled);
+        b.ensure(s.head_dim.is_multiple_of(16), || format!("needs head_dim a multiple of 16; got {s:?}"))?;
+        let (bound, p) = attention_bindings(&b, q, k, v, positions, out, s)?;
+        let blocks = u64::from(s.heads / s.kv_heads).div_ceil(TILED_ROWS);
+        let dims = [
+            b.groups("kv heads x head blocks", u64::from(s.kv_heads) * blocks)?,
+            b.groups("tokens", u64::from(s.tokens))?,
+            1,
         ];
-        let p = AttentionParams {
-            heads: s.heads,
-            kv_heads: s.kv_heads,
-            head_dim: s.head_dim,
-            tokens: s.tokens,
-            ctx: s.ctx,
-            scale: 1.0 / (s.head_dim as f32).sqrt(),
-            _pad: [0; 2],
-        };
         Ok(b.finish(vec![(p, bound, dims)]))
     }
+
+    /// [`Kernels::attention`] with a workgroup per (query head, token), each lane a key at a time (any
+    /// `head_dim` up to 256).
+    ///
+    /// # Errors
+    /// As [`Kernels::attention`].
+    pub fn attention_per_query(
+        &self,
+        q: View<'_>,
+        k: View<'_>,
+        v: View<'_>,
+        positions: View<'_>,
+        out: View<'_>,
+        s: AttentionShape,
+    ) -> Result<Dispatch> {
+        let b = self.binder(Kernel::Attention);
+        let (bound, p) = attention_bindings(&b, q, k, v, positions, out, s)?;
+        let dims = [b.groups("heads", u64::from(s.heads))?, b.groups("tokens", u64::from(s.tokens))?, 1];
+        Ok(b.finish(vec![(p, bound, dims)]))
+    }
+}
+
+/// Validates an attention shape and binds q, k, v, positions and out; the params both kernels read.
+fn attention_bindings<'a>(
+    b: &Binder<'_>,
+    q: View<'a>,
+    k: View<'a>,
+    v: View<'a>,
+    positions: View<'a>,
+    out: View<'a>,
+    s: AttentionShape,
+) -> Result<(Vec<Bound<'a>>, AttentionParams)> {
+    let (h, kvh, d, t, c) = (
+        u64::from(s.heads),
+        u64::from(s.kv_heads),
+        u64::from(s.head_dim),
+        u64::from(s.tokens),
+        u64::from(s.ctx),
+    );
+    b.ensure(kvh > 0 && h.is_multiple_of(kvh) && d > 0 && d <= 256 && c > 0 && t > 0, || {
+        format!("needs kv_heads dividing heads, 0 < head_dim <= 256, ctx > 0; got {s:?}")
+    })?;
+    let bound = vec![
+        b.storage("q", q, 0, f32s(t * h * d))?,
+        b.storage("k", k, 0, f16s(c * kvh * d))?,
+        b.storage("v", v, 0, f16s(c * kvh * d))?,
+        b.storage("positions", positions, 0, f32s(t))?,
+        b.storage("out", out, 0, f32s(t * h * d))?,
+    ];
+    let p = AttentionParams {
+        heads: s.heads,
+        kv_heads: s.kv_heads,
+        head_dim: s.head_dim,
+        tokens: s.tokens,
+        ctx: s.ctx,
+        scale: 1.0 / (s.head_dim as f32).sqrt(),
+        _pad: [0; 2],
+    };
+    Ok((bound, p))
 }
