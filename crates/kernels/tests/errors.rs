@@ -73,4 +73,24 @@ fn launchers_refuse_bad_input() {
         k.add_rms_norm(a, a, a, (&y).into(), (&y).into(), 13, 1, 1e-6),
         Err(Error::Shape { .. })
     ));
+    // The tiled attention needs head_dim a multiple of 16 (attention itself falls back).
+    let shape = AttentionShape { heads: 2, kv_heads: 1, head_dim: 8, tokens: 1, ctx: 4 };
+    assert!(matches!(k.attention_tiled(a, a, a, a, (&y).into(), shape), Err(Error::Shape { .. })));
+    assert!(k.attention(a, a, a, a, (&y).into(), shape).is_ok());
+    // qkv_rope_store: sums of squares without their count (or a count without them).
+    let p = diskformer_kernels::QkvRopeStoreParams {
+        heads: 1,
+        kv_heads: 1,
+        head_dim: 4,
+        tokens: 1,
+        eps: 1e-6,
+        ctx: 4,
+        in_squares: 0,
+        hidden: 0,
+    };
+    let cache = diskformer_kernels::KvCacheViews { k: yv, v: yv };
+    assert!(matches!(k.qkv_rope_store(a, a, a, a, a, yv, cache, Some(a), p), Err(Error::Shape { .. })));
+    let p = diskformer_kernels::QkvRopeStoreParams { in_squares: 4, hidden: 16, ..p };
+    assert!(matches!(k.qkv_rope_store(a, a, a, a, a, yv, cache, None, p), Err(Error::Shape { .. })));
+    assert!(k.qkv_rope_store(a, a, a, a, a, yv, cache, Some(a), p).is_ok());
 }
