@@ -313,6 +313,39 @@ pub fn moe_combine_norm(
     (out, normed)
 }
 
+/// What `expert_q8_gemv_combine` computes for T tokens of k picks: the down projection of each pick
+/// ([`expert_q8_gemv`], x_div 1; a pick whose slot is past the pool gives zeros), combined onto the residual
+/// ([`moe_combine`]), and the next RMSNorm's inputs from the new residual: `residual · next_norm` and the
+/// sums of its squares over blocks of 4 rows (`[T, rows.div_ceil(4)]`). Returns `(residual, scaled,
+/// squares)`.
+#[allow(clippy::too_many_arguments)]
+pub fn expert_q8_gemv_combine(
+    q: &[i8],
+    scales: &[f16],
+    (rows, cols, k): (usize, usize, usize),
+    slot_idx: &[u32],
+    x: &[f32],
+    weights: &[f32],
+    residual: &[f32],
+    next_norm: &[f32],
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let slots = q.len() / (rows * cols);
+    let inside: Vec<u32> = slot_idx.iter().map(|&s| if (s as usize) < slots { s } else { 0 }).collect();
+    let mut experts = expert_q8_gemv(q, scales, rows, cols, &inside, x, 1);
+    for (pair, &s) in slot_idx.iter().enumerate() {
+        if s as usize >= slots {
+            experts[pair * rows..][..rows].fill(0.0);
+        }
+    }
+    let out = moe_combine(&experts, weights, residual, rows, k);
+    let scaled = out.iter().enumerate().map(|(i, v)| v * next_norm[i % rows]).collect();
+    let squares = out
+        .chunks(rows)
+        .flat_map(|row| row.chunks(4).map(|b| b.iter().map(|v| v * v).sum::<f32>()))
+        .collect();
+    (out, scaled, squares)
+}
+
 /// Pool slots of picks from a resident table: `table[base + id]`, `u32::MAX` past the table.
 pub fn expert_slots(ids: &[u32], table: &[u32], base: u32) -> Vec<u32> {
     ids.iter().map(|&id| table.get((base + id) as usize).copied().unwrap_or(u32::MAX)).collect()
