@@ -286,8 +286,7 @@ impl GpuPool {
     /// worth, each record in `pieces` (at least 1) buffers of whole 4 KiB pages, so that
     /// [`upload_pieces`](Self::upload_pieces) can copy a piece to the device as soon as it is written.
     pub fn staging_ring(&self, len: usize, pieces: usize) -> StagingRing {
-        let piece = StagingRing::piece_bytes(self.record_bytes, pieces);
-        let pieces = self.record_bytes.div_ceil(piece);
+        let (piece, pieces) = StagingRing::layout(self.record_bytes, pieces);
         let entries = (0..len.max(1) * pieces)
             .map(|_| RingEntry {
                 buffer: self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -553,8 +552,16 @@ impl StagingRing {
 
     /// Mapped staging bytes of a ring of `len` records in `pieces` pieces (what it takes from the budget).
     pub fn bytes(record_bytes: usize, len: usize, pieces: usize) -> u64 {
+        let (piece, per_record) = Self::layout(record_bytes, pieces);
+        (len.max(1) * per_record * piece) as u64
+    }
+
+    /// The bytes of each buffer and the buffers a record takes (`pieces` asked, fewer when whole pages
+    /// leave nothing for the last): what [`GpuPool::staging_ring`] allocates and [`StagingRing::bytes`]
+    /// counts.
+    fn layout(record_bytes: usize, pieces: usize) -> (usize, usize) {
         let piece = Self::piece_bytes(record_bytes, pieces);
-        (len.max(1) * record_bytes.div_ceil(piece) * piece) as u64
+        (piece, record_bytes.div_ceil(piece))
     }
 }
 
