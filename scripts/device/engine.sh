@@ -14,7 +14,8 @@
 # over readers and pieces (COLD_READERS_SPLITS; WARM_ROWS=1 adds the resident and 4 GB page-cache rows). KBENCH
 # is the kernels-bench filter run first (default: the compute copy alone). AB=1 alternates .device/bench and
 # each .device/bench-NAME over AB_ROUNDS rounds of the resident row (decode after a 16-token prompt), then
-# one 4 GB page-cache row each, and the 16 GB and 8 GB rows of .device/bench. REUSE=1 keeps a model and store a call on the same machine left behind.
+# one 4 GB page-cache row each, and the 16 GB and 8 GB rows of .device/bench. REUSE=1 keeps a model and
+# store that a call on the same machine left behind.
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json

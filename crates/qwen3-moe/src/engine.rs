@@ -60,8 +60,8 @@ pub struct EngineOptions {
     /// Most tokens per prefill chunk (default 512: a chunk reads each picked expert once per 32 of its pairs
     /// (Q4_0: 8) and each dense weight once per 32 tokens, and at 128 experts and top-8 a 512-token chunk
     /// gives an expert 32 pairs on average, one full tile; on the H200 a 512-token prompt prefilled 1,395
-    /// tok/s against 1,277 in chunks of 256. While experts stream, also bounded by the pool: chunk × top-k ≤
-    /// slots).
+    /// tok/s against 1,277 in chunks of 256, before the tiled chunk attention. While experts stream, also
+    /// bounded by the pool: chunk × top-k ≤ slots).
     pub max_batch: u32,
     /// When every expert fits, load them all at start and route on the GPU: no readback or `ensure` per
     /// layer (default on; off keeps the streaming path for comparison). The token embedding then goes to the
