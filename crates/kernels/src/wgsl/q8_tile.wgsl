@@ -21,19 +21,26 @@ fn tile_gemm(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 2> {
     let ri = li % 16u;
     let tj = li / 16u;
     var acc = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
+    // Register double buffering: block b + 1's global loads are issued before block b's multiply, so their
+    // latency hides behind it (the last block loads itself again).
+    var word = q[(lrow * p.cols + lk) / 8u];
+    var s = f32(scales[lrow * nblk]);
+    var xv = select(vec4<f32>(0.0), x[xrow + lk4], live);
     for (var b = 0u; b < nblk; b++) {
-        let word = q[(lrow * p.cols + b * 32u + lk) / 8u];
-        let s = f32(scales[lrow * nblk + b]);
         let lo = i8x4(word.x) * s;
         let hi = i8x4(word.y) * s;
-        let xv = select(vec4<f32>(0.0), x[xrow + b * 8u + lk4], live);
+        let xb = xv;
         workgroupBarrier(); // the last block's reads are done
         for (var j = 0u; j < 4u; j++) {
             tile_w[(lk + j) * 16u + lr / 4u][lr % 4u] = lo[j];
             tile_w[(lk + 4u + j) * 16u + lr / 4u][lr % 4u] = hi[j];
-            tile_x[(lk4 * 4u + j) * 16u + lt / 2u][lt % 2u] = xv[j];
+            tile_x[(lk4 * 4u + j) * 16u + lt / 2u][lt % 2u] = xb[j];
         }
         workgroupBarrier();
+        let nb = min(b + 1u, nblk - 1u);
+        word = q[(lrow * p.cols + nb * 32u + lk) / 8u];
+        s = f32(scales[lrow * nblk + nb]);
+        xv = select(vec4<f32>(0.0), x[xrow + nb * 8u + lk4], live);
         for (var k = 0u; k < 32u; k++) {
             let a = tile_w[k * 16u + ri];
             let t = tile_x[k * 16u + tj];
