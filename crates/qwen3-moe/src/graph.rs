@@ -433,16 +433,6 @@ impl Graph {
                     k.expert_matmul(part, input, s, l, v(&s.gate_up), sizes, b.q4_experts)?
                 });
             }
-            // Other one-token steps (Q4_0 experts, or F not a multiple of 16): the down GEMV applies SwiGLU
-            // as it reads gate‖up; chunks run silu_mul first.
-            let down_input = if swiglu_out {
-                ExpertInput::PerPair(v(&s.act))
-            } else if t == 1 {
-                ExpertInput::SwiGlu(v(&s.gate_up))
-            } else {
-                experts_dispatches.push(k.silu_mul(v(&s.gate_up), v(&s.act), ffn, pairs)?);
-                ExpertInput::PerPair(v(&s.act))
-            };
             // The next layer's attention norm, or after the last layer the output norm.
             let next_norm = w.layers.get(l + 1).map_or(&w.out_norm, |next| &next.attn_norm);
             if fused {
@@ -471,6 +461,16 @@ impl Graph {
                     experts_dispatches.push(k.rms_norm(v(&s.x), v(&w.out_norm), v(&s.xn), h, 1, eps)?);
                 }
             } else {
+                // Other one-token steps (Q4_0 experts, or F not a multiple of 16): the down GEMV applies
+                // SwiGLU as it reads gate‖up; chunks run silu_mul first.
+                let down_input = if swiglu_out {
+                    ExpertInput::PerPair(v(&s.act))
+                } else if t == 1 {
+                    ExpertInput::SwiGlu(v(&s.gate_up))
+                } else {
+                    experts_dispatches.push(k.silu_mul(v(&s.gate_up), v(&s.act), ffn, pairs)?);
+                    ExpertInput::PerPair(v(&s.act))
+                };
                 for part in in_layer(&down, (Plane::DownQ, Plane::DownScales)) {
                     let out = v(&s.down);
                     experts_dispatches.push(k.expert_matmul(
