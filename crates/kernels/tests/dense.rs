@@ -145,13 +145,14 @@ fn q8_gemm_token_blocks() {
     let g = gpu_or_skip!();
     for k in [&g.kernels, &g.plain] {
         // Token counts around the 8-token block (and the tiled kernel's 32): 1, a full block, a block and
-        // one, several; rows around its 64-row block.
+        // one, several; rows around its 128-row block.
         check_q8_gemm(g, k, 512, 2048, 1, 20, 1);
         check_q8_gemm(g, k, 512, 2048, 8, 21, 1);
         check_q8_gemm(g, k, 300, 2048, 9, 22, 1);
         check_q8_gemm(g, k, 37, 96, 19, 23, 1);
         check_q8_gemm(g, k, 65, 256, 33, 26, 1);
         check_q8_gemm(g, k, 128, 64, 32, 27, 1);
+        check_q8_gemm(g, k, 129, 64, 70, 28, 1);
     }
     // Real projection shape over a chunk, and the split.
     check_q8_gemm(g, &g.kernels, 4096, 2048, 12, 24, 1);

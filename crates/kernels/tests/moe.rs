@@ -421,7 +421,15 @@ fn expert_gemm_grouped_pairs() {
         check_expert_gemm(g, k, &down, &chunk, 1, 75, 1);
     }
     check_expert_gemm(g, &g.kernels, &down, &chunk[..8], 1, 76, 1);
-    // Odd: 3 slots of 40 x 96 (rows short of one 64-row tile), 2 tokens of 3 picks.
+    // 40 tokens of 8 picks from 10 slots: full 32-pair groups and slots split over two groups; 130 rows,
+    // a 128-row tile and 2 rows of the next.
+    let wide = pool(g, &mut rng, 10, 130, 96);
+    let many = chunk_picks(&mut rng, 40, 8, 10);
+    let (groups, _) = expert_gemm_groups(&many, 32, expert_gemm_group_bound(many.len(), 10, 32));
+    assert!(groups.iter().any(|g| g[2] == 32), "groups {groups:?}");
+    check_expert_gemm(g, &g.kernels, &wide, &many, 8, 79, 1);
+    check_expert_gemm(g, &g.plain, &wide, &many, 1, 80, 1);
+    // Odd: 3 slots of 40 x 96 (rows short of one 128-row tile), 2 tokens of 3 picks.
     let odd = pool(g, &mut rng, 3, 40, 96);
     check_expert_gemm(g, &g.kernels, &odd, &[2, 0, 1, 1, 2, 0], 3, 77, 1);
     check_expert_gemm(g, &g.kernels, &odd, &[2, 0, 1, 1, 2, 0], 1, 78, 1);

@@ -31,7 +31,7 @@ pub const EXPERT_GEMM_GROUP: usize = 8;
 pub const EXPERT_GEMM_TILED_GROUP: usize = 32;
 /// Rows of a workgroup of `expert_q8_gemm.wgsl` / `expert_q4_gemm.wgsl`, and of the tiled one (its `BR`).
 const ROWS: u64 = 8;
-const TILED_ROWS: u64 = 64;
+const TILED_ROWS: u64 = 128;
 
 /// Most groups [`expert_gemm_groups`] makes of `pairs` pairs over at most `slots` distinct slots in groups
 /// of `size`: each slot's pairs in runs of `size`, at most one of them short, so ⌊P/size⌋ + min(P, slots).
@@ -103,7 +103,7 @@ impl Kernels {
 
     /// [`Kernels::expert_q8_gemm`] through workgroup-memory tiles (`expert_q8_gemm_tiled.wgsl`): groups of
     /// up to [`EXPERT_GEMM_TILED_GROUP`] pairs (`expert_gemm_groups(.., EXPERT_GEMM_TILED_GROUP, ..)`), a
-    /// workgroup 64 rows of a group, each weight read once per group and each input once per 64 rows.
+    /// workgroup 128 rows of a group, each weight read once per group and each input once per 128 rows.
     ///
     /// # Errors
     /// As [`Kernels::expert_q8_gemv`].

@@ -37,9 +37,9 @@ impl Kernels {
         self.dense_gemm(Kernel::Q8Gemm, (8, u64::from(Q8_GEMM_TOKENS)), w, x, y, tokens)
     }
 
-    /// [`Kernels::q8_gemm`] through workgroup-memory tiles (`q8_gemm_tiled.wgsl`): a workgroup takes 64
-    /// rows × 32 tokens, reading each weight once per 32 tokens and each input once per 64 rows.
-    /// Shapes and splits as [`Kernels::q8_gemm`] (parts of whole 64-row blocks).
+    /// [`Kernels::q8_gemm`] through workgroup-memory tiles (`q8_gemm_tiled.wgsl`): a workgroup takes 128
+    /// rows × 32 tokens, reading each weight once per 32 tokens and each input once per 128 rows.
+    /// Shapes and splits as [`Kernels::q8_gemm`] (parts of whole 128-row blocks).
     ///
     /// # Errors
     /// As [`Kernels::q8_gemm`].
@@ -85,5 +85,5 @@ impl Kernels {
 }
 
 /// Rows and tokens of a `q8_gemm_tiled.wgsl` workgroup (its `BR`, `BT`).
-const Q8_GEMM_TILED_ROWS: u64 = 64;
+const Q8_GEMM_TILED_ROWS: u64 = 128;
 const Q8_GEMM_TILED_TOKENS: u64 = 32;

@@ -1,7 +1,7 @@
 // Expert Q8_0 GEMM for prefill through workgroup-memory tiles: (token, pick) pairs grouped by pool slot,
-// up to 32 pairs a group; a workgroup takes 64 rows of the group's slot x its pairs. Per 32-column block
-// it decodes the rows' weights (scaled) and copies the pairs' inputs into workgroup memory once, then each
-// lane multiplies 4 rows by 2 pairs from there (q8_gemm_tiled's scheme, with the rows of one slot and the
+// up to 32 pairs a group; a workgroup takes 128 rows of the group's slot x its pairs. Per 16 columns it
+// decodes the rows' weights (scaled) and copies the pairs' inputs into workgroup memory once, then each
+// lane multiplies 8 rows by 4 pairs from there (q8_gemm_tiled's scheme, with the rows of one slot and the
 // inputs of the group's pairs). Group g names a slot and a run of `order`:
 // y[pair] = W[slot] x[pair / x_div] for pair = order[first + j], j < count. Groups with count 0 (padding up
 // to the dispatch size) and slots outside this part leave at once. The product (`tile_gemm`,
@@ -23,15 +23,15 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;      // [P / x_div, cols] f32
 @group(0) @binding(2) var<storage, read> groups: array<vec4<u32>>; // [G] (slot, first, count <= 32, 0)
 @group(0) @binding(3) var<storage, read> order: array<u32>;        // [P] pair ids, grouped by slot
-@group(0) @binding(4) var<storage, read> q: array<vec2<u32>>;      // [slot_end - slot_begin, rows, cols] int8
+@group(0) @binding(4) var<storage, read> q: array<vec4<u32>>;      // [slot_end - slot_begin, rows, cols] int8
 @group(0) @binding(5) var<storage, read> scales: array<f16>;       // [slot_end - slot_begin, rows, cols/32] f16
 @group(0) @binding(6) var<storage, read_write> y: array<f32>;      // [P, rows] f32
 
-const BR: u32 = 64u; // rows per workgroup
-const BT: u32 = 32u; // pairs per group at most
+const BR: u32 = 128u; // rows per workgroup
+const BT: u32 = 32u;  // pairs per group at most
 
-// workgroup_id.x = block of 64 rows, workgroup_id.y = group.
-@compute @workgroup_size(256)
+// workgroup_id.x = block of 128 rows, workgroup_id.y = group.
+@compute @workgroup_size(128)
 fn expert_q8_gemm_tiled(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let grp = groups[wg.y];
     let slot = grp.x;
@@ -40,26 +40,24 @@ fn expert_q8_gemm_tiled(@builtin(local_invocation_index) li: u32, @builtin(workg
         return;
     }
     let r0 = wg.x * BR;
-    // Lane li loads row li / 4 of the tile and the group's pair li / 8 (tile_gemm): rows and pairs past the
-    // end read the last ones / zeros.
-    let lrow = (slot - p.slot_begin) * p.rows + min(r0 + li / 4u, p.rows - 1u);
-    let lt = li / 8u;
+    // Lane li loads row li of the tile and the group's pair li % 32 (tile_gemm): rows and pairs past the end
+    // read the last ones / zeros.
+    let lrow = (slot - p.slot_begin) * p.rows + min(r0 + li, p.rows - 1u);
+    let lt = li % 32u;
     let xrow = (order[grp.y + min(lt, nt - 1u)] / p.x_div) * (p.cols / 4u);
     let acc = tile_gemm(li, lrow, xrow, lt < nt);
-    // Lane li holds rows 4 * (li % 16).. for the group's pairs 2 * (li / 16) and the next.
-    let ri = li % 16u;
-    let tj = li / 16u;
-    let j = tj * 2u;
-    for (var i = 0u; i < 4u; i++) {
-        let r = r0 + ri * 4u + i;
-        if (r >= p.rows) {
+    let rt = r0 + tile_rows(li);
+    let tt = tile_tokens(li);
+    for (var j = 0u; j < 4u; j++) {
+        if (tt + j >= nt) {
             break;
         }
-        if (j < nt) {
-            y[order[grp.y + j] * p.rows + r] = acc[0][i];
-        }
-        if (j + 1u < nt) {
-            y[order[grp.y + j + 1u] * p.rows + r] = acc[1][i];
+        let out = order[grp.y + tt + j] * p.rows;
+        for (var i = 0u; i < 8u; i++) {
+            let r = rt + i;
+            if (r < p.rows) {
+                y[out + r] = acc[2u * j + i / 4u][i % 4u];
+            }
         }
     }
 }

@@ -1,52 +1,83 @@
 // The product of the tiled Q8_0 GEMMs (q8_gemm_tiled, expert_q8_gemm_tiled; appended to both after their own
-// file, which declares `p.cols`, `q: array<vec2<u32>>`, `scales: array<f16>` and `x: array<vec4<f32>>`).
-// Per 32-column block: tile_w[k * 16 + i] = the scaled weights of rows 4i..4i+3 at column k; tile_x[k * 16 +
-// j] = the inputs of tokens (pairs) 2j, 2j+1 at column k. A lane reads one vec4 and one vec2 per column for 8
-// multiply-adds.
+// file, which declares `p.cols`, `q: array<vec4<u32>>`, `scales: array<f16>` and `x: array<vec4<f32>>`).
+// A workgroup of 128 lanes takes 128 rows x 32 tokens (pairs), 16 columns at a time: tile_w[k * 32 + i] =
+// the scaled weights of rows 4i..4i+3 at column k; tile_x[k * 8 + j] = the inputs of tokens 4j..4j+3 at
+// column k (10 KB in all, under WebGPU's 16 KB floor). Lane li multiplies rows 8 * rg.. by tokens 4 * tg..,
+// rg = 4 * (li / 32) + (li % 32) / 8 and tg = li % 8: per column two vec4 loads of weights and one of inputs
+// for 32 multiply-adds, and a 32-lane group reads only 4 distinct weight vec4s and 8 consecutive input vec4s
+// a load (no bank conflicts), so the loop is bound by the multiply-adds rather than workgroup memory.
 
-var<workgroup> tile_w: array<vec4<f32>, 512>;
-var<workgroup> tile_x: array<vec2<f32>, 512>;
+const TILE_K: u32 = 16u;
 
-// The workgroup's 64 rows x 32 tokens over all columns, for its 256 lanes. Lane li brings, block by block, 8
-// weights of its row `lrow` (the plane row for the tile's row li / 4, clamped by the caller; columns
-// 8 * (li % 4)..) and 4 inputs of its token's input row `xrow` (a vec4 index, for the tile's token li / 8;
-// zeros unless `live`; columns 4 * (li % 8)..). Returns the lane's products for rows 4 * (li % 16).. (4 of
-// them): [0] for token 2 * (li / 16), [1] for the next. Call from uniform control flow (it holds barriers).
-fn tile_gemm(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 2> {
+var<workgroup> tile_w: array<vec4<f32>, 512>; // [TILE_K][32] 4 rows each
+var<workgroup> tile_x: array<vec4<f32>, 128>; // [TILE_K][8] 4 tokens each
+
+// Lane li's products: [2 * j + h] = rows 8 * rg + 4h..8 * rg + 4h + 3 (the lane's `tile_rows`) for token 4 *
+// tg + j (`tile_tokens`). Lane li brings, 16 columns at a time, the weights of row `lrow` (the plane row for
+// the tile's row li, clamped by the caller) and 4 inputs of input row `xrow` (a vec4 index, the tile's token
+// li % 32; zeros unless `live`; columns 4 * (li / 32)..). Call from uniform control flow (it holds barriers).
+fn tile_gemm(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 8> {
     let nblk = p.cols / 32u;
-    let lr = li / 4u;
-    let lk = (li % 4u) * 8u;
-    let lt = li / 8u;
-    let lk4 = li % 8u;
-    let ri = li % 16u;
-    let tj = li / 16u;
-    var acc = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
-    // Register double buffering: block b + 1's global loads are issued before block b's multiply, so their
-    // latency hides behind it (the last block loads itself again).
-    var word = q[(lrow * p.cols + lk) / 8u];
+    let nstep = p.cols / TILE_K;
+    let lt = li % 32u;
+    let lc = li / 32u;
+    let rg2 = 2u * (4u * (li / 32u) + (li % 32u) / 8u);
+    let tg = li % 8u;
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
+    var a4 = vec4<f32>(0.0);
+    var a5 = vec4<f32>(0.0);
+    var a6 = vec4<f32>(0.0);
+    var a7 = vec4<f32>(0.0);
+    // Register double buffering: step s + 1's global loads are issued before step s's multiply, so their
+    // latency hides behind it (the last step loads itself again).
+    var word = q[lrow * nstep];
     var s = f32(scales[lrow * nblk]);
-    var xv = select(vec4<f32>(0.0), x[xrow + lk4], live);
-    for (var b = 0u; b < nblk; b++) {
-        let lo = i8x4(word.x) * s;
-        let hi = i8x4(word.y) * s;
+    var xv = select(vec4<f32>(0.0), x[xrow + lc], live);
+    for (var st = 0u; st < nstep; st++) {
+        let w0 = i8x4(word.x) * s;
+        let w1 = i8x4(word.y) * s;
+        let w2 = i8x4(word.z) * s;
+        let w3 = i8x4(word.w) * s;
         let xb = xv;
-        workgroupBarrier(); // the last block's reads are done
+        workgroupBarrier(); // the last step's reads are done
         for (var j = 0u; j < 4u; j++) {
-            tile_w[(lk + j) * 16u + lr / 4u][lr % 4u] = lo[j];
-            tile_w[(lk + 4u + j) * 16u + lr / 4u][lr % 4u] = hi[j];
-            tile_x[(lk4 * 4u + j) * 16u + lt / 2u][lt % 2u] = xb[j];
+            tile_w[j * 32u + li / 4u][li % 4u] = w0[j];
+            tile_w[(4u + j) * 32u + li / 4u][li % 4u] = w1[j];
+            tile_w[(8u + j) * 32u + li / 4u][li % 4u] = w2[j];
+            tile_w[(12u + j) * 32u + li / 4u][li % 4u] = w3[j];
+            tile_x[(lc * 4u + j) * 8u + lt / 4u][lt % 4u] = xb[j];
         }
         workgroupBarrier();
-        let nb = min(b + 1u, nblk - 1u);
-        word = q[(lrow * p.cols + nb * 32u + lk) / 8u];
-        s = f32(scales[lrow * nblk + nb]);
-        xv = select(vec4<f32>(0.0), x[xrow + nb * 8u + lk4], live);
-        for (var k = 0u; k < 32u; k++) {
-            let a = tile_w[k * 16u + ri];
-            let t = tile_x[k * 16u + tj];
-            acc[0] += a * t.x;
-            acc[1] += a * t.y;
+        let ns = min(st + 1u, nstep - 1u);
+        word = q[lrow * nstep + ns];
+        s = f32(scales[lrow * nblk + ns / 2u]);
+        xv = select(vec4<f32>(0.0), x[xrow + ns * 4u + lc], live);
+        for (var k = 0u; k < TILE_K; k++) {
+            let w_lo = tile_w[k * 32u + rg2];
+            let w_hi = tile_w[k * 32u + rg2 + 1u];
+            let t = tile_x[k * 8u + tg];
+            a0 += w_lo * t.x;
+            a1 += w_hi * t.x;
+            a2 += w_lo * t.y;
+            a3 += w_hi * t.y;
+            a4 += w_lo * t.z;
+            a5 += w_hi * t.z;
+            a6 += w_lo * t.w;
+            a7 += w_hi * t.w;
         }
     }
-    return acc;
+    return array<vec4<f32>, 8>(a0, a1, a2, a3, a4, a5, a6, a7);
+}
+
+// The first tile row of lane li's products (8 consecutive rows).
+fn tile_rows(li: u32) -> u32 {
+    return 8u * (4u * (li / 32u) + (li % 32u) / 8u);
+}
+
+// The first tile token of lane li's products (4 consecutive tokens).
+fn tile_tokens(li: u32) -> u32 {
+    return 4u * (li % 8u);
 }
