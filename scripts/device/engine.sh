@@ -13,8 +13,9 @@
 # read in pieces (record-read --pieces), a lone miss's read and upload (upload-bench), and the 4 GB cold rows
 # over readers and pieces (COLD_READERS_SPLITS; WARM_ROWS=1 adds the resident and 4 GB page-cache rows). KBENCH
 # is the kernels-bench filter run first (default: the compute copy alone). AB=1 alternates .device/bench and
-# each .device/bench-NAME over AB_ROUNDS rounds of the resident row (decode after a 16-token prompt), then
-# one 4 GB page-cache row each, and the 16 GB and 8 GB rows of .device/bench. REUSE=1 keeps a model and
+# each .device/bench-NAME over AB_ROUNDS rounds of the resident row (after an AB_PROMPT-token prompt, 16 by
+# default), then (unless AB_RESIDENT_ONLY=1) one 4 GB page-cache row each, and the 16 GB and 8 GB rows of
+# .device/bench. REUSE=1 keeps a model and
 # store that a call on the same machine left behind.
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
@@ -96,12 +97,13 @@ DECODE=32 clocked b4g-cyc-off-direct cold --budget 4g --no-prefetch --direct-io 
 fi
 elif [ -n "${AB:-}" ]; then
 for round in $(seq ${AB_ROUNDS:-2}); do
-    run resident-r$round warm --budget 100g --prompt-tokens 16
+    run resident-r$round warm --budget 100g --prompt-tokens "${AB_PROMPT:-16}"
     for alt in $D/bench-*; do
         [ -x "$alt" ] || continue
-        BIN=$alt run resident-r$round-${alt#$D/bench-} warm --budget 100g --prompt-tokens 16
+        BIN=$alt run resident-r$round-${alt#$D/bench-} warm --budget 100g --prompt-tokens "${AB_PROMPT:-16}"
     done
 done
+if [ -z "${AB_RESIDENT_ONLY:-}" ]; then
 run b4g-cyc-off warm --budget 4g --no-prefetch --prompt-tokens 16
 for alt in $D/bench-*; do
     [ -x "$alt" ] || continue
@@ -109,6 +111,7 @@ for alt in $D/bench-*; do
 done
 run b16g-cyc-off warm --budget 16g --no-prefetch --prompt-tokens 16
 run b8g-cyc-off warm --budget 8g --no-prefetch --prompt-tokens 16
+fi
 elif [ -n "${RESIDENT_ONLY:-}" ]; then
 run resident warm --budget 100g --prompt-tokens 512
 run resident-no-run-ahead warm --budget 100g --prompt-tokens 16 --no-run-ahead
