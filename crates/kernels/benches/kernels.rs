@@ -537,6 +537,37 @@ fn benches(c: &mut Criterion) {
     bench_small(c, &g);
     bench_layer(c, &g);
     bench_prefill(c, &g);
+    bench_chunk(c, &g);
+}
+
+/// A random Q8_0 matrix: (int8 plane, scale plane, rows, cols); [`m`] views it.
+fn q8_matrix(g: &Gpu, rows: u32, cols: u32, seed: u64) -> (wgpu::Buffer, wgpu::Buffer, u32, u32) {
+    let q = buffer(g, u64::from(rows) * u64::from(cols), seed);
+    let s = buffer(g, u64::from(rows) * u64::from(cols) / 16, seed + 1);
+    (q, s, rows, cols)
+}
+
+fn m(w: &(wgpu::Buffer, wgpu::Buffer, u32, u32)) -> Q8Matrix<'_> {
+    Q8Matrix { q: (&w.0).into(), scales: (&w.1).into(), rows: w.2, cols: w.3 }
+}
+
+/// A chunk's picks: `k` distinct experts a token from `experts`, by an LCG (routing of random weights is
+/// close to uniform).
+fn chunk_picks(t: u32, k: u32, experts: u32) -> Vec<u32> {
+    let mut state = 12_345u64;
+    let mut picks = Vec::with_capacity((t * k) as usize);
+    for _ in 0..t {
+        let mut token: Vec<u32> = Vec::with_capacity(k as usize);
+        while token.len() < k as usize {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let e = (state >> 33) as u32 % experts;
+            if !token.contains(&e) {
+                token.push(e);
+            }
+        }
+        picks.extend(token);
+    }
+    picks
 }
 
 /// The GEMMs of one layer of a 256-token prefill chunk at Qwen3-30B-A3B's shapes, throughput in
@@ -603,21 +634,8 @@ fn bench_prefill(c: &mut Criterion, g: &Gpu) {
             b.iter_custom(|iters| time(g, &ds, iters))
         });
     }
-    // The chunk's picks: 8 distinct experts a token, an LCG over the 128.
     let pairs = t * k;
-    let mut state = 12_345u64;
-    let mut picks = Vec::with_capacity(pairs as usize);
-    for _ in 0..t {
-        let mut token: Vec<u32> = Vec::with_capacity(k as usize);
-        while token.len() < k as usize {
-            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-            let e = (state >> 33) as u32 % experts;
-            if !token.contains(&e) {
-                token.push(e);
-            }
-        }
-        picks.extend(token);
-    }
+    let picks = chunk_picks(t, k, experts);
     let bound = expert_gemm_group_bound(pairs as usize, experts as usize, EXPERT_GEMM_GROUP);
     for (name, rows, cols, x_div) in [
         ("expert_q8_gemm/gate_up_1536x2048", 1536u32, 2048u32, k),
@@ -680,14 +698,7 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     let k = &g.sg;
     let (h, heads, kvh, d, e, top, f, vocab, ctx) =
         (2048u32, 32u32, 4u32, 128u32, 128u32, 8u32, 768u32, 151_936u32, 4096u32);
-    let q8 = |rows: u32, cols: u32, seed: u64| {
-        let q = buffer(g, u64::from(rows) * u64::from(cols), seed);
-        let s = buffer(g, u64::from(rows) * u64::from(cols) / 16, seed + 1);
-        (q, s, rows, cols)
-    };
-    fn m(w: &(wgpu::Buffer, wgpu::Buffer, u32, u32)) -> Q8Matrix<'_> {
-        Q8Matrix { q: (&w.0).into(), scales: (&w.1).into(), rows: w.2, cols: w.3 }
-    }
+    let q8 = |rows: u32, cols: u32, seed: u64| q8_matrix(g, rows, cols, seed);
     let f32s = |n: u32, seed: u64| buffer(g, 4 * u64::from(n), seed);
     let qkv_w = q8((heads + 2 * kvh) * d, h, 10);
     let wo = q8(h, heads * d, 12);
@@ -888,3 +899,102 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
 
 criterion_group!(kernel_benches, benches);
 criterion_main!(kernel_benches);
+
+/// One layer of a 512-token prefill chunk (the engine's default chunk, the first of the prompt: positions
+/// 0..511) as the engine records it: each kernel repeated alone, then the whole layer in order (`all`, its
+/// time per dispatch × the dispatch count is the layer's GPU time). The expert GEMMs take the chunk's 4,096
+/// pairs over 128 experts (LCG picks, one slot each), grouped on the CPU as the engine does between the
+/// router and the experts (that read-back is not in `all`). A kernel repeated writes the same output, so
+/// consecutive dispatches wait for each other as in the engine.
+fn bench_chunk(c: &mut Criterion, g: &Gpu) {
+    use diskformer_kernels::{KvCacheViews, MoeCombineNormParams, QkvRopeStoreParams};
+    let k = &g.sg;
+    let (t, h, heads, kvh, d, e, top, f, ctx) =
+        (512u32, 2048u32, 32u32, 4u32, 128u32, 128u32, 8u32, 768u32, 4096u32);
+    let pairs = t * top;
+    let f32s = |n: u32, seed: u64| buffer(g, 4 * u64::from(n), seed);
+    let qkv_w = q8_matrix(g, (heads + 2 * kvh) * d, h, 10);
+    let wo = q8_matrix(g, h, heads * d, 12);
+    let (x, xn, hbuf, qkv, qr, att, o) = (
+        f32s(t * h, 20),
+        f32s(t * h, 21),
+        f32s(t * h, 22),
+        f32s(t * (heads + 2 * kvh) * d, 23),
+        f32s(t * heads * d, 24),
+        f32s(t * heads * d, 25),
+        f32s(t * h, 26),
+    );
+    let (qn, kn, attn_norm, ffn_norm, rope) =
+        (f32s(d, 27), f32s(d, 28), f32s(h, 29), f32s(h, 30), f32s(t * d, 31));
+    let pos = buffer(g, 4 * u64::from(t), 32);
+    let positions: Vec<u32> = (0..t).collect();
+    g.ctx.queue.write_buffer(&pos, 0, bytemuck::cast_slice(&positions));
+    let cache_bytes = u64::from(ctx * kvh * d) * 2;
+    let (kc, vc) = (buffer(g, cache_bytes, 33), buffer(g, cache_bytes, 34));
+    let shape = AttentionShape { heads, kv_heads: kvh, head_dim: d, tokens: t, ctx };
+    let router = f32s(e * h, 36);
+    let (logits_r, ids, wts) = (f32s(t * e, 37), f32s(pairs, 38), f32s(pairs, 39));
+    let picks = chunk_picks(t, top, e);
+    let len = expert_gemm_group_bound(pairs as usize, e as usize, EXPERT_GEMM_TILED_GROUP);
+    let (groups, order) = expert_gemm_groups(&picks, EXPERT_GEMM_TILED_GROUP, len);
+    let (gb, ob) = (buffer(g, 16 * len as u64, 40), f32s(pairs, 41));
+    g.ctx.queue.write_buffer(&gb, 0, bytemuck::cast_slice(&groups));
+    g.ctx.queue.write_buffer(&ob, 0, bytemuck::cast_slice(&order));
+    let gu = q8_matrix(g, e * 2 * f, h, 42);
+    let dn = q8_matrix(g, e * h, f, 44);
+    let gate_up = ExpertPlanes {
+        q: (&gu.0).into(),
+        scales: (&gu.1).into(),
+        slots: e,
+        first_slot: 0,
+        rows: 2 * f,
+        cols: h,
+    };
+    let down =
+        ExpertPlanes { q: (&dn.0).into(), scales: (&dn.1).into(), slots: e, first_slot: 0, rows: h, cols: f };
+    let (gu_out, act, down_out) = (f32s(pairs * 2 * f, 46), f32s(pairs * f, 47), f32s(pairs * h, 48));
+    let v = diskformer_kernels::View::from;
+    let eps = 1e-6;
+    let qkv_p = QkvRopeStoreParams {
+        heads,
+        kv_heads: kvh,
+        head_dim: d,
+        tokens: t,
+        eps,
+        ctx,
+        in_squares: 0,
+        hidden: 0,
+    };
+    let comb_p = MoeCombineNormParams { hidden: h, k: top, tokens: t, eps };
+    let cache = KvCacheViews { k: v(&kc), v: v(&vc) };
+    let sizes = (pairs, len as u32);
+    let layer = [
+        ("qkv_gemm", k.q8_gemm_tiled(m(&qkv_w), v(&xn), v(&qkv), t)),
+        (
+            "qkv_rope_store",
+            k.qkv_rope_store(v(&qkv), v(&qn), v(&kn), v(&rope), v(&pos), v(&qr), cache, None, qkv_p),
+        ),
+        ("attention", k.attention(v(&qr), v(&kc), v(&vc), v(&pos), v(&att), shape)),
+        ("wo_gemm", k.q8_gemm_tiled(m(&wo), v(&att), v(&o), t)),
+        ("add_rms_norm", k.add_rms_norm(v(&x), v(&o), v(&ffn_norm), v(&hbuf), v(&xn), h, t, eps)),
+        ("router_gemv", k.f32_gemv(v(&router), e, h, v(&xn), v(&logits_r), t)),
+        ("router_topk", k.router_topk(v(&logits_r), v(&ids), v(&wts), e, top, t)),
+        ("expert_gate_up", k.expert_q8_gemm_tiled(gate_up, v(&xn), v(&gb), v(&ob), v(&gu_out), sizes, top)),
+        ("silu_mul", k.silu_mul(v(&gu_out), v(&act), f, pairs)),
+        ("expert_down", k.expert_q8_gemm_tiled(down, v(&act), v(&gb), v(&ob), v(&down_out), sizes, 1)),
+        (
+            "moe_combine_norm",
+            k.moe_combine_norm(v(&down_out), v(&wts), v(&hbuf), v(&attn_norm), v(&x), v(&xn), comb_p),
+        ),
+    ];
+    let layer: Vec<(&str, Dispatch)> = layer.into_iter().map(|(name, d)| (name, d.expect("bind"))).collect();
+    let mut group = c.benchmark_group("chunk");
+    for (name, d) in &layer {
+        let one = std::slice::from_ref(d);
+        group.bench_function(format!("t512/{name}"), |b| b.iter_custom(|iters| time(g, one, iters)));
+    }
+    let all: Vec<Dispatch> = layer.into_iter().map(|(_, d)| d).collect();
+    let n = all.len() as u64;
+    group.bench_function("t512/all", |b| b.iter_custom(|iters| time(g, &all, n * iters)));
+    group.finish();
+}
