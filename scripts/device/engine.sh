@@ -4,9 +4,9 @@
 # states, with the disk rate and the compute-copy bandwidth measured in the same call. Binaries in .device/
 # (built here: cargo build --release --examples; cargo bench -p diskformer-kernels --bench kernels --no-run).
 # Writes JSON lines to $OUT/bench.jsonl and prints a table last. Nothing is built there. QUICK=1 runs the
-# final matrix of BENCHMARKS.md instead of the earlier one; RESIDENT_ONLY=1 only the resident row; STREAM=1
-# the 4 GB rows with records read in pieces (--read-split) and upload-bench's miss latency; LOOKAHEAD=1 the
-# 4 GB prefetch rows; PREFILL=1 the 4 GB rows after a 512-token prompt; KERNELS=1 the resident and 4 GB
+# final matrix of BENCHMARKS.md instead of the earlier one; RESIDENT_ONLY=1 only the resident row; BRACKET=1
+# cold 4 GB rows each between two same-kind disk reads; STREAM=1 the 4 GB rows with records read in pieces
+# (--read-split) and upload-bench's miss latency; LOOKAHEAD=1 the 4 GB prefetch rows; PREFILL=1 the 4 GB rows after a 512-token prompt; KERNELS=1 the resident and 4 GB
 # rows after a 512-token prompt with .device/bench and each .device/bench-NAME built from a variant, and
 # with CLOCKS=1 4 GB rows warm and cold with the GPU's clocks sampled (nvidia-smi, read only) into
 # $OUT/clocks-LABEL.csv; COLD=1 the disk's rate for records
@@ -81,6 +81,18 @@ for rs in ${COLD_READERS_SPLITS:-p:4 8:4 2:4 2:2 2:1 1:1 1:4}; do
 r=${rs%%:*}; readers=(--readers "$r"); [ "$r" = p ] && readers=()
 DECODE=32 run b4g-off-direct-r$r-s${rs#*:} cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 "${readers[@]}" --read-split ${rs#*:}
 done
+elif [ -n "${BRACKET:-}" ]; then
+# Cold 4 GB rows, each between two disk reads of the same kind (record-read: one thread, O_DIRECT, whole
+# records, page cache dropped), so each row's I/O bound comes from the disk's rate just before and after it.
+# BRACKET_READERS: the rows' reader counts ("p" leaves the count to the engine's disk probe).
+for r in ${BRACKET_READERS:-p 1 p 1}; do
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    $D/record-read $S --threads 1 --pieces 1 --records 384 | tee -a "$OUT/disk.txt"
+    readers=(--readers "$r"); [ "$r" = p ] && readers=()
+    DECODE=32 run b4g-off-direct-r$r cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 "${readers[@]}"
+done
+sync; echo 3 > /proc/sys/vm/drop_caches
+$D/record-read $S --threads 1 --pieces 1 --records 384 | tee -a "$OUT/disk.txt"
 elif [ -n "${KERNELS:-}" ]; then
 run resident warm --budget 100g --prompt-tokens 512
 run b4g-cyc-off-p512 warm --budget 4g --no-prefetch --prompt-tokens 512
