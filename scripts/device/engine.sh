@@ -1,22 +1,21 @@
 #!/usr/bin/env bash
 # The full-size engine run on the H200 (issue #8): a Qwen3-30B-A3B-shaped synthetic Q8_0 GGUF in /dev/shm,
 # ingested into a store on /tmp, then examples/bench at several GPU budgets, prefetch settings and page-cache
-# states, with the disk rate and the compute-copy bandwidth measured in the same call. Binaries in .device/
-# (built here: cargo build --release --examples; cargo bench -p diskformer-kernels --bench kernels --no-run).
-# Writes JSON lines to $OUT/bench.jsonl and prints a table last. Nothing is built there. QUICK=1 runs the
-# final matrix of BENCHMARKS.md instead of the earlier one; RESIDENT_ONLY=1 only the resident row; BRACKET=1
-# cold 4 GB rows each between two same-kind disk reads; STREAM=1 the 4 GB rows with records read in pieces
-# (--read-split) and upload-bench's miss latency; LOOKAHEAD=1 the 4 GB prefetch rows; PREFILL=1 the 4 GB rows after a 512-token prompt; KERNELS=1 the resident and 4 GB
-# rows after a 512-token prompt with .device/bench and each .device/bench-NAME built from a variant, and
-# with CLOCKS=1 4 GB rows warm and cold with the GPU's clocks sampled (nvidia-smi, read only) into
-# $OUT/clocks-LABEL.csv; COLD=1 the disk's rate for records
-# read in pieces (record-read --pieces), a lone miss's read and upload (upload-bench), and the 4 GB cold rows
-# over readers and pieces (COLD_READERS_SPLITS; WARM_ROWS=1 adds the resident and 4 GB page-cache rows). KBENCH
-# is the kernels-bench filter run first (default: the compute copy alone). AB=1 alternates .device/bench and
-# each .device/bench-NAME over AB_ROUNDS rounds of the resident row (after an AB_PROMPT-token prompt, 16 by
-# default), then (unless AB_RESIDENT_ONLY=1) one 4 GB page-cache row each, and the 16 GB and 8 GB rows of
-# .device/bench. REUSE=1 keeps a model and
-# store that a call on the same machine left behind.
+# states, with the disk rate and the compute-copy bandwidth measured in the same call. Binaries in .device/ (built
+# here: cargo build --release --examples; cargo bench -p diskformer-kernels --bench kernels --no-run). Writes JSON
+# lines to $OUT/bench.jsonl and prints a table last. Nothing is built there. QUICK=1 runs the final matrix of
+# BENCHMARKS.md instead of the earlier one; RESIDENT_ONLY=1 only the resident row; BRACKET=1 cold 4 GB rows each
+# between two same-kind disk reads; STREAM=1 the 4 GB rows with records read in pieces (--read-split) and
+# upload-bench's miss latency; LOOKAHEAD=1 the 4 GB prefetch rows; PREFILL=1 the 4 GB rows after a 512-token
+# prompt; KERNELS=1 the resident and 4 GB rows after a 512-token prompt with .device/bench and each
+# .device/bench-NAME built from a variant, and with CLOCKS=1 4 GB rows warm and cold with the GPU's clocks sampled
+# (nvidia-smi, read only) into $OUT/clocks-LABEL.csv; COLD=1 the disk's rate for records read in pieces
+# (record-read --pieces), a lone miss's read and upload (upload-bench), and the 4 GB cold rows over readers and
+# pieces (COLD_READERS_SPLITS; WARM_ROWS=1 adds the resident and 4 GB page-cache rows). KBENCH is the
+# kernels-bench filter run first (default: the compute copy alone). AB=1 alternates .device/bench and each
+# .device/bench-NAME over AB_ROUNDS rounds of the resident row (after an AB_PROMPT-token prompt, 16 by default),
+# then (unless AB_RESIDENT_ONLY=1) one 4 GB page-cache row each, and the 16 GB and 8 GB rows of .device/bench.
+# REUSE=1 keeps a model and store that a call on the same machine left behind.
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
