@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use diskformer_kernels::{
     AttentionShape, Context, Dispatch, EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertPlanes, Kernels,
-    Q8Matrix, expert_gemm_group_bound, expert_gemm_groups,
+    Q8Matrix, expert_gemm_group_bound, expert_gemm_groups, q8_row_bytes,
 };
 
 const ROTATION_BYTES: u64 = 256 << 20;
@@ -905,7 +905,8 @@ criterion_main!(kernel_benches);
 /// time per dispatch × the dispatch count is the layer's GPU time). The expert GEMMs take the chunk's 4,096
 /// pairs over 128 experts (LCG picks, one slot each), grouped on the CPU as the engine does between the
 /// router and the experts (that read-back is not in `all`). A kernel repeated writes the same output, so
-/// consecutive dispatches wait for each other as in the engine.
+/// consecutive dispatches wait for each other as in the engine. `all_i8` is the layer with `int8_prefill`:
+/// its Q8_0 GEMMs on int8 inputs, each after its input's quantisation.
 fn bench_chunk(c: &mut Criterion, g: &Gpu) {
     use diskformer_kernels::{KvCacheViews, MoeCombineNormParams, QkvRopeStoreParams};
     let k = &g.sg;
@@ -987,14 +988,48 @@ fn bench_chunk(c: &mut Criterion, g: &Gpu) {
             k.moe_combine_norm(v(&down_out), v(&wts), v(&hbuf), v(&attn_norm), v(&x), v(&xn), comb_p),
         ),
     ];
-    let layer: Vec<(&str, Dispatch)> = layer.into_iter().map(|(name, d)| (name, d.expect("bind"))).collect();
+    // The layer with its Q8_0 GEMMs on int8 inputs (`int8_prefill`): each preceded by its input's
+    // quantisation.
+    let xq_bytes = (u64::from(pairs) * q8_row_bytes(f)).max(u64::from(t) * q8_row_bytes(heads * d));
+    let xq = buffer(g, xq_bytes, 49);
+    let layer_i8 = [
+        ("qkv_quantize", k.quantize_q8(v(&xn), v(&xq), t, h)),
+        ("qkv_gemm_i8", k.q8_gemm_i8(m(&qkv_w), v(&xq), v(&qkv), t)),
+        (
+            "qkv_rope_store",
+            k.qkv_rope_store(v(&qkv), v(&qn), v(&kn), v(&rope), v(&pos), v(&qr), cache, None, qkv_p),
+        ),
+        ("attention", k.attention(v(&qr), v(&kc), v(&vc), v(&pos), v(&att), shape)),
+        ("wo_quantize", k.quantize_q8(v(&att), v(&xq), t, heads * d)),
+        ("wo_gemm_i8", k.q8_gemm_i8(m(&wo), v(&xq), v(&o), t)),
+        ("add_rms_norm", k.add_rms_norm(v(&x), v(&o), v(&ffn_norm), v(&hbuf), v(&xn), h, t, eps)),
+        ("router_gemv", k.f32_gemv(v(&router), e, h, v(&xn), v(&logits_r), t)),
+        ("router_topk", k.router_topk(v(&logits_r), v(&ids), v(&wts), e, top, t)),
+        ("gate_up_quantize", k.quantize_q8(v(&xn), v(&xq), t, h)),
+        ("expert_gate_up_i8", k.expert_q8_gemm_i8(gate_up, v(&xq), v(&gb), v(&ob), v(&gu_out), sizes, top)),
+        ("silu_mul", k.silu_mul(v(&gu_out), v(&act), f, pairs)),
+        ("down_quantize", k.quantize_q8(v(&act), v(&xq), pairs, f)),
+        ("expert_down_i8", k.expert_q8_gemm_i8(down, v(&xq), v(&gb), v(&ob), v(&down_out), sizes, 1)),
+        (
+            "moe_combine_norm",
+            k.moe_combine_norm(v(&down_out), v(&wts), v(&hbuf), v(&attn_norm), v(&x), v(&xn), comb_p),
+        ),
+    ];
     let mut group = c.benchmark_group("chunk");
-    for (name, d) in &layer {
-        let one = std::slice::from_ref(d);
-        group.bench_function(format!("t512/{name}"), |b| b.iter_custom(|iters| time(g, one, iters)));
+    for (suffix, layer) in [("", Vec::from(layer)), ("_i8", Vec::from(layer_i8))] {
+        let layer: Vec<(&str, Dispatch)> =
+            layer.into_iter().map(|(name, d)| (name, d.expect("bind"))).collect();
+        // Kernels both layers share are timed once.
+        for (name, d) in
+            layer.iter().filter(|(n, _)| suffix.is_empty() || n.ends_with("_i8") || n.ends_with("quantize"))
+        {
+            let one = std::slice::from_ref(d);
+            group.bench_function(format!("t512/{name}"), |b| b.iter_custom(|iters| time(g, one, iters)));
+        }
+        let all: Vec<Dispatch> = layer.into_iter().map(|(_, d)| d).collect();
+        let n = all.len() as u64;
+        group
+            .bench_function(format!("t512/all{suffix}"), |b| b.iter_custom(|iters| time(g, &all, n * iters)));
     }
-    let all: Vec<Dispatch> = layer.into_iter().map(|(_, d)| d).collect();
-    let n = all.len() as u64;
-    group.bench_function("t512/all", |b| b.iter_custom(|iters| time(g, &all, n * iters)));
     group.finish();
 }

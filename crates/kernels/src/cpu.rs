@@ -234,6 +234,85 @@ pub fn expert_q8_gemv(
         .collect()
 }
 
+/// Q8_0 quantisation of f32 rows as llama.cpp's `quantize_row_q8_0` (and [`Kernels::quantize_q8`]) does
+/// it: per 32-value block `d = max|x| / 127` and `q = round(x / d)` (halves away from zero), `d` rounded to
+/// f16. Returns the int8 values and the block scales (as f32).
+///
+/// [`Kernels::quantize_q8`]: crate::Kernels::quantize_q8
+pub fn quantize_q8(x: &[f32]) -> (Vec<i8>, Vec<f32>) {
+    let mut q = Vec::with_capacity(x.len());
+    let mut s = Vec::with_capacity(x.len() / 32);
+    for block in x.chunks(32) {
+        let d = block.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        q.extend(block.iter().map(|v| (v * id).round() as i8));
+        s.push(f16::from_f32(d).to_f32());
+    }
+    (q, s)
+}
+
+/// The rows [`Kernels::quantize_q8`] writes, from [`quantize_q8`]'s output: per row of `cols` values its
+/// int8, then its `cols / 32` scales as little-endian f32.
+///
+/// [`Kernels::quantize_q8`]: crate::Kernels::quantize_q8
+pub fn q8_rows_bytes(q: &[i8], s: &[f32], cols: usize) -> Vec<u8> {
+    q.chunks(cols)
+        .zip(s.chunks(cols / 32))
+        .flat_map(|(qr, sr)| {
+            qr.iter().map(|&v| v as u8).chain(sr.iter().flat_map(|v| v.to_le_bytes())).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Q8_0 GEMM on Q8_0-quantised inputs ([`Kernels::q8_gemm_i8`]): `y[t, r] = Σ_b (Σ_c q[r, c] · xq[t, c]) ·
+/// scale[r, b] · xs[t, b]` over the 32-column blocks b, each inner sum exact.
+///
+/// [`Kernels::q8_gemm_i8`]: crate::Kernels::q8_gemm_i8
+pub fn q8_gemm_i8(q: &[i8], scales: &[f16], rows: usize, cols: usize, xq: &[i8], xs: &[f32]) -> Vec<f32> {
+    let nblk = cols / 32;
+    xq.chunks(cols)
+        .zip(xs.chunks(nblk))
+        .flat_map(|(xt, st)| {
+            (0..rows).map(move |r| {
+                (0..nblk)
+                    .map(|b| {
+                        let dot: i32 = (b * 32..b * 32 + 32)
+                            .map(|c| i32::from(q[r * cols + c]) * i32::from(xt[c]))
+                            .sum();
+                        f64::from(dot) * f64::from(scales[r * nblk + b].to_f32()) * f64::from(st[b])
+                    })
+                    .sum::<f64>() as f32
+            })
+        })
+        .collect()
+}
+
+/// Expert Q8_0 GEMM on Q8_0-quantised inputs ([`Kernels::expert_q8_gemm_i8`]): [`q8_gemm_i8`] of
+/// `W[slot_idx[pair]]` and input row `pair / x_div`, pool planes as [`expert_q8_gemv`].
+///
+/// [`Kernels::expert_q8_gemm_i8`]: crate::Kernels::expert_q8_gemm_i8
+#[allow(clippy::too_many_arguments)]
+pub fn expert_q8_gemm_i8(
+    q: &[i8],
+    scales: &[f16],
+    rows: usize,
+    cols: usize,
+    slot_idx: &[u32],
+    (xq, xs): (&[i8], &[f32]),
+    x_div: usize,
+) -> Vec<f32> {
+    let (mq, ms) = (rows * cols, rows * cols / 32);
+    slot_idx
+        .iter()
+        .enumerate()
+        .flat_map(|(pair, &slot)| {
+            let (s, row) = (slot as usize, pair / x_div);
+            let (xt, st) = (&xq[row * cols..][..cols], &xs[row * cols / 32..][..cols / 32]);
+            q8_gemm_i8(&q[s * mq..][..mq], &scales[s * ms..][..ms], rows, cols, xt, st)
+        })
+        .collect()
+}
+
 /// Dequantises Q4_0 planes: `q` holds 16 bytes per 32-value block in ggml order (the low nibble of byte
 /// j is value j, the high nibble value j + 16), `scales` one f16 per block; value = `(nibble - 8) · scale`
 /// (exact in f32).

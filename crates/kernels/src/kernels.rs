@@ -22,8 +22,12 @@ pub enum Kernel {
     Q8GemvRows2,
     /// Q8_0 GEMM over T tokens (prefill).
     Q8Gemm,
-    /// Q8_0 GEMM over T tokens through workgroup-memory tiles of 64 rows x 32 tokens (prefill).
+    /// Q8_0 GEMM over T tokens through workgroup-memory tiles of 128 rows x 32 tokens (prefill).
     Q8GemmTiled,
+    /// Q8_0 GEMM over T tokens of Q8_0-quantised inputs by int8 dot products, tiled (prefill).
+    Q8GemmI8,
+    /// Q8_0 quantisation of f32 rows (the int8 GEMMs' inputs).
+    QuantizeQ8,
     /// F32 GEMV over T inputs (the router).
     F32Gemv,
     /// Per-head QK RMSNorm then NeoX RoPE.
@@ -59,6 +63,8 @@ pub enum Kernel {
     ExpertQ8Gemm,
     /// Expert Q8_0 GEMM over pairs grouped by slot, through workgroup-memory tiles (prefill).
     ExpertQ8GemmTiled,
+    /// Expert Q8_0 GEMM over pairs grouped by slot, of Q8_0-quantised inputs by int8 dot products (prefill).
+    ExpertQ8GemmI8,
     /// Expert Q4_0 GEMM over pairs grouped by slot (prefill).
     ExpertQ4Gemm,
     /// Pool slots of the picks from a resident table (routing on the GPU).
@@ -77,6 +83,7 @@ const ROW_SUM_PLAIN: &str = include_str!("wgsl/row_sum_plain.wgsl");
 const ROW_SUM_SUBGROUP: &str = include_str!("wgsl/row_sum_subgroup.wgsl");
 const Q8_HELPERS: &str = include_str!("wgsl/q8_helpers.wgsl");
 const Q8_TILE: &str = include_str!("wgsl/q8_tile.wgsl");
+const Q8_TILE_I8: &str = include_str!("wgsl/q8_tile_i8.wgsl");
 const EXPERT_Q8_ROWS: &str = include_str!("wgsl/expert_q8_rows.wgsl");
 const ATTENTION_ROWS_PLAIN: &str = include_str!("wgsl/attention_rows_plain.wgsl");
 const ATTENTION_ROWS_SUBGROUP: &str = include_str!("wgsl/attention_rows_subgroup.wgsl");
@@ -85,13 +92,15 @@ const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 29] = [
+    pub const ALL: [Kernel; 32] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
         Kernel::Q8GemvRows2,
         Kernel::Q8Gemm,
         Kernel::Q8GemmTiled,
+        Kernel::Q8GemmI8,
+        Kernel::QuantizeQ8,
         Kernel::F32Gemv,
         Kernel::QkNormRope,
         Kernel::KvStore,
@@ -109,6 +118,7 @@ impl Kernel {
         Kernel::ExpertQ4Gemv,
         Kernel::ExpertQ8Gemm,
         Kernel::ExpertQ8GemmTiled,
+        Kernel::ExpertQ8GemmI8,
         Kernel::ExpertQ4Gemm,
         Kernel::ExpertSlots,
         Kernel::SiluMul,
@@ -126,6 +136,8 @@ impl Kernel {
             Kernel::Q8GemvRows2 => "q8_gemv_rows2",
             Kernel::Q8Gemm => "q8_gemm",
             Kernel::Q8GemmTiled => "q8_gemm_tiled",
+            Kernel::Q8GemmI8 => "q8_gemm_i8",
+            Kernel::QuantizeQ8 => "quantize_q8",
             Kernel::F32Gemv => "f32_gemv",
             Kernel::QkNormRope => "qk_norm_rope",
             Kernel::KvStore => "kv_store",
@@ -143,6 +155,7 @@ impl Kernel {
             Kernel::ExpertQ4Gemv => "expert_q4_gemv",
             Kernel::ExpertQ8Gemm => "expert_q8_gemm",
             Kernel::ExpertQ8GemmTiled => "expert_q8_gemm_tiled",
+            Kernel::ExpertQ8GemmI8 => "expert_q8_gemm_i8",
             Kernel::ExpertQ4Gemm => "expert_q4_gemm",
             Kernel::ExpertSlots => "expert_slots",
             Kernel::SiluMul => "silu_mul",
@@ -184,7 +197,8 @@ impl Kernel {
             Kernel::EmbedQ8 => size_of::<EmbedQ8Params>(),
             Kernel::RmsNorm => size_of::<RmsNormParams>(),
             Kernel::Q8Gemv | Kernel::Q8GemvRows2 => size_of::<Q8GemvParams>(),
-            Kernel::Q8Gemm | Kernel::Q8GemmTiled => size_of::<Q8GemmParams>(),
+            Kernel::Q8Gemm | Kernel::Q8GemmTiled | Kernel::Q8GemmI8 => size_of::<Q8GemmParams>(),
+            Kernel::QuantizeQ8 => size_of::<QuantizeQ8Params>(),
             Kernel::F32Gemv => size_of::<F32GemvParams>(),
             Kernel::QkNormRope => size_of::<QkNormRopeParams>(),
             Kernel::KvStore => size_of::<KvStoreParams>(),
@@ -198,9 +212,10 @@ impl Kernel {
             Kernel::ExpertQ8Gemv => size_of::<ExpertQ8GemvParams>(),
             Kernel::ExpertQ8GemvCombine => size_of::<ExpertQ8GemvCombineParams>(),
             Kernel::ExpertQ4Gemv => size_of::<ExpertQ4GemvParams>(),
-            Kernel::ExpertQ8Gemm | Kernel::ExpertQ4Gemm | Kernel::ExpertQ8GemmTiled => {
-                size_of::<ExpertQ8GemmParams>()
-            }
+            Kernel::ExpertQ8Gemm
+            | Kernel::ExpertQ4Gemm
+            | Kernel::ExpertQ8GemmTiled
+            | Kernel::ExpertQ8GemmI8 => size_of::<ExpertQ8GemmParams>(),
             Kernel::ExpertSlots => size_of::<ExpertSlotsParams>(),
             Kernel::SiluMul => size_of::<SiluMulParams>(),
             Kernel::MoeCombine => size_of::<MoeCombineParams>(),
@@ -218,6 +233,8 @@ impl Kernel {
             Kernel::Q8GemvRows2 => include_str!("wgsl/q8_gemv_rows2.wgsl"),
             Kernel::Q8Gemm => include_str!("wgsl/q8_gemm.wgsl"),
             Kernel::Q8GemmTiled => include_str!("wgsl/q8_gemm_tiled.wgsl"),
+            Kernel::Q8GemmI8 => include_str!("wgsl/q8_gemm_i8.wgsl"),
+            Kernel::QuantizeQ8 => include_str!("wgsl/quantize_q8.wgsl"),
             Kernel::F32Gemv => include_str!("wgsl/f32_gemv.wgsl"),
             Kernel::QkNormRope => include_str!("wgsl/qk_norm_rope.wgsl"),
             Kernel::KvStore => include_str!("wgsl/kv_store.wgsl"),
@@ -235,6 +252,7 @@ impl Kernel {
             Kernel::ExpertQ4Gemv => include_str!("wgsl/expert_q4_gemv.wgsl"),
             Kernel::ExpertQ8Gemm => include_str!("wgsl/expert_q8_gemm.wgsl"),
             Kernel::ExpertQ8GemmTiled => include_str!("wgsl/expert_q8_gemm_tiled.wgsl"),
+            Kernel::ExpertQ8GemmI8 => include_str!("wgsl/expert_q8_gemm_i8.wgsl"),
             Kernel::ExpertQ4Gemm => include_str!("wgsl/expert_q4_gemm.wgsl"),
             Kernel::ExpertSlots => include_str!("wgsl/expert_slots.wgsl"),
             Kernel::SiluMul => include_str!("wgsl/silu_mul.wgsl"),
@@ -247,7 +265,7 @@ impl Kernel {
     /// The WGSL source compiled for this kernel: the file (for kernels with a subgroup variant, with its
     /// `/*SG_ARGS*/` and `/*SG_CALL*/` filled in) followed by the helper files it calls: the row sums
     /// (plain or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs (`q8_tile.wgsl` before it
-    /// for the tiled GEMMs), the row helpers (plain or subgroup) for the split attention, `rms_scale.wgsl` for the norm kernels,
+    /// for the tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), the row helpers (plain or subgroup) for the split attention, `rms_scale.wgsl` for the norm kernels,
     /// `router_topk_core.wgsl` for the routers. `subgroups` is ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
         let body = if !self.has_subgroup_variant() {
@@ -276,6 +294,7 @@ impl Kernel {
             | Kernel::QkvRopeStore => &[RMS_SCALE],
             Kernel::RouterTopk | Kernel::RouterTopkSlots => &[ROUTER_TOPK_CORE],
             Kernel::Q8GemmTiled | Kernel::ExpertQ8GemmTiled => &[Q8_TILE, Q8_HELPERS],
+            Kernel::Q8GemmI8 | Kernel::ExpertQ8GemmI8 => &[Q8_TILE_I8, Q8_HELPERS],
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
             Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],
             Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvCombine if subgroups => {

@@ -1,10 +1,11 @@
-//! Protects the dense decode kernels (embed, RMSNorm, Q8_0 and F32 GEMV, residual add, argmax) against
-//! their CPU references on a real device, including the lm-head binding split and both GEMV variants.
+//! Protects the dense decode kernels (embed, RMSNorm, Q8_0 and F32 GEMV, residual add, argmax) and the
+//! dense prefill GEMMs (with the int8 one's input quantisation) against their CPU references on a real
+//! device, including the lm-head binding split and both GEMV variants.
 
 mod common;
 
 use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
-use diskformer_kernels::{InputNorm, Kernels, Q8Matrix, argmax_partial_len, cpu};
+use diskformer_kernels::{InputNorm, Kernels, Q8Matrix, argmax_partial_len, cpu, q8_row_bytes};
 
 /// Σ|w·x| per output: the scale of f32 rounding in a dot product.
 fn magnitudes(q: &[i8], s: &[half::f16], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
@@ -24,6 +25,7 @@ fn check_q8_gemv(g: &Gpu, k: &Kernels, rows: usize, cols: usize, tokens: usize, 
 fn check_q8_gemm(g: &Gpu, k: &Kernels, rows: usize, cols: usize, tokens: usize, seed: u64, min_parts: usize) {
     check_q8(g, k, rows, cols, tokens, seed, min_parts, "q8_gemm");
     check_q8(g, k, rows, cols, tokens, seed, min_parts, "q8_gemm_tiled");
+    check_q8(g, k, rows, cols, tokens, seed, min_parts, "q8_gemm_i8");
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -41,23 +43,33 @@ fn check_q8(
     let q = rng.vec_i8(rows * cols);
     let s = rng.vec_scales(rows * cols / 32);
     let x = rng.vec_f32(tokens * cols, -1.0, 1.0);
-    let (qb, sb, xb) = (upload(g, &q), upload(g, &s), upload(g, &x));
+    // The int8 GEMM reads the input Q8_0-quantised (quantize_q8's rows, here made on the CPU).
+    let (xq, xs) = cpu::quantize_q8(&x);
+    let xb =
+        if name == "q8_gemm_i8" { upload(g, &cpu::q8_rows_bytes(&xq, &xs, cols)) } else { upload(g, &x) };
+    let (qb, sb) = (upload(g, &q), upload(g, &s));
     let y = poisoned(g, 4 * tokens * rows);
     let w = Q8Matrix { q: (&qb).into(), scales: (&sb).into(), rows: rows as u32, cols: cols as u32 };
     let d = match name {
         "q8_gemm" => k.q8_gemm(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
         "q8_gemm_tiled" => k.q8_gemm_tiled(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
+        "q8_gemm_i8" => k.q8_gemm_i8(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
         "q8_gemv_rows2" => k.q8_gemv_rows2(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
         _ => k.q8_gemv(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
     };
     assert!(d.parts() >= min_parts, "expected a split into >= {min_parts} parts, got {}", d.parts());
     run(g, &[&d]);
     let got = read_n::<f32>(g, &y, tokens * rows);
-    let want = cpu::q8_gemv(&q, &s, rows, cols, &x);
+    let want = if name == "q8_gemm_i8" {
+        cpu::q8_gemm_i8(&q, &s, rows, cols, &xq, &xs)
+    } else {
+        cpu::q8_gemv(&q, &s, rows, cols, &x)
+    };
     // Tolerance: the GPU sums in f32 in another order (16-value groups, 32 lanes, a tree) than the f64
     // reference. A random-order f32 sum errs by ~eps·sqrt(cols)·rms(w·x) ≈ eps·Σ|w·x|/sqrt(cols), so
     // 2e-6·Σ|w·x| (≥ 16·eps·Σ|w·x|) covers any order with margin (lavapipe: ≤ 1e-7), while a wrong
-    // index or scale moves an output by O(|w·x|), far above it.
+    // index or scale moves an output by O(|w·x|), far above it. The int8 GEMM's block sums are exact;
+    // only the scaled block sums add in f32, so the same bound holds.
     let mag = magnitudes(&q, &s, rows, cols, &x);
     assert_eq!(d.kernel().name(), name);
     let what = format!("{name} {rows}x{cols} T={tokens} sg={} parts={}", k.subgroups(), d.parts());
@@ -340,4 +352,49 @@ fn argmax_ties_to_lower_index() {
         assert_eq!(read_n::<u32>(g, &out, t), cpu::argmax(&l, n), "argmax n={n} T={t}");
     }
     assert_eq!(cpu::argmax(&[1.0, 3.0, 3.0], 3), vec![1]);
+}
+
+#[test]
+fn quantize_q8_rows() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(90);
+    for (rows, cols) in [(5usize, 2048usize), (3, 96), (37, 768)] {
+        // Values over several magnitudes, a zero block (scale 0) and exact halves of a step.
+        let mut x: Vec<f32> =
+            (0..rows * cols).map(|i| rng.f32(-1.0, 1.0) * [0.01, 1.0, 300.0][i / 32 % 3]).collect();
+        x[32..64].fill(0.0);
+        x[0] = 127.0;
+        x[1] = 0.5;
+        x[2] = -2.5;
+        let (xb, out) = (upload(g, &x), poisoned(g, rows * q8_row_bytes(cols as u32) as usize));
+        let d = g.kernels.quantize_q8((&xb).into(), (&out).into(), rows as u32, cols as u32).unwrap();
+        run(g, &[&d]);
+        let got = read_n::<u8>(g, &out, rows * q8_row_bytes(cols as u32) as usize);
+        let (q, s) = cpu::quantize_q8(&x);
+        let want = cpu::q8_rows_bytes(&q, &s, cols);
+        // The step is exactly 1 in block 0 (127 its largest value): the halves round away from zero.
+        assert_eq!(
+            [got[0] as i8, got[1] as i8, got[2] as i8],
+            [127, 1, -3],
+            "quantize_q8 {rows}x{cols} halves"
+        );
+        // Scales bit for bit; a quant may differ by one where x / d lands within rounding of a half (the
+        // GPU's division may be a few ulp off), in at most a handful of places.
+        let row = q8_row_bytes(cols as u32) as usize;
+        let mut off_by_one = 0;
+        for r in 0..rows {
+            let (gq, wq) = (&got[r * row..][..cols], &want[r * row..][..cols]);
+            for (a, b) in gq.iter().zip(wq) {
+                let diff = (i32::from(*a as i8) - i32::from(*b as i8)).abs();
+                assert!(diff <= 1, "quantize_q8 {rows}x{cols} row {r}: {} against {}", *a as i8, *b as i8);
+                off_by_one += diff;
+            }
+            assert_eq!(
+                &got[r * row + cols..][..row - cols],
+                &want[r * row + cols..][..row - cols],
+                "scales, row {r}"
+            );
+        }
+        assert!(off_by_one <= 2, "{off_by_one} quants off by one in {rows}x{cols}");
+    }
 }

@@ -93,4 +93,14 @@ fn launchers_refuse_bad_input() {
     let p = diskformer_kernels::QkvRopeStoreParams { in_squares: 4, hidden: 16, ..p };
     assert!(matches!(k.qkv_rope_store(a, a, a, a, a, yv, cache, None, p), Err(Error::Shape { .. })));
     assert!(k.qkv_rope_store(a, a, a, a, a, yv, cache, Some(a), p).is_ok());
+    // quantize_q8: blocks of 32 values; the int8 GEMM's input is quantised rows (9/32 of the f32 row), so
+    // an x sized for 2 of them is too small for 3 tokens.
+    assert!(matches!(k.quantize_q8(a, (&y).into(), 1, 48), Err(Error::Shape { .. })));
+    let xq = upload(g, &vec![0u8; 2 * diskformer_kernels::q8_row_bytes(2048) as usize]);
+    let y3 = poisoned(g, 4 * 3 * 64);
+    assert!(k.q8_gemm_i8(w, (&xq).into(), (&y3).into(), 2).is_ok());
+    assert!(matches!(
+        k.q8_gemm_i8(w, (&xq).into(), (&y3).into(), 3),
+        Err(Error::BufferTooSmall { name: "x", .. })
+    ));
 }

@@ -153,6 +153,7 @@ fn check_expert_gemm(
 ) {
     check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, "expert_q8_gemm");
     check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, "expert_q8_gemm_tiled");
+    check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, "expert_q8_gemm_i8");
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -169,10 +170,14 @@ fn check_expert_kernel(
     let mut rng = Rng::new(seed);
     let pairs = slot_idx.len();
     let x = rng.vec_f32(pairs / x_div * p.cols, -1.0, 1.0);
-    let (xb, ib) = (upload(g, &x), upload(g, slot_idx));
+    // The int8 GEMM reads the input Q8_0-quantised (quantize_q8's rows, here made on the CPU).
+    let (xq, xs) = cpu::quantize_q8(&x);
+    let i8 = name == "expert_q8_gemm_i8";
+    let xb = if i8 { upload(g, &cpu::q8_rows_bytes(&xq, &xs, p.cols)) } else { upload(g, &x) };
+    let ib = upload(g, slot_idx);
     let y = poisoned(g, 4 * pairs * p.rows);
     let planes = p.planes();
-    let size = if name == "expert_q8_gemm_tiled" { EXPERT_GEMM_TILED_GROUP } else { EXPERT_GEMM_GROUP };
+    let size = if name == "expert_q8_gemm" { EXPERT_GEMM_GROUP } else { EXPERT_GEMM_TILED_GROUP };
     let groups_len = expert_gemm_group_bound(pairs, p.slots, size);
     let (groups, order) = expert_gemm_groups(slot_idx, size, groups_len);
     let (gb, ob) = (upload(g, &groups), upload(g, &order));
@@ -182,6 +187,7 @@ fn check_expert_kernel(
     let d = match name {
         "expert_q8_gemm" => k.expert_q8_gemm(planes, xv, gb, ob, yv, sizes, x_div_u),
         "expert_q8_gemm_tiled" => k.expert_q8_gemm_tiled(planes, xv, gb, ob, yv, sizes, x_div_u),
+        "expert_q8_gemm_i8" => k.expert_q8_gemm_i8(planes, xv, gb, ob, yv, sizes, x_div_u),
         _ => k.expert_q8_gemv(planes, xv, (&ib).into(), yv, pairs_u, x_div_u),
     }
     .unwrap();
@@ -189,9 +195,13 @@ fn check_expert_kernel(
     assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
     run(g, &[&d]);
     let got = read_n::<f32>(g, &y, pairs * p.rows);
-    let want = cpu::expert_q8_gemv(&p.q, &p.s, p.rows, p.cols, slot_idx, &x, x_div);
+    let want = if i8 {
+        cpu::expert_q8_gemm_i8(&p.q, &p.s, p.rows, p.cols, slot_idx, (&xq, &xs), x_div)
+    } else {
+        cpu::expert_q8_gemv(&p.q, &p.s, p.rows, p.cols, slot_idx, &x, x_div)
+    };
     let mag = p.magnitude(slot_idx, &x, x_div);
-    // Tolerance: as q8_gemv (same arithmetic): 2e-6·Σ|w·x|.
+    // Tolerance: as q8_gemv (same arithmetic; the int8 GEMM's block sums exact): 2e-6·Σ|w·x|.
     let what = format!(
         "{name} {}x{} pairs={pairs} x_div={x_div} sg={} parts={}",
         p.rows,

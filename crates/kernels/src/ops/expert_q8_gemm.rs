@@ -27,7 +27,7 @@ const _: () = assert!(size_of::<ExpertQ8GemmParams>() == 32);
 
 /// Pairs per group of `expert_q8_gemm.wgsl` and `expert_q4_gemm.wgsl` (their `TB`).
 pub const EXPERT_GEMM_GROUP: usize = 8;
-/// Pairs per group of `expert_q8_gemm_tiled.wgsl` (its `BT`).
+/// Pairs per group of `expert_q8_gemm_tiled.wgsl` and `expert_q8_gemm_i8.wgsl` (their `BT`).
 pub const EXPERT_GEMM_TILED_GROUP: usize = 32;
 /// Rows of a workgroup of `expert_q8_gemm.wgsl` / `expert_q4_gemm.wgsl`, and of the tiled one (its `BR`).
 const ROWS: u64 = 8;
@@ -121,6 +121,27 @@ impl Kernels {
         self.expert_gemm(Kernel::ExpertQ8GemmTiled, Q8_0_BLOCK_BYTES, pool, x, groups, order, y, sizes, x_div)
     }
 
+    /// [`Kernels::expert_q8_gemm_tiled`] on Q8_0-quantised inputs by int8 dot products
+    /// (`expert_q8_gemm_i8.wgsl`, the scheme of [`Kernels::q8_gemm_i8`]): `x` holds
+    /// [`Kernels::quantize_q8`]'s rows, `[P / x_div]` rows of [`q8_row_bytes`]`(cols)`; groups as
+    /// [`Kernels::expert_q8_gemm_tiled`].
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_q8_gemv`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn expert_q8_gemm_i8(
+        &self,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        groups: View<'_>,
+        order: View<'_>,
+        y: View<'_>,
+        sizes: (u32, u32),
+        x_div: u32,
+    ) -> Result<Dispatch> {
+        self.expert_gemm(Kernel::ExpertQ8GemmI8, Q8_0_BLOCK_BYTES, pool, x, groups, order, y, sizes, x_div)
+    }
+
     /// [`Kernels::expert_q8_gemm`] over Q4_0 pool planes (as [`Kernels::expert_q4_gemv`]): results equal
     /// [`Kernels::expert_q4_gemv`] with the same picks, each block read once per group of up to 8 pairs.
     ///
@@ -159,9 +180,12 @@ impl Kernels {
         let (pp, gl) = (u64::from(pairs), u64::from(groups_len));
         b.ensure(gl > 0, || "needs at least one group".to_string())?;
         let index = [("groups", groups, f32s(4 * gl)), ("order", order, f32s(pp))];
-        let rows_per_group = if kernel == Kernel::ExpertQ8GemmTiled { TILED_ROWS } else { ROWS };
-        let grid =
-            PoolGrid { rows_per_group, x_row: u64::from(pool.cols), y_row: u64::from(pool.rows), y_div: 1 };
+        let tiled = matches!(kernel, Kernel::ExpertQ8GemmTiled | Kernel::ExpertQ8GemmI8);
+        let rows_per_group = if tiled { TILED_ROWS } else { ROWS };
+        // The int8 GEMM reads quantize_q8 rows, the others f32 rows.
+        let x_row =
+            if kernel == Kernel::ExpertQ8GemmI8 { q8_row_bytes(pool.cols) / 4 } else { u64::from(pool.cols) };
+        let grid = PoolGrid { rows_per_group, x_row, y_row: u64::from(pool.rows), y_div: 1 };
         let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, y, pairs, x_div, grid)?;
         let groups_dim = b.groups("groups", gl)?;
         let out = parts

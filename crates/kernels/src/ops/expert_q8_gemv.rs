@@ -303,8 +303,9 @@ pub(crate) enum GemvInput {
 /// Rows of one workgroup of the expert GEMVs (8 lane groups of 4 rows).
 const EXPERT_GEMV_ROWS: u64 = 32;
 
-/// The grid of an expert kernel: rows per workgroup, floats per input and output row, and pairs per output
-/// row (1, or k where a token's picks are summed into one row).
+/// The grid of an expert kernel: rows per workgroup, 4-byte words per input row (f32 values, or a
+/// [`q8_row_bytes`] row of the int8 GEMM) and floats per output row, and pairs per output row (1, or k
+/// where a token's picks are summed into one row).
 pub(crate) struct PoolGrid {
     pub rows_per_group: u64,
     pub x_row: u64,

@@ -1,4 +1,5 @@
 use super::q8_gemv::q8_matrix_parts;
+use super::q8_row_bytes;
 use crate::Dispatch;
 use crate::error::Result;
 use crate::kernels::{Kernel, Kernels, Q8Matrix, View};
@@ -47,6 +48,18 @@ impl Kernels {
         self.dense_gemm(Kernel::Q8GemmTiled, (Q8_GEMM_TILED_ROWS, Q8_GEMM_TILED_TOKENS), w, x, y, tokens)
     }
 
+    /// [`Kernels::q8_gemm_tiled`] on Q8_0-quantised inputs by int8 dot products (`q8_gemm_i8.wgsl`), as
+    /// llama.cpp multiplies Q8_0 weights: `x` holds [`Kernels::quantize_q8`]'s rows of the f32 input, and
+    /// each 32-column block's exact int32 sum is scaled by the weight row's and the token's scales. A
+    /// workgroup takes 128 rows × 32 tokens. Shapes: `x [T]` rows of [`q8_row_bytes`]`(cols)`, `y [T, rows]`
+    /// f32; splits as [`Kernels::q8_gemm`].
+    ///
+    /// # Errors
+    /// As [`Kernels::q8_gemm`].
+    pub fn q8_gemm_i8(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
+        self.dense_gemm(Kernel::Q8GemmI8, (Q8_GEMM_TILED_ROWS, Q8_GEMM_TILED_TOKENS), w, x, y, tokens)
+    }
+
     /// The launcher shared by the dense GEMMs, which differ in their shader and the rows × tokens a
     /// workgroup takes (`tile`); their params have one layout.
     fn dense_gemm(
@@ -66,7 +79,9 @@ impl Kernels {
             )
         })?;
         let gy = b.groups("token blocks", t.div_ceil(tile_tokens))?;
-        let out = q8_matrix_parts(&b, w, x, y, t, tile_rows)?
+        // The int8 GEMM reads quantize_q8 rows, the others f32 rows.
+        let x_row = if kernel == Kernel::Q8GemmI8 { q8_row_bytes(w.cols) / 4 } else { cols };
+        let out = q8_matrix_parts(&b, w, x, y, (t, x_row), tile_rows)?
             .into_iter()
             .map(|part| {
                 let p = Q8GemmParams {
@@ -84,6 +99,6 @@ impl Kernels {
     }
 }
 
-/// Rows and tokens of a `q8_gemm_tiled.wgsl` workgroup (its `BR`, `BT`).
+/// Rows and tokens of a `q8_gemm_tiled.wgsl` and `q8_gemm_i8.wgsl` workgroup (their `BR`, `BT`).
 const Q8_GEMM_TILED_ROWS: u64 = 128;
 const Q8_GEMM_TILED_TOKENS: u64 = 32;

@@ -67,7 +67,7 @@ impl Kernels {
             format!("needs rows > 0 and cols a multiple of 32; got rows {rows}, cols {cols}")
         })?;
         let gy = b.groups("tokens", t)?;
-        let out = q8_matrix_parts(&b, w, x, y, t, rows_per_group)?
+        let out = q8_matrix_parts(&b, w, x, y, (t, cols), rows_per_group)?
             .into_iter()
             .map(|part| {
                 let p = Q8GemvParams {
@@ -99,13 +99,14 @@ pub(crate) struct MatrixPart<'a> {
 }
 
 /// Splits `w` by rows over bindings (whole blocks of `rows_per_group` rows) and binds each part with `x
-/// [tokens, cols]` and `y [tokens, rows]`, as the dense GEMVs and GEMMs read them.
+/// [tokens, x_row]` 4-byte words (`cols` f32, or a [`q8_row_bytes`] row of the int8 GEMMs) and `y [tokens,
+/// rows]`, as the dense GEMVs and GEMMs read them.
 pub(crate) fn q8_matrix_parts<'a>(
     b: &Binder<'_>,
     w: Q8Matrix<'a>,
     x: View<'a>,
     y: View<'a>,
-    tokens: u64,
+    (tokens, x_row): (u64, u64),
     rows_per_group: u64,
 ) -> Result<Vec<MatrixPart<'a>>> {
     let (rows, cols) = (u64::from(w.rows), u64::from(w.cols));
@@ -115,7 +116,7 @@ pub(crate) fn q8_matrix_parts<'a>(
     for (begin, end) in parts {
         let n = end - begin;
         let bound = vec![
-            b.storage("x", x, 0, f32s(tokens * cols))?,
+            b.storage("x", x, 0, f32s(tokens * x_row))?,
             b.storage("w.q", w.q, begin * cols, n * cols)?,
             b.storage("w.scales", w.scales, begin * scale_row, n * scale_row)?,
             b.storage("y", y, 0, f32s(tokens * rows))?,

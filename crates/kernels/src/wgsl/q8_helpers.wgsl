@@ -29,3 +29,14 @@ fn hi4x4(w: u32) -> vec4<f32> {
 fn dot16(w: vec4<u32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
     return dot(i8x4(w.x), x0) + dot(i8x4(w.y), x1) + dot(i8x4(w.z), x2) + dot(i8x4(w.w), x3);
 }
+
+// For the tiled GEMMs (q8_tile.wgsl, q8_tile_i8.wgsl): the first tile row of lane li's products (8
+// consecutive rows).
+fn tile_rows(li: u32) -> u32 {
+    return 8u * (4u * (li / 32u) + (li % 32u) / 8u);
+}
+
+// The first tile token of lane li's products (4 consecutive tokens).
+fn tile_tokens(li: u32) -> u32 {
+    return 4u * (li % 8u);
+}

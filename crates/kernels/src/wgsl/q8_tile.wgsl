@@ -71,13 +71,3 @@ fn tile_gemm(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 8> {
     }
     return array<vec4<f32>, 8>(a0, a1, a2, a3, a4, a5, a6, a7);
 }
-
-// The first tile row of lane li's products (8 consecutive rows).
-fn tile_rows(li: u32) -> u32 {
-    return 8u * (4u * (li / 32u) + (li % 32u) / 8u);
-}
-
-// The first tile token of lane li's products (4 consecutive tokens).
-fn tile_tokens(li: u32) -> u32 {
-    return 4u * (li % 8u);
-}
