@@ -71,6 +71,9 @@ struct Args {
     /// run-ahead saves).
     #[arg(long)]
     no_run_ahead: bool,
+    /// Chunks multiply by Q8_0-quantised activations with int8 dot products (EngineOptions::int8_prefill).
+    #[arg(long)]
+    int8_prefill: bool,
     /// How records reach the pool: ring (mapped staging, read into directly) or write (queue.write_buffer).
     #[arg(long, default_value = "ring")]
     upload: String,
@@ -121,6 +124,7 @@ fn main() -> anyhow::Result<()> {
     opts.max_context = args.ctx;
     opts.gpu_routing = !args.no_gpu_routing;
     opts.run_ahead = !args.no_run_ahead;
+    opts.int8_prefill = args.int8_prefill;
     opts.read_split = args.read_split.unwrap_or(opts.read_split);
     opts.readers = args.readers.or(opts.readers);
     opts.upload = match args.upload.as_str() {
@@ -206,8 +210,9 @@ fn main() -> anyhow::Result<()> {
                       "scratch": d.gpu_bytes.scratch, "staging": d.gpu_bytes.staging,
                       "total": d.gpu_bytes.total()},
     });
-    // Beside the rest: one more field would pass json!'s recursion limit.
+    // Beside the rest: more fields would pass json!'s recursion limit.
     out["reader_probe_gb_s"] = serde_json::json!(reader_probe);
+    out["int8_prefill"] = args.int8_prefill.into();
     println!("{out}");
     Ok(())
 }

@@ -13,7 +13,7 @@ use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
     AttentionShape, CombineOut, Dispatch, EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertPlanes,
     InputNorm, Kernels, KvCacheViews, MoeCombineNormParams, Q8Matrix, QkvRopeStoreParams, View,
-    argmax_partial_len, combine_squares, expert_gemm_group_bound,
+    argmax_partial_len, combine_squares, expert_gemm_group_bound, q8_row_bytes,
 };
 
 use crate::weights::{Weights, storage, storage_size};
@@ -97,6 +97,9 @@ pub(crate) struct ScratchOf<B> {
     gate_up: B,
     act: B,
     down: B,
+    /// Chunks: the input of the int8 GEMM about to run, Q8_0-quantised (`quantize_q8` rows of the normed
+    /// state, the attention output or the SwiGLU activations).
+    xq: B,
     /// Router logits and picks of the next layers' routers applied to this layer's state (prefetch guesses).
     guess_logits: Vec<B>,
     pub guess_ids: Vec<B>,
@@ -172,6 +175,12 @@ impl<B> ScratchOf<B> {
             gate_up: b("gate_up", t * k * 2 * f),
             act: b("act", t * k * f),
             down: b("down", t * k * h),
+            xq: alloc(
+                "xq",
+                (t * q8_row_bytes(c.embedding_length.max(c.head_count * c.key_length)))
+                    .max(t * k * q8_row_bytes(c.expert_feed_forward_length)),
+                Use::Storage,
+            ),
             guess_logits: per_guess("guess logits", e, Use::Storage),
             guess_ids: per_guess("guess ids", k, Use::CopiedOut),
             guess_weights: per_guess("guess weights", k, Use::Storage),
@@ -206,6 +215,7 @@ impl<B> ScratchOf<B> {
             &self.gate_up,
             &self.act,
             &self.down,
+            &self.xq,
             &self.last_n,
             &self.logits,
             &self.argmax_partial,
@@ -295,6 +305,8 @@ pub(crate) struct Bindings<'a> {
     pub resident_slots: Option<&'a [u32]>,
     /// The experts are Q4_0 (else Q8_0).
     pub q4_experts: bool,
+    /// Chunks run their Q8_0 GEMMs on quantised inputs by int8 dot products (`EngineOptions::int8_prefill`).
+    pub int8_chunks: bool,
     /// The token embedding on the GPU: one-token steps then embed `token_ids` themselves.
     pub embedding: Option<Q8Matrix<'a>>,
 }
@@ -342,6 +354,8 @@ impl Graph {
         let swiglu_out = t == 1 && !b.q4_experts && ffn.is_multiple_of(16);
         // And the norms and the combine ride in other kernels (fused decode, see the module docs).
         let fused = swiglu_out && top_k <= FUSED_MAX_PICKS;
+        // Chunks' dense GEMMs on int8 inputs: where they quantise them.
+        let int8 = (t > 1 && b.int8_chunks).then(|| v(&s.xq));
         let mut layers = Vec::with_capacity(w.layers.len());
         for (l, lw) in w.layers.iter().enumerate() {
             let mut attention = Vec::with_capacity(12);
@@ -356,18 +370,26 @@ impl Graph {
             let cache = KvCacheViews { k: v(&b.kv.k[l]), v: v(&b.kv.v[l]) };
             let (rope, pos) = (v(&s.rope), v(&s.positions));
             let (qn, kn, qr) = (v(&lw.q_norm), v(&lw.k_norm), v(&s.qr));
-            attention.extend(if fused && l > 0 {
+            if fused && l > 0 {
                 let squares = Some(v(&s.squares));
-                [
+                attention.extend([
                     k.q8_gemv(lw.wqkv.m(), v(&s.x_scaled), v(&s.qkv), 1)?,
                     k.qkv_rope_store(v(&s.qkv), qn, kn, rope, pos, qr, cache, squares, scaled_params)?,
-                ]
+                ]);
             } else {
-                [
-                    k.q8_gemm_or_gemv(lw.wqkv.m(), v(&s.xn), v(&s.qkv), t)?,
-                    k.qkv_rope_store(v(&s.qkv), qn, kn, rope, pos, qr, cache, None, qkv_params)?,
-                ]
-            });
+                attention.extend(k.dense_projection(lw.wqkv.m(), v(&s.xn), v(&s.qkv), t, int8)?);
+                attention.push(k.qkv_rope_store(
+                    v(&s.qkv),
+                    qn,
+                    kn,
+                    rope,
+                    pos,
+                    qr,
+                    cache,
+                    None,
+                    qkv_params,
+                )?);
+            }
             if t == 1 {
                 // Split-K: many workgroups for one query token.
                 let (q, kc, vc) = (v(&s.qr), v(&b.kv.k[l]), v(&b.kv.v[l]));
@@ -383,8 +405,8 @@ impl Graph {
                     k.f32_gemv_norm(v(&lw.router), (experts, h), v(&s.x), v(&s.router_logits), 1, norm)?,
                 ]);
             } else {
+                attention.extend(k.dense_projection(lw.wo.m(), v(&s.att), v(&s.o), t, int8)?);
                 attention.extend([
-                    k.q8_gemm_or_gemv(lw.wo.m(), v(&s.att), v(&s.o), t)?,
                     k.add_rms_norm(v(&s.x), v(&s.o), v(&lw.ffn_norm), v(&s.h), v(&s.xn), h, t, eps)?,
                     k.f32_gemv(v(&lw.router), experts, h, v(&s.xn), v(&s.router_logits), t)?,
                 ]);
@@ -424,12 +446,21 @@ impl Graph {
                 let bytes = (b.pool.slot_bytes(plane.0), b.pool.slot_bytes(plane.1));
                 parts.iter().filter_map(|&part| narrow_to_layer(part, bytes, layer_slots)).collect()
             };
+            // A chunk's Q8_0 expert GEMMs read their inputs quantised (once for every pool part).
+            let chunk_i8 = t > 1 && b.int8_chunks && !b.q4_experts;
+            if chunk_i8 {
+                experts_dispatches.push(k.quantize_q8(v(&s.xn), v(&s.xq), t, h)?);
+            }
             for part in in_layer(&gate_up, (Plane::GateUpQ, Plane::GateUpScales)) {
                 experts_dispatches.push(if swiglu_out {
                     let slots = v(&s.slot_idx[l]);
                     k.expert_q8_gemv_gate_up_swiglu(part, v(&s.xn), slots, v(&s.act), pairs, top_k)?
                 } else {
-                    let input = ExpertInput::Shared(v(&s.xn));
+                    let input = if chunk_i8 {
+                        ExpertInput::SharedQ8(v(&s.xq))
+                    } else {
+                        ExpertInput::Shared(v(&s.xn))
+                    };
                     k.expert_matmul(part, input, s, l, v(&s.gate_up), sizes, b.q4_experts)?
                 });
             }
@@ -469,7 +500,12 @@ impl Graph {
                     ExpertInput::SwiGlu(v(&s.gate_up))
                 } else {
                     experts_dispatches.push(k.silu_mul(v(&s.gate_up), v(&s.act), ffn, pairs)?);
-                    ExpertInput::PerPair(v(&s.act))
+                    if chunk_i8 {
+                        experts_dispatches.push(k.quantize_q8(v(&s.act), v(&s.xq), pairs, ffn)?);
+                        ExpertInput::PerPairQ8(v(&s.xq))
+                    } else {
+                        ExpertInput::PerPair(v(&s.act))
+                    }
                 };
                 for part in in_layer(&down, (Plane::DownQ, Plane::DownScales)) {
                     let out = v(&s.down);
@@ -553,6 +589,9 @@ enum ExpertInput<'a> {
     Shared(View<'a>),
     /// `[T·k, cols]`: one row per (token, pick) pair (down, after silu_mul).
     PerPair(View<'a>),
+    /// As `Shared` and `PerPair`, the rows Q8_0-quantised (`quantize_q8`) for a chunk's int8 GEMM.
+    SharedQ8(View<'a>),
+    PerPairQ8(View<'a>),
     /// `[T·k, 2·cols]` gate‖up, SwiGLU applied as it is read (down, one token).
     SwiGlu(View<'a>),
 }
@@ -579,8 +618,8 @@ pub(crate) fn gemm_group_size(q4: bool) -> usize {
 }
 
 /// Expert projections: for one token the slot-indexed GEMV, for a chunk the GEMM over pairs grouped by slot
-/// (each expert's weights read once per group of 32 pairs, Q4_0 8, instead of once per pair); Q8_0 or Q4_0
-/// kernels by the store.
+/// (each expert's weights read once per group of 32 pairs, Q4_0 8, instead of once per pair; Q8_0 by int8
+/// dot products of quantised inputs); Q8_0 or Q4_0 kernels by the store.
 trait ExpertProjection {
     #[allow(clippy::too_many_arguments)]
     fn expert_matmul(
@@ -609,9 +648,16 @@ impl ExpertProjection for Kernels {
         let slot_idx = View::from(&s.slot_idx[layer]);
         let (group_buf, order) = (View::from(&s.gemm_groups[layer]), View::from(&s.gemm_order[layer]));
         let k = pairs / t;
+        let sizes = (pairs, groups);
         let (x, x_div) = match x {
             ExpertInput::Shared(x) => (x, k),
             ExpertInput::PerPair(x) => (x, 1),
+            ExpertInput::SharedQ8(x) => {
+                return self.expert_q8_gemm_i8(pool, x, group_buf, order, y, sizes, k);
+            }
+            ExpertInput::PerPairQ8(x) => {
+                return self.expert_q8_gemm_i8(pool, x, group_buf, order, y, sizes, 1);
+            }
             ExpertInput::SwiGlu(gate_up) => {
                 debug_assert_eq!(t, 1, "chunks run silu_mul before the down GEMM");
                 return if q4 {
@@ -624,32 +670,39 @@ impl ExpertProjection for Kernels {
         match (t == 1, q4) {
             (true, false) => self.expert_q8_gemv(pool, x, slot_idx, y, pairs, x_div),
             (true, true) => self.expert_q4_gemv(pool, x, slot_idx, y, pairs, x_div),
-            (false, false) => self.expert_q8_gemm_tiled(pool, x, group_buf, order, y, (pairs, groups), x_div),
-            (false, true) => self.expert_q4_gemm(pool, x, group_buf, order, y, (pairs, groups), x_div),
+            (false, false) => self.expert_q8_gemm_tiled(pool, x, group_buf, order, y, sizes, x_div),
+            (false, true) => self.expert_q4_gemm(pool, x, group_buf, order, y, sizes, x_div),
         }
     }
 }
 
-/// Dense projections: the tiled GEMM for chunks, the GEMV for one token.
+/// Dense projections: for one token the GEMV, for a chunk the tiled GEMM, or with `xq` the int8 tiled GEMM
+/// after the input's Q8_0 quantisation into `xq` (as llama.cpp multiplies Q8_0 weights).
 trait DenseProjection {
-    fn q8_gemm_or_gemv(
+    fn dense_projection(
         &self,
         w: diskformer_kernels::Q8Matrix<'_>,
         x: View<'_>,
         y: View<'_>,
         t: u32,
-    ) -> diskformer_kernels::Result<Dispatch>;
+        xq: Option<View<'_>>,
+    ) -> diskformer_kernels::Result<Vec<Dispatch>>;
 }
 
 impl DenseProjection for Kernels {
-    fn q8_gemm_or_gemv(
+    fn dense_projection(
         &self,
         w: diskformer_kernels::Q8Matrix<'_>,
         x: View<'_>,
         y: View<'_>,
         t: u32,
-    ) -> diskformer_kernels::Result<Dispatch> {
-        if t == 1 { self.q8_gemv(w, x, y, 1) } else { self.q8_gemm_tiled(w, x, y, t) }
+        xq: Option<View<'_>>,
+    ) -> diskformer_kernels::Result<Vec<Dispatch>> {
+        Ok(match xq {
+            _ if t == 1 => vec![self.q8_gemv(w, x, y, 1)?],
+            None => vec![self.q8_gemm_tiled(w, x, y, t)?],
+            Some(xq) => vec![self.quantize_q8(x, xq, t, w.cols)?, self.q8_gemm_i8(w, xq, y, t)?],
+        })
     }
 }
 
