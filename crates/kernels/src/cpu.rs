@@ -313,6 +313,33 @@ pub fn expert_q8_gemm_i8(
         .collect()
 }
 
+/// A chunk's pairs grouped by expert, as [`Kernels::expert_groups`] writes them: per expert in id order its
+/// pairs (ascending here; the GPU places an expert's pairs in no set order) in runs of `size`, each group
+/// `[table[base + expert], first, count, 0]`, then count-0 entries up to `len`. Ids of `experts` or more
+/// are left out.
+///
+/// [`Kernels::expert_groups`]: crate::Kernels::expert_groups
+pub fn expert_groups(
+    ids: &[u32],
+    table: &[u32],
+    (base, experts): (u32, u32),
+    size: usize,
+    len: usize,
+) -> (Vec<[u32; 4]>, Vec<u32>) {
+    let mut groups = Vec::with_capacity(len);
+    let mut order = Vec::with_capacity(ids.len());
+    for e in 0..experts {
+        let first = order.len();
+        order.extend((0..ids.len() as u32).filter(|&i| ids[i as usize] == e));
+        let slot = table[(base + e) as usize];
+        for (j, run) in order[first..].chunks(size).enumerate() {
+            groups.push([slot, (first + j * size) as u32, run.len() as u32, 0]);
+        }
+    }
+    groups.resize(len.max(groups.len()), [0; 4]);
+    (groups, order)
+}
+
 /// Dequantises Q4_0 planes: `q` holds 16 bytes per 32-value block in ggml order (the low nibble of byte
 /// j is value j, the high nibble value j + 16), `scales` one f16 per block; value = `(nibble - 8) · scale`
 /// (exact in f32).

@@ -69,6 +69,8 @@ pub enum Kernel {
     ExpertQ4Gemm,
     /// Pool slots of the picks from a resident table (routing on the GPU).
     ExpertSlots,
+    /// A chunk's pairs grouped by expert for the tiled expert GEMMs (resident experts, no read-back).
+    ExpertGroups,
     /// SiLU(gate)·up.
     SiluMul,
     /// Weighted sum of the k expert outputs plus the residual.
@@ -92,7 +94,7 @@ const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 32] = [
+    pub const ALL: [Kernel; 33] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -121,6 +123,7 @@ impl Kernel {
         Kernel::ExpertQ8GemmI8,
         Kernel::ExpertQ4Gemm,
         Kernel::ExpertSlots,
+        Kernel::ExpertGroups,
         Kernel::SiluMul,
         Kernel::MoeCombine,
         Kernel::MoeCombineNorm,
@@ -158,6 +161,7 @@ impl Kernel {
             Kernel::ExpertQ8GemmI8 => "expert_q8_gemm_i8",
             Kernel::ExpertQ4Gemm => "expert_q4_gemm",
             Kernel::ExpertSlots => "expert_slots",
+            Kernel::ExpertGroups => "expert_groups",
             Kernel::SiluMul => "silu_mul",
             Kernel::MoeCombine => "moe_combine",
             Kernel::MoeCombineNorm => "moe_combine_norm",
@@ -217,6 +221,7 @@ impl Kernel {
             | Kernel::ExpertQ8GemmTiled
             | Kernel::ExpertQ8GemmI8 => size_of::<ExpertQ8GemmParams>(),
             Kernel::ExpertSlots => size_of::<ExpertSlotsParams>(),
+            Kernel::ExpertGroups => size_of::<ExpertGroupsParams>(),
             Kernel::SiluMul => size_of::<SiluMulParams>(),
             Kernel::MoeCombine => size_of::<MoeCombineParams>(),
             Kernel::MoeCombineNorm => size_of::<MoeCombineNormParams>(),
@@ -255,6 +260,7 @@ impl Kernel {
             Kernel::ExpertQ8GemmI8 => include_str!("wgsl/expert_q8_gemm_i8.wgsl"),
             Kernel::ExpertQ4Gemm => include_str!("wgsl/expert_q4_gemm.wgsl"),
             Kernel::ExpertSlots => include_str!("wgsl/expert_slots.wgsl"),
+            Kernel::ExpertGroups => include_str!("wgsl/expert_groups.wgsl"),
             Kernel::SiluMul => include_str!("wgsl/silu_mul.wgsl"),
             Kernel::MoeCombine => include_str!("wgsl/moe_combine.wgsl"),
             Kernel::MoeCombineNorm => include_str!("wgsl/moe_combine_norm.wgsl"),

@@ -103,4 +103,17 @@ fn launchers_refuse_bad_input() {
         k.q8_gemm_i8(w, (&xq).into(), (&y3).into(), 3),
         Err(Error::BufferTooSmall { name: "x", .. })
     ));
+    // expert_groups: at most 512 experts a layer; len must hold every group the pairs can make.
+    let p = diskformer_kernels::ExpertGroupsParams {
+        pairs: 16,
+        experts: 600,
+        size: 32,
+        len: 616,
+        base: 0,
+        entries: 600,
+        _pad: [0; 2],
+    };
+    assert!(matches!(k.expert_groups(a, a, yv, yv, p), Err(Error::Shape { .. })));
+    let p = diskformer_kernels::ExpertGroupsParams { experts: 8, entries: 8, len: 7, ..p };
+    assert!(matches!(k.expert_groups(a, a, yv, yv, p), Err(Error::Shape { .. })));
 }

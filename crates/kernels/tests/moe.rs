@@ -7,9 +7,9 @@ mod common;
 
 use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
 use diskformer_kernels::{
-    CombineOut, EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertPlanes, ExpertSlotsParams, Kernels,
-    MoeCombineNormParams, MoeCombineParams, combine_squares, cpu, expert_gemm_group_bound,
-    expert_gemm_groups,
+    CombineOut, EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertGroupsParams, ExpertPlanes,
+    ExpertSlotsParams, Kernels, MoeCombineNormParams, MoeCombineParams, combine_squares, cpu,
+    expert_gemm_group_bound, expert_gemm_groups,
 };
 
 #[test]
@@ -498,6 +498,57 @@ fn expert_slots_from_a_resident_table() {
                 assert_eq!(want[n - 1], u32::MAX);
             }
         }
+    }
+}
+
+#[test]
+fn expert_groups_on_the_gpu() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(64);
+    // A 512-token chunk of the model's 8 picks from 128 experts (some experts past 32 pairs: several
+    // groups), a small one with one expert taking every token, groups of 8, and a layer past the first.
+    for (layers, experts, tokens, k, size, layer) in
+        [(48u32, 128u32, 512usize, 8usize, 32usize, 5u32), (2, 6, 40, 2, 8, 1), (1, 3, 1, 3, 32, 0)]
+    {
+        let entries = layers * experts;
+        let mut table: Vec<u32> = (0..entries).collect();
+        for i in (1..table.len()).rev() {
+            table.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+        }
+        let ids = if experts == 6 {
+            (0..tokens).flat_map(|t| [0, 1 + (t as u32 % 5)]).collect::<Vec<u32>>()
+        } else {
+            chunk_picks(&mut rng, tokens, k, u64::from(experts))
+        };
+        let pairs = ids.len();
+        let len = expert_gemm_group_bound(pairs, experts as usize, size);
+        let (tb, ib) = (upload(g, &table), upload(g, &ids));
+        let (gb, ob) = (poisoned(g, 16 * len), poisoned(g, 4 * pairs));
+        let p = ExpertGroupsParams {
+            pairs: pairs as u32,
+            experts,
+            size: size as u32,
+            len: len as u32,
+            base: layer * experts,
+            entries,
+            _pad: [0; 2],
+        };
+        let d = g.kernels.expert_groups((&ib).into(), (&tb).into(), (&gb).into(), (&ob).into(), p).unwrap();
+        run(g, &[&d]);
+        let (want_groups, want_order) =
+            cpu::expert_groups(&ids, &table, (layer * experts, experts), size, len);
+        let got_groups: Vec<[u32; 4]> = read_n::<[u32; 4]>(g, &gb, len);
+        assert_eq!(got_groups, want_groups, "groups, {experts} experts, {pairs} pairs");
+        assert!(tokens == 1 || want_groups.iter().any(|g| g[2] as usize == size), "a full group");
+        // Each expert's run holds its pairs, in any order.
+        let mut got_order = read_n::<u32>(g, &ob, pairs);
+        let mut at = 0;
+        for e in 0..experts {
+            let c = ids.iter().filter(|&&i| i == e).count();
+            got_order[at..at + c].sort_unstable();
+            at += c;
+        }
+        assert_eq!(got_order, want_order, "order, {experts} experts, {pairs} pairs");
     }
 }
 
