@@ -636,9 +636,17 @@ impl Engine {
         let device = &self.ctx.device;
         let s = &self.scratch;
         let shape = self.head_shape(t);
+        if graph.groups_on_gpu {
+            // A chunk with every expert resident: routing and the grouping of its pairs stay on the GPU, so
+            // the whole step is one submission.
+            let commands =
+                timed(&mut self.stats.record_time, || record_resident_step(device, graph, s, want, shape, 0));
+            let submission = timed(&mut self.stats.submit_time, || queue.submit([commands]));
+            return read_output(device, s, want, shape, 0, Some(submission), &mut self.stats.gpu_wait);
+        }
 
-        // Streaming (and chunks): a readback of the picks per layer, `ensure`, then the layer's experts; chunks
-        // group their pairs by slot for the expert GEMM.
+        // Streaming (or routing off the GPU): a readback of the picks per layer, `ensure`, then the layer's
+        // experts; chunks group their pairs by slot for the expert GEMM on the host.
         let mut enc = device.create_command_encoder(&Default::default());
         debug_assert!(self.held.is_none());
         let pairs = t as usize * k;
@@ -823,8 +831,9 @@ impl HeadShape {
     }
 }
 
-/// Records a one-token step with every expert resident: every layer, then the head, and for the argmax its
-/// copy into `token_ids`, where a step queued behind this one finds its token.
+/// Records a step with every expert resident (one token, or a chunk that groups its pairs on the GPU):
+/// every layer, then the head, and for the argmax its copy into `token_ids`, where a step queued behind
+/// this one finds its token.
 fn record_resident_step(
     device: &wgpu::Device,
     graph: &Graph,

@@ -11,9 +11,10 @@
 
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
-    AttentionShape, CombineOut, Dispatch, EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertPlanes,
-    InputNorm, Kernels, KvCacheViews, MoeCombineNormParams, Q8Matrix, QkvRopeStoreParams, View,
-    argmax_partial_len, combine_squares, expert_gemm_group_bound, q8_row_bytes,
+    AttentionShape, CombineOut, Dispatch, EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP,
+    EXPERT_GROUPS_MAX_EXPERTS, ExpertGroupsParams, ExpertPlanes, InputNorm, Kernels, KvCacheViews,
+    MoeCombineNormParams, Q8Matrix, QkvRopeStoreParams, View, argmax_partial_len, combine_squares,
+    expert_gemm_group_bound, q8_row_bytes,
 };
 
 use crate::weights::{Weights, storage, storage_size};
@@ -282,6 +283,9 @@ pub(crate) struct LayerGraph {
 #[derive(Debug)]
 pub(crate) struct Graph {
     pub layers: Vec<LayerGraph>,
+    /// A chunk with every expert resident: each layer groups its pairs for the expert GEMMs on the GPU
+    /// (`expert_groups`), so the whole step records and runs with no read-back between layers.
+    pub groups_on_gpu: bool,
     /// Lm head and argmax (on [`Scratch::last_n`]; the last layer's `moe_combine_norm`, or in fused decode
     /// its `rms_norm`, applied the output norm).
     pub head: Vec<Dispatch>,
@@ -354,6 +358,7 @@ impl Graph {
         let swiglu_out = t == 1 && !b.q4_experts && ffn.is_multiple_of(16);
         // And the norms and the combine ride in other kernels (fused decode, see the module docs).
         let fused = swiglu_out && top_k <= FUSED_MAX_PICKS;
+        let groups_on_gpu = t > 1 && b.resident_table.is_some() && experts <= EXPERT_GROUPS_MAX_EXPERTS;
         // Chunks' dense GEMMs on int8 inputs: where they quantise them.
         let int8 = (t > 1 && b.int8_chunks).then(|| v(&s.xq));
         let mut layers = Vec::with_capacity(w.layers.len());
@@ -431,6 +436,19 @@ impl Graph {
                 }
                 None => k.router_topk(logits, ids, weights, experts, top_k, t)?,
             });
+            if let Some(table) = b.resident_table.filter(|_| groups_on_gpu) {
+                let p = ExpertGroupsParams {
+                    pairs,
+                    experts,
+                    size: gemm_group_size(b.q4_experts) as u32,
+                    len: sizes.groups,
+                    base: l as u32 * experts,
+                    entries: w.layers.len() as u32 * experts,
+                    _pad: [0; 2],
+                };
+                let (groups, order) = (v(&s.gemm_groups[l]), v(&s.gemm_order[l]));
+                attention.push(k.expert_groups(v(&s.pick_ids), v(table), groups, order, p)?);
+            }
             // Prefetch guesses: the next layers' routers applied to this layer's normed state.
             let next = w.layers.iter().skip(l + 1).take(b.lookahead as usize);
             for (j, nw) in next.enumerate() {
@@ -537,7 +555,7 @@ impl Graph {
             k.q8_gemv_rows2(w.head.m(), v(&s.last_n), v(&s.logits), 1)?,
             k.argmax(v(&s.logits), v(&s.argmax_partial), v(&s.argmax), w.head.rows, 1)?,
         ];
-        Ok(Graph { layers, head })
+        Ok(Graph { layers, head, groups_on_gpu })
     }
 }
 
