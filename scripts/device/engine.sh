@@ -83,12 +83,14 @@ done
 elif [ -n "${BRACKET:-}" ]; then
 # Cold 4 GB rows, each between two disk reads of the same kind (record-read: one thread, O_DIRECT, whole
 # records, page cache dropped), so each row's I/O bound comes from the disk's rate just before and after it.
-# BRACKET_READERS: the rows' reader counts ("p" leaves the count to the engine's disk probe).
+# BRACKET_READERS: the rows' reader counts ("p" leaves the count to the engine's disk probe); BRACKET_ARGS
+# more bench arguments for every row, BRACKET_LABEL a suffix for their labels.
 for r in ${BRACKET_READERS:-p 1 p 1}; do
     sync; echo 3 > /proc/sys/vm/drop_caches
     $D/record-read $S --threads 1 --pieces 1 --records 384 | tee -a "$OUT/disk.txt"
     readers=(--readers "$r"); [ "$r" = p ] && readers=()
-    DECODE=32 run b4g-off-direct-r$r cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 "${readers[@]}"
+    # shellcheck disable=SC2086
+    DECODE=32 run b4g-off-direct-r$r${BRACKET_LABEL:-} cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 "${readers[@]}" ${BRACKET_ARGS:-}
 done
 sync; echo 3 > /proc/sys/vm/drop_caches
 $D/record-read $S --threads 1 --pieces 1 --records 384 | tee -a "$OUT/disk.txt"
