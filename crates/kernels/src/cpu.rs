@@ -255,7 +255,7 @@ pub fn quantize_q8(x: &[f32]) -> (Vec<i8>, Vec<f32>) {
 /// int8, then its `cols / 32` scales as little-endian f32.
 ///
 /// [`Kernels::quantize_q8`]: crate::Kernels::quantize_q8
-pub fn q8_rows_bytes(q: &[i8], s: &[f32], cols: usize) -> Vec<u8> {
+pub fn pack_q8_rows(q: &[i8], s: &[f32], cols: usize) -> Vec<u8> {
     q.chunks(cols)
         .zip(s.chunks(cols / 32))
         .flat_map(|(qr, sr)| {

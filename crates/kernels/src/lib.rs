@@ -13,11 +13,11 @@
 //! |---|---|---|
 //! | embedding | `embed_q8` with every expert resident (the token id from the previous step's argmax or the host); else the engine writes the rows from its mapped file | the engine writes the rows |
 //! | norms | `rms_norm` (first layer), `add_rms_norm` (attention output + residual, then the FFN norm) | same, T rows |
-//! | Q, K, V | `q8_gemv` of the stacked Q‖K‖V, then `qkv_rope_store` (QK-norm, NeoX RoPE with the table of [`cpu::rope_cos_sin`], both f16 cache stores); apart: `qk_norm_rope`, `kv_store` | `q8_gemm_tiled` (64 rows × 32 tokens a workgroup, through workgroup memory; apart: `q8_gemm`, 8 tokens per weight read), same |
+//! | Q, K, V | `q8_gemv` of the stacked Q‖K‖V, then `qkv_rope_store` (QK-norm, NeoX RoPE with the table of [`cpu::rope_cos_sin`], both f16 cache stores); apart: `qk_norm_rope`, `kv_store` | `q8_gemm_tiled` (128 rows × 32 tokens a workgroup, through workgroup memory; apart: `q8_gemm`, 8 tokens per weight read), or with int8 prefill `quantize_q8` then `q8_gemm_i8` (int8 dot products); same |
 //! | attention | `attention_split` (2 or 4 passes a block by cache length) + `attention_combine` (split-K), or `attention` | `attention` |
-//! | output projection, lm head | `q8_gemv` (lm head: `q8_gemv_rows2`, 1.5× there on the H200) | `q8_gemm_tiled` |
-//! | router | `f32_gemv`, `router_topk`; `router_topk_slots` (also the picks' pool slots, when every expert is resident); apart: `expert_slots` | `f32_gemv`, `router_topk`, T rows |
-//! | experts | `expert_q8_gemv_gate_up_swiglu` (all k picks, slot-indexed, SiLU(gate)·up on its output), `expert_q8_gemv` down; apart: `expert_q8_gemv_swiglu` (SiLU(gate)·up as it reads); Q4_0 pools: `expert_q4_gemv` gate‖up, `expert_q4_gemv_swiglu` down | `expert_q8_gemm_tiled` (pairs grouped by slot, 32 a group, [`expert_gemm_groups`]; apart: `expert_q8_gemm`, 8 a group) / `expert_q4_gemm`, `silu_mul` |
+//! | output projection, lm head | `q8_gemv` (lm head: `q8_gemv_rows2`, 1.5× there on the H200) | `q8_gemm_tiled`, or `quantize_q8` then `q8_gemm_i8` |
+//! | router | `f32_gemv`, `router_topk`; `router_topk_slots` (also the picks' pool slots, when every expert is resident); apart: `expert_slots` | `f32_gemv`, `router_topk`, T rows; with every expert resident `expert_groups` (the pairs grouped by expert on the GPU) |
+//! | experts | `expert_q8_gemv_gate_up_swiglu` (all k picks, slot-indexed, SiLU(gate)·up on its output), `expert_q8_gemv` down; apart: `expert_q8_gemv_swiglu` (SiLU(gate)·up as it reads); Q4_0 pools: `expert_q4_gemv` gate‖up, `expert_q4_gemv_swiglu` down | `expert_q8_gemm_tiled` (pairs grouped by slot, 32 a group, [`expert_gemm_groups`] or `expert_groups`; apart: `expert_q8_gemm`, 8 a group), or `quantize_q8` then `expert_q8_gemm_i8` / `expert_q4_gemm`, `silu_mul` |
 //! | combine | `moe_combine_norm` (weighted sum + residual, then the next layer's attention norm or the output norm); apart: `moe_combine`, `add` | same |
 //! | sampling | `argmax` (two stages: slices, then their best) | — |
 //!

@@ -45,8 +45,7 @@ fn check_q8(
     let x = rng.vec_f32(tokens * cols, -1.0, 1.0);
     // The int8 GEMM reads the input Q8_0-quantised (quantize_q8's rows, here made on the CPU).
     let (xq, xs) = cpu::quantize_q8(&x);
-    let xb =
-        if name == "q8_gemm_i8" { upload(g, &cpu::q8_rows_bytes(&xq, &xs, cols)) } else { upload(g, &x) };
+    let xb = if name == "q8_gemm_i8" { upload(g, &cpu::pack_q8_rows(&xq, &xs, cols)) } else { upload(g, &x) };
     let (qb, sb) = (upload(g, &q), upload(g, &s));
     let y = poisoned(g, 4 * tokens * rows);
     let w = Q8Matrix { q: (&qb).into(), scales: (&sb).into(), rows: rows as u32, cols: cols as u32 };
@@ -371,15 +370,16 @@ fn quantize_q8_rows() {
         run(g, &[&d]);
         let got = read_n::<u8>(g, &out, rows * q8_row_bytes(cols as u32) as usize);
         let (q, s) = cpu::quantize_q8(&x);
-        let want = cpu::q8_rows_bytes(&q, &s, cols);
+        let want = cpu::pack_q8_rows(&q, &s, cols);
         // The step is exactly 1 in block 0 (127 its largest value): the halves round away from zero.
         assert_eq!(
             [got[0] as i8, got[1] as i8, got[2] as i8],
             [127, 1, -3],
             "quantize_q8 {rows}x{cols} halves"
         );
-        // Scales bit for bit; a quant may differ by one where x / d lands within rounding of a half (the
-        // GPU's division may be a few ulp off), in at most a handful of places.
+        // Scales within one f16 step (WGSL lets the division be 2.5 ulp off and the f16 conversion round
+        // either way; lavapipe matches bit for bit); a quant may differ by one where x / d lands within
+        // rounding of a half, in at most a handful of places.
         let row = q8_row_bytes(cols as u32) as usize;
         let mut off_by_one = 0;
         for r in 0..rows {
@@ -389,11 +389,11 @@ fn quantize_q8_rows() {
                 assert!(diff <= 1, "quantize_q8 {rows}x{cols} row {r}: {} against {}", *a as i8, *b as i8);
                 off_by_one += diff;
             }
-            assert_eq!(
-                &got[r * row + cols..][..row - cols],
-                &want[r * row + cols..][..row - cols],
-                "scales, row {r}"
-            );
+            let scales =
+                |b: &[u8]| -> Vec<f32> { bytemuck::pod_collect_to_vec(&b[r * row + cols..][..row - cols]) };
+            for (a, b) in scales(&got).iter().zip(scales(&want)) {
+                assert!((a - b).abs() <= b * f32::powi(2.0, -10), "scale {a} against {b}, row {r}");
+            }
         }
         assert!(off_by_one <= 2, "{off_by_one} quants off by one in {rows}x{cols}");
     }

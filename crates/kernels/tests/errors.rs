@@ -96,6 +96,8 @@ fn launchers_refuse_bad_input() {
     // quantize_q8: blocks of 32 values; the int8 GEMM's input is quantised rows (9/32 of the f32 row), so
     // an x sized for 2 of them is too small for 3 tokens.
     assert!(matches!(k.quantize_q8(a, (&y).into(), 1, 48), Err(Error::Shape { .. })));
+    // 64 values quantise to 72 bytes: y's 256 hold 3 rows, not 4.
+    assert!(matches!(k.quantize_q8(a, (&y).into(), 4, 64), Err(Error::BufferTooSmall { name: "out", .. })));
     let xq = upload(g, &vec![0u8; 2 * diskformer_kernels::q8_row_bytes(2048) as usize]);
     let y3 = poisoned(g, 4 * 3 * 64);
     assert!(k.q8_gemm_i8(w, (&xq).into(), (&y3).into(), 2).is_ok());
@@ -103,14 +105,14 @@ fn launchers_refuse_bad_input() {
         k.q8_gemm_i8(w, (&xq).into(), (&y3).into(), 3),
         Err(Error::BufferTooSmall { name: "x", .. })
     ));
-    // expert_groups: at most 512 experts a layer; len must hold every group the pairs can make.
+    // expert_groups: at most 256 experts a layer; len must hold every group the pairs can make.
     let p = diskformer_kernels::ExpertGroupsParams {
         pairs: 16,
-        experts: 600,
+        experts: 300,
         size: 32,
-        len: 616,
+        len: 316,
         base: 0,
-        entries: 600,
+        entries: 300,
         _pad: [0; 2],
     };
     assert!(matches!(k.expert_groups(a, a, yv, yv, p), Err(Error::Shape { .. })));

@@ -173,7 +173,7 @@ fn check_expert_kernel(
     // The int8 GEMM reads the input Q8_0-quantised (quantize_q8's rows, here made on the CPU).
     let (xq, xs) = cpu::quantize_q8(&x);
     let i8 = name == "expert_q8_gemm_i8";
-    let xb = if i8 { upload(g, &cpu::q8_rows_bytes(&xq, &xs, p.cols)) } else { upload(g, &x) };
+    let xb = if i8 { upload(g, &cpu::pack_q8_rows(&xq, &xs, p.cols)) } else { upload(g, &x) };
     let ib = upload(g, slot_idx);
     let y = poisoned(g, 4 * pairs * p.rows);
     let planes = p.planes();

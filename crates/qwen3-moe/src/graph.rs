@@ -86,13 +86,15 @@ pub(crate) struct ScratchOf<B> {
     o: B,
     h: B,
     router_logits: B,
-    /// `[T, k]` picked expert ids (read back every layer).
+    /// `[T, k]` picked expert ids (read back every layer, unless every expert is resident: one-token steps
+    /// turn them into slots on the GPU, chunks group them there).
     pub pick_ids: B,
     pick_weights: B,
     /// Per layer `[T·k]` pool slots of the picks, written by the engine after `ensure`.
     pub slot_idx: Vec<B>,
     /// Per layer, for chunks: `[T·k] [slot, first, count, 0]` groups of pairs sharing a slot, and the pair
-    /// order they index (see `expert_gemm_groups`), written by the engine after the readback.
+    /// order they index (see `expert_gemm_groups`), written by the engine after the readback, or with every
+    /// expert resident by `expert_groups` on the GPU.
     pub gemm_groups: Vec<B>,
     pub gemm_order: Vec<B>,
     gate_up: B,
@@ -310,7 +312,7 @@ pub(crate) struct Bindings<'a> {
     /// The experts are Q4_0 (else Q8_0).
     pub q4_experts: bool,
     /// Chunks run their Q8_0 GEMMs on quantised inputs by int8 dot products (`EngineOptions::int8_prefill`).
-    pub int8_chunks: bool,
+    pub int8_prefill: bool,
     /// The token embedding on the GPU: one-token steps then embed `token_ids` themselves.
     pub embedding: Option<Q8Matrix<'a>>,
 }
@@ -360,7 +362,7 @@ impl Graph {
         let fused = swiglu_out && top_k <= FUSED_MAX_PICKS;
         let groups_on_gpu = t > 1 && b.resident_table.is_some() && experts <= EXPERT_GROUPS_MAX_EXPERTS;
         // Chunks' dense GEMMs on int8 inputs: where they quantise them.
-        let int8 = (t > 1 && b.int8_chunks).then(|| v(&s.xq));
+        let dense_xq = (t > 1 && b.int8_prefill).then(|| v(&s.xq));
         let mut layers = Vec::with_capacity(w.layers.len());
         for (l, lw) in w.layers.iter().enumerate() {
             let mut attention = Vec::with_capacity(12);
@@ -382,7 +384,7 @@ impl Graph {
                     k.qkv_rope_store(v(&s.qkv), qn, kn, rope, pos, qr, cache, squares, scaled_params)?,
                 ]);
             } else {
-                attention.extend(k.dense_projection(lw.wqkv.m(), v(&s.xn), v(&s.qkv), t, int8)?);
+                attention.extend(k.dense_projection(lw.wqkv.m(), v(&s.xn), v(&s.qkv), t, dense_xq)?);
                 attention.push(k.qkv_rope_store(
                     v(&s.qkv),
                     qn,
@@ -410,7 +412,7 @@ impl Graph {
                     k.f32_gemv_norm(v(&lw.router), (experts, h), v(&s.x), v(&s.router_logits), 1, norm)?,
                 ]);
             } else {
-                attention.extend(k.dense_projection(lw.wo.m(), v(&s.att), v(&s.o), t, int8)?);
+                attention.extend(k.dense_projection(lw.wo.m(), v(&s.att), v(&s.o), t, dense_xq)?);
                 attention.extend([
                     k.add_rms_norm(v(&s.x), v(&s.o), v(&lw.ffn_norm), v(&s.h), v(&s.xn), h, t, eps)?,
                     k.f32_gemv(v(&lw.router), experts, h, v(&s.xn), v(&s.router_logits), t)?,
@@ -465,8 +467,8 @@ impl Graph {
                 parts.iter().filter_map(|&part| narrow_to_layer(part, bytes, layer_slots)).collect()
             };
             // A chunk's Q8_0 expert GEMMs read their inputs quantised (once for every pool part).
-            let chunk_i8 = t > 1 && b.int8_chunks && !b.q4_experts;
-            if chunk_i8 {
+            let experts_int8 = t > 1 && b.int8_prefill && !b.q4_experts;
+            if experts_int8 {
                 experts_dispatches.push(k.quantize_q8(v(&s.xn), v(&s.xq), t, h)?);
             }
             for part in in_layer(&gate_up, (Plane::GateUpQ, Plane::GateUpScales)) {
@@ -474,7 +476,7 @@ impl Graph {
                     let slots = v(&s.slot_idx[l]);
                     k.expert_q8_gemv_gate_up_swiglu(part, v(&s.xn), slots, v(&s.act), pairs, top_k)?
                 } else {
-                    let input = if chunk_i8 {
+                    let input = if experts_int8 {
                         ExpertInput::SharedQ8(v(&s.xq))
                     } else {
                         ExpertInput::Shared(v(&s.xn))
@@ -518,7 +520,7 @@ impl Graph {
                     ExpertInput::SwiGlu(v(&s.gate_up))
                 } else {
                     experts_dispatches.push(k.silu_mul(v(&s.gate_up), v(&s.act), ffn, pairs)?);
-                    if chunk_i8 {
+                    if experts_int8 {
                         experts_dispatches.push(k.quantize_q8(v(&s.act), v(&s.xq), pairs, ffn)?);
                         ExpertInput::PerPairQ8(v(&s.xq))
                     } else {

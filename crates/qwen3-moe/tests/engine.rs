@@ -47,26 +47,34 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 const PROMPT: [u32; 13] = [256, 257, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108];
 
 /// `int8_prefill`: a token's quantised activations do not depend on the chunk it is in, so chunkings agree
-/// as the f32 ones do (no one-token remainder, which would run the f32 GEMVs); against f32 chunks the
-/// log-probabilities move by the rounding of the activations to 8 bits (≤ 0.17 on the goldens' fixtures
-/// against llama.cpp; 0.5 leaves margin), where a wrong index or scale would move them by O(1).
+/// as the f32 ones do (no one-token remainder, which would run the f32 GEMVs), resident (pairs grouped on
+/// the GPU) or streaming through 10 slots (grouped on the host); against f32 chunks the log-probabilities
+/// move by the rounding of the activations to 8 bits (≤ 0.17 on the goldens' fixtures against llama.cpp;
+/// 0.5 leaves margin), where a wrong index or scale would move them by O(1). With Q4_0 experts only the
+/// dense GEMMs take int8 inputs.
 #[test]
 fn int8_prefill_agrees_across_chunkings_and_stays_near_f32() {
-    let m = model("int8", SynthShape::tiny(), 3);
-    let exact = open(&m, |_| {}).prefill(&PROMPT, true).unwrap();
-    let want = open(&m, |o| o.int8_prefill = true).prefill(&PROMPT, true).unwrap();
-    for batch in [5, 7] {
-        let got = open(&m, |o| {
-            o.int8_prefill = true;
-            o.max_batch = batch;
-        })
-        .prefill(&PROMPT, true)
-        .unwrap();
-        assert!(max_diff(&got, &want) < 1e-4, "int8 in chunks of {batch}: {}", max_diff(&got, &want));
+    let q8 = SynthShape::tiny();
+    let q4 = SynthShape { expert_type: diskformer_gguf::TensorType::Q4_0, ..SynthShape::tiny() };
+    for (name, shape) in [("int8", q8), ("int8-q4", q4)] {
+        let m = model(name, shape, 3);
+        let exact = open(&m, |_| {}).prefill(&PROMPT, true).unwrap();
+        let want = open(&m, |o| o.int8_prefill = true).prefill(&PROMPT, true).unwrap();
+        for (batch, slots) in [(5, None), (7, None), (5, Some(10))] {
+            let mut e = open(&m, |o| {
+                o.int8_prefill = true;
+                o.max_batch = batch;
+                o.pool_slots = slots;
+            });
+            assert_eq!(e.routes_on_gpu(), slots.is_none());
+            let got = e.prefill(&PROMPT, true).unwrap();
+            let d = max_diff(&got, &want);
+            assert!(d < 1e-4, "{name} in chunks of {batch}, {slots:?} slots: {d}");
+        }
+        let d = max_diff(&log_softmax(&want), &log_softmax(&exact));
+        assert!(d > 0.0 && d < 0.5, "{name} against f32 log-probabilities: {d}");
+        assert_eq!(top_n(&want, 1)[0].0, top_n(&exact, 1)[0].0, "{name}: greedy pick");
     }
-    let d = max_diff(&log_softmax(&want), &log_softmax(&exact));
-    assert!(d > 0.0 && d < 0.5, "int8 against f32 log-probabilities: {d}");
-    assert_eq!(top_n(&want, 1)[0].0, top_n(&exact, 1)[0].0, "greedy pick");
 }
 
 #[test]

@@ -23,15 +23,17 @@ pub struct ExpertGroupsParams {
 }
 const _: () = assert!(size_of::<ExpertGroupsParams>() == 32);
 
-/// The most experts a layer may have for [`Kernels::expert_groups`] (its shader's `MAX_E`).
-pub const EXPERT_GROUPS_MAX_EXPERTS: u32 = 512;
+/// The most experts a layer may have for [`Kernels::expert_groups`] (its shader's `MAX_E`; the routers'
+/// limit too).
+pub const EXPERT_GROUPS_MAX_EXPERTS: u32 = 256;
 
 impl Kernels {
     /// Groups a chunk's (token, pick) pairs by expert on the GPU for the tiled expert GEMMs
     /// ([`Kernels::expert_q8_gemm_tiled`], [`Kernels::expert_q8_gemm_i8`]), with every expert resident: what
     /// [`expert_gemm_groups`](crate::expert_gemm_groups) does on the host after a read-back, as
     /// [`cpu::expert_groups`](crate::cpu::expert_groups) describes (groups in expert order; a group's pairs
-    /// in no set order, which changes no GEMM output). Shapes: `ids [P] u32` expert ids, `table [entries]
+    /// in no set order, which changes no GEMM output). A pair whose id is `experts` or more (no router writes
+    /// one) is in no group, so the GEMMs leave its output row as it was. Shapes: `ids [P] u32` expert ids, `table [entries]
     /// u32` pool slots of (layer, expert), `groups [len]` `[slot, first, count, 0]`, `order [P] u32`.
     ///
     /// # Errors

@@ -29,7 +29,8 @@ const _: () = assert!(size_of::<ExpertQ8GemmParams>() == 32);
 pub const EXPERT_GEMM_GROUP: usize = 8;
 /// Pairs per group of `expert_q8_gemm_tiled.wgsl` and `expert_q8_gemm_i8.wgsl` (their `BT`).
 pub const EXPERT_GEMM_TILED_GROUP: usize = 32;
-/// Rows of a workgroup of `expert_q8_gemm.wgsl` / `expert_q4_gemm.wgsl`, and of the tiled one (its `BR`).
+/// Rows of a workgroup of `expert_q8_gemm.wgsl` / `expert_q4_gemm.wgsl`, and of the tiled and int8 ones
+/// (their `BR`).
 const ROWS: u64 = 8;
 const TILED_ROWS: u64 = 128;
 

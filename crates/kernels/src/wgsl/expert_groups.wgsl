@@ -7,7 +7,7 @@
 
 struct Params {
     pairs: u32,   // P = T · k
-    experts: u32, // E, at most MAX_E
+    experts: u32, // E, at most MAX_E; pairs whose id is E or more are left out (no group, no output)
     size: u32,    // pairs a group at most
     len: u32,     // group entries (the GEMM's dispatch rows)
     base: u32,    // layer · experts: the layer's first table entry
@@ -23,7 +23,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> order: array<u32>;       // [P] pair ids, grouped
 
 const WG: u32 = 256u;
-const MAX_E: u32 = 512u;
+const MAX_E: u32 = 256u; // router_topk's limit too
 
 var<workgroup> cursor: array<atomic<u32>, MAX_E>; // pairs counted, then placed, per expert
 var<workgroup> total: array<u32, MAX_E>;          // pairs per expert

@@ -1,7 +1,7 @@
 // Expert Q8_0 GEMM for prefill on int8 inputs (quantize_q8 rows), tiled: (token, pick) pairs grouped by pool
-// slot, up to 32 pairs a group (as expert_q8_gemm_tiled); a workgroup takes 128 rows of the group's slot x
-// its pairs, a block at a time through workgroup memory, each lane 8 rows x 4 pairs by int8 dot products
-// (`tile_gemm_i8`, q8_tile_i8.wgsl, appended with q8_helpers.wgsl). Group g names a slot and a run of
+// slot, up to 32 pairs a group (as expert_q8_gemm_tiled); a workgroup takes 128 rows of the group's slot x its
+// pairs, two 32-column blocks at a time through workgroup memory, each lane 8 rows x 4 pairs by int8 dot
+// products (`tile_gemm_i8`, q8_tile_i8.wgsl, appended with q8_helpers.wgsl). Group g names a slot and a run of
 // `order`: y[pair] = W[slot] x[pair / x_div] for pair = order[first + j], j < count. Groups with count 0
 // (padding up to the dispatch size) and slots outside this part leave at once.
 enable f16;

@@ -1,7 +1,7 @@
 // Q8_0 GEMM for prefill on int8 inputs, tiled: y[t, row_begin + r] = sum over 32-column blocks b of
 // (sum_c q[r, c] * xq[t, c]) * scale[r, b] * xscale[t, b], where xq, xscale are quantize_q8's rows of the
-// f32 input (as llama.cpp's CPU path and MMQ kernels quantise it). A workgroup takes 128 rows x 32 tokens, a
-// block at a time through workgroup memory, each lane 8 rows x 4 tokens by int8 dot products
+// f32 input (as llama.cpp's CPU path and MMQ kernels quantise it). A workgroup takes 128 rows x 32 tokens, two
+// blocks at a time through workgroup memory, each lane 8 rows x 4 tokens by int8 dot products
 // (`tile_gemm_i8`, q8_tile_i8.wgsl, appended with q8_helpers.wgsl).
 enable f16;
 

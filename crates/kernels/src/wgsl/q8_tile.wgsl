@@ -21,8 +21,8 @@ fn tile_gemm(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 8> {
     let nstep = p.cols / TILE_K;
     let lt = li % 32u;
     let lc = li / 32u;
-    let rg2 = 2u * (4u * (li / 32u) + (li % 32u) / 8u);
-    let tg = li % 8u;
+    let rows4 = tile_rows(li) / 4u; // the vec4 index of the lane's first 4 rows in a column
+    let tokens4 = tile_tokens(li) / 4u;
     var a0 = vec4<f32>(0.0);
     var a1 = vec4<f32>(0.0);
     var a2 = vec4<f32>(0.0);
@@ -56,9 +56,9 @@ fn tile_gemm(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 8> {
         s = f32(scales[lrow * nblk + ns / 2u]);
         xv = select(vec4<f32>(0.0), x[xrow + ns * 4u + lc], live);
         for (var k = 0u; k < TILE_K; k++) {
-            let w_lo = tile_w[k * 32u + rg2];
-            let w_hi = tile_w[k * 32u + rg2 + 1u];
-            let t = tile_x[k * 8u + tg];
+            let w_lo = tile_w[k * 32u + rows4];
+            let w_hi = tile_w[k * 32u + rows4 + 1u];
+            let t = tile_x[k * 8u + tokens4];
             a0 += w_lo * t.x;
             a1 += w_hi * t.x;
             a2 += w_lo * t.y;

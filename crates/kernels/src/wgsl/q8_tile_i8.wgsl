@@ -3,11 +3,10 @@
 // quantize_q8's output: cols / 4 words of int8 then cols / 32 f32 scales). Per step of two 32-column Q8_0
 // blocks a workgroup of 128 lanes copies 128 weight rows' int8 and scales and 32 tokens' (pairs') int8 and
 // scales into workgroup memory as they are (11.3 KB, no decoding), then lane li multiplies rows 8 * rg.. by
-// tokens 4 * tg..
-// (rg = 4 * (li / 32) + (li % 32) / 8, tg = li % 8; as q8_tile.wgsl) with dot4I8Packed: exact int32 sums
-// of the block, scaled by the row's and the token's scales once per block (what llama.cpp's CPU path and
-// its GPU MMQ kernels compute). Per 4 columns two vec4 loads of weight words and one of input words for 32
-// four-way dot products.
+// tokens 4 * tg.. (rg = 4 * (li / 32) + (li % 32) / 8, tg = li % 8; as q8_tile.wgsl) with dot4I8Packed: exact
+// int32 sums of the block, scaled by the row's and the token's scales once per block (what llama.cpp's CPU
+// path and its GPU MMQ kernels compute). Per 4 columns two vec4 loads of weight words and one of input words
+// for 32 four-way dot products.
 
 var<workgroup> tile_w: array<vec4<u32>, 512>;  // [16 words][32]: rows 4i..4i+3
 var<workgroup> tile_sw: array<vec4<f32>, 64>;  // [2 blocks][32] row scales, 4 rows each
@@ -25,9 +24,10 @@ fn dot4x(w: vec4<u32>, t: u32) -> vec4<i32> {
     return vec4<i32>(dot4I8Packed(w.x, t), dot4I8Packed(w.y, t), dot4I8Packed(w.z, t), dot4I8Packed(w.w, t));
 }
 
-// Block `blk` (0 or 1) of the step in workgroup memory, for the lane's rows `rg2` (2 * its row group) and
-// token group `tg`, added into `a` ([2 * j + h] as tile_gemm_i8 returns it).
-fn block_product(blk: u32, rg2: u32, tg: u32, a: ptr<function, array<vec4<f32>, 8>>) {
+// Block `blk` (0 or 1) of the step in workgroup memory, for the lane's rows (`rows4`: the vec4 index of its
+// first 4 in a word's column, tile_rows / 4) and tokens (`tokens4`: tile_tokens / 4), added into `a`
+// ([2 * j + h] as tile_gemm_i8 returns it).
+fn block_product(blk: u32, rows4: u32, tokens4: u32, a: ptr<function, array<vec4<f32>, 8>>) {
     var i0 = vec4<i32>(0);
     var i1 = vec4<i32>(0);
     var i2 = vec4<i32>(0);
@@ -37,9 +37,9 @@ fn block_product(blk: u32, rg2: u32, tg: u32, a: ptr<function, array<vec4<f32>, 
     var i6 = vec4<i32>(0);
     var i7 = vec4<i32>(0);
     for (var k = blk * 8u; k < blk * 8u + 8u; k++) {
-        let wl = tile_w[k * 32u + rg2];
-        let wh = tile_w[k * 32u + rg2 + 1u];
-        let t = tile_x[k * 8u + tg];
+        let wl = tile_w[k * 32u + rows4];
+        let wh = tile_w[k * 32u + rows4 + 1u];
+        let t = tile_x[k * 8u + tokens4];
         i0 += dot4x(wl, t.x);
         i1 += dot4x(wh, t.x);
         i2 += dot4x(wl, t.y);
@@ -49,9 +49,9 @@ fn block_product(blk: u32, rg2: u32, tg: u32, a: ptr<function, array<vec4<f32>, 
         i6 += dot4x(wl, t.w);
         i7 += dot4x(wh, t.w);
     }
-    let sl = tile_sw[blk * 32u + rg2];
-    let sh = tile_sw[blk * 32u + rg2 + 1u];
-    let st = tile_sx[blk * 8u + tg];
+    let sl = tile_sw[blk * 32u + rows4];
+    let sh = tile_sw[blk * 32u + rows4 + 1u];
+    let st = tile_sx[blk * 8u + tokens4];
     (*a)[0] += i32x4_to_f32(i0) * (sl * st.x);
     (*a)[1] += i32x4_to_f32(i1) * (sh * st.x);
     (*a)[2] += i32x4_to_f32(i2) * (sl * st.y);
@@ -71,11 +71,11 @@ fn block_product(blk: u32, rg2: u32, tg: u32, a: ptr<function, array<vec4<f32>, 
 fn tile_gemm_i8(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 8> {
     let nblk = p.cols / 32u;
     let lt = li % 32u;
-    let lw = 4u * (li / 32u);
-    let sb = (li / 32u) % 2u; // the block whose input scale lanes li < 64 bring
-    let rg2 = 2u * (4u * (li / 32u) + (li % 32u) / 8u);
-    let tg = li % 8u;
-    let xs_at = xrow + 8u * nblk; // the input row's scales
+    let x_word = 4u * (li / 32u); // the first of the lane's 4 input words of a step's 16
+    let x_scale_blk = (li / 32u) % 2u; // the block whose input scale lanes li < 64 bring
+    let rows4 = tile_rows(li) / 4u;
+    let tokens4 = tile_tokens(li) / 4u;
+    let x_scales = xrow + 8u * nblk; // the input row's scales
     var a = array<vec4<f32>, 8>();
     // Register double buffering: step s + 1's global loads are issued before step s's multiply (the loop
     // runs one step past the last load to multiply it).
@@ -109,31 +109,32 @@ fn tile_gemm_i8(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 8
             tile_w[15u * 32u + wi][c] = w3.w;
             tile_sw[wi][c] = sw.x;
             tile_sw[32u + wi][c] = sw.y;
-            tile_x[lw * 8u + lt / 4u][lt % 4u] = xw.x;
-            tile_x[(lw + 1u) * 8u + lt / 4u][lt % 4u] = xw.y;
-            tile_x[(lw + 2u) * 8u + lt / 4u][lt % 4u] = xw.z;
-            tile_x[(lw + 3u) * 8u + lt / 4u][lt % 4u] = xw.w;
+            tile_x[x_word * 8u + lt / 4u][lt % 4u] = xw.x;
+            tile_x[(x_word + 1u) * 8u + lt / 4u][lt % 4u] = xw.y;
+            tile_x[(x_word + 2u) * 8u + lt / 4u][lt % 4u] = xw.z;
+            tile_x[(x_word + 3u) * 8u + lt / 4u][lt % 4u] = xw.w;
             if (li < 64u) {
-                tile_sx[sb * 8u + lt / 4u][lt % 4u] = sx;
+                tile_sx[x_scale_blk * 8u + lt / 4u][lt % 4u] = sx;
             }
             workgroupBarrier();
         }
         if (b < nblk) {
             // This step's loads: blocks b and b + 1 (past the end, the last block again with scales 0).
-            let b1 = min(b + 1u, nblk - 1u);
-            let more = b + 1u < nblk;
+            let next = min(b + 1u, nblk - 1u);
+            let has_next = b + 1u < nblk;
             w0 = q[(lrow * nblk + b) * 2u];
             w1 = q[(lrow * nblk + b) * 2u + 1u];
-            w2 = q[(lrow * nblk + b1) * 2u];
-            w3 = q[(lrow * nblk + b1) * 2u + 1u];
-            sw = vec2<f32>(f32(scales[lrow * nblk + b]), select(0.0, f32(scales[lrow * nblk + b1]), more));
-            let xb = xrow + select(b, b1, lw >= 8u) * 8u + lw % 8u;
+            w2 = q[(lrow * nblk + next) * 2u];
+            w3 = q[(lrow * nblk + next) * 2u + 1u];
+            sw = vec2<f32>(f32(scales[lrow * nblk + b]), select(0.0, f32(scales[lrow * nblk + next]), has_next));
+            let xb = xrow + select(b, next, x_word >= 8u) * 8u + x_word % 8u;
             xw = select(vec4<u32>(0u), vec4<u32>(x[xb], x[xb + 1u], x[xb + 2u], x[xb + 3u]), live);
-            sx = select(0.0, bitcast<f32>(x[xs_at + select(b, b1, sb == 1u)]), live && (sb == 0u || more));
+            let sblk = select(b, next, x_scale_blk == 1u);
+            sx = select(0.0, bitcast<f32>(x[x_scales + sblk]), live && (x_scale_blk == 0u || has_next));
         }
         if (b > 0u) {
-            block_product(0u, rg2, tg, &a);
-            block_product(1u, rg2, tg, &a);
+            block_product(0u, rows4, tokens4, &a);
+            block_product(1u, rows4, tokens4, &a);
         }
     }
     return a;
