@@ -906,7 +906,8 @@ criterion_main!(kernel_benches);
 /// pairs over 128 experts (LCG picks, one slot each), grouped on the CPU as the engine does between the
 /// router and the experts (that read-back is not in `all`). A kernel repeated writes the same output, so
 /// consecutive dispatches wait for each other as in the engine. `all_i8` is the layer with `int8_prefill`:
-/// its Q8_0 GEMMs on int8 inputs, each after its input's quantisation.
+/// its Q8_0 GEMMs on int8 inputs, each after its input's quantisation. `router_gemv`: the router as
+/// chunks ran it before `f32_gemm`.
 fn bench_chunk(c: &mut Criterion, g: &Gpu) {
     use diskformer_kernels::{KvCacheViews, MoeCombineNormParams, QkvRopeStoreParams};
     let k = &g.sg;
@@ -978,7 +979,7 @@ fn bench_chunk(c: &mut Criterion, g: &Gpu) {
         ("attention", k.attention(v(&qr), v(&kc), v(&vc), v(&pos), v(&att), shape)),
         ("wo_gemm", k.q8_gemm_tiled(m(&wo), v(&att), v(&o), t)),
         ("add_rms_norm", k.add_rms_norm(v(&x), v(&o), v(&ffn_norm), v(&hbuf), v(&xn), h, t, eps)),
-        ("router_gemv", k.f32_gemv(v(&router), e, h, v(&xn), v(&logits_r), t)),
+        ("router_gemm", k.f32_gemm(v(&router), (e, h), v(&xn), v(&logits_r), t)),
         ("router_topk", k.router_topk(v(&logits_r), v(&ids), v(&wts), e, top, t)),
         ("expert_gate_up", k.expert_q8_gemm_tiled(gate_up, v(&xn), v(&gb), v(&ob), v(&gu_out), sizes, top)),
         ("silu_mul", k.silu_mul(v(&gu_out), v(&act), f, pairs)),
@@ -1003,7 +1004,7 @@ fn bench_chunk(c: &mut Criterion, g: &Gpu) {
         ("wo_quantize", k.quantize_q8(v(&att), v(&xq), t, heads * d)),
         ("wo_gemm_i8", k.q8_gemm_i8(m(&wo), v(&xq), v(&o), t)),
         ("add_rms_norm", k.add_rms_norm(v(&x), v(&o), v(&ffn_norm), v(&hbuf), v(&xn), h, t, eps)),
-        ("router_gemv", k.f32_gemv(v(&router), e, h, v(&xn), v(&logits_r), t)),
+        ("router_gemm", k.f32_gemm(v(&router), (e, h), v(&xn), v(&logits_r), t)),
         ("router_topk", k.router_topk(v(&logits_r), v(&ids), v(&wts), e, top, t)),
         ("gate_up_quantize", k.quantize_q8(v(&xn), v(&xq), t, h)),
         ("expert_gate_up_i8", k.expert_q8_gemm_i8(gate_up, v(&xq), v(&gb), v(&ob), v(&gu_out), sizes, top)),
@@ -1031,5 +1032,10 @@ fn bench_chunk(c: &mut Criterion, g: &Gpu) {
         group
             .bench_function(format!("t512/all{suffix}"), |b| b.iter_custom(|iters| time(g, &all, n * iters)));
     }
+    // Beside the layer: the router as the GEMV over T tokens (what chunks ran before f32_gemm).
+    let router_gemv = k.f32_gemv(v(&router), e, h, v(&xn), v(&logits_r), t).expect("bind");
+    group.bench_function("t512/router_gemv", |b| {
+        b.iter_custom(|iters| time(g, std::slice::from_ref(&router_gemv), iters))
+    });
     group.finish();
 }

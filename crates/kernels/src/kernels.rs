@@ -8,7 +8,8 @@ use wgpu::util::DeviceExt;
 use crate::context::Context;
 use crate::error::{Error, Result};
 
-/// Every kernel of the crate. File name = entry point = [`Kernel::name`].
+/// Every kernel of the crate. File name = entry point = [`Kernel::name`], but for the int8 GEMMs, which share
+/// the tiled GEMMs' files (their entry point renamed, see [`Kernel::source`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Kernel {
@@ -30,6 +31,8 @@ pub enum Kernel {
     QuantizeQ8,
     /// F32 GEMV over T inputs (the router).
     F32Gemv,
+    /// F32 GEMM over T tokens through workgroup-memory tiles (a chunk's router).
+    F32Gemm,
     /// Per-head QK RMSNorm then NeoX RoPE.
     QkNormRope,
     /// KV-cache store (f32 → f16).
@@ -94,7 +97,7 @@ const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 33] = [
+    pub const ALL: [Kernel; 34] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -104,6 +107,7 @@ impl Kernel {
         Kernel::Q8GemmI8,
         Kernel::QuantizeQ8,
         Kernel::F32Gemv,
+        Kernel::F32Gemm,
         Kernel::QkNormRope,
         Kernel::KvStore,
         Kernel::QkvRopeStore,
@@ -142,6 +146,7 @@ impl Kernel {
             Kernel::Q8GemmI8 => "q8_gemm_i8",
             Kernel::QuantizeQ8 => "quantize_q8",
             Kernel::F32Gemv => "f32_gemv",
+            Kernel::F32Gemm => "f32_gemm",
             Kernel::QkNormRope => "qk_norm_rope",
             Kernel::KvStore => "kv_store",
             Kernel::QkvRopeStore => "qkv_rope_store",
@@ -204,6 +209,7 @@ impl Kernel {
             Kernel::Q8Gemm | Kernel::Q8GemmTiled | Kernel::Q8GemmI8 => size_of::<Q8GemmParams>(),
             Kernel::QuantizeQ8 => size_of::<QuantizeQ8Params>(),
             Kernel::F32Gemv => size_of::<F32GemvParams>(),
+            Kernel::F32Gemm => size_of::<F32GemmParams>(),
             Kernel::QkNormRope => size_of::<QkNormRopeParams>(),
             Kernel::KvStore => size_of::<KvStoreParams>(),
             Kernel::QkvRopeStore => size_of::<QkvRopeStoreParams>(),
@@ -238,9 +244,10 @@ impl Kernel {
             Kernel::Q8GemvRows2 => include_str!("wgsl/q8_gemv_rows2.wgsl"),
             Kernel::Q8Gemm => include_str!("wgsl/q8_gemm.wgsl"),
             Kernel::Q8GemmTiled => include_str!("wgsl/q8_gemm_tiled.wgsl"),
-            Kernel::Q8GemmI8 => include_str!("wgsl/q8_gemm_i8.wgsl"),
+            Kernel::Q8GemmI8 => Kernel::Q8GemmTiled.file(),
             Kernel::QuantizeQ8 => include_str!("wgsl/quantize_q8.wgsl"),
             Kernel::F32Gemv => include_str!("wgsl/f32_gemv.wgsl"),
+            Kernel::F32Gemm => include_str!("wgsl/f32_gemm.wgsl"),
             Kernel::QkNormRope => include_str!("wgsl/qk_norm_rope.wgsl"),
             Kernel::KvStore => include_str!("wgsl/kv_store.wgsl"),
             Kernel::QkvRopeStore => include_str!("wgsl/qkv_rope_store.wgsl"),
@@ -257,7 +264,7 @@ impl Kernel {
             Kernel::ExpertQ4Gemv => include_str!("wgsl/expert_q4_gemv.wgsl"),
             Kernel::ExpertQ8Gemm => include_str!("wgsl/expert_q8_gemm.wgsl"),
             Kernel::ExpertQ8GemmTiled => include_str!("wgsl/expert_q8_gemm_tiled.wgsl"),
-            Kernel::ExpertQ8GemmI8 => include_str!("wgsl/expert_q8_gemm_i8.wgsl"),
+            Kernel::ExpertQ8GemmI8 => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertQ4Gemm => include_str!("wgsl/expert_q4_gemm.wgsl"),
             Kernel::ExpertSlots => include_str!("wgsl/expert_slots.wgsl"),
             Kernel::ExpertGroups => include_str!("wgsl/expert_groups.wgsl"),
@@ -269,12 +276,17 @@ impl Kernel {
     }
 
     /// The WGSL source compiled for this kernel: the file (for kernels with a subgroup variant, with its
-    /// `/*SG_ARGS*/` and `/*SG_CALL*/` filled in) followed by the helper files it calls: the row sums
-    /// (plain or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs (`q8_tile.wgsl` before it
-    /// for the tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), the row helpers (plain or subgroup) for the split attention, `rms_scale.wgsl` for the norm kernels,
-    /// `router_topk_core.wgsl` for the routers. `subgroups` is ignored by kernels without a variant.
+    /// `/*SG_ARGS*/` and `/*SG_CALL*/` filled in; for the int8 GEMMs, the tiled GEMMs' file with its entry
+    /// point renamed) followed by the helper files it calls: the row sums (plain or subgroup) and
+    /// `q8_helpers.wgsl` for the quantised GEMVs and GEMMs (`q8_tile.wgsl` before it for the tiled GEMMs,
+    /// `q8_tile_i8.wgsl` for the int8 ones), the row helpers (plain or subgroup) for the split attention,
+    /// `rms_scale.wgsl` for the norm kernels, `router_topk_core.wgsl` for the routers. `subgroups` is
+    /// ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
-        let body = if !self.has_subgroup_variant() {
+        let body = if let Some(shared) = self.entry_renamed_from() {
+            let entry = |k: Kernel| format!("fn {}(", k.name());
+            Cow::Owned(self.file().replace(&entry(shared), &entry(self)))
+        } else if !self.has_subgroup_variant() {
             Cow::Borrowed(self.file())
         } else if subgroups {
             let args =
@@ -288,6 +300,16 @@ impl Kernel {
             return body;
         }
         Cow::Owned(std::iter::once(&*body).chain(helpers.iter().copied()).collect::<Vec<_>>().join("\n"))
+    }
+
+    /// The kernel whose file this one shares, with its entry point renamed to this one's name: the int8
+    /// GEMMs run the tiled GEMMs' files with another tile helper appended.
+    fn entry_renamed_from(self) -> Option<Kernel> {
+        match self {
+            Kernel::Q8GemmI8 => Some(Kernel::Q8GemmTiled),
+            Kernel::ExpertQ8GemmI8 => Some(Kernel::ExpertQ8GemmTiled),
+            _ => None,
+        }
     }
 
     /// The helper files appended to the kernel's own (see [`Kernel::source`]).

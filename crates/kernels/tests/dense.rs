@@ -248,20 +248,35 @@ fn add_rms_norm_rows() {
 fn f32_gemv_router_shapes() {
     let g = gpu_or_skip!();
     let mut rng = Rng::new(13);
-    for (rows, cols, t) in [(128usize, 2048usize, 1usize), (128, 2048, 4), (5, 12, 2), (60, 2048, 1)] {
+    // The GEMM (chunks) on its shapes too: a 512-token chunk, tokens and rows around its 32 × 16 tile.
+    let cases = [
+        (128usize, 2048usize, 1usize, false),
+        (128, 2048, 4, false),
+        (5, 12, 2, false),
+        (60, 2048, 1, false),
+        (128, 2048, 512, true),
+        (17, 96, 33, true),
+        (1, 32, 1, true),
+    ];
+    for (rows, cols, t, gemm) in cases {
         let w = rng.vec_f32(rows * cols, -0.1, 0.1);
         let x = rng.vec_f32(t * cols, -1.0, 1.0);
         let (wb, xb) = (upload(g, &w), upload(g, &x));
         let y = poisoned(g, 4 * rows * t);
-        let d =
-            g.kernels.f32_gemv((&wb).into(), rows as u32, cols as u32, (&xb).into(), (&y).into(), t as u32);
+        let (shape, views) = ((rows as u32, cols as u32), ((&xb).into(), (&y).into()));
+        let d = if gemm {
+            g.kernels.f32_gemm((&wb).into(), shape, views.0, views.1, t as u32)
+        } else {
+            g.kernels.f32_gemv((&wb).into(), shape.0, shape.1, views.0, views.1, t as u32)
+        };
         run(g, &[&d.unwrap()]);
         let got = read_n::<f32>(g, &y, rows * t);
         let want = cpu::f32_gemv(&w, rows, cols, &x);
         let wa = abs_of(&w);
         let mag = cpu::f32_gemv(&wa, rows, cols, &abs_of(&x));
         // Tolerance: as q8_gemv, f32 sums in another order, 2e-6·Σ|w·x|.
-        assert_close(&format!("f32_gemv {rows}x{cols} T={t}"), &got, &want, &mag, 1e-7, 2e-6);
+        let what = format!("{} {rows}x{cols} T={t}", if gemm { "f32_gemm" } else { "f32_gemv" });
+        assert_close(&what, &got, &want, &mag, 1e-7, 2e-6);
     }
 }
 

@@ -415,7 +415,12 @@ impl Graph {
                 attention.extend(k.dense_projection(lw.wo.m(), v(&s.att), v(&s.o), t, dense_xq)?);
                 attention.extend([
                     k.add_rms_norm(v(&s.x), v(&s.o), v(&lw.ffn_norm), v(&s.h), v(&s.xn), h, t, eps)?,
-                    k.f32_gemv(v(&lw.router), experts, h, v(&s.xn), v(&s.router_logits), t)?,
+                    // A chunk's router reads its weights once per 32 tokens (the GEMM), a token's once.
+                    if t > 1 {
+                        k.f32_gemm(v(&lw.router), (experts, h), v(&s.xn), v(&s.router_logits), t)?
+                    } else {
+                        k.f32_gemv(v(&lw.router), experts, h, v(&s.xn), v(&s.router_logits), 1)?
+                    },
                 ]);
             }
             let (logits, ids, weights) = (v(&s.router_logits), v(&s.pick_ids), v(&s.pick_weights));

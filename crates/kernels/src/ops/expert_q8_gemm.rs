@@ -27,7 +27,7 @@ const _: () = assert!(size_of::<ExpertQ8GemmParams>() == 32);
 
 /// Pairs per group of `expert_q8_gemm.wgsl` and `expert_q4_gemm.wgsl` (their `TB`).
 pub const EXPERT_GEMM_GROUP: usize = 8;
-/// Pairs per group of `expert_q8_gemm_tiled.wgsl` and `expert_q8_gemm_i8.wgsl` (their `BT`).
+/// Pairs per group of `expert_q8_gemm_tiled.wgsl` (its `BT`; the int8 GEMM runs it too).
 pub const EXPERT_GEMM_TILED_GROUP: usize = 32;
 /// Rows of a workgroup of `expert_q8_gemm.wgsl` / `expert_q4_gemm.wgsl`, and of the tiled and int8 ones
 /// (their `BR`).
@@ -123,7 +123,7 @@ impl Kernels {
     }
 
     /// [`Kernels::expert_q8_gemm_tiled`] on Q8_0-quantised inputs by int8 dot products
-    /// (`expert_q8_gemm_i8.wgsl`, the scheme of [`Kernels::q8_gemm_i8`]): `x` holds
+    /// (its file with `q8_tile_i8.wgsl`, the scheme of [`Kernels::q8_gemm_i8`]): `x` holds
     /// [`Kernels::quantize_q8`]'s rows, `[P / x_div]` rows of [`q8_row_bytes`]`(cols)`; groups as
     /// [`Kernels::expert_q8_gemm_tiled`].
     ///

@@ -14,6 +14,7 @@ mod expert_q4_gemv;
 mod expert_q8_gemm;
 mod expert_q8_gemv;
 mod expert_slots;
+mod f32_gemm;
 mod f32_gemv;
 mod kv_store;
 mod moe_combine;
@@ -45,6 +46,7 @@ pub use expert_q8_gemv::{
     CombineOut, ExpertPlanes, ExpertQ8GemvCombineParams, ExpertQ8GemvParams, combine_squares,
 };
 pub use expert_slots::ExpertSlotsParams;
+pub use f32_gemm::F32GemmParams;
 pub use f32_gemv::{F32GemvParams, InputNorm};
 pub use kv_store::KvStoreParams;
 pub use moe_combine::MoeCombineParams;

@@ -48,10 +48,10 @@ impl Kernels {
         self.dense_gemm(Kernel::Q8GemmTiled, (Q8_GEMM_TILED_ROWS, Q8_GEMM_TILED_TOKENS), w, x, y, tokens)
     }
 
-    /// [`Kernels::q8_gemm_tiled`] on Q8_0-quantised inputs by int8 dot products (`q8_gemm_i8.wgsl`), as
-    /// llama.cpp multiplies Q8_0 weights: `x` holds [`Kernels::quantize_q8`]'s rows of the f32 input, and
-    /// each 32-column block's exact int32 sum is scaled by the weight row's and the token's scales. A
-    /// workgroup takes 128 rows × 32 tokens. Shapes: `x [T]` rows of [`q8_row_bytes`]`(cols)`, `y [T, rows]`
+    /// [`Kernels::q8_gemm_tiled`] on Q8_0-quantised inputs by int8 dot products (its file with
+    /// `q8_tile_i8.wgsl`), as llama.cpp multiplies Q8_0 weights: `x` holds [`Kernels::quantize_q8`]'s rows
+    /// of the f32 input, and each 32-column block's exact int32 sum is scaled by the weight row's and the
+    /// token's scales. A workgroup takes 128 rows × 32 tokens. Shapes: `x [T]` rows of [`q8_row_bytes`]`(cols)`, `y [T, rows]`
     /// f32; splits as [`Kernels::q8_gemm`].
     ///
     /// # Errors
@@ -99,6 +99,6 @@ impl Kernels {
     }
 }
 
-/// Rows and tokens of a `q8_gemm_tiled.wgsl` and `q8_gemm_i8.wgsl` workgroup (their `BR`, `BT`).
+/// Rows and tokens of a `q8_gemm_tiled.wgsl` workgroup (its `BR`, `BT`; the int8 GEMM runs it too).
 const Q8_GEMM_TILED_ROWS: u64 = 128;
 const Q8_GEMM_TILED_TOKENS: u64 = 32;

@@ -1,11 +1,11 @@
-// Expert Q8_0 GEMM for prefill through workgroup-memory tiles: (token, pick) pairs grouped by pool slot,
-// up to 32 pairs a group; a workgroup takes 128 rows of the group's slot x its pairs. Per 16 columns it
-// decodes the rows' weights (scaled) and copies the pairs' inputs into workgroup memory once, then each
-// lane multiplies 8 rows by 4 pairs from there (q8_gemm_tiled's scheme, with the rows of one slot and the
-// inputs of the group's pairs). Group g names a slot and a run of `order`:
-// y[pair] = W[slot] x[pair / x_div] for pair = order[first + j], j < count. Groups with count 0 (padding up
-// to the dispatch size) and slots outside this part leave at once. The product (`tile_gemm`,
-// q8_tile.wgsl) and `i8x4` are appended.
+// Expert Q8_0 GEMM for prefill through workgroup-memory tiles: (token, pick) pairs grouped by pool slot, up
+// to 32 pairs a group; a workgroup takes 128 rows of the group's slot x its pairs, each lane 8 rows x 4 pairs
+// (`tile_product`, as q8_gemm_tiled with the rows of one slot and the inputs of the group's pairs). Group g
+// names a slot and a run of `order`: y[pair] = W[slot] x[pair / x_div] for pair = order[first + j], j <
+// count. Groups with count 0 (padding up to the dispatch size) and slots outside this part leave at once.
+// Two kernels share this file, as q8_gemm_tiled and q8_gemm_i8 share theirs: expert_q8_gemm_tiled (with
+// q8_tile.wgsl, f32 inputs) and expert_q8_gemm_i8 (this entry point renamed; q8_tile_i8.wgsl, quantize_q8
+// rows, int8 dot products).
 enable f16;
 
 struct Params {
@@ -20,7 +20,7 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;      // [P / x_div, cols] f32
+// binding 1: x, [P / x_div] input rows of x_row_len() elements, declared by the tile helper
 @group(0) @binding(2) var<storage, read> groups: array<vec4<u32>>; // [G] (slot, first, count <= 32, 0)
 @group(0) @binding(3) var<storage, read> order: array<u32>;        // [P] pair ids, grouped by slot
 @group(0) @binding(4) var<storage, read> q: array<vec4<u32>>;      // [slot_end - slot_begin, rows, cols] int8
@@ -40,12 +40,12 @@ fn expert_q8_gemm_tiled(@builtin(local_invocation_index) li: u32, @builtin(workg
         return;
     }
     let r0 = wg.x * BR;
-    // Lane li loads row li of the tile and the group's pair li % 32 (tile_gemm): rows and pairs past the end
-    // read the last ones / zeros.
+    // Lane li loads row li of the tile and the group's pair li % 32 (tile_product): rows and pairs past the
+    // end read the last ones / zeros.
     let lrow = (slot - p.slot_begin) * p.rows + min(r0 + li, p.rows - 1u);
     let lt = li % 32u;
-    let xrow = (order[grp.y + min(lt, nt - 1u)] / p.x_div) * (p.cols / 4u);
-    let acc = tile_gemm(li, lrow, xrow, lt < nt);
+    let xrow = (order[grp.y + min(lt, nt - 1u)] / p.x_div) * x_row_len();
+    let acc = tile_product(li, lrow, xrow, lt < nt);
     let rt = r0 + tile_rows(li);
     let tt = tile_tokens(li);
     for (var j = 0u; j < 4u; j++) {

@@ -1,9 +1,12 @@
-// Q8_0 GEMM for prefill, tiled: y[t, row_begin + r] = sum_c (q[r, c] * scale[r, c/32]) * x[t, c]. A
-// workgroup takes 128 rows x 32 tokens; per 16 columns it decodes the rows' weights (scaled) and copies
-// the tokens' inputs into workgroup memory once, then each lane multiplies 8 rows by 4 tokens from there:
-// a weight is read from memory once per 32 tokens, and an input once per 128 rows (q8_gemm reads each
-// input value once per 8 rows and each weight once per 8 tokens). The product (`tile_gemm`,
-// q8_tile.wgsl) and `i8x4` are appended.
+// Q8_0 GEMM for prefill through workgroup-memory tiles: y[t, row_begin + r] = W[r] · x[t] for T tokens. A
+// workgroup takes 128 rows x 32 tokens and each lane 8 rows x 4 tokens of them (`tile_product`): a weight is
+// read from memory once per 32 tokens, an input once per 128 rows (q8_gemm, 8 tokens a weight read, stays
+// as the comparison). Two kernels share this file and differ in the tile helper appended before
+// q8_helpers.wgsl, which declares the input `x` (binding 1) and multiplies:
+//   q8_gemm_tiled: q8_tile.wgsl, f32 inputs, the weights decoded to f32 in workgroup memory;
+//   q8_gemm_i8 (this entry point renamed): q8_tile_i8.wgsl, inputs as quantize_q8 rows, int8 dot products
+//   summed exactly a Q8_0 block at a time and scaled by the row's and the token's scales (llama.cpp's
+//   arithmetic for Q8_0 weights).
 enable f16;
 
 struct Params {
@@ -18,7 +21,7 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;      // [T, cols] f32
+// binding 1: x, [T] input rows of x_row_len() elements, declared by the tile helper
 @group(0) @binding(2) var<storage, read> q: array<vec4<u32>>;      // [rows, cols] int8 (this part)
 @group(0) @binding(3) var<storage, read> scales: array<f16>;       // [rows, cols/32] f16 scales (this part)
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;      // [T, out_rows] f32
@@ -31,12 +34,12 @@ const BT: u32 = 32u;  // tokens per workgroup
 fn q8_gemm_tiled(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let r0 = wg.x * BR;
     let t0 = wg.y * BT;
-    // Lane li loads row li and token li % 32 of the tile (tile_gemm): rows and tokens past the end read the
-    // last ones / zeros.
+    // Lane li loads row li and token li % 32 of the tile (tile_product): rows and tokens past the end read
+    // the last ones / zeros.
     let lrow = min(r0 + li, p.rows - 1u);
     let lt = li % 32u;
-    let xrow = min(t0 + lt, p.tokens - 1u) * (p.cols / 4u);
-    let acc = tile_gemm(li, lrow, xrow, t0 + lt < p.tokens);
+    let xrow = min(t0 + lt, p.tokens - 1u) * x_row_len();
+    let acc = tile_product(li, lrow, xrow, t0 + lt < p.tokens);
     let rt = r0 + tile_rows(li);
     let tt = t0 + tile_tokens(li);
     for (var j = 0u; j < 4u; j++) {

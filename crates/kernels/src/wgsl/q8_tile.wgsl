@@ -1,11 +1,19 @@
-// The product of the tiled Q8_0 GEMMs (q8_gemm_tiled, expert_q8_gemm_tiled; appended to both after their own
-// file, which declares `p.cols`, `q: array<vec4<u32>>`, `scales: array<f16>` and `x: array<vec4<f32>>`).
+// The product of the tiled Q8_0 GEMMs on f32 inputs (q8_gemm_tiled, expert_q8_gemm_tiled; appended to both
+// after their own file, which declares `p.cols`, `q: array<vec4<u32>>` and `scales: array<f16>`; the input
+// `x` is declared here).
 // A workgroup of 128 lanes takes 128 rows x 32 tokens (pairs), 16 columns at a time: tile_w[k * 32 + i] =
 // the scaled weights of rows 4i..4i+3 at column k; tile_x[k * 8 + j] = the inputs of tokens 4j..4j+3 at
 // column k (10 KB in all, under WebGPU's 16 KB floor). Lane li multiplies rows 8 * rg.. by tokens 4 * tg..,
 // rg = 4 * (li / 32) + (li % 32) / 8 and tg = li % 8: per column two vec4 loads of weights and one of inputs
 // for 32 multiply-adds, and a 32-lane group reads only 4 distinct weight vec4s and 8 consecutive input vec4s
 // a load (no bank conflicts), so the loop is bound by the multiply-adds rather than workgroup memory.
+
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>; // input rows, f32
+
+// Elements of `x` a row: cols f32, 4 a vec4.
+fn x_row_len() -> u32 {
+    return p.cols / 4u;
+}
 
 const TILE_K: u32 = 16u;
 
@@ -16,7 +24,7 @@ var<workgroup> tile_x: array<vec4<f32>, 128>; // [TILE_K][8] 4 tokens each
 // tg + j (`tile_tokens`). Lane li brings, 16 columns at a time, the weights of row `lrow` (the plane row for
 // the tile's row li, clamped by the caller) and 4 inputs of input row `xrow` (a vec4 index, the tile's token
 // li % 32; zeros unless `live`; columns 4 * (li / 32)..). Call from uniform control flow (it holds barriers).
-fn tile_gemm(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 8> {
+fn tile_product(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 8> {
     let nblk = p.cols / 32u;
     let nstep = p.cols / TILE_K;
     let lt = li % 32u;

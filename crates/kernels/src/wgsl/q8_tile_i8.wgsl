@@ -1,12 +1,19 @@
 // The product of the int8 tiled Q8_0 GEMMs (q8_gemm_i8, expert_q8_gemm_i8; appended to both after their own
-// file, which declares `p.cols`, `q: array<vec4<u32>>`, `scales: array<f16>` and `x: array<u32>`, rows of
-// quantize_q8's output: cols / 4 words of int8 then cols / 32 f32 scales). Per step of two 32-column Q8_0
-// blocks a workgroup of 128 lanes copies 128 weight rows' int8 and scales and 32 tokens' (pairs') int8 and
-// scales into workgroup memory as they are (11.3 KB, no decoding), then lane li multiplies rows 8 * rg.. by
-// tokens 4 * tg.. (rg = 4 * (li / 32) + (li % 32) / 8, tg = li % 8; as q8_tile.wgsl) with dot4I8Packed: exact
-// int32 sums of the block, scaled by the row's and the token's scales once per block (what llama.cpp's CPU
-// path and its GPU MMQ kernels compute). Per 4 columns two vec4 loads of weight words and one of input words
-// for 32 four-way dot products.
+// file, which declares `p.cols`, `q: array<vec4<u32>>` and `scales: array<f16>`; the input `x` is declared
+// here: rows of quantize_q8's output, cols / 4 words of int8 then cols / 32 f32 scales). Per step of two
+// 32-column Q8_0 blocks a workgroup of 128 lanes copies 128 weight rows' int8 and scales and 32 tokens'
+// (pairs') int8 and scales into workgroup memory as they are (11.3 KB, no decoding), then lane li multiplies
+// rows 8 * rg.. by tokens 4 * tg.. (rg = 4 * (li / 32) + (li % 32) / 8, tg = li % 8; as q8_tile.wgsl) with
+// dot4I8Packed: exact int32 sums of the block, scaled by the row's and the token's scales once per block (what
+// llama.cpp's CPU path and its GPU MMQ kernels compute). Per 4 columns two vec4 loads of weight words and one
+// of input words for 32 four-way dot products.
+
+@group(0) @binding(1) var<storage, read> x: array<u32>; // input rows, quantize_q8's
+
+// Words of `x` a row: cols int8, 4 a word, then cols / 32 scales.
+fn x_row_len() -> u32 {
+    return 9u * p.cols / 32u;
+}
 
 var<workgroup> tile_w: array<vec4<u32>, 512>;  // [16 words][32]: rows 4i..4i+3
 var<workgroup> tile_sw: array<vec4<f32>, 64>;  // [2 blocks][32] row scales, 4 rows each
@@ -26,7 +33,7 @@ fn dot4x(w: vec4<u32>, t: u32) -> vec4<i32> {
 
 // Block `blk` (0 or 1) of the step in workgroup memory, for the lane's rows (`rows4`: the vec4 index of its
 // first 4 in a word's column, tile_rows / 4) and tokens (`tokens4`: tile_tokens / 4), added into `a`
-// ([2 * j + h] as tile_gemm_i8 returns it).
+// ([2 * j + h] as tile_product returns it).
 fn block_product(blk: u32, rows4: u32, tokens4: u32, a: ptr<function, array<vec4<f32>, 8>>) {
     var i0 = vec4<i32>(0);
     var i1 = vec4<i32>(0);
@@ -62,13 +69,12 @@ fn block_product(blk: u32, rows4: u32, tokens4: u32, a: ptr<function, array<vec4
     (*a)[7] += i32x4_to_f32(i7) * (sh * st.w);
 }
 
-// Lane li's products: [2 * j + h] = rows tile_rows(li) + 4h.. for token tile_tokens(li) + j (as tile_gemm in
-// q8_tile.wgsl). Lane li brings, two blocks at a time, the int8 and scales of weight row `lrow` (the plane
+// Lane li's products: [2 * j + h] = rows tile_rows(li) + 4h.. for token tile_tokens(li) + j (as in q8_tile.wgsl). Lane li brings, two blocks at a time, the int8 and scales of weight row `lrow` (the plane
 // row for the tile's row li, clamped by the caller) and four words of input row `xrow` (a word index, the
 // tile's token li % 32; zeros unless `live`; words 4 * (li / 32).. of the step's 16) with, for lanes li < 64,
 // one of its two scales. A block past the row's end (odd block counts) reads the last one, its weight and
 // input scales 0. Call from uniform control flow (it holds barriers).
-fn tile_gemm_i8(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 8> {
+fn tile_product(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 8> {
     let nblk = p.cols / 32u;
     let lt = li % 32u;
     let x_word = 4u * (li / 32u); // the first of the lane's 4 input words of a step's 16
