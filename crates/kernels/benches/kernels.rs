@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use diskformer_kernels::{
-    AttentionShape, Context, Dispatch, EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertPlanes, Kernels,
-    Q8Matrix, expert_gemm_group_bound, expert_gemm_groups, q8_row_bytes,
+    AttentionShape, Context, Dispatch, EXPERT_GEMM_TILED_GROUP, ExpertPlanes, Kernels, Q8Matrix,
+    expert_gemm_group_bound, expert_gemm_groups, q8_row_bytes,
 };
 
 const ROTATION_BYTES: u64 = 256 << 20;
@@ -571,38 +571,29 @@ fn chunk_picks(t: u32, k: u32, experts: u32) -> Vec<u32> {
 }
 
 /// The GEMMs of one layer of a 256-token prefill chunk at Qwen3-30B-A3B's shapes, throughput in
-/// multiply-adds ×2 (FLOP): the dense q‖k‖v and o projections (`q8_gemm`, and `q8_gemm_tiled` through
-/// workgroup-memory tiles), and the expert GEMM over the
-/// chunk's 2,048 (token, pick) pairs grouped by slot (8 distinct picks a token from 128 experts, one slot
-/// each) with the dispatch sized by the group bound (`bound`) or by the pair count (`padded`, what the
-/// engine ran before: most workgroups find a count-0 group and leave), and the tiled expert GEMM (`tiled`,
-/// groups of up to 32 pairs); and the chunk's causal attention (`attention`, the kernel chunks run).
-/// Consecutive dispatches
-/// write different outputs; the weights (up to 384 MB of expert slots) are the same each time.
+/// multiply-adds ×2 (FLOP): the dense q‖k‖v and o projections (`q8_gemm_tiled`) and the tiled expert GEMM
+/// over the chunk's 2,048 (token, pick) pairs grouped by slot, up to 32 a group (8 distinct picks a token
+/// from 128 experts, one slot each); and the chunk's causal attention (`attention`, the kernel chunks run,
+/// beside `attention_per_query`). Consecutive dispatches write different outputs; the weights (up to 384 MB
+/// of expert slots) are the same each time. (The 8-token GEMMs these replaced, `q8_gemm` and
+/// `expert_q8_gemm`, are gone; their figures stay in BENCHMARKS.md.)
 fn bench_prefill(c: &mut Criterion, g: &Gpu) {
     let mut group = c.benchmark_group("prefill");
     let (t, k, experts) = (256u32, 8u32, 128u32);
     let k_ = &g.sg;
-    for (name, rows, cols) in
-        [("q8_gemm/qkv_5120x2048_t256", 5120u32, 2048u32), ("q8_gemm/wo_2048x4096_t256", 2048, 4096)]
-    {
+    for (name, rows, cols) in [
+        ("q8_gemm_tiled/qkv_5120x2048_t256", 5120u32, 2048u32),
+        ("q8_gemm_tiled/wo_2048x4096_t256", 2048, 4096),
+    ] {
         let qbytes = u64::from(rows) * u64::from(cols);
         let (q, s) = (buffer(g, qbytes, 1), buffer(g, qbytes / 16, 2));
         let x = buffer(g, 4 * u64::from(t * cols), 3);
         let ys: Vec<wgpu::Buffer> = (0..4).map(|i| buffer(g, 4 * u64::from(t * rows), 4 + i)).collect();
         let w = Q8Matrix { q: (&q).into(), scales: (&s).into(), rows, cols };
         group.throughput(Throughput::Elements(2 * qbytes * u64::from(t)));
-        for tiled in [false, true] {
-            let ds: Vec<Dispatch> = ys
-                .iter()
-                .map(|y| {
-                    let (x, y) = ((&x).into(), y.into());
-                    if tiled { k_.q8_gemm_tiled(w, x, y, t) } else { k_.q8_gemm(w, x, y, t) }.expect("bind")
-                })
-                .collect();
-            let name = if tiled { name.replace("q8_gemm", "q8_gemm_tiled") } else { name.to_string() };
-            group.bench_function(name, |b| b.iter_custom(|iters| time(g, &ds, iters)));
-        }
+        let ds: Vec<Dispatch> =
+            ys.iter().map(|y| k_.q8_gemm_tiled(w, (&x).into(), y.into(), t).expect("bind")).collect();
+        group.bench_function(name, |b| b.iter_custom(|iters| time(g, &ds, iters)));
     }
     // The chunk's causal attention: the second chunk of a 512-token prompt (positions 256..511) over a
     // 4,096-position f16 cache, 32 query heads, 4 kv heads, d = 128, by the tiled kernel chunks run and by
@@ -636,7 +627,6 @@ fn bench_prefill(c: &mut Criterion, g: &Gpu) {
     }
     let pairs = t * k;
     let picks = chunk_picks(t, k, experts);
-    let bound = expert_gemm_group_bound(pairs as usize, experts as usize, EXPERT_GEMM_GROUP);
     for (name, rows, cols, x_div) in [
         ("expert_q8_gemm/gate_up_1536x2048", 1536u32, 2048u32, k),
         ("expert_q8_gemm/down_2048x768", 2048, 768, 1),
@@ -649,32 +639,21 @@ fn bench_prefill(c: &mut Criterion, g: &Gpu) {
         let x = buffer(g, 4 * u64::from(pairs / x_div * cols), 7);
         let ys: Vec<wgpu::Buffer> = (0..4).map(|i| buffer(g, 4 * u64::from(pairs * rows), 8 + i)).collect();
         group.throughput(Throughput::Elements(2 * slot_q * u64::from(pairs)));
-        let tiled_bound = expert_gemm_group_bound(pairs as usize, experts as usize, EXPERT_GEMM_TILED_GROUP);
-        for (variant, size, len) in [
-            ("bound", EXPERT_GEMM_GROUP, bound),
-            ("padded", EXPERT_GEMM_GROUP, pairs as usize),
-            ("tiled", EXPERT_GEMM_TILED_GROUP, tiled_bound),
-        ] {
-            let (groups, order) = expert_gemm_groups(&picks, size, len);
-            let gb = buffer(g, 16 * len as u64, 9);
-            let ob = buffer(g, 4 * u64::from(pairs), 10);
-            g.ctx.queue.write_buffer(&gb, 0, bytemuck::cast_slice(&groups));
-            g.ctx.queue.write_buffer(&ob, 0, bytemuck::cast_slice(&order));
-            let sizes = (pairs, len as u32);
-            let ds: Vec<Dispatch> = ys
-                .iter()
-                .map(|y| {
-                    let (x, gb, ob, y) = ((&x).into(), (&gb).into(), (&ob).into(), y.into());
-                    if size == EXPERT_GEMM_TILED_GROUP {
-                        k_.expert_q8_gemm_tiled(planes, x, gb, ob, y, sizes, x_div)
-                    } else {
-                        k_.expert_q8_gemm(planes, x, gb, ob, y, sizes, x_div)
-                    }
-                    .expect("bind")
-                })
-                .collect();
-            group.bench_function(format!("{name}/{variant}"), |b| b.iter_custom(|iters| time(g, &ds, iters)));
-        }
+        let len = expert_gemm_group_bound(pairs as usize, experts as usize, EXPERT_GEMM_TILED_GROUP);
+        let (groups, order) = expert_gemm_groups(&picks, EXPERT_GEMM_TILED_GROUP, len);
+        let gb = buffer(g, 16 * len as u64, 9);
+        let ob = buffer(g, 4 * u64::from(pairs), 10);
+        g.ctx.queue.write_buffer(&gb, 0, bytemuck::cast_slice(&groups));
+        g.ctx.queue.write_buffer(&ob, 0, bytemuck::cast_slice(&order));
+        let sizes = (pairs, len as u32);
+        let ds: Vec<Dispatch> = ys
+            .iter()
+            .map(|y| {
+                let (x, gb, ob, y) = ((&x).into(), (&gb).into(), (&ob).into(), y.into());
+                k_.expert_q8_gemm_tiled(planes, x, gb, ob, y, sizes, x_div).expect("bind")
+            })
+            .collect();
+        group.bench_function(format!("{name}/tiled"), |b| b.iter_custom(|iters| time(g, &ds, iters)));
     }
     group.finish();
 }

@@ -21,8 +21,6 @@ pub enum Kernel {
     Q8Gemv,
     /// Q8_0 GEMV over T inputs, two rows per lane (the variant under comparison in the bench).
     Q8GemvRows2,
-    /// Q8_0 GEMM over T tokens (prefill).
-    Q8Gemm,
     /// Q8_0 GEMM over T tokens through workgroup-memory tiles of 128 rows x 32 tokens (prefill).
     Q8GemmTiled,
     /// Q8_0 GEMM over T tokens of Q8_0-quantised inputs by int8 dot products, tiled (prefill).
@@ -62,8 +60,6 @@ pub enum Kernel {
     ExpertQ8GemvCombine,
     /// Expert Q4_0 GEMV indexed by pool slot.
     ExpertQ4Gemv,
-    /// Expert Q8_0 GEMM over pairs grouped by slot (prefill).
-    ExpertQ8Gemm,
     /// Expert Q8_0 GEMM over pairs grouped by slot, through workgroup-memory tiles (prefill).
     ExpertQ8GemmTiled,
     /// Expert Q8_0 GEMM over pairs grouped by slot, of Q8_0-quantised inputs by int8 dot products (prefill).
@@ -97,12 +93,11 @@ const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 34] = [
+    pub const ALL: [Kernel; 32] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
         Kernel::Q8GemvRows2,
-        Kernel::Q8Gemm,
         Kernel::Q8GemmTiled,
         Kernel::Q8GemmI8,
         Kernel::QuantizeQ8,
@@ -122,7 +117,6 @@ impl Kernel {
         Kernel::ExpertQ8Gemv,
         Kernel::ExpertQ8GemvCombine,
         Kernel::ExpertQ4Gemv,
-        Kernel::ExpertQ8Gemm,
         Kernel::ExpertQ8GemmTiled,
         Kernel::ExpertQ8GemmI8,
         Kernel::ExpertQ4Gemm,
@@ -141,7 +135,6 @@ impl Kernel {
             Kernel::RmsNorm => "rms_norm",
             Kernel::Q8Gemv => "q8_gemv",
             Kernel::Q8GemvRows2 => "q8_gemv_rows2",
-            Kernel::Q8Gemm => "q8_gemm",
             Kernel::Q8GemmTiled => "q8_gemm_tiled",
             Kernel::Q8GemmI8 => "q8_gemm_i8",
             Kernel::QuantizeQ8 => "quantize_q8",
@@ -161,7 +154,6 @@ impl Kernel {
             Kernel::ExpertQ8Gemv => "expert_q8_gemv",
             Kernel::ExpertQ8GemvCombine => "expert_q8_gemv_combine",
             Kernel::ExpertQ4Gemv => "expert_q4_gemv",
-            Kernel::ExpertQ8Gemm => "expert_q8_gemm",
             Kernel::ExpertQ8GemmTiled => "expert_q8_gemm_tiled",
             Kernel::ExpertQ8GemmI8 => "expert_q8_gemm_i8",
             Kernel::ExpertQ4Gemm => "expert_q4_gemm",
@@ -190,11 +182,9 @@ impl Kernel {
             Kernel::Q8Gemv
                 | Kernel::AttentionSplit
                 | Kernel::Q8GemvRows2
-                | Kernel::Q8Gemm
                 | Kernel::ExpertQ8Gemv
                 | Kernel::ExpertQ8GemvCombine
                 | Kernel::ExpertQ4Gemv
-                | Kernel::ExpertQ8Gemm
                 | Kernel::ExpertQ4Gemm
         )
     }
@@ -206,7 +196,7 @@ impl Kernel {
             Kernel::EmbedQ8 => size_of::<EmbedQ8Params>(),
             Kernel::RmsNorm => size_of::<RmsNormParams>(),
             Kernel::Q8Gemv | Kernel::Q8GemvRows2 => size_of::<Q8GemvParams>(),
-            Kernel::Q8Gemm | Kernel::Q8GemmTiled | Kernel::Q8GemmI8 => size_of::<Q8GemmParams>(),
+            Kernel::Q8GemmTiled | Kernel::Q8GemmI8 => size_of::<Q8GemmParams>(),
             Kernel::QuantizeQ8 => size_of::<QuantizeQ8Params>(),
             Kernel::F32Gemv => size_of::<F32GemvParams>(),
             Kernel::F32Gemm => size_of::<F32GemmParams>(),
@@ -222,10 +212,9 @@ impl Kernel {
             Kernel::ExpertQ8Gemv => size_of::<ExpertQ8GemvParams>(),
             Kernel::ExpertQ8GemvCombine => size_of::<ExpertQ8GemvCombineParams>(),
             Kernel::ExpertQ4Gemv => size_of::<ExpertQ4GemvParams>(),
-            Kernel::ExpertQ8Gemm
-            | Kernel::ExpertQ4Gemm
-            | Kernel::ExpertQ8GemmTiled
-            | Kernel::ExpertQ8GemmI8 => size_of::<ExpertQ8GemmParams>(),
+            Kernel::ExpertQ4Gemm | Kernel::ExpertQ8GemmTiled | Kernel::ExpertQ8GemmI8 => {
+                size_of::<ExpertQ8GemmParams>()
+            }
             Kernel::ExpertSlots => size_of::<ExpertSlotsParams>(),
             Kernel::ExpertGroups => size_of::<ExpertGroupsParams>(),
             Kernel::SiluMul => size_of::<SiluMulParams>(),
@@ -242,7 +231,6 @@ impl Kernel {
             Kernel::RmsNorm => include_str!("wgsl/rms_norm.wgsl"),
             Kernel::Q8Gemv => include_str!("wgsl/q8_gemv.wgsl"),
             Kernel::Q8GemvRows2 => include_str!("wgsl/q8_gemv_rows2.wgsl"),
-            Kernel::Q8Gemm => include_str!("wgsl/q8_gemm.wgsl"),
             Kernel::Q8GemmTiled => include_str!("wgsl/q8_gemm_tiled.wgsl"),
             Kernel::Q8GemmI8 => Kernel::Q8GemmTiled.file(),
             Kernel::QuantizeQ8 => include_str!("wgsl/quantize_q8.wgsl"),
@@ -262,7 +250,6 @@ impl Kernel {
             Kernel::ExpertQ8Gemv => include_str!("wgsl/expert_q8_gemv.wgsl"),
             Kernel::ExpertQ8GemvCombine => include_str!("wgsl/expert_q8_gemv_combine.wgsl"),
             Kernel::ExpertQ4Gemv => include_str!("wgsl/expert_q4_gemv.wgsl"),
-            Kernel::ExpertQ8Gemm => include_str!("wgsl/expert_q8_gemm.wgsl"),
             Kernel::ExpertQ8GemmTiled => include_str!("wgsl/expert_q8_gemm_tiled.wgsl"),
             Kernel::ExpertQ8GemmI8 => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertQ4Gemm => include_str!("wgsl/expert_q4_gemm.wgsl"),

@@ -151,7 +151,6 @@ fn check_expert_gemm(
     seed: u64,
     min_parts: usize,
 ) {
-    check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, "expert_q8_gemm");
     check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, "expert_q8_gemm_tiled");
     check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, "expert_q8_gemm_i8");
 }
@@ -177,7 +176,7 @@ fn check_expert_kernel(
     let ib = upload(g, slot_idx);
     let y = poisoned(g, 4 * pairs * p.rows);
     let planes = p.planes();
-    let size = if name == "expert_q8_gemm" { EXPERT_GEMM_GROUP } else { EXPERT_GEMM_TILED_GROUP };
+    let size = EXPERT_GEMM_TILED_GROUP;
     let groups_len = expert_gemm_group_bound(pairs, p.slots, size);
     let (groups, order) = expert_gemm_groups(slot_idx, size, groups_len);
     let (gb, ob) = (upload(g, &groups), upload(g, &order));
@@ -185,7 +184,6 @@ fn check_expert_kernel(
     let sizes = (pairs_u, groups_len as u32);
     let (xv, gb, ob, yv) = ((&xb).into(), (&gb).into(), (&ob).into(), (&y).into());
     let d = match name {
-        "expert_q8_gemm" => k.expert_q8_gemm(planes, xv, gb, ob, yv, sizes, x_div_u),
         "expert_q8_gemm_tiled" => k.expert_q8_gemm_tiled(planes, xv, gb, ob, yv, sizes, x_div_u),
         "expert_q8_gemm_i8" => k.expert_q8_gemm_i8(planes, xv, gb, ob, yv, sizes, x_div_u),
         _ => k.expert_q8_gemv(planes, xv, (&ib).into(), yv, pairs_u, x_div_u),

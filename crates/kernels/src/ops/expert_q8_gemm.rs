@@ -4,7 +4,7 @@ use crate::error::Result;
 use crate::kernels::{Kernel, Kernels, View};
 use crate::{Dispatch, ExpertPlanes, ops::*};
 
-/// Params of `expert_q8_gemm.wgsl`.
+/// Params of the grouped expert GEMMs (`expert_q8_gemm_tiled.wgsl`, `expert_q4_gemm.wgsl`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ExpertQ8GemmParams {
@@ -25,12 +25,11 @@ pub struct ExpertQ8GemmParams {
 }
 const _: () = assert!(size_of::<ExpertQ8GemmParams>() == 32);
 
-/// Pairs per group of `expert_q8_gemm.wgsl` and `expert_q4_gemm.wgsl` (their `TB`).
+/// Pairs per group of `expert_q4_gemm.wgsl` (its `TB`).
 pub const EXPERT_GEMM_GROUP: usize = 8;
 /// Pairs per group of `expert_q8_gemm_tiled.wgsl` (its `BT`; the int8 GEMM runs it too).
 pub const EXPERT_GEMM_TILED_GROUP: usize = 32;
-/// Rows of a workgroup of `expert_q8_gemm.wgsl` / `expert_q4_gemm.wgsl`, and of the tiled and int8 ones
-/// (their `BR`).
+/// Rows of a workgroup of `expert_q4_gemm.wgsl`, and of the tiled ones (f32 and int8; their `BR`).
 const ROWS: u64 = 8;
 const TILED_ROWS: u64 = 128;
 
@@ -42,7 +41,7 @@ pub fn expert_gemm_group_bound(pairs: usize, slots: usize, size: usize) -> usize
     pairs / size.max(1) + pairs.min(slots)
 }
 
-/// Groups (token, pick) pairs by slot for [`Kernels::expert_q8_gemm`] ([`EXPERT_GEMM_GROUP`] pairs a group)
+/// Groups (token, pick) pairs by slot for [`Kernels::expert_q4_gemm`] ([`EXPERT_GEMM_GROUP`] pairs a group)
 /// or [`Kernels::expert_q8_gemm_tiled`] ([`EXPERT_GEMM_TILED_GROUP`]): returns `groups` (`[slot, first,
 /// count, 0]`, at most `size` pairs each, padded with zero-count groups to `len` entries, the dispatch size)
 /// and `order` (the pair ids, grouped). Slots appear in first-use order.
@@ -76,35 +75,14 @@ pub fn expert_gemm_groups(slot_idx: &[u32], size: usize, len: usize) -> (Vec<[u3
 }
 
 impl Kernels {
-    /// Expert Q8_0 GEMM for prefill over P (token, pick) pairs grouped by slot (see
-    /// [`expert_gemm_groups`]): each group's weights are read once for its up to 8 pairs. The engine runs
-    /// [`Kernels::expert_q8_gemm_tiled`] (2-3× on the H200 at 256 tokens); this one stays as the comparison in
-    /// the bench and the twin of [`Kernels::expert_q4_gemm`]. Results equal
-    /// [`Kernels::expert_q8_gemv`] with the same picks.
-    /// `sizes` = (P, G): the pairs, and the entries of `groups` (at least [`expert_gemm_group_bound`]), one
-    /// row of workgroups each.
+    /// Expert Q8_0 GEMM for prefill over P (token, pick) pairs grouped by slot, through workgroup-memory
+    /// tiles (`expert_q8_gemm_tiled.wgsl`): groups of up to [`EXPERT_GEMM_TILED_GROUP`] pairs
+    /// ([`expert_gemm_groups`] with that size, or [`Kernels::expert_groups`]), a workgroup 128 rows of a
+    /// group, each weight read once per group and each input once per 128 rows. Results equal
+    /// [`Kernels::expert_q8_gemv`] with the same picks. `sizes` = (P, G): the pairs, and the entries of
+    /// `groups` (at least [`expert_gemm_group_bound`]), one row of workgroups each.
     /// Shapes: `x [P / x_div, cols] f32`, `groups [G] [u32; 4]`, `order [P] u32`, pool planes,
     /// `y [P, rows] f32`.
-    ///
-    /// # Errors
-    /// As [`Kernels::expert_q8_gemv`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn expert_q8_gemm(
-        &self,
-        pool: ExpertPlanes<'_>,
-        x: View<'_>,
-        groups: View<'_>,
-        order: View<'_>,
-        y: View<'_>,
-        sizes: (u32, u32),
-        x_div: u32,
-    ) -> Result<Dispatch> {
-        self.expert_gemm(Kernel::ExpertQ8Gemm, Q8_0_BLOCK_BYTES, pool, x, groups, order, y, sizes, x_div)
-    }
-
-    /// [`Kernels::expert_q8_gemm`] through workgroup-memory tiles (`expert_q8_gemm_tiled.wgsl`): groups of
-    /// up to [`EXPERT_GEMM_TILED_GROUP`] pairs (`expert_gemm_groups(.., EXPERT_GEMM_TILED_GROUP, ..)`), a
-    /// workgroup 128 rows of a group, each weight read once per group and each input once per 128 rows.
     ///
     /// # Errors
     /// As [`Kernels::expert_q8_gemv`].
@@ -143,7 +121,7 @@ impl Kernels {
         self.expert_gemm(Kernel::ExpertQ8GemmI8, Q8_0_BLOCK_BYTES, pool, x, groups, order, y, sizes, x_div)
     }
 
-    /// [`Kernels::expert_q8_gemm`] over Q4_0 pool planes (as [`Kernels::expert_q4_gemv`]): results equal
+    /// The grouped expert GEMM over Q4_0 pool planes (as [`Kernels::expert_q4_gemv`]): results equal
     /// [`Kernels::expert_q4_gemv`] with the same picks, each block read once per group of up to 8 pairs.
     ///
     /// # Errors

@@ -328,7 +328,7 @@ pub(crate) struct ExpertPoolPart<'a> {
     pub dims: [u32; 3],
 }
 
-/// Validates an expert GEMV or GEMM over P pairs (`expert_q8_gemv`, `expert_q4_gemv`, `expert_q8_gemm`,
+/// Validates an expert GEMV or GEMM over P pairs (`expert_q8_gemv`, `expert_q4_gemv`, `expert_q8_gemm_tiled`,
 /// `expert_q4_gemm`: the same grid, and bindings that differ only in how pairs find their slot: `index`,
 /// each a name, view and byte length) whose quant plane holds `block_bytes` bytes per 32-value block, and
 /// splits the pool over bindings; `grid` gives the rows a workgroup takes and the length of an input row.

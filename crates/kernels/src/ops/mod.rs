@@ -51,7 +51,7 @@ pub use f32_gemv::{F32GemvParams, InputNorm};
 pub use kv_store::KvStoreParams;
 pub use moe_combine::MoeCombineParams;
 pub use moe_combine_norm::MoeCombineNormParams;
-pub use q8_gemm::{Q8_GEMM_TOKENS, Q8GemmParams};
+pub use q8_gemm::Q8GemmParams;
 pub use q8_gemv::Q8GemvParams;
 pub use qk_norm_rope::QkNormRopeParams;
 pub use qkv_rope_store::{KvCacheViews, QkvRopeStoreParams};

@@ -4,7 +4,7 @@ use crate::Dispatch;
 use crate::error::Result;
 use crate::kernels::{Kernel, Kernels, Q8Matrix, View};
 
-/// Params of `q8_gemm.wgsl`.
+/// Params of `q8_gemm_tiled.wgsl` (the f32 and the int8 tiled GEMMs).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct Q8GemmParams {
@@ -23,49 +23,34 @@ pub struct Q8GemmParams {
 }
 const _: () = assert!(size_of::<Q8GemmParams>() == 32);
 
-/// Tokens per workgroup of `q8_gemm.wgsl` (its `TB`).
-pub const Q8_GEMM_TOKENS: u32 = 8;
-
 impl Kernels {
-    /// Q8_0 GEMM for prefill: `y[t] = W x[t]` for T tokens, each weight read once per 8 tokens. The int8
-    /// plane is split by rows as in [`Kernels::q8_gemv`]. The engine runs [`Kernels::q8_gemm_tiled`] (4× on
-    /// the H200 at 256 tokens); this one stays as the comparison in the bench.
-    /// Shapes: `x [T, cols] f32`, `w [rows, cols]` Q8_0, `y [T, rows] f32`.
+    /// Q8_0 GEMM for prefill through workgroup-memory tiles (`q8_gemm_tiled.wgsl`): `y[t] = W x[t]` for T
+    /// tokens, a workgroup taking 128 rows × 32 tokens, reading each weight once per 32 tokens and each input
+    /// once per 128 rows. The int8 plane is split by rows as in [`Kernels::q8_gemv`] (parts of whole 128-row
+    /// blocks). Shapes: `x [T, cols] f32`, `w [rows, cols]` Q8_0, `y [T, rows] f32`.
     ///
     /// # Errors
     /// As [`Kernels::q8_gemv`], and a shape error for zero tokens.
-    pub fn q8_gemm(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
-        self.dense_gemm(Kernel::Q8Gemm, (8, u64::from(Q8_GEMM_TOKENS)), w, x, y, tokens)
-    }
-
-    /// [`Kernels::q8_gemm`] through workgroup-memory tiles (`q8_gemm_tiled.wgsl`): a workgroup takes 128
-    /// rows × 32 tokens, reading each weight once per 32 tokens and each input once per 128 rows.
-    /// Shapes and splits as [`Kernels::q8_gemm`] (parts of whole 128-row blocks).
-    ///
-    /// # Errors
-    /// As [`Kernels::q8_gemm`].
     pub fn q8_gemm_tiled(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
-        self.dense_gemm(Kernel::Q8GemmTiled, (Q8_GEMM_TILED_ROWS, Q8_GEMM_TILED_TOKENS), w, x, y, tokens)
+        self.dense_gemm(Kernel::Q8GemmTiled, w, x, y, tokens)
     }
 
     /// [`Kernels::q8_gemm_tiled`] on Q8_0-quantised inputs by int8 dot products (its file with
     /// `q8_tile_i8.wgsl`), as llama.cpp multiplies Q8_0 weights: `x` holds [`Kernels::quantize_q8`]'s rows
     /// of the f32 input, and each 32-column block's exact int32 sum is scaled by the weight row's and the
-    /// token's scales. A workgroup takes 128 rows × 32 tokens. Shapes: `x [T]` rows of [`q8_row_bytes`]`(cols)`, `y [T, rows]`
-    /// f32; splits as [`Kernels::q8_gemm`].
+    /// token's scales. Shapes: `x [T]` rows of [`q8_row_bytes`]`(cols)`, `y [T, rows]` f32; splits as
+    /// [`Kernels::q8_gemm_tiled`].
     ///
     /// # Errors
-    /// As [`Kernels::q8_gemm`].
+    /// As [`Kernels::q8_gemm_tiled`].
     pub fn q8_gemm_i8(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
-        self.dense_gemm(Kernel::Q8GemmI8, (Q8_GEMM_TILED_ROWS, Q8_GEMM_TILED_TOKENS), w, x, y, tokens)
+        self.dense_gemm(Kernel::Q8GemmI8, w, x, y, tokens)
     }
 
-    /// The launcher shared by the dense GEMMs, which differ in their shader and the rows × tokens a
-    /// workgroup takes (`tile`); their params have one layout.
+    /// The launcher shared by the tiled GEMMs, which differ in their tile helper and input rows.
     fn dense_gemm(
         &self,
         kernel: Kernel,
-        (tile_rows, tile_tokens): (u64, u64),
         w: Q8Matrix<'_>,
         x: View<'_>,
         y: View<'_>,
@@ -78,10 +63,10 @@ impl Kernels {
                 "needs rows, tokens > 0 and cols a multiple of 32; got rows {rows}, cols {cols}, tokens {t}"
             )
         })?;
-        let gy = b.groups("token blocks", t.div_ceil(tile_tokens))?;
+        let gy = b.groups("token blocks", t.div_ceil(Q8_GEMM_TILED_TOKENS))?;
         // The int8 GEMM reads quantize_q8 rows, the others f32 rows.
         let x_row = if kernel == Kernel::Q8GemmI8 { q8_row_bytes(w.cols) / 4 } else { cols };
-        let out = q8_matrix_parts(&b, w, x, y, (t, x_row), tile_rows)?
+        let out = q8_matrix_parts(&b, w, x, y, (t, x_row), Q8_GEMM_TILED_ROWS)?
             .into_iter()
             .map(|part| {
                 let p = Q8GemmParams {
@@ -99,6 +84,6 @@ impl Kernels {
     }
 }
 
-/// Rows and tokens of a `q8_gemm_tiled.wgsl` workgroup (its `BR`, `BT`; the int8 GEMM runs it too).
+/// Rows and tokens of a `q8_gemm_tiled.wgsl` workgroup (its `BR`, `BT`).
 const Q8_GEMM_TILED_ROWS: u64 = 128;
 const Q8_GEMM_TILED_TOKENS: u64 = 32;

@@ -1,7 +1,9 @@
-// Expert Q4_0 GEMM for prefill: expert_q8_gemm over Q4_0 pool planes (16 bytes of nibbles per 32-value
-// block in ggml order: the low nibble of byte j is value j, the high nibble value j + 16; value =
-// (nibble - 8) * scale). Pairs grouped by pool slot, up to 8 a group, each block read and unpacked once per
-// group. The row sum and the nibble helpers (`q8_helpers.wgsl`) are appended as in expert_q4_gemv.
+// Expert Q4_0 GEMM for prefill over Q4_0 pool planes (16 bytes of nibbles per 32-value block in ggml order:
+// the low nibble of byte j is value j, the high nibble value j + 16; value = (nibble - 8) * scale). (Token,
+// pick) pairs grouped by pool slot, up to 8 a group, so each block is read and unpacked once per group
+// rather than once per pair. Group g names a slot and a run of `order`: y[pair] = W[slot] x[pair / x_div]
+// for pair = order[first + j], j < count. Groups with count 0 (padding up to the dispatch size) and slots
+// outside this part leave at once. The row sum and the nibble helpers (`q8_helpers.wgsl`) are appended as in expert_q4_gemv.
 enable f16;
 
 struct Params {
