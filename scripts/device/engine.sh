@@ -14,8 +14,9 @@
 # pieces (COLD_READERS_SPLITS; WARM_ROWS=1 adds the resident and 4 GB page-cache rows). KBENCH is the
 # kernels-bench filter run first (default: the compute copy alone). AB=1 alternates .device/bench and each
 # .device/bench-NAME over AB_ROUNDS rounds of the resident row (after an AB_PROMPT-token prompt, 16 by default),
-# then (unless AB_RESIDENT_ONLY=1) one 4 GB page-cache row each, and the 16 GB and 8 GB rows of .device/bench.
-# REUSE=1 keeps a model and store that a call on the same machine left behind.
+# then (unless AB_RESIDENT_ONLY=1) one 4 GB page-cache row each, and the 16 GB and 8 GB rows of .device/bench;
+# each binary first runs once unrecorded (AB_WARMUP=0 skips that). REUSE=1 keeps a model and store that a call
+# on the same machine left behind.
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -109,6 +110,15 @@ DECODE=32 clocked b4g-cyc-off-direct-r2 cold --budget 4g --no-prefetch --direct-
 DECODE=32 clocked b4g-cyc-off-direct cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4
 fi
 elif [ -n "${AB:-}" ]; then
+# The first run of each executable file on a fresh machine is slow (prefill 1.1-1.8k against 2.6-4.4k tok/s
+# on 2026-12-01, decode a few % lower; BENCHMARKS.md, fourth session): run each once, unrecorded, first.
+if [ "${AB_WARMUP:-1}" = 1 ]; then
+    for bin in $D/bench $D/bench-*; do
+        [ -x "$bin" ] || continue
+        timeout 200 "$bin" --model $G --store $S --budget 100g --prompt-tokens 64 --decode-tokens 8 > /dev/null 2>&1
+        echo "warm-up: ${bin#$D/} done"
+    done
+fi
 for round in $(seq ${AB_ROUNDS:-2}); do
     run resident-r$round warm --budget 100g --prompt-tokens "${AB_PROMPT:-16}"
     for alt in $D/bench-*; do
