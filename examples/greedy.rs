@@ -36,6 +36,9 @@ struct Args {
     /// Run the prompt in chunks instead of token by token.
     #[arg(long)]
     batch_prefill: bool,
+    /// With --batch-prefill: multiply by Q8_0-quantised activations (EngineOptions::int8_prefill).
+    #[arg(long)]
+    int8_prefill: bool,
     /// Turn prefetch off.
     #[arg(long)]
     no_prefetch: bool,
@@ -45,6 +48,7 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut opts = EngineOptions::default();
     opts.pool_slots = args.pool_slots;
+    opts.int8_prefill = args.int8_prefill;
     opts.prefetch = !args.no_prefetch;
     let mut engine = if args.model.is_dir() {
         Engine::open(&args.model, &opts, &mut |_| {})?

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Writes the tiny qwen3moe fixtures with our GGUF writer (examples/synth-gguf) and records llama.cpp's
-# greedy output on their F32 twins (scripts/qwen3moe/llama_golden.py) into crates/qwen3-moe/tests/data.
+# greedy output on their F32 twins (scripts/qwen3moe/llama_golden.py) into crates/qwen3-moe/tests/data, and
+# for the Q8_0-expert fixtures llama.cpp's prompt log-probabilities on the fixture itself
+# (scripts/qwen3moe/llama_q8_prompt.py, the int8 prefill's reference).
 # The fixtures are not committed: the test rebuilds each from the "synth_args" in its golden and checks
 # the sha256. Needs llama-cpp-python in .venv (pip install llama-cpp-python: ~20 min compile on 2 cores).
 set -euo pipefail
@@ -23,4 +25,12 @@ for f in "${fixtures[@]}"; do
   ./target/release/examples/synth-gguf --shape tiny $args --out "$tmp/$name.gguf"
   .venv/bin/python scripts/qwen3moe/llama_golden.py "$tmp/$name.gguf" --ids "$ids" -n 32 --top 5 \
     --out "$out/golden-$name.json" --synth-args "$args"
+done
+# The int8 prefill's reference: llama.cpp on the Q8_0-expert fixtures themselves (it quantises activations
+# as int8_prefill does), the prompt's log-probabilities.
+for f in "${fixtures[@]}"; do
+  IFS='|' read -r name args ids <<<"$f"
+  [[ $args == *q4_0* ]] && continue
+  .venv/bin/python scripts/qwen3moe/llama_q8_prompt.py "$tmp/$name.gguf" --ids "$ids" --top 20 \
+    --out "$out/q8prompt-$name.json" --synth-args "$args"
 done

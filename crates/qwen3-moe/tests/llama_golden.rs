@@ -6,6 +6,8 @@
 //! and (k+1)-th router logit of the step's token is below 2e-3 in some layer (recorded by the golden script's
 //! float64 numpy reference): rounding K and V to f16 can swap an expert there, which moves the step's
 //! log-probabilities by ~0.1 (seen at one step of golden-gqa4, in the numpy reference with f16 K/V as well).
+//! And `int8_prefill` against llama.cpp run on the Q8_0 fixtures themselves (`tests/data/q8prompt-*.json`):
+//! the prompt's log-probabilities within 0.05, and closer to them than the f32 chunks are.
 
 use std::path::{Path, PathBuf};
 
@@ -89,33 +91,46 @@ struct Fixture {
 }
 
 fn fixtures() -> Vec<Fixture> {
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&data)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("golden-"))
-        .collect();
-    paths.sort();
-    assert!(paths.len() >= 4, "expected at least 4 goldens in {}", data.display());
+    let paths = data_files("golden-");
+    assert!(paths.len() >= 4, "expected at least 4 goldens in tests/data");
     paths
         .into_iter()
         .map(|path| {
             let golden: Golden = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
             let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-            let dir = tempdir::TempDir::new(&name);
-            let gguf = dir.path().join(format!("{name}.gguf"));
-            write_synthetic(&spec_from_args(&golden.synth_args), &gguf).unwrap();
-            let sha = format!("{:x}", Sha256::digest(std::fs::read(&gguf).unwrap()));
-            assert_eq!(
-                sha, golden.fixture_sha256,
-                "{name}: the rebuilt fixture differs from the one llama.cpp ran; the synthetic writer changed, \
-                 so run scripts/qwen3moe/make_goldens.sh again"
-            );
-            let store = dir.path().join("store");
-            diskformer_store::ingest(&gguf, &store, &Default::default(), &mut |_| {}).unwrap();
+            let (dir, store) = rebuild(&name, &golden.synth_args, &golden.fixture_sha256);
             Fixture { _dir: dir, store, golden, name }
         })
         .collect()
+}
+
+/// The data files whose names start with `prefix`, sorted.
+fn data_files(prefix: &str) -> Vec<PathBuf> {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .collect();
+    paths.sort();
+    paths
+}
+
+/// Rebuilds a golden's fixture from its synth-gguf arguments, checks it is the file llama.cpp ran, and
+/// ingests it: the temporary directory (kept alive by the caller) and the store.
+fn rebuild(name: &str, synth_args: &str, sha256: &str) -> (tempdir::TempDir, PathBuf) {
+    let dir = tempdir::TempDir::new(name);
+    let gguf = dir.path().join(format!("{name}.gguf"));
+    write_synthetic(&spec_from_args(synth_args), &gguf).unwrap();
+    let sha = format!("{:x}", Sha256::digest(std::fs::read(&gguf).unwrap()));
+    assert_eq!(
+        sha, sha256,
+        "{name}: the rebuilt fixture differs from the one llama.cpp ran; the synthetic writer changed, so run \
+         scripts/qwen3moe/make_goldens.sh again"
+    );
+    let store = dir.path().join("store");
+    diskformer_store::ingest(&gguf, &store, &Default::default(), &mut |_| {}).unwrap();
+    (dir, store)
 }
 
 /// Runs the golden's prompt and steps (feeding the golden's ids) and checks every step.
@@ -218,6 +233,63 @@ fn matches_llama_cpp_on_every_golden() {
             check(&f, slots, batched);
         }
         check_greedy(&f);
+    }
+}
+
+/// llama.cpp's log-probabilities after a prompt, run on a Q8_0 fixture itself (`tests/data/q8prompt-*.json`,
+/// made by `scripts/qwen3moe/llama_q8_prompt.py`): it quantises activations to Q8_0 before each Q8_0 matmul,
+/// as `int8_prefill` does. `twin_logprob`: its F32 twin's, for the size of that rounding.
+#[derive(Deserialize)]
+struct Q8Prompt {
+    generator: String,
+    fixture_sha256: String,
+    synth_args: String,
+    prompt_ids: Vec<u32>,
+    tops: Vec<Q8Top>,
+}
+
+#[derive(Deserialize)]
+struct Q8Top {
+    id: u32,
+    logprob: f64,
+    twin_logprob: f64,
+}
+
+/// `int8_prefill` against llama.cpp's own Q8_0 arithmetic: what is left between them is llama.cpp quantising
+/// the lm head's input too (the engine's head is f32), the f16 KV cache and summation order, measured at
+/// 0.018-0.033 here, where the Q8_0 rounding itself moves llama.cpp's log-probabilities by 0.05-0.27 (its
+/// F32 twin). A wrong scale or rounding moves them by more than that rounding.
+const INT8_LOGPROB_TOL: f64 = 0.05;
+
+#[test]
+fn int8_prefill_matches_llama_cpp_on_q8_0_fixtures() {
+    let paths = data_files("q8prompt-");
+    assert!(paths.len() >= 3, "expected at least 3 q8prompt files in tests/data");
+    for path in paths {
+        let g: Q8Prompt = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        assert!(g.generator.contains("Q8_0 fixture itself"), "{name}: not a Q8_0 run");
+        let (_dir, store) = rebuild(&name, &g.synth_args, &g.fixture_sha256);
+        // The worst |Δ logprob| over the file's top tokens, for our int8 and f32 chunks and for the twin.
+        let worst = |lp: &[f32], of: fn(&Q8Top) -> f64| -> f64 {
+            g.tops.iter().map(|t| (f64::from(lp[t.id as usize]) - of(t)).abs()).fold(0.0, f64::max)
+        };
+        let [int8, f32] = [true, false].map(|int8| {
+            let mut opts = EngineOptions::default();
+            opts.int8_prefill = int8;
+            let mut engine = Engine::open(&store, &opts, &mut |_| {}).unwrap();
+            log_softmax(&engine.prefill(&g.prompt_ids, true).unwrap())
+        });
+        let (d_int8, d_f32) = (worst(&int8, |t| t.logprob), worst(&f32, |t| t.logprob));
+        let d_twin = worst(&f32, |t| t.twin_logprob);
+        eprintln!(
+            "{name}: against llama.cpp on Q8_0 int8 {d_int8:.2e}, f32 {d_f32:.2e}; f32 against its twin {d_twin:.2e}"
+        );
+        assert!(d_int8 <= INT8_LOGPROB_TOL, "{name}: int8 prefill {d_int8:.2e} from llama.cpp's Q8_0 run");
+        assert!(
+            d_int8 < d_f32,
+            "{name}: int8 ({d_int8:.2e}) no closer than f32 ({d_f32:.2e}) to llama.cpp's Q8_0"
+        );
     }
 }
 
