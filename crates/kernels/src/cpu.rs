@@ -211,6 +211,12 @@ pub fn router_topk(logits: &[f32], experts: usize, k: usize) -> (Vec<u32>, Vec<f
     (ids, weights)
 }
 
+/// One slot's int8 and scale planes (`values` per slot) of Q8_0 pool planes.
+fn q8_slot<'a>(q: &'a [i8], scales: &'a [f16], values: usize, slot: u32) -> (&'a [i8], &'a [f16]) {
+    let s = slot as usize;
+    (&q[s * values..][..values], &scales[s * values / 32..][..values / 32])
+}
+
 /// Expert Q8_0 GEMV: `y[pair] = W[slot_idx[pair]] · x[pair / x_div]` with the pool planes
 /// `[slots, rows, cols]` int8 and `[slots, rows, cols/32]` f16.
 pub fn expert_q8_gemv(
@@ -222,14 +228,12 @@ pub fn expert_q8_gemv(
     x: &[f32],
     x_div: usize,
 ) -> Vec<f32> {
-    let (mq, ms) = (rows * cols, rows * cols / 32);
     slot_idx
         .iter()
         .enumerate()
         .flat_map(|(pair, &slot)| {
-            let s = slot as usize;
-            let xt = &x[pair / x_div * cols..][..cols];
-            q8_gemv(&q[s * mq..][..mq], &scales[s * ms..][..ms], rows, cols, xt)
+            let (qs, ss) = q8_slot(q, scales, rows * cols, slot);
+            q8_gemv(qs, ss, rows, cols, &x[pair / x_div * cols..][..cols])
         })
         .collect()
 }
@@ -301,14 +305,14 @@ pub fn expert_q8_gemm_i8(
     (xq, xs): (&[i8], &[f32]),
     x_div: usize,
 ) -> Vec<f32> {
-    let (mq, ms) = (rows * cols, rows * cols / 32);
     slot_idx
         .iter()
         .enumerate()
         .flat_map(|(pair, &slot)| {
-            let (s, row) = (slot as usize, pair / x_div);
+            let (qs, ss) = q8_slot(q, scales, rows * cols, slot);
+            let row = pair / x_div;
             let (xt, st) = (&xq[row * cols..][..cols], &xs[row * cols / 32..][..cols / 32]);
-            q8_gemm_i8(&q[s * mq..][..mq], &scales[s * ms..][..ms], rows, cols, xt, st)
+            q8_gemm_i8(qs, ss, rows, cols, xt, st)
         })
         .collect()
 }

@@ -469,6 +469,15 @@ fn expert_q4_gemm_grouped_pairs() {
     }
 }
 
+/// A resident slot table of `entries` entries: a random permutation of the slots (Fisher-Yates).
+fn shuffled_slots(rng: &mut Rng, entries: u32) -> Vec<u32> {
+    let mut table: Vec<u32> = (0..entries).collect();
+    for i in (1..table.len()).rev() {
+        table.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    table
+}
+
 #[test]
 fn expert_slots_from_a_resident_table() {
     let g = gpu_or_skip!();
@@ -476,10 +485,7 @@ fn expert_slots_from_a_resident_table() {
     // 48 layers x 128 experts as in Qwen3-30B-A3B, the table a permutation of the slots; and a small one.
     for (layers, experts, n) in [(48u32, 128u32, 8usize), (3, 8, 70)] {
         let entries = layers * experts;
-        let mut table: Vec<u32> = (0..entries).collect();
-        for i in (1..table.len()).rev() {
-            table.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
-        }
+        let table = shuffled_slots(&mut rng, entries);
         let tb = upload(g, &table);
         for layer in [0, layers - 1] {
             let mut ids: Vec<u32> = (0..n).map(|_| (rng.next_u64() % u64::from(experts)) as u32).collect();
@@ -509,10 +515,7 @@ fn expert_groups_on_the_gpu() {
         [(48u32, 128u32, 512usize, 8usize, 32usize, 5u32), (2, 6, 40, 2, 8, 1), (1, 3, 1, 3, 32, 0)]
     {
         let entries = layers * experts;
-        let mut table: Vec<u32> = (0..entries).collect();
-        for i in (1..table.len()).rev() {
-            table.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
-        }
+        let table = shuffled_slots(&mut rng, entries);
         let ids = if experts == 6 {
             (0..tokens).flat_map(|t| [0, 1 + (t as u32 % 5)]).collect::<Vec<u32>>()
         } else {

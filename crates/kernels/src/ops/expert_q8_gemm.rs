@@ -1,5 +1,6 @@
 use super::expert_q4_gemv::Q4_0_BLOCK_BYTES;
 use super::expert_q8_gemv::{PoolGrid, Q8_0_BLOCK_BYTES, expert_pool_parts};
+use super::quantize_q8::input_row_words;
 use crate::error::Result;
 use crate::kernels::{Kernel, Kernels, View};
 use crate::{Dispatch, ExpertPlanes, ops::*};
@@ -161,9 +162,7 @@ impl Kernels {
         let index = [("groups", groups, f32s(4 * gl)), ("order", order, f32s(pp))];
         let tiled = matches!(kernel, Kernel::ExpertQ8GemmTiled | Kernel::ExpertQ8GemmI8);
         let rows_per_group = if tiled { TILED_ROWS } else { ROWS };
-        // The int8 GEMM reads quantize_q8 rows, the others f32 rows.
-        let x_row =
-            if kernel == Kernel::ExpertQ8GemmI8 { q8_row_bytes(pool.cols) / 4 } else { u64::from(pool.cols) };
+        let x_row = input_row_words(kernel, pool.cols);
         let grid = PoolGrid { rows_per_group, x_row, y_row: u64::from(pool.rows), y_div: 1 };
         let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, y, pairs, x_div, grid)?;
         let groups_dim = b.groups("groups", gl)?;

@@ -1,5 +1,5 @@
 use super::q8_gemv::q8_matrix_parts;
-use super::q8_row_bytes;
+use super::quantize_q8::input_row_words;
 use crate::Dispatch;
 use crate::error::Result;
 use crate::kernels::{Kernel, Kernels, Q8Matrix, View};
@@ -38,8 +38,8 @@ impl Kernels {
     /// [`Kernels::q8_gemm_tiled`] on Q8_0-quantised inputs by int8 dot products (its file with
     /// `q8_tile_i8.wgsl`), as llama.cpp multiplies Q8_0 weights: `x` holds [`Kernels::quantize_q8`]'s rows
     /// of the f32 input, and each 32-column block's exact int32 sum is scaled by the weight row's and the
-    /// token's scales. Shapes: `x [T]` rows of [`q8_row_bytes`]`(cols)`, `y [T, rows]` f32; splits as
-    /// [`Kernels::q8_gemm_tiled`].
+    /// token's scales. Shapes: `x [T]` rows of [`q8_row_bytes`](super::q8_row_bytes)`(cols)`,
+    /// `y [T, rows]` f32; splits as [`Kernels::q8_gemm_tiled`].
     ///
     /// # Errors
     /// As [`Kernels::q8_gemm_tiled`].
@@ -64,8 +64,7 @@ impl Kernels {
             )
         })?;
         let gy = b.groups("token blocks", t.div_ceil(Q8_GEMM_TILED_TOKENS))?;
-        // The int8 GEMM reads quantize_q8 rows, the others f32 rows.
-        let x_row = if kernel == Kernel::Q8GemmI8 { q8_row_bytes(w.cols) / 4 } else { cols };
+        let x_row = input_row_words(kernel, w.cols);
         let out = q8_matrix_parts(&b, w, x, y, (t, x_row), Q8_GEMM_TILED_ROWS)?
             .into_iter()
             .map(|part| {
