@@ -866,6 +866,246 @@ fn expert_gemv_gate_up_swiglu_output() {
     assert!(err.unwrap_err().to_string().contains("multiple of 16"));
 }
 
+/// `expert_q8_ffn` against the CPU's gate‖up GEMV, SwiGLU and per-block down shares: the real shape (a
+/// token's 8 picks sharing its input), an odd one (H past a multiple of 256 rows, 6 shares), a pool split
+/// over bindings, and both row-sum variants; then the shares through `expert_ffn_combine` on the GPU against
+/// the CPU's `expert_q8_gemv_combine` of the same experts (the two dispatches decode ran before).
+#[test]
+fn expert_ffn_matches_gate_up_then_down_combine() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(401);
+    let (h, f) = (2048, 768);
+    let real = (pool(g, &mut rng, 10, 2 * f, h), pool(g, &mut rng, 10, h, f));
+    let odd = (pool(g, &mut rng, 3, 2 * 96, 1056), pool(g, &mut rng, 3, 1056, 96));
+    // 7 MiB bindings: 2 gate‖up slots of 3.2 MiB a part, 5 parts.
+    let split = Kernels::new(&g.ctx).with_max_binding(7 << 20);
+    // (kernels, gate‖up and down pools, slots, x_div, pool parts at least)
+    type Case<'a> = (&'a Kernels, &'a (Pool, Pool), &'a [u32], usize, usize);
+    let cases: [Case; 5] = [
+        (&g.kernels, &real, &[3, 7, 0, 9, 4, 1, 8, 5], 8, 1),
+        (&g.plain, &real, &[3, 7, 0, 9, 4, 1, 8, 5], 8, 1),
+        (&split, &real, &[9, 0, 5, 4, 2, 7, 1, 6, 3, 3, 8, 0, 1, 2, 6, 5], 8, 5),
+        (&g.kernels, &odd, &[2, 0, 1, 1, 2, 0], 3, 1),
+        (&g.plain, &odd, &[2, 0, 1, 1, 2, 0], 1, 1),
+    ];
+    for (k, (gu, dn), slot_idx, x_div, min_parts) in cases {
+        let (pairs, h, f) = (slot_idx.len(), dn.rows, dn.cols);
+        let x = rng.vec_f32(pairs / x_div * h, -1.0, 1.0);
+        let (xb, ib) = (upload(g, &x), upload(g, slot_idx));
+        let partials = poisoned(g, 4 * pairs * f / 16 * h);
+        let v = diskformer_kernels::View::from;
+        let (n, xd) = (pairs as u32, x_div as u32);
+        let d = k.expert_q8_ffn(gu.planes(), dn.planes(), v(&xb), v(&ib), v(&partials), n, xd).unwrap();
+        assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
+        run(g, &[&d]);
+        let want = cpu::expert_q8_ffn((&gu.q, &gu.s), (&dn.q, &dn.s), (h, f), slot_idx, &x, x_div);
+        // Tolerance: each activation a_j within 2e-6 of the scale the gate‖up SwiGLU test gives it
+        // (1.1·|u|·Σ|w·x|_g + |silu(g)|·Σ|w·x|_u + |a|), each share Σ_j w_rj·a_j moved by Σ_j |w_rj|·δa_j
+        // plus its own 16-term rounding (2e-6·Σ_j |w_rj·a_j|): 2e-6 of Σ_j |w_rj|·(scale_j + |a_j|).
+        let gate_up = cpu::expert_q8_gemv(&gu.q, &gu.s, 2 * f, h, slot_idx, &x, x_div);
+        let mag = gu.magnitude(slot_idx, &x, x_div);
+        let act_scale: Vec<f32> = (0..pairs * f)
+            .map(|i| {
+                let (pair, j) = (i / f, i % f);
+                let (gi, ui) = (pair * 2 * f + j, pair * 2 * f + f + j);
+                let (gv, uv) = (gate_up[gi], gate_up[ui]);
+                let silu = gv / (1.0 + (-gv).exp());
+                1.1 * uv.abs() * mag[gi] + silu.abs() * mag[ui] + 2.0 * (silu * uv).abs()
+            })
+            .collect();
+        let scale: Vec<f32> = slot_idx
+            .iter()
+            .enumerate()
+            .flat_map(|(pair, &slot)| {
+                let w = move |r: usize, c: usize| {
+                    let at = (slot as usize * h + r) * f + c;
+                    (f32::from(dn.q[at]) * dn.s[at / 32].to_f32()).abs()
+                };
+                let a = &act_scale[pair * f..][..f];
+                (0..f / 16).flat_map(move |b| {
+                    (0..h).map(move |r| (16 * b..16 * b + 16).map(|c| w(r, c) * a[c]).sum::<f32>())
+                })
+            })
+            .collect();
+        let what =
+            format!("expert_q8_ffn H={h} F={f} pairs {pairs} sg {} parts {}", k.subgroups(), d.parts());
+        let got = read_n::<f32>(g, &partials, pairs * f / 16 * h);
+        assert_close(&what, &got, &want, &scale, 1e-9, 2e-6);
+    }
+
+    // The shares combined on the GPU match the CPU's down GEMV of the activations, combined: the real
+    // shape, one token.
+    let (gu, dn) = &real;
+    let slot_idx = [3u32, 7, 0, 9, 4, 1, 8, 5];
+    let x = rng.vec_f32(h, -1.0, 1.0);
+    let weights = rng.vec_f32(8, 0.01, 0.3);
+    let residual = rng.vec_f32(h, -5.0, 5.0);
+    let next_norm = rng.vec_f32(h, 0.5, 1.5);
+    let v = diskformer_kernels::View::from;
+    let (xb, ib, wb, y, nb) = (
+        upload(g, &x),
+        upload(g, &slot_idx),
+        upload(g, &weights),
+        upload(g, &residual),
+        upload(g, &next_norm),
+    );
+    let (partials, scaled, squares) =
+        (poisoned(g, 4 * 8 * f / 16 * h), poisoned(g, 4 * h), poisoned(g, 4 * h / 4));
+    let ffn = g.kernels.expert_q8_ffn(gu.planes(), dn.planes(), v(&xb), v(&ib), v(&partials), 8, 8).unwrap();
+    let out = CombineOut {
+        weights: v(&wb),
+        residual: v(&y),
+        next_norm: v(&nb),
+        scaled: v(&scaled),
+        squares: v(&squares),
+        finish: true,
+    };
+    let combine =
+        g.kernels.expert_ffn_combine(v(&partials), v(&ib), out, (h as u32, f as u32, 10), (1, 8)).unwrap();
+    run(g, &[&ffn, &combine]);
+    let act = cpu::silu_mul(&cpu::expert_q8_gemv(&gu.q, &gu.s, 2 * f, h, &slot_idx, &x, 8), f);
+    let (want, _, _) = cpu::expert_q8_gemv_combine(
+        &dn.q,
+        &dn.s,
+        (h, f, 8),
+        &slot_idx,
+        &act,
+        &weights,
+        &residual,
+        &next_norm,
+    );
+    // Tolerance: as the shares' above, summed over the picks with their weights (the down GEMV of each
+    // activation's error), plus the combine's roundings: a loose 1e-5 of |residual| + Σ_j w_j·Σ|down|·|a|.
+    let act_mag: Vec<f32> = abs_of(&act);
+    let down_mag = dn.magnitude(&slot_idx, &act_mag, 1);
+    let scale: Vec<f32> = (0..h)
+        .map(|r| residual[r].abs() + (0..8).map(|j| weights[j] * down_mag[j * h + r]).sum::<f32>())
+        .collect();
+    let got = read_n::<f32>(g, &y, h);
+    assert_close(
+        "expert_q8_ffn + expert_ffn_combine vs gate_up + down combine",
+        &got,
+        &want,
+        &scale,
+        1e-6,
+        1e-5,
+    );
+}
+
+/// `expert_ffn_combine` against the CPU's: the real shape, two tokens, an odd one (rows past a block of
+/// 16, k = 3) with a pick past the pool whose shares are NaN (never written, never read), the next norm's
+/// inputs, and the refusal of too many picks.
+#[test]
+fn expert_ffn_combine_adds_the_shares() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(402);
+    for (h, f, slot_idx, k, finish) in [
+        (2048usize, 768usize, &[3u32, 7, 0, 9, 4, 1, 8, 5][..], 8usize, true),
+        (2048, 768, &[3, 7, 0, 9, 4, 1, 8, 5, 3, 2, 6, 9, 0, 1, 7, 4][..], 8, true),
+        (42, 96, &[2, 0, u32::MAX, 1, 1, 0][..], 3, true),
+        (42, 96, &[2, 0, 1][..], 3, false),
+    ] {
+        let (pairs, blocks) = (slot_idx.len(), f / 16);
+        let tokens = pairs / k;
+        let mut partials = rng.vec_f32(pairs * blocks * h, -2.0, 2.0);
+        for (pair, &s) in slot_idx.iter().enumerate() {
+            if s == u32::MAX {
+                partials[pair * blocks * h..][..blocks * h].fill(f32::NAN);
+            }
+        }
+        let weights = rng.vec_f32(pairs, 0.01, 0.3);
+        let residual = rng.vec_f32(tokens * h, -5.0, 5.0);
+        let next_norm = rng.vec_f32(h, 0.5, 1.5);
+        let v = diskformer_kernels::View::from;
+        let (pb, ib, wb, y, nb) = (
+            upload(g, &partials),
+            upload(g, slot_idx),
+            upload(g, &weights),
+            upload(g, &residual),
+            upload(g, &next_norm),
+        );
+        let squares_len = tokens * combine_squares(h as u32) as usize;
+        let (scaled, squares) = (poisoned(g, 4 * tokens * h), poisoned(g, 4 * squares_len));
+        let out = CombineOut {
+            weights: v(&wb),
+            residual: v(&y),
+            next_norm: v(&nb),
+            scaled: v(&scaled),
+            squares: v(&squares),
+            finish,
+        };
+        let shape = (h as u32, f as u32, 10);
+        let d = g.kernels.expert_ffn_combine(v(&pb), v(&ib), out, shape, (tokens as u32, k as u32)).unwrap();
+        run(g, &[&d]);
+        let (want, want_scaled, want_squares) =
+            cpu::expert_ffn_combine(&partials, (f, k, 10), slot_idx, &weights, &residual, &next_norm);
+        // Tolerance: every share passes through at most blocks·k/16 + 4 + 1 roundings on the GPU and
+        // blocks + k + 1 on the CPU, each within 2^-24 of a running sum bounded by the scale below
+        // (|residual| + Σ_j w_j·Σ_b |share|): (blocks·k/16 + blocks + k + 6)·6e-8 of it, 1.5e-5 for the
+        // real shape.
+        let scale: Vec<f32> = (0..tokens * h)
+            .map(|i| {
+                let (t, r) = (i / h, i % h);
+                residual[i].abs()
+                    + (0..k)
+                        .filter(|&j| slot_idx[t * k + j] != u32::MAX)
+                        .map(|j| {
+                            let pair = t * k + j;
+                            weights[pair]
+                                * (0..blocks)
+                                    .map(|b| partials[(pair * blocks + b) * h + r].abs())
+                                    .sum::<f32>()
+                        })
+                        .sum::<f32>()
+            })
+            .collect();
+        let rtol = (blocks * k / 16 + blocks + k + 6) as f32 * 6e-8;
+        let what = format!("expert_ffn_combine H={h} F={f} T={tokens} k={k} finish {finish}");
+        let got = read_n::<f32>(g, &y, tokens * h);
+        assert_close(&what, &got, &want, &scale, 1e-6, rtol);
+        if finish {
+            let scaled_scale: Vec<f32> =
+                scale.iter().enumerate().map(|(i, s)| s * next_norm[i % h]).collect();
+            assert_close(
+                &what,
+                &read_n::<f32>(g, &scaled, tokens * h),
+                &want_scaled,
+                &scaled_scale,
+                1e-6,
+                rtol,
+            );
+            let squares_scale: Vec<f32> = got
+                .chunks(h)
+                .zip(scale.chunks(h))
+                .flat_map(|(row, sc)| {
+                    row.chunks(4)
+                        .zip(sc.chunks(4))
+                        .map(|(b, s)| b.iter().zip(s).map(|(v, s)| 2.0 * v.abs() * s + v * v).sum::<f32>())
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            let got_squares = read_n::<f32>(g, &squares, squares_len);
+            assert_close(&what, &got_squares, &want_squares, &squares_scale, 1e-6, rtol + 2e-7);
+        } else {
+            // Not finishing: scaled and squares stay as they were (poisoned).
+            let untouched = read_n::<u32>(g, &scaled, tokens * h);
+            assert!(untouched.iter().all(|&w| w == untouched[0]), "{what}: scaled written without finish");
+        }
+    }
+    let (x, i) = (upload(g, &[0.0f32; 4]), upload(g, &[0u32; 4]));
+    let v = diskformer_kernels::View::from;
+    let out = CombineOut {
+        weights: v(&i),
+        residual: v(&x),
+        next_norm: v(&x),
+        scaled: v(&x),
+        squares: v(&x),
+        finish: true,
+    };
+    let err = g.kernels.expert_ffn_combine(v(&x), v(&i), out, (4, 32, 1), (1, 65)).unwrap_err();
+    assert!(err.to_string().contains("picks a token"), "{err}");
+}
+
 #[test]
 fn moe_combine_norm_rows() {
     let g = gpu_or_skip!();
