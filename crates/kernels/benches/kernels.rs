@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use diskformer_kernels::{
     AttentionShape, Context, Dispatch, EXPERT_GEMM_TILED_GROUP, ExpertPlanes, Kernels, Q8Matrix,
-    expert_gemm_group_bound, expert_gemm_groups, ffn_shares, q8_row_bytes,
+    expert_gemm_group_bound, expert_gemm_groups, q8_row_bytes,
 };
 
 const ROTATION_BYTES: u64 = 256 << 20;
@@ -219,63 +219,6 @@ fn bench_expert(c: &mut Criterion, g: &Gpu) {
                 Err(e) => eprintln!("skipping {name}/{variant}: {e}"),
             }
         }
-    }
-    // gate‖up, SwiGLU and down in one dispatch (`expert_q8_ffn`, what decode runs): both matrices' bytes.
-    let (h, f) = (2048u32, 768u32);
-    let (gu_q, dn_q) = (2 * u64::from(f * h), u64::from(h * f));
-    let per_set = u64::from(k_picks) * (gu_q + gu_q / 16 + dn_q + dn_q / 16);
-    let sets = copies(per_set) as u32;
-    let slots = sets * k_picks;
-    let planes = |rows: u32, cols: u32, bytes: u64, seed: u64| {
-        let q = buffer(g, u64::from(slots) * bytes, seed);
-        let s = buffer(g, u64::from(slots) * bytes / 16, seed + 1);
-        (q, s, rows, cols)
-    };
-    let (gu, dn) = (planes(2 * f, h, gu_q, 60), planes(h, f, dn_q, 62));
-    let x = buffer(g, 4 * u64::from(h), 64);
-    let outs: Vec<wgpu::Buffer> =
-        (0..sets).map(|i| buffer(g, 4 * u64::from(k_picks * ffn_shares(f) * h), 65 + u64::from(i))).collect();
-    let idx: Vec<wgpu::Buffer> = (0..sets)
-        .map(|set| {
-            let b = buffer(g, 4 * u64::from(k_picks), 5);
-            let ids: Vec<u32> = (0..k_picks).map(|j| set * k_picks + j).collect();
-            g.ctx.queue.write_buffer(&b, 0, bytemuck::cast_slice(&ids));
-            b
-        })
-        .collect();
-    let (gu, dn) = (
-        ExpertPlanes {
-            q: (&gu.0).into(),
-            scales: (&gu.1).into(),
-            slots,
-            first_slot: 0,
-            rows: gu.2,
-            cols: gu.3,
-        },
-        ExpertPlanes {
-            q: (&dn.0).into(),
-            scales: (&dn.1).into(),
-            slots,
-            first_slot: 0,
-            rows: dn.2,
-            cols: dn.3,
-        },
-    );
-    group.throughput(Throughput::Bytes(per_set));
-    for (variant, k) in [("subgroup", &g.sg), ("plain", &g.plain)] {
-        if variant == "subgroup" && !k.subgroups() {
-            continue;
-        }
-        let ds: Vec<Dispatch> = idx
-            .iter()
-            .zip(&outs)
-            .map(|(i, y)| {
-                k.expert_q8_ffn(gu, dn, (&x).into(), i.into(), y.into(), k_picks, k_picks).expect("bind")
-            })
-            .collect();
-        group.bench_function(format!("ffn_8x2048x768/{variant}"), |b| {
-            b.iter_custom(|iters| time(g, &ds, iters))
-        });
     }
     group.finish();
 }
@@ -801,15 +744,6 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     let (xg, squares) = (f32s(h, 53), f32s(combine_squares(h), 54));
     let slots_p = ExpertSlotsParams { n: top, base: 0, entries: 48 * e, _pad: 0 };
     let comb_p = MoeCombineNormParams { hidden: h, k: top, tokens: 1, eps };
-    let shares = f32s(top * ffn_shares(f) * h, 55);
-    let combine_out = || CombineOut {
-        weights: v(&wts),
-        residual: v(&x),
-        next_norm: v(&attn_norm),
-        scaled: v(&xg),
-        squares: v(&squares),
-        finish: true,
-    };
     // The engine's decode layer (`fused`: norms in the GEMVs, the combine in down) or a chunk's.
     let layer_of = |k: &Kernels, fused: bool| -> Vec<(&'static str, Dispatch)> {
         let ffn = InputNorm { weight: v(&ffn_norm), eps, normed: v(&xn) };
@@ -845,34 +779,39 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
                 ("router_gemv", k.f32_gemv(v(&router), e, h, v(&xn), v(&logits_r), 1)),
             ]);
         }
-        layer.extend([(
-            "router_topk_slots",
-            k.router_topk_slots(
-                v(&logits_r),
-                v(&table),
-                v(&ids),
-                v(&wts),
-                v(&slot_idx),
-                e,
-                top,
-                1,
-                (0, 48 * e),
-            ),
-        )]);
-        if fused {
-            layer.extend([
-                ("expert_ffn", k.expert_q8_ffn(gate_up, down, v(&xn), v(&slot_idx), v(&shares), top, top)),
-                (
-                    "expert_ffn_combine",
-                    k.expert_ffn_combine(v(&shares), v(&slot_idx), combine_out(), (h, f, slots), (1, top)),
+        layer.extend([
+            (
+                "router_topk_slots",
+                k.router_topk_slots(
+                    v(&logits_r),
+                    v(&table),
+                    v(&ids),
+                    v(&wts),
+                    v(&slot_idx),
+                    e,
+                    top,
+                    1,
+                    (0, 48 * e),
                 ),
-            ]);
+            ),
+            (
+                "expert_gate_up_swiglu",
+                k.expert_q8_gemv_gate_up_swiglu(gate_up, v(&xn), v(&slot_idx), v(&act), top, top),
+            ),
+        ]);
+        if fused {
+            let out = CombineOut {
+                weights: v(&wts),
+                residual: v(&x),
+                next_norm: v(&attn_norm),
+                scaled: v(&xg),
+                squares: v(&squares),
+                finish: true,
+            };
+            let combine = k.expert_q8_gemv_combine(down, v(&act), v(&slot_idx), out, (1, top));
+            layer.push(("expert_down_combine", combine));
         } else {
             layer.extend([
-                (
-                    "expert_gate_up_swiglu",
-                    k.expert_q8_gemv_gate_up_swiglu(gate_up, v(&xn), v(&slot_idx), v(&act), top, top),
-                ),
                 ("expert_down", k.expert_q8_gemv(down, v(&act), v(&slot_idx), v(&down_out), top, 1)),
                 (
                     "moe_combine_norm",
@@ -884,13 +823,6 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     };
     let layer = layer_of(k, true);
     let unfused = layer_of(k, false);
-    // The fused layer with its experts as two GEMVs (gate‖up with SwiGLU, then down with the combine), as
-    // decode ran them before `expert_q8_ffn`.
-    let mut two_gemvs: Vec<Dispatch> = layer_of(k, true).into_iter().map(|(_, d)| d).collect();
-    two_gemvs.truncate(two_gemvs.len() - 2);
-    let down_combine = k.expert_q8_gemv_combine(down, v(&act), v(&slot_idx), combine_out(), (1, top));
-    let gate_up_swiglu = k.expert_q8_gemv_gate_up_swiglu(gate_up, v(&xn), v(&slot_idx), v(&act), top, top);
-    two_gemvs.extend([gate_up_swiglu.expect("bind"), down_combine.expect("bind")]);
     let checked = Kernels::with_checked_shaders(&g.ctx, true);
     let all_checked: Vec<Dispatch> = layer_of(&checked, true).into_iter().map(|(_, d)| d).collect();
     let head: Vec<Dispatch> = vec![
@@ -936,8 +868,6 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     group.bench_function("all", |b| b.iter_custom(|iters| time(g, &all, n * iters)));
     let n_unfused = all_unfused.len() as u64;
     group.bench_function("all_unfused", |b| b.iter_custom(|iters| time(g, &all_unfused, n_unfused * iters)));
-    let n_two = two_gemvs.len() as u64;
-    group.bench_function("all_two_gemvs", |b| b.iter_custom(|iters| time(g, &two_gemvs, n_two * iters)));
     group.bench_function("all_checked_shaders", |b| b.iter_custom(|iters| time(g, &all_checked, n * iters)));
     group.bench_function("all_encode_only", |b| b.iter_custom(|iters| encode_only(g, &all, n * iters)));
     group.bench_function("head_lm_gemv", |b| b.iter_custom(|iters| time(g, &head[..1], iters)));

@@ -448,75 +448,11 @@ pub fn expert_q8_gemv_combine(
         }
     }
     let out = moe_combine(&experts, weights, residual, rows, k);
-    let (scaled, squares) = next_norm_inputs(&out, next_norm);
-    (out, scaled, squares)
-}
-
-/// What the fused combines leave for the next RMSNorm: `residual · next_norm` and the sums of the
-/// residual's squares over blocks of 4 rows (`[T, rows.div_ceil(4)]`).
-fn next_norm_inputs(residual: &[f32], next_norm: &[f32]) -> (Vec<f32>, Vec<f32>) {
-    let rows = next_norm.len();
-    let scaled = residual.iter().enumerate().map(|(i, v)| v * next_norm[i % rows]).collect();
-    let squares = residual
+    let scaled = out.iter().enumerate().map(|(i, v)| v * next_norm[i % rows]).collect();
+    let squares = out
         .chunks(rows)
         .flat_map(|row| row.chunks(4).map(|b| b.iter().map(|v| v * v).sum::<f32>()))
         .collect();
-    (scaled, squares)
-}
-
-/// What `expert_q8_ffn` computes for P pairs: the activations `silu(g) · u` of gate‖up
-/// ([`expert_q8_gemv`] of the planes `[slots, 2F, H]`, then [`silu_mul`]) and, for each block of 16 of them,
-/// its share of the down projection (planes `[slots, H, F]`): `[P, F/16, H]`.
-pub fn expert_q8_ffn(
-    (gate_up_q, gate_up_scales): (&[i8], &[f16]),
-    (down_q, down_scales): (&[i8], &[f16]),
-    (hidden, ffn): (usize, usize),
-    slot_idx: &[u32],
-    x: &[f32],
-    x_div: usize,
-) -> Vec<f32> {
-    let gate_up = expert_q8_gemv(gate_up_q, gate_up_scales, 2 * ffn, hidden, slot_idx, x, x_div);
-    let act = silu_mul(&gate_up, ffn);
-    let mut out = Vec::with_capacity(slot_idx.len() * ffn / 16 * hidden);
-    for (pair, &slot) in slot_idx.iter().enumerate() {
-        let (qs, ss) = q8_slot(down_q, down_scales, hidden * ffn, slot);
-        let a = &act[pair * ffn..][..ffn];
-        for b in 0..ffn / 16 {
-            out.extend((0..hidden).map(|r| {
-                let share =
-                    (16 * b..16 * (b + 1)).map(|c| f64::from(q8(qs, ss, ffn, r, c)) * f64::from(a[c]));
-                share.sum::<f64>() as f32
-            }));
-        }
-    }
-    out
-}
-
-/// What `expert_ffn_combine` computes for T tokens of k picks from [`expert_q8_ffn`]'s shares
-/// (`[T·k, F/16, H]`): each pick's down projection (the sum of its shares; zeros for a pick whose slot is at
-/// or past `pool_slots`), combined onto the residual ([`moe_combine`]), and the next RMSNorm's inputs as
-/// [`expert_q8_gemv_combine`] returns them. Returns `(residual, scaled, squares)`.
-pub fn expert_ffn_combine(
-    partials: &[f32],
-    (ffn, k, pool_slots): (usize, usize, u32),
-    slot_idx: &[u32],
-    weights: &[f32],
-    residual: &[f32],
-    next_norm: &[f32],
-) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-    let (hidden, blocks) = (next_norm.len(), ffn / 16);
-    let experts: Vec<f32> = slot_idx
-        .iter()
-        .enumerate()
-        .flat_map(|(pair, &slot)| {
-            let shares = &partials[pair * blocks * hidden..][..blocks * hidden];
-            (0..hidden).map(move |r| {
-                if slot < pool_slots { (0..blocks).map(|b| shares[b * hidden + r]).sum::<f32>() } else { 0.0 }
-            })
-        })
-        .collect();
-    let out = moe_combine(&experts, weights, residual, hidden, k);
-    let (scaled, squares) = next_norm_inputs(&out, next_norm);
     (out, scaled, squares)
 }
 

@@ -58,10 +58,6 @@ pub enum Kernel {
     ExpertQ8Gemv,
     /// Expert Q8_0 down GEMV with the MoE combine, added onto the residual stream (decode).
     ExpertQ8GemvCombine,
-    /// A Q8_0 expert's gate‖up, SwiGLU and down in one dispatch, down split over blocks of features (decode).
-    ExpertQ8Ffn,
-    /// The MoE combine of [`Kernel::ExpertQ8Ffn`]'s shares, added onto the residual stream (decode).
-    ExpertFfnCombine,
     /// Expert Q4_0 GEMV indexed by pool slot.
     ExpertQ4Gemv,
     /// Expert Q8_0 GEMM over pairs grouped by slot, through workgroup-memory tiles (prefill).
@@ -97,7 +93,7 @@ const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 34] = [
+    pub const ALL: [Kernel; 32] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -120,8 +116,6 @@ impl Kernel {
         Kernel::RouterTopkSlots,
         Kernel::ExpertQ8Gemv,
         Kernel::ExpertQ8GemvCombine,
-        Kernel::ExpertQ8Ffn,
-        Kernel::ExpertFfnCombine,
         Kernel::ExpertQ4Gemv,
         Kernel::ExpertQ8GemmTiled,
         Kernel::ExpertQ8GemmI8,
@@ -159,8 +153,6 @@ impl Kernel {
             Kernel::RouterTopkSlots => "router_topk_slots",
             Kernel::ExpertQ8Gemv => "expert_q8_gemv",
             Kernel::ExpertQ8GemvCombine => "expert_q8_gemv_combine",
-            Kernel::ExpertQ8Ffn => "expert_q8_ffn",
-            Kernel::ExpertFfnCombine => "expert_ffn_combine",
             Kernel::ExpertQ4Gemv => "expert_q4_gemv",
             Kernel::ExpertQ8GemmTiled => "expert_q8_gemm_tiled",
             Kernel::ExpertQ8GemmI8 => "expert_q8_gemm_i8",
@@ -192,7 +184,6 @@ impl Kernel {
                 | Kernel::Q8GemvRows2
                 | Kernel::ExpertQ8Gemv
                 | Kernel::ExpertQ8GemvCombine
-                | Kernel::ExpertQ8Ffn
                 | Kernel::ExpertQ4Gemv
                 | Kernel::ExpertQ4Gemm
         )
@@ -220,8 +211,6 @@ impl Kernel {
             Kernel::RouterTopk | Kernel::RouterTopkSlots => size_of::<RouterTopkParams>(),
             Kernel::ExpertQ8Gemv => size_of::<ExpertQ8GemvParams>(),
             Kernel::ExpertQ8GemvCombine => size_of::<ExpertQ8GemvCombineParams>(),
-            Kernel::ExpertQ8Ffn => size_of::<ExpertQ8FfnParams>(),
-            Kernel::ExpertFfnCombine => size_of::<ExpertFfnCombineParams>(),
             Kernel::ExpertQ4Gemv => size_of::<ExpertQ4GemvParams>(),
             Kernel::ExpertQ4Gemm | Kernel::ExpertQ8GemmTiled | Kernel::ExpertQ8GemmI8 => {
                 size_of::<ExpertQ8GemmParams>()
@@ -260,8 +249,6 @@ impl Kernel {
             Kernel::RouterTopkSlots => include_str!("wgsl/router_topk_slots.wgsl"),
             Kernel::ExpertQ8Gemv => include_str!("wgsl/expert_q8_gemv.wgsl"),
             Kernel::ExpertQ8GemvCombine => include_str!("wgsl/expert_q8_gemv_combine.wgsl"),
-            Kernel::ExpertQ8Ffn => include_str!("wgsl/expert_q8_ffn.wgsl"),
-            Kernel::ExpertFfnCombine => include_str!("wgsl/expert_ffn_combine.wgsl"),
             Kernel::ExpertQ4Gemv => include_str!("wgsl/expert_q4_gemv.wgsl"),
             Kernel::ExpertQ8GemmTiled => include_str!("wgsl/expert_q8_gemm_tiled.wgsl"),
             Kernel::ExpertQ8GemmI8 => Kernel::ExpertQ8GemmTiled.file(),
@@ -325,10 +312,10 @@ impl Kernel {
             Kernel::Q8GemmI8 | Kernel::ExpertQ8GemmI8 => &[Q8_TILE_I8, Q8_HELPERS],
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
             Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],
-            Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvCombine | Kernel::ExpertQ8Ffn if subgroups => {
+            Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvCombine if subgroups => {
                 &[EXPERT_Q8_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }
-            Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvCombine | Kernel::ExpertQ8Ffn => {
+            Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvCombine => {
                 &[EXPERT_Q8_ROWS, ROW_SUM_PLAIN, Q8_HELPERS]
             }
             k if k.has_subgroup_variant() && subgroups => &[ROW_SUM_SUBGROUP, Q8_HELPERS],
