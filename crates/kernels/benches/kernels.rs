@@ -573,8 +573,8 @@ fn chunk_picks(t: u32, k: u32, experts: u32) -> Vec<u32> {
 /// The GEMMs of one layer of a 256-token prefill chunk at Qwen3-30B-A3B's shapes, throughput in
 /// multiply-adds ×2 (FLOP): the dense q‖k‖v and o projections (`q8_gemm_tiled`) and the tiled expert GEMM
 /// over the chunk's 2,048 (token, pick) pairs grouped by slot, up to 32 a group (8 distinct picks a token
-/// from 128 experts, one slot each); and the chunk's causal attention (`attention`, the kernel chunks run,
-/// beside `attention_per_query`). Consecutive dispatches write different outputs; the weights (up to 384 MB
+/// from 128 experts, one slot each); and the chunk's causal attention (`attention_flash`, the kernel chunks
+/// run, beside the kernels before it). Consecutive dispatches write different outputs; the weights (up to 384 MB
 /// of expert slots) are the same each time. (The 8-token GEMMs these replaced, `q8_gemm` and
 /// `expert_q8_gemm`, are gone; their figures stay in BENCHMARKS.md.)
 fn bench_prefill(c: &mut Criterion, g: &Gpu) {
@@ -595,35 +595,40 @@ fn bench_prefill(c: &mut Criterion, g: &Gpu) {
             ys.iter().map(|y| k_.q8_gemm_tiled(w, (&x).into(), y.into(), t).expect("bind")).collect();
         group.bench_function(name, |b| b.iter_custom(|iters| time(g, &ds, iters)));
     }
-    // The chunk's causal attention: the second chunk of a 512-token prompt (positions 256..511) over a
-    // 4,096-position f16 cache, 32 query heads, 4 kv heads, d = 128, by the tiled kernel chunks run and by
-    // the one-query-head-a-workgroup one it replaced. Throughput: the K and V bytes each query head reads.
+    // The chunk's causal attention over a 4,096-position f16 cache, 32 query heads, 4 kv heads, d = 128:
+    // the second chunk of a 512-token prompt (positions 256..511) and the last of a 4,096-token one
+    // (3,840..4,095), by the block-of-tokens kernel chunks run, the tiled one it replaced, and (the short one)
+    // the one-query-head-a-workgroup one before that. Throughput: the K and V bytes each query head reads.
     let shape = AttentionShape { heads: 32, kv_heads: 4, head_dim: 128, tokens: t, ctx: 4096 };
     let q = buffer(g, 4 * u64::from(t * 32 * 128), 20);
     let cache_bytes = 2 * u64::from(shape.ctx * 4 * 128);
     let (kc, vc) = (buffer(g, cache_bytes, 21), buffer(g, cache_bytes, 22));
-    let pos = buffer(g, 4 * u64::from(t), 23);
-    let positions: Vec<u32> = (256..256 + t).collect();
-    g.ctx.queue.write_buffer(&pos, 0, bytemuck::cast_slice(&positions));
     let outs: Vec<wgpu::Buffer> = (0..4).map(|i| buffer(g, 4 * u64::from(t * 32 * 128), 24 + i)).collect();
-    let attended: u64 = positions.iter().map(|&p| u64::from(p) + 1).sum();
-    group.throughput(Throughput::Bytes(attended * 32 * 128 * 2 * 2));
-    for name in ["attention", "attention_per_query"] {
-        let ds: Vec<Dispatch> = outs
-            .iter()
-            .map(|o| {
-                let (q, kc, vc, pos, o) = ((&q).into(), (&kc).into(), (&vc).into(), (&pos).into(), o.into());
-                if name == "attention" {
-                    k_.attention_tiled(q, kc, vc, pos, o, shape)
-                } else {
-                    k_.attention_per_query(q, kc, vc, pos, o, shape)
-                }
-                .expect("bind")
-            })
-            .collect();
-        group.bench_function(format!("{name}/t256_pos256-511"), |b| {
-            b.iter_custom(|iters| time(g, &ds, iters))
-        });
+    for first in [256u32, 3840] {
+        let pos = buffer(g, 4 * u64::from(t), 23);
+        let positions: Vec<u32> = (first..first + t).collect();
+        g.ctx.queue.write_buffer(&pos, 0, bytemuck::cast_slice(&positions));
+        let attended: u64 = positions.iter().map(|&p| u64::from(p) + 1).sum();
+        group.throughput(Throughput::Bytes(attended * 32 * 128 * 2 * 2));
+        let names: &[&str] =
+            if first == 256 { &["flash", "tiled", "per_query"] } else { &["flash", "tiled"] };
+        for &name in names {
+            let ds: Vec<Dispatch> = outs
+                .iter()
+                .map(|o| {
+                    let (q, kc, vc, pos, o) =
+                        ((&q).into(), (&kc).into(), (&vc).into(), (&pos).into(), o.into());
+                    match name {
+                        "flash" => k_.attention_flash(q, kc, vc, pos, o, shape),
+                        "tiled" => k_.attention_tiled(q, kc, vc, pos, o, shape),
+                        _ => k_.attention_per_query(q, kc, vc, pos, o, shape),
+                    }
+                    .expect("bind")
+                })
+                .collect();
+            let id = format!("attention_{name}/t256_pos{first}-{}", first + t - 1);
+            group.bench_function(id, |b| b.iter_custom(|iters| time(g, &ds, iters)));
+        }
     }
     let pairs = t * k;
     let picks = chunk_picks(t, k, experts);

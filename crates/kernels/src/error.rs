@@ -30,6 +30,16 @@ pub enum Error {
         /// wgpu's error.
         source: wgpu::RequestDeviceError,
     },
+    /// The device cannot run this kernel (a launcher that has a fallback uses it instead).
+    #[error("{kernel} needs {needed} bytes of workgroup memory; this device offers {offered}")]
+    Unavailable {
+        /// The kernel.
+        kernel: &'static str,
+        /// Workgroup memory it needs.
+        needed: u32,
+        /// What the device offers.
+        offered: u32,
+    },
     /// Shapes passed to a launcher do not fit together or break a kernel's limits.
     #[error("{kernel}: {what}")]
     Shape {

@@ -42,6 +42,9 @@ pub enum Kernel {
     /// Causal GQA attention for chunks: a workgroup per token and up to 8 query heads of a kv head, keys
     /// and values in tiles through workgroup memory.
     AttentionTiled,
+    /// Causal GQA attention for chunks, a block of 4 tokens and up to 8 query heads of a kv head a workgroup,
+    /// keys and values in tiles of 32 through workgroup memory (needs 32 KiB of it).
+    AttentionFlash,
     /// Split-K attention for decode, part 1: per-block partial softmax sums.
     AttentionSplit,
     /// Split-K attention for decode, part 2: merges the blocks.
@@ -93,7 +96,7 @@ const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 32] = [
+    pub const ALL: [Kernel; 33] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -108,6 +111,7 @@ impl Kernel {
         Kernel::QkvRopeStore,
         Kernel::Attention,
         Kernel::AttentionTiled,
+        Kernel::AttentionFlash,
         Kernel::AttentionSplit,
         Kernel::AttentionCombine,
         Kernel::Add,
@@ -145,6 +149,7 @@ impl Kernel {
             Kernel::QkvRopeStore => "qkv_rope_store",
             Kernel::Attention => "attention",
             Kernel::AttentionTiled => "attention_tiled",
+            Kernel::AttentionFlash => "attention_flash",
             Kernel::AttentionSplit => "attention_split",
             Kernel::AttentionCombine => "attention_combine",
             Kernel::Add => "add",
@@ -172,6 +177,15 @@ impl Kernel {
             Kernel::Argmax => &[("SLICE", crate::ops::ARGMAX_SLICE as f64)],
             Kernel::AttentionSplit => &[("PASSES", crate::ops::LONG_SPLIT_PASSES as f64)],
             _ => &[],
+        }
+    }
+
+    /// Workgroup memory the kernel needs beyond the 16 KiB every device offers (its pipeline is built only
+    /// where the device's limit allows).
+    pub fn workgroup_storage(self) -> u32 {
+        match self {
+            Kernel::AttentionFlash => 32 << 10,
+            _ => 16 << 10,
         }
     }
 
@@ -203,7 +217,9 @@ impl Kernel {
             Kernel::QkNormRope => size_of::<QkNormRopeParams>(),
             Kernel::KvStore => size_of::<KvStoreParams>(),
             Kernel::QkvRopeStore => size_of::<QkvRopeStoreParams>(),
-            Kernel::Attention | Kernel::AttentionTiled => size_of::<AttentionParams>(),
+            Kernel::Attention | Kernel::AttentionTiled | Kernel::AttentionFlash => {
+                size_of::<AttentionParams>()
+            }
             Kernel::AttentionSplit => size_of::<AttentionSplitParams>(),
             Kernel::AttentionCombine => size_of::<AttentionCombineParams>(),
             Kernel::Add => size_of::<AddParams>(),
@@ -241,6 +257,7 @@ impl Kernel {
             Kernel::QkvRopeStore => include_str!("wgsl/qkv_rope_store.wgsl"),
             Kernel::Attention => include_str!("wgsl/attention.wgsl"),
             Kernel::AttentionTiled => include_str!("wgsl/attention_tiled.wgsl"),
+            Kernel::AttentionFlash => include_str!("wgsl/attention_flash.wgsl"),
             Kernel::AttentionSplit => include_str!("wgsl/attention_split.wgsl"),
             Kernel::AttentionCombine => include_str!("wgsl/attention_combine.wgsl"),
             Kernel::Add => include_str!("wgsl/add.wgsl"),
@@ -398,7 +415,8 @@ impl Dispatch {
 #[derive(Debug)]
 pub struct Kernels {
     device: wgpu::Device,
-    pipelines: Vec<wgpu::ComputePipeline>,
+    /// One per kernel of [`Kernel::ALL`], `None` where the device lacks the workgroup memory it needs.
+    pipelines: Vec<Option<wgpu::ComputePipeline>>,
     /// `attention_split` compiled with `PASSES = SHORT_SPLIT_PASSES` (half-size blocks, for short caches); the
     /// main pipeline has `LONG_SPLIT_PASSES`.
     attention_split_short: wgpu::ComputePipeline,
@@ -407,6 +425,8 @@ pub struct Kernels {
     storage_align: u64,
     uniform_align: u64,
     max_groups: u32,
+    /// The device's workgroup memory limit, bytes.
+    workgroup_storage: u32,
     /// Bound where a kernel's optional output is off (the shader writes nothing there).
     placeholder: wgpu::Buffer,
 }
@@ -467,7 +487,11 @@ impl Kernels {
                 cache: None,
             })
         };
-        let pipelines = Kernel::ALL.iter().map(|&k| compile(k, k.constants())).collect();
+        let storage = ctx.limits.max_compute_workgroup_storage_size;
+        let pipelines = Kernel::ALL
+            .iter()
+            .map(|&k| (k.workgroup_storage() <= storage).then(|| compile(k, k.constants())))
+            .collect();
         let attention_split_short =
             compile(Kernel::AttentionSplit, &[("PASSES", f64::from(crate::ops::SHORT_SPLIT_PASSES))]);
         let placeholder = device.create_buffer(&wgpu::BufferDescriptor {
@@ -485,6 +509,7 @@ impl Kernels {
             storage_align: u64::from(ctx.limits.min_storage_buffer_offset_alignment),
             uniform_align: u64::from(ctx.limits.min_uniform_buffer_offset_alignment),
             max_groups: ctx.limits.max_compute_workgroups_per_dimension,
+            workgroup_storage: storage,
             placeholder,
         }
     }
@@ -516,8 +541,21 @@ impl Kernels {
         &self.attention_split_short
     }
 
+    /// The device's workgroup memory limit, bytes.
+    pub fn workgroup_storage(&self) -> u32 {
+        self.workgroup_storage
+    }
+
+    /// Whether `k` was compiled for this device (see [`Kernel::workgroup_storage`]).
+    pub fn has(&self, k: Kernel) -> bool {
+        self.pipelines[Kernel::ALL.iter().position(|&x| x == k).expect("every kernel is in ALL")].is_some()
+    }
+
+    /// The pipeline of `k`; launchers of kernels that may be missing check [`Kernels::has`] first.
     pub(crate) fn pipeline(&self, k: Kernel) -> &wgpu::ComputePipeline {
-        &self.pipelines[Kernel::ALL.iter().position(|&x| x == k).expect("every kernel is in ALL")]
+        self.pipelines[Kernel::ALL.iter().position(|&x| x == k).expect("every kernel is in ALL")]
+            .as_ref()
+            .expect("launchers check that their kernel was compiled")
     }
 
     /// A small storage buffer to bind where a kernel's optional output is off.

@@ -116,16 +116,19 @@ fn check_attention(seed: u64, heads: usize, kv_heads: usize, d: usize, ctx: usiz
     let want = cpu::attention(&q, &k, &v, &positions, heads, kv_heads, d);
     let what = format!("h={heads}/{kv_heads} d={d} ctx={ctx} pos={positions:?}");
     let ones = vec![1.0; want.len()];
-    // Both chunk kernels: the tiled one where d is a multiple of 16, the one-query-a-workgroup one always.
+    // The chunk kernels: the block-of-tokens one where d is a multiple of 16 up to 128 (lavapipe offers its
+    // 32 KiB of workgroup memory), the tiled one where d is a multiple of 16, the one-query-a-workgroup one
+    // always.
     let v = diskformer_kernels::View::from;
     let (qv, kv, vv, pv) = (v(&qb), v(&kb), v(&vb), v(&pb));
     let tiled = d.is_multiple_of(16);
-    for kernel in ["attention_tiled", "attention"].into_iter().filter(|&n| tiled || n == "attention") {
+    let kernels = [("attention_flash", tiled && d <= 128), ("attention_tiled", tiled), ("attention", true)];
+    for (kernel, _) in kernels.into_iter().filter(|&(_, runs)| runs) {
         let out = poisoned(g, 4 * q.len());
-        let disp = if kernel == "attention" {
-            g.kernels.attention_per_query(qv, kv, vv, pv, (&out).into(), s)
-        } else {
-            g.kernels.attention_tiled(qv, kv, vv, pv, (&out).into(), s)
+        let disp = match kernel {
+            "attention" => g.kernels.attention_per_query(qv, kv, vv, pv, (&out).into(), s),
+            "attention_tiled" => g.kernels.attention_tiled(qv, kv, vv, pv, (&out).into(), s),
+            _ => g.kernels.attention_flash(qv, kv, vv, pv, (&out).into(), s),
         };
         let disp = disp.unwrap();
         run(g, &[&disp]);
@@ -180,6 +183,13 @@ fn attention_max_context() {
 fn attention_chunk_is_causal() {
     // A prefill chunk: each token sees the cache up to its own position only.
     check_attention(40, 32, 4, 128, 300, vec![100, 101, 102, 103, 260]);
+}
+
+#[test]
+fn attention_chunk_from_the_start() {
+    // A prompt's first chunk, 41 tokens at positions 0..=40: blocks of 4 tokens whose rows see different
+    // numbers of keys of one 32-key tile, a second tile only some rows reach, and a last block of one token.
+    check_attention(50, 32, 4, 128, 64, (0..41).collect());
 }
 
 #[test]

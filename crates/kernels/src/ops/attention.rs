@@ -38,14 +38,22 @@ pub struct AttentionShape {
     pub ctx: u32,
 }
 
-/// Query heads of one kv head a workgroup of `attention_tiled` takes (its shader's `R`).
+/// Query heads of one kv head a workgroup of `attention_tiled` and `attention_flash` takes (their shaders'
+/// `R`).
 const TILED_ROWS: u64 = 8;
+
+/// Tokens a workgroup of `attention_flash` takes (its shader's `BQ`).
+const FLASH_TOKENS: u64 = 4;
+
+/// The largest head dim `attention_flash` takes (its tiles hold 32 vec4 columns).
+const FLASH_MAX_HEAD_DIM: u32 = 128;
 
 impl Kernels {
     /// Causal GQA attention: for each query token t and head h, softmax over cache positions
     /// `0..=positions[t]` of `q·k / sqrt(d)`, weighted sum of v; kv head = `h / (heads / kv_heads)`.
     /// The cache must already hold every position attended (store the chunk first). Runs
-    /// [`Kernels::attention_tiled`] where `head_dim` is a multiple of 16, else
+    /// [`Kernels::attention_flash`] where `head_dim` is a multiple of 16 up to 128 and the device has its
+    /// workgroup memory, else [`Kernels::attention_tiled`] where `head_dim` is a multiple of 16, else
     /// [`Kernels::attention_per_query`].
     /// Shapes: `q [T, heads, d] f32`, `k, v [ctx, kv_heads, d] f16`, `positions [T] u32`,
     /// `out [T, heads, d] f32`.
@@ -62,7 +70,10 @@ impl Kernels {
         out: View<'_>,
         s: AttentionShape,
     ) -> Result<Dispatch> {
-        if s.head_dim.is_multiple_of(16) {
+        let flash_fits = s.head_dim <= FLASH_MAX_HEAD_DIM && self.has(Kernel::AttentionFlash);
+        if s.head_dim.is_multiple_of(16) && flash_fits {
+            self.attention_flash(q, k, v, positions, out, s)
+        } else if s.head_dim.is_multiple_of(16) {
             self.attention_tiled(q, k, v, positions, out, s)
         } else {
             self.attention_per_query(q, k, v, positions, out, s)
@@ -90,6 +101,44 @@ impl Kernels {
         let dims = [
             b.groups("kv heads x head blocks", u64::from(s.kv_heads) * blocks)?,
             b.groups("tokens", u64::from(s.tokens))?,
+            1,
+        ];
+        Ok(b.finish(vec![(p, bound, dims)]))
+    }
+
+    /// [`Kernels::attention`] with a workgroup per block of 4 tokens and up to 8 query heads of one kv head
+    /// (32 query rows), keys and values in tiles of 32 through workgroup memory, each read once for the 32
+    /// rows: the prefill kernel where the device offers 32 KiB of workgroup memory.
+    ///
+    /// # Errors
+    /// As [`Kernels::attention`]; a shape error unless `head_dim` is a multiple of 16 up to 128;
+    /// [`Error::Unavailable`](crate::Error::Unavailable) on devices with less workgroup memory.
+    pub fn attention_flash(
+        &self,
+        q: View<'_>,
+        k: View<'_>,
+        v: View<'_>,
+        positions: View<'_>,
+        out: View<'_>,
+        s: AttentionShape,
+    ) -> Result<Dispatch> {
+        let kernel = Kernel::AttentionFlash;
+        if !self.has(kernel) {
+            return Err(crate::Error::Unavailable {
+                kernel: kernel.name(),
+                needed: kernel.workgroup_storage(),
+                offered: self.workgroup_storage(),
+            });
+        }
+        let b = self.binder(kernel);
+        b.ensure(s.head_dim.is_multiple_of(16) && s.head_dim <= FLASH_MAX_HEAD_DIM, || {
+            format!("needs head_dim a multiple of 16 up to {FLASH_MAX_HEAD_DIM}; got {s:?}")
+        })?;
+        let (bound, p) = attention_bindings(&b, q, k, v, positions, out, s)?;
+        let blocks = u64::from(s.heads / s.kv_heads).div_ceil(TILED_ROWS);
+        let dims = [
+            b.groups("kv heads x head blocks", u64::from(s.kv_heads) * blocks)?,
+            b.groups("token blocks", u64::from(s.tokens).div_ceil(FLASH_TOKENS))?,
             1,
         ];
         Ok(b.finish(vec![(p, bound, dims)]))
