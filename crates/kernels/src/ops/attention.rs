@@ -97,12 +97,7 @@ impl Kernels {
         let b = self.binder(Kernel::AttentionTiled);
         b.ensure(s.head_dim.is_multiple_of(16), || format!("needs head_dim a multiple of 16; got {s:?}"))?;
         let (bound, p) = attention_bindings(&b, q, k, v, positions, out, s)?;
-        let blocks = u64::from(s.heads / s.kv_heads).div_ceil(TILED_ROWS);
-        let dims = [
-            b.groups("kv heads x head blocks", u64::from(s.kv_heads) * blocks)?,
-            b.groups("tokens", u64::from(s.tokens))?,
-            1,
-        ];
+        let dims = head_block_grid(&b, s, 1)?;
         Ok(b.finish(vec![(p, bound, dims)]))
     }
 
@@ -135,12 +130,7 @@ impl Kernels {
             format!("needs head_dim a multiple of 16 up to {FLASH_MAX_HEAD_DIM}; got {s:?}")
         })?;
         let (bound, p) = attention_bindings(&b, q, k, v, positions, out, s)?;
-        let blocks = u64::from(s.heads / s.kv_heads).div_ceil(TILED_ROWS);
-        let dims = [
-            b.groups("kv heads x head blocks", u64::from(s.kv_heads) * blocks)?,
-            b.groups("token blocks", u64::from(s.tokens).div_ceil(FLASH_TOKENS))?,
-            1,
-        ];
+        let dims = head_block_grid(&b, s, FLASH_TOKENS)?;
         Ok(b.finish(vec![(p, bound, dims)]))
     }
 
@@ -163,6 +153,17 @@ impl Kernels {
         let dims = [b.groups("heads", u64::from(s.heads))?, b.groups("tokens", u64::from(s.tokens))?, 1];
         Ok(b.finish(vec![(p, bound, dims)]))
     }
+}
+
+/// The grid of the tiled chunk kernels: a workgroup per (kv head, block of up to 8 of its query heads) along
+/// x and per block of `tokens_per_group` tokens along y.
+fn head_block_grid(b: &Binder<'_>, s: AttentionShape, tokens_per_group: u64) -> Result<[u32; 3]> {
+    let blocks = u64::from(s.heads / s.kv_heads).div_ceil(TILED_ROWS);
+    Ok([
+        b.groups("kv heads x head blocks", u64::from(s.kv_heads) * blocks)?,
+        b.groups("token blocks", u64::from(s.tokens).div_ceil(tokens_per_group))?,
+        1,
+    ])
 }
 
 /// Validates an attention shape and binds q, k, v, positions and out; the params both kernels read.
