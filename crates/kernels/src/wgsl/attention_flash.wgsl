@@ -8,10 +8,11 @@
 //   partial maxima a row; the rows' maxima and the online-softmax rescale (32 lanes), while the V tile comes
 //   in over the K tile; the probabilities, key-major; each lane adds probability x value into one vec4
 //   column of 4 rows.
-// Loops step 4 items at once: lavapipe stops an invocation's loops after 65,535 iterations in all (see
-// attention.wgsl); a tile costs about 22 here, some 28,000 for the model's 40,960 positions.
-// Needs head_dim a multiple of 16, at most 128, and 31.3 KB of workgroup memory (the launcher falls back to
-// attention_tiled otherwise).
+// Loops step 4 items at once or are written out: lavapipe stops an invocation's loops after 65,535
+// iterations in all (see attention.wgsl); a tile costs at most 25 here at d = 128, some 32,000 for the
+// model's 40,960 positions.
+// Needs head_dim a multiple of 16, at most 128, and 31,380 bytes of workgroup memory (the launcher falls
+// back to attention_tiled otherwise).
 enable f16;
 
 struct Params {
@@ -87,16 +88,38 @@ fn scores4(r0: u32, r1: u32, j0: u32, j1: u32, d4: u32) -> vec4<f32> {
     let k0 = j0 * (d4 + 1u);
     let k1 = j1 * (d4 + 1u);
     for (var i = 0u; i < d4; i += 4u) {
-        for (var u = 0u; u < 4u; u++) {
-            let a = qs[q0 + i + u];
-            let b = qs[q1 + i + u];
-            let x = vec4<f32>(kv[k0 + i + u]);
-            let y = vec4<f32>(kv[k1 + i + u]);
-            s00 += a * x;
-            s01 += a * y;
-            s10 += b * x;
-            s11 += b * y;
-        }
+        var a = qs[q0 + i];
+        var b = qs[q1 + i];
+        var x = vec4<f32>(kv[k0 + i]);
+        var y = vec4<f32>(kv[k1 + i]);
+        s00 += a * x;
+        s01 += a * y;
+        s10 += b * x;
+        s11 += b * y;
+        a = qs[q0 + i + 1u];
+        b = qs[q1 + i + 1u];
+        x = vec4<f32>(kv[k0 + i + 1u]);
+        y = vec4<f32>(kv[k1 + i + 1u]);
+        s00 += a * x;
+        s01 += a * y;
+        s10 += b * x;
+        s11 += b * y;
+        a = qs[q0 + i + 2u];
+        b = qs[q1 + i + 2u];
+        x = vec4<f32>(kv[k0 + i + 2u]);
+        y = vec4<f32>(kv[k1 + i + 2u]);
+        s00 += a * x;
+        s01 += a * y;
+        s10 += b * x;
+        s11 += b * y;
+        a = qs[q0 + i + 3u];
+        b = qs[q1 + i + 3u];
+        x = vec4<f32>(kv[k0 + i + 3u]);
+        y = vec4<f32>(kv[k1 + i + 3u]);
+        s00 += a * x;
+        s01 += a * y;
+        s10 += b * x;
+        s11 += b * y;
     }
     let sum = vec4<f32>(s00.x + s00.y, s01.x + s01.y, s10.x + s10.y, s11.x + s11.y)
         + vec4<f32>(s00.z + s00.w, s01.z + s01.w, s10.z + s10.w, s11.z + s11.w);
