@@ -180,8 +180,8 @@ impl Kernel {
         }
     }
 
-    /// Workgroup memory the kernel needs beyond the 16 KiB every device offers (its pipeline is built only
-    /// where the device's limit allows).
+    /// Workgroup memory the kernel needs, bytes: 16 KiB (what every device offers) but for `attention_flash`,
+    /// whose pipeline is built only where the device's limit allows.
     pub fn workgroup_storage(self) -> u32 {
         match self {
             Kernel::AttentionFlash => 32 << 10,
