@@ -16,7 +16,7 @@
 # .device/bench-NAME over AB_ROUNDS rounds of the resident row (after an AB_PROMPT-token prompt, 16 by default),
 # then (unless AB_RESIDENT_ONLY=1) one 4 GB page-cache row each, and the 16 GB and 8 GB rows of .device/bench;
 # each binary first runs once unrecorded (AB_WARMUP=0 skips that). REUSE=1 keeps a model and store that a call
-# on the same machine left behind.
+# on the same machine left behind. EXPERTS=q4_0 makes the synthetic model's experts Q4_0 (default q8_0).
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -34,7 +34,7 @@ SECONDS=0
 if [ -n "${REUSE:-}" ] && [ -s $G ] && [ -s $S/experts.bin ]; then
     echo "reusing $G and $S"
 else
-    $D/synth-gguf --shape qwen3-30b-a3b --out $G | tee "$OUT/synth.txt"
+    $D/synth-gguf --shape qwen3-30b-a3b --expert-type "${EXPERTS:-q8_0}" --out $G | tee "$OUT/synth.txt"
     $D/ingest $G --store $S | tail -2 | tee "$OUT/ingest.txt"
 fi
 echo "synth + ingest: $SECONDS s"

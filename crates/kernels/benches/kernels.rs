@@ -632,13 +632,17 @@ fn bench_prefill(c: &mut Criterion, g: &Gpu) {
     }
     let pairs = t * k;
     let picks = chunk_picks(t, k, experts);
-    for (name, rows, cols, x_div) in [
-        ("expert_q8_gemm/gate_up_1536x2048", 1536u32, 2048u32, k),
-        ("expert_q8_gemm/down_2048x768", 2048, 768, 1),
+    // The expert GEMMs over Q8_0 slots and over Q4_0 ones (the same tiles, nibbles decoded; FLOP as Q8_0's).
+    for (name, rows, cols, x_div, q4) in [
+        ("expert_q8_gemm/gate_up_1536x2048", 1536u32, 2048u32, k, false),
+        ("expert_q8_gemm/down_2048x768", 2048, 768, 1, false),
+        ("expert_q4_gemm/gate_up_1536x2048", 1536, 2048, k, true),
+        ("expert_q4_gemm/down_2048x768", 2048, 768, 1, true),
     ] {
         let slot_q = u64::from(rows) * u64::from(cols);
+        let plane_q = if q4 { slot_q / 2 } else { slot_q };
         let (q, s) =
-            (buffer(g, u64::from(experts) * slot_q, 5), buffer(g, u64::from(experts) * slot_q / 16, 6));
+            (buffer(g, u64::from(experts) * plane_q, 5), buffer(g, u64::from(experts) * slot_q / 16, 6));
         let planes =
             ExpertPlanes { q: (&q).into(), scales: (&s).into(), slots: experts, first_slot: 0, rows, cols };
         let x = buffer(g, 4 * u64::from(pairs / x_div * cols), 7);
@@ -655,7 +659,12 @@ fn bench_prefill(c: &mut Criterion, g: &Gpu) {
             .iter()
             .map(|y| {
                 let (x, gb, ob, y) = ((&x).into(), (&gb).into(), (&ob).into(), y.into());
-                k_.expert_q8_gemm_tiled(planes, x, gb, ob, y, sizes, x_div).expect("bind")
+                if q4 {
+                    k_.expert_q4_gemm(planes, x, gb, ob, y, sizes, x_div)
+                } else {
+                    k_.expert_q8_gemm_tiled(planes, x, gb, ob, y, sizes, x_div)
+                }
+                .expect("bind")
             })
             .collect();
         group.bench_function(format!("{name}/tiled"), |b| b.iter_custom(|iters| time(g, &ds, iters)));

@@ -8,8 +8,8 @@ use wgpu::util::DeviceExt;
 use crate::context::Context;
 use crate::error::{Error, Result};
 
-/// Every kernel of the crate. File name = entry point = [`Kernel::name`], but for the int8 GEMMs, which share
-/// the tiled GEMMs' files (their entry point renamed, see [`Kernel::source`]).
+/// Every kernel of the crate. File name = entry point = [`Kernel::name`], but for the int8 GEMMs and the Q4_0
+/// expert GEMM, which share the tiled GEMMs' files (their entry point renamed, see [`Kernel::source`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Kernel {
@@ -67,7 +67,7 @@ pub enum Kernel {
     ExpertQ8GemmTiled,
     /// Expert Q8_0 GEMM over pairs grouped by slot, of Q8_0-quantised inputs by int8 dot products (prefill).
     ExpertQ8GemmI8,
-    /// Expert Q4_0 GEMM over pairs grouped by slot (prefill).
+    /// Expert Q4_0 GEMM over pairs grouped by slot, through the tiled GEMMs' workgroup-memory tiles (prefill).
     ExpertQ4Gemm,
     /// Pool slots of the picks from a resident table (routing on the GPU).
     ExpertSlots,
@@ -88,6 +88,8 @@ const ROW_SUM_SUBGROUP: &str = include_str!("wgsl/row_sum_subgroup.wgsl");
 const Q8_HELPERS: &str = include_str!("wgsl/q8_helpers.wgsl");
 const Q8_TILE: &str = include_str!("wgsl/q8_tile.wgsl");
 const Q8_TILE_I8: &str = include_str!("wgsl/q8_tile_i8.wgsl");
+const Q8_TILE_WEIGHTS: &str = include_str!("wgsl/q8_tile_weights.wgsl");
+const Q4_TILE_WEIGHTS: &str = include_str!("wgsl/q4_tile_weights.wgsl");
 const EXPERT_Q8_ROWS: &str = include_str!("wgsl/expert_q8_rows.wgsl");
 const ATTENTION_ROWS_PLAIN: &str = include_str!("wgsl/attention_rows_plain.wgsl");
 const ATTENTION_ROWS_SUBGROUP: &str = include_str!("wgsl/attention_rows_subgroup.wgsl");
@@ -199,7 +201,6 @@ impl Kernel {
                 | Kernel::ExpertQ8Gemv
                 | Kernel::ExpertQ8GemvCombine
                 | Kernel::ExpertQ4Gemv
-                | Kernel::ExpertQ4Gemm
         )
     }
 
@@ -269,7 +270,7 @@ impl Kernel {
             Kernel::ExpertQ4Gemv => include_str!("wgsl/expert_q4_gemv.wgsl"),
             Kernel::ExpertQ8GemmTiled => include_str!("wgsl/expert_q8_gemm_tiled.wgsl"),
             Kernel::ExpertQ8GemmI8 => Kernel::ExpertQ8GemmTiled.file(),
-            Kernel::ExpertQ4Gemm => include_str!("wgsl/expert_q4_gemm.wgsl"),
+            Kernel::ExpertQ4Gemm => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertSlots => include_str!("wgsl/expert_slots.wgsl"),
             Kernel::ExpertGroups => include_str!("wgsl/expert_groups.wgsl"),
             Kernel::SiluMul => include_str!("wgsl/silu_mul.wgsl"),
@@ -280,10 +281,10 @@ impl Kernel {
     }
 
     /// The WGSL source compiled for this kernel: the file (for kernels with a subgroup variant, with its
-    /// `/*SG_ARGS*/` and `/*SG_CALL*/` filled in; for the int8 GEMMs, the tiled GEMMs' file with its entry
-    /// point renamed) followed by the helper files it calls: the row sums (plain or subgroup) and
-    /// `q8_helpers.wgsl` for the quantised GEMVs and GEMMs (`q8_tile.wgsl` before it for the tiled GEMMs,
-    /// `q8_tile_i8.wgsl` for the int8 ones), the row helpers (plain or subgroup) for the split attention,
+    /// `/*SG_ARGS*/` and `/*SG_CALL*/` filled in; for the int8 GEMMs and the Q4_0 expert GEMM, the tiled GEMMs'
+    /// file with its entry point renamed) followed by the helper files it calls: the row sums (plain or
+    /// subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs (`q8_tile.wgsl` and its weights'
+    /// helper, Q8_0 or Q4_0, before it for the tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), the row helpers (plain or subgroup) for the split attention,
     /// `rms_scale.wgsl` for the norm kernels, `router_topk_core.wgsl` for the routers. `subgroups` is
     /// ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
@@ -307,11 +308,11 @@ impl Kernel {
     }
 
     /// The kernel whose file this one shares, with its entry point renamed to this one's name: the int8
-    /// GEMMs run the tiled GEMMs' files with another tile helper appended.
+    /// GEMMs and the Q4_0 expert GEMM run the tiled GEMMs' files with other tile helpers appended.
     fn entry_renamed_from(self) -> Option<Kernel> {
         match self {
             Kernel::Q8GemmI8 => Some(Kernel::Q8GemmTiled),
-            Kernel::ExpertQ8GemmI8 => Some(Kernel::ExpertQ8GemmTiled),
+            Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ4Gemm => Some(Kernel::ExpertQ8GemmTiled),
             _ => None,
         }
     }
@@ -325,7 +326,8 @@ impl Kernel {
             | Kernel::QkNormRope
             | Kernel::QkvRopeStore => &[RMS_SCALE],
             Kernel::RouterTopk | Kernel::RouterTopkSlots => &[ROUTER_TOPK_CORE],
-            Kernel::Q8GemmTiled | Kernel::ExpertQ8GemmTiled => &[Q8_TILE, Q8_HELPERS],
+            Kernel::Q8GemmTiled | Kernel::ExpertQ8GemmTiled => &[Q8_TILE, Q8_TILE_WEIGHTS, Q8_HELPERS],
+            Kernel::ExpertQ4Gemm => &[Q8_TILE, Q4_TILE_WEIGHTS, Q8_HELPERS],
             Kernel::Q8GemmI8 | Kernel::ExpertQ8GemmI8 => &[Q8_TILE_I8, Q8_HELPERS],
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
             Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],

@@ -7,9 +7,9 @@ mod common;
 
 use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
 use diskformer_kernels::{
-    CombineOut, EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertGroupsParams, ExpertPlanes,
-    ExpertSlotsParams, Kernels, MoeCombineNormParams, MoeCombineParams, combine_squares, cpu,
-    expert_gemm_group_bound, expert_gemm_groups,
+    CombineOut, EXPERT_GEMM_TILED_GROUP, ExpertGroupsParams, ExpertPlanes, ExpertSlotsParams, Kernels,
+    MoeCombineNormParams, MoeCombineParams, combine_squares, cpu, expert_gemm_group_bound,
+    expert_gemm_groups,
 };
 
 #[test]
@@ -288,8 +288,8 @@ fn check_expert_q4_kernel(
     let (xb, ib) = (upload(g, &x), upload(g, slot_idx));
     let y = poisoned(g, 4 * pairs * p.rows);
     let planes = p.planes();
-    let groups_len = expert_gemm_group_bound(pairs, p.slots, EXPERT_GEMM_GROUP);
-    let (groups, order) = expert_gemm_groups(slot_idx, EXPERT_GEMM_GROUP, groups_len);
+    let groups_len = expert_gemm_group_bound(pairs, p.slots, EXPERT_GEMM_TILED_GROUP);
+    let (groups, order) = expert_gemm_groups(slot_idx, EXPERT_GEMM_TILED_GROUP, groups_len);
     let (gb, ob) = (upload(g, &groups), upload(g, &order));
     let (pairs_u, x_div_u) = (pairs as u32, x_div as u32);
     let sizes = (pairs_u, groups_len as u32);
@@ -447,14 +447,17 @@ fn expert_gemm_grouped_pairs() {
 fn expert_q4_gemm_grouped_pairs() {
     let g = gpu_or_skip!();
     let mut rng = Rng::new(90);
-    // A 12-token chunk of 8 picks from 10 small slots (groups of 8 and padding), split into 4 parts under a
-    // 24 KiB binding limit (a 64 x 256 Q4_0 slot is 8 KiB of nibbles; y, 96 pairs x 64 rows, is 24 KiB).
+    // A 12-token chunk of 8 picks from 10 small slots (groups of up to 32 and padding), split into 4 parts
+    // under a 24 KiB binding limit (a 64 x 256 Q4_0 slot is 8 KiB of nibbles; y, 96 pairs x 64 rows, is 24
+    // KiB); and a 48-token one, whose slots get more than 32 pairs (full groups, then a short one).
     let small = q4_pool(g, &mut rng, 10, 64, 256);
     let chunk = chunk_picks(&mut rng, 12, 8, 10);
+    let long = chunk_picks(&mut rng, 48, 8, 10);
     let split = Kernels::new(&g.ctx).with_max_binding(24 << 10);
     for k in [&g.kernels, &g.plain] {
         check_expert_q4_kernel(g, k, &small, &chunk, 8, 91, 1, true);
         check_expert_q4_kernel(g, k, &small, &chunk, 1, 92, 1, true);
+        check_expert_q4_kernel(g, k, &small, &long, 8, 97, 1, true);
     }
     check_expert_q4_kernel(g, &split, &small, &chunk, 8, 93, 4, true);
     // Real expert shapes over a 3-token chunk; an odd shape (3 blocks a row, 37 rows).

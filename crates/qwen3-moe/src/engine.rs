@@ -14,10 +14,10 @@ use diskformer_expert_stream::{
     EvictionPolicy, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, PoolConfig, StagingRing,
     Stats as PoolStats, UploadMethod,
 };
-use diskformer_kernels::{Context, Kernels, cpu, expert_gemm_groups};
+use diskformer_kernels::{Context, EXPERT_GEMM_TILED_GROUP, Kernels, cpu, expert_gemm_groups};
 use diskformer_store::{IngestOptions, ReaderProbe, Store};
 
-use crate::graph::{Bindings, Graph, KvCache, Scratch, gemm_group_size, gemm_groups_len};
+use crate::graph::{Bindings, Graph, KvCache, Scratch, gemm_groups_len};
 use crate::stats::{EngineStats, GpuBytes};
 use crate::weights::Weights;
 use crate::{Config, Error, Result};
@@ -692,9 +692,8 @@ impl Engine {
             if t == 1 {
                 queue.write_buffer(&s.slot_idx[l as usize], 0, bytemuck::cast_slice(&slots));
             } else {
-                let q4 = self.q4_experts;
-                let len = gemm_groups_len(&self.config, t, q4) as usize;
-                let (groups, order) = expert_gemm_groups(&slots, gemm_group_size(q4), len);
+                let len = gemm_groups_len(&self.config, t) as usize;
+                let (groups, order) = expert_gemm_groups(&slots, EXPERT_GEMM_TILED_GROUP, len);
                 queue.write_buffer(&s.gemm_groups[l as usize], 0, bytemuck::cast_slice(&groups));
                 queue.write_buffer(&s.gemm_order[l as usize], 0, bytemuck::cast_slice(&order));
             }

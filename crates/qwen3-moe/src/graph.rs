@@ -11,10 +11,9 @@
 
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
-    AttentionShape, CombineOut, Dispatch, EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP,
-    EXPERT_GROUPS_MAX_EXPERTS, ExpertGroupsParams, ExpertPlanes, InputNorm, Kernels, KvCacheViews,
-    MoeCombineNormParams, Q8Matrix, QkvRopeStoreParams, View, argmax_partial_len, combine_squares,
-    expert_gemm_group_bound, q8_row_bytes,
+    AttentionShape, CombineOut, Dispatch, EXPERT_GEMM_TILED_GROUP, EXPERT_GROUPS_MAX_EXPERTS,
+    ExpertGroupsParams, ExpertPlanes, InputNorm, Kernels, KvCacheViews, MoeCombineNormParams, Q8Matrix,
+    QkvRopeStoreParams, View, argmax_partial_len, combine_squares, expert_gemm_group_bound, q8_row_bytes,
 };
 
 use crate::weights::{Weights, storage, storage_size};
@@ -172,8 +171,7 @@ impl<B> ScratchOf<B> {
             pick_ids: out("pick ids", t * k),
             pick_weights: b("pick weights", t * k),
             slot_idx: per_layer("slot idx", t * k),
-            // Sized for the smaller groups (Q4_0): the larger count.
-            gemm_groups: per_layer("gemm groups", 4 * u64::from(gemm_groups_len(c, max_t, true))),
+            gemm_groups: per_layer("gemm groups", 4 * u64::from(gemm_groups_len(c, max_t))),
             gemm_order: per_layer("gemm order", t * k),
             gate_up: b("gate_up", t * k * 2 * f),
             act: b("act", t * k * f),
@@ -353,7 +351,7 @@ impl Graph {
         let gate_up = planes(Plane::GateUpQ, Plane::GateUpScales, 2 * ffn, h);
         let down = planes(Plane::DownQ, Plane::DownScales, h, ffn);
         let pairs = t * top_k;
-        let sizes = PairSizes { t, pairs, groups: gemm_groups_len(c, t, b.q4_experts) };
+        let sizes = PairSizes { t, pairs, groups: gemm_groups_len(c, t) };
         let v = View::from;
         // One token of Q8_0 experts: gate‖up applies SwiGLU to its own output (a workgroup pairs gate and
         // up rows), so down reads the activation.
@@ -447,7 +445,7 @@ impl Graph {
                 let p = ExpertGroupsParams {
                     pairs,
                     experts,
-                    size: gemm_group_size(b.q4_experts) as u32,
+                    size: EXPERT_GEMM_TILED_GROUP as u32,
                     len: sizes.groups,
                     base: l as u32 * experts,
                     entries: w.layers.len() as u32 * experts,
@@ -632,14 +630,9 @@ struct PairSizes {
 
 /// Entries of a chunk's expert GEMM groups, the GEMM dispatch's workgroup rows: the most that t·k pairs over
 /// a layer's experts make ([`expert_gemm_group_bound`]).
-pub(crate) fn gemm_groups_len(c: &Config, t: u32, q4: bool) -> u32 {
+pub(crate) fn gemm_groups_len(c: &Config, t: u32) -> u32 {
     let pairs = (t * c.expert_used_count) as usize;
-    expert_gemm_group_bound(pairs, c.expert_count as usize, gemm_group_size(q4)) as u32
-}
-
-/// Pairs a group of a chunk's expert GEMM takes: 32 for the tiled Q8_0 kernel, 8 for the Q4_0 one.
-pub(crate) fn gemm_group_size(q4: bool) -> usize {
-    if q4 { EXPERT_GEMM_GROUP } else { EXPERT_GEMM_TILED_GROUP }
+    expert_gemm_group_bound(pairs, c.expert_count as usize, EXPERT_GEMM_TILED_GROUP) as u32
 }
 
 /// Expert projections: for one token the slot-indexed GEMV, for a chunk the GEMM over pairs grouped by slot

@@ -5,7 +5,7 @@ use crate::error::Result;
 use crate::kernels::{Kernel, Kernels, View};
 use crate::{Dispatch, ExpertPlanes, ops::*};
 
-/// Params of the grouped expert GEMMs (`expert_q8_gemm_tiled.wgsl`, `expert_q4_gemm.wgsl`).
+/// Params of the grouped expert GEMMs (`expert_q8_gemm_tiled.wgsl`, which all three run).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ExpertQ8GemmParams {
@@ -26,24 +26,21 @@ pub struct ExpertQ8GemmParams {
 }
 const _: () = assert!(size_of::<ExpertQ8GemmParams>() == 32);
 
-/// Pairs per group of `expert_q4_gemm.wgsl` (its `TB`).
-pub const EXPERT_GEMM_GROUP: usize = 8;
-/// Pairs per group of `expert_q8_gemm_tiled.wgsl` (its `BT`; the int8 GEMM runs it too).
+/// Pairs per group of `expert_q8_gemm_tiled.wgsl` (its `BT`; the int8 and Q4_0 GEMMs run it too).
 pub const EXPERT_GEMM_TILED_GROUP: usize = 32;
-/// Rows of a workgroup of `expert_q4_gemm.wgsl`, and of the tiled ones (f32 and int8; their `BR`).
-const ROWS: u64 = 8;
+/// Rows of a workgroup of the grouped expert GEMMs (their `BR`).
 const TILED_ROWS: u64 = 128;
 
 /// Most groups [`expert_gemm_groups`] makes of `pairs` pairs over at most `slots` distinct slots in groups
 /// of `size`: each slot's pairs in runs of `size`, at most one of them short, so ⌊P/size⌋ + min(P, slots).
 /// The GEMM's dispatch has this many workgroup rows (a chunk of 256 tokens over 128 experts in groups of
-/// 8: 384, not 2,048).
+/// 32: 192, not 2,048).
 pub fn expert_gemm_group_bound(pairs: usize, slots: usize, size: usize) -> usize {
     pairs / size.max(1) + pairs.min(slots)
 }
 
-/// Groups (token, pick) pairs by slot for [`Kernels::expert_q4_gemm`] ([`EXPERT_GEMM_GROUP`] pairs a group)
-/// or [`Kernels::expert_q8_gemm_tiled`] ([`EXPERT_GEMM_TILED_GROUP`]): returns `groups` (`[slot, first,
+/// Groups (token, pick) pairs by slot for the grouped expert GEMMs ([`Kernels::expert_q8_gemm_tiled`] and
+/// the int8 and Q4_0 ones, [`EXPERT_GEMM_TILED_GROUP`] pairs a group): returns `groups` (`[slot, first,
 /// count, 0]`, at most `size` pairs each, padded with zero-count groups to `len` entries, the dispatch size)
 /// and `order` (the pair ids, grouped). Slots appear in first-use order.
 ///
@@ -123,7 +120,8 @@ impl Kernels {
     }
 
     /// The grouped expert GEMM over Q4_0 pool planes (as [`Kernels::expert_q4_gemv`]): results equal
-    /// [`Kernels::expert_q4_gemv`] with the same picks, each block read once per group of up to 8 pairs.
+    /// [`Kernels::expert_q4_gemv`] with the same picks. [`Kernels::expert_q8_gemm_tiled`]'s file and tiles
+    /// with the weights decoded from nibbles (`q4_tile_weights.wgsl`); groups as that kernel's.
     ///
     /// # Errors
     /// As [`Kernels::expert_q8_gemv`].
@@ -160,10 +158,8 @@ impl Kernels {
         let (pp, gl) = (u64::from(pairs), u64::from(groups_len));
         b.ensure(gl > 0, || "needs at least one group".to_string())?;
         let index = [("groups", groups, f32s(4 * gl)), ("order", order, f32s(pp))];
-        let tiled = matches!(kernel, Kernel::ExpertQ8GemmTiled | Kernel::ExpertQ8GemmI8);
-        let rows_per_group = if tiled { TILED_ROWS } else { ROWS };
         let x_row = input_row_words(kernel, pool.cols);
-        let grid = PoolGrid { rows_per_group, x_row, y_row: u64::from(pool.rows), y_div: 1 };
+        let grid = PoolGrid { rows_per_group: TILED_ROWS, x_row, y_row: u64::from(pool.rows), y_div: 1 };
         let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, y, pairs, x_div, grid)?;
         let groups_dim = b.groups("groups", gl)?;
         let out = parts

@@ -39,8 +39,7 @@ pub use embed_q8::EmbedQ8Params;
 pub use expert_groups::{EXPERT_GROUPS_MAX_EXPERTS, ExpertGroupsParams};
 pub use expert_q4_gemv::ExpertQ4GemvParams;
 pub use expert_q8_gemm::{
-    EXPERT_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP, ExpertQ8GemmParams, expert_gemm_group_bound,
-    expert_gemm_groups,
+    EXPERT_GEMM_TILED_GROUP, ExpertQ8GemmParams, expert_gemm_group_bound, expert_gemm_groups,
 };
 pub use expert_q8_gemv::{
     CombineOut, ExpertPlanes, ExpertQ8GemvCombineParams, ExpertQ8GemvParams, combine_squares,

@@ -3,9 +3,10 @@
 // (`tile_product`, as q8_gemm_tiled with the rows of one slot and the inputs of the group's pairs). Group g
 // names a slot and a run of `order`: y[pair] = W[slot] x[pair / x_div] for pair = order[first + j], j <
 // count. Groups with count 0 (padding up to the dispatch size) and slots outside this part leave at once.
-// Two kernels share this file, as q8_gemm_tiled and q8_gemm_i8 share theirs: expert_q8_gemm_tiled (with
-// q8_tile.wgsl, f32 inputs) and expert_q8_gemm_i8 (this entry point renamed; q8_tile_i8.wgsl, quantize_q8
-// rows, int8 dot products).
+// Three kernels share this file (as q8_gemm_tiled and q8_gemm_i8 share theirs), the last two with this entry
+// point renamed: expert_q8_gemm_tiled (q8_tile.wgsl and q8_tile_weights.wgsl, f32 inputs), expert_q4_gemm
+// (q8_tile.wgsl and q4_tile_weights.wgsl: `q` holds 16-byte Q4_0 blocks, [slots, rows, cols/32]) and
+// expert_q8_gemm_i8 (q8_tile_i8.wgsl, quantize_q8 rows, int8 dot products).
 enable f16;
 
 struct Params {

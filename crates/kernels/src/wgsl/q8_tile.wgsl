@@ -1,6 +1,7 @@
-// The product of the tiled Q8_0 GEMMs on f32 inputs (q8_gemm_tiled, expert_q8_gemm_tiled; appended to both
-// after their own file, which declares `p.cols`, `q: array<vec4<u32>>` and `scales: array<f16>`; the input
-// `x` is declared here).
+// The product of the tiled GEMMs on f32 inputs (q8_gemm_tiled, expert_q8_gemm_tiled, expert_q4_gemm;
+// appended after their own file, which declares `p.cols`, `q: array<vec4<u32>>` and `scales: array<f16>`;
+// the input `x` is declared here), and before the weights' helper, which reads and decodes a row's 16
+// columns a step (`tile_word`, `tile_values`: q8_tile_weights.wgsl, q4_tile_weights.wgsl).
 // A workgroup of 128 lanes takes 128 rows x 32 tokens (pairs), 16 columns at a time: tile_w[k * 32 + i] =
 // the scaled weights of rows 4i..4i+3 at column k; tile_x[k * 8 + j] = the inputs of tokens 4j..4j+3 at
 // column k (10 KB in all, under WebGPU's 16 KB floor). Lane li multiplies rows 8 * rg.. by tokens 4 * tg..,
@@ -41,14 +42,15 @@ fn tile_product(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 8
     var a7 = vec4<f32>(0.0);
     // Register double buffering: step s + 1's global loads are issued before step s's multiply, so their
     // latency hides behind it (the last step loads itself again).
-    var word = q[lrow * nstep];
+    var word = tile_word(lrow, 0u);
     var s = f32(scales[lrow * nblk]);
     var xv = select(vec4<f32>(0.0), x[xrow + lc], live);
     for (var st = 0u; st < nstep; st++) {
-        let w0 = i8x4(word.x) * s;
-        let w1 = i8x4(word.y) * s;
-        let w2 = i8x4(word.z) * s;
-        let w3 = i8x4(word.w) * s;
+        let wv = tile_values(word, st);
+        let w0 = wv[0] * s;
+        let w1 = wv[1] * s;
+        let w2 = wv[2] * s;
+        let w3 = wv[3] * s;
         let xb = xv;
         workgroupBarrier(); // the last step's reads are done
         for (var j = 0u; j < 4u; j++) {
@@ -60,7 +62,7 @@ fn tile_product(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 8
         }
         workgroupBarrier();
         let ns = min(st + 1u, nstep - 1u);
-        word = q[lrow * nstep + ns];
+        word = tile_word(lrow, ns);
         s = f32(scales[lrow * nblk + ns / 2u]);
         xv = select(vec4<f32>(0.0), x[xrow + ns * 4u + lc], live);
         for (var k = 0u; k < TILE_K; k++) {
