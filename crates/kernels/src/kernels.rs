@@ -281,11 +281,11 @@ impl Kernel {
     }
 
     /// The WGSL source compiled for this kernel: the file (for kernels with a subgroup variant, with its
-    /// `/*SG_ARGS*/` and `/*SG_CALL*/` filled in; for the int8 GEMMs and the Q4_0 expert GEMM, the tiled GEMMs'
-    /// file with its entry point renamed) followed by the helper files it calls: the row sums (plain or
-    /// subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs (`q8_tile.wgsl` and its weights'
-    /// helper, Q8_0 or Q4_0, before it for the tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), the row helpers (plain or subgroup) for the split attention,
-    /// `rms_scale.wgsl` for the norm kernels, `router_topk_core.wgsl` for the routers. `subgroups` is
+    /// `/*SG_ARGS*/` and `/*SG_CALL*/` filled in; for the int8 GEMMs and the Q4_0 expert GEMM, the tiled
+    /// GEMMs' file with its entry point renamed) followed by the helper files it calls: the row sums (plain
+    /// or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs (`q8_tile.wgsl` and its weights'
+    /// helper, Q8_0 or Q4_0, before it for the tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), the row
+    /// helpers (plain or subgroup) for the split attention, `rms_scale.wgsl` for the norm kernels, `router_topk_core.wgsl` for the routers. `subgroups` is
     /// ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
         let body = if let Some(shared) = self.entry_renamed_from() {
