@@ -93,6 +93,7 @@ const Q4_TILE_WEIGHTS: &str = include_str!("wgsl/q4_tile_weights.wgsl");
 const EXPERT_Q8_ROWS: &str = include_str!("wgsl/expert_q8_rows.wgsl");
 const ATTENTION_ROWS_PLAIN: &str = include_str!("wgsl/attention_rows_plain.wgsl");
 const ATTENTION_ROWS_SUBGROUP: &str = include_str!("wgsl/attention_rows_subgroup.wgsl");
+const ATTENTION_TILE_LOAD: &str = include_str!("wgsl/attention_tile_load.wgsl");
 const RMS_SCALE: &str = include_str!("wgsl/rms_scale.wgsl");
 const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
 
@@ -285,8 +286,9 @@ impl Kernel {
     /// GEMMs' file with its entry point renamed) followed by the helper files it calls: the row sums (plain
     /// or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs (`q8_tile.wgsl` and its weights'
     /// helper, Q8_0 or Q4_0, before it for the tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), the row
-    /// helpers (plain or subgroup) for the split attention, `rms_scale.wgsl` for the norm kernels, `router_topk_core.wgsl` for the routers. `subgroups` is
-    /// ignored by kernels without a variant.
+    /// helpers (plain or subgroup) for the split attention, `attention_tile_load.wgsl` for the chunk attention
+    /// kernels, `rms_scale.wgsl` for the norm kernels, `router_topk_core.wgsl` for the routers. `subgroups`
+    /// is ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
         let body = if let Some(shared) = self.entry_renamed_from() {
             let entry = |k: Kernel| format!("fn {}(", k.name());
@@ -329,6 +331,7 @@ impl Kernel {
             Kernel::Q8GemmTiled | Kernel::ExpertQ8GemmTiled => &[Q8_TILE, Q8_TILE_WEIGHTS, Q8_HELPERS],
             Kernel::ExpertQ4Gemm => &[Q8_TILE, Q4_TILE_WEIGHTS, Q8_HELPERS],
             Kernel::Q8GemmI8 | Kernel::ExpertQ8GemmI8 => &[Q8_TILE_I8, Q8_HELPERS],
+            Kernel::AttentionTiled | Kernel::AttentionFlash => &[ATTENTION_TILE_LOAD],
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
             Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],
             Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvCombine if subgroups => {
@@ -550,14 +553,17 @@ impl Kernels {
 
     /// Whether `k` was compiled for this device (see [`Kernel::workgroup_storage`]).
     pub fn has(&self, k: Kernel) -> bool {
-        self.pipelines[Kernel::ALL.iter().position(|&x| x == k).expect("every kernel is in ALL")].is_some()
+        self.compiled(k).is_some()
     }
 
     /// The pipeline of `k`; launchers of kernels that may be missing check [`Kernels::has`] first.
     pub(crate) fn pipeline(&self, k: Kernel) -> &wgpu::ComputePipeline {
-        self.pipelines[Kernel::ALL.iter().position(|&x| x == k).expect("every kernel is in ALL")]
-            .as_ref()
-            .expect("launchers check that their kernel was compiled")
+        self.compiled(k).expect("launchers check that their kernel was compiled")
+    }
+
+    /// `k`'s pipeline, `None` where the device could not take it.
+    fn compiled(&self, k: Kernel) -> Option<&wgpu::ComputePipeline> {
+        self.pipelines[Kernel::ALL.iter().position(|&x| x == k).expect("every kernel is in ALL")].as_ref()
     }
 
     /// A small storage buffer to bind where a kernel's optional output is off.

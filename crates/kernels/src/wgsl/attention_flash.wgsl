@@ -8,7 +8,7 @@
 //   partial maxima a row; the rows' maxima and the online-softmax rescale (32 lanes), while the V tile comes
 //   in over the K tile; the probabilities, key-major; each lane adds probability x value into one vec4
 //   column of 4 rows.
-// Loops step 4 items at once or are written out: lavapipe stops an invocation's loops after 65,535
+// The tile loader is appended from attention_tile_load.wgsl. Loops step 4 items at once or are written out: lavapipe stops an invocation's loops after 65,535
 // iterations in all (see attention.wgsl); a tile costs at most 25 here at d = 128, some 32,000 for the
 // model's 40,960 positions.
 // Needs head_dim a multiple of 16, at most 128, and 31,380 bytes of workgroup memory (the launcher falls
@@ -49,78 +49,37 @@ var<workgroup> alpha: array<f32, M>;       // this tile's rescale of each row's 
 var<workgroup> wlen: array<u32, BQ>;       // keys each token attends
 var<workgroup> wkmax: u32;                 // the most any of them attends
 
-// Entry e of the tile (key e / d4, vec4 e % d4) of cache plane `which` (0: K, 1: V) into kv; keys at or
-// past len, and entries past the tile, give zeros / nothing.
-fn load_entry(which: u32, e: u32, c: u32, len: u32, d4: u32, kvh: u32) {
-    if (e >= KT * d4) {
-        return;
-    }
-    let j = e / d4;
-    var x = vec4<f16>(0.0);
-    if (c + j < len) {
-        let at = (c + j) * p.kv_heads * d4 + kvh * d4 + e % d4;
-        if (which == 0u) {
-            x = k[at];
-        } else {
-            x = v[at];
-        }
-    }
-    kv[j * (d4 + 1u) + e % d4] = x;
-}
-
-// The tile of KT keys from position c: KT x d/4 <= 1024 entries, 4 a lane, written out (no loop).
-fn load_tile(which: u32, c: u32, len: u32, d4: u32, kvh: u32, li: u32) {
-    load_entry(which, li, c, len, d4, kvh);
-    load_entry(which, li + WG, c, len, d4, kvh);
-    load_entry(which, li + 2u * WG, c, len, d4, kvh);
-    load_entry(which, li + 3u * WG, c, len, d4, kvh);
+// One vec4 of query vec4s a, b (indices in qs) against key vec4s x, y (indices in kv), added to the
+// (a x, a y, b x, b y) sums.
+fn score_step(a: u32, b: u32, x: u32, y: u32, acc: ptr<function, array<vec4<f32>, 4>>) {
+    let qa = qs[a];
+    let qb = qs[b];
+    let kx = vec4<f32>(kv[x]);
+    let ky = vec4<f32>(kv[y]);
+    (*acc)[0] += qa * kx;
+    (*acc)[1] += qa * ky;
+    (*acc)[2] += qb * kx;
+    (*acc)[3] += qb * ky;
 }
 
 // Rows r0, r1 against keys j0, j1 of the tile: (r0 j0, r0 j1, r1 j0, r1 j1), d/4 vec4 (a multiple of 4),
 // four a step.
 fn scores4(r0: u32, r1: u32, j0: u32, j1: u32, d4: u32) -> vec4<f32> {
-    var s00 = vec4<f32>(0.0);
-    var s01 = vec4<f32>(0.0);
-    var s10 = vec4<f32>(0.0);
-    var s11 = vec4<f32>(0.0);
     let q0 = r0 * d4;
     let q1 = r1 * d4;
     let k0 = j0 * (d4 + 1u);
     let k1 = j1 * (d4 + 1u);
+    var acc = array<vec4<f32>, 4>(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
     for (var i = 0u; i < d4; i += 4u) {
-        var a = qs[q0 + i];
-        var b = qs[q1 + i];
-        var x = vec4<f32>(kv[k0 + i]);
-        var y = vec4<f32>(kv[k1 + i]);
-        s00 += a * x;
-        s01 += a * y;
-        s10 += b * x;
-        s11 += b * y;
-        a = qs[q0 + i + 1u];
-        b = qs[q1 + i + 1u];
-        x = vec4<f32>(kv[k0 + i + 1u]);
-        y = vec4<f32>(kv[k1 + i + 1u]);
-        s00 += a * x;
-        s01 += a * y;
-        s10 += b * x;
-        s11 += b * y;
-        a = qs[q0 + i + 2u];
-        b = qs[q1 + i + 2u];
-        x = vec4<f32>(kv[k0 + i + 2u]);
-        y = vec4<f32>(kv[k1 + i + 2u]);
-        s00 += a * x;
-        s01 += a * y;
-        s10 += b * x;
-        s11 += b * y;
-        a = qs[q0 + i + 3u];
-        b = qs[q1 + i + 3u];
-        x = vec4<f32>(kv[k0 + i + 3u]);
-        y = vec4<f32>(kv[k1 + i + 3u]);
-        s00 += a * x;
-        s01 += a * y;
-        s10 += b * x;
-        s11 += b * y;
+        score_step(q0 + i, q1 + i, k0 + i, k1 + i, &acc);
+        score_step(q0 + i + 1u, q1 + i + 1u, k0 + i + 1u, k1 + i + 1u, &acc);
+        score_step(q0 + i + 2u, q1 + i + 2u, k0 + i + 2u, k1 + i + 2u, &acc);
+        score_step(q0 + i + 3u, q1 + i + 3u, k0 + i + 3u, k1 + i + 3u, &acc);
     }
+    let s00 = acc[0];
+    let s01 = acc[1];
+    let s10 = acc[2];
+    let s11 = acc[3];
     let sum = vec4<f32>(s00.x + s00.y, s01.x + s01.y, s10.x + s10.y, s11.x + s11.y)
         + vec4<f32>(s00.z + s00.w, s01.z + s01.w, s10.z + s10.w, s11.z + s11.w);
     return sum;
@@ -191,7 +150,7 @@ fn attention_flash(@builtin(local_invocation_index) li: u32, @builtin(workgroup_
     var l0 = 0.0;
     var l1 = 0.0;
     for (var c = 0u; c < kmax; c += KT) {
-        load_tile(0u, c, kmax, d4, kvh, li);
+        load_tile(0u, c, kmax, KT, d4, kvh, li);
         workgroupBarrier();
         var s = scores4(r0, r1, j0, j1, d4) * p.scale;
         let valid = vec4<bool>(live0 && c + j0 < len0, live0 && c + j1 < len0, live1 && c + j0 < len1, live1 && c + j1 < len1);
@@ -200,7 +159,7 @@ fn attention_flash(@builtin(local_invocation_index) li: u32, @builtin(workgroup_
         red[r1 * 17u + j0] = max(s.z, s.w);
         workgroupBarrier();
         // The V tile over the K tile (the scores are done), while 32 lanes fold the rows' maxima.
-        load_tile(1u, c, kmax, d4, kvh, li);
+        load_tile(1u, c, kmax, KT, d4, kvh, li);
         if (li < M) {
             var mx = mrow[li];
             for (var j = 0u; j < 16u; j += 4u) {

@@ -9,7 +9,8 @@
 // Loops step several items at once or are written out: lavapipe stops an invocation's loops after 65,535
 // iterations in all (see attention.wgsl), and at d = 128 a 16-key tile costs about 15 here (loop entries
 // counted), some 38,000 for the model's 40,960 positions.
-// Needs d a multiple of 16, at most 256 (the launcher falls back to `attention` otherwise).
+// Needs d a multiple of 16, at most 256 (the launcher falls back to `attention` otherwise). The tile loader is
+// appended from attention_tile_load.wgsl.
 enable f16;
 
 struct Params {
@@ -43,34 +44,6 @@ var<workgroup> red: array<f32, 256>;       // [R, KT] the row-maximum tree; at t
 var<workgroup> mrow: array<f32, R>;        // running maximum of each row
 var<workgroup> alpha: array<f32, R>;       // this tile's rescale of each row's earlier terms
 var<workgroup> wlen: u32;
-
-// Entry e of the tile (key e / d4, vec4 e % d4) of cache plane `which` (0: K, 1: V) into kv; keys at or
-// past len, and entries past the tile, give zeros / nothing.
-fn load_entry(which: u32, e: u32, c: u32, len: u32, n: u32, d4: u32, kvh: u32) {
-    if (e >= n) {
-        return;
-    }
-    let j = e / d4;
-    var x = vec4<f16>(0.0);
-    if (c + j < len) {
-        let at = (c + j) * p.kv_heads * d4 + kvh * d4 + e % d4;
-        if (which == 0u) {
-            x = k[at];
-        } else {
-            x = v[at];
-        }
-    }
-    kv[j * (d4 + 1u) + e % d4] = x;
-}
-
-// The tile of KT keys from position c: KT x d/4 <= 512 entries, at most 4 a lane, written out (no loop).
-fn load_tile(which: u32, c: u32, len: u32, kt: u32, d4: u32, kvh: u32, li: u32) {
-    let n = kt * d4;
-    load_entry(which, li, c, len, n, d4, kvh);
-    load_entry(which, li + WG, c, len, n, d4, kvh);
-    load_entry(which, li + 2u * WG, c, len, n, d4, kvh);
-    load_entry(which, li + 3u * WG, c, len, n, d4, kvh);
-}
 
 // Four terms of a query row against a key row of the tile, from vec4 i.
 fn dot4(qb: u32, kb: u32, i: u32) -> vec4<f32> {

@@ -1,8 +1,9 @@
 // Q8_0 GEMM for prefill through workgroup-memory tiles: y[t, row_begin + r] = W[r] · x[t] for T tokens. A
 // workgroup takes 128 rows x 32 tokens and each lane 8 rows x 4 tokens of them (`tile_product`): a weight is
-// read from memory once per 32 tokens, an input once per 128 rows. Two kernels share this file and differ in the tile helper appended before
-// q8_helpers.wgsl, which declares the input `x` (binding 1) and multiplies:
-//   q8_gemm_tiled: q8_tile.wgsl, f32 inputs, the weights decoded to f32 in workgroup memory;
+// read from memory once per 32 tokens, an input once per 128 rows. Two kernels share this file and differ in
+// the tile helper appended before q8_helpers.wgsl, which declares the input `x` (binding 1) and multiplies:
+//   q8_gemm_tiled: q8_tile.wgsl with q8_tile_weights.wgsl, f32 inputs, the weights decoded to f32 in
+//   workgroup memory;
 //   q8_gemm_i8 (this entry point renamed): q8_tile_i8.wgsl, inputs as quantize_q8 rows, int8 dot products
 //   summed exactly a Q8_0 block at a time and scaled by the row's and the token's scales (llama.cpp's
 //   arithmetic for Q8_0 weights).
