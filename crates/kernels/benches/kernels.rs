@@ -157,28 +157,51 @@ fn bench_q8_gemv(c: &mut Criterion, g: &Gpu) {
     group.finish();
 }
 
+/// How a bench entry of [`bench_expert`] runs its GEMV.
+#[derive(Clone, Copy, PartialEq)]
+enum ExpertOp {
+    /// `x[pair / x_div]` in, rows out.
+    Plain,
+    /// SwiGLU of gate‖up as the input.
+    SwigluIn,
+    /// gate‖up with SwiGLU on its output (what decode runs first).
+    SwigluOut,
+    /// down with the MoE combine onto the residual and the next norm's inputs (what decode runs second).
+    Combine,
+}
+
 /// The expert GEMVs at Qwen3-30B-A3B's shapes for one token's 8 picks: Q8_0 gate‖up (shared input), down
-/// from a precomputed activation and down straight from gate‖up (SwiGLU on the input, what decode runs),
-/// and the same over Q4_0 planes. Throughput counts quant plane + scales.
+/// from a precomputed activation and down straight from gate‖up (SwiGLU on the input), the two that decode
+/// runs (gate‖up with SwiGLU on its output, down with the combine), and the same over Q4_0 planes.
+/// Throughput counts quant plane + scales.
 fn bench_expert(c: &mut Criterion, g: &Gpu) {
+    use ExpertOp::*;
     let mut group = c.benchmark_group("expert_q8_gemv");
     let k_picks = 8u32;
-    // (name, rows, cols, x_div, q4, swiglu)
+    // (name, rows, cols, x_div, q4, op)
     let cases = [
-        ("gate_up_8x1536x2048", 1536u32, 2048u32, 8u32, false, false),
-        ("down_8x2048x768", 2048, 768, 1, false, false),
-        ("down_swiglu_8x2048x768", 2048, 768, 1, false, true),
-        ("q4/gate_up_8x1536x2048", 1536, 2048, 8, true, false),
-        ("q4/down_swiglu_8x2048x768", 2048, 768, 1, true, true),
+        ("gate_up_8x1536x2048", 1536u32, 2048u32, 8u32, false, Plain),
+        ("gate_up_swiglu_8x1536x2048", 1536, 2048, 8, false, SwigluOut),
+        ("down_8x2048x768", 2048, 768, 1, false, Plain),
+        ("down_swiglu_8x2048x768", 2048, 768, 1, false, SwigluIn),
+        ("down_combine_8x2048x768", 2048, 768, 1, false, Combine),
+        ("q4/gate_up_8x1536x2048", 1536, 2048, 8, true, Plain),
+        ("q4/gate_up_swiglu_8x1536x2048", 1536, 2048, 8, true, SwigluOut),
+        ("q4/down_swiglu_8x2048x768", 2048, 768, 1, true, SwigluIn),
+        ("q4/down_combine_8x2048x768", 2048, 768, 1, true, Combine),
     ];
-    for (name, rows, cols, x_div, q4, swiglu) in cases {
+    let h = 2048u32;
+    let f32s = |n: u32, seed| buffer(g, 4 * u64::from(n), seed);
+    let (weights, next_norm, scaled, squares) =
+        (f32s(k_picks, 20), f32s(h, 21), f32s(h, 22), f32s(diskformer_kernels::combine_squares(h), 23));
+    for (name, rows, cols, x_div, q4, op) in cases {
         let slot_s = u64::from(rows) * u64::from(cols) / 16;
         let slot_q = if q4 { slot_s * 8 } else { slot_s * 16 };
         let sets = copies(u64::from(k_picks) * (slot_q + slot_s)) as u32;
         let slots = sets * k_picks;
         let q = buffer(g, u64::from(slots) * slot_q, 1);
         let s = buffer(g, u64::from(slots) * slot_s, 2);
-        let x_len = if swiglu { 2 * k_picks * cols } else { k_picks / x_div * cols };
+        let x_len = if op == SwigluIn { 2 * k_picks * cols } else { k_picks / x_div * cols };
         let x = buffer(g, 4 * u64::from(x_len), 3);
         let ys: Vec<wgpu::Buffer> =
             (0..sets).map(|i| buffer(g, 4 * u64::from(k_picks * rows), 4 + u64::from(i))).collect();
@@ -202,11 +225,26 @@ fn bench_expert(c: &mut Criterion, g: &Gpu) {
                 .zip(&ys)
                 .map(|(i, y)| {
                     let (x, i, y) = ((&x).into(), i.into(), y.into());
-                    match (q4, swiglu) {
-                        (false, false) => k.expert_q8_gemv(planes, x, i, y, k_picks, x_div),
-                        (false, true) => k.expert_q8_gemv_swiglu(planes, x, i, y, k_picks),
-                        (true, false) => k.expert_q4_gemv(planes, x, i, y, k_picks, x_div),
-                        (true, true) => k.expert_q4_gemv_swiglu(planes, x, i, y, k_picks),
+                    // The combine adds onto `y` (one residual row a set).
+                    let out = diskformer_kernels::CombineOut {
+                        weights: (&weights).into(),
+                        residual: y,
+                        next_norm: (&next_norm).into(),
+                        scaled: (&scaled).into(),
+                        squares: (&squares).into(),
+                        finish: true,
+                    };
+                    match (q4, op) {
+                        (false, Plain) => k.expert_q8_gemv(planes, x, i, y, k_picks, x_div),
+                        (false, SwigluIn) => k.expert_q8_gemv_swiglu(planes, x, i, y, k_picks),
+                        (false, SwigluOut) => {
+                            k.expert_q8_gemv_gate_up_swiglu(planes, x, i, y, k_picks, x_div)
+                        }
+                        (false, Combine) => k.expert_q8_gemv_combine(planes, x, i, out, (1, k_picks)),
+                        (true, Plain) => k.expert_q4_gemv(planes, x, i, y, k_picks, x_div),
+                        (true, SwigluIn) => k.expert_q4_gemv_swiglu(planes, x, i, y, k_picks),
+                        (true, SwigluOut) => k.expert_q4_gemv_gate_up_swiglu(planes, x, i, y, k_picks, x_div),
+                        (true, Combine) => k.expert_q4_gemv_combine(planes, x, i, out, (1, k_picks)),
                     }
                 })
                 .collect();

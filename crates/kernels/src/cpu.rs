@@ -440,8 +440,39 @@ pub fn expert_q8_gemv_combine(
     next_norm: &[f32],
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let slots = q.len() / (rows * cols);
+    let gemv = |inside: &[u32]| expert_q8_gemv(q, scales, rows, cols, inside, x, 1);
+    combine_picks(gemv, (rows, k, slots), slot_idx, weights, residual, next_norm)
+}
+
+/// What `expert_q4_gemv_combine` computes: [`expert_q8_gemv_combine`] over Q4_0 planes ([`expert_q4_gemv`]).
+#[allow(clippy::too_many_arguments)]
+pub fn expert_q4_gemv_combine(
+    q: &[u8],
+    scales: &[f16],
+    (rows, cols, k): (usize, usize, usize),
+    slot_idx: &[u32],
+    x: &[f32],
+    weights: &[f32],
+    residual: &[f32],
+    next_norm: &[f32],
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let slots = 2 * q.len() / (rows * cols);
+    let gemv = |inside: &[u32]| expert_q4_gemv(q, scales, rows, cols, inside, x, 1);
+    combine_picks(gemv, (rows, k, slots), slot_idx, weights, residual, next_norm)
+}
+
+/// The combine of the expert GEMV-combine references: `gemv` of the picks (those past the pool's `slots`
+/// computed at slot 0, then zeroed), [`moe_combine`] onto the residual, and the next norm's inputs.
+fn combine_picks(
+    gemv: impl Fn(&[u32]) -> Vec<f32>,
+    (rows, k, slots): (usize, usize, usize),
+    slot_idx: &[u32],
+    weights: &[f32],
+    residual: &[f32],
+    next_norm: &[f32],
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let inside: Vec<u32> = slot_idx.iter().map(|&s| if (s as usize) < slots { s } else { 0 }).collect();
-    let mut experts = expert_q8_gemv(q, scales, rows, cols, &inside, x, 1);
+    let mut experts = gemv(&inside);
     for (pair, &s) in slot_idx.iter().enumerate() {
         if s as usize >= slots {
             experts[pair * rows..][..rows].fill(0.0);

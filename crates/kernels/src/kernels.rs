@@ -9,7 +9,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 
 /// Every kernel of the crate. File name = entry point = [`Kernel::name`], but for the int8 GEMMs and the Q4_0
-/// expert GEMM, which share the tiled GEMMs' files (their entry point renamed, see [`Kernel::source`]).
+/// expert kernels, which share the Q8_0 kernels' files (their entry point renamed, see [`Kernel::source`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Kernel {
@@ -63,6 +63,8 @@ pub enum Kernel {
     ExpertQ8GemvCombine,
     /// Expert Q4_0 GEMV indexed by pool slot.
     ExpertQ4Gemv,
+    /// Expert Q4_0 down GEMV with the MoE combine, added onto the residual stream (decode).
+    ExpertQ4GemvCombine,
     /// Expert Q8_0 GEMM over pairs grouped by slot, through workgroup-memory tiles (prefill).
     ExpertQ8GemmTiled,
     /// Expert Q8_0 GEMM over pairs grouped by slot, of Q8_0-quantised inputs by int8 dot products (prefill).
@@ -91,6 +93,7 @@ const Q8_TILE_I8: &str = include_str!("wgsl/q8_tile_i8.wgsl");
 const Q8_TILE_WEIGHTS: &str = include_str!("wgsl/q8_tile_weights.wgsl");
 const Q4_TILE_WEIGHTS: &str = include_str!("wgsl/q4_tile_weights.wgsl");
 const EXPERT_Q8_ROWS: &str = include_str!("wgsl/expert_q8_rows.wgsl");
+const EXPERT_Q4_ROWS: &str = include_str!("wgsl/expert_q4_rows.wgsl");
 const ATTENTION_ROWS_PLAIN: &str = include_str!("wgsl/attention_rows_plain.wgsl");
 const ATTENTION_ROWS_SUBGROUP: &str = include_str!("wgsl/attention_rows_subgroup.wgsl");
 const ATTENTION_TILE_LOAD: &str = include_str!("wgsl/attention_tile_load.wgsl");
@@ -99,7 +102,7 @@ const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 33] = [
+    pub const ALL: [Kernel; 34] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -124,6 +127,7 @@ impl Kernel {
         Kernel::ExpertQ8Gemv,
         Kernel::ExpertQ8GemvCombine,
         Kernel::ExpertQ4Gemv,
+        Kernel::ExpertQ4GemvCombine,
         Kernel::ExpertQ8GemmTiled,
         Kernel::ExpertQ8GemmI8,
         Kernel::ExpertQ4Gemm,
@@ -162,6 +166,7 @@ impl Kernel {
             Kernel::ExpertQ8Gemv => "expert_q8_gemv",
             Kernel::ExpertQ8GemvCombine => "expert_q8_gemv_combine",
             Kernel::ExpertQ4Gemv => "expert_q4_gemv",
+            Kernel::ExpertQ4GemvCombine => "expert_q4_gemv_combine",
             Kernel::ExpertQ8GemmTiled => "expert_q8_gemm_tiled",
             Kernel::ExpertQ8GemmI8 => "expert_q8_gemm_i8",
             Kernel::ExpertQ4Gemm => "expert_q4_gemm",
@@ -202,6 +207,7 @@ impl Kernel {
                 | Kernel::ExpertQ8Gemv
                 | Kernel::ExpertQ8GemvCombine
                 | Kernel::ExpertQ4Gemv
+                | Kernel::ExpertQ4GemvCombine
         )
     }
 
@@ -228,7 +234,9 @@ impl Kernel {
             Kernel::AddRmsNorm => size_of::<RmsNormParams>(),
             Kernel::RouterTopk | Kernel::RouterTopkSlots => size_of::<RouterTopkParams>(),
             Kernel::ExpertQ8Gemv => size_of::<ExpertQ8GemvParams>(),
-            Kernel::ExpertQ8GemvCombine => size_of::<ExpertQ8GemvCombineParams>(),
+            Kernel::ExpertQ8GemvCombine | Kernel::ExpertQ4GemvCombine => {
+                size_of::<ExpertQ8GemvCombineParams>()
+            }
             Kernel::ExpertQ4Gemv => size_of::<ExpertQ4GemvParams>(),
             Kernel::ExpertQ4Gemm | Kernel::ExpertQ8GemmTiled | Kernel::ExpertQ8GemmI8 => {
                 size_of::<ExpertQ8GemmParams>()
@@ -268,7 +276,8 @@ impl Kernel {
             Kernel::RouterTopkSlots => include_str!("wgsl/router_topk_slots.wgsl"),
             Kernel::ExpertQ8Gemv => include_str!("wgsl/expert_q8_gemv.wgsl"),
             Kernel::ExpertQ8GemvCombine => include_str!("wgsl/expert_q8_gemv_combine.wgsl"),
-            Kernel::ExpertQ4Gemv => include_str!("wgsl/expert_q4_gemv.wgsl"),
+            Kernel::ExpertQ4Gemv => Kernel::ExpertQ8Gemv.file(),
+            Kernel::ExpertQ4GemvCombine => Kernel::ExpertQ8GemvCombine.file(),
             Kernel::ExpertQ8GemmTiled => include_str!("wgsl/expert_q8_gemm_tiled.wgsl"),
             Kernel::ExpertQ8GemmI8 => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertQ4Gemm => Kernel::ExpertQ8GemmTiled.file(),
@@ -281,27 +290,32 @@ impl Kernel {
         }
     }
 
-    /// The WGSL source compiled for this kernel: the file (for kernels with a subgroup variant, with its
-    /// `/*SG_ARGS*/` and `/*SG_CALL*/` filled in; for the int8 GEMMs and the Q4_0 expert GEMM, the tiled
-    /// GEMMs' file with its entry point renamed) followed by the helper files it calls: the row sums (plain
-    /// or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs (`q8_tile.wgsl` and its weights'
-    /// helper, Q8_0 or Q4_0, before it for the tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), the row
-    /// helpers (plain or subgroup) for the split attention, `attention_tile_load.wgsl` for the chunk attention
-    /// kernels, `rms_scale.wgsl` for the norm kernels, `router_topk_core.wgsl` for the routers. `subgroups`
-    /// is ignored by kernels without a variant.
+    /// The WGSL source compiled for this kernel: the file (for the int8 GEMMs and the Q4_0 expert kernels,
+    /// the Q8_0 kernel's file with its entry point renamed; for kernels with a subgroup variant, with its
+    /// `/*SG_ARGS*/` and `/*SG_CALL*/` filled in) followed by the helper files it calls: the row sums (plain
+    /// or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs (the expert GEMVs' row walk,
+    /// `expert_q8_rows.wgsl` or `expert_q4_rows.wgsl`, before them; `q8_tile.wgsl` and its weights' helper,
+    /// Q8_0 or Q4_0, for the tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), the row helpers (plain or
+    /// subgroup) for the split attention, `attention_tile_load.wgsl` for the chunk attention kernels,
+    /// `rms_scale.wgsl` for the norm kernels, `router_topk_core.wgsl` for the routers. `subgroups` is
+    /// ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
-        let body = if let Some(shared) = self.entry_renamed_from() {
+        let mut body = Cow::Borrowed(self.file());
+        if let Some(shared) = self.entry_renamed_from() {
             let entry = |k: Kernel| format!("fn {}(", k.name());
-            Cow::Owned(self.file().replace(&entry(shared), &entry(self)))
-        } else if !self.has_subgroup_variant() {
-            Cow::Borrowed(self.file())
-        } else if subgroups {
-            let args =
-                ", @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32";
-            Cow::Owned(self.file().replace("/*SG_ARGS*/", args).replace("/*SG_CALL*/", ", sg_lane, sg_size"))
-        } else {
-            Cow::Owned(self.file().replace("/*SG_ARGS*/", "").replace("/*SG_CALL*/", ""))
-        };
+            body = Cow::Owned(body.replace(&entry(shared), &entry(self)));
+        }
+        if self.has_subgroup_variant() {
+            let (args, call) = if subgroups {
+                (
+                    ", @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32",
+                    ", sg_lane, sg_size",
+                )
+            } else {
+                ("", "")
+            };
+            body = Cow::Owned(body.replace("/*SG_ARGS*/", args).replace("/*SG_CALL*/", call));
+        }
         let helpers = self.helpers(subgroups);
         if helpers.is_empty() {
             return body;
@@ -310,11 +324,14 @@ impl Kernel {
     }
 
     /// The kernel whose file this one shares, with its entry point renamed to this one's name: the int8
-    /// GEMMs and the Q4_0 expert GEMM run the tiled GEMMs' files with other tile helpers appended.
+    /// GEMMs and the Q4_0 expert kernels run the Q8_0 kernels' files with other helpers appended (tiles, or
+    /// the expert GEMVs' row walk).
     fn entry_renamed_from(self) -> Option<Kernel> {
         match self {
             Kernel::Q8GemmI8 => Some(Kernel::Q8GemmTiled),
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ4Gemm => Some(Kernel::ExpertQ8GemmTiled),
+            Kernel::ExpertQ4Gemv => Some(Kernel::ExpertQ8Gemv),
+            Kernel::ExpertQ4GemvCombine => Some(Kernel::ExpertQ8GemvCombine),
             _ => None,
         }
     }
@@ -339,6 +356,12 @@ impl Kernel {
             }
             Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvCombine => {
                 &[EXPERT_Q8_ROWS, ROW_SUM_PLAIN, Q8_HELPERS]
+            }
+            Kernel::ExpertQ4Gemv | Kernel::ExpertQ4GemvCombine if subgroups => {
+                &[EXPERT_Q4_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
+            }
+            Kernel::ExpertQ4Gemv | Kernel::ExpertQ4GemvCombine => {
+                &[EXPERT_Q4_ROWS, ROW_SUM_PLAIN, Q8_HELPERS]
             }
             k if k.has_subgroup_variant() && subgroups => &[ROW_SUM_SUBGROUP, Q8_HELPERS],
             k if k.has_subgroup_variant() => &[ROW_SUM_PLAIN, Q8_HELPERS],

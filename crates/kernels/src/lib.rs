@@ -12,13 +12,13 @@
 //! | step | decode (what the engine records) | prefill chunk |
 //! |---|---|---|
 //! | embedding | `embed_q8` with every expert resident (the token id from the previous step's argmax or the host); else the engine writes the rows from its mapped file | the engine writes the rows |
-//! | norms | `rms_norm` (first layer), `add_rms_norm` (attention output + residual, then the FFN norm) | same, T rows |
+//! | norms | `rms_norm` (first layer); later ones ride in other kernels: `q8_gemv_add` (the attention output onto the residual), `f32_gemv_norm` (the router computes the FFN norm), `qkv_rope_store` (the attention norm's scale); apart: `add_rms_norm` | `rms_norm`, `add_rms_norm`, T rows |
 //! | Q, K, V | `q8_gemv` of the stacked Q‖K‖V, then `qkv_rope_store` (QK-norm, NeoX RoPE with the table of [`cpu::rope_cos_sin`], both f16 cache stores); apart: `qk_norm_rope`, `kv_store` | `q8_gemm_tiled` (128 rows × 32 tokens a workgroup, through workgroup memory), or with int8 prefill `quantize_q8` then `q8_gemm_i8` (int8 dot products); same |
 //! | attention | `attention_split` (2 or 4 passes a block by cache length) + `attention_combine` (split-K), or `attention` | `attention` |
 //! | output projection, lm head | `q8_gemv` (lm head: `q8_gemv_rows2`, 1.5× there on the H200) | `q8_gemm_tiled`, or `quantize_q8` then `q8_gemm_i8` |
 //! | router | `f32_gemv`, `router_topk`; `router_topk_slots` (also the picks' pool slots, when every expert is resident); apart: `expert_slots` | `f32_gemm` (16 rows × 32 tokens a workgroup), `router_topk`, T rows; with every expert resident `expert_groups` (the pairs grouped by expert on the GPU) |
-//! | experts | `expert_q8_gemv_gate_up_swiglu` (all k picks, slot-indexed, SiLU(gate)·up on its output), `expert_q8_gemv` down; apart: `expert_q8_gemv_swiglu` (SiLU(gate)·up as it reads); Q4_0 pools: `expert_q4_gemv` gate‖up, `expert_q4_gemv_swiglu` down | `expert_q8_gemm_tiled` (pairs grouped by slot, 32 a group, [`expert_gemm_groups`] or `expert_groups`), or `quantize_q8` then `expert_q8_gemm_i8` / `expert_q4_gemm`, `silu_mul` |
-//! | combine | `moe_combine_norm` (weighted sum + residual, then the next layer's attention norm or the output norm); apart: `moe_combine`, `add` | same |
+//! | experts | `expert_q8_gemv_gate_up_swiglu` (all k picks, slot-indexed, SiLU(gate)·up on its output), then `expert_q8_gemv_combine` (down, the weighted picks added onto the residual, the next norm's inputs); Q4_0 pools: `expert_q4_gemv_gate_up_swiglu`, `expert_q4_gemv_combine` (the same files, the Q4_0 row walk); apart: `expert_q8_gemv` / `expert_q4_gemv`, `expert_q8_gemv_swiglu` / `expert_q4_gemv_swiglu` (SiLU(gate)·up as it reads) | `expert_q8_gemm_tiled` (pairs grouped by slot, 32 a group, [`expert_gemm_groups`] or `expert_groups`), or `quantize_q8` then `expert_q8_gemm_i8` / `expert_q4_gemm`, `silu_mul` |
+//! | combine | in the down GEMV (`expert_q8_gemv_combine`; `qkv_rope_store` finishes the next norm, `rms_norm` the output norm); apart: `moe_combine_norm` (weighted sum + residual, then the next norm), `moe_combine`, `add` | `moe_combine_norm` |
 //! | sampling | `argmax` (two stages: slices, then their best) | — |
 //!
 //! Values that change every step (token ids, positions, the RoPE table, slot indices) are read from

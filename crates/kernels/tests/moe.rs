@@ -122,12 +122,64 @@ impl<Q> Pool<Q> {
     }
 }
 
-impl Pool {
+/// A pool's quant type: Q8_0 (`i8` quants) or Q4_0 (`u8`, nibble pairs), with its CPU references.
+trait Quant: Sized {
+    /// True for Q4_0.
+    const Q4: bool;
+    /// The slot-indexed GEMV (`cpu::expert_q8_gemv` or `cpu::expert_q4_gemv`).
+    fn gemv(p: &Pool<Self>, slot_idx: &[u32], x: &[f32], x_div: usize) -> Vec<f32>;
     /// Σ|w·x| of every output of the slot-indexed GEMV: what its rounding error scales with.
+    fn magnitude(p: &Pool<Self>, slot_idx: &[u32], x: &[f32], x_div: usize) -> Vec<f32>;
+    /// The down GEMV with the MoE combine (`cpu::expert_q8_gemv_combine` or `cpu::expert_q4_gemv_combine`).
+    fn combine(p: &Pool<Self>, k: usize, slot_idx: &[u32], x: &[f32], wrn: [&[f32]; 3]) -> [Vec<f32>; 3];
+}
+
+impl Quant for i8 {
+    const Q4: bool = false;
+    fn gemv(p: &Pool, slot_idx: &[u32], x: &[f32], x_div: usize) -> Vec<f32> {
+        cpu::expert_q8_gemv(&p.q, &p.s, p.rows, p.cols, slot_idx, x, x_div)
+    }
+    fn magnitude(p: &Pool, slot_idx: &[u32], x: &[f32], x_div: usize) -> Vec<f32> {
+        let qa: Vec<i8> = p.q.iter().map(|v| v.saturating_abs()).collect();
+        let sa: Vec<half::f16> = p.s.iter().map(|v| half::f16::from_f32(v.to_f32().abs())).collect();
+        cpu::expert_q8_gemv(&qa, &sa, p.rows, p.cols, slot_idx, &abs_of(x), x_div)
+    }
+    fn combine(p: &Pool, k: usize, slot_idx: &[u32], x: &[f32], [w, r, n]: [&[f32]; 3]) -> [Vec<f32>; 3] {
+        let (a, b, c) = cpu::expert_q8_gemv_combine(&p.q, &p.s, (p.rows, p.cols, k), slot_idx, x, w, r, n);
+        [a, b, c]
+    }
+}
+
+impl Quant for u8 {
+    const Q4: bool = true;
+    fn gemv(p: &Q4Pool, slot_idx: &[u32], x: &[f32], x_div: usize) -> Vec<f32> {
+        cpu::expert_q4_gemv(&p.q, &p.s, p.rows, p.cols, slot_idx, x, x_div)
+    }
+    fn magnitude(p: &Q4Pool, slot_idx: &[u32], x: &[f32], x_div: usize) -> Vec<f32> {
+        // The dequantised pool (exact in f32) in absolute value against |x|.
+        let (wa, xa, m) = (abs_of(&cpu::dequant_q4_0(&p.q, &p.s)), abs_of(x), p.rows * p.cols);
+        slot_idx
+            .iter()
+            .enumerate()
+            .flat_map(|(pair, &slot)| {
+                let xt = &xa[pair / x_div * p.cols..][..p.cols];
+                cpu::f32_gemv(&wa[slot as usize * m..][..m], p.rows, p.cols, xt)
+            })
+            .collect()
+    }
+    fn combine(p: &Q4Pool, k: usize, slot_idx: &[u32], x: &[f32], [w, r, n]: [&[f32]; 3]) -> [Vec<f32>; 3] {
+        let (a, b, c) = cpu::expert_q4_gemv_combine(&p.q, &p.s, (p.rows, p.cols, k), slot_idx, x, w, r, n);
+        [a, b, c]
+    }
+}
+
+impl<Q: Quant> Pool<Q> {
+    fn reference(&self, slot_idx: &[u32], x: &[f32], x_div: usize) -> Vec<f32> {
+        Q::gemv(self, slot_idx, x, x_div)
+    }
+
     fn magnitude(&self, slot_idx: &[u32], x: &[f32], x_div: usize) -> Vec<f32> {
-        let qa: Vec<i8> = self.q.iter().map(|v| v.saturating_abs()).collect();
-        let sa: Vec<half::f16> = self.s.iter().map(|v| half::f16::from_f32(v.to_f32().abs())).collect();
-        cpu::expert_q8_gemv(&qa, &sa, self.rows, self.cols, slot_idx, &abs_of(x), x_div)
+        Q::magnitude(self, slot_idx, x, x_div)
     }
 }
 
@@ -304,19 +356,8 @@ fn check_expert_q4_kernel(
     assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
     run(g, &[&d]);
     let got = read_n::<f32>(g, &y, pairs * p.rows);
-    let want = cpu::expert_q4_gemv(&p.q, &p.s, p.rows, p.cols, slot_idx, &x, x_div);
-    // Σ|w·x| per output: the dequantised pool (exact in f32) in absolute value against |x|.
-    let wa = abs_of(&cpu::dequant_q4_0(&p.q, &p.s));
-    let xa = abs_of(&x);
-    let m = p.rows * p.cols;
-    let mag: Vec<f32> = slot_idx
-        .iter()
-        .enumerate()
-        .flat_map(|(pair, &slot)| {
-            let xt = &xa[pair / x_div * p.cols..][..p.cols];
-            cpu::f32_gemv(&wa[slot as usize * m..][..m], p.rows, p.cols, xt)
-        })
-        .collect();
+    let want = p.reference(slot_idx, &x, x_div);
+    let mag = p.magnitude(slot_idx, &x, x_div);
     // Tolerance: (nibble - 8) and f16 scales are exact in f32, so the GPU's error is f32 rounding of the
     // products and sums. Each output passes through at most ~18 roundings in sequence (4 products and 3
     // adds in a dot, 7 adds over a block's 8 dots, the scale multiply, one add per block a lane takes
@@ -604,13 +645,14 @@ fn moe_combine_order() {
     }
 }
 
-/// `expert_q8_gemv_combine` against `cpu::expert_q8_gemv` then `cpu::moe_combine` onto the residual's old
-/// values; picks whose slot is past the pool add nothing; the next norm's inputs (the new residual times its
-/// weight, sums of squares of 4 rows) as the CPU computes them from the expected residual.
-fn check_combine(
+/// `expert_q8_gemv_combine` (or over a Q4_0 pool `expert_q4_gemv_combine`) against the CPU's expert GEMV
+/// then `cpu::moe_combine` onto the residual's old values; picks whose slot is past the pool add nothing;
+/// the next norm's inputs (the new residual times its weight, sums of squares of 4 rows) as the CPU
+/// computes them from the expected residual.
+fn check_combine<Q: Quant>(
     g: &Gpu,
     k: &Kernels,
-    p: &Pool,
+    p: &Pool<Q>,
     slot_idx: &[u32],
     picks: usize,
     seed: u64,
@@ -635,13 +677,18 @@ fn check_combine(
         squares: v(&squares),
         finish: true,
     };
-    let d = k.expert_q8_gemv_combine(p.planes(), v(&xb), v(&ib), out, (tokens as u32, picks as u32)).unwrap();
+    let tk = (tokens as u32, picks as u32);
+    let d = if Q::Q4 {
+        k.expert_q4_gemv_combine(p.planes(), v(&xb), v(&ib), out, tk)
+    } else {
+        k.expert_q8_gemv_combine(p.planes(), v(&xb), v(&ib), out, tk)
+    }
+    .unwrap();
     assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
     run(g, &[&d]);
     let got = read_n::<f32>(g, &y, tokens * p.rows);
-    let shape = (p.rows, p.cols, picks);
-    let (want, want_scaled, want_squares) =
-        cpu::expert_q8_gemv_combine(&p.q, &p.s, shape, slot_idx, &x, &weights, &residual, &next_norm);
+    let [want, want_scaled, want_squares] =
+        Q::combine(p, picks, slot_idx, &x, [&weights, &residual, &next_norm]);
     // Σ|w·x| of each pick's rows (0 for a pick outside the pool, which adds nothing).
     let inside: Vec<u32> = slot_idx.iter().map(|&s| if (s as usize) < p.slots { s } else { 0 }).collect();
     let mut mags = p.magnitude(&inside, &x, 1);
@@ -660,7 +707,8 @@ fn check_combine(
         })
         .collect();
     let what = format!(
-        "expert_q8_gemv_combine {}x{} T={tokens} k={picks} sg={} parts={}",
+        "{} {}x{} T={tokens} k={picks} sg={} parts={}",
+        d.kernel().name(),
         p.rows,
         p.cols,
         k.subgroups(),
@@ -706,6 +754,19 @@ fn expert_gemv_combine_adds_the_picks_onto_the_residual() {
     check_combine(g, &k, &down, &[9, 0, 5, 4, 2, 7, 1, 6], 8, 312, 5);
     let k = Kernels::with_subgroups(&g.ctx, false).with_max_binding(3 << 20);
     check_combine(g, &k, &down, &[9, 0, 5, 4, 2, 7, 1, 6], 8, 313, 5);
+    // The same over Q4_0 planes (`expert_q4_gemv_combine`): 24 blocks a down row, so 8 of a lane group's
+    // 32 lanes idle; odd rows of 41 blocks, so lanes 0-8 take a second block and lane 9 is the first whose
+    // second is clamped; 0.75 MiB of quants a slot, 4 slots a 3 MiB part, 3 parts.
+    let (down4, odd4) = (q4_pool(g, &mut rng, 10, 2048, 768), q4_pool(g, &mut rng, 3, 42, 41 * 32));
+    for k in [&g.kernels, &g.plain] {
+        check_combine(g, k, &down4, &[3, 7, 0, 9, 4, 1, 8, 5], 8, 314, 1);
+        check_combine(g, k, &down4, &[3, 7, 0, 9, 4, 1, 8, 5, 3, 2, 6, 9, 0, 1, 7, 4], 8, 315, 1);
+        check_combine(g, k, &odd4, &[2, 0, 1, 1, u32::MAX, 0], 3, 316, 1);
+        check_combine(g, k, &odd4, &[2, 0, 1, 1, 2, 0, 0, 1, 2, 2, 1, 0], 12, 317, 1);
+    }
+    for (k, seed) in [(Kernels::new(&g.ctx), 318), (Kernels::with_subgroups(&g.ctx, false), 319)] {
+        check_combine(g, &k.with_max_binding(3 << 20), &down4, &[9, 0, 5, 4, 2, 7, 1, 6], 8, seed, 3);
+    }
     // Picks a token out of range are refused.
     let (x, i) = (upload(g, &[0.0f32; 4]), upload(g, &[0u32; 4]));
     let v = diskformer_kernels::View::from;
@@ -772,21 +833,10 @@ fn expert_gemv_swiglu_input() {
             let act = cpu::silu_mul(&gu, cols);
             let (want, mag) = if q4_planes {
                 let p = if odd { &q4_odd } else { &q4 };
-                let wa = abs_of(&cpu::dequant_q4_0(&p.q, &p.s));
-                let m = rows * cols;
-                let mag: Vec<f32> = slot_idx
-                    .iter()
-                    .enumerate()
-                    .flat_map(|(pair, &s)| {
-                        let xa = abs_of(&act[pair * cols..][..cols]);
-                        cpu::f32_gemv(&wa[s as usize * m..][..m], rows, cols, &xa)
-                    })
-                    .collect();
-                (cpu::expert_q4_gemv(&p.q, &p.s, rows, cols, slot_idx, &act, 1), mag)
+                (p.reference(slot_idx, &act, 1), p.magnitude(slot_idx, &act, 1))
             } else {
                 let p = if odd { &q8_odd } else { &q8 };
-                let mag = p.magnitude(slot_idx, &act, 1);
-                (cpu::expert_q8_gemv(&p.q, &p.s, rows, cols, slot_idx, &act, 1), mag)
+                (p.reference(slot_idx, &act, 1), p.magnitude(slot_idx, &act, 1))
             };
             let got = read_n::<f32>(g, &y, pairs * rows);
             // Tolerance: the GEMV's 2e-6·Σ|w·a| plus silu_mul's 2e-6 relative error in each input a:
@@ -801,59 +851,29 @@ fn expert_gemv_swiglu_input() {
     }
 }
 
-/// gate‖up with SwiGLU on its output (`expert_q8_gemv_gate_up_swiglu`) against the CPU's expert GEMV then
-/// silu_mul, at the real shape (shared input, x_div = k) and an odd one, split and plain; and the refusal of
-/// a gate half that is not a multiple of 16 rows.
+/// gate‖up with SwiGLU on its output (`expert_q8_gemv_gate_up_swiglu`, over Q4_0 planes
+/// `expert_q4_gemv_gate_up_swiglu`) against the CPU's expert GEMV then silu_mul, at the real shape (shared
+/// input, x_div = k) and an odd one, split and plain; and the refusal of a gate half that is not a multiple
+/// of 16 rows.
 #[test]
 fn expert_gemv_gate_up_swiglu_output() {
     let g = gpu_or_skip!();
     let mut rng = Rng::new(66);
     let (real, odd) = (pool(g, &mut rng, 10, 1536, 2048), pool(g, &mut rng, 3, 64, 96));
-    // 7 MiB bindings: 2 slots of 3.1 MiB a part, 5 parts.
+    let (real4, odd4) = (q4_pool(g, &mut rng, 10, 1536, 2048), q4_pool(g, &mut rng, 3, 64, 96));
+    // 7 MiB bindings: 2 Q8_0 slots of 3.1 MiB a part, 5 parts; 4 Q4_0 slots of 1.7 MiB, 3 parts.
     let split = Kernels::new(&g.ctx).with_max_binding(7 << 20);
-    let cases: [(&Kernels, &Pool, &[u32], usize, usize); 5] = [
-        (&g.kernels, &real, &[3, 7, 0, 9, 4, 1, 8, 5], 8, 1),
-        (&g.plain, &real, &[3, 7, 0, 9, 4, 1, 8, 5], 8, 1),
-        (&split, &real, &[9, 0, 5, 4, 2, 7, 1, 6, 3, 3, 8, 0, 1, 2, 6, 5], 8, 5),
-        (&g.kernels, &odd, &[2, 0, 1, 1, 2, 0], 3, 1),
-        (&g.plain, &odd, &[2, 0, 1, 1, 2, 0], 1, 1),
-    ];
-    for (k, p, slot_idx, x_div, min_parts) in cases {
-        let (pairs, ffn) = (slot_idx.len(), p.rows / 2);
-        let x = rng.vec_f32(pairs / x_div * p.cols, -1.0, 1.0);
-        let (xb, ib) = (upload(g, &x), upload(g, slot_idx));
-        let y = poisoned(g, 4 * pairs * ffn);
-        let planes = p.planes();
-        let v = diskformer_kernels::View::from;
-        let d = k
-            .expert_q8_gemv_gate_up_swiglu(planes, v(&xb), v(&ib), v(&y), pairs as u32, x_div as u32)
-            .unwrap();
-        assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
-        run(g, &[&d]);
-        let gate_up = cpu::expert_q8_gemv(&p.q, &p.s, p.rows, p.cols, slot_idx, &x, x_div);
-        let want = cpu::silu_mul(&gate_up, ffn);
-        let mag = p.magnitude(slot_idx, &x, x_div);
-        // Tolerance: each of gate and up within the GEMV's 2e-6·Σ|w·x| (mag); silu's slope is at most
-        // 1.1 in magnitude, so the product moves by 1.1·|u|·δg + |silu(g)|·δu, plus silu_mul's own 2e-6
-        // relative: 2e-6 times the scale below (plus 1e-9 absolute).
-        let scale: Vec<f32> = (0..pairs * ffn)
-            .map(|i| {
-                let (pair, j) = (i / ffn, i % ffn);
-                let (gi, ui) = (pair * p.rows + j, pair * p.rows + ffn + j);
-                let (gv, uv) = (gate_up[gi], gate_up[ui]);
-                let silu = gv / (1.0 + (-gv).exp());
-                1.1 * uv.abs() * mag[gi] + silu.abs() * mag[ui] + want[i].abs()
-            })
-            .collect();
-        let got = read_n::<f32>(g, &y, pairs * ffn);
-        let what = format!(
-            "gate_up swiglu {}x{} pairs {pairs} sg {} parts {}",
-            p.rows,
-            p.cols,
-            k.subgroups(),
-            d.parts()
-        );
-        assert_close(&what, &got, &want, &scale, 1e-9, 2e-6);
+    let long = [9, 0, 5, 4, 2, 7, 1, 6, 3, 3, 8, 0, 1, 2, 6, 5];
+    let picks = [3, 7, 0, 9, 4, 1, 8, 5];
+    for (k, slot_idx, (q8_parts, q4_parts)) in
+        [(&g.kernels, &picks[..], (1, 1)), (&g.plain, &picks[..], (1, 1)), (&split, &long[..], (5, 3))]
+    {
+        check_gate_up_swiglu(g, k, &real, slot_idx, 8, q8_parts, &mut rng);
+        check_gate_up_swiglu(g, k, &real4, slot_idx, 8, q4_parts, &mut rng);
+    }
+    for (k, x_div) in [(&g.kernels, 3), (&g.plain, 1)] {
+        check_gate_up_swiglu(g, k, &odd, &[2, 0, 1, 1, 2, 0], x_div, 1, &mut rng);
+        check_gate_up_swiglu(g, k, &odd4, &[2, 0, 1, 1, 2, 0], x_div, 1, &mut rng);
     }
     let bad = pool(g, &mut rng, 1, 40, 32);
     let planes = ExpertPlanes {
@@ -867,6 +887,56 @@ fn expert_gemv_gate_up_swiglu_output() {
     let (xb, ib, y) = (upload(g, &[0.5f32; 32]), upload(g, &[0u32]), poisoned(g, 4 * 20));
     let err = g.kernels.expert_q8_gemv_gate_up_swiglu(planes, (&xb).into(), (&ib).into(), (&y).into(), 1, 1);
     assert!(err.unwrap_err().to_string().contains("multiple of 16"));
+}
+
+fn check_gate_up_swiglu<Q: Quant>(
+    g: &Gpu,
+    k: &Kernels,
+    p: &Pool<Q>,
+    slot_idx: &[u32],
+    x_div: usize,
+    min_parts: usize,
+    rng: &mut Rng,
+) {
+    let (pairs, ffn) = (slot_idx.len(), p.rows / 2);
+    let x = rng.vec_f32(pairs / x_div * p.cols, -1.0, 1.0);
+    let (xb, ib) = (upload(g, &x), upload(g, slot_idx));
+    let y = poisoned(g, 4 * pairs * ffn);
+    let (planes, v) = (p.planes(), diskformer_kernels::View::from);
+    let (pairs_u, x_div_u) = (pairs as u32, x_div as u32);
+    let d = if Q::Q4 {
+        k.expert_q4_gemv_gate_up_swiglu(planes, v(&xb), v(&ib), v(&y), pairs_u, x_div_u)
+    } else {
+        k.expert_q8_gemv_gate_up_swiglu(planes, v(&xb), v(&ib), v(&y), pairs_u, x_div_u)
+    }
+    .unwrap();
+    assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
+    run(g, &[&d]);
+    let gate_up = p.reference(slot_idx, &x, x_div);
+    let want = cpu::silu_mul(&gate_up, ffn);
+    let mag = p.magnitude(slot_idx, &x, x_div);
+    // Tolerance: each of gate and up within the GEMV's 2e-6·Σ|w·x| (mag); silu's slope is at most
+    // 1.1 in magnitude, so the product moves by 1.1·|u|·δg + |silu(g)|·δu, plus silu_mul's own 2e-6
+    // relative: 2e-6 times the scale below (plus 1e-9 absolute).
+    let scale: Vec<f32> = (0..pairs * ffn)
+        .map(|i| {
+            let (pair, j) = (i / ffn, i % ffn);
+            let (gi, ui) = (pair * p.rows + j, pair * p.rows + ffn + j);
+            let (gv, uv) = (gate_up[gi], gate_up[ui]);
+            let silu = gv / (1.0 + (-gv).exp());
+            1.1 * uv.abs() * mag[gi] + silu.abs() * mag[ui] + want[i].abs()
+        })
+        .collect();
+    let got = read_n::<f32>(g, &y, pairs * ffn);
+    let what = format!(
+        "{} swiglu out {}x{} pairs {pairs} sg {} parts {}",
+        d.kernel().name(),
+        p.rows,
+        p.cols,
+        k.subgroups(),
+        d.parts()
+    );
+    assert_close(&what, &got, &want, &scale, 1e-9, 2e-6);
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The working buffers of a step and the kernels bound to them: one [`Graph`] per step length T, built once
 //! and recorded every step (embedding rows, positions, the RoPE table and slot indices change in buffers).
 //!
-//! Fused decode (one token, Q8_0 experts, at most 64 picks): the RMSNorms and the MoE combine ride in the
+//! Fused decode (one token, at most 64 picks; Q8_0 or Q4_0 experts): the RMSNorms and the MoE combine ride in the
 //! kernels around them, so a layer past the first runs q|k|v of `x_scaled` (the residual stream times the
 //! attention norm's weight, not yet scaled), `qkv_rope_store` (which applies that norm's scale from
 //! `squares`), attention, wo added onto the residual stream `x`, the router with the FFN norm folded in (it
@@ -353,9 +353,9 @@ impl Graph {
         let pairs = t * top_k;
         let sizes = PairSizes { t, pairs, groups: gemm_groups_len(c, t) };
         let v = View::from;
-        // One token of Q8_0 experts: gate‖up applies SwiGLU to its own output (a workgroup pairs gate and
-        // up rows), so down reads the activation.
-        let swiglu_out = t == 1 && !b.q4_experts && ffn.is_multiple_of(16);
+        // One token: gate‖up applies SwiGLU to its own output (a workgroup pairs gate and up rows), so down
+        // reads the activation.
+        let swiglu_out = t == 1 && ffn.is_multiple_of(16);
         // And the norms and the combine ride in other kernels (fused decode, see the module docs).
         let fused = swiglu_out && top_k <= FUSED_MAX_PICKS;
         let groups_on_gpu = t > 1 && b.resident_table.is_some() && experts <= EXPERT_GROUPS_MAX_EXPERTS;
@@ -476,8 +476,12 @@ impl Graph {
             }
             for part in in_layer(&gate_up, (Plane::GateUpQ, Plane::GateUpScales)) {
                 experts_dispatches.push(if swiglu_out {
-                    let slots = v(&s.slot_idx[l]);
-                    k.expert_q8_gemv_gate_up_swiglu(part, v(&s.xn), slots, v(&s.act), pairs, top_k)?
+                    let (slots, xn, act) = (v(&s.slot_idx[l]), v(&s.xn), v(&s.act));
+                    if b.q4_experts {
+                        k.expert_q4_gemv_gate_up_swiglu(part, xn, slots, act, pairs, top_k)?
+                    } else {
+                        k.expert_q8_gemv_gate_up_swiglu(part, xn, slots, act, pairs, top_k)?
+                    }
                 } else {
                     let input = if experts_int8 {
                         ExpertInput::SharedQ8(v(&s.xq))
@@ -502,21 +506,19 @@ impl Graph {
                         // The next layer's qkv_rope_store finishes its norm; after the last, rms_norm does.
                         finish: !last_layer && i + 1 == parts.len(),
                     };
-                    let slots = v(&s.slot_idx[l]);
-                    experts_dispatches.push(k.expert_q8_gemv_combine(
-                        part,
-                        v(&s.act),
-                        slots,
-                        out,
-                        (1, top_k),
-                    )?);
+                    let (act, slots) = (v(&s.act), v(&s.slot_idx[l]));
+                    experts_dispatches.push(if b.q4_experts {
+                        k.expert_q4_gemv_combine(part, act, slots, out, (1, top_k))?
+                    } else {
+                        k.expert_q8_gemv_combine(part, act, slots, out, (1, top_k))?
+                    });
                 }
                 if last_layer {
                     experts_dispatches.push(k.rms_norm(v(&s.x), v(&w.out_norm), v(&s.xn), h, 1, eps)?);
                 }
             } else {
-                // Other one-token steps (Q4_0 experts, or F not a multiple of 16): the down GEMV applies
-                // SwiGLU as it reads gate‖up; chunks run silu_mul first.
+                // Other one-token steps: down reads the activation (more than 64 picks), or with F not a
+                // multiple of 16 applies SwiGLU as it reads gate‖up; chunks run silu_mul first.
                 let down_input = if swiglu_out {
                     ExpertInput::PerPair(v(&s.act))
                 } else if t == 1 {
@@ -564,8 +566,8 @@ impl Graph {
     }
 }
 
-/// The most picks a token the fused decode layer takes (`expert_q8_gemv_combine`'s limit; see the module
-/// docs).
+/// The most picks a token the fused decode layer takes (the limit of `expert_q8_gemv_combine` and
+/// `expert_q4_gemv_combine`; see the module docs).
 const FUSED_MAX_PICKS: u32 = 64;
 
 /// WebGPU's largest allowed `min_storage_buffer_offset_alignment`: an offset that is a multiple of it binds on

@@ -1,13 +1,13 @@
 use super::expert_q8_gemv::{ExpertQ8GemvParams, GemvInput};
 use crate::error::Result;
 use crate::kernels::{Kernel, Kernels, View};
-use crate::{Dispatch, ExpertPlanes};
+use crate::{CombineOut, Dispatch, ExpertPlanes};
 
 /// Quant-plane bytes of one 32-value Q4_0 block (16 bytes of nibble pairs; the f16 scale is in the
 /// scale plane).
 pub(crate) const Q4_0_BLOCK_BYTES: u64 = 16;
 
-/// Params of `expert_q4_gemv.wgsl`: the same fields as `expert_q8_gemv.wgsl`'s, which the shader mirrors.
+/// Params of `expert_q4_gemv`: the kernel is `expert_q8_gemv.wgsl` with the Q4_0 row walk.
 pub type ExpertQ4GemvParams = ExpertQ8GemvParams;
 
 impl Kernels {
@@ -66,5 +66,38 @@ impl Kernels {
             pairs,
             GemvInput::SwiGlu,
         )
+    }
+
+    /// gate‖up with SwiGLU on its output over Q4_0 planes: as [`Kernels::expert_q8_gemv_gate_up_swiglu`].
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_q8_gemv_gate_up_swiglu`].
+    pub fn expert_q4_gemv_gate_up_swiglu(
+        &self,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        slot_idx: View<'_>,
+        act: View<'_>,
+        pairs: u32,
+        x_div: u32,
+    ) -> Result<Dispatch> {
+        let q4 = (Kernel::ExpertQ4Gemv, Q4_0_BLOCK_BYTES);
+        self.gate_up_swiglu(q4, pool, x, slot_idx, act, (pairs, x_div))
+    }
+
+    /// The down projection and the MoE combine over Q4_0 planes: as [`Kernels::expert_q8_gemv_combine`]
+    /// (what decode runs at the end of a layer of Q4_0 experts).
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_q8_gemv_combine`].
+    pub fn expert_q4_gemv_combine(
+        &self,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        slot_idx: View<'_>,
+        out: CombineOut<'_>,
+        tokens_k: (u32, u32),
+    ) -> Result<Dispatch> {
+        self.gemv_combine((Kernel::ExpertQ4GemvCombine, Q4_0_BLOCK_BYTES), pool, x, slot_idx, out, tokens_k)
     }
 }

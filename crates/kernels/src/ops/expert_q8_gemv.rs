@@ -25,7 +25,7 @@ pub struct ExpertQ8GemvParams {
 }
 const _: () = assert!(size_of::<ExpertQ8GemvParams>() == 32);
 
-/// Params of `expert_q8_gemv_combine.wgsl`.
+/// Params of `expert_q8_gemv_combine.wgsl` (also `expert_q4_gemv_combine`'s).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ExpertQ8GemvCombineParams {
@@ -172,19 +172,8 @@ impl Kernels {
         pairs: u32,
         x_div: u32,
     ) -> Result<Dispatch> {
-        self.binder(Kernel::ExpertQ8Gemv).ensure(pool.rows.is_multiple_of(32), || {
-            format!("gate‖up with SwiGLU needs rows = 2F with F a multiple of 16; got rows {}", pool.rows)
-        })?;
-        self.expert_gemv(
-            Kernel::ExpertQ8Gemv,
-            Q8_0_BLOCK_BYTES,
-            pool,
-            x,
-            slot_idx,
-            act,
-            pairs,
-            GemvInput::PlainSwiGluOut(x_div),
-        )
+        let q8 = (Kernel::ExpertQ8Gemv, Q8_0_BLOCK_BYTES);
+        self.gate_up_swiglu(q8, pool, x, slot_idx, act, (pairs, x_div))
     }
 
     /// The down projection and the MoE combine in one dispatch (one per pool part when the pool is larger
@@ -204,9 +193,42 @@ impl Kernels {
         x: View<'_>,
         slot_idx: View<'_>,
         out: CombineOut<'_>,
+        tokens_k: (u32, u32),
+    ) -> Result<Dispatch> {
+        self.gemv_combine((Kernel::ExpertQ8GemvCombine, Q8_0_BLOCK_BYTES), pool, x, slot_idx, out, tokens_k)
+    }
+
+    /// The launcher of gate‖up with SwiGLU on its output (`expert_q8_gemv_gate_up_swiglu`,
+    /// `expert_q4_gemv_gate_up_swiglu`: one shader, two row walks), with the kernel and the quant-plane
+    /// bytes of a block.
+    pub(crate) fn gate_up_swiglu(
+        &self,
+        (kernel, block_bytes): (Kernel, u64),
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        slot_idx: View<'_>,
+        act: View<'_>,
+        (pairs, x_div): (u32, u32),
+    ) -> Result<Dispatch> {
+        self.binder(kernel).ensure(pool.rows.is_multiple_of(32), || {
+            format!("gate‖up with SwiGLU needs rows = 2F with F a multiple of 16; got rows {}", pool.rows)
+        })?;
+        let input = GemvInput::PlainSwiGluOut(x_div);
+        self.expert_gemv(kernel, block_bytes, pool, x, slot_idx, act, pairs, input)
+    }
+
+    /// The launcher of down with the MoE combine (`expert_q8_gemv_combine`, `expert_q4_gemv_combine`: one
+    /// shader, two row walks), with the kernel and the quant-plane bytes of a block.
+    pub(crate) fn gemv_combine(
+        &self,
+        (kernel, block_bytes): (Kernel, u64),
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        slot_idx: View<'_>,
+        out: CombineOut<'_>,
         (tokens, k): (u32, u32),
     ) -> Result<Dispatch> {
-        let b = self.binder(Kernel::ExpertQ8GemvCombine);
+        let b = self.binder(kernel);
         b.ensure((1..=COMBINE_MAX_PICKS).contains(&k), || {
             format!("needs 1 to {COMBINE_MAX_PICKS} picks a token; got k {k}")
         })?;
@@ -216,7 +238,7 @@ impl Kernels {
         let index = [("slot_idx", slot_idx, f32s(p64)), ("weights", out.weights, f32s(p64))];
         let (x_row, rows, t) = (u64::from(pool.cols), u64::from(pool.rows), u64::from(tokens));
         let grid = PoolGrid { rows_per_group: COMBINE_ROWS, x_row, y_row: rows, y_div: u64::from(k) };
-        let parts = expert_pool_parts(&b, pool, Q8_0_BLOCK_BYTES, x, &index, out.residual, pairs, 1, grid)?;
+        let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, out.residual, pairs, 1, grid)?;
         let gy = b.groups("tokens", t)?;
         let last = parts.len() - 1;
         let mut dispatches = Vec::with_capacity(parts.len());

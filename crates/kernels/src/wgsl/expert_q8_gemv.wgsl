@@ -8,8 +8,9 @@
 // 16 matching up rows, and pairs them in workgroup memory (SwiGLU at the end of gate||up, so that down
 // reads a plain input and no lane computes an exp per weight chunk).
 // A pool larger than a binding is split by slot range: one dispatch per part, pairs whose slot lies
-// elsewhere leave at once. The row walk (`rows4`) is appended from expert_q8_rows.wgsl, the row sums
-// (`row_sum4`), `i8x4` and `dot16` as in q8_gemv.
+// elsewhere leave at once. The row walk (`rows4`) is appended from expert_q8_rows.wgsl, or for Q4_0 planes
+// from expert_q4_rows.wgsl (the kernel expert_q4_gemv: this file with its entry point renamed); the row
+// sums (`row_sum4`) and the quant helpers (`q8_helpers.wgsl`) as in q8_gemv.
 enable f16;
 
 struct Params {
@@ -26,7 +27,7 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;      // [P / x_div, cols] or [P, 2 * cols] f32
 @group(0) @binding(2) var<storage, read> slots: array<u32>;        // [P] pool slot per pair
-@group(0) @binding(3) var<storage, read> q: array<vec4<u32>>;      // [slot_end - slot_begin, rows, cols] int8
+@group(0) @binding(3) var<storage, read> q: array<vec4<u32>>;      // [slot_end - slot_begin, rows, cols] int8 (Q4_0: cols / 2 bytes a row)
 @group(0) @binding(4) var<storage, read> scales: array<f16>;       // [slot_end - slot_begin, rows, cols/32] f16
 @group(0) @binding(5) var<storage, read_write> y: array<f32>;      // [P, rows] f32 ([P, rows / 2] with silu_output)
 
@@ -62,8 +63,6 @@ fn expert_q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_i
         // Groups 0-3 the gate rows, 4-7 the up rows F later.
         r = wg.x * 16u + (group % 4u) * 4u + select(0u, p.rows / 2u, group >= 4u);
     }
-    let nvec = p.cols / 16u;
-    let nblk = p.cols / 32u;
     // Rows past the matrix (the last block of an odd shape) read the last row and are not written.
     let first = (slot - p.slot_begin) * p.rows;
     let last = p.rows - 1u;
@@ -72,7 +71,7 @@ fn expert_q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_i
     if (p.silu_input != 0u) {
         base = pair * (p.cols / 2u);
     }
-    let total = row_sum4(rows4(rows, nvec, nblk, base, lane), li/*SG_CALL*/);
+    let total = row_sum4(rows4(rows, p.cols, base, lane), li/*SG_CALL*/);
     if (p.silu_output != 0u) {
         if (lane == 0u) {
             for (var j = 0u; j < 4u; j++) {

@@ -10,8 +10,9 @@
 // `scaled`.
 // A pool larger than a binding is split by slot range: one dispatch per part, each adding the terms of the
 // picks whose slot it binds (a pick elsewhere adds 0 here); only the last has finish = 1.
-// The row walk (`rows4`) is appended from expert_q8_rows.wgsl, the row sums (`row_sum4`), `i8x4` and
-// `dot16` as in q8_gemv.
+// The row walk (`rows4`) is appended from expert_q8_rows.wgsl, or for Q4_0 planes from expert_q4_rows.wgsl
+// (the kernel expert_q4_gemv_combine: this file with its entry point renamed); the row sums (`row_sum4`)
+// and the quant helpers (`q8_helpers.wgsl`) as in q8_gemv.
 enable f16;
 
 struct Params {
@@ -29,7 +30,7 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;      // [T * k, cols] f32 (the activations)
 @group(0) @binding(2) var<storage, read> slots: array<u32>;        // [T * k] pool slot per pair
 @group(0) @binding(3) var<storage, read> weights: array<f32>;      // [T * k] f32 pick weights
-@group(0) @binding(4) var<storage, read> q: array<vec4<u32>>;      // [slot_end - slot_begin, rows, cols] int8
+@group(0) @binding(4) var<storage, read> q: array<vec4<u32>>;      // [slot_end - slot_begin, rows, cols] int8 (Q4_0: cols / 2 bytes a row)
 @group(0) @binding(5) var<storage, read> scales: array<f16>;       // [slot_end - slot_begin, rows, cols/32] f16
 @group(0) @binding(6) var<storage, read> next_norm: array<f32>;    // [rows] f32 the next RMSNorm's weight
 @group(0) @binding(7) var<storage, read_write> y: array<f32>;      // [T, rows] f32, added to
@@ -52,8 +53,6 @@ fn expert_q8_gemv_combine(@builtin(local_invocation_index) li: u32, @builtin(wor
     let lane = li % 32u;
     let group = li / 32u;
     let r = wg.x * 4u;
-    let nvec = p.cols / 16u;
-    let nblk = p.cols / 32u;
     // Rows past the matrix (the last block of an odd shape) read the last row and are not written.
     let last = p.rows - 1u;
     let block = min(vec4<u32>(r) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(last));
@@ -64,7 +63,7 @@ fn expert_q8_gemv_combine(@builtin(local_invocation_index) li: u32, @builtin(wor
         var acc = vec4<f32>(0.0);
         if (j < p.k && slot >= p.slot_begin && slot < p.slot_end) {
             let rows = vec4<u32>((slot - p.slot_begin) * p.rows) + block;
-            acc = rows4(rows, nvec, nblk, pair * (p.cols / 4u), lane);
+            acc = rows4(rows, p.cols, pair * (p.cols / 4u), lane);
         }
         let total = row_sum4(acc, li/*SG_CALL*/);
         if (lane == 0u && j < p.k) {

@@ -1,7 +1,8 @@
-// The row walk of the slot-indexed Q8_0 expert GEMVs (appended to expert_q8_gemv and
-// expert_q8_gemv_combine): a 32-lane group takes 4 rows of one slot, so a lane reads its input chunk once
-// for 4 weight chunks, with the 4 loads independent. Uses the includer's `q`, `scales` and
-// `input4(base, j)` (vec4 j of the pair's input row starting at `base`).
+// The row walk of the slot-indexed expert GEMVs over Q8_0 planes (appended to expert_q8_gemv and
+// expert_q8_gemv_combine; expert_q4_rows.wgsl is the Q4_0 one): a 32-lane group takes 4 rows of one slot,
+// so a lane reads its input chunk once for 4 weight chunks, with the 4 loads independent. Uses the
+// includer's `q` (int8, `cols` bytes a row), `scales` and `input4(base, j)` (vec4 j of the pair's input row
+// starting at `base`).
 
 // Chunk i (16 int8) of the 4 rows against the matching 16 input values, each row scaled: 4 partial sums.
 // `live` 0 makes it add nothing (a clamped chunk past the row's end).
@@ -28,10 +29,12 @@ fn chunk4(rows: vec4<u32>, nvec: u32, nblk: u32, base: u32, i: u32, live: bool) 
     );
 }
 
-// A lane's partial sums of the 4 rows (`rows`: their indices in the bound planes) over its chunks lane,
-// lane + 32, ...: two chunks a step (512 bytes apart), their loads independent: a lane's loop is bound by its
-// memory round trips, and two in flight halve them.
-fn rows4(rows: vec4<u32>, nvec: u32, nblk: u32, base: u32, lane: u32) -> vec4<f32> {
+// A lane's partial sums of the 4 rows (`rows`: their indices in the bound planes, `cols` values each) over
+// its chunks lane, lane + 32, ...: two chunks a step (512 bytes apart), their loads independent: a lane's
+// loop is bound by its memory round trips, and two in flight halve them.
+fn rows4(rows: vec4<u32>, cols: u32, base: u32, lane: u32) -> vec4<f32> {
+    let nvec = cols / 16u;
+    let nblk = cols / 32u;
     var acc = vec4<f32>(0.0);
     for (var i = lane; i < nvec; i += 64u) {
         let c0 = chunk4(rows, nvec, nblk, base, i, true);
