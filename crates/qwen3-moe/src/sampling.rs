@@ -196,7 +196,8 @@ fn top_k_candidates(logits: &[f32], k: usize, out: &mut Vec<(u32, f32)>) {
     let cap = (2 * k).max(k + 64);
     let mut floor: Option<f32> = None;
     for (i, &l) in logits.iter().enumerate() {
-        if l.is_nan() || floor.is_some_and(|f| l <= f) {
+        // total_cmp, as the ranking: +0.0 ranks above a floor of -0.0, which `<=` would call equal.
+        if l.is_nan() || floor.is_some_and(|f| l.total_cmp(&f).is_le()) {
             continue;
         }
         out.push((i as u32, l));
@@ -484,6 +485,12 @@ mod tests {
                 assert!(same, "n {n} k {k}");
             }
         }
+        // Signed zeros rank as total_cmp ranks them: after a cut at -0.0, a +0.0 still enters.
+        let mut zeros = vec![-0.0f32; 200];
+        zeros[150] = 0.0;
+        let mut got = Vec::new();
+        top_k_candidates(&zeros, 1, &mut got);
+        assert_eq!(got, vec![(150, 0.0)]);
         // Only -inf and NaN: the -inf ones are still candidates (greedy on them picks the lowest id).
         let mut got = Vec::new();
         top_k_candidates(&[f32::NAN, f32::NEG_INFINITY, f32::NEG_INFINITY], 1, &mut got);
