@@ -254,13 +254,11 @@ pub fn log_softmax(logits: &[f32]) -> Vec<f32> {
 /// The `n` highest `(id, logit)` pairs, highest first with ties to the lower id, NaN skipped: what the
 /// engine reports as the top-n alternatives of a step (feed it [`log_softmax`] output for log-probs).
 pub fn top_n(logits: &[f32], n: usize) -> Vec<(u32, f32)> {
-    let mut c: Vec<(u32, f32)> =
-        logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &l)| (i as u32, l)).collect();
-    if n > 0 && n < c.len() {
-        c.select_nth_unstable_by(n - 1, by_logit_desc);
+    let mut c = Vec::new();
+    if n > 0 {
+        top_k_candidates(logits, n, &mut c);
+        c.sort_unstable_by(by_logit_desc);
     }
-    c.truncate(n);
-    c.sort_unstable_by(by_logit_desc);
     c
 }
 
