@@ -889,6 +889,7 @@ fn expert_gemv_gate_up_swiglu_output() {
     assert!(err.unwrap_err().to_string().contains("multiple of 16"));
 }
 
+/// One case of `expert_gemv_gate_up_swiglu_output` over a Q8_0 or Q4_0 pool.
 fn check_gate_up_swiglu<Q: Quant>(
     g: &Gpu,
     k: &Kernels,

@@ -1,9 +1,9 @@
 //! The working buffers of a step and the kernels bound to them: one [`Graph`] per step length T, built once
 //! and recorded every step (embedding rows, positions, the RoPE table and slot indices change in buffers).
 //!
-//! Fused decode (one token, at most 64 picks; Q8_0 or Q4_0 experts): the RMSNorms and the MoE combine ride in the
-//! kernels around them, so a layer past the first runs q|k|v of `x_scaled` (the residual stream times the
-//! attention norm's weight, not yet scaled), `qkv_rope_store` (which applies that norm's scale from
+//! Fused decode (one token, at most 64 picks; Q8_0 or Q4_0 experts): the RMSNorms and the MoE combine ride
+//! in the kernels around them, so a layer past the first runs q|k|v of `x_scaled` (the residual stream times
+//! the attention norm's weight, not yet scaled), `qkv_rope_store` (which applies that norm's scale from
 //! `squares`), attention, wo added onto the residual stream `x`, the router with the FFN norm folded in (it
 //! writes the normed row `xn` for the experts), the top-k, gate‖up with SwiGLU, and down with the combine,
 //! added onto `x` (it writes the next layer's `x_scaled` and `squares`): two dependent dispatches a layer

@@ -7,7 +7,11 @@
 
 // One Q4_0 block (16 bytes of nibble pairs) against its 32 input values: x0..x3 the low nibbles' (values
 // 0..15), x4..x7 the high nibbles' (16..31).
-fn dot32(w: vec4<u32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>, x4: vec4<f32>, x5: vec4<f32>, x6: vec4<f32>, x7: vec4<f32>) -> f32 {
+fn dot32(
+    w: vec4<u32>,
+    x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>,
+    x4: vec4<f32>, x5: vec4<f32>, x6: vec4<f32>, x7: vec4<f32>,
+) -> f32 {
     let lo = dot(lo4x4(w.x), x0) + dot(lo4x4(w.y), x1) + dot(lo4x4(w.z), x2) + dot(lo4x4(w.w), x3);
     let hi = dot(hi4x4(w.x), x4) + dot(hi4x4(w.y), x5) + dot(hi4x4(w.z), x6) + dot(hi4x4(w.w), x7);
     return lo + hi;

@@ -27,7 +27,7 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;      // [P / x_div, cols] or [P, 2 * cols] f32
 @group(0) @binding(2) var<storage, read> slots: array<u32>;        // [P] pool slot per pair
-@group(0) @binding(3) var<storage, read> q: array<vec4<u32>>;      // [slot_end - slot_begin, rows, cols] int8 (Q4_0: cols / 2 bytes a row)
+@group(0) @binding(3) var<storage, read> q: array<vec4<u32>>;      // [slot_end - slot_begin, rows, cols] int8 (Q4_0: cols/2 bytes)
 @group(0) @binding(4) var<storage, read> scales: array<f16>;       // [slot_end - slot_begin, rows, cols/32] f16
 @group(0) @binding(5) var<storage, read_write> y: array<f32>;      // [P, rows] f32 ([P, rows / 2] with silu_output)
 

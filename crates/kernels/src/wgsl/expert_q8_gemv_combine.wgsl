@@ -30,7 +30,7 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;      // [T * k, cols] f32 (the activations)
 @group(0) @binding(2) var<storage, read> slots: array<u32>;        // [T * k] pool slot per pair
 @group(0) @binding(3) var<storage, read> weights: array<f32>;      // [T * k] f32 pick weights
-@group(0) @binding(4) var<storage, read> q: array<vec4<u32>>;      // [slot_end - slot_begin, rows, cols] int8 (Q4_0: cols / 2 bytes a row)
+@group(0) @binding(4) var<storage, read> q: array<vec4<u32>>;      // [slot_end - slot_begin, rows, cols] int8 (Q4_0: cols/2 bytes)
 @group(0) @binding(5) var<storage, read> scales: array<f16>;       // [slot_end - slot_begin, rows, cols/32] f16
 @group(0) @binding(6) var<storage, read> next_norm: array<f32>;    // [rows] f32 the next RMSNorm's weight
 @group(0) @binding(7) var<storage, read_write> y: array<f32>;      // [T, rows] f32, added to
