@@ -16,6 +16,7 @@ use diskformer_kernels::{
     AttentionShape, Context, Dispatch, EXPERT_GEMM_TILED_GROUP, ExpertPlanes, Kernels, Q8Matrix,
     expert_gemm_group_bound, expert_gemm_groups, q8_row_bytes,
 };
+use wgpu::util::DeviceExt;
 
 const ROTATION_BYTES: u64 = 256 << 20;
 
@@ -780,6 +781,14 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     let (gu_out, act, down_out) = (f32s(top * 2 * f, 46), f32s(top * f, 51), f32s(top * h, 47));
     let (last_n, logits, argmax) = (f32s(h, 48), f32s(vocab, 49), f32s(1, 50));
     let argmax_part = buffer(g, 4 * diskformer_kernels::argmax_partial_len(vocab, 1), 52);
+    let sample_part = buffer(g, 4 * diskformer_kernels::sample_partial_len(vocab), 53);
+    // The chat example's defaults: top-k 20, temperature 0.6, top-p 0.95.
+    let chat = diskformer_kernels::SampleStep { k: 20, temperature: 0.6, top_p: 0.95, min_p: 0.0, u: 0.5 };
+    let sample_step = g.ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some("sample step"),
+        contents: bytemuck::bytes_of(&chat),
+        usage: wgpu::BufferUsages::STORAGE,
+    });
     let v = diskformer_kernels::View::from;
     let eps = 1e-6;
     let qkv_p = QkvRopeStoreParams {
@@ -925,6 +934,11 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     group.bench_function("head_lm_gemv", |b| b.iter_custom(|iters| time(g, &head[..1], iters)));
     group.bench_function("head_argmax", |b| b.iter_custom(|iters| time(g, &head[1..], iters)));
     group.bench_function("head", |b| b.iter_custom(|iters| time(g, &head, 2 * iters)));
+    let sample =
+        k.sample_top_k(v(&logits), v(&sample_step), v(&sample_part), v(&argmax), vocab).expect("bind");
+    group.bench_function("head_sample_top_k_chat", |b| {
+        b.iter_custom(|iters| time(g, std::slice::from_ref(&sample), iters))
+    });
     group.finish();
 }
 

@@ -507,3 +507,55 @@ pub fn argmax(logits: &[f32], n: usize) -> Vec<u32> {
         })
         .collect()
 }
+
+/// What [`sample_top_k`] draws from: the candidates left after `step`'s filters as `(id, weight)`, best
+/// first (the highest logit, ties to the lower id, NaN never a candidate), each weighing
+/// `exp((logit - best) / temperature)`: top-k, then top-p's shortest prefix whose weight reaches `top_p` of
+/// the total (all if none does), then those weighing at least `min_p`. Empty when no logit is a number; the
+/// best alone when it is the only candidate or infinite. In f32, in the kernel's order.
+pub fn sample_candidates(logits: &[f32], step: &crate::SampleStep) -> Vec<(u32, f32)> {
+    let mut top: Vec<(u32, f32)> =
+        logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &l)| (i as u32, l)).collect();
+    top.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    top.truncate(step.k as usize);
+    let Some(&(best_id, best)) = top.first() else { return top };
+    if top.len() == 1 || best.is_infinite() {
+        return vec![(best_id, 1.0)];
+    }
+    let mut w: Vec<(u32, f32)> = top
+        .iter()
+        .map(|&(id, l)| {
+            (id, if l == f32::NEG_INFINITY { 0.0 } else { ((l - best) / step.temperature).exp() })
+        })
+        .collect();
+    if step.top_p < 1.0 {
+        let target = step.top_p * w.iter().map(|c| c.1).sum::<f32>();
+        let mut mass = 0.0;
+        if let Some(keep) = w.iter().position(|c| {
+            mass += c.1;
+            mass >= target
+        }) {
+            w.truncate(keep + 1);
+        }
+    }
+    if step.min_p > 0.0 {
+        let keep = w.iter().take_while(|c| c.1 >= step.min_p).count();
+        w.truncate(keep);
+    }
+    w
+}
+
+/// The token `sample_top_k` draws: the first of [`sample_candidates`] whose running weight passes
+/// `u` × their total (the last with any weight when rounding leaves none), 0 with no candidate.
+pub fn sample_top_k(logits: &[f32], step: &crate::SampleStep) -> u32 {
+    let c = sample_candidates(logits, step);
+    let x = step.u * c.iter().map(|c| c.1).sum::<f32>();
+    let mut mass = 0.0;
+    for &(id, w) in &c {
+        mass += w;
+        if x < mass {
+            return id;
+        }
+    }
+    c.iter().rev().find(|c| c.1 > 0.0).or(c.first()).map_or(0, |c| c.0)
+}

@@ -83,6 +83,8 @@ pub enum Kernel {
     MoeCombineNorm,
     /// Argmax per row.
     Argmax,
+    /// A sampled token: top-k, temperature, top-p, min-p and a draw with a host-supplied uniform.
+    SampleTopK,
 }
 
 const ROW_SUM_PLAIN: &str = include_str!("wgsl/row_sum_plain.wgsl");
@@ -102,7 +104,7 @@ const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 34] = [
+    pub const ALL: [Kernel; 35] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -137,6 +139,7 @@ impl Kernel {
         Kernel::MoeCombine,
         Kernel::MoeCombineNorm,
         Kernel::Argmax,
+        Kernel::SampleTopK,
     ];
 
     /// The kernel's name: its WGSL file stem and entry point.
@@ -176,6 +179,7 @@ impl Kernel {
             Kernel::MoeCombine => "moe_combine",
             Kernel::MoeCombineNorm => "moe_combine_norm",
             Kernel::Argmax => "argmax",
+            Kernel::SampleTopK => "sample_top_k",
         }
     }
 
@@ -247,6 +251,7 @@ impl Kernel {
             Kernel::MoeCombine => size_of::<MoeCombineParams>(),
             Kernel::MoeCombineNorm => size_of::<MoeCombineNormParams>(),
             Kernel::Argmax => size_of::<ArgmaxParams>(),
+            Kernel::SampleTopK => size_of::<SampleTopKParams>(),
         }
     }
 
@@ -287,6 +292,7 @@ impl Kernel {
             Kernel::MoeCombine => include_str!("wgsl/moe_combine.wgsl"),
             Kernel::MoeCombineNorm => include_str!("wgsl/moe_combine_norm.wgsl"),
             Kernel::Argmax => include_str!("wgsl/argmax.wgsl"),
+            Kernel::SampleTopK => include_str!("wgsl/sample_top_k.wgsl"),
         }
     }
 

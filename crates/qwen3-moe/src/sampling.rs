@@ -10,8 +10,16 @@
 //!
 //! Temperature comes before top-p and min-p (as in Hugging Face transformers); llama.cpp's default chain
 //! applies it after them, so at a temperature other than 1 the same `top_p` can keep a different set.
+//!
+//! With top-k on (up to [`SAMPLE_MAX_K`]) and no penalty the GPU can draw the same way
+//! ([`Sampler::gpu_step`], [`Engine::step_sampled`](crate::Engine::step_sampled)): the candidates are then
+//! walked best first and each token takes one 24-bit uniform from the RNG, on the CPU as on the GPU, so a
+//! seed gives the same tokens either way (but where f32 and f64 sums round a draw to either side of a
+//! boundary).
 
 use std::cmp::Ordering;
+
+pub use diskformer_kernels::{SAMPLE_MAX_K, SampleStep};
 
 /// How to pick the next token. The default is greedy decoding with every filter and penalty off.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -60,6 +68,15 @@ impl SamplingOptions {
     /// two differ only on NaN logits, which the sampler skips).
     pub fn is_plain_greedy(&self) -> bool {
         self.temperature == 0.0 && self.repetition_penalty == 1.0 && self.presence_penalty == 0.0
+    }
+
+    /// Whether the GPU can draw with these options ([`Sampler::gpu_step`]): a temperature above 0, top-k
+    /// between 1 and [`SAMPLE_MAX_K`], no penalty (the GPU does not see the recent tokens).
+    pub fn samples_on_gpu(&self) -> bool {
+        self.temperature > 0.0
+            && (1..=SAMPLE_MAX_K as usize).contains(&self.top_k)
+            && self.repetition_penalty == 1.0
+            && self.presence_penalty == 0.0
     }
 
     /// Checks every field is in range, so a bad request is refused before decoding starts.
@@ -135,12 +152,19 @@ impl Sampler {
             return argmax(logits);
         }
 
+        // Top-k's few candidates are walked best first with a 24-bit uniform, as the GPU draws; taken
+        // before filtering so every sampled token advances the RNG by one, drawn or not.
+        let top_k = o.top_k > 0;
+        let u = if top_k { f64::from(self.rng.next_f32()) } else { self.rng.next_f64() };
         let c = &mut self.candidates;
         if let Some(id) = filtered(&o, logits, c) {
             return id;
         }
+        if top_k {
+            c.sort_unstable_by(by_logit_desc);
+        }
         let total: f64 = c.iter().map(|&(_, w)| f64::from(w)).sum();
-        let r = self.rng.next_f64() * total;
+        let r = u * total;
         let mut mass = 0.0;
         for &(id, w) in c.iter() {
             mass += f64::from(w);
@@ -150,6 +174,20 @@ impl Sampler {
         }
         // Only reached when rounding puts `r` at `total`: the last token with any weight.
         c.iter().rev().find(|&&(_, w)| w > 0.0).map_or(c[0].0, |&(id, _)| id)
+    }
+
+    /// The next token's draw for the GPU ([`Engine::step_sampled`](crate::Engine::step_sampled)), taking
+    /// the uniform [`Sampler::sample`] would take; `None` (and nothing taken) where the options need the CPU
+    /// ([`SamplingOptions::samples_on_gpu`]).
+    pub fn gpu_step(&mut self) -> Option<SampleStep> {
+        let o = self.opts;
+        o.samples_on_gpu().then(|| SampleStep {
+            k: o.top_k as u32,
+            temperature: o.temperature,
+            top_p: o.top_p,
+            min_p: o.min_p,
+            u: self.rng.next_f32(),
+        })
     }
 }
 
@@ -295,6 +333,12 @@ impl SplitMix64 {
     /// Uniform in [0, 1) from the top 53 bits.
     fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in [0, 1) from the top 24 bits: exact in an f32 (so never rounded up to 1), as the GPU's
+    /// draw takes it.
+    fn next_f32(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u32 << 24) as f32
     }
 }
 
@@ -607,5 +651,49 @@ mod tests {
         assert_eq!(top_n(&logits, 3), vec![(1, 2.0), (3, 2.0), (5, 1.0)]);
         assert_eq!(top_n(&logits, 10).len(), 5);
         assert!(top_n(&logits, 0).is_empty());
+    }
+
+    #[test]
+    fn top_k_draws_are_the_gpu_samplers() {
+        // Sampler::sample against gpu_step + the CPU reference the GPU kernel is tested against: the same
+        // uniforms, the same candidates walked in the same order, token for token (one candidate or top-k 1
+        // included: the uniform is taken all the same).
+        let cases = [
+            SamplingOptions { temperature: 0.6, top_k: 20, top_p: 0.95, ..opts(0.6, 7) },
+            SamplingOptions { temperature: 1.0, top_k: 64, ..opts(1.0, 8) },
+            SamplingOptions { temperature: 1.5, top_k: 40, top_p: 0.5, ..opts(1.5, 9) },
+            SamplingOptions { temperature: 0.8, top_k: 30, min_p: 0.2, ..opts(0.8, 10) },
+            SamplingOptions { temperature: 0.7, top_k: 1, ..opts(0.7, 11) },
+        ];
+        for o in cases {
+            assert!(o.samples_on_gpu(), "{o:?}");
+            let (mut on_cpu, mut for_gpu) = (Sampler::new(o), Sampler::new(o));
+            for t in 0..40 {
+                let logits = random_logits(3000, o.seed * 100 + t);
+                let step = for_gpu.gpu_step().expect("options the GPU takes");
+                let want = diskformer_kernels::cpu::sample_top_k(&logits, &step);
+                assert_eq!(on_cpu.sample(&logits, &[]), want, "{o:?} token {t}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_gpu_draws_only_without_penalties_and_with_a_small_top_k() {
+        let base = SamplingOptions { temperature: 0.6, top_k: 20, ..opts(0.6, 1) };
+        assert!(base.samples_on_gpu());
+        for o in [
+            SamplingOptions { temperature: 0.0, ..base },
+            SamplingOptions { top_k: 0, ..base },
+            SamplingOptions { top_k: SAMPLE_MAX_K as usize + 1, ..base },
+            SamplingOptions { repetition_penalty: 1.1, ..base },
+            SamplingOptions { presence_penalty: 0.5, ..base },
+        ] {
+            assert!(!o.samples_on_gpu(), "{o:?}");
+            // Nothing taken from the RNG: the CPU's draws are as if gpu_step was never called.
+            let mut s = Sampler::new(o);
+            assert_eq!(s.gpu_step(), None);
+            let logits = random_logits(500, 3);
+            assert_eq!(s.sample(&logits, &[]), Sampler::new(o).sample(&logits, &[]), "{o:?}");
+        }
     }
 }

@@ -26,6 +26,7 @@ mod qkv_rope_store;
 mod quantize_q8;
 mod rms_norm;
 mod router_topk;
+mod sample_top_k;
 mod silu_mul;
 
 pub use add::AddParams;
@@ -57,6 +58,9 @@ pub use qkv_rope_store::{KvCacheViews, QkvRopeStoreParams};
 pub use quantize_q8::{QuantizeQ8Params, q8_row_bytes};
 pub use rms_norm::RmsNormParams;
 pub use router_topk::RouterTopkParams;
+pub use sample_top_k::{
+    SAMPLE_MAX_K, SAMPLE_MAX_N, SampleStep, SampleTopKParams, sample_partial_len, sample_slices,
+};
 pub use silu_mul::SiluMulParams;
 
 /// Bytes of `n` f32 (or u32).

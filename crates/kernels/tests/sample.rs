@@ -1,0 +1,114 @@
+//! Protects the GPU sampler (`sample_top_k`: top-k, temperature, top-p, min-p and the draw) against its
+//! CPU reference on a real device: every filter, ties within and across slices, NaN, infinities, signed
+//! zeros, rows shorter than k and one longer than a slice. Each case draws at the middle of several
+//! candidates' intervals (so f32 rounding of the weights cannot move a pick) and at both ends.
+
+mod common;
+
+use common::{Gpu, Rng, poisoned, read_n, run, upload};
+use diskformer_kernels::{SAMPLE_MAX_K, SAMPLE_MAX_N, SampleStep, cpu, sample_partial_len};
+
+fn step(k: u32, temperature: f32, top_p: f32, min_p: f32) -> SampleStep {
+    SampleStep { k, temperature, top_p, min_p, u: 0.0 }
+}
+
+/// The GPU's pick for `logits` at each of `us`.
+fn gpu_picks(g: &Gpu, logits: &[f32], s: SampleStep, us: &[f32]) -> Vec<u32> {
+    let n = logits.len() as u32;
+    let lb = upload(g, logits);
+    let sb = upload(g, &[s]);
+    let partial = poisoned(g, 4 * sample_partial_len(n) as usize);
+    let out = poisoned(g, 4);
+    let d = g.kernels.sample_top_k((&lb).into(), (&sb).into(), (&partial).into(), (&out).into(), n).unwrap();
+    assert_eq!(d.parts(), 2);
+    us.iter()
+        .map(|&u| {
+            g.ctx.queue.write_buffer(&sb, 0, bytemuck::bytes_of(&SampleStep { u, ..s }));
+            run(g, &[&d]);
+            read_n::<u32>(g, &out, 1)[0]
+        })
+        .collect()
+}
+
+/// Draws at the middle of up to 9 candidates' intervals (first, last and spread between) and at u = 0 and
+/// just under 1; each must give what the CPU reference gives, and the middles their own candidate.
+fn check(g: &Gpu, what: &str, logits: &[f32], s: SampleStep) {
+    let c = cpu::sample_candidates(logits, &s);
+    let total: f32 = c.iter().map(|c| c.1).sum();
+    let mut picked: Vec<usize> = (0..c.len()).step_by(c.len().div_ceil(8).max(1)).collect();
+    if c.len() > 1 {
+        picked.push(c.len() - 1);
+    }
+    let mut us = vec![0.0, 1.0 - f32::EPSILON];
+    let mut want = vec![cpu::sample_top_k(logits, &SampleStep { u: us[0], ..s })];
+    want.push(cpu::sample_top_k(logits, &SampleStep { u: us[1], ..s }));
+    for &r in &picked {
+        let before: f32 = c[..r].iter().map(|c| c.1).sum();
+        if c[r].1 <= 1e-3 * total {
+            continue; // too thin an interval to aim at through f32 rounding
+        }
+        us.push((before + c[r].1 / 2.0) / total);
+        want.push(c[r].0);
+    }
+    assert_eq!(gpu_picks(g, logits, s, &us), want, "{what}: candidates {c:?}, draws at {us:?}");
+}
+
+#[test]
+fn sample_top_k_matches_the_cpu_reference() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(31);
+    let vocab = 151_936usize;
+    let full = rng.vec_f32(vocab, -8.0, 8.0);
+    // The chat defaults, every candidate of top-k alone, a nucleus and min-p.
+    check(g, "chat defaults", &full, step(20, 0.6, 0.95, 0.0));
+    check(g, "top-k 64", &full, step(SAMPLE_MAX_K, 1.0, 1.0, 0.0));
+    check(g, "top-p 0.5, hot", &full, step(40, 2.0, 0.5, 0.0));
+    check(g, "min-p", &full, step(40, 1.0, 1.0, 0.3));
+    check(g, "top-k 1", &full, step(1, 0.7, 1.0, 0.0));
+
+    // Ties within a slice (8,192 logits) and across slices, best first with the lower index.
+    let mut ties = rng.vec_f32(3 * 8192 + 5, -1.0, 1.0);
+    for &i in &[20_000, 7, 8191, 8192, 3 * 8192 + 4, 100] {
+        ties[i] = 3.0;
+    }
+    ties[9000] = 2.5;
+    let c = cpu::sample_candidates(&ties, &step(8, 1.0, 1.0, 0.0));
+    let ids: Vec<u32> = c.iter().map(|c| c.0).collect();
+    assert_eq!(ids[..7], [7, 100, 8191, 8192, 20_000, 24_580, 9000], "the reference's ranking");
+    check(g, "ties", &ties, step(8, 1.0, 1.0, 0.0));
+
+    // NaN never a candidate, -inf weighs nothing, -0.0 ranks under +0.0.
+    let mut odd = rng.vec_f32(5000, -30.0, -20.0);
+    odd[10] = f32::NAN;
+    odd[11] = 0.0;
+    odd[12] = -0.0;
+    odd[13] = f32::NEG_INFINITY;
+    odd[14] = -0.5;
+    check(g, "nan, zeros", &odd, step(3, 1.0, 1.0, 0.0));
+    let few = [f32::NAN, f32::NEG_INFINITY, 1.0, f32::NAN, -1.0];
+    check(g, "a row shorter than k", &few, step(20, 0.5, 1.0, 0.0));
+    assert_eq!(gpu_picks(g, &[f32::NAN; 9], step(4, 1.0, 1.0, 0.0), &[0.5]), [0], "no candidate");
+    assert_eq!(
+        gpu_picks(g, &[1.0, f32::INFINITY, 2.0, f32::INFINITY], step(4, 1.0, 1.0, 0.0), &[0.9]),
+        [1],
+        "an infinite best"
+    );
+    assert_eq!(gpu_picks(g, &[f32::NAN, 4.0, f32::NAN], step(4, 1.0, 1.0, 0.0), &[0.9]), [1], "one");
+
+    // One more logit than a slice holds, the best at the end; a row of 1.
+    let mut past = rng.vec_f32(8193, -2.0, 2.0);
+    past[8192] = 5.0;
+    check(g, "a slice and one", &past, step(10, 1.0, 0.9, 0.0));
+    assert_eq!(gpu_picks(g, &[-3.0], step(5, 1.0, 1.0, 0.0), &[0.99]), [0]);
+}
+
+#[test]
+fn sample_top_k_refuses_rows_it_cannot_rank() {
+    let g = gpu_or_skip!();
+    let buf = poisoned(g, 4096);
+    for n in [0, SAMPLE_MAX_N + 1] {
+        let r = g.kernels.sample_top_k((&buf).into(), (&buf).into(), (&buf).into(), (&buf).into(), n);
+        let e = r.expect_err("a bad row length").to_string();
+        assert!(e.contains("sample_top_k") && e.contains(&n.to_string()), "{e}");
+    }
+}
