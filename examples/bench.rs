@@ -89,8 +89,8 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     warmup_tokens: usize,
     /// Sampling temperature; 0 (the default) decodes greedily on the GPU's argmax (`step_greedy`), above 0
-    /// every token's logits are read back and sampled on the CPU as the chat example does (its defaults:
-    /// `--temperature 0.6 --top-k 20 --top-p 0.95`).
+    /// samples as the chat example does (its defaults: `--temperature 0.6 --top-k 20 --top-p 0.95`): on the
+    /// GPU (`step_sampled`) with top-k of 1 to 64, else every token's logits read back and sampled on the CPU.
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
     /// Top-k when sampling (0 = off).
@@ -102,6 +102,9 @@ struct Args {
     /// Sampling seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Sample on the CPU from the logits even where the GPU could draw (for comparison).
+    #[arg(long)]
+    cpu_sampling: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -176,12 +179,17 @@ fn main() -> anyhow::Result<()> {
     let logits = engine.prefill(&prompt, true)?;
     let prefill = engine.stats();
     let mut next = logits.iter().enumerate().fold(0, |b, (i, &v)| if v > logits[b] { i } else { b }) as u32;
-    // Greedy steps pick on the GPU; sampled ones read the logits back and sample here (timed apart).
+    // Greedy steps and top-k draws pick on the GPU; other sampled ones read the logits back and sample
+    // here (timed apart).
     let mut sampler = Sampler::new(sampling);
+    let on_gpu = sampling.samples_on_gpu() && engine.samples_on_gpu() && !args.cpu_sampling;
     let (mut generated, mut sample_s) = (vec![next], 0.0);
     let mut step = |engine: &mut Engine, id: u32, sample_s: &mut f64| -> anyhow::Result<u32> {
         if sampling.is_plain_greedy() {
             return Ok(engine.step_greedy(id)?);
+        }
+        if on_gpu {
+            return Ok(engine.step_sampled(id, &mut sampler)?);
         }
         let logits = engine.step(id)?;
         let started = Instant::now();
@@ -255,6 +263,7 @@ fn main() -> anyhow::Result<()> {
     // The engine's decode_tok_s counts its own steps; sampling on the CPU lies between them.
     out["sampling"] = serde_json::json!({
         "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
+        "on_gpu": on_gpu && !sampling.is_plain_greedy(),
         "sample_ms_per_token": sample_s * 1e3 / tokens,
         "decode_with_sampling_tok_s": d.decode_tokens as f64 / decode_wall_s,
     });

@@ -14,13 +14,15 @@ use diskformer_expert_stream::{
     EvictionPolicy, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, PoolConfig, StagingRing,
     Stats as PoolStats, UploadMethod,
 };
-use diskformer_kernels::{Context, EXPERT_GEMM_TILED_GROUP, Kernels, cpu, expert_gemm_groups};
+use diskformer_kernels::{
+    Context, EXPERT_GEMM_TILED_GROUP, Kernels, SAMPLE_MAX_N, SampleStep, cpu, expert_gemm_groups,
+};
 use diskformer_store::{IngestOptions, ReaderProbe, Store};
 
 use crate::graph::{Bindings, Graph, KvCache, Scratch, gemm_groups_len};
 use crate::stats::{EngineStats, GpuBytes};
 use crate::weights::Weights;
-use crate::{Config, Error, Result};
+use crate::{Config, Error, Result, Sampler};
 
 /// How to load and run a model. Build with [`EngineOptions::default`] and adjust the fields.
 #[derive(Clone, Debug)]
@@ -67,10 +69,10 @@ pub struct EngineOptions {
     /// layer (default on; off keeps the streaming path for comparison). The token embedding then goes to the
     /// GPU too, and must fit in the budget with the experts.
     pub gpu_routing: bool,
-    /// With every expert resident: [`Engine::step_greedy`] queues the next step on the GPU's own pick before
-    /// it reads this one, so that the GPU does not wait for the host between tokens (default on; off for
-    /// comparison). A caller that next runs anything but `step_greedy` of that pick leaves the queued
-    /// step's work unused (and waits for it).
+    /// With every expert resident: [`Engine::step_greedy`] and [`Engine::step_sampled`] queue the next step
+    /// on the GPU's own pick before they read this one, so that the GPU does not wait for the host between
+    /// tokens (default on; off for comparison). A caller that next runs anything but the same kind of step
+    /// on that pick leaves the queued step's work unused (and waits for it).
     pub run_ahead: bool,
     /// Chunks multiply Q8_0 weights by Q8_0-quantised activations with int8 dot products, as llama.cpp's
     /// CPU path and its GPU MMQ kernels do: on the golden fixtures the prompt's log-probabilities then lie
@@ -136,15 +138,25 @@ pub(crate) enum Want {
     Nothing,
     /// The greedy token (argmax on the GPU, 4 bytes read back).
     Argmax,
+    /// A sampled token (drawn on the GPU as [`Engine::draw`] says, 4 bytes read back).
+    Sample,
     /// The last token's logits.
     Logits,
+}
+
+impl Want {
+    /// Whether the GPU picks the token (so a step can be queued on it).
+    fn picks(self) -> bool {
+        matches!(self, Want::Argmax | Want::Sample)
+    }
 }
 
 /// What a step returned.
 #[derive(Debug)]
 pub(crate) enum Output {
     Nothing,
-    Argmax(u32),
+    /// The GPU's pick (greedy or sampled).
+    Pick(u32),
     Logits(Vec<f32>),
 }
 
@@ -174,9 +186,13 @@ pub struct Engine {
     /// With every expert resident: the next one-token step's commands, recorded while the GPU ran the
     /// previous step, for the output it asked for and the argmax readback it copies to.
     next_step: Option<(Want, usize, wgpu::CommandBuffer)>,
-    /// The greedy step queued on the GPU's pick of the step before, with [`EngineOptions::run_ahead`].
+    /// The step queued on the GPU's pick of the step before, with [`EngineOptions::run_ahead`].
     run_ahead: Option<RunAhead>,
     run_ahead_enabled: bool,
+    /// A sampled step's draw, written before its submit ([`Engine::step_sampled`] sets it).
+    draw: Option<SampleStep>,
+    /// The draw of the sampled step queued behind this one, when one is to be queued.
+    next_draw: Option<SampleStep>,
     /// The store's experts are Q4_0 (else Q8_0).
     q4_experts: bool,
     /// [`EngineOptions::int8_prefill`].
@@ -404,6 +420,8 @@ impl Engine {
             next_step: None,
             run_ahead: None,
             run_ahead_enabled: opts.run_ahead,
+            draw: None,
+            next_draw: None,
             q4_experts: experts.quant_type == "q4_0",
             int8_prefill: opts.int8_prefill,
             stats: EngineStats::default(),
@@ -550,9 +568,51 @@ impl Engine {
     /// As [`Engine::prefill`].
     pub fn step_greedy(&mut self, id: u32) -> Result<u32> {
         match self.decode(id, Want::Argmax)? {
-            Output::Argmax(t) => Ok(t),
+            Output::Pick(t) => Ok(t),
             _ => unreachable!("asked for the argmax"),
         }
+    }
+
+    /// Runs one token and returns the next one drawn on the GPU as `sampler` draws
+    /// ([`Sampler::gpu_step`]: top-k, temperature, top-p, min-p; 4 bytes read back instead of the logits).
+    /// With every expert resident and [`EngineOptions::run_ahead`], the step after it is already queued on
+    /// the GPU, on this draw, when it returns, as [`Engine::step_greedy`] does. The sampler gives one uniform
+    /// per position, so a seed draws the same tokens with run-ahead or without, resident or streaming.
+    ///
+    /// # Errors
+    /// [`Error::BadOption`] when the sampler's options need the CPU
+    /// ([`SamplingOptions::samples_on_gpu`](crate::SamplingOptions::samples_on_gpu)) or the vocabulary is
+    /// too long for the GPU sampler; else as [`Engine::prefill`].
+    pub fn step_sampled(&mut self, id: u32, sampler: &mut Sampler) -> Result<u32> {
+        let refuse = |what: String| Err(Error::BadOption { option: "sampling", what });
+        if !sampler.options().samples_on_gpu() {
+            return refuse(format!("{:?} needs the CPU sampler (Engine::step)", sampler.options()));
+        }
+        if !self.samples_on_gpu() {
+            return refuse(format!("a vocabulary of {} is too long for the GPU sampler", self.vocab));
+        }
+        let position = self.cached.len() as u32;
+        // A step queued at this position already took its draw: it is this step's, used or not.
+        let queued = self.run_ahead.as_ref().filter(|q| q.position == position).and_then(|q| q.draw);
+        self.draw = queued.or_else(|| sampler.gpu_step());
+        self.next_draw = if self.queues_next(position) { sampler.gpu_step() } else { None };
+        let out = self.decode(id, Want::Sample);
+        (self.draw, self.next_draw) = (None, None);
+        match out? {
+            Output::Pick(t) => Ok(t),
+            _ => unreachable!("asked for a draw"),
+        }
+    }
+
+    /// Whether [`Engine::step_sampled`] can draw on this model's GPU (its vocabulary is at most
+    /// [`SAMPLE_MAX_N`] tokens).
+    pub fn samples_on_gpu(&self) -> bool {
+        self.vocab <= SAMPLE_MAX_N
+    }
+
+    /// Whether a one-token step at `position` that picks on the GPU queues the next step behind it.
+    fn queues_next(&self, position: u32) -> bool {
+        self.resident_table.is_some() && self.run_ahead_enabled && position + 1 < self.kv.ctx
     }
 
     /// One decode step, counted in the decode stats.
@@ -628,6 +688,7 @@ impl Engine {
         }
         let start = self.cached.len() as u32;
         self.write_positions(start, t);
+        self.write_draw(want, self.draw);
         let queue = self.ctx.queue.clone();
         queue.write_buffer(&self.scratch.x, 0, bytemuck::cast_slice(&self.weights.embedding.rows(ids)));
         self.graph(t)?;
@@ -717,6 +778,13 @@ impl Engine {
         Ok(out)
     }
 
+    /// Writes a sampled step's draw for the next submit (nothing for other steps).
+    fn write_draw(&self, want: Want, draw: Option<SampleStep>) {
+        if let (Want::Sample, Some(d)) = (want, draw) {
+            self.ctx.queue.write_buffer(&self.scratch.sample_step, 0, bytemuck::bytes_of(&d));
+        }
+    }
+
     /// Writes the positions `start..start + t` and their RoPE table for the next submit.
     fn write_positions(&self, start: u32, t: u32) {
         let positions: Vec<u32> = (start..start + t).collect();
@@ -730,15 +798,16 @@ impl Engine {
     /// are recorded before the token is known: each step submits what the previous one recorded and records
     /// the next while the GPU runs, hiding the host's recording (a few ms a token) behind the GPU's work.
     ///
-    /// With run-ahead and the argmax asked for, the step also queues the next one, whose token is this
-    /// step's pick, copied on the GPU: the host reads the pick while the GPU already runs on. `queued` is
-    /// such a step from the call before; it is this step when it runs `id` at this position.
+    /// With run-ahead and a pick asked for (the argmax, or a draw with the next step's draw given), the
+    /// step also queues the next one, whose token is this step's pick, copied on the GPU: the host reads the
+    /// pick while the GPU already runs on. `queued` is such a step from the call before; it is this step
+    /// when it runs `id` at this position for the same kind of pick.
     fn resident_step(&mut self, id: u32, want: Want, queued: Option<RunAhead>) -> Result<Output> {
         let position = self.cached.len() as u32;
         self.graph(1)?;
         let queue = self.ctx.queue.clone();
         let (slot, submission) = match queued {
-            Some(q) if q.position == position && q.token == Some(id) && want == Want::Argmax => {
+            Some(q) if q.position == position && q.token == Some(id) && want.picks() && q.want == want => {
                 (q.slot, q.submission)
             }
             // A queued step for another token (or none) is left to run unused; later writes and submits are
@@ -746,18 +815,21 @@ impl Engine {
             _ => {
                 queue.write_buffer(&self.scratch.token_ids, 0, bytemuck::bytes_of(&id));
                 self.write_positions(position, 1);
+                self.write_draw(want, self.draw);
                 let commands = self.resident_commands(want, 0);
                 (0, timed(&mut self.stats.submit_time, || queue.submit([commands])))
             }
         };
-        let ahead = self.run_ahead_enabled && want == Want::Argmax && position + 1 < self.kv.ctx;
+        let ahead = self.queues_next(position)
+            && (want == Want::Argmax || (want == Want::Sample && self.next_draw.is_some()));
         let next_slot = if ahead {
-            // The queued step's position and table; its token arrives by the copy at this step's end.
+            // The queued step's position, table and draw; its token arrives by the copy at this step's end.
             self.write_positions(position + 1, 1);
-            let commands = self.resident_commands(Want::Argmax, 1 - slot);
+            self.write_draw(want, self.next_draw);
+            let commands = self.resident_commands(want, 1 - slot);
             let submission = timed(&mut self.stats.submit_time, || queue.submit([commands]));
-            self.run_ahead =
-                Some(RunAhead { position: position + 1, token: None, slot: 1 - slot, submission });
+            let (position, slot, draw) = (position + 1, 1 - slot, self.next_draw);
+            self.run_ahead = Some(RunAhead { position, token: None, want, draw, slot, submission });
             slot
         } else {
             0
@@ -766,7 +838,7 @@ impl Engine {
         self.next_step = Some((want, next_slot, next));
         let (device, s, shape) = (&self.ctx.device, &self.scratch, self.head_shape(1));
         let out = read_output(device, s, want, shape, slot, Some(submission), &mut self.stats.gpu_wait)?;
-        if let (Some(q), Output::Argmax(pick)) = (&mut self.run_ahead, &out) {
+        if let (Some(q), Output::Pick(pick)) = (&mut self.run_ahead, &out) {
             q.token = Some(*pick);
         }
         Ok(out)
@@ -800,12 +872,15 @@ const DEFAULT_READERS: usize = 8;
 const PROBE_READERS: [usize; 4] = [1, 2, 4, 8];
 const PROBE_RECORDS: usize = 32;
 
-/// A greedy one-token step queued before the pick it runs on was read (see [`EngineOptions::run_ahead`]).
+/// A one-token step queued before the pick it runs on was read (see [`EngineOptions::run_ahead`]).
 struct RunAhead {
     /// The position it runs at.
     position: u32,
     /// The token it runs: the step before's pick, once read.
     token: Option<u32>,
+    /// How it picks its own token: the argmax, or a draw with `draw`.
+    want: Want,
+    draw: Option<SampleStep>,
     /// The argmax readback it copies its own pick to.
     slot: usize,
     submission: wgpu::SubmissionIndex,
@@ -825,15 +900,15 @@ impl HeadShape {
     fn output_bytes(self, want: Want) -> Option<u64> {
         match want {
             Want::Nothing => None,
-            Want::Argmax => Some(4),
+            Want::Argmax | Want::Sample => Some(4),
             Want::Logits => Some(4 * u64::from(self.vocab)),
         }
     }
 }
 
 /// Records a step with every expert resident (one token, or a chunk that groups its pairs on the GPU):
-/// every layer, then the head, and for the argmax its copy into `token_ids`, where a step queued behind
-/// this one finds its token.
+/// every layer, then the head, and for a pick its copy into `token_ids`, where a step queued behind this
+/// one finds its token.
 fn record_resident_step(
     device: &wgpu::Device,
     graph: &Graph,
@@ -852,15 +927,15 @@ fn record_resident_step(
         }
     }
     record_head(&mut enc, graph, s, want, shape, slot);
-    if want == Want::Argmax {
+    if want.picks() {
         enc.copy_buffer_to_buffer(&s.argmax, 0, &s.token_ids, 0, 4);
     }
     enc.finish()
 }
 
-/// Records what a step returns after its last layer: for logits or the argmax, the last token's normed row,
-/// the head and the copy into the readback buffer (for the argmax, argmax readback `slot`); nothing for
-/// [`Want::Nothing`].
+/// Records what a step returns after its last layer: for logits or a pick, the last token's normed row, the
+/// head, the argmax or the draw, and the copy into the readback buffer (for a pick, argmax readback
+/// `slot`); nothing for [`Want::Nothing`].
 fn record_head(
     enc: &mut wgpu::CommandEncoder,
     graph: &Graph,
@@ -872,7 +947,19 @@ fn record_head(
     let Some(bytes) = shape.output_bytes(want) else { return };
     let h = 4 * u64::from(shape.hidden);
     enc.copy_buffer_to_buffer(s.xn(), (u64::from(shape.tokens) - 1) * h, &s.last_n, 0, h);
-    record(enc, &graph.head);
+    let pick = match want {
+        Want::Argmax => Some(&graph.argmax),
+        // step_sampled checked the graph has it.
+        Want::Sample => graph.sample.as_ref(),
+        _ => None,
+    };
+    {
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+        graph.head.record(&mut pass);
+        if let Some(p) = pick {
+            p.record(&mut pass);
+        }
+    }
     let (src, dst) = output_buffers(s, want, slot);
     enc.copy_buffer_to_buffer(src, 0, dst, 0, bytes);
 }
@@ -880,7 +967,7 @@ fn record_head(
 /// Where the head's output is and where it is copied to be mapped.
 fn output_buffers(s: &Scratch, want: Want, slot: usize) -> (&wgpu::Buffer, &wgpu::Buffer) {
     match want {
-        Want::Argmax => (&s.argmax, &s.argmax_readback[slot]),
+        Want::Argmax | Want::Sample => (&s.argmax, &s.argmax_readback[slot]),
         _ => (&s.logits, &s.readback),
     }
 }
@@ -899,7 +986,7 @@ fn read_output(
     let Some(bytes) = shape.output_bytes(want) else { return Ok(Output::Nothing) };
     let read = readback(device, output_buffers(s, want, slot).1, bytes, submission, wait)?;
     Ok(match want {
-        Want::Argmax => Output::Argmax(read[0]),
+        Want::Argmax | Want::Sample => Output::Pick(read[0]),
         _ => Output::Logits(bytemuck::cast_slice(&read).to_vec()),
     })
 }

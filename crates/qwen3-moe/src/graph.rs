@@ -13,7 +13,8 @@ use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
     AttentionShape, CombineOut, Dispatch, EXPERT_GEMM_TILED_GROUP, EXPERT_GROUPS_MAX_EXPERTS,
     ExpertGroupsParams, ExpertPlanes, InputNorm, Kernels, KvCacheViews, MoeCombineNormParams, Q8Matrix,
-    QkvRopeStoreParams, View, argmax_partial_len, combine_squares, expert_gemm_group_bound, q8_row_bytes,
+    QkvRopeStoreParams, SAMPLE_MAX_N, SampleStep, View, argmax_partial_len, combine_squares,
+    expert_gemm_group_bound, q8_row_bytes, sample_partial_len,
 };
 
 use crate::weights::{Weights, storage, storage_size};
@@ -112,7 +113,11 @@ pub(crate) struct ScratchOf<B> {
     pub logits: B,
     /// The argmax's best (value, index) of each slice of the logits.
     argmax_partial: B,
-    /// The greedy token.
+    /// The sampler's best (key, index) pairs of each slice of the logits.
+    sample_partial: B,
+    /// What the GPU sampler draws with ([`SampleStep`]), written before each sampled step.
+    pub sample_step: B,
+    /// The step's pick: the greedy or the sampled token.
     pub argmax: B,
     /// Where picks, guesses or logits are copied to be mapped.
     pub readback: B,
@@ -188,6 +193,8 @@ impl<B> ScratchOf<B> {
             last_n: b("last normed", h),
             logits: out("logits", u64::from(vocab)),
             argmax_partial: b("argmax partial", argmax_partial_len(vocab.max(1), 1)),
+            sample_partial: b("sample partial", sample_partial_len(vocab.max(1))),
+            sample_step: alloc("sample step", size_of::<SampleStep>() as u64, Use::Storage),
             argmax: out("argmax", 1),
             readback: alloc("readback", 4 * readback_words, Use::Readback),
             argmax_readback: [(); 2].map(|()| alloc("argmax readback", 4, Use::Readback)),
@@ -220,6 +227,8 @@ impl<B> ScratchOf<B> {
             &self.last_n,
             &self.logits,
             &self.argmax_partial,
+            &self.sample_partial,
+            &self.sample_step,
             &self.argmax,
             &self.readback,
         ]
@@ -286,9 +295,14 @@ pub(crate) struct Graph {
     /// A chunk with every expert resident: each layer groups its pairs for the expert GEMMs on the GPU
     /// (`expert_groups`), so the whole step records and runs with no read-back between layers.
     pub groups_on_gpu: bool,
-    /// Lm head and argmax (on [`Scratch::last_n`]; the last layer's `moe_combine_norm`, or in fused decode
-    /// its `rms_norm`, applied the output norm).
-    pub head: Vec<Dispatch>,
+    /// The lm head (on [`Scratch::last_n`]; the last layer's `moe_combine_norm`, or in fused decode its
+    /// `rms_norm`, applied the output norm).
+    pub head: Dispatch,
+    /// The greedy pick of the head's logits into [`Scratch::argmax`].
+    pub argmax: Dispatch,
+    /// The sampled pick into [`Scratch::argmax`] (drawing as [`Scratch::sample_step`] says); `None` for a
+    /// vocabulary longer than the GPU sampler ranks.
+    pub sample: Option<Dispatch>,
 }
 
 /// What a graph binds.
@@ -558,11 +572,15 @@ impl Graph {
             }
             layers.push(LayerGraph { attention, experts: experts_dispatches });
         }
-        let head = vec![
-            k.q8_gemv_rows2(w.head.m(), v(&s.last_n), v(&s.logits), 1)?,
-            k.argmax(v(&s.logits), v(&s.argmax_partial), v(&s.argmax), w.head.rows, 1)?,
-        ];
-        Ok(Graph { layers, head, groups_on_gpu })
+        let head = k.q8_gemv_rows2(w.head.m(), v(&s.last_n), v(&s.logits), 1)?;
+        let argmax = k.argmax(v(&s.logits), v(&s.argmax_partial), v(&s.argmax), w.head.rows, 1)?;
+        let sample = (w.head.rows <= SAMPLE_MAX_N)
+            .then(|| {
+                let (step, partial) = (v(&s.sample_step), v(&s.sample_partial));
+                k.sample_top_k(v(&s.logits), step, partial, v(&s.argmax), w.head.rows)
+            })
+            .transpose()?;
+        Ok(Graph { layers, head, argmax, sample, groups_on_gpu })
     }
 }
 

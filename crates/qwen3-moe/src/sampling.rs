@@ -176,6 +176,11 @@ impl Sampler {
         c.iter().rev().find(|&&(_, w)| w > 0.0).map_or(c[0].0, |&(id, _)| id)
     }
 
+    /// The options this sampler draws with.
+    pub fn options(&self) -> &SamplingOptions {
+        &self.opts
+    }
+
     /// The next token's draw for the GPU ([`Engine::step_sampled`](crate::Engine::step_sampled)), taking
     /// the uniform [`Sampler::sample`] would take; `None` (and nothing taken) where the options need the CPU
     /// ([`SamplingOptions::samples_on_gpu`]).

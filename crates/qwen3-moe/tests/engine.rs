@@ -9,7 +9,8 @@ use std::sync::atomic::AtomicBool;
 use diskformer_bpe::chat::Message;
 use diskformer_qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
 use diskformer_qwen3_moe::{
-    EndReason, Engine, EngineOptions, Error, Event, GenerateOptions, SamplingOptions, log_softmax, top_n,
+    EndReason, Engine, EngineOptions, Error, Event, GenerateOptions, Sampler, SamplingOptions, log_softmax,
+    top_n,
 };
 
 struct Model {
@@ -354,6 +355,61 @@ fn greedy_chain(e: &mut Engine, first: u32, n: usize) -> Vec<u32> {
         picks.push(next);
     }
     picks
+}
+
+/// `n` steps from `first`, each token drawn on the GPU by `s`.
+fn sampled_chain(e: &mut Engine, s: &mut Sampler, first: u32, n: usize) -> Vec<u32> {
+    let mut picks = Vec::with_capacity(n);
+    let mut next = first;
+    for _ in 0..n {
+        next = e.step_sampled(next, s).unwrap();
+        picks.push(next);
+    }
+    picks
+}
+
+#[test]
+fn gpu_draws_are_the_cpu_samplers_run_ahead_waiting_or_streaming() {
+    // step_sampled draws on the GPU with the sampler's uniforms, one a position: the tokens the CPU
+    // sampler draws from each step's logits, whether the next step is queued on the draw, waits for it, or
+    // streams its experts (and embeds on the host).
+    let m = model("sampled", SynthShape::tiny(), 12);
+    let o =
+        SamplingOptions { temperature: 1.3, top_k: 40, top_p: 0.9, seed: 5, ..SamplingOptions::default() };
+    let mut by_logits = open(&m, |_| {});
+    by_logits.prefill(&PROMPT, true).unwrap();
+    let (mut cpu, mut next, mut want) = (Sampler::new(o), 65, Vec::new());
+    for _ in 0..16 {
+        next = cpu.sample(&by_logits.step(next).unwrap(), &[]);
+        want.push(next);
+    }
+    let mut ahead = open(&m, |_| {});
+    let mut waits = open(&m, |o| o.run_ahead = false);
+    let mut streams = open(&m, |o| o.pool_slots = Some(5));
+    for e in [&mut ahead, &mut waits, &mut streams] {
+        assert!(e.samples_on_gpu());
+        e.prefill(&PROMPT, true).unwrap();
+        assert_eq!(sampled_chain(e, &mut Sampler::new(o), 65, 16), want);
+    }
+    // The draws are not the argmax's picks.
+    by_logits.prefill(&PROMPT, true).unwrap();
+    assert_ne!(greedy_chain(&mut by_logits, 65, 16), want);
+
+    // A greedy step where a sampled one is queued drops it, and the other way round.
+    let last = *want.last().unwrap();
+    assert_eq!(ahead.step_greedy(last).unwrap(), waits.step_greedy(last).unwrap());
+    let g = ahead.step_greedy(last).unwrap();
+    assert_eq!(g, waits.step_greedy(last).unwrap());
+    let (mut sa, mut sw) = (Sampler::new(o), Sampler::new(o));
+    assert_eq!(sampled_chain(&mut ahead, &mut sa, g, 4), sampled_chain(&mut waits, &mut sw, g, 4));
+    assert_eq!(ahead.cached_tokens(), waits.cached_tokens());
+
+    // Options the GPU cannot draw with are refused, naming the way that works.
+    let penalised = SamplingOptions { repetition_penalty: 1.1, ..o };
+    match ahead.step_sampled(1, &mut Sampler::new(penalised)) {
+        Err(Error::BadOption { what, .. }) => assert!(what.contains("CPU sampler"), "{what}"),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
