@@ -781,7 +781,7 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     let (gu_out, act, down_out) = (f32s(top * 2 * f, 46), f32s(top * f, 51), f32s(top * h, 47));
     let (last_n, logits, argmax) = (f32s(h, 48), f32s(vocab, 49), f32s(1, 50));
     let argmax_part = buffer(g, 4 * diskformer_kernels::argmax_partial_len(vocab, 1), 52);
-    let sample_part = buffer(g, 4 * diskformer_kernels::sample_partial_len(vocab), 53);
+    let sample_part = [53, 54].map(|seed| buffer(g, 4 * diskformer_kernels::sample_partial_len(vocab), seed));
     // The chat example's defaults: top-k 20, temperature 0.6, top-p 0.95.
     let chat = diskformer_kernels::SampleStep { k: 20, temperature: 0.6, top_p: 0.95, min_p: 0.0, u: 0.5 };
     let sample_step = g.ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -935,7 +935,8 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     group.bench_function("head_argmax", |b| b.iter_custom(|iters| time(g, &head[1..], iters)));
     group.bench_function("head", |b| b.iter_custom(|iters| time(g, &head, 2 * iters)));
     let sample =
-        k.sample_top_k(v(&logits), v(&sample_step), v(&sample_part), v(&argmax), vocab).expect("bind");
+        k.sample_top_k(v(&logits), v(&sample_step), sample_part.each_ref().map(v), v(&argmax), vocab);
+    let sample = sample.expect("bind");
     group.bench_function("head_sample_top_k_chat", |b| {
         b.iter_custom(|iters| time(g, std::slice::from_ref(&sample), iters))
     });

@@ -113,8 +113,8 @@ pub(crate) struct ScratchOf<B> {
     pub logits: B,
     /// The argmax's best (value, index) of each slice of the logits.
     argmax_partial: B,
-    /// The sampler's best (key, index) pairs of each slice of the logits.
-    sample_partial: B,
+    /// The sampler's best (key, index) pairs of each tile of the logits, and of those (its levels alternate).
+    sample_partial: [B; 2],
     /// What the GPU sampler draws with ([`SampleStep`]), written before each sampled step.
     pub sample_step: B,
     /// The step's pick: the greedy or the sampled token.
@@ -193,7 +193,7 @@ impl<B> ScratchOf<B> {
             last_n: b("last normed", h),
             logits: out("logits", u64::from(vocab)),
             argmax_partial: b("argmax partial", argmax_partial_len(vocab.max(1), 1)),
-            sample_partial: b("sample partial", sample_partial_len(vocab.max(1))),
+            sample_partial: [(); 2].map(|()| b("sample partial", sample_partial_len(vocab.max(1)))),
             sample_step: alloc("sample step", size_of::<SampleStep>() as u64, Use::Storage),
             argmax: out("argmax", 1),
             readback: alloc("readback", 4 * readback_words, Use::Readback),
@@ -227,13 +227,13 @@ impl<B> ScratchOf<B> {
             &self.last_n,
             &self.logits,
             &self.argmax_partial,
-            &self.sample_partial,
             &self.sample_step,
             &self.argmax,
             &self.readback,
         ]
         .into_iter()
         .chain(&self.argmax_readback)
+        .chain(&self.sample_partial)
         .chain(&self.slot_idx)
         .chain(&self.gemm_groups)
         .chain(&self.gemm_order)
@@ -576,7 +576,7 @@ impl Graph {
         let argmax = k.argmax(v(&s.logits), v(&s.argmax_partial), v(&s.argmax), w.head.rows, 1)?;
         let sample = (w.head.rows <= SAMPLE_MAX_N)
             .then(|| {
-                let (step, partial) = (v(&s.sample_step), v(&s.sample_partial));
+                let (step, partial) = (v(&s.sample_step), s.sample_partial.each_ref().map(v));
                 k.sample_top_k(v(&s.logits), step, partial, v(&s.argmax), w.head.rows)
             })
             .transpose()?;

@@ -59,7 +59,7 @@ pub use quantize_q8::{QuantizeQ8Params, q8_row_bytes};
 pub use rms_norm::RmsNormParams;
 pub use router_topk::RouterTopkParams;
 pub use sample_top_k::{
-    SAMPLE_MAX_K, SAMPLE_MAX_N, SampleStep, SampleTopKParams, sample_partial_len, sample_slices,
+    SAMPLE_MAX_K, SAMPLE_MAX_N, SampleStep, SampleTopKParams, sample_levels, sample_partial_len,
 };
 pub use silu_mul::SiluMulParams;
 

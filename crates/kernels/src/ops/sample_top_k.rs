@@ -6,14 +6,14 @@ use crate::{Dispatch, ops::*};
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SampleTopKParams {
-    /// Row length (vocabulary).
+    /// Level 0: logits in the input; later levels: lists of k pairs in it (the level before's workgroups).
     pub n: u32,
-    /// Slices of the row in the first stage, [`sample_slices`].
-    pub slices: u32,
-    /// 0: each slice's k best; 1: the k best of those, then the draw.
-    pub stage: u32,
-    /// Pairs a slice has room for in the partial buffer ([`SAMPLE_MAX_K`]).
-    pub kmax: u32,
+    /// 0 for the logits, then 1, 2, ...
+    pub level: u32,
+    /// 1 for the level of one workgroup, which draws.
+    pub last: u32,
+    /// Padding to 16 bytes.
+    pub _pad: u32,
 }
 const _: () = assert!(size_of::<SampleTopKParams>() == 16);
 
@@ -38,29 +38,37 @@ const _: () = assert!(size_of::<SampleStep>() == 20);
 /// Most candidates [`Kernels::sample_top_k`] keeps (top-k above it is sampled on the CPU).
 pub const SAMPLE_MAX_K: u32 = 64;
 
-/// Logits one workgroup of the first stage ranks (`SLICE` in `sample_top_k.wgsl`): 256 lanes × 32.
-pub(crate) const SAMPLE_SLICE: u32 = 8192;
+/// Candidates one workgroup of `sample_top_k.wgsl` sorts (`TILE`): 256 lanes × 8.
+pub(crate) const SAMPLE_TILE: u32 = 2048;
 
-/// Slices of a row of `n` logits in the sampler's first stage.
-pub fn sample_slices(n: u32) -> u32 {
-    n.div_ceil(SAMPLE_SLICE)
+/// Workgroups of each level of [`Kernels::sample_top_k`] for a row of `n` logits: tiles of the logits, then
+/// tiles of the lists of [`SAMPLE_MAX_K`] the level before leaves, down to one.
+pub fn sample_levels(n: u32) -> Vec<u32> {
+    let mut levels = vec![n.div_ceil(SAMPLE_TILE).max(1)];
+    while let Some(&g) = levels.last().filter(|&&g| g > 1) {
+        levels.push((g * SAMPLE_MAX_K).div_ceil(SAMPLE_TILE));
+    }
+    levels
 }
 
-/// `u32` words of the partial buffer [`Kernels::sample_top_k`] needs for rows of `n` logits: room for
-/// [`SAMPLE_MAX_K`] (key, index) pairs per slice.
+/// `u32` words of each of the two partial buffers [`Kernels::sample_top_k`] needs for rows of `n` logits:
+/// room for the first level's lists of [`SAMPLE_MAX_K`] (key, index) pairs (later levels alternate between
+/// the two, a level never reading and writing one buffer).
 pub fn sample_partial_len(n: u32) -> u64 {
-    2 * u64::from(sample_slices(n)) * u64::from(SAMPLE_MAX_K)
+    2 * u64::from(sample_levels(n)[0]) * u64::from(SAMPLE_MAX_K)
 }
 
-/// Longest row [`Kernels::sample_top_k`] takes: the second stage ranks every slice's k best at once.
-pub const SAMPLE_MAX_N: u32 = SAMPLE_SLICE / SAMPLE_MAX_K * SAMPLE_SLICE;
+/// Longest row [`Kernels::sample_top_k`] takes: the first level's tiles along one dispatch axis of any
+/// device (65,535).
+pub const SAMPLE_MAX_N: u32 = 65_535 * SAMPLE_TILE;
 
 impl Kernels {
     /// A token drawn from one row of logits as `step` says (see [`crate::cpu::sample_top_k`], which it
     /// matches): the `step.k` highest logits (ties to the lower index, NaN never), their temperature
-    /// weights, top-p, min-p, then the candidate `step.u` falls on; into `out[0]`. Two dispatches: each
-    /// slice's k best into `partial`, then the k best of those and the draw. Shapes: `logits [n] f32`,
-    /// `step` one [`SampleStep`], `partial [sample_partial_len(n)] u32`, `out [1] u32`.
+    /// weights, top-p, min-p, then the candidate `step.u` falls on; into `out[0]`. One dispatch per level
+    /// ([`sample_levels`]: 3 for a 151,936-token vocabulary), each sorting tiles of 2,048 candidates and
+    /// keeping their k best in the `partial` buffers (in turn), the last drawing. Shapes: `logits [n] f32`,
+    /// `step` one [`SampleStep`], each `partial [sample_partial_len(n)] u32`, `out [1] u32`.
     ///
     /// # Errors
     /// Shape errors for `n` of 0 or over [`SAMPLE_MAX_N`]; buffer errors as usual.
@@ -68,27 +76,37 @@ impl Kernels {
         &self,
         logits: View<'_>,
         step: View<'_>,
-        partial: View<'_>,
+        partial: [View<'_>; 2],
         out: View<'_>,
         n: u32,
     ) -> Result<Dispatch> {
         let b = self.binder(Kernel::SampleTopK);
         b.ensure(n > 0 && n <= SAMPLE_MAX_N, || format!("n must be 1..={SAMPLE_MAX_N}; got {n}"))?;
-        let slices = sample_slices(n);
+        let levels = sample_levels(n);
+        let list_bytes = |groups: u32| 8 * u64::from(groups) * u64::from(SAMPLE_MAX_K);
         let step_bytes = size_of::<SampleStep>() as u64;
-        let pairs = 4 * sample_partial_len(n);
-        let first = vec![
-            b.storage("step", step, 0, step_bytes)?,
-            b.storage("logits", logits, 0, f32s(u64::from(n)))?,
-            b.storage("partial", partial, 0, pairs)?,
-        ];
-        let second = vec![
-            b.storage("step", step, 0, step_bytes)?,
-            b.storage("partial", partial, 0, pairs)?,
-            b.storage("out", out, 0, f32s(1))?,
-        ];
-        let p = |stage| SampleTopKParams { n, slices, stage, kmax: SAMPLE_MAX_K };
-        let dims = [b.groups("slices", u64::from(slices))?, 1, 1];
-        Ok(b.finish(vec![(p(0), first, dims), (p(1), second, [1, 1, 1])]))
+        let mut parts = Vec::with_capacity(levels.len());
+        for (level, &groups) in levels.iter().enumerate() {
+            let last = level + 1 == levels.len();
+            let input = if level == 0 {
+                b.storage("logits", logits, 0, f32s(u64::from(n)))?
+            } else {
+                b.storage("partial", partial[(level - 1) % 2], 0, list_bytes(levels[level - 1]))?
+            };
+            let output = if last {
+                b.storage("out", out, 0, f32s(1))?
+            } else {
+                b.storage("partial", partial[level % 2], 0, list_bytes(groups))?
+            };
+            let p = SampleTopKParams {
+                n: if level == 0 { n } else { levels[level - 1] },
+                level: level as u32,
+                last: u32::from(last),
+                _pad: 0,
+            };
+            let bound = vec![b.storage("step", step, 0, step_bytes)?, input, output];
+            parts.push((p, bound, [b.groups("tiles", u64::from(groups))?, 1, 1]));
+        }
+        Ok(b.finish(parts))
     }
 }
