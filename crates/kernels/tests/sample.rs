@@ -6,35 +6,36 @@
 mod common;
 
 use common::{Gpu, Rng, poisoned, read_n, run, upload};
-use diskformer_kernels::{SAMPLE_MAX_K, SAMPLE_MAX_N, SampleStep, cpu, sample_levels, sample_partial_len};
+use diskformer_kernels::{
+    Kernels, SAMPLE_MAX_K, SAMPLE_MAX_N, SampleStep, cpu, sample_levels, sample_partial_len,
+};
 
 fn step(k: u32, temperature: f32, top_p: f32, min_p: f32) -> SampleStep {
     SampleStep { k, temperature, top_p, min_p, u: 0.0 }
 }
 
-/// The GPU's pick for `logits` at each of `us`.
+/// The GPU's pick for `logits` at each of `us`, the same from the subgroup and the plain variant.
 fn gpu_picks(g: &Gpu, logits: &[f32], s: SampleStep, us: &[f32]) -> Vec<u32> {
     let n = logits.len() as u32;
     let lb = upload(g, logits);
     let sb = upload(g, &[s]);
     let partial = [(); 2].map(|()| poisoned(g, 4 * sample_partial_len(n) as usize));
     let out = poisoned(g, 4);
-    let d = g.kernels.sample_top_k(
-        (&lb).into(),
-        (&sb).into(),
-        partial.each_ref().map(|b| b.into()),
-        (&out).into(),
-        n,
-    );
-    let d = d.unwrap();
-    assert_eq!(d.parts(), sample_levels(n).len());
-    us.iter()
-        .map(|&u| {
-            g.ctx.queue.write_buffer(&sb, 0, bytemuck::bytes_of(&SampleStep { u, ..s }));
-            run(g, &[&d]);
-            read_n::<u32>(g, &out, 1)[0]
-        })
-        .collect()
+    let picks = |k: &Kernels| -> Vec<u32> {
+        let views = partial.each_ref().map(|b| b.into());
+        let d = k.sample_top_k((&lb).into(), (&sb).into(), views, (&out).into(), n).unwrap();
+        assert_eq!(d.parts(), sample_levels(n).len());
+        us.iter()
+            .map(|&u| {
+                g.ctx.queue.write_buffer(&sb, 0, bytemuck::bytes_of(&SampleStep { u, ..s }));
+                run(g, &[&d]);
+                read_n::<u32>(g, &out, 1)[0]
+            })
+            .collect()
+    };
+    let on_subgroups = picks(&g.kernels);
+    assert_eq!(on_subgroups, picks(&g.plain), "the subgroup and plain variants differ");
+    on_subgroups
 }
 
 /// Draws at the middle of up to 9 candidates' intervals (first, last and spread between) and at u = 0 and
@@ -65,7 +66,7 @@ fn sample_top_k_matches_the_cpu_reference() {
     let g = gpu_or_skip!();
     let mut rng = Rng::new(31);
     let vocab = 151_936usize;
-    assert_eq!(sample_levels(vocab as u32), [75, 3, 1]);
+    assert_eq!(sample_levels(vocab as u32), [149, 10, 1]);
     let full = rng.vec_f32(vocab, -8.0, 8.0);
     // The chat defaults, every candidate of top-k alone, a nucleus and min-p.
     check(g, "chat defaults", &full, step(20, 0.6, 0.95, 0.0));
@@ -74,7 +75,7 @@ fn sample_top_k_matches_the_cpu_reference() {
     check(g, "min-p", &full, step(40, 1.0, 1.0, 0.3));
     check(g, "top-k 1", &full, step(1, 0.7, 1.0, 0.0));
 
-    // Ties within a tile (2,048 logits) and across tiles, best first with the lower index.
+    // Ties within a tile (1,024 logits) and across tiles, best first with the lower index.
     let mut ties = rng.vec_f32(3 * 8192 + 5, -1.0, 1.0);
     for &i in &[20_000, 7, 8191, 8192, 3 * 8192 + 4, 100] {
         ties[i] = 3.0;
@@ -104,12 +105,12 @@ fn sample_top_k_matches_the_cpu_reference() {
     assert_eq!(gpu_picks(g, &[f32::NAN, 4.0, f32::NAN], step(4, 1.0, 1.0, 0.0), &[0.9]), [1], "one");
 
     // One more logit than a tile holds, the best at the end; a row of 1.
-    let mut past = rng.vec_f32(2049, -2.0, 2.0);
-    past[2048] = 5.0;
+    let mut past = rng.vec_f32(1025, -2.0, 2.0);
+    past[1024] = 5.0;
     check(g, "a tile and one", &past, step(10, 1.0, 0.9, 0.0));
-    // Four levels (a tile's lists of 64 fill another tile 32 times over).
-    let long = rng.vec_f32(2048 * 2048 + 3, -5.0, 5.0);
-    assert_eq!(sample_levels(long.len() as u32), [2049, 65, 3, 1]);
+    // Four levels, the first two partial buffers each used twice.
+    let long = rng.vec_f32(1024 * 1024 + 3, -5.0, 5.0);
+    assert_eq!(sample_levels(long.len() as u32), [1025, 65, 5, 1]);
     let s = step(SAMPLE_MAX_K, 0.9, 0.99, 0.0);
     let us = [0.0, 0.37, 1.0 - f32::EPSILON];
     let want: Vec<u32> = us.iter().map(|&u| cpu::sample_top_k(&long, &SampleStep { u, ..s })).collect();

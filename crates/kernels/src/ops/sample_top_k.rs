@@ -38,8 +38,8 @@ const _: () = assert!(size_of::<SampleStep>() == 20);
 /// Most candidates [`Kernels::sample_top_k`] keeps (top-k above it is sampled on the CPU).
 pub const SAMPLE_MAX_K: u32 = 64;
 
-/// Candidates one workgroup of `sample_top_k.wgsl` sorts (`TILE`): 256 lanes × 8.
-pub(crate) const SAMPLE_TILE: u32 = 2048;
+/// Candidates one workgroup of `sample_top_k.wgsl` ranks (`TILE`): 128 lanes × 8.
+pub(crate) const SAMPLE_TILE: u32 = 1024;
 
 /// Workgroups of each level of [`Kernels::sample_top_k`] for a row of `n` logits: tiles of the logits, then
 /// tiles of the lists of [`SAMPLE_MAX_K`] the level before leaves, down to one.
@@ -66,7 +66,7 @@ impl Kernels {
     /// A token drawn from one row of logits as `step` says (see [`crate::cpu::sample_top_k`], which it
     /// matches): the `step.k` highest logits (ties to the lower index, NaN never), their temperature
     /// weights, top-p, min-p, then the candidate `step.u` falls on; into `out[0]`. One dispatch per level
-    /// ([`sample_levels`]: 3 for a 151,936-token vocabulary), each sorting tiles of 2,048 candidates and
+    /// ([`sample_levels`]: 3 for a 151,936-token vocabulary), each ranking tiles of 1,024 candidates and
     /// keeping their k best in the `partial` buffers (in turn), the last drawing. Shapes: `logits [n] f32`,
     /// `step` one [`SampleStep`], each `partial [sample_partial_len(n)] u32`, `out [1] u32`.
     ///

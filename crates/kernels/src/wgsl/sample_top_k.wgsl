@@ -1,14 +1,16 @@
 // A sampled pick on the GPU: top-k of a row of logits, then temperature, top-p, min-p and a draw with a
 // uniform the host supplies, so a sampled step can be queued before the last one's token is read (as a
-// greedy step is on argmax.wgsl). Levels, one dispatch each (one pipeline): at level 0 a workgroup sorts a
+// greedy step is on argmax.wgsl). Levels, one dispatch each (one pipeline): at level 0 a workgroup ranks a
 // tile of TILE logits and writes its k best as (key, index) pairs, best first; each later level does the
-// same to the lists of the level before, until one workgroup holds them all: it draws (lane 0).
+// same to the lists of the level before, until one workgroup holds them all: it draws (lane 0). How a tile
+// is ranked (`tile_top`) is appended: sample_top_k_plain.wgsl (bitonic_top below) or
+// sample_top_k_subgroup.wgsl (rounds of subgroup maxima, far fewer barriers).
 //
 // Keys order floats as total_cmp does (a non-negative float's bits with the sign bit set, a negative one's
 // bits inverted), so -0.0 ranks under +0.0 and ranking is integer comparison; ties go to the lower index.
-// NaN logits are never candidates (empty pairs, index NONE, rank last). A tile is sorted in workgroup
-// memory by a bitonic network over the next power of two of what it holds (66 barrier steps for a full
-// tile of 2,048; k rounds of a workgroup-wide best took 195 us on the H200 for the chat defaults).
+// NaN logits are never candidates (empty pairs, index NONE, rank last). On the H200 a bitonic sort of
+// tiles of 2,048 took 113 us for the chat defaults (66 dependent barrier steps a level, three levels),
+// k rounds of a workgroup-wide best 195 us; the levels without their sort 12 us.
 //
 // The draw (as cpu::sample_top_k): weights w_r = exp((l_r - l_0) / temperature) for the k candidates best
 // first; top-p keeps the shortest prefix whose weight reaches top_p of the total (all if none does), min-p
@@ -36,14 +38,16 @@ struct Step {
 @group(0) @binding(2) var<storage, read> src: array<u32>;       // [n] f32 bits, or [n * k] (key, index)
 @group(0) @binding(3) var<storage, read_write> dst: array<u32>; // [groups * k] (key, index), or [1] the pick
 
-const WG: u32 = 256u;
-const TILE: u32 = 2048u; // candidates a workgroup sorts (SAMPLE_TILE)
+const WG: u32 = 128u;
+const PER_LANE: u32 = 8u;
+const TILE: u32 = WG * PER_LANE; // candidates a workgroup ranks (SAMPLE_TILE)
 const NONE: u32 = 0xffffffffu;
 const KMAX: u32 = 64u;
 const NEG_INF_KEY: u32 = 0x007fffffu;
 const POS_INF_KEY: u32 = 0xff800000u;
 
-var<workgroup> tile: array<vec2<u32>, TILE>; // (key, index)
+var<workgroup> tile: array<vec2<u32>, TILE>; // (key, index): the tile, or its subgroups' lists
+var<workgroup> top: array<vec2<u32>, KMAX>; // the tile's k best, best first
 
 fn key_of(bits: u32) -> u32 {
     return select(bits | 0x80000000u, ~bits, (bits & 0x80000000u) != 0u);
@@ -74,24 +78,15 @@ fn candidate(at: u32, count: u32) -> vec2<u32> {
     return vec2<u32>(src[2u * at], src[2u * at + 1u]);
 }
 
-@compute @workgroup_size(256)
-fn sample_top_k(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let k = clamp(step.k, 1u, KMAX);
-    let count = select(p.n * k, p.n, p.level == 0u);
-    let begin = wg.x * TILE;
-    // The tile's sort covers the next power of two of what it holds (at least 2).
-    let held = min(TILE, count - min(count, begin));
-    let span = max(2u, 1u << (32u - countLeadingZeros(max(held, 1u) - 1u)));
-    // Every load before any store: a lane's loads are in flight at once.
-    var c: array<vec2<u32>, TILE / WG>;
-    for (var j = 0u; j < TILE / WG; j++) {
-        c[j] = candidate(begin + li + j * WG, count);
-    }
-    for (var j = 0u; j < TILE / WG; j++) {
+// The tile's bitonic sort (the plain variant, and subgroups under 8 lanes): the lanes' candidates into
+// `tile`, sorted over the next power of two of what it holds (`held`, at least 2), the k best into `top`.
+fn bitonic_top(li: u32, k: u32, c: array<vec2<u32>, PER_LANE>, held: u32) {
+    for (var j = 0u; j < PER_LANE; j++) {
         tile[li + j * WG] = c[j];
     }
     workgroupBarrier();
-    // Bitonic network: blocks of `size` alternate direction until the last, which ranks best first.
+    let span = max(2u, 1u << (32u - countLeadingZeros(max(held, 1u) - 1u)));
+    // Blocks of `size` alternate direction until the last, which ranks best first.
     for (var size = 2u; size <= span; size <<= 1u) {
         for (var stride = size >> 1u; stride > 0u; stride >>= 1u) {
             for (var t = li; t < span / 2u; t += WG) {
@@ -108,11 +103,29 @@ fn sample_top_k(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id)
             workgroupBarrier();
         }
     }
+    if (li < k) {
+        top[li] = tile[li];
+    }
+    workgroupBarrier();
+}
+
+@compute @workgroup_size(128)
+fn sample_top_k(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {
+    let k = clamp(step.k, 1u, KMAX);
+    let count = select(p.n * k, p.n, p.level == 0u);
+    let begin = wg.x * TILE;
+    let held = min(TILE, count - min(count, begin));
+    // Every load before any use: a lane's loads are in flight at once.
+    var c: array<vec2<u32>, PER_LANE>;
+    for (var j = 0u; j < PER_LANE; j++) {
+        c[j] = candidate(begin + li + j * WG, count);
+    }
+    tile_top(li, k, c, held/*SG_CALL*/);
     if (p.last == 0u) {
-        for (var r = li; r < k; r += WG) {
-            let at = 2u * (wg.x * k + r);
-            dst[at] = tile[r].x;
-            dst[at + 1u] = tile[r].y;
+        if (li < k) {
+            let at = 2u * (wg.x * k + li);
+            dst[at] = top[li].x;
+            dst[at + 1u] = top[li].y;
         }
         return;
     }
@@ -121,24 +134,24 @@ fn sample_top_k(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id)
     }
 }
 
-// Lane 0 of the last level: the pick from the k best, sorted first in `tile`.
+// Lane 0 of the last level: the pick from the k best in `top`.
 fn draw(k: u32) -> u32 {
     var n = 0u;
-    while (n < k && tile[n].y != NONE) {
+    while (n < k && top[n].y != NONE) {
         n++;
     }
     if (n == 0u) {
         return 0u;
     }
-    if (n == 1u || tile[0].x == POS_INF_KEY || tile[0].x == NEG_INF_KEY) {
-        return tile[0].y;
+    if (n == 1u || top[0].x == POS_INF_KEY || top[0].x == NEG_INF_KEY) {
+        return top[0].y;
     }
-    let l0 = value_of(tile[0].x);
+    let l0 = value_of(top[0].x);
     var w: array<f32, KMAX>;
     var total = 0.0;
     for (var r = 0u; r < n; r++) {
         // -inf weighs nothing (from its key: no reliance on inf arithmetic).
-        w[r] = select(exp((value_of(tile[r].x) - l0) / step.temperature), 0.0, tile[r].x == NEG_INF_KEY);
+        w[r] = select(exp((value_of(top[r].x) - l0) / step.temperature), 0.0, top[r].x == NEG_INF_KEY);
         total += w[r];
     }
     var keep = n;
@@ -173,9 +186,9 @@ fn draw(k: u32) -> u32 {
             last = r;
         }
         if (x < mass) {
-            return tile[r].y;
+            return top[r].y;
         }
     }
     // Only reached when rounding puts x at the kept total: the last candidate with any weight.
-    return tile[last].y;
+    return top[last].y;
 }
