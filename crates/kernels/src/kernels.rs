@@ -101,8 +101,6 @@ const ATTENTION_ROWS_SUBGROUP: &str = include_str!("wgsl/attention_rows_subgroup
 const ATTENTION_TILE_LOAD: &str = include_str!("wgsl/attention_tile_load.wgsl");
 const RMS_SCALE: &str = include_str!("wgsl/rms_scale.wgsl");
 const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
-const SAMPLE_TOP_K_PLAIN: &str = include_str!("wgsl/sample_top_k_plain.wgsl");
-const SAMPLE_TOP_K_SUBGROUP: &str = include_str!("wgsl/sample_top_k_subgroup.wgsl");
 
 impl Kernel {
     /// All kernels.
@@ -214,7 +212,6 @@ impl Kernel {
                 | Kernel::ExpertQ8GemvCombine
                 | Kernel::ExpertQ4Gemv
                 | Kernel::ExpertQ4GemvCombine
-                | Kernel::SampleTopK
         )
     }
 
@@ -358,8 +355,6 @@ impl Kernel {
             Kernel::ExpertQ4Gemm => &[Q8_TILE, Q4_TILE_WEIGHTS, Q8_HELPERS],
             Kernel::Q8GemmI8 | Kernel::ExpertQ8GemmI8 => &[Q8_TILE_I8, Q8_HELPERS],
             Kernel::AttentionTiled | Kernel::AttentionFlash => &[ATTENTION_TILE_LOAD],
-            Kernel::SampleTopK if subgroups => &[SAMPLE_TOP_K_SUBGROUP],
-            Kernel::SampleTopK => &[SAMPLE_TOP_K_PLAIN],
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
             Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],
             Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvCombine if subgroups => {

@@ -2,15 +2,15 @@
 // uniform the host supplies, so a sampled step can be queued before the last one's token is read (as a
 // greedy step is on argmax.wgsl). Levels, one dispatch each (one pipeline): at level 0 a workgroup ranks a
 // tile of TILE logits and writes its k best as (key, index) pairs, best first; each later level does the
-// same to the lists of the level before, until one workgroup holds them all: it draws (lane 0). How a tile
-// is ranked (`tile_top`) is appended: sample_top_k_plain.wgsl (bitonic_top below) or
-// sample_top_k_subgroup.wgsl (rounds of subgroup maxima, far fewer barriers).
+// same to the lists of the level before, until one workgroup holds them all: it draws (lane 0). A tile is
+// sorted in workgroup memory by a bitonic network over the next power of two of what it holds.
 //
 // Keys order floats as total_cmp does (a non-negative float's bits with the sign bit set, a negative one's
 // bits inverted), so -0.0 ranks under +0.0 and ranking is integer comparison; ties go to the lower index.
-// NaN logits are never candidates (empty pairs, index NONE, rank last). On the H200 a bitonic sort of
-// tiles of 2,048 took 113 us for the chat defaults (66 dependent barrier steps a level, three levels),
-// k rounds of a workgroup-wide best 195 us; the levels without their sort 12 us.
+// NaN logits are never candidates (empty pairs, index NONE, rank last). On the H200, for the chat defaults:
+// 99.6 us (tiles of 1,024, 55 dependent barrier steps a level, three levels), 113 us with tiles of 2,048,
+// 145 us ranking by k rounds of subgroup maxima, 195 us by k rounds of a workgroup-wide best; the levels
+// without their sort take 12 us, so the sort's dependent steps are the cost.
 //
 // The draw (as cpu::sample_top_k): weights w_r = exp((l_r - l_0) / temperature) for the k candidates best
 // first; top-p keeps the shortest prefix whose weight reaches top_p of the total (all if none does), min-p
@@ -46,7 +46,7 @@ const KMAX: u32 = 64u;
 const NEG_INF_KEY: u32 = 0x007fffffu;
 const POS_INF_KEY: u32 = 0xff800000u;
 
-var<workgroup> tile: array<vec2<u32>, TILE>; // (key, index): the tile, or its subgroups' lists
+var<workgroup> tile: array<vec2<u32>, TILE>; // (key, index)
 var<workgroup> top: array<vec2<u32>, KMAX>; // the tile's k best, best first
 
 fn key_of(bits: u32) -> u32 {
@@ -78,9 +78,9 @@ fn candidate(at: u32, count: u32) -> vec2<u32> {
     return vec2<u32>(src[2u * at], src[2u * at + 1u]);
 }
 
-// The tile's bitonic sort (the plain variant, and subgroups under 8 lanes): the lanes' candidates into
-// `tile`, sorted over the next power of two of what it holds (`held`, at least 2), the k best into `top`.
-fn bitonic_top(li: u32, k: u32, c: array<vec2<u32>, PER_LANE>, held: u32) {
+// The tile's sort: the lanes' candidates into `tile`, sorted over the next power of two of what it holds
+// (`held`, at least 2), the k best into `top`.
+fn tile_top(li: u32, k: u32, c: array<vec2<u32>, PER_LANE>, held: u32) {
     for (var j = 0u; j < PER_LANE; j++) {
         tile[li + j * WG] = c[j];
     }
@@ -110,7 +110,7 @@ fn bitonic_top(li: u32, k: u32, c: array<vec2<u32>, PER_LANE>, held: u32) {
 }
 
 @compute @workgroup_size(128)
-fn sample_top_k(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {
+fn sample_top_k(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let k = clamp(step.k, 1u, KMAX);
     let count = select(p.n * k, p.n, p.level == 0u);
     let begin = wg.x * TILE;
@@ -120,7 +120,7 @@ fn sample_top_k(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id)
     for (var j = 0u; j < PER_LANE; j++) {
         c[j] = candidate(begin + li + j * WG, count);
     }
-    tile_top(li, k, c, held/*SG_CALL*/);
+    tile_top(li, k, c, held);
     if (p.last == 0u) {
         if (li < k) {
             let at = 2u * (wg.x * k + li);
