@@ -19,7 +19,7 @@
 //! | router | `f32_gemv`, `router_topk`; `router_topk_slots` (also the picks' pool slots, when every expert is resident); apart: `expert_slots` | `f32_gemm` (16 rows × 32 tokens a workgroup), `router_topk`, T rows; with every expert resident `expert_groups` (the pairs grouped by expert on the GPU) |
 //! | experts | `expert_q8_gemv_gate_up_swiglu` (all k picks, slot-indexed, SiLU(gate)·up on its output), then `expert_q8_gemv_combine` (down, the weighted picks added onto the residual, the next norm's inputs); Q4_0 pools: `expert_q4_gemv_gate_up_swiglu`, `expert_q4_gemv_combine` (the same files, the Q4_0 row walk); apart: `expert_q8_gemv` / `expert_q4_gemv`, `expert_q8_gemv_swiglu` / `expert_q4_gemv_swiglu` (SiLU(gate)·up as it reads) | `expert_q8_gemm_tiled` (pairs grouped by slot, 32 a group, [`expert_gemm_groups`] or `expert_groups`), or `quantize_q8` then `expert_q8_gemm_i8` / `expert_q4_gemm`, `silu_mul` |
 //! | combine | in the down GEMV (`expert_q8_gemv_combine`; `qkv_rope_store` finishes the next norm, `rms_norm` the output norm); apart: `moe_combine_norm` (weighted sum + residual, then the next norm), `moe_combine`, `add` | `moe_combine_norm` |
-//! | sampling | `argmax` (two stages: slices, then their best) | — |
+//! | sampling | `argmax` (two stages: slices, then their best), or `sample_top_k` (top-k, temperature, top-p, min-p and a draw with a host-supplied uniform: tiles sorted in workgroup memory, level by level) | — |
 //!
 //! Values that change every step (token ids, positions, the RoPE table, slot indices) are read from
 //! buffers, so a [`Dispatch`] is bound once and recorded every step.

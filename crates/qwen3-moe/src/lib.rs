@@ -5,7 +5,9 @@
 //! - [`Config`]: the hyper-parameters from GGUF metadata, architecture checked first, every missing key
 //!   reported at once.
 //! - [`Engine`]: load ([`Engine::open_gguf`], [`Engine::open`]), [`prefill`](Engine::prefill) (token by token
-//!   or batched, reusing the cached common prefix), [`step`](Engine::step), [`stats`](Engine::stats).
+//!   or batched, reusing the cached common prefix), [`step`](Engine::step) (logits),
+//!   [`step_greedy`](Engine::step_greedy) and [`step_sampled`](Engine::step_sampled) (the pick made on the
+//!   GPU), [`stats`](Engine::stats).
 //! - [`synthetic`]: seeded random qwen3moe GGUFs of any shape, for tests and benchmarks.
 //!
 //! ```no_run
