@@ -510,14 +510,15 @@ pub fn argmax(logits: &[f32], n: usize) -> Vec<u32> {
 
 /// What [`sample_top_k`] draws from: the candidates left after `step`'s filters as `(id, weight)`, best
 /// first (the highest logit, ties to the lower id, NaN never a candidate), each weighing
-/// `exp((logit - best) / temperature)`: top-k, then top-p's shortest prefix whose weight reaches `top_p` of
+/// `exp((logit - best) / temperature)` (the best exactly 1): top-k (k clamped to 1..=[`SAMPLE_MAX_K`](crate::SAMPLE_MAX_K)), then top-p's shortest prefix whose weight reaches `top_p` of
 /// the total (all if none does), then those weighing at least `min_p`. Empty when no logit is a number; the
 /// best alone when it is the only candidate or infinite. In f32, in the kernel's order.
 pub fn sample_candidates(logits: &[f32], step: &crate::SampleStep) -> Vec<(u32, f32)> {
     let mut top: Vec<(u32, f32)> =
         logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &l)| (i as u32, l)).collect();
     top.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    top.truncate(step.k as usize);
+    // The kernel's range of k.
+    top.truncate(step.k.clamp(1, crate::SAMPLE_MAX_K) as usize);
     let Some(&(best_id, best)) = top.first() else { return top };
     if top.len() == 1 || best.is_infinite() {
         return vec![(best_id, 1.0)];
@@ -539,8 +540,9 @@ pub fn sample_candidates(logits: &[f32], step: &crate::SampleStep) -> Vec<(u32, 
         }
     }
     if step.min_p > 0.0 {
+        // The best weighs 1, so it stays for any min_p up to 1 (and above, as the kernel keeps it).
         let keep = w.iter().take_while(|c| c.1 >= step.min_p).count();
-        w.truncate(keep);
+        w.truncate(keep.max(1));
     }
     w
 }

@@ -72,6 +72,10 @@ fn sample_top_k_matches_the_cpu_reference() {
     check(g, "top-p 0.5, hot", &full, step(40, 2.0, 0.5, 0.0));
     check(g, "min-p", &full, step(40, 1.0, 1.0, 0.3));
     check(g, "top-k 1", &full, step(1, 0.7, 1.0, 0.0));
+    // Outside what the host sends, both sides agree too: k clamped to 1..=64, the best kept at any min-p.
+    check(g, "k 0", &full[..5000], step(0, 1.0, 1.0, 0.0));
+    check(g, "k 65", &full[..5000], step(SAMPLE_MAX_K + 1, 1.0, 1.0, 0.0));
+    check(g, "min-p over 1", &full[..5000], step(10, 1.0, 1.0, 1.5));
 
     // Ties within a tile (1,024 logits) and across tiles, best first with the lower index.
     let mut ties = rng.vec_f32(3 * 8192 + 5, -1.0, 1.0);

@@ -2,7 +2,7 @@
 //! forward pass. While experts stream: one readback of the picks per layer, `ensure` of their slots, and
 //! prefetch guesses for the next layers. When every expert fits: all loaded at start, a token's picks
 //! become slots on the GPU, with no readback until the logits, each step's commands are recorded while the
-//! GPU runs the step before, and a greedy step queues the next on the GPU's own pick (run-ahead).
+//! GPU runs the step before, and a greedy or sampled step queues the next on the GPU's own pick (run-ahead).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -138,7 +138,7 @@ pub(crate) enum Want {
     Nothing,
     /// The greedy token (argmax on the GPU, 4 bytes read back).
     Argmax,
-    /// A sampled token (drawn on the GPU as [`Engine::draw`] says, 4 bytes read back).
+    /// A sampled token (drawn on the GPU with the engine's `draw`, 4 bytes read back).
     Sample,
     /// The last token's logits.
     Logits,
@@ -576,8 +576,9 @@ impl Engine {
     /// Runs one token and returns the next one drawn on the GPU as `sampler` draws
     /// ([`Sampler::gpu_step`]: top-k, temperature, top-p, min-p; 4 bytes read back instead of the logits).
     /// With every expert resident and [`EngineOptions::run_ahead`], the step after it is already queued on
-    /// the GPU, on this draw, when it returns, as [`Engine::step_greedy`] does. The sampler gives one uniform
-    /// per position, so a seed draws the same tokens with run-ahead or without, resident or streaming.
+    /// the GPU, on this draw, when it returns, as [`Engine::step_greedy`] does. Each call takes one uniform
+    /// from the sampler (the queued step only peeks at the next), so a seed draws the same tokens with
+    /// run-ahead or without, resident or streaming, whatever the caller runs between.
     ///
     /// # Errors
     /// [`Error::BadOption`] when the sampler's options need the CPU
@@ -591,11 +592,13 @@ impl Engine {
         if !self.samples_on_gpu() {
             return refuse(format!("a vocabulary of {} is too long for the GPU sampler", self.vocab));
         }
+        // Checked before a uniform is taken, so that a refused step leaves the sampler as it was.
+        self.check(&[id])?;
         let position = self.cached.len() as u32;
-        // A step queued at this position already took its draw: it is this step's, used or not.
-        let queued = self.run_ahead.as_ref().filter(|q| q.position == position).and_then(|q| q.draw);
-        self.draw = queued.or_else(|| sampler.gpu_step());
-        self.next_draw = if self.queues_next(position) { sampler.gpu_step() } else { None };
+        // One uniform per step; the step queued behind it only peeks at the next (a queued step runs only
+        // with the draw its position then takes).
+        self.draw = sampler.gpu_step();
+        self.next_draw = if self.queues_next(position) { sampler.peek_gpu_step() } else { None };
         let out = self.decode(id, Want::Sample);
         (self.draw, self.next_draw) = (None, None);
         match out? {
@@ -807,7 +810,13 @@ impl Engine {
         self.graph(1)?;
         let queue = self.ctx.queue.clone();
         let (slot, submission) = match queued {
-            Some(q) if q.position == position && q.token == Some(id) && want.picks() && q.want == want => {
+            Some(q)
+                if q.position == position
+                    && q.token == Some(id)
+                    && want.picks()
+                    && q.want == want
+                    && (want != Want::Sample || q.draw == self.draw) =>
+            {
                 (q.slot, q.submission)
             }
             // A queued step for another token (or none) is left to run unused; later writes and submits are

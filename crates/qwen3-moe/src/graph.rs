@@ -65,7 +65,7 @@ pub(crate) struct ScratchOf<B> {
     pub positions: B,
     pub rope: B,
     /// A one-token step's token id, when the GPU embeds it (written by the host, or copied from the
-    /// previous step's argmax on the GPU).
+    /// previous step's pick, argmax or draw, on the GPU).
     pub token_ids: B,
     /// The residual stream; a step starts with the tokens' embedding rows, written here by the host or by
     /// the step's `embed_q8`.

@@ -11,10 +11,11 @@
 //! Temperature comes before top-p and min-p (as in Hugging Face transformers); llama.cpp's default chain
 //! applies it after them, so at a temperature other than 1 the same `top_p` can keep a different set.
 //!
-//! With top-k on (up to [`SAMPLE_MAX_K`]) and no penalty the GPU can draw the same way
-//! ([`Sampler::gpu_step`], [`Engine::step_sampled`](crate::Engine::step_sampled)): the candidates are then
-//! walked best first and each token takes one 24-bit uniform from the RNG, on the CPU as on the GPU, so a
-//! seed gives the same tokens either way (but where f32 and f64 sums round a draw to either side of a
+//! Every sampled token takes one uniform from the RNG, drawn or not. With top-k on, the candidates are
+//! walked in rank order (the highest logit first) and the uniform has 24 bits, as the GPU draws: with top-k
+//! up to [`SAMPLE_MAX_K`] and no penalty the GPU can draw instead ([`Sampler::gpu_step`],
+//! [`Engine::step_sampled`](crate::Engine::step_sampled)), and a seed gives the same tokens either way (but
+//! where the GPU's f32 sums and exponentials and the CPU's f64 sums round a draw to either side of a
 //! boundary).
 
 use std::cmp::Ordering;
@@ -152,16 +153,12 @@ impl Sampler {
             return argmax(logits);
         }
 
-        // Top-k's few candidates are walked best first with a 24-bit uniform, as the GPU draws; taken
-        // before filtering so every sampled token advances the RNG by one, drawn or not.
-        let top_k = o.top_k > 0;
-        let u = if top_k { f64::from(self.rng.next_f32()) } else { self.rng.next_f64() };
+        // Top-k's candidates are walked in rank order with a 24-bit uniform, as the GPU draws; the uniform
+        // is taken before filtering so that every sampled token advances the RNG by one, drawn or not.
+        let u = if o.top_k > 0 { f64::from(self.rng.next_f32()) } else { self.rng.next_f64() };
         let c = &mut self.candidates;
         if let Some(id) = filtered(&o, logits, c) {
             return id;
-        }
-        if top_k {
-            c.sort_unstable_by(by_logit_desc);
         }
         let total: f64 = c.iter().map(|&(_, w)| f64::from(w)).sum();
         let r = u * total;
@@ -185,23 +182,35 @@ impl Sampler {
     /// the uniform [`Sampler::sample`] would take; `None` (and nothing taken) where the options need the CPU
     /// ([`SamplingOptions::samples_on_gpu`]).
     pub fn gpu_step(&mut self) -> Option<SampleStep> {
+        let step = self.peek_gpu_step()?;
+        self.rng.next_u64();
+        Some(step)
+    }
+
+    /// The draw [`Sampler::gpu_step`] would return now, taking nothing (for a step queued ahead, which may
+    /// go unused).
+    pub fn peek_gpu_step(&self) -> Option<SampleStep> {
         let o = self.opts;
         o.samples_on_gpu().then(|| SampleStep {
             k: o.top_k as u32,
             temperature: o.temperature,
             top_p: o.top_p,
             min_p: o.min_p,
-            u: self.rng.next_f32(),
+            u: self.rng.clone().next_f32(),
         })
     }
 }
 
-/// The candidates a draw picks from, into `c` as `(id, weight)` in no particular order: top-k, then the
-/// temperature's unnormalised probabilities (the most likely token weighs exactly 1), top-p and min-p. Returns
-/// the pick instead where no draw is needed (one candidate, or no finite logit).
+/// The candidates a draw picks from, into `c` as `(id, weight)`: top-k, then the temperature's unnormalised
+/// probabilities (the most likely token weighs exactly 1), top-p and min-p. With top-k they are in rank order
+/// (the highest logit first, ties to the lower id), as the GPU's draw walks them; without, in no particular
+/// order. Returns the pick instead where no draw is needed (one candidate, or no finite logit).
 fn filtered(o: &SamplingOptions, logits: &[f32], c: &mut Vec<(u32, f32)>) -> Option<u32> {
-    if o.top_k > 0 {
+    let ranked = o.top_k > 0;
+    if ranked {
         top_k_candidates(logits, o.top_k, c);
+        // Ranked by logit before the weights: two logits can round to one weight.
+        c.sort_unstable_by(by_logit_desc);
     } else {
         c.clear();
         c.extend(logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &l)| (i as u32, l)));
@@ -216,15 +225,26 @@ fn filtered(o: &SamplingOptions, logits: &[f32], c: &mut Vec<(u32, f32)>) -> Opt
     if o.top_p < 1.0 {
         let total: f64 = c.iter().map(|&(_, w)| f64::from(w)).sum();
         let target = f64::from(o.top_p) * total;
-        // Candidates lighter than (1 - top_p) · total / n cannot be in the nucleus: they rank after every
-        // heavier one and together weigh less than the (1 - top_p) · total it leaves out.
-        let light = (1.0 - f64::from(o.top_p)) * total / c.len() as f64;
-        c.retain(|&(_, w)| f64::from(w) >= light);
-        let keep = nucleus(c, target);
+        let keep = if ranked {
+            // Top-k's few candidates in rank order: the nucleus is their shortest prefix reaching it.
+            let mut mass = 0.0;
+            c.iter()
+                .position(|&(_, w)| {
+                    mass += f64::from(w);
+                    mass >= target
+                })
+                .map_or(c.len(), |i| i + 1)
+        } else {
+            // Candidates lighter than (1 - top_p) · total / n cannot be in the nucleus: they rank after
+            // every heavier one and together weigh less than the (1 - top_p) · total it leaves out.
+            let light = (1.0 - f64::from(o.top_p)) * total / c.len() as f64;
+            c.retain(|&(_, w)| f64::from(w) >= light);
+            nucleus(c, target)
+        };
         c.truncate(keep);
     }
     if o.min_p > 0.0 {
-        // The top token is still in `c` with weight 1, so the threshold is `min_p` itself.
+        // The top token is still in `c` with weight 1, so the threshold is `min_p` itself (order kept).
         c.retain(|&(_, w)| w >= o.min_p);
     }
     None
@@ -679,6 +699,21 @@ mod tests {
                 let want = diskformer_kernels::cpu::sample_top_k(&logits, &step);
                 assert_eq!(on_cpu.sample(&logits, &[]), want, "{o:?} token {t}");
             }
+        }
+    }
+
+    #[test]
+    fn top_k_ranks_by_logit_where_weights_tie() {
+        // 0.3 and the next float up weigh the same after exp((l - 4) / 1) in f32: ranked by weight then id,
+        // 0 would come before 1; the GPU (and its reference) rank by logit, 1 first. About 1 uniform in 40
+        // falls between the two orders.
+        let logits = [0.3f32, f32::from_bits(0.3f32.to_bits() + 1), 4.0];
+        assert_eq!(((logits[0] - 4.0) / 1.0).exp(), ((logits[1] - 4.0) / 1.0).exp());
+        for seed in 0..400 {
+            let o = SamplingOptions { temperature: 1.0, top_k: 3, ..opts(1.0, seed) };
+            let step = Sampler::new(o).gpu_step().unwrap();
+            let want = diskformer_kernels::cpu::sample_top_k(&logits, &step);
+            assert_eq!(Sampler::new(o).sample(&logits, &[]), want, "seed {seed}, u {}", step.u);
         }
     }
 

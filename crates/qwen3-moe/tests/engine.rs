@@ -386,22 +386,28 @@ fn gpu_draws_are_the_cpu_samplers_run_ahead_waiting_or_streaming() {
     let mut ahead = open(&m, |_| {});
     let mut waits = open(&m, |o| o.run_ahead = false);
     let mut streams = open(&m, |o| o.pool_slots = Some(5));
-    for e in [&mut ahead, &mut waits, &mut streams] {
+    let (mut sa, mut sw, mut ss) = (Sampler::new(o), Sampler::new(o), Sampler::new(o));
+    for (e, s) in [(&mut ahead, &mut sa), (&mut waits, &mut sw), (&mut streams, &mut ss)] {
         assert!(e.samples_on_gpu());
         e.prefill(&PROMPT, true).unwrap();
-        assert_eq!(sampled_chain(e, &mut Sampler::new(o), 65, 16), want);
+        assert_eq!(sampled_chain(e, s, 65, 16), want);
     }
     // The draws are not the argmax's picks.
     by_logits.prefill(&PROMPT, true).unwrap();
     assert_ne!(greedy_chain(&mut by_logits, 65, 16), want);
 
-    // A greedy step where a sampled one is queued drops it, and the other way round.
+    // A greedy step where a sampled one is queued drops it (and its peeked draw), a refused token takes
+    // no draw, a new prompt drops the queue: the same samplers go on drawing the same tokens either way.
     let last = *want.last().unwrap();
     assert_eq!(ahead.step_greedy(last).unwrap(), waits.step_greedy(last).unwrap());
     let g = ahead.step_greedy(last).unwrap();
     assert_eq!(g, waits.step_greedy(last).unwrap());
-    let (mut sa, mut sw) = (Sampler::new(o), Sampler::new(o));
     assert_eq!(sampled_chain(&mut ahead, &mut sa, g, 4), sampled_chain(&mut waits, &mut sw, g, 4));
+    for (e, s) in [(&mut ahead, &mut sa), (&mut waits, &mut sw)] {
+        assert!(matches!(e.step_sampled(e.vocab(), s), Err(Error::BadToken { .. })));
+        e.prefill(&PROMPT[..9], true).unwrap();
+    }
+    assert_eq!(sampled_chain(&mut ahead, &mut sa, 70, 6), sampled_chain(&mut waits, &mut sw, 70, 6));
     assert_eq!(ahead.cached_tokens(), waits.cached_tokens());
 
     // Options the GPU cannot draw with are refused, naming the way that works.

@@ -150,9 +150,15 @@ fn draw(k: u32) -> u32 {
     var w: array<f32, KMAX>;
     var total = 0.0;
     for (var r = 0u; r < n; r++) {
-        // -inf weighs nothing (from its key: no reliance on inf arithmetic).
-        w[r] = select(exp((value_of(top[r].x) - l0) / step.temperature), 0.0, top[r].x == NEG_INF_KEY);
-        total += w[r];
+        var wr = exp((value_of(top[r].x) - l0) / step.temperature);
+        if (r == 0u) {
+            wr = 1.0; // exactly, as exp(0) on the CPU
+        }
+        if (top[r].x == NEG_INF_KEY) {
+            wr = 0.0; // from its key: no reliance on inf arithmetic
+        }
+        w[r] = wr;
+        total += wr;
     }
     var keep = n;
     if (step.top_p < 1.0) {
@@ -167,7 +173,8 @@ fn draw(k: u32) -> u32 {
         }
     }
     if (step.min_p > 0.0) {
-        var m = 0u;
+        // The best weighs 1: it stays for any min_p.
+        var m = 1u;
         while (m < keep && w[m] >= step.min_p) {
             m++;
         }
