@@ -39,7 +39,7 @@ struct Args {
     /// Sampling temperature (0 = greedy).
     #[arg(long, default_value_t = 0.6)]
     temperature: f32,
-    /// Top-k (0 = off). From 1 to 64 with no penalty the GPU draws each token (and, with every expert
+    /// Top-k (0 = off). From 1 to 64 the GPU draws each token, penalties included (and, with every expert
     /// resident, runs ahead); else the logits are read back and sampled on the CPU.
     #[arg(long, default_value_t = 20)]
     top_k: usize,

@@ -783,7 +783,16 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     let argmax_part = buffer(g, 4 * diskformer_kernels::argmax_partial_len(vocab, 1), 52);
     let sample_part = [53, 54].map(|seed| buffer(g, 4 * diskformer_kernels::sample_partial_len(vocab), seed));
     // The chat example's defaults: top-k 20, temperature 0.6, top-p 0.95.
-    let chat = diskformer_kernels::SampleStep { k: 20, temperature: 0.6, top_p: 0.95, min_p: 0.0, u: 0.5 };
+    let chat = diskformer_kernels::SampleStep {
+        k: 20,
+        temperature: 0.6,
+        top_p: 0.95,
+        min_p: 0.0,
+        u: 0.5,
+        repetition_penalty: 1.0,
+        presence_penalty: 0.0,
+        last_n: 0,
+    };
     let sample_step = g.ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
         label: Some("sample step"),
         contents: bytemuck::bytes_of(&chat),

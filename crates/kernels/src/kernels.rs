@@ -85,6 +85,8 @@ pub enum Kernel {
     Argmax,
     /// A sampled token: top-k, temperature, top-p, min-p and a draw with a host-supplied uniform.
     SampleTopK,
+    /// Repetition and presence penalties on a step's logits, from a ring of recent tokens.
+    ApplyPenalties,
 }
 
 const ROW_SUM_PLAIN: &str = include_str!("wgsl/row_sum_plain.wgsl");
@@ -104,7 +106,7 @@ const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 35] = [
+    pub const ALL: [Kernel; 36] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -140,6 +142,7 @@ impl Kernel {
         Kernel::MoeCombineNorm,
         Kernel::Argmax,
         Kernel::SampleTopK,
+        Kernel::ApplyPenalties,
     ];
 
     /// The kernel's name: its WGSL file stem and entry point.
@@ -180,6 +183,7 @@ impl Kernel {
             Kernel::MoeCombineNorm => "moe_combine_norm",
             Kernel::Argmax => "argmax",
             Kernel::SampleTopK => "sample_top_k",
+            Kernel::ApplyPenalties => "apply_penalties",
         }
     }
 
@@ -252,6 +256,7 @@ impl Kernel {
             Kernel::MoeCombineNorm => size_of::<MoeCombineNormParams>(),
             Kernel::Argmax => size_of::<ArgmaxParams>(),
             Kernel::SampleTopK => size_of::<SampleTopKParams>(),
+            Kernel::ApplyPenalties => size_of::<ApplyPenaltiesParams>(),
         }
     }
 
@@ -293,6 +298,7 @@ impl Kernel {
             Kernel::MoeCombineNorm => include_str!("wgsl/moe_combine_norm.wgsl"),
             Kernel::Argmax => include_str!("wgsl/argmax.wgsl"),
             Kernel::SampleTopK => include_str!("wgsl/sample_top_k.wgsl"),
+            Kernel::ApplyPenalties => include_str!("wgsl/apply_penalties.wgsl"),
         }
     }
 

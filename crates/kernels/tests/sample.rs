@@ -1,5 +1,5 @@
-//! Protects the GPU sampler (`sample_top_k`: top-k, temperature, top-p, min-p and the draw) against its
-//! CPU reference on a real device: every filter, ties within and across slices, NaN, infinities, signed
+//! Protects the GPU sampler (`sample_top_k`: top-k, temperature, top-p, min-p and the draw; `apply_penalties`
+//! before it) against its CPU reference on a real device: every filter, ties within and across slices, NaN, infinities, signed
 //! zeros, rows shorter than k and one longer than a slice. Each case draws at the middle of several
 //! candidates' intervals (so f32 rounding of the weights cannot move a pick) and at both ends.
 
@@ -7,11 +7,20 @@ mod common;
 
 use common::{Gpu, Rng, poisoned, read_n, run, upload};
 use diskformer_kernels::{
-    Kernels, SAMPLE_MAX_K, SAMPLE_MAX_N, SampleStep, cpu, sample_levels, sample_partial_len,
+    Kernels, PENALTY_MAX_N, SAMPLE_MAX_K, SAMPLE_MAX_N, SampleStep, cpu, sample_levels, sample_partial_len,
 };
 
 fn step(k: u32, temperature: f32, top_p: f32, min_p: f32) -> SampleStep {
-    SampleStep { k, temperature, top_p, min_p, u: 0.0 }
+    SampleStep {
+        k,
+        temperature,
+        top_p,
+        min_p,
+        u: 0.0,
+        repetition_penalty: 1.0,
+        presence_penalty: 0.0,
+        last_n: 0,
+    }
 }
 
 /// The GPU's pick for `logits` at each of `us`.
@@ -128,5 +137,56 @@ fn sample_top_k_refuses_rows_it_cannot_rank() {
         let r = g.kernels.sample_top_k((&buf).into(), (&buf).into(), [(&buf).into(); 2], (&buf).into(), n);
         let e = r.expect_err("a bad row length").to_string();
         assert!(e.contains("sample_top_k") && e.contains(&n.to_string()), "{e}");
+    }
+}
+
+#[test]
+fn apply_penalties_matches_the_cpu_reference() {
+    // A window through the ring's wrap, with repeats (applied once) and an id past the vocabulary
+    // (ignored); a window longer than the sequence so far; the ring's slot for the step's own position
+    // written from token_ids. Only the window's logits move.
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(41);
+    let n = 3000usize;
+    let logits = rng.vec_f32(n, -6.0, 6.0);
+    let ring = PENALTY_MAX_N as usize;
+    for (pos, last_n, rp, presence) in
+        [(300u32, 40u32, 1.3f32, 0.5f32), (5, 64, 0.8, 0.0), (1000, 256, 1.1, 1.5)]
+    {
+        let mut recent: Vec<u32> = (0..ring).map(|_| rng.below(n as u64) as u32).collect();
+        let p = pos as usize;
+        recent[(p - 1) % ring] = recent[(p - 3) % ring]; // a repeat
+        recent[(p - 2) % ring] = n as u32 + 7; // past the vocabulary
+        let token = rng.below(n as u64) as u32;
+        let s = SampleStep {
+            repetition_penalty: rp,
+            presence_penalty: presence,
+            last_n,
+            ..step(20, 1.0, 1.0, 0.0)
+        };
+        let (lb, rb) = (upload(g, &logits), upload(g, &recent));
+        let (sb, pb, tb) = (upload(g, &[s]), upload(g, &[pos]), upload(g, &[token]));
+        let d = g.kernels.apply_penalties(
+            (&sb).into(),
+            ((&pb).into(), (&tb).into()),
+            (&rb).into(),
+            (&lb).into(),
+            n as u32,
+        );
+        run(g, &[&d.unwrap()]);
+        let mut with_token = recent.clone();
+        with_token[p % ring] = token;
+        let len = (last_n as usize).min(p + 1);
+        let window: Vec<u32> = (0..len).map(|j| with_token[(p - j) % ring]).collect();
+        let mut want = logits.clone();
+        cpu::apply_penalties(&mut want, &window, rp, presence);
+        let got = read_n::<f32>(g, &lb, n);
+        let moved = (0..n).filter(|&i| want[i] != logits[i]).count();
+        assert!(moved > len / 2, "the window moved {moved} logits");
+        for i in 0..n {
+            let tol = 1e-6 * want[i].abs().max(1.0);
+            assert!((got[i] - want[i]).abs() <= tol, "pos {pos}: logit {i}: {} vs {}", got[i], want[i]);
+        }
+        assert_eq!(read_n::<u32>(g, &rb, ring), with_token, "the ring after the step");
     }
 }

@@ -15,7 +15,8 @@ use diskformer_expert_stream::{
     Stats as PoolStats, UploadMethod,
 };
 use diskformer_kernels::{
-    Context, EXPERT_GEMM_TILED_GROUP, Kernels, SAMPLE_MAX_N, SampleStep, cpu, expert_gemm_groups,
+    Context, EXPERT_GEMM_TILED_GROUP, Kernels, PENALTY_MAX_N, SAMPLE_MAX_N, SampleStep, cpu,
+    expert_gemm_groups,
 };
 use diskformer_store::{IngestOptions, ReaderProbe, Store};
 
@@ -138,8 +139,9 @@ pub(crate) enum Want {
     Nothing,
     /// The greedy token (argmax on the GPU, 4 bytes read back).
     Argmax,
-    /// A sampled token (drawn on the GPU with the engine's `draw`, 4 bytes read back).
-    Sample,
+    /// A sampled token (drawn on the GPU with the engine's `draw`, 4 bytes read back), with the penalties
+    /// applied first when `true`.
+    Sample(bool),
     /// The last token's logits.
     Logits,
 }
@@ -147,7 +149,7 @@ pub(crate) enum Want {
 impl Want {
     /// Whether the GPU picks the token (so a step can be queued on it).
     fn picks(self) -> bool {
-        matches!(self, Want::Argmax | Want::Sample)
+        matches!(self, Want::Argmax | Want::Sample(_))
     }
 }
 
@@ -574,7 +576,8 @@ impl Engine {
     }
 
     /// Runs one token and returns the next one drawn on the GPU as `sampler` draws
-    /// ([`Sampler::gpu_step`]: top-k, temperature, top-p, min-p; 4 bytes read back instead of the logits).
+    /// ([`Sampler::gpu_step`]: repetition and presence penalties over the recent tokens the GPU keeps, top-k,
+    /// temperature, top-p, min-p; 4 bytes read back instead of the logits).
     /// With every expert resident and [`EngineOptions::run_ahead`], the step after it is already queued on
     /// the GPU, on this draw, when it returns, as [`Engine::step_greedy`] does. Each call takes one uniform
     /// from the sampler (the queued step only peeks at the next), so a seed draws the same tokens with
@@ -599,7 +602,8 @@ impl Engine {
         // with the draw its position then takes).
         self.draw = sampler.gpu_step();
         self.next_draw = if self.queues_next(position) { sampler.peek_gpu_step() } else { None };
-        let out = self.decode(id, Want::Sample);
+        let penalised = self.draw.is_some_and(|d| d.penalised());
+        let out = self.decode(id, Want::Sample(penalised));
         (self.draw, self.next_draw) = (None, None);
         match out? {
             Output::Pick(t) => Ok(t),
@@ -692,6 +696,10 @@ impl Engine {
         let start = self.cached.len() as u32;
         self.write_positions(start, t);
         self.write_draw(want, self.draw);
+        if want == Want::Sample(true) {
+            self.ctx.queue.write_buffer(&self.scratch.token_ids, 0, bytemuck::bytes_of(&ids[0]));
+            self.write_recent(start);
+        }
         let queue = self.ctx.queue.clone();
         queue.write_buffer(&self.scratch.x, 0, bytemuck::cast_slice(&self.weights.embedding.rows(ids)));
         self.graph(t)?;
@@ -783,9 +791,21 @@ impl Engine {
 
     /// Writes a sampled step's draw for the next submit (nothing for other steps).
     fn write_draw(&self, want: Want, draw: Option<SampleStep>) {
-        if let (Want::Sample, Some(d)) = (want, draw) {
+        if let (Want::Sample(_), Some(d)) = (want, draw) {
             self.ctx.queue.write_buffer(&self.scratch.sample_step, 0, bytemuck::bytes_of(&d));
         }
+    }
+
+    /// Writes the cached tokens of the [`PENALTY_MAX_N`] positions before `position` into the ring of
+    /// recent tokens, for a penalised step the host submits itself (the step writes its own token there;
+    /// a step queued behind it finds the ring as that one left it).
+    fn write_recent(&self, position: u32) {
+        let ring = PENALTY_MAX_N as usize;
+        let mut recent = vec![0u32; ring];
+        for q in (position as usize + 1).saturating_sub(ring)..position as usize {
+            recent[q % ring] = self.cached[q];
+        }
+        self.ctx.queue.write_buffer(&self.scratch.recent, 0, bytemuck::cast_slice(&recent));
     }
 
     /// Writes the positions `start..start + t` and their RoPE table for the next submit.
@@ -815,7 +835,7 @@ impl Engine {
                     && q.token == Some(id)
                     && want.picks()
                     && q.want == want
-                    && (want != Want::Sample || q.draw == self.draw) =>
+                    && (!matches!(want, Want::Sample(_)) || q.draw == self.draw) =>
             {
                 (q.slot, q.submission)
             }
@@ -825,12 +845,15 @@ impl Engine {
                 queue.write_buffer(&self.scratch.token_ids, 0, bytemuck::bytes_of(&id));
                 self.write_positions(position, 1);
                 self.write_draw(want, self.draw);
+                if want == Want::Sample(true) {
+                    self.write_recent(position);
+                }
                 let commands = self.resident_commands(want, 0);
                 (0, timed(&mut self.stats.submit_time, || queue.submit([commands])))
             }
         };
         let ahead = self.queues_next(position)
-            && (want == Want::Argmax || (want == Want::Sample && self.next_draw.is_some()));
+            && (want == Want::Argmax || (matches!(want, Want::Sample(_)) && self.next_draw.is_some()));
         let next_slot = if ahead {
             // The queued step's position, table and draw; its token arrives by the copy at this step's end.
             self.write_positions(position + 1, 1);
@@ -909,7 +932,7 @@ impl HeadShape {
     fn output_bytes(self, want: Want) -> Option<u64> {
         match want {
             Want::Nothing => None,
-            Want::Argmax | Want::Sample => Some(4),
+            Want::Argmax | Want::Sample(_) => Some(4),
             Want::Logits => Some(4 * u64::from(self.vocab)),
         }
     }
@@ -959,12 +982,15 @@ fn record_head(
     let pick = match want {
         Want::Argmax => Some(&graph.argmax),
         // step_sampled checked the graph has it.
-        Want::Sample => graph.sample.as_ref(),
+        Want::Sample(_) => graph.sample.as_ref(),
         _ => None,
     };
     {
         let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
         graph.head.record(&mut pass);
+        if want == Want::Sample(true) {
+            graph.penalties.record(&mut pass);
+        }
         if let Some(p) = pick {
             p.record(&mut pass);
         }
@@ -976,7 +1002,7 @@ fn record_head(
 /// Where the head's output is and where it is copied to be mapped.
 fn output_buffers(s: &Scratch, want: Want, slot: usize) -> (&wgpu::Buffer, &wgpu::Buffer) {
     match want {
-        Want::Argmax | Want::Sample => (&s.argmax, &s.argmax_readback[slot]),
+        Want::Argmax | Want::Sample(_) => (&s.argmax, &s.argmax_readback[slot]),
         _ => (&s.logits, &s.readback),
     }
 }
@@ -995,7 +1021,7 @@ fn read_output(
     let Some(bytes) = shape.output_bytes(want) else { return Ok(Output::Nothing) };
     let read = readback(device, output_buffers(s, want, slot).1, bytes, submission, wait)?;
     Ok(match want {
-        Want::Argmax | Want::Sample => Output::Pick(read[0]),
+        Want::Argmax | Want::Sample(_) => Output::Pick(read[0]),
         _ => Output::Logits(bytemuck::cast_slice(&read).to_vec()),
     })
 }

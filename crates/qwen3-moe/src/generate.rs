@@ -155,9 +155,9 @@ impl Generation<'_> {
         }
         self.emit_to(self.safe_end());
         if self.produced < self.opts.max_tokens {
-            // Plain greedy: the GPU's argmax (ties to the lower index, as the sampler's); top-k without
-            // penalties: the GPU's draw (as the sampler draws); with every expert resident either is
-            // queued ahead of the read (run-ahead). Else the logits, for the CPU sampler.
+            // Plain greedy: the GPU's argmax (ties to the lower index, as the sampler's); top-k up to 64:
+            // the GPU's draw, penalties included (as the sampler draws); with every expert resident either
+            // is queued ahead of the read (run-ahead). Else the logits, for the CPU sampler.
             let stepped = if self.opts.sampling.is_plain_greedy() {
                 self.engine.step_greedy(id).map(Next::Token)
             } else if self.opts.sampling.samples_on_gpu() && self.engine.samples_on_gpu() {

@@ -12,8 +12,8 @@
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
     AttentionShape, CombineOut, Dispatch, EXPERT_GEMM_TILED_GROUP, EXPERT_GROUPS_MAX_EXPERTS,
-    ExpertGroupsParams, ExpertPlanes, InputNorm, Kernels, KvCacheViews, MoeCombineNormParams, Q8Matrix,
-    QkvRopeStoreParams, SAMPLE_MAX_N, SampleStep, View, argmax_partial_len, combine_squares,
+    ExpertGroupsParams, ExpertPlanes, InputNorm, Kernels, KvCacheViews, MoeCombineNormParams, PENALTY_MAX_N,
+    Q8Matrix, QkvRopeStoreParams, SAMPLE_MAX_N, SampleStep, View, argmax_partial_len, combine_squares,
     expert_gemm_group_bound, q8_row_bytes, sample_partial_len,
 };
 
@@ -117,6 +117,8 @@ pub(crate) struct ScratchOf<B> {
     sample_partial: [B; 2],
     /// What the GPU sampler draws with ([`SampleStep`]), written before each sampled step.
     pub sample_step: B,
+    /// The tokens of the last [`PENALTY_MAX_N`] positions, at position % that (the penalties' window).
+    pub recent: B,
     /// The step's pick: the greedy or the sampled token.
     pub argmax: B,
     /// Where picks, guesses or logits are copied to be mapped.
@@ -195,6 +197,7 @@ impl<B> ScratchOf<B> {
             argmax_partial: b("argmax partial", argmax_partial_len(vocab.max(1), 1)),
             sample_partial: [(); 2].map(|()| b("sample partial", sample_partial_len(vocab.max(1)))),
             sample_step: alloc("sample step", size_of::<SampleStep>() as u64, Use::Storage),
+            recent: b("recent tokens", u64::from(PENALTY_MAX_N)),
             argmax: out("argmax", 1),
             readback: alloc("readback", 4 * readback_words, Use::Readback),
             argmax_readback: [(); 2].map(|()| alloc("argmax readback", 4, Use::Readback)),
@@ -228,6 +231,7 @@ impl<B> ScratchOf<B> {
             &self.logits,
             &self.argmax_partial,
             &self.sample_step,
+            &self.recent,
             &self.argmax,
             &self.readback,
         ]
@@ -303,6 +307,8 @@ pub(crate) struct Graph {
     /// The sampled pick into [`Scratch::argmax`] (drawing as [`Scratch::sample_step`] says); `None` for a
     /// vocabulary longer than the GPU sampler ranks.
     pub sample: Option<Dispatch>,
+    /// The penalties on the head's logits before a penalised draw (window in [`Scratch::recent`]).
+    pub penalties: Dispatch,
 }
 
 /// What a graph binds.
@@ -580,7 +586,9 @@ impl Graph {
                 k.sample_top_k(v(&s.logits), step, partial, v(&s.argmax), w.head.rows)
             })
             .transpose()?;
-        Ok(Graph { layers, head, argmax, sample, groups_on_gpu })
+        let ids = (v(&s.positions), v(&s.token_ids));
+        let penalties = k.apply_penalties(v(&s.sample_step), ids, v(&s.recent), v(&s.logits), w.head.rows)?;
+        Ok(Graph { layers, head, argmax, sample, penalties, groups_on_gpu })
     }
 }
 

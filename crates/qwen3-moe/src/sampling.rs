@@ -1,6 +1,7 @@
 //! Picking the next token from the model's logits, on the CPU: repetition and presence penalties, then greedy
-//! argmax or top-k → temperature → top-p → min-p → a draw from a seeded RNG. Pure Rust with no dependencies so
-//! a run is reproducible from its seed. Penalties follow llama.cpp's `llama_sampler_penalties_apply`.
+//! argmax or top-k → temperature → top-p → min-p → a draw from a seeded RNG. Pure Rust with no crate beyond
+//! the kernels' CPU references, so a run is reproducible from its seed. Penalties follow llama.cpp's
+//! `llama_sampler_penalties_apply` (`cpu::apply_penalties`).
 //!
 //! The pipeline works on a candidate list of `(id, logit)` pairs and never sorts the vocabulary: top-k keeps
 //! its candidates in one pass over the logits (a buffer of 2k cut back to the best k whenever it fills), and
@@ -13,14 +14,15 @@
 //!
 //! Every sampled token takes one uniform from the RNG, drawn or not. With top-k on, the candidates are
 //! walked in rank order (the highest logit first) and the uniform has 24 bits, as the GPU draws: with top-k
-//! up to [`SAMPLE_MAX_K`] and no penalty the GPU can draw instead ([`Sampler::gpu_step`],
+//! up to [`SAMPLE_MAX_K`] and a penalty window up to [`PENALTY_MAX_N`] the GPU can draw instead ([`Sampler::gpu_step`],
 //! [`Engine::step_sampled`](crate::Engine::step_sampled)), and a seed gives the same tokens either way (but
 //! where the GPU's f32 sums and exponentials and the CPU's f64 sums round a draw to either side of a
 //! boundary).
 
 use std::cmp::Ordering;
 
-pub use diskformer_kernels::{SAMPLE_MAX_K, SampleStep};
+use diskformer_kernels::cpu;
+pub use diskformer_kernels::{PENALTY_MAX_N, SAMPLE_MAX_K, SampleStep};
 
 /// How to pick the next token. The default is greedy decoding with every filter and penalty off.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -72,12 +74,17 @@ impl SamplingOptions {
     }
 
     /// Whether the GPU can draw with these options ([`Sampler::gpu_step`]): a temperature above 0, top-k
-    /// between 1 and [`SAMPLE_MAX_K`], no penalty (the GPU does not see the recent tokens).
+    /// between 1 and [`SAMPLE_MAX_K`], and a penalty window of at most [`PENALTY_MAX_N`] tokens (the GPU
+    /// keeps that many of the recent ones).
     pub fn samples_on_gpu(&self) -> bool {
         self.temperature > 0.0
             && (1..=SAMPLE_MAX_K as usize).contains(&self.top_k)
-            && self.repetition_penalty == 1.0
-            && self.presence_penalty == 0.0
+            && self.penalty_last_n <= PENALTY_MAX_N as usize
+    }
+
+    /// Whether the penalties do anything.
+    fn penalised(&self) -> bool {
+        self.penalty_last_n > 0 && (self.repetition_penalty != 1.0 || self.presence_penalty != 0.0)
     }
 
     /// Checks every field is in range, so a bad request is refused before decoding starts.
@@ -113,14 +120,13 @@ pub struct Sampler {
     rng: SplitMix64,
     logits: Vec<f32>,
     candidates: Vec<(u32, f32)>,
-    seen: Vec<u32>,
 }
 
 impl Sampler {
     /// A sampler for `opts`, which should have passed [`SamplingOptions::validate`].
     pub fn new(opts: SamplingOptions) -> Self {
         debug_assert!(opts.validate().is_ok(), "{:?}", opts.validate());
-        Self { opts, rng: SplitMix64(opts.seed), logits: vec![], candidates: vec![], seen: vec![] }
+        Self { opts, rng: SplitMix64(opts.seed), logits: vec![], candidates: vec![] }
     }
 
     /// Picks the next token from `logits` given the tokens generated so far (`recent`, oldest first; ids
@@ -131,22 +137,14 @@ impl Sampler {
     pub fn sample(&mut self, logits: &[f32], recent: &[u32]) -> u32 {
         assert!(!logits.is_empty(), "Sampler::sample: empty logits");
         let o = self.opts;
-        let penalised = o.repetition_penalty != 1.0 || o.presence_penalty != 0.0;
+        let penalised = o.penalised();
         if penalised {
             // One copy of the vocabulary (~600 KB) so penalties never touch the caller's logits.
             self.logits.clear();
             self.logits.extend_from_slice(logits);
-            self.seen.clear();
-            self.seen.extend_from_slice(&recent[recent.len().saturating_sub(o.penalty_last_n)..]);
-            self.seen.sort_unstable();
-            self.seen.dedup();
-            for &id in &self.seen {
-                if let Some(l) = self.logits.get_mut(id as usize) {
-                    let scaled =
-                        if *l <= 0.0 { *l * o.repetition_penalty } else { *l / o.repetition_penalty };
-                    *l = scaled - o.presence_penalty;
-                }
-            }
+            let window = &recent[recent.len().saturating_sub(o.penalty_last_n)..];
+            // The GPU's penalty kernel is tested against the same reference.
+            cpu::apply_penalties(&mut self.logits, window, o.repetition_penalty, o.presence_penalty);
         }
         let logits = if penalised { &self.logits[..] } else { logits };
         if o.temperature == 0.0 {
@@ -197,6 +195,9 @@ impl Sampler {
             top_p: o.top_p,
             min_p: o.min_p,
             u: self.rng.clone().next_f32(),
+            repetition_penalty: o.repetition_penalty,
+            presence_penalty: o.presence_penalty,
+            last_n: if o.penalised() { o.penalty_last_n as u32 } else { 0 },
         })
     }
 }
@@ -696,7 +697,7 @@ mod tests {
             for t in 0..40 {
                 let logits = random_logits(3000, o.seed * 100 + t);
                 let step = for_gpu.gpu_step().expect("options the GPU takes");
-                let want = diskformer_kernels::cpu::sample_top_k(&logits, &step);
+                let want = cpu::sample_top_k(&logits, &step);
                 assert_eq!(on_cpu.sample(&logits, &[]), want, "{o:?} token {t}");
             }
         }
@@ -712,21 +713,22 @@ mod tests {
         for seed in 0..400 {
             let o = SamplingOptions { temperature: 1.0, top_k: 3, ..opts(1.0, seed) };
             let step = Sampler::new(o).gpu_step().unwrap();
-            let want = diskformer_kernels::cpu::sample_top_k(&logits, &step);
+            let want = cpu::sample_top_k(&logits, &step);
             assert_eq!(Sampler::new(o).sample(&logits, &[]), want, "seed {seed}, u {}", step.u);
         }
     }
 
     #[test]
-    fn the_gpu_draws_only_without_penalties_and_with_a_small_top_k() {
+    fn the_gpu_draws_only_with_a_small_top_k_and_penalty_window() {
         let base = SamplingOptions { temperature: 0.6, top_k: 20, ..opts(0.6, 1) };
         assert!(base.samples_on_gpu());
+        let window = PENALTY_MAX_N as usize;
+        assert!(SamplingOptions { repetition_penalty: 1.1, penalty_last_n: window, ..base }.samples_on_gpu());
         for o in [
             SamplingOptions { temperature: 0.0, ..base },
             SamplingOptions { top_k: 0, ..base },
             SamplingOptions { top_k: SAMPLE_MAX_K as usize + 1, ..base },
-            SamplingOptions { repetition_penalty: 1.1, ..base },
-            SamplingOptions { presence_penalty: 0.5, ..base },
+            SamplingOptions { repetition_penalty: 1.1, penalty_last_n: window + 1, ..base },
         ] {
             assert!(!o.samples_on_gpu(), "{o:?}");
             // Nothing taken from the RNG: the CPU's draws are as if gpu_step was never called.
@@ -734,6 +736,35 @@ mod tests {
             assert_eq!(s.gpu_step(), None);
             let logits = random_logits(500, 3);
             assert_eq!(s.sample(&logits, &[]), Sampler::new(o).sample(&logits, &[]), "{o:?}");
+        }
+    }
+
+    #[test]
+    fn penalised_draws_are_the_gpu_samplers() {
+        // The GPU applies the penalties to the window (the last penalty_last_n tokens), then draws: the CPU
+        // sampler given the same recent tokens picks the same, token for token.
+        let o = SamplingOptions {
+            temperature: 0.9,
+            top_k: 30,
+            top_p: 0.9,
+            repetition_penalty: 1.4,
+            presence_penalty: 0.7,
+            penalty_last_n: 48,
+            ..opts(0.9, 21)
+        };
+        let (mut on_cpu, mut for_gpu) = (Sampler::new(o), Sampler::new(o));
+        let mut rng = SplitMix64(5);
+        for t in 0..40 {
+            let logits = random_logits(300, 500 + t);
+            // Recent tokens drawn from the likeliest ids, so that the penalties change the draw.
+            let recent: Vec<u32> = (0..90).map(|_| (rng.next_u64() % 40) as u32).collect();
+            let step = for_gpu.gpu_step().expect("options the GPU takes");
+            assert_eq!(step.last_n, 48);
+            let mut penalised = logits.clone();
+            let window = &recent[recent.len() - 48..];
+            cpu::apply_penalties(&mut penalised, window, 1.4, 0.7);
+            let want = cpu::sample_top_k(&penalised, &step);
+            assert_eq!(on_cpu.sample(&logits, &recent), want, "token {t}");
         }
     }
 }

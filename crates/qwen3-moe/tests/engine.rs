@@ -410,8 +410,25 @@ fn gpu_draws_are_the_cpu_samplers_run_ahead_waiting_or_streaming() {
     assert_eq!(sampled_chain(&mut ahead, &mut sa, 70, 6), sampled_chain(&mut waits, &mut sw, 70, 6));
     assert_eq!(ahead.cached_tokens(), waits.cached_tokens());
 
+    // With penalties the GPU keeps the window itself (the prompt's tokens and the draws): the tokens of the
+    // CPU sampler given the recent tokens, and not those without penalties.
+    let op = SamplingOptions { repetition_penalty: 1.6, presence_penalty: 0.8, penalty_last_n: 20, ..o };
+    by_logits.prefill(&PROMPT, true).unwrap();
+    let (mut cpu, mut next, mut recent) = (Sampler::new(op), 65, PROMPT.to_vec());
+    let mut want_p = Vec::new();
+    for _ in 0..16 {
+        recent.push(next);
+        next = cpu.sample(&by_logits.step(next).unwrap(), &recent);
+        want_p.push(next);
+    }
+    assert_ne!(want_p, want);
+    for e in [&mut ahead, &mut waits, &mut streams] {
+        e.prefill(&PROMPT, true).unwrap();
+        assert_eq!(sampled_chain(e, &mut Sampler::new(op), 65, 16), want_p);
+    }
+
     // Options the GPU cannot draw with are refused, naming the way that works.
-    let penalised = SamplingOptions { repetition_penalty: 1.1, ..o };
+    let penalised = SamplingOptions { repetition_penalty: 1.1, penalty_last_n: 1000, ..o };
     match ahead.step_sampled(1, &mut Sampler::new(penalised)) {
         Err(Error::BadOption { what, .. }) => assert!(what.contains("CPU sampler"), "{what}"),
         other => panic!("{other:?}"),

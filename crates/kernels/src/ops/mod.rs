@@ -4,6 +4,7 @@
 
 mod add;
 mod add_rms_norm;
+mod apply_penalties;
 mod argmax;
 mod attention;
 mod attention_combine;
@@ -30,6 +31,7 @@ mod sample_top_k;
 mod silu_mul;
 
 pub use add::AddParams;
+pub use apply_penalties::{ApplyPenaltiesParams, PENALTY_MAX_N};
 pub(crate) use argmax::ARGMAX_SLICE;
 pub use argmax::{ArgmaxParams, argmax_partial_len, argmax_slices};
 pub use attention::{AttentionParams, AttentionShape};

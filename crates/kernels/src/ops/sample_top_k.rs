@@ -32,8 +32,23 @@ pub struct SampleStep {
     pub min_p: f32,
     /// The draw's uniform in [0, 1).
     pub u: f32,
+    /// Divides a positive logit (multiplies a non-positive one) of each token in the window
+    /// ([`Kernels::apply_penalties`]); 1 turns it off.
+    pub repetition_penalty: f32,
+    /// Subtracted once from the logit of each distinct token in the window; 0 turns it off.
+    pub presence_penalty: f32,
+    /// The window: the step's input token and those before it, up to [`PENALTY_MAX_N`]; 0 turns penalties
+    /// off.
+    pub last_n: u32,
 }
-const _: () = assert!(size_of::<SampleStep>() == 20);
+const _: () = assert!(size_of::<SampleStep>() == 32);
+
+impl SampleStep {
+    /// Whether [`Kernels::apply_penalties`] has anything to do.
+    pub fn penalised(&self) -> bool {
+        self.last_n > 0 && (self.repetition_penalty != 1.0 || self.presence_penalty != 0.0)
+    }
+}
 
 /// Most candidates [`Kernels::sample_top_k`] keeps (top-k above it is sampled on the CPU).
 pub const SAMPLE_MAX_K: u32 = 64;

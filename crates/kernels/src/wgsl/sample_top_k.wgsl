@@ -31,6 +31,9 @@ struct Step {
     top_p: f32,
     min_p: f32,
     u: f32, // uniform in [0, 1)
+    repetition_penalty: f32, // the penalties (apply_penalties.wgsl), before this kernel
+    presence_penalty: f32,
+    last_n: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
