@@ -183,7 +183,9 @@ fn main() -> anyhow::Result<()> {
     // here (timed apart).
     let mut sampler = Sampler::new(sampling);
     let on_gpu = sampling.samples_on_gpu() && engine.samples_on_gpu() && !args.cpu_sampling;
-    let (mut generated, mut sample_s) = (vec![next], 0.0);
+    // The penalties' window on the CPU, as the GPU's: the prompt, then each token fed.
+    let (mut generated, mut sample_s) = (prompt.clone(), 0.0);
+    generated.push(next);
     let mut step = |engine: &mut Engine, id: u32, sample_s: &mut f64| -> anyhow::Result<u32> {
         if sampling.is_plain_greedy() {
             return Ok(engine.step_greedy(id)?);

@@ -59,6 +59,14 @@ fn check(kernel: Kernel, subgroups: bool) {
         kernel.params_size(),
         "{name}: WGSL Params and the Rust params struct differ in size"
     );
+    // The sampler's per-step struct, read by two kernels, mirrors SampleStep in both.
+    if matches!(kernel, Kernel::SampleTopK | Kernel::ApplyPenalties) {
+        assert_eq!(
+            layouter[bindings[1].2].size as usize,
+            size_of::<diskformer_kernels::SampleStep>(),
+            "{name}: WGSL Step and SampleStep differ in size"
+        );
+    }
     let writable: Vec<bool> = bindings[1..]
         .iter()
         .map(|(b, space, _)| match space {

@@ -576,7 +576,7 @@ impl Engine {
     }
 
     /// Runs one token and returns the next one drawn on the GPU as `sampler` draws
-    /// ([`Sampler::gpu_step`]: repetition and presence penalties over the recent tokens the GPU keeps, top-k,
+    /// ([`Sampler::gpu_step`]: repetition and presence penalties over the cached tokens and `id`, top-k,
     /// temperature, top-p, min-p; 4 bytes read back instead of the logits).
     /// With every expert resident and [`EngineOptions::run_ahead`], the step after it is already queued on
     /// the GPU, on this draw, when it returns, as [`Engine::step_greedy`] does. Each call takes one uniform
@@ -796,9 +796,9 @@ impl Engine {
         }
     }
 
-    /// Writes the cached tokens of the [`PENALTY_MAX_N`] positions before `position` into the ring of
-    /// recent tokens, for a penalised step the host submits itself (the step writes its own token there;
-    /// a step queued behind it finds the ring as that one left it).
+    /// Writes the cached tokens of the `PENALTY_MAX_N - 1` positions before `position` into the ring of
+    /// recent tokens, for a penalised step the host submits itself (the step writes its own token at
+    /// `position`; a step queued behind it finds the ring as that one left it).
     fn write_recent(&self, position: u32) {
         let ring = PENALTY_MAX_N as usize;
         let mut recent = vec![0u32; ring];

@@ -16,8 +16,8 @@
 //! walked in rank order (the highest logit first) and the uniform has 24 bits, as the GPU draws: with top-k
 //! up to [`SAMPLE_MAX_K`] and a penalty window up to [`PENALTY_MAX_N`] the GPU can draw instead ([`Sampler::gpu_step`],
 //! [`Engine::step_sampled`](crate::Engine::step_sampled)), and a seed gives the same tokens either way (but
-//! where the GPU's f32 sums and exponentials and the CPU's f64 sums round a draw to either side of a
-//! boundary).
+//! where the GPU's f32 sums, exponentials and penalty divisions, which may differ from the CPU's by an ulp
+//! or two, and the CPU's f64 sums round a draw to either side of a boundary).
 
 use std::cmp::Ordering;
 
@@ -79,7 +79,7 @@ impl SamplingOptions {
     pub fn samples_on_gpu(&self) -> bool {
         self.temperature > 0.0
             && (1..=SAMPLE_MAX_K as usize).contains(&self.top_k)
-            && self.penalty_last_n <= PENALTY_MAX_N as usize
+            && (!self.penalised() || self.penalty_last_n <= PENALTY_MAX_N as usize)
     }
 
     /// Whether the penalties do anything.
@@ -129,8 +129,10 @@ impl Sampler {
         Self { opts, rng: SplitMix64(opts.seed), logits: vec![], candidates: vec![] }
     }
 
-    /// Picks the next token from `logits` given the tokens generated so far (`recent`, oldest first; ids
-    /// outside the vocabulary are ignored). NaN logits are never picked.
+    /// Picks the next token from `logits` given the recent tokens the penalties look at (`recent`, oldest
+    /// first, ending with the token whose step gave `logits`; ids outside the vocabulary are ignored). The
+    /// GPU's draw penalises the sequence in the engine's cache (prompt included) and that token: pass the
+    /// same to draw the same tokens. NaN logits are never picked.
     ///
     /// # Panics
     /// If `logits` is empty.
@@ -724,6 +726,8 @@ mod tests {
         assert!(base.samples_on_gpu());
         let window = PENALTY_MAX_N as usize;
         assert!(SamplingOptions { repetition_penalty: 1.1, penalty_last_n: window, ..base }.samples_on_gpu());
+        // A long window with no penalty is no window.
+        assert!(SamplingOptions { penalty_last_n: window + 1, ..base }.samples_on_gpu());
         for o in [
             SamplingOptions { temperature: 0.0, ..base },
             SamplingOptions { top_k: 0, ..base },

@@ -427,6 +427,27 @@ fn gpu_draws_are_the_cpu_samplers_run_ahead_waiting_or_streaming() {
         assert_eq!(sampled_chain(e, &mut Sampler::new(op), 65, 16), want_p);
     }
 
+    // Past the ring's wrap (position 256) with the longest window, then a greedy step between penalised
+    // ones: run-ahead, waiting and the CPU sampler still agree.
+    let ow = SamplingOptions { penalty_last_n: 256, ..op };
+    by_logits.prefill(&PROMPT, true).unwrap();
+    let (mut cpu, mut next, mut recent) = (Sampler::new(ow), 65, PROMPT.to_vec());
+    let mut want_w = Vec::new();
+    for _ in 0..260 {
+        recent.push(next);
+        next = cpu.sample(&by_logits.step(next).unwrap(), &recent);
+        want_w.push(next);
+    }
+    let (mut sa, mut sw) = (Sampler::new(ow), Sampler::new(ow));
+    for (e, s) in [(&mut ahead, &mut sa), (&mut waits, &mut sw)] {
+        e.prefill(&PROMPT, true).unwrap();
+        assert_eq!(sampled_chain(e, s, 65, 260), want_w);
+    }
+    let last = *want_w.last().unwrap();
+    let g = ahead.step_greedy(last).unwrap();
+    assert_eq!(g, waits.step_greedy(last).unwrap());
+    assert_eq!(sampled_chain(&mut ahead, &mut sa, g, 5), sampled_chain(&mut waits, &mut sw, g, 5));
+
     // Options the GPU cannot draw with are refused, naming the way that works.
     let penalised = SamplingOptions { repetition_penalty: 1.1, penalty_last_n: 1000, ..o };
     match ahead.step_sampled(1, &mut Sampler::new(penalised)) {
