@@ -103,6 +103,7 @@ const ATTENTION_ROWS_SUBGROUP: &str = include_str!("wgsl/attention_rows_subgroup
 const ATTENTION_TILE_LOAD: &str = include_str!("wgsl/attention_tile_load.wgsl");
 const RMS_SCALE: &str = include_str!("wgsl/rms_scale.wgsl");
 const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
+const SAMPLE_STEP: &str = include_str!("wgsl/sample_step.wgsl");
 
 impl Kernel {
     /// All kernels.
@@ -309,7 +310,8 @@ impl Kernel {
     /// `expert_q8_rows.wgsl` or `expert_q4_rows.wgsl`, before them; `q8_tile.wgsl` and its weights' helper,
     /// Q8_0 or Q4_0, for the tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), the row helpers (plain or
     /// subgroup) for the split attention, `attention_tile_load.wgsl` for the chunk attention kernels,
-    /// `rms_scale.wgsl` for the norm kernels, `router_topk_core.wgsl` for the routers. `subgroups` is
+    /// `rms_scale.wgsl` for the norm kernels, `router_topk_core.wgsl` for the routers, `sample_step.wgsl`
+    /// (the per-step struct) for the sampler's two kernels. `subgroups` is
     /// ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
         let mut body = Cow::Borrowed(self.file());
@@ -357,6 +359,7 @@ impl Kernel {
             | Kernel::QkNormRope
             | Kernel::QkvRopeStore => &[RMS_SCALE],
             Kernel::RouterTopk | Kernel::RouterTopkSlots => &[ROUTER_TOPK_CORE],
+            Kernel::SampleTopK | Kernel::ApplyPenalties => &[SAMPLE_STEP],
             Kernel::Q8GemmTiled | Kernel::ExpertQ8GemmTiled => &[Q8_TILE, Q8_TILE_WEIGHTS, Q8_HELPERS],
             Kernel::ExpertQ4Gemm => &[Q8_TILE, Q4_TILE_WEIGHTS, Q8_HELPERS],
             Kernel::Q8GemmI8 | Kernel::ExpertQ8GemmI8 => &[Q8_TILE_I8, Q8_HELPERS],

@@ -18,7 +18,7 @@ pub struct SampleTopKParams {
 const _: () = assert!(size_of::<SampleTopKParams>() == 16);
 
 /// What a sampled step draws with, written by the host into the buffer [`Kernels::sample_top_k`] reads
-/// before each step that runs it (mirrored in the WGSL `Step`).
+/// before each step that runs it (mirrored in `sample_step.wgsl`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SampleStep {

@@ -13,19 +13,8 @@ struct Params {
     _pad1: u32,
 }
 
-struct Step {
-    k: u32,
-    temperature: f32,
-    top_p: f32,
-    min_p: f32,
-    u: f32,
-    repetition_penalty: f32,
-    presence_penalty: f32,
-    last_n: u32,
-}
-
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> step: Step;
+@group(0) @binding(1) var<storage, read> step: Step; // sample_step.wgsl
 @group(0) @binding(2) var<storage, read> positions: array<u32>;    // [1] the step's position
 @group(0) @binding(3) var<storage, read> token_ids: array<u32>;    // [1] the step's input token
 @group(0) @binding(4) var<storage, read_write> recent: array<u32>; // [ring] token at position % ring

@@ -24,20 +24,8 @@ struct Params {
     _pad: u32,
 }
 
-// What the host writes before each sampled step.
-struct Step {
-    k: u32, // 1..=KMAX
-    temperature: f32,
-    top_p: f32,
-    min_p: f32,
-    u: f32, // uniform in [0, 1)
-    repetition_penalty: f32, // the penalties (apply_penalties.wgsl), before this kernel
-    presence_penalty: f32,
-    last_n: u32,
-}
-
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> step: Step;
+@group(0) @binding(1) var<storage, read> step: Step; // sample_step.wgsl
 @group(0) @binding(2) var<storage, read> src: array<u32>;       // [n] f32 bits, or [n * k] (key, index)
 @group(0) @binding(3) var<storage, read_write> dst: array<u32>; // [groups * k] (key, index), or [1] the pick
 
@@ -49,8 +37,7 @@ const KMAX: u32 = 64u;
 const NEG_INF_KEY: u32 = 0x007fffffu;
 const POS_INF_KEY: u32 = 0xff800000u;
 
-var<workgroup> tile: array<vec2<u32>, TILE>; // (key, index)
-var<workgroup> top: array<vec2<u32>, KMAX>; // the tile's k best, best first
+var<workgroup> tile: array<vec2<u32>, TILE>; // (key, index); sorted, the k best first
 
 fn key_of(bits: u32) -> u32 {
     return select(bits | 0x80000000u, ~bits, (bits & 0x80000000u) != 0u);
@@ -82,8 +69,8 @@ fn candidate(at: u32, count: u32) -> vec2<u32> {
 }
 
 // The tile's sort: the lanes' candidates into `tile`, sorted over the next power of two of what it holds
-// (`held`, at least 2), the k best into `top`.
-fn tile_top(li: u32, k: u32, c: array<vec2<u32>, PER_LANE>, held: u32) {
+// (`held`, at least 2), best first.
+fn sort_tile(li: u32, c: array<vec2<u32>, PER_LANE>, held: u32) {
     for (var j = 0u; j < PER_LANE; j++) {
         tile[li + j * WG] = c[j];
     }
@@ -106,10 +93,6 @@ fn tile_top(li: u32, k: u32, c: array<vec2<u32>, PER_LANE>, held: u32) {
             workgroupBarrier();
         }
     }
-    if (li < k) {
-        top[li] = tile[li];
-    }
-    workgroupBarrier();
 }
 
 @compute @workgroup_size(128)
@@ -123,12 +106,12 @@ fn sample_top_k(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id)
     for (var j = 0u; j < PER_LANE; j++) {
         c[j] = candidate(begin + li + j * WG, count);
     }
-    tile_top(li, k, c, held);
+    sort_tile(li, c, held);
     if (p.last == 0u) {
         if (li < k) {
             let at = 2u * (wg.x * k + li);
-            dst[at] = top[li].x;
-            dst[at + 1u] = top[li].y;
+            dst[at] = tile[li].x;
+            dst[at + 1u] = tile[li].y;
         }
         return;
     }
@@ -137,27 +120,27 @@ fn sample_top_k(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id)
     }
 }
 
-// Lane 0 of the last level: the pick from the k best in `top`.
+// Lane 0 of the last level: the pick from the k best, first in the sorted `tile`.
 fn draw(k: u32) -> u32 {
     var n = 0u;
-    while (n < k && top[n].y != NONE) {
+    while (n < k && tile[n].y != NONE) {
         n++;
     }
     if (n == 0u) {
         return 0u;
     }
-    if (n == 1u || top[0].x == POS_INF_KEY || top[0].x == NEG_INF_KEY) {
-        return top[0].y;
+    if (n == 1u || tile[0].x == POS_INF_KEY || tile[0].x == NEG_INF_KEY) {
+        return tile[0].y;
     }
-    let l0 = value_of(top[0].x);
+    let l0 = value_of(tile[0].x);
     var w: array<f32, KMAX>;
     var total = 0.0;
     for (var r = 0u; r < n; r++) {
-        var wr = exp((value_of(top[r].x) - l0) / step.temperature);
+        var wr = exp((value_of(tile[r].x) - l0) / step.temperature);
         if (r == 0u) {
             wr = 1.0; // exactly, as exp(0) on the CPU
         }
-        if (top[r].x == NEG_INF_KEY) {
+        if (tile[r].x == NEG_INF_KEY) {
             wr = 0.0; // from its key: no reliance on inf arithmetic
         }
         w[r] = wr;
@@ -196,9 +179,9 @@ fn draw(k: u32) -> u32 {
             last = r;
         }
         if (x < mass) {
-            return top[r].y;
+            return tile[r].y;
         }
     }
     // Only reached when rounding puts x at the kept total: the last candidate with any weight.
-    return top[last].y;
+    return tile[last].y;
 }
