@@ -182,7 +182,7 @@ fn main() -> anyhow::Result<()> {
     // Greedy steps and top-k draws pick on the GPU; other sampled ones read the logits back and sample
     // here (timed apart).
     let mut sampler = Sampler::new(sampling);
-    let on_gpu = sampling.samples_on_gpu() && engine.samples_on_gpu() && !args.cpu_sampling;
+    let on_gpu = engine.samples_on_gpu(&sampling) && !args.cpu_sampling;
     // The penalties' window on the CPU, as the GPU's: the prompt, then each token fed.
     let (mut generated, mut sample_s) = (prompt.clone(), 0.0);
     generated.push(next);

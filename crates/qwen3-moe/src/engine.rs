@@ -15,15 +15,14 @@ use diskformer_expert_stream::{
     Stats as PoolStats, UploadMethod,
 };
 use diskformer_kernels::{
-    Context, EXPERT_GEMM_TILED_GROUP, Kernels, PENALTY_MAX_N, SAMPLE_MAX_N, SampleStep, cpu,
-    expert_gemm_groups,
+    Context, EXPERT_GEMM_TILED_GROUP, Kernels, PENALTY_MAX_N, SampleStep, cpu, expert_gemm_groups,
 };
 use diskformer_store::{IngestOptions, ReaderProbe, Store};
 
 use crate::graph::{Bindings, Graph, KvCache, Scratch, gemm_groups_len};
 use crate::stats::{EngineStats, GpuBytes};
 use crate::weights::Weights;
-use crate::{Config, Error, Result, Sampler};
+use crate::{Config, Error, Result, Sampler, SamplingOptions};
 
 /// How to load and run a model. Build with [`EngineOptions::default`] and adjust the fields.
 #[derive(Clone, Debug)]
@@ -584,16 +583,15 @@ impl Engine {
     /// run-ahead or without, resident or streaming, whatever the caller runs between.
     ///
     /// # Errors
-    /// [`Error::BadOption`] when the sampler's options need the CPU
-    /// ([`SamplingOptions::samples_on_gpu`](crate::SamplingOptions::samples_on_gpu)) or the vocabulary is
-    /// too long for the GPU sampler; else as [`Engine::prefill`].
+    /// [`Error::BadOption`] where [`Engine::samples_on_gpu`] says no; else as [`Engine::prefill`].
     pub fn step_sampled(&mut self, id: u32, sampler: &mut Sampler) -> Result<u32> {
-        let refuse = |what: String| Err(Error::BadOption { option: "sampling", what });
-        if !sampler.options().samples_on_gpu() {
-            return refuse(format!("{:?} needs the CPU sampler (Engine::step)", sampler.options()));
-        }
-        if !self.samples_on_gpu() {
-            return refuse(format!("a vocabulary of {} is too long for the GPU sampler", self.vocab));
+        if !self.samples_on_gpu(sampler.options()) {
+            let what = format!(
+                "{:?} with a {}-token vocabulary needs the CPU sampler (Engine::step)",
+                sampler.options(),
+                self.vocab
+            );
+            return Err(Error::BadOption { option: "sampling", what });
         }
         // Checked before a uniform is taken, so that a refused step leaves the sampler as it was.
         self.check(&[id])?;
@@ -611,10 +609,10 @@ impl Engine {
         }
     }
 
-    /// Whether [`Engine::step_sampled`] can draw on this model's GPU (its vocabulary is at most
-    /// [`SAMPLE_MAX_N`] tokens).
-    pub fn samples_on_gpu(&self) -> bool {
-        self.vocab <= SAMPLE_MAX_N
+    /// Whether [`Engine::step_sampled`] can draw with `opts` on this model: the options allow it
+    /// ([`SamplingOptions::samples_on_gpu`]) and the vocabulary is short enough for the GPU sampler.
+    pub fn samples_on_gpu(&self, opts: &SamplingOptions) -> bool {
+        opts.samples_on_gpu() && self.graphs.get(&1).is_some_and(|g| g.sample.is_some())
     }
 
     /// Whether a one-token step at `position` that picks on the GPU queues the next step behind it.
@@ -695,10 +693,10 @@ impl Engine {
         }
         let start = self.cached.len() as u32;
         self.write_positions(start, t);
-        self.write_draw(want, self.draw);
+        self.write_sampling(want, start);
         if want == Want::Sample(true) {
+            // The penalties read the step's token from token_ids (resident steps write it anyway).
             self.ctx.queue.write_buffer(&self.scratch.token_ids, 0, bytemuck::bytes_of(&ids[0]));
-            self.write_recent(start);
         }
         let queue = self.ctx.queue.clone();
         queue.write_buffer(&self.scratch.x, 0, bytemuck::cast_slice(&self.weights.embedding.rows(ids)));
@@ -796,6 +794,15 @@ impl Engine {
         }
     }
 
+    /// What a sampled step the host submits itself at `position` reads besides its token: its draw and,
+    /// penalised, the recent tokens (nothing for other steps).
+    fn write_sampling(&self, want: Want, position: u32) {
+        self.write_draw(want, self.draw);
+        if want == Want::Sample(true) {
+            self.write_recent(position);
+        }
+    }
+
     /// Writes the cached tokens of the `PENALTY_MAX_N - 1` positions before `position` into the ring of
     /// recent tokens, for a penalised step the host submits itself (the step writes its own token at
     /// `position`; a step queued behind it finds the ring as that one left it).
@@ -835,7 +842,7 @@ impl Engine {
                     && q.token == Some(id)
                     && want.picks()
                     && q.want == want
-                    && (!matches!(want, Want::Sample(_)) || q.draw == self.draw) =>
+                    && q.draw == self.draw =>
             {
                 (q.slot, q.submission)
             }
@@ -844,10 +851,7 @@ impl Engine {
             _ => {
                 queue.write_buffer(&self.scratch.token_ids, 0, bytemuck::bytes_of(&id));
                 self.write_positions(position, 1);
-                self.write_draw(want, self.draw);
-                if want == Want::Sample(true) {
-                    self.write_recent(position);
-                }
+                self.write_sampling(want, position);
                 let commands = self.resident_commands(want, 0);
                 (0, timed(&mut self.stats.submit_time, || queue.submit([commands])))
             }

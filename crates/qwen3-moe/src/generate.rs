@@ -160,7 +160,7 @@ impl Generation<'_> {
             // is queued ahead of the read (run-ahead). Else the logits, for the CPU sampler.
             let stepped = if self.opts.sampling.is_plain_greedy() {
                 self.engine.step_greedy(id).map(Next::Token)
-            } else if self.opts.sampling.samples_on_gpu() && self.engine.samples_on_gpu() {
+            } else if self.engine.samples_on_gpu(&self.opts.sampling) {
                 self.engine.step_sampled(id, &mut self.sampler).map(Next::Token)
             } else {
                 self.engine.step(id).map(Next::Logits)

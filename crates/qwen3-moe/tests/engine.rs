@@ -368,6 +368,20 @@ fn sampled_chain(e: &mut Engine, s: &mut Sampler, first: u32, n: usize) -> Vec<u
     picks
 }
 
+/// `n` tokens after PROMPT and 65 drawn by the CPU sampler from each step's logits, its recent tokens the
+/// whole sequence (as the GPU's penalty window).
+fn cpu_chain(e: &mut Engine, o: SamplingOptions, n: usize) -> Vec<u32> {
+    e.prefill(&PROMPT, true).unwrap();
+    let (mut s, mut next, mut recent) = (Sampler::new(o), 65, PROMPT.to_vec());
+    let mut picks = Vec::with_capacity(n);
+    for _ in 0..n {
+        recent.push(next);
+        next = s.sample(&e.step(next).unwrap(), &recent);
+        picks.push(next);
+    }
+    picks
+}
+
 #[test]
 fn gpu_draws_are_the_cpu_samplers_run_ahead_waiting_or_streaming() {
     // step_sampled draws on the GPU with the sampler's uniforms, one a position: the tokens the CPU
@@ -377,18 +391,13 @@ fn gpu_draws_are_the_cpu_samplers_run_ahead_waiting_or_streaming() {
     let o =
         SamplingOptions { temperature: 1.3, top_k: 40, top_p: 0.9, seed: 5, ..SamplingOptions::default() };
     let mut by_logits = open(&m, |_| {});
-    by_logits.prefill(&PROMPT, true).unwrap();
-    let (mut cpu, mut next, mut want) = (Sampler::new(o), 65, Vec::new());
-    for _ in 0..16 {
-        next = cpu.sample(&by_logits.step(next).unwrap(), &[]);
-        want.push(next);
-    }
+    let want = cpu_chain(&mut by_logits, o, 16);
     let mut ahead = open(&m, |_| {});
     let mut waits = open(&m, |o| o.run_ahead = false);
     let mut streams = open(&m, |o| o.pool_slots = Some(5));
     let (mut sa, mut sw, mut ss) = (Sampler::new(o), Sampler::new(o), Sampler::new(o));
     for (e, s) in [(&mut ahead, &mut sa), (&mut waits, &mut sw), (&mut streams, &mut ss)] {
-        assert!(e.samples_on_gpu());
+        assert!(e.samples_on_gpu(&o));
         e.prefill(&PROMPT, true).unwrap();
         assert_eq!(sampled_chain(e, s, 65, 16), want);
     }
@@ -413,14 +422,7 @@ fn gpu_draws_are_the_cpu_samplers_run_ahead_waiting_or_streaming() {
     // With penalties the GPU keeps the window itself (the prompt's tokens and the draws): the tokens of the
     // CPU sampler given the recent tokens, and not those without penalties.
     let op = SamplingOptions { repetition_penalty: 1.6, presence_penalty: 0.8, penalty_last_n: 20, ..o };
-    by_logits.prefill(&PROMPT, true).unwrap();
-    let (mut cpu, mut next, mut recent) = (Sampler::new(op), 65, PROMPT.to_vec());
-    let mut want_p = Vec::new();
-    for _ in 0..16 {
-        recent.push(next);
-        next = cpu.sample(&by_logits.step(next).unwrap(), &recent);
-        want_p.push(next);
-    }
+    let want_p = cpu_chain(&mut by_logits, op, 16);
     assert_ne!(want_p, want);
     for e in [&mut ahead, &mut waits, &mut streams] {
         e.prefill(&PROMPT, true).unwrap();
@@ -430,14 +432,7 @@ fn gpu_draws_are_the_cpu_samplers_run_ahead_waiting_or_streaming() {
     // Past the ring's wrap (position 256) with the longest window, then a greedy step between penalised
     // ones: run-ahead, waiting and the CPU sampler still agree.
     let ow = SamplingOptions { penalty_last_n: 256, ..op };
-    by_logits.prefill(&PROMPT, true).unwrap();
-    let (mut cpu, mut next, mut recent) = (Sampler::new(ow), 65, PROMPT.to_vec());
-    let mut want_w = Vec::new();
-    for _ in 0..260 {
-        recent.push(next);
-        next = cpu.sample(&by_logits.step(next).unwrap(), &recent);
-        want_w.push(next);
-    }
+    let want_w = cpu_chain(&mut by_logits, ow, 260);
     let (mut sa, mut sw) = (Sampler::new(ow), Sampler::new(ow));
     for (e, s) in [(&mut ahead, &mut sa), (&mut waits, &mut sw)] {
         e.prefill(&PROMPT, true).unwrap();
