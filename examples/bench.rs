@@ -74,6 +74,10 @@ struct Args {
     /// Chunks multiply by Q8_0-quantised activations with int8 dot products (EngineOptions::int8_prefill).
     #[arg(long)]
     int8_prefill: bool,
+    /// While experts stream, layers a one-token step queues past the last one checked (with prefetch off;
+    /// 0 reads each layer's picks back first; default: the engine's, EngineOptions::route_ahead).
+    #[arg(long)]
+    route_ahead: Option<u32>,
     /// How records reach the pool: ring (mapped staging, read into directly) or write (queue.write_buffer).
     #[arg(long, default_value = "ring")]
     upload: String,
@@ -150,6 +154,7 @@ fn main() -> anyhow::Result<()> {
     opts.gpu_routing = !args.no_gpu_routing;
     opts.run_ahead = !args.no_run_ahead;
     opts.int8_prefill = args.int8_prefill;
+    opts.route_ahead = args.route_ahead.unwrap_or(opts.route_ahead);
     opts.read_split = args.read_split.unwrap_or(opts.read_split);
     opts.readers = args.readers.or(opts.readers);
     opts.upload = match args.upload.as_str() {
@@ -262,6 +267,9 @@ fn main() -> anyhow::Result<()> {
     // Beside the rest: more fields would pass json!'s recursion limit.
     out["reader_probe_gb_s"] = serde_json::json!(reader_probe);
     out["int8_prefill"] = args.int8_prefill.into();
+    out["route_ahead"] = serde_json::json!({
+        "layers": engine.route_ahead(), "stood": d.layers_routed_ahead, "rerun": d.layers_rerun,
+    });
     // The engine's decode_tok_s counts its own steps; sampling on the CPU lies between them.
     out["sampling"] = serde_json::json!({
         "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,

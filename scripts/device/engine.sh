@@ -7,7 +7,7 @@
 # BENCHMARKS.md instead of the earlier one; RESIDENT_ONLY=1 only the resident row; BRACKET=1 cold 4 GB rows each
 # between two same-kind disk reads; STREAM=1 the 4 GB rows with records read in pieces (--read-split) and
 # upload-bench's miss latency; LOOKAHEAD=1 the 4 GB prefetch rows; PREFILL=1 the 4 GB rows after a 512-token
-# prompt; KERNELS=1 the resident and 4 GB rows after a 512-token prompt with .device/bench and each
+# prompt; ROUTE=1 route-ahead against per-layer readbacks (warm 16/8/4 GB and cold 4 GB rows); KERNELS=1 the resident and 4 GB rows after a 512-token prompt with .device/bench and each
 # .device/bench-NAME built from a variant, and with CLOCKS=1 4 GB rows warm and cold with the GPU's clocks sampled
 # (nvidia-smi, read only) into $OUT/clocks-LABEL.csv; COLD=1 the disk's rate for records read in pieces
 # (record-read --pieces), a lone miss's read and upload (upload-bench), and the 4 GB cold rows over readers and
@@ -92,6 +92,24 @@ for r in ${BRACKET_READERS:-p 1 p 1}; do
     readers=(--readers "$r"); [ "$r" = p ] && readers=()
     # shellcheck disable=SC2086
     DECODE=32 run b4g-off-direct-r$r${BRACKET_LABEL:-} cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 "${readers[@]}" ${BRACKET_ARGS:-}
+done
+sync; echo 3 > /proc/sys/vm/drop_caches
+$D/record-read $S --threads 1 --pieces 1 --records 384 | tee -a "$OUT/disk.txt"
+elif [ -n "${ROUTE:-}" ]; then
+# Route-ahead (EngineOptions::route_ahead) against reading each layer's picks back first (0): the page-cache
+# rows at 16, 8 and 4 GB alternating over ROUTE_ROUNDS rounds, other windows at 8 GB, then cold 4 GB rows
+# alternating, each between two disk reads of the same kind (as BRACKET=1).
+run resident warm --budget 100g --prompt-tokens 16
+for round in $(seq ${ROUTE_ROUNDS:-2}); do
+    for ra in 0 4; do
+        for b in 16 8 4; do run b${b}g-off-ra$ra-r$round warm --budget ${b}g --no-prefetch --prompt-tokens 16 --route-ahead $ra; done
+    done
+done
+for ra in ${ROUTE_WINDOWS:-1 2 8}; do run b8g-off-ra$ra warm --budget 8g --no-prefetch --prompt-tokens 16 --route-ahead $ra; done
+for ra in ${ROUTE_COLD:-0 4 0 4}; do
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    $D/record-read $S --threads 1 --pieces 1 --records 384 | tee -a "$OUT/disk.txt"
+    DECODE=32 run b4g-off-direct-r1-ra$ra cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 --readers 1 --route-ahead $ra
 done
 sync; echo 3 > /proc/sys/vm/drop_caches
 $D/record-read $S --threads 1 --pieces 1 --records 384 | tee -a "$OUT/disk.txt"
@@ -195,7 +213,7 @@ fi
 
 python3 - "$OUT/bench.jsonl" <<'PY' 2>/dev/null || cat "$OUT/bench.jsonl"
 import json, sys
-print(f"{'run':22} {'cache':5} {'slots':>5} {'dec tok/s':>9} {'pre tok/s':>9} {'hit':>6} {'MB/tok':>7} {'stall ms':>8} {'gpuwait':>7} {'host ms':>7} {'rec ms':>6} {'sub ms':>6} {'ld/tok':>6} {'rd/ld':>6} {'up/ld':>6} {'GPU GB':>6} {'rdrs':>4}")
+print(f"{'run':22} {'cache':5} {'slots':>5} {'dec tok/s':>9} {'pre tok/s':>9} {'hit':>6} {'MB/tok':>7} {'stall ms':>8} {'gpuwait':>7} {'host ms':>7} {'rec ms':>6} {'sub ms':>6} {'ld/tok':>6} {'rd/ld':>6} {'up/ld':>6} {'GPU GB':>6} {'rdrs':>4} {'ra':>3} {'rerun/tok':>9}")
 for l in open(sys.argv[1]):
     d = json.loads(l); r = d["run"]
     if r is None:
@@ -204,7 +222,8 @@ for l in open(sys.argv[1]):
     print(f"{d['label']:22} {d['cache']:5} {r['pool_slots']:5} {r['decode_tok_s']:9.2f} {r['prefill_tok_s']:9.1f} {hit:>6} "
           f"{r['bytes_read_per_token']/1e6:7.1f} {r['stall_ms_per_token']:8.2f} {r['gpu_wait_ms_per_token']:7.2f} {r['host_ms_per_token']:7.2f} "
           f"{r.get('record_ms_per_token', 0):6.2f} {r.get('submit_ms_per_token', 0):6.2f} "
-          f"{r.get('loads_per_token', 0):6.1f} {r.get('read_ms_per_load', 0):6.2f} {r.get('upload_ms_per_load', 0):6.2f} {r['gpu_bytes']['total']/1e9:6.2f} {r.get('readers', 0):4}")
+          f"{r.get('loads_per_token', 0):6.1f} {r.get('read_ms_per_load', 0):6.2f} {r.get('upload_ms_per_load', 0):6.2f} {r['gpu_bytes']['total']/1e9:6.2f} {r.get('readers', 0):4} "
+          f"{r.get('route_ahead', {}).get('layers', 0):3} {r.get('route_ahead', {}).get('rerun', 0) / max(r.get('decode_tokens', 1), 1):9.2f}")
     if r.get("reader_probe_gb_s"):
         print(f"{'':22} disk probe (threads, GB/s): " + ", ".join(f"{t}: {g:.2f}" for t, g in r["reader_probe_gb_s"]))
 PY

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use diskformer_bpe::Tokenizer;
 use diskformer_expert_stream::{
-    EvictionPolicy, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, PoolConfig, StagingRing,
+    EvictionPolicy, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, PoolConfig, SlotView, StagingRing,
     Stats as PoolStats, UploadMethod,
 };
 use diskformer_kernels::{
@@ -19,7 +19,7 @@ use diskformer_kernels::{
 };
 use diskformer_store::{IngestOptions, ReaderProbe, Store};
 
-use crate::graph::{Bindings, Graph, KvCache, Scratch, gemm_groups_len};
+use crate::graph::{Bindings, Graph, KvCache, Scratch, fused_decode, gemm_groups_len};
 use crate::stats::{EngineStats, GpuBytes};
 use crate::weights::Weights;
 use crate::{Config, Error, Result, Sampler, SamplingOptions};
@@ -80,6 +80,14 @@ pub struct EngineOptions {
     /// from it (default off: the f32 chunks match llama.cpp's F32 twins to 2e-3, as one-token steps do).
     /// Q4_0 experts keep f32.
     pub int8_prefill: bool,
+    /// While experts stream, a one-token step queues up to this many layers past the last one whose picks
+    /// the host has checked (default 4; 0 reads each layer's picks back before its experts run). The GPU
+    /// turns the picks into slots through a table of what the pool holds; a layer that needs an expert the
+    /// pool lacks runs again from its router once the expert is loaded, and the layers queued after it
+    /// with it. Layers whose experts are all resident then cost no round trip to the host. Applies with
+    /// prefetch off (`lookahead` 0: a guess loaded meanwhile could replace an expert a queued layer reads)
+    /// and the fused decode layer (top-k ≤ 64, expert FFN a multiple of 16).
+    pub route_ahead: u32,
 }
 
 impl Default for EngineOptions {
@@ -99,6 +107,7 @@ impl Default for EngineOptions {
             gpu_routing: true,
             run_ahead: true,
             int8_prefill: false,
+            route_ahead: 4,
         }
     }
 }
@@ -176,6 +185,11 @@ pub struct Engine {
     /// `[layers · experts]` pool slots when every expert is resident and routing stays on the GPU (on the
     /// device for one-token steps, on the host for chunks).
     resident_table: Option<(wgpu::Buffer, Vec<u32>)>,
+    /// With route-ahead: the `[layers · experts]` slots of what the pool holds ([`ABSENT`] for the rest),
+    /// on the device and as last written.
+    route_table: Option<(wgpu::Buffer, Vec<u32>)>,
+    /// [`EngineOptions::route_ahead`] where it applies, else 0.
+    route_ahead: u32,
     lookahead: u32,
     max_batch: u32,
     /// What the disk probe measured, when it chose the readers.
@@ -304,6 +318,7 @@ impl Engine {
         let top_k = config.expert_used_count;
         let all = (config.block_count * config.expert_count) as usize;
         let mut lookahead = if opts.prefetch { opts.lookahead.min(config.block_count - 1) } else { 0 };
+        let mut route_ahead = if lookahead == 0 && fused_decode(&config) { opts.route_ahead } else { 0 };
         let vocab = store.layout().dense_tensor("token_embd.weight").map_or(0, |t| t.dims[1] as u32);
 
         // Size everything but the pool, then the pool from what the budget leaves.
@@ -325,7 +340,8 @@ impl Engine {
         // The pool from what the budget leaves; while experts stream a chunk is at most slots / top-k
         // tokens, so the scratch is sized again for that chunk and the pool once more.
         let slots_for_dense = |batch: u32, lookahead: u32, dense: u64| -> Result<usize> {
-            let scratch = Scratch::estimate(&config, vocab, ctx_len, batch, lookahead) + staging;
+            let scratch =
+                Scratch::estimate(&config, vocab, ctx_len, batch, lookahead, route_ahead > 0) + staging;
             let budget = GpuBudget { budget: opts.gpu_budget, dense, kv_cache: kv_bytes, scratch };
             Ok(budget.expert_slots(experts.record_bytes, top_k)?.min(all))
         };
@@ -355,6 +371,7 @@ impl Engine {
             && (opts.pool_slots.is_some() || slots_for_dense(sized_batch, 0, with_embedding)? == all);
         if resident {
             lookahead = 0;
+            route_ahead = 0;
         }
         let pool_bound = if resident { u32::MAX } else { (slots / top_k as usize) as u32 };
         let max_batch = sized_batch.min(pool_bound).min(ctx_len).max(1);
@@ -370,7 +387,7 @@ impl Engine {
             });
         }
         let kv = KvCache::new(&device, &config, ctx_len);
-        let scratch = Scratch::new(&device, &config, vocab, ctx_len, max_batch, lookahead);
+        let scratch = Scratch::new(&device, &config, vocab, ctx_len, max_batch, lookahead, route_ahead > 0);
         let gpu_pool = GpuPool::new(&ctx, &experts, slots)?;
         let backend =
             GpuBackend::new(gpu_pool, reader)?.with_method(opts.upload).with_read_split(opts.read_split);
@@ -400,6 +417,13 @@ impl Engine {
         } else {
             None
         };
+        let route_table = (route_ahead > 0).then(|| {
+            let len = (config.block_count * config.expert_count) as usize;
+            let buffer =
+                crate::weights::storage(&device, "route table", 4 * len as u64, wgpu::BufferUsages::empty());
+            // Written before each step from the pool (`sync_route_table`).
+            (buffer, Vec::new())
+        });
         let kernels = Kernels::new(&ctx);
         let mut engine = Engine {
             config,
@@ -413,6 +437,8 @@ impl Engine {
             pool,
             graphs: HashMap::new(),
             resident_table,
+            route_table,
+            route_ahead,
             lookahead,
             max_batch,
             reader_probe,
@@ -480,6 +506,13 @@ impl Engine {
     /// Whether every expert is resident and routing stays on the GPU (no per-layer readback).
     pub fn routes_on_gpu(&self) -> bool {
         self.resident_table.is_some()
+    }
+
+    /// Layers a one-token step queues past the last one the host checked while experts stream:
+    /// [`EngineOptions::route_ahead`] where it applies (streaming, prefetch off, the fused decode layer),
+    /// else 0.
+    pub fn route_ahead(&self) -> u32 {
+        self.route_ahead
     }
 
     /// Most tokens one prefill chunk runs.
@@ -651,7 +684,9 @@ impl Engine {
                 scratch: &self.scratch,
                 pool: self.pool.backend().pool(),
                 lookahead: if t == 1 { self.lookahead } else { 0 },
-                resident_table: self.resident_table.as_ref().map(|(b, _)| b),
+                resident_table: (self.resident_table.as_ref())
+                    .or(self.route_table.as_ref().filter(|_| t == 1))
+                    .map(|(b, _)| b),
                 resident_slots: self.resident_table.as_ref().map(|(_, t)| t.as_slice()),
                 q4_experts: self.q4_experts,
                 int8_prefill: self.int8_prefill,
@@ -701,6 +736,9 @@ impl Engine {
         let queue = self.ctx.queue.clone();
         queue.write_buffer(&self.scratch.x, 0, bytemuck::cast_slice(&self.weights.embedding.rows(ids)));
         self.graph(t)?;
+        if t == 1 && self.route_ahead > 0 {
+            return self.route_ahead_step(want);
+        }
         let graph = &self.graphs[&t];
         let (k, layers) = (self.config.expert_used_count as usize, self.config.block_count);
         let lookahead = if t == 1 { self.lookahead } else { 0 };
@@ -785,6 +823,90 @@ impl Engine {
             self.pool.release(p);
         }
         Ok(out)
+    }
+
+    /// A one-token step while experts stream, with up to [`EngineOptions::route_ahead`] layers queued past
+    /// the last one the host has checked. Each layer is its own submission: its attention and router (the
+    /// picks turned into slots through the route table), a copy of the residual stream the router read,
+    /// its picks and slots copied out, then its experts. The host checks the layers in order: a layer whose
+    /// slots are those `ensure` pins stands, and one more is queued; otherwise `ensure` loaded what it
+    /// lacked, and the layer runs again from its router on its saved residual stream through the updated
+    /// table, with the layers after it queued again (what ran of them read a wrong state; every write they
+    /// made is made again, the keys and values at this position included).
+    fn route_ahead_step(&mut self, want: Want) -> Result<Output> {
+        let layers = self.graphs[&1].layers.len();
+        let k = self.config.expert_used_count as usize;
+        let window = self.route_ahead as usize;
+        self.sync_route_table();
+        // The submission that last copied each unit's picks out (unit `layers`: the head's output).
+        let mut copied = vec![None; layers + 1];
+        let mut next = self.queue_routed(0, window, want, false, &mut copied);
+        for l in 0..layers {
+            let rb = &self.scratch.route_readback[l];
+            let read =
+                readback(&self.ctx.device, rb, 8 * k as u64, copied[l].clone(), &mut self.stats.gpu_wait)?;
+            let (picks, found) = read.split_at(k);
+            let started = Instant::now();
+            let pinned = self.pool.ensure(l as u32, picks);
+            self.stats.ensure_time += started.elapsed();
+            let pinned = pinned?;
+            if pinned.slots().iter().map(|s| s.0).eq(found.iter().copied()) {
+                self.stats.layers_routed_ahead += 1;
+            } else {
+                self.sync_route_table();
+                self.queue_routed(l, l + 1, want, true, &mut copied);
+                self.stats.layers_rerun += 1;
+                next = l + 1;
+            }
+            // Whatever reads these slots is submitted; loads into them are ordered after it.
+            self.pool.release(pinned);
+            next = self.queue_routed(next, l + 1 + window, want, false, &mut copied);
+        }
+        let (device, s, shape) = (&self.ctx.device, &self.scratch, self.head_shape(1));
+        read_output(device, s, want, shape, 0, copied[layers].clone(), &mut self.stats.gpu_wait)
+    }
+
+    /// Submits route-ahead units `from..upto` (at most through unit `layers`, the head), each on its own
+    /// ([`record_routed`]), noting in `copied` the submission each one copies out by. Returns where it
+    /// stopped.
+    fn queue_routed(
+        &mut self,
+        from: usize,
+        upto: usize,
+        want: Want,
+        rerun: bool,
+        copied: &mut [Option<wgpu::SubmissionIndex>],
+    ) -> usize {
+        let end = upto.min(copied.len());
+        let (shape, k) = (self.head_shape(1), u64::from(self.config.expert_used_count));
+        for (unit, copied) in copied.iter_mut().enumerate().take(end).skip(from) {
+            let (device, graph, s) = (&self.ctx.device, &self.graphs[&1], &self.scratch);
+            let commands = timed(&mut self.stats.record_time, || {
+                record_routed(device, graph, s, unit, rerun, (want, shape, k))
+            });
+            *copied = Some(timed(&mut self.stats.submit_time, || self.ctx.queue.submit([commands])));
+        }
+        end.max(from)
+    }
+
+    /// Writes the route table again where the pool changed since it was last written.
+    fn sync_route_table(&mut self) {
+        let Some((buffer, written)) = &mut self.route_table else { return };
+        let experts = self.config.expert_count;
+        let len = (self.config.block_count * experts) as usize;
+        let table = self.pool.inspect(|core| {
+            let mut table = vec![ABSENT; len];
+            for (slot, view) in core.snapshot().0.iter().enumerate() {
+                if let SlotView::Ready { key, .. } = view {
+                    table[(key.layer * experts + key.expert) as usize] = slot as u32;
+                }
+            }
+            table
+        });
+        if table != *written {
+            self.ctx.queue.write_buffer(buffer, 0, bytemuck::cast_slice(&table));
+            *written = table;
+        }
     }
 
     /// Writes a sampled step's draw for the next submit (nothing for other steps).
@@ -902,6 +1024,10 @@ impl Engine {
     }
 }
 
+/// The route table's entry for an expert the pool does not hold (no pool part binds it, so the expert
+/// kernels skip the pick).
+const ABSENT: u32 = u32::MAX;
+
 /// Demand readers when [`EngineOptions::readers`] is `None` and reads go through the page cache.
 const DEFAULT_READERS: usize = 8;
 /// Reader counts the O_DIRECT probe tries, and the random records it reads at each.
@@ -965,6 +1091,40 @@ fn record_resident_step(
     record_head(&mut enc, graph, s, want, shape, slot);
     if want.picks() {
         enc.copy_buffer_to_buffer(&s.argmax, 0, &s.token_ids, 0, 4);
+    }
+    enc.finish()
+}
+
+/// Records route-ahead unit `unit` of a one-token step (see `Engine::route_ahead_step`): layer `unit`
+/// whole, saving the residual stream its router reads and copying its picks and slots out, or with
+/// `rerun` from its router on that saved stream; unit `layers` is the head. `k`: picks a token.
+fn record_routed(
+    device: &wgpu::Device,
+    graph: &Graph,
+    s: &Scratch,
+    unit: usize,
+    rerun: bool,
+    (want, shape, k): (Want, HeadShape, u64),
+) -> wgpu::CommandBuffer {
+    let mut enc = device.create_command_encoder(&Default::default());
+    match graph.layers.get(unit) {
+        None => record_head(&mut enc, graph, s, want, shape, 0),
+        Some(lg) => {
+            let from = lg.router_from.expect("route-ahead runs the fused decode layer");
+            let x_bytes = 4 * u64::from(shape.hidden);
+            let saved = unit as u64 * x_bytes;
+            if rerun {
+                enc.copy_buffer_to_buffer(&s.routed_x, saved, &s.x, 0, x_bytes);
+                record(&mut enc, &lg.attention[from..]);
+            } else {
+                record(&mut enc, &lg.attention);
+                let rb = &s.route_readback[unit];
+                enc.copy_buffer_to_buffer(&s.x, 0, &s.routed_x, saved, x_bytes);
+                enc.copy_buffer_to_buffer(&s.pick_ids, 0, rb, 0, 4 * k);
+                enc.copy_buffer_to_buffer(&s.slot_idx[unit], 0, rb, 4 * k, 4 * k);
+            }
+            record(&mut enc, &lg.experts);
+        }
     }
     enc.finish()
 }

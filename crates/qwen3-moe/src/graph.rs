@@ -90,7 +90,8 @@ pub(crate) struct ScratchOf<B> {
     /// turn them into slots on the GPU, chunks group them there).
     pub pick_ids: B,
     pick_weights: B,
-    /// Per layer `[T·k]` pool slots of the picks, written by the engine after `ensure`.
+    /// Per layer `[T·k]` pool slots of the picks, written by the engine after `ensure` (or by the router
+    /// through a slot table: every expert resident, or route-ahead).
     pub slot_idx: Vec<B>,
     /// Per layer, for chunks: `[T·k] [slot, first, count, 0]` groups of pairs sharing a slot, and the pair
     /// order they index (see `expert_gemm_groups`), written by the engine after the readback, or with every
@@ -123,6 +124,12 @@ pub(crate) struct ScratchOf<B> {
     pub argmax: B,
     /// Where picks, guesses or logits are copied to be mapped.
     pub readback: B,
+    /// Route-ahead ([`crate::EngineOptions::route_ahead`]): per layer `[layers, H]`, the residual stream its
+    /// router read, so that the layer can run again from its router once its experts are loaded.
+    pub routed_x: B,
+    /// Route-ahead: per layer, its picks and then the slots the GPU found for them (`[2·k]`), to be mapped
+    /// while the layers after it run (one buffer each: a mapped buffer cannot be written).
+    pub route_readback: Vec<B>,
     /// Two buffers the argmax is copied to, so that one step's pick can be mapped while the next step,
     /// already queued, copies its own pick to the other.
     pub argmax_readback: [B; 2],
@@ -139,6 +146,7 @@ impl<B> ScratchOf<B> {
         ctx: u32,
         max_t: u32,
         lookahead: u32,
+        route_ahead: bool,
         alloc: impl Fn(&'static str, u64, Use) -> B,
     ) -> Self {
         let t = u64::from(max_t);
@@ -177,7 +185,7 @@ impl<B> ScratchOf<B> {
             router_logits: b("router logits", t * e),
             pick_ids: out("pick ids", t * k),
             pick_weights: b("pick weights", t * k),
-            slot_idx: per_layer("slot idx", t * k),
+            slot_idx: (0..c.block_count).map(|_| out("slot idx", t * k)).collect(),
             gemm_groups: per_layer("gemm groups", 4 * u64::from(gemm_groups_len(c, max_t))),
             gemm_order: per_layer("gemm order", t * k),
             gate_up: b("gate_up", t * k * 2 * f),
@@ -200,6 +208,10 @@ impl<B> ScratchOf<B> {
             recent: b("recent tokens", u64::from(PENALTY_MAX_N)),
             argmax: out("argmax", 1),
             readback: alloc("readback", 4 * readback_words, Use::Readback),
+            routed_x: out("routed x", if route_ahead { u64::from(c.block_count) * h } else { 1 }),
+            route_readback: (0..if route_ahead { c.block_count } else { 0 })
+                .map(|_| alloc("route readback", 8 * k, Use::Readback))
+                .collect(),
             argmax_readback: [(); 2].map(|()| alloc("argmax readback", 4, Use::Readback)),
         }
     }
@@ -234,10 +246,12 @@ impl<B> ScratchOf<B> {
             &self.recent,
             &self.argmax,
             &self.readback,
+            &self.routed_x,
         ]
         .into_iter()
         .chain(&self.argmax_readback)
         .chain(&self.sample_partial)
+        .chain(&self.route_readback)
         .chain(&self.slot_idx)
         .chain(&self.gemm_groups)
         .chain(&self.gemm_order)
@@ -248,8 +262,16 @@ impl<B> ScratchOf<B> {
 }
 
 impl Scratch {
-    pub fn new(device: &wgpu::Device, c: &Config, vocab: u32, ctx: u32, max_t: u32, lookahead: u32) -> Self {
-        Self::layout(c, vocab, ctx, max_t, lookahead, |label, bytes, u| match u {
+    pub fn new(
+        device: &wgpu::Device,
+        c: &Config,
+        vocab: u32,
+        ctx: u32,
+        max_t: u32,
+        lookahead: u32,
+        route_ahead: bool,
+    ) -> Self {
+        Self::layout(c, vocab, ctx, max_t, lookahead, route_ahead, |label, bytes, u| match u {
             Use::Storage => storage(device, label, bytes, wgpu::BufferUsages::empty()),
             Use::CopiedOut => storage(device, label, bytes, wgpu::BufferUsages::COPY_SRC),
             Use::Readback => device.create_buffer(&wgpu::BufferDescriptor {
@@ -262,8 +284,8 @@ impl Scratch {
     }
 
     /// Bytes [`Scratch::new`] allocates for these sizes, without allocating.
-    pub fn estimate(c: &Config, vocab: u32, ctx: u32, max_t: u32, lookahead: u32) -> u64 {
-        let sizes = ScratchOf::layout(c, vocab, ctx, max_t, lookahead, |_, bytes, u| match u {
+    pub fn estimate(c: &Config, vocab: u32, ctx: u32, max_t: u32, lookahead: u32, route_ahead: bool) -> u64 {
+        let sizes = ScratchOf::layout(c, vocab, ctx, max_t, lookahead, route_ahead, |_, bytes, u| match u {
             Use::Readback => bytes,
             _ => storage_size(bytes),
         });
@@ -290,6 +312,10 @@ pub(crate) fn attention_shape(c: &Config, tokens: u32, ctx: u32) -> AttentionSha
 pub(crate) struct LayerGraph {
     pub attention: Vec<Dispatch>,
     pub experts: Vec<Dispatch>,
+    /// Fused decode: where in `attention` the router starts (the FFN norm with the router, then the top-k).
+    /// Those read only the residual stream `x`, which nothing after them changes before the experts, so a
+    /// layer runs again from here on a saved `x` (route-ahead).
+    pub router_from: Option<usize>,
 }
 
 /// Every kernel of a step of `t` tokens, bound.
@@ -321,8 +347,9 @@ pub(crate) struct Bindings<'a> {
     pub pool: &'a GpuPool,
     /// Guesses computed per layer (0 for steps of several tokens).
     pub lookahead: u32,
-    /// With every expert resident: the `[layers · experts]` slot table, so a token's picks become slots on
-    /// the GPU (used for one-token steps; chunks read their picks back to group them by slot).
+    /// The `[layers · experts]` slot table a token's picks become slots through on the GPU: with every
+    /// expert resident (one-token steps; chunks then group their pairs by it on the GPU), or for one-token
+    /// steps with route-ahead, what the pool holds (`u32::MAX` for an expert it does not).
     pub resident_table: Option<&'a wgpu::Buffer>,
     /// The same table on the host, when every expert is resident: a layer's kernels then run only over the
     /// pool parts holding that layer's experts.
@@ -377,7 +404,7 @@ impl Graph {
         // reads the activation.
         let swiglu_out = t == 1 && ffn.is_multiple_of(16);
         // And the norms and the combine ride in other kernels (fused decode, see the module docs).
-        let fused = swiglu_out && top_k <= FUSED_MAX_PICKS;
+        let fused = swiglu_out && fused_decode(c);
         let groups_on_gpu = t > 1 && b.resident_table.is_some() && experts <= EXPERT_GROUPS_MAX_EXPERTS;
         // Chunks' dense GEMMs on int8 inputs: where they quantise them.
         let dense_xq = (t > 1 && b.int8_prefill).then(|| v(&s.xq));
@@ -423,12 +450,19 @@ impl Graph {
             } else {
                 attention.push(k.attention(v(&s.qr), v(&b.kv.k[l]), v(&b.kv.v[l]), pos, v(&s.att), shape)?);
             }
+            let mut router_from = None;
             if fused {
                 let norm = InputNorm { weight: v(&lw.ffn_norm), eps, normed: v(&s.xn) };
-                attention.extend([
-                    k.q8_gemv_add(lw.wo.m(), v(&s.att), v(&s.x), 1)?,
-                    k.f32_gemv_norm(v(&lw.router), (experts, h), v(&s.x), v(&s.router_logits), 1, norm)?,
-                ]);
+                attention.push(k.q8_gemv_add(lw.wo.m(), v(&s.att), v(&s.x), 1)?);
+                router_from = Some(attention.len());
+                attention.push(k.f32_gemv_norm(
+                    v(&lw.router),
+                    (experts, h),
+                    v(&s.x),
+                    v(&s.router_logits),
+                    1,
+                    norm,
+                )?);
             } else {
                 attention.extend(k.dense_projection(lw.wo.m(), v(&s.att), v(&s.o), t, dense_xq)?);
                 attention.extend([
@@ -443,7 +477,8 @@ impl Graph {
             }
             let (logits, ids, weights) = (v(&s.router_logits), v(&s.pick_ids), v(&s.pick_weights));
             attention.push(match b.resident_table.filter(|_| t == 1) {
-                // Every expert resident: the picks become pool slots in the same dispatch.
+                // Through the slot table (every expert resident, or route-ahead): the picks become pool slots
+                // in the same dispatch.
                 Some(table) => {
                     let (base, entries) = (l as u32 * experts, w.layers.len() as u32 * experts);
                     let slots = v(&s.slot_idx[l]);
@@ -576,7 +611,7 @@ impl Graph {
                     cp,
                 )?);
             }
-            layers.push(LayerGraph { attention, experts: experts_dispatches });
+            layers.push(LayerGraph { attention, experts: experts_dispatches, router_from });
         }
         let head = k.q8_gemv_rows2(w.head.m(), v(&s.last_n), v(&s.logits), 1)?;
         let argmax = k.argmax(v(&s.logits), v(&s.argmax_partial), v(&s.argmax), w.head.rows, 1)?;
@@ -590,6 +625,12 @@ impl Graph {
         let penalties = k.apply_penalties(v(&s.sample_step), ids, v(&s.recent), v(&s.logits), w.head.rows)?;
         Ok(Graph { layers, head, argmax, sample, penalties, groups_on_gpu })
     }
+}
+
+/// Whether one-token steps run the fused decode layer (see the module docs): at most [`FUSED_MAX_PICKS`]
+/// picks, and an expert FFN whose gate and up rows gate‖up pairs 16 at a time.
+pub(crate) fn fused_decode(c: &Config) -> bool {
+    c.expert_used_count <= FUSED_MAX_PICKS && c.expert_feed_forward_length.is_multiple_of(16)
 }
 
 /// The most picks a token the fused decode layer takes (the limit of `expert_q8_gemv_combine` and
@@ -768,12 +809,14 @@ mod tests {
         crate::synthetic::synthetic_writer(&spec).unwrap().write_to(&mut bytes).unwrap();
         let gguf = diskformer_gguf::Gguf::from_bytes(bytes).unwrap();
         let c = Config::from_metadata(gguf.metadata()).unwrap();
-        for (t, lookahead) in [(1, 0), (1, 1), (7, 0), (256, 0)] {
-            let scratch = Scratch::new(&ctx.device, &c, 261, 512, t, lookahead);
+        for (t, lookahead, route_ahead) in
+            [(1, 0, false), (1, 1, false), (1, 0, true), (7, 0, false), (256, 0, true)]
+        {
+            let scratch = Scratch::new(&ctx.device, &c, 261, 512, t, lookahead, route_ahead);
             assert_eq!(
-                Scratch::estimate(&c, 261, 512, t, lookahead),
+                Scratch::estimate(&c, 261, 512, t, lookahead, route_ahead),
                 scratch.bytes(),
-                "t {t}, lookahead {lookahead}"
+                "t {t}, lookahead {lookahead}, route-ahead {route_ahead}"
             );
         }
     }

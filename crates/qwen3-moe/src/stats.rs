@@ -23,6 +23,10 @@ pub(crate) struct EngineStats {
     pub record_time: Duration,
     /// Of the host time: `queue.submit` calls.
     pub submit_time: Duration,
+    /// Route-ahead: layers of one-token steps whose queued run stood (every pick's expert was in the pool).
+    pub layers_routed_ahead: u64,
+    /// Route-ahead: layers run again from their router after a load.
+    pub layers_rerun: u64,
 }
 
 /// GPU memory by category, in bytes.
@@ -70,6 +74,11 @@ pub struct Stats {
     pub record_time: Duration,
     /// Of the host time: `queue.submit` calls.
     pub submit_time: Duration,
+    /// Route-ahead ([`crate::EngineOptions::route_ahead`]): layers of one-token steps whose queued run
+    /// stood, with every pick's expert in the pool.
+    pub layers_routed_ahead: u64,
+    /// Route-ahead: layers run again from their router once their experts were loaded.
+    pub layers_rerun: u64,
     /// The pool's counters (hits, late hits, misses, bytes, read and upload times, prefetch, by layer).
     pub pool: PoolStats,
     /// Expert slots.
@@ -90,6 +99,8 @@ impl Stats {
             host_time: e.host_time,
             record_time: e.record_time,
             submit_time: e.submit_time,
+            layers_routed_ahead: e.layers_routed_ahead,
+            layers_rerun: e.layers_rerun,
             pool,
             pool_slots,
             gpu_bytes,
@@ -162,6 +173,13 @@ impl fmt::Display for Stats {
             pct(p.prefetch_accuracy()),
             self.pool_slots
         )?;
+        if self.layers_routed_ahead + self.layers_rerun > 0 {
+            writeln!(
+                f,
+                "route-ahead: {} layers stood, {} run again after a load",
+                self.layers_routed_ahead, self.layers_rerun
+            )?;
+        }
         let by_layer: Vec<String> = (0..p.hits_by_layer.len()).map(|l| pct(p.layer_hit_rate(l))).collect();
         writeln!(f, "hit rate by layer: {}", by_layer.join(" "))?;
         let g = &self.gpu_bytes;

@@ -511,3 +511,49 @@ fn greedy_run_ahead_gives_the_picks_of_plain_steps() {
     }
     assert_eq!(chains[0], chains[1]);
 }
+
+#[test]
+fn route_ahead_gives_the_logits_of_checking_every_layer_first() {
+    // While experts stream, one-token steps queue layers ahead of the host's checks, routing through a
+    // table of what the pool holds, and run a layer again from its router where an expert was missing.
+    // The logits must be bit for bit those of reading each layer's picks back before its experts run,
+    // for windows of one layer, a few, and past the head, in pools that miss most picks, some, and few.
+    let m = model("route", SynthShape { layers: 6, ..SynthShape::tiny() }, 5);
+    let ids = [65, 66, 67, 65, 101, 32, 108, 108, 111, 33];
+    for slots in [4, 12, 40] {
+        let open_with = |route_ahead| {
+            open(&m, |o| {
+                o.pool_slots = Some(slots);
+                o.prefetch = false;
+                o.route_ahead = route_ahead;
+            })
+        };
+        let mut checks = open_with(0);
+        assert_eq!(checks.route_ahead(), 0);
+        checks.prefill(&PROMPT, true).unwrap();
+        let want: Vec<Vec<f32>> = ids.iter().map(|&id| checks.step(id).unwrap()).collect();
+        let greedy = greedy_chain(&mut checks, 70, 6);
+        for window in [1, 3, 9] {
+            let mut e = open_with(window);
+            assert_eq!(e.route_ahead(), window);
+            e.prefill(&PROMPT, true).unwrap();
+            e.reset_stats();
+            for (i, (&id, logits)) in ids.iter().zip(&want).enumerate() {
+                assert!(e.step(id).unwrap() == *logits, "{slots} slots, window {window}, step {i}");
+            }
+            let st = e.stats();
+            let layers = 6 * ids.len() as u64;
+            assert_eq!(st.layers_routed_ahead + st.layers_rerun, layers, "{slots} slots, window {window}");
+            // A pool of 4 slots for 6 layers of 2 picks misses most layers; one of 40 for 48 few.
+            match slots {
+                4 => assert!(st.layers_rerun > layers / 2, "{st}"),
+                40 => assert!(st.layers_routed_ahead > layers / 2, "{st}"),
+                _ => assert!(st.layers_rerun > 0 && st.layers_routed_ahead > 0, "{st}"),
+            }
+            assert_eq!(greedy_chain(&mut e, 70, 6), greedy, "{slots} slots, window {window}");
+        }
+    }
+    // It applies only while experts stream with prefetch off.
+    assert_eq!(open(&m, |o| o.pool_slots = Some(12)).route_ahead(), 0);
+    assert_eq!(open(&m, |o| o.prefetch = false).route_ahead(), 0);
+}
