@@ -101,12 +101,12 @@ elif [ -n "${ROUTE:-}" ]; then
 # alternating, each between two disk reads of the same kind (as BRACKET=1).
 run resident warm --budget 100g --prompt-tokens 16
 for round in $(seq ${ROUTE_ROUNDS:-2}); do
-    for ra in 0 4; do
+    for ra in ${ROUTE_AB:-0 2}; do
         for b in 16 8 4; do run b${b}g-off-ra$ra-r$round warm --budget ${b}g --no-prefetch --prompt-tokens 16 --route-ahead $ra; done
     done
 done
 for ra in ${ROUTE_WINDOWS:-1 2 8}; do run b8g-off-ra$ra warm --budget 8g --no-prefetch --prompt-tokens 16 --route-ahead $ra; done
-for ra in ${ROUTE_COLD:-0 4 0 4}; do
+for ra in ${ROUTE_COLD:-0 2 0 2}; do
     sync; echo 3 > /proc/sys/vm/drop_caches
     $D/record-read $S --threads 1 --pieces 1 --records 384 | tee -a "$OUT/disk.txt"
     DECODE=32 run b4g-off-direct-r1-ra$ra cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 --readers 1 --route-ahead $ra

@@ -81,10 +81,12 @@ pub struct EngineOptions {
     /// Q4_0 experts keep f32.
     pub int8_prefill: bool,
     /// While experts stream, a one-token step queues up to this many layers past the last one whose picks
-    /// the host has checked (default 4; 0 reads each layer's picks back before its experts run). The GPU
+    /// the host has checked (default 2; 0 reads each layer's picks back before its experts run). The GPU
     /// turns the picks into slots through a table of what the pool holds; a layer that needs an expert the
     /// pool lacks runs again from its router once the expert is loaded, and the layers queued after it
-    /// with it. Layers whose experts are all resident then cost no round trip to the host. Applies with
+    /// with it. Layers whose experts are all resident then cost no round trip to the host (1 queues the next
+    /// layer only once this one is checked, so it saves none; on the H200 at 8 GB, 2 to 4 did best, and
+    /// wider windows queue more layers that a miss makes run again: BENCHMARKS.md). Applies with
     /// prefetch off (`lookahead` 0: a guess loaded meanwhile could replace an expert a queued layer reads)
     /// and the fused decode layer (top-k ≤ 64, expert FFN a multiple of 16).
     pub route_ahead: u32,
@@ -107,7 +109,7 @@ impl Default for EngineOptions {
             gpu_routing: true,
             run_ahead: true,
             int8_prefill: false,
-            route_ahead: 4,
+            route_ahead: 2,
         }
     }
 }
@@ -840,7 +842,7 @@ impl Engine {
         self.sync_route_table();
         // The submission that last copied each unit's picks out (unit `layers`: the head's output).
         let mut copied = vec![None; layers + 1];
-        let mut next = self.queue_routed(0, window, want, false, &mut copied);
+        let mut next = self.queue_routed(0, window, want, None, &mut copied);
         for l in 0..layers {
             let rb = &self.scratch.route_readback[l];
             let read =
@@ -850,43 +852,43 @@ impl Engine {
             let pinned = self.pool.ensure(l as u32, picks);
             self.stats.ensure_time += started.elapsed();
             let pinned = pinned?;
+            let mut rerun = None;
             if pinned.slots().iter().map(|s| s.0).eq(found.iter().copied()) {
                 self.stats.layers_routed_ahead += 1;
             } else {
                 self.sync_route_table();
-                self.queue_routed(l, l + 1, want, true, &mut copied);
                 self.stats.layers_rerun += 1;
-                next = l + 1;
+                (rerun, next) = (Some(l), l + 1);
             }
+            next = self.queue_routed(next, l + 1 + window, want, rerun, &mut copied);
             // Whatever reads these slots is submitted; loads into them are ordered after it.
             self.pool.release(pinned);
-            next = self.queue_routed(next, l + 1 + window, want, false, &mut copied);
         }
         let (device, s, shape) = (&self.ctx.device, &self.scratch, self.head_shape(1));
         read_output(device, s, want, shape, 0, copied[layers].clone(), &mut self.stats.gpu_wait)
     }
 
     /// Submits route-ahead units `from..upto` (at most through unit `layers`, the head), each on its own
-    /// ([`record_routed`]), noting in `copied` the submission each one copies out by. Returns where it
-    /// stopped.
+    /// ([`record_routed`]; `rerun`, a layer to run again from its router, rides in the first), noting in
+    /// `copied` the submission each one copies out by. Returns where it stopped.
     fn queue_routed(
         &mut self,
         from: usize,
         upto: usize,
         want: Want,
-        rerun: bool,
+        mut rerun: Option<usize>,
         copied: &mut [Option<wgpu::SubmissionIndex>],
     ) -> usize {
-        let end = upto.min(copied.len());
+        let end = upto.min(copied.len()).max(from + usize::from(rerun.is_some()));
         let (shape, k) = (self.head_shape(1), u64::from(self.config.expert_used_count));
         for (unit, copied) in copied.iter_mut().enumerate().take(end).skip(from) {
             let (device, graph, s) = (&self.ctx.device, &self.graphs[&1], &self.scratch);
             let commands = timed(&mut self.stats.record_time, || {
-                record_routed(device, graph, s, unit, rerun, (want, shape, k))
+                record_routed(device, graph, s, rerun.take(), unit, (want, shape, k))
             });
             *copied = Some(timed(&mut self.stats.submit_time, || self.ctx.queue.submit([commands])));
         }
-        end.max(from)
+        end
     }
 
     /// Writes the route table again where the pool changed since it was last written.
@@ -1096,33 +1098,34 @@ fn record_resident_step(
 }
 
 /// Records route-ahead unit `unit` of a one-token step (see `Engine::route_ahead_step`): layer `unit`
-/// whole, saving the residual stream its router reads and copying its picks and slots out, or with
-/// `rerun` from its router on that saved stream; unit `layers` is the head. `k`: picks a token.
+/// whole, saving the residual stream its router reads and copying its picks and slots out; unit `layers`
+/// is the head. First, `rerun`: a layer again from its router on its saved stream, then its experts (one
+/// submission fewer than running it alone). `k`: picks a token.
 fn record_routed(
     device: &wgpu::Device,
     graph: &Graph,
     s: &Scratch,
+    rerun: Option<usize>,
     unit: usize,
-    rerun: bool,
     (want, shape, k): (Want, HeadShape, u64),
 ) -> wgpu::CommandBuffer {
     let mut enc = device.create_command_encoder(&Default::default());
+    let x_bytes = 4 * u64::from(shape.hidden);
+    if let Some(l) = rerun {
+        let lg = &graph.layers[l];
+        let from = lg.router_from.expect("route-ahead runs the fused decode layer");
+        enc.copy_buffer_to_buffer(&s.routed_x, l as u64 * x_bytes, &s.x, 0, x_bytes);
+        record(&mut enc, &lg.attention[from..]);
+        record(&mut enc, &lg.experts);
+    }
     match graph.layers.get(unit) {
         None => record_head(&mut enc, graph, s, want, shape, 0),
         Some(lg) => {
-            let from = lg.router_from.expect("route-ahead runs the fused decode layer");
-            let x_bytes = 4 * u64::from(shape.hidden);
-            let saved = unit as u64 * x_bytes;
-            if rerun {
-                enc.copy_buffer_to_buffer(&s.routed_x, saved, &s.x, 0, x_bytes);
-                record(&mut enc, &lg.attention[from..]);
-            } else {
-                record(&mut enc, &lg.attention);
-                let rb = &s.route_readback[unit];
-                enc.copy_buffer_to_buffer(&s.x, 0, &s.routed_x, saved, x_bytes);
-                enc.copy_buffer_to_buffer(&s.pick_ids, 0, rb, 0, 4 * k);
-                enc.copy_buffer_to_buffer(&s.slot_idx[unit], 0, rb, 4 * k, 4 * k);
-            }
+            record(&mut enc, &lg.attention);
+            let rb = &s.route_readback[unit];
+            enc.copy_buffer_to_buffer(&s.x, 0, &s.routed_x, unit as u64 * x_bytes, x_bytes);
+            enc.copy_buffer_to_buffer(&s.pick_ids, 0, rb, 0, 4 * k);
+            enc.copy_buffer_to_buffer(&s.slot_idx[unit], 0, rb, 4 * k, 4 * k);
             record(&mut enc, &lg.experts);
         }
     }
