@@ -1,6 +1,8 @@
 //! The engine: loads a store onto the GPU (dense weights, KV cache, scratch, expert pool) and runs the
-//! forward pass. While experts stream: one readback of the picks per layer, `ensure` of their slots, and
-//! prefetch guesses for the next layers. When every expert fits: all loaded at start, a token's picks
+//! forward pass. While experts stream: one-token steps queue layers ahead of the host's checks of their
+//! picks, routing through a GPU table of what the pool holds and running a layer again where `ensure` had to
+//! load (route-ahead); with prefetch on, and for chunks, one readback of the picks per layer, `ensure` of
+//! their slots, and prefetch guesses for the next layers. When every expert fits: all loaded at start, a token's picks
 //! become slots on the GPU, with no readback until the logits, each step's commands are recorded while the
 //! GPU runs the step before, and a greedy or sampled step queues the next on the GPU's own pick (run-ahead).
 
@@ -340,14 +342,15 @@ impl Engine {
             _ => 0,
         };
         // The pool from what the budget leaves; while experts stream a chunk is at most slots / top-k
-        // tokens, so the scratch is sized again for that chunk and the pool once more.
-        let slots_for_dense = |batch: u32, lookahead: u32, dense: u64| -> Result<usize> {
-            let scratch =
-                Scratch::estimate(&config, vocab, ctx_len, batch, lookahead, route_ahead > 0) + staging;
+        // tokens, so the scratch is sized again for that chunk and the pool once more. `streams`: with the
+        // buffers of prefetch guesses and route-ahead (else as every expert resident needs).
+        let slots_for_dense = |batch: u32, streams: bool, dense: u64| -> Result<usize> {
+            let (lookahead, route_ahead) = if streams { (lookahead, route_ahead > 0) } else { (0, false) };
+            let scratch = Scratch::estimate(&config, vocab, ctx_len, batch, lookahead, route_ahead) + staging;
             let budget = GpuBudget { budget: opts.gpu_budget, dense, kv_cache: kv_bytes, scratch };
             Ok(budget.expert_slots(experts.record_bytes, top_k)?.min(all))
         };
-        let slots_for = |batch: u32, lookahead: u32| slots_for_dense(batch, lookahead, dense);
+        let slots_for = |batch: u32| slots_for_dense(batch, true, dense);
         let (slots, sized_batch) = match opts.pool_slots {
             Some(s) if s < 2 * top_k as usize => {
                 return Err(Error::BadOption {
@@ -357,12 +360,12 @@ impl Engine {
             }
             Some(s) => (s.min(all), probe_batch),
             None => {
-                let first = slots_for(probe_batch, lookahead)?;
+                let first = slots_for(probe_batch)?;
                 let streamed_batch = probe_batch.min((first / top_k as usize) as u32).max(1);
                 if first == all || streamed_batch == probe_batch {
                     (first, probe_batch)
                 } else {
-                    (slots_for(streamed_batch, lookahead)?, streamed_batch)
+                    (slots_for(streamed_batch)?, streamed_batch)
                 }
             }
         };
@@ -370,7 +373,7 @@ impl Engine {
         let with_embedding = Weights::device_bytes(&store, true);
         let resident = opts.gpu_routing
             && slots == all
-            && (opts.pool_slots.is_some() || slots_for_dense(sized_batch, 0, with_embedding)? == all);
+            && (opts.pool_slots.is_some() || slots_for_dense(sized_batch, false, with_embedding)? == all);
         if resident {
             lookahead = 0;
             route_ahead = 0;
@@ -833,8 +836,9 @@ impl Engine {
     /// its picks and slots copied out, then its experts. The host checks the layers in order: a layer whose
     /// slots are those `ensure` pins stands, and one more is queued; otherwise `ensure` loaded what it
     /// lacked, and the layer runs again from its router on its saved residual stream through the updated
-    /// table, with the layers after it queued again (what ran of them read a wrong state; every write they
-    /// made is made again, the keys and values at this position included).
+    /// table, at the head of the next layer's submission, with the layers after it queued again (what ran
+    /// of them read a wrong state; every write they made is made again, the keys and values at this
+    /// position included).
     fn route_ahead_step(&mut self, want: Want) -> Result<Output> {
         let layers = self.graphs[&1].layers.len();
         let k = self.config.expert_used_count as usize;
@@ -857,6 +861,11 @@ impl Engine {
                 self.stats.layers_routed_ahead += 1;
             } else {
                 self.sync_route_table();
+                // The run again finds its slots in the table; nothing reads them back.
+                debug_assert!(self.route_table.as_ref().is_some_and(|(_, table)| {
+                    let base = l * self.config.expert_count as usize;
+                    picks.iter().zip(pinned.slots()).all(|(&id, slot)| table[base + id as usize] == slot.0)
+                }));
                 self.stats.layers_rerun += 1;
                 (rerun, next) = (Some(l), l + 1);
             }

@@ -520,6 +520,15 @@ fn route_ahead_gives_the_logits_of_checking_every_layer_first() {
     // for windows of one layer, a few, and past the head, in pools that miss most picks, some, and few.
     let m = model("route", SynthShape { layers: 6, ..SynthShape::tiny() }, 5);
     let ids = [65, 66, 67, 65, 101, 32, 108, 108, 111, 33];
+    let sampled = SamplingOptions {
+        temperature: 1.2,
+        top_k: 30,
+        repetition_penalty: 1.5,
+        presence_penalty: 0.5,
+        penalty_last_n: 16,
+        seed: 3,
+        ..SamplingOptions::default()
+    };
     for slots in [4, 12, 40] {
         let open_with = |route_ahead| {
             open(&m, |o| {
@@ -533,6 +542,7 @@ fn route_ahead_gives_the_logits_of_checking_every_layer_first() {
         checks.prefill(&PROMPT, true).unwrap();
         let want: Vec<Vec<f32>> = ids.iter().map(|&id| checks.step(id).unwrap()).collect();
         let greedy = greedy_chain(&mut checks, 70, 6);
+        let draws = sampled_chain(&mut checks, &mut Sampler::new(sampled), 71, 6);
         for window in [1, 3, 9] {
             let mut e = open_with(window);
             assert_eq!(e.route_ahead(), window);
@@ -551,6 +561,9 @@ fn route_ahead_gives_the_logits_of_checking_every_layer_first() {
                 _ => assert!(st.layers_rerun > 0 && st.layers_routed_ahead > 0, "{st}"),
             }
             assert_eq!(greedy_chain(&mut e, 70, 6), greedy, "{slots} slots, window {window}");
+            // Draws on the GPU, penalised: the head may run more than once a step.
+            let mut s = Sampler::new(sampled);
+            assert_eq!(sampled_chain(&mut e, &mut s, 71, 6), draws, "{slots} slots, window {window}");
         }
     }
     // It applies only while experts stream with prefetch off.
