@@ -98,11 +98,18 @@ $D/record-read $S --threads 1 --pieces 1 --records 384 | tee -a "$OUT/disk.txt"
 elif [ -n "${ROUTE:-}" ]; then
 # Route-ahead (EngineOptions::route_ahead) against reading each layer's picks back first (0): the page-cache
 # rows at 16, 8 and 4 GB alternating over ROUTE_ROUNDS rounds, other windows at 8 GB, then cold 4 GB rows
-# alternating, each between two disk reads of the same kind (as BRACKET=1).
+# alternating, each between two disk reads of the same kind (as BRACKET=1). Each .device/bench-NAME runs
+# beside the warm rows; ROUTE_AB, ROUTE_BUDGETS, ROUTE_WINDOWS and ROUTE_COLD choose the rows.
 run resident warm --budget 100g --prompt-tokens 16
 for round in $(seq ${ROUTE_ROUNDS:-2}); do
     for ra in ${ROUTE_AB:-0 2}; do
-        for b in 16 8 4; do run b${b}g-off-ra$ra-r$round warm --budget ${b}g --no-prefetch --prompt-tokens 16 --route-ahead $ra; done
+        for b in ${ROUTE_BUDGETS:-16 8 4}; do
+            run b${b}g-off-ra$ra-r$round warm --budget ${b}g --no-prefetch --prompt-tokens 16 --route-ahead $ra
+            for alt in $D/bench-*; do
+                [ -x "$alt" ] || continue
+                BIN=$alt run b${b}g-off-ra$ra-r$round-${alt#$D/bench-} warm --budget ${b}g --no-prefetch --prompt-tokens 16 --route-ahead $ra
+            done
+        done
     done
 done
 for ra in ${ROUTE_WINDOWS:-1 2 8}; do run b8g-off-ra$ra warm --budget 8g --no-prefetch --prompt-tokens 16 --route-ahead $ra; done

@@ -844,13 +844,14 @@ impl Engine {
         let k = self.config.expert_used_count as usize;
         let window = self.route_ahead as usize;
         self.sync_route_table();
-        // The submission that last copied each unit's picks out (unit `layers`: the head's output).
-        let mut copied = vec![None; layers + 1];
-        let mut next = self.queue_routed(0, window, want, None, &mut copied);
+        let mut units = RoutedUnits::new(layers);
+        let mut next = self.queue_routed(0, window, want, None, &mut units);
         for l in 0..layers {
+            // The next unit to queue is recorded while the GPU runs what is queued.
+            self.prepare_routed(next, want, &mut units);
             let rb = &self.scratch.route_readback[l];
-            let read =
-                readback(&self.ctx.device, rb, 8 * k as u64, copied[l].clone(), &mut self.stats.gpu_wait)?;
+            let copied = units.copied[l].clone();
+            let read = readback(&self.ctx.device, rb, 8 * k as u64, copied, &mut self.stats.gpu_wait)?;
             let (picks, found) = read.split_at(k);
             let started = Instant::now();
             let pinned = self.pool.ensure(l as u32, picks);
@@ -869,33 +870,51 @@ impl Engine {
                 self.stats.layers_rerun += 1;
                 (rerun, next) = (Some(l), l + 1);
             }
-            next = self.queue_routed(next, l + 1 + window, want, rerun, &mut copied);
+            next = self.queue_routed(next, l + 1 + window, want, rerun, &mut units);
             // Whatever reads these slots is submitted; loads into them are ordered after it.
             self.pool.release(pinned);
         }
         let (device, s, shape) = (&self.ctx.device, &self.scratch, self.head_shape(1));
-        read_output(device, s, want, shape, 0, copied[layers].clone(), &mut self.stats.gpu_wait)
+        read_output(device, s, want, shape, 0, units.copied[layers].clone(), &mut self.stats.gpu_wait)
+    }
+
+    /// Records route-ahead unit `unit` (plain, no run again) for a later [`Engine::queue_routed`], unless
+    /// it is past the head or recorded already.
+    fn prepare_routed(&mut self, unit: usize, want: Want, units: &mut RoutedUnits) {
+        if units.prepared.get(unit).is_some_and(Option::is_none) {
+            let (shape, k) = (self.head_shape(1), u64::from(self.config.expert_used_count));
+            let (device, graph, s) = (&self.ctx.device, &self.graphs[&1], &self.scratch);
+            let commands = timed(&mut self.stats.record_time, || {
+                record_routed(device, graph, s, None, unit, (want, shape, k))
+            });
+            units.prepared[unit] = Some(commands);
+        }
     }
 
     /// Submits route-ahead units `from..upto` (at most through unit `layers`, the head), each on its own
-    /// ([`record_routed`]; `rerun`, a layer to run again from its router, rides in the first), noting in
-    /// `copied` the submission each one copies out by. Returns where it stopped.
+    /// ([`record_routed`], or as [`Engine::prepare_routed`] recorded it; `rerun`, a layer to run again from
+    /// its router, rides in the first), noting the submission each one copies out by. Returns where it
+    /// stopped.
     fn queue_routed(
         &mut self,
         from: usize,
         upto: usize,
         want: Want,
         mut rerun: Option<usize>,
-        copied: &mut [Option<wgpu::SubmissionIndex>],
+        units: &mut RoutedUnits,
     ) -> usize {
-        let end = upto.min(copied.len()).max(from + usize::from(rerun.is_some()));
+        let end = upto.min(units.copied.len()).max(from + usize::from(rerun.is_some()));
         let (shape, k) = (self.head_shape(1), u64::from(self.config.expert_used_count));
-        for (unit, copied) in copied.iter_mut().enumerate().take(end).skip(from) {
+        for unit in from..end {
+            let prepared = units.prepared[unit].take().filter(|_| rerun.is_none());
             let (device, graph, s) = (&self.ctx.device, &self.graphs[&1], &self.scratch);
-            let commands = timed(&mut self.stats.record_time, || {
-                record_routed(device, graph, s, rerun.take(), unit, (want, shape, k))
+            let commands = prepared.unwrap_or_else(|| {
+                timed(&mut self.stats.record_time, || {
+                    record_routed(device, graph, s, rerun.take(), unit, (want, shape, k))
+                })
             });
-            *copied = Some(timed(&mut self.stats.submit_time, || self.ctx.queue.submit([commands])));
+            units.copied[unit] =
+                Some(timed(&mut self.stats.submit_time, || self.ctx.queue.submit([commands])));
         }
         end
     }
@@ -1032,6 +1051,20 @@ impl Engine {
     /// What the head's copies need to know of a step of `tokens` tokens.
     fn head_shape(&self, tokens: u32) -> HeadShape {
         HeadShape { hidden: self.config.embedding_length, vocab: self.vocab, tokens }
+    }
+}
+
+/// A route-ahead step's units (its layers, then the head at index `layers`).
+struct RoutedUnits {
+    /// The submission that last copied each unit's picks out (the head's: its output).
+    copied: Vec<Option<wgpu::SubmissionIndex>>,
+    /// Units recorded ahead of their submission ([`Engine::prepare_routed`]).
+    prepared: Vec<Option<wgpu::CommandBuffer>>,
+}
+
+impl RoutedUnits {
+    fn new(layers: usize) -> Self {
+        RoutedUnits { copied: vec![None; layers + 1], prepared: (0..=layers).map(|_| None).collect() }
     }
 }
 
