@@ -1,10 +1,11 @@
 //! The engine: loads a store onto the GPU (dense weights, KV cache, scratch, expert pool) and runs the
 //! forward pass. While experts stream: one-token steps queue layers ahead of the host's checks of their
-//! picks, routing through a GPU table of what the pool holds and running a layer again where `ensure` had to
-//! load (route-ahead); with prefetch on, and for chunks, one readback of the picks per layer, `ensure` of
-//! their slots, and prefetch guesses for the next layers. When every expert fits: all loaded at start, a token's picks
-//! become slots on the GPU, with no readback until the logits, each step's commands are recorded while the
-//! GPU runs the step before, and a greedy or sampled step queues the next on the GPU's own pick (run-ahead).
+//! picks, routing through a GPU table of what the pool holds and running a layer again where `ensure` had
+//! to load (route-ahead); with prefetch on, and for chunks, one readback of the picks per layer, `ensure`
+//! of their slots, and prefetch guesses for the next layers. When every expert fits: all loaded at start,
+//! a token's picks become slots on the GPU, with no readback until the logits, each step's commands are
+//! recorded while the GPU runs the step before, and a greedy or sampled step queues the next on the GPU's
+//! own pick (run-ahead).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -86,11 +87,11 @@ pub struct EngineOptions {
     /// the host has checked (default 2; 0 reads each layer's picks back before its experts run). The GPU
     /// turns the picks into slots through a table of what the pool holds; a layer that needs an expert the
     /// pool lacks runs again from its router once the expert is loaded, and the layers queued after it
-    /// with it. Layers whose experts are all resident then cost no round trip to the host (1 queues the next
-    /// layer only once this one is checked, so it saves none; on the H200 at 8 GB, 2 to 4 did best, and
-    /// wider windows queue more layers that a miss makes run again: BENCHMARKS.md). Applies with
-    /// prefetch off (`lookahead` 0: a guess loaded meanwhile could replace an expert a queued layer reads)
-    /// and the fused decode layer (top-k ≤ 64, expert FFN a multiple of 16).
+    /// with it. Layers whose experts are all resident then cost no round trip to the host (with 1 the next
+    /// layer is only recorded while this one is checked, and submitted after; on the H200 at 8 GB, 2 to 4
+    /// did best, and wider windows queue more layers that a miss makes run again: BENCHMARKS.md). Applies
+    /// with prefetch off (`lookahead` 0: a guess loaded meanwhile could replace an expert a queued layer
+    /// reads) and the fused decode layer (top-k ≤ 64, expert FFN a multiple of 16).
     pub route_ahead: u32,
 }
 
