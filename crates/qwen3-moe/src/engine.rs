@@ -22,7 +22,7 @@ use diskformer_kernels::{
 };
 use diskformer_store::{IngestOptions, ReaderProbe, Store};
 
-use crate::graph::{Bindings, Graph, KvCache, Scratch, fused_decode, gemm_groups_len};
+use crate::graph::{Bindings, Graph, KvCache, Scratch, ScratchSizes, fused_decode, gemm_groups_len};
 use crate::stats::{EngineStats, GpuBytes};
 use crate::weights::Weights;
 use crate::{Config, Error, Result, Sampler, SamplingOptions};
@@ -347,7 +347,8 @@ impl Engine {
         // buffers of prefetch guesses and route-ahead (else as every expert resident needs).
         let slots_for_dense = |batch: u32, streams: bool, dense: u64| -> Result<usize> {
             let (lookahead, route_ahead) = if streams { (lookahead, route_ahead > 0) } else { (0, false) };
-            let scratch = Scratch::estimate(&config, vocab, ctx_len, batch, lookahead, route_ahead) + staging;
+            let sizes = ScratchSizes { vocab, ctx: ctx_len, max_t: batch, lookahead, route_ahead };
+            let scratch = Scratch::estimate(&config, sizes) + staging;
             let budget = GpuBudget { budget: opts.gpu_budget, dense, kv_cache: kv_bytes, scratch };
             Ok(budget.expert_slots(experts.record_bytes, top_k)?.min(all))
         };
@@ -393,7 +394,9 @@ impl Engine {
             });
         }
         let kv = KvCache::new(&device, &config, ctx_len);
-        let scratch = Scratch::new(&device, &config, vocab, ctx_len, max_batch, lookahead, route_ahead > 0);
+        let sizes =
+            ScratchSizes { vocab, ctx: ctx_len, max_t: max_batch, lookahead, route_ahead: route_ahead > 0 };
+        let scratch = Scratch::new(&device, &config, sizes);
         let gpu_pool = GpuPool::new(&ctx, &experts, slots)?;
         let backend =
             GpuBackend::new(gpu_pool, reader)?.with_method(opts.upload).with_read_split(opts.read_split);

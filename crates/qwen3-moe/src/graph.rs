@@ -140,15 +140,8 @@ pub(crate) type Scratch = ScratchOf<wgpu::Buffer>;
 
 impl<B> ScratchOf<B> {
     /// The layout: every buffer with its byte size and use, made by `alloc`.
-    fn layout(
-        c: &Config,
-        vocab: u32,
-        ctx: u32,
-        max_t: u32,
-        lookahead: u32,
-        route_ahead: bool,
-        alloc: impl Fn(&'static str, u64, Use) -> B,
-    ) -> Self {
+    fn layout(c: &Config, sizes: ScratchSizes, alloc: impl Fn(&'static str, u64, Use) -> B) -> Self {
+        let ScratchSizes { vocab, ctx, max_t, lookahead, route_ahead } = sizes;
         let t = u64::from(max_t);
         let (h, q, kv) = (
             u64::from(c.embedding_length),
@@ -261,17 +254,24 @@ impl<B> ScratchOf<B> {
     }
 }
 
+/// What the scratch is sized for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ScratchSizes {
+    /// Rows of the lm head.
+    pub vocab: u32,
+    /// KV-cache positions.
+    pub ctx: u32,
+    /// Most tokens a step.
+    pub max_t: u32,
+    /// Prefetch guesses per layer.
+    pub lookahead: u32,
+    /// Whether one-token steps route ahead ([`crate::EngineOptions::route_ahead`]).
+    pub route_ahead: bool,
+}
+
 impl Scratch {
-    pub fn new(
-        device: &wgpu::Device,
-        c: &Config,
-        vocab: u32,
-        ctx: u32,
-        max_t: u32,
-        lookahead: u32,
-        route_ahead: bool,
-    ) -> Self {
-        Self::layout(c, vocab, ctx, max_t, lookahead, route_ahead, |label, bytes, u| match u {
+    pub fn new(device: &wgpu::Device, c: &Config, sizes: ScratchSizes) -> Self {
+        Self::layout(c, sizes, |label, bytes, u| match u {
             Use::Storage => storage(device, label, bytes, wgpu::BufferUsages::empty()),
             Use::CopiedOut => storage(device, label, bytes, wgpu::BufferUsages::COPY_SRC),
             Use::Readback => device.create_buffer(&wgpu::BufferDescriptor {
@@ -284,12 +284,12 @@ impl Scratch {
     }
 
     /// Bytes [`Scratch::new`] allocates for these sizes, without allocating.
-    pub fn estimate(c: &Config, vocab: u32, ctx: u32, max_t: u32, lookahead: u32, route_ahead: bool) -> u64 {
-        let sizes = ScratchOf::layout(c, vocab, ctx, max_t, lookahead, route_ahead, |_, bytes, u| match u {
+    pub fn estimate(c: &Config, sizes: ScratchSizes) -> u64 {
+        let bytes = ScratchOf::layout(c, sizes, |_, bytes, u| match u {
             Use::Readback => bytes,
             _ => storage_size(bytes),
         });
-        sizes.all().sum()
+        bytes.all().sum()
     }
 
     /// The normed residual stream (after the last layer: the output norm's result).
@@ -809,15 +809,12 @@ mod tests {
         crate::synthetic::synthetic_writer(&spec).unwrap().write_to(&mut bytes).unwrap();
         let gguf = diskformer_gguf::Gguf::from_bytes(bytes).unwrap();
         let c = Config::from_metadata(gguf.metadata()).unwrap();
-        for (t, lookahead, route_ahead) in
+        for (max_t, lookahead, route_ahead) in
             [(1, 0, false), (1, 1, false), (1, 0, true), (7, 0, false), (256, 0, true)]
         {
-            let scratch = Scratch::new(&ctx.device, &c, 261, 512, t, lookahead, route_ahead);
-            assert_eq!(
-                Scratch::estimate(&c, 261, 512, t, lookahead, route_ahead),
-                scratch.bytes(),
-                "t {t}, lookahead {lookahead}, route-ahead {route_ahead}"
-            );
+            let sizes = ScratchSizes { vocab: 261, ctx: 512, max_t, lookahead, route_ahead };
+            let scratch = Scratch::new(&ctx.device, &c, sizes);
+            assert_eq!(Scratch::estimate(&c, sizes), scratch.bytes(), "{sizes:?}");
         }
     }
 }
