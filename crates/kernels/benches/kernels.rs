@@ -130,12 +130,17 @@ fn bench_q8_gemv(c: &mut Criterion, g: &Gpu) {
         // between them and the bench sees the kernel, not the pipeline drain.
         let ys: Vec<wgpu::Buffer> = (0..n).map(|i| buffer(g, 4 * u64::from(rows), 8 + i as u64)).collect();
         group.throughput(Throughput::Bytes(qbytes + sbytes));
-        // `_rows2`: q8_gemv_rows2, two rows per lane, beside the one-row kernel for comparison.
-        for (variant, k, rows2) in [
-            ("subgroup", &g.sg, false),
-            ("plain", &g.plain, false),
-            ("subgroup_rows2", &g.sg, true),
-            ("plain_rows2", &g.plain, true),
+        // `_rows2` / `_rows4`: q8_gemv_rows2 / q8_gemv_rows4, two / four rows a lane group, beside the
+        // one-row kernel for comparison; `_i8`: q8_gemv_i8, four rows, the input quantised as it is read.
+        for (variant, k) in [
+            ("subgroup", &g.sg),
+            ("plain", &g.plain),
+            ("subgroup_rows2", &g.sg),
+            ("plain_rows2", &g.plain),
+            ("subgroup_rows4", &g.sg),
+            ("plain_rows4", &g.plain),
+            ("subgroup_i8", &g.sg),
+            ("plain_i8", &g.plain),
         ] {
             if variant.starts_with("subgroup") && !k.subgroups() {
                 continue;
@@ -145,11 +150,16 @@ fn bench_q8_gemv(c: &mut Criterion, g: &Gpu) {
                 .zip(&ys)
                 .map(|((q, s), y)| {
                     let w = Q8Matrix { q: q.into(), scales: s.into(), rows, cols };
-                    if rows2 {
-                        k.q8_gemv_rows2(w, (&x).into(), y.into(), 1).expect("bind")
+                    let d = if variant.ends_with("rows2") {
+                        k.q8_gemv_rows2(w, (&x).into(), y.into(), 1)
+                    } else if variant.ends_with("rows4") {
+                        k.q8_gemv_rows4(w, (&x).into(), y.into(), 1)
+                    } else if variant.ends_with("i8") {
+                        k.q8_gemv_i8(w, (&x).into(), y.into(), 1)
                     } else {
-                        k.q8_gemv(w, (&x).into(), y.into(), 1).expect("bind")
-                    }
+                        k.q8_gemv(w, (&x).into(), y.into(), 1)
+                    };
+                    d.expect("bind")
                 })
                 .collect();
             group.bench_function(format!("{name}/{variant}"), |b| b.iter_custom(|iters| time(g, &ds, iters)));
@@ -171,6 +181,17 @@ enum ExpertOp {
     Combine,
 }
 
+/// The quant planes and input arithmetic of a [`bench_expert`] entry.
+#[derive(Clone, Copy, PartialEq)]
+enum Walk {
+    /// Q8_0 planes, f32 input.
+    Q8,
+    /// Q4_0 planes, f32 input.
+    Q4,
+    /// Q8_0 planes, the input Q8_0-quantised as it is read (the `_i8` kernels).
+    I8,
+}
+
 /// The expert GEMVs at Qwen3-30B-A3B's shapes for one token's 8 picks: Q8_0 gate‖up (shared input), down
 /// from a precomputed activation and down straight from gate‖up (SwiGLU on the input), the two that decode
 /// runs (gate‖up with SwiGLU on its output, down with the combine), and the same over Q4_0 planes.
@@ -179,25 +200,30 @@ fn bench_expert(c: &mut Criterion, g: &Gpu) {
     use ExpertOp::*;
     let mut group = c.benchmark_group("expert_q8_gemv");
     let k_picks = 8u32;
-    // (name, rows, cols, x_div, q4, op)
+    use Walk::{I8, Q4, Q8};
+    // (name, rows, cols, x_div, walk, op)
     let cases = [
-        ("gate_up_8x1536x2048", 1536u32, 2048u32, 8u32, false, Plain),
-        ("gate_up_swiglu_8x1536x2048", 1536, 2048, 8, false, SwigluOut),
-        ("down_8x2048x768", 2048, 768, 1, false, Plain),
-        ("down_swiglu_8x2048x768", 2048, 768, 1, false, SwigluIn),
-        ("down_combine_8x2048x768", 2048, 768, 1, false, Combine),
-        ("q4/gate_up_8x1536x2048", 1536, 2048, 8, true, Plain),
-        ("q4/gate_up_swiglu_8x1536x2048", 1536, 2048, 8, true, SwigluOut),
-        ("q4/down_swiglu_8x2048x768", 2048, 768, 1, true, SwigluIn),
-        ("q4/down_combine_8x2048x768", 2048, 768, 1, true, Combine),
+        ("gate_up_8x1536x2048", 1536u32, 2048u32, 8u32, Q8, Plain),
+        ("gate_up_swiglu_8x1536x2048", 1536, 2048, 8, Q8, SwigluOut),
+        ("down_8x2048x768", 2048, 768, 1, Q8, Plain),
+        ("down_swiglu_8x2048x768", 2048, 768, 1, Q8, SwigluIn),
+        ("down_combine_8x2048x768", 2048, 768, 1, Q8, Combine),
+        ("i8/gate_up_8x1536x2048", 1536, 2048, 8, I8, Plain),
+        ("i8/gate_up_swiglu_8x1536x2048", 1536, 2048, 8, I8, SwigluOut),
+        ("i8/down_8x2048x768", 2048, 768, 1, I8, Plain),
+        ("i8/down_combine_8x2048x768", 2048, 768, 1, I8, Combine),
+        ("q4/gate_up_8x1536x2048", 1536, 2048, 8, Q4, Plain),
+        ("q4/gate_up_swiglu_8x1536x2048", 1536, 2048, 8, Q4, SwigluOut),
+        ("q4/down_swiglu_8x2048x768", 2048, 768, 1, Q4, SwigluIn),
+        ("q4/down_combine_8x2048x768", 2048, 768, 1, Q4, Combine),
     ];
     let h = 2048u32;
     let f32s = |n: u32, seed| buffer(g, 4 * u64::from(n), seed);
     let (weights, next_norm, scaled, squares) =
         (f32s(k_picks, 20), f32s(h, 21), f32s(h, 22), f32s(diskformer_kernels::combine_squares(h), 23));
-    for (name, rows, cols, x_div, q4, op) in cases {
+    for (name, rows, cols, x_div, walk, op) in cases {
         let slot_s = u64::from(rows) * u64::from(cols) / 16;
-        let slot_q = if q4 { slot_s * 8 } else { slot_s * 16 };
+        let slot_q = if walk == Q4 { slot_s * 8 } else { slot_s * 16 };
         let sets = copies(u64::from(k_picks) * (slot_q + slot_s)) as u32;
         let slots = sets * k_picks;
         let q = buffer(g, u64::from(slots) * slot_q, 1);
@@ -235,17 +261,21 @@ fn bench_expert(c: &mut Criterion, g: &Gpu) {
                         squares: (&squares).into(),
                         finish: true,
                     };
-                    match (q4, op) {
-                        (false, Plain) => k.expert_q8_gemv(planes, x, i, y, k_picks, x_div),
-                        (false, SwigluIn) => k.expert_q8_gemv_swiglu(planes, x, i, y, k_picks),
-                        (false, SwigluOut) => {
-                            k.expert_q8_gemv_gate_up_swiglu(planes, x, i, y, k_picks, x_div)
+                    match (walk, op) {
+                        (Q8, Plain) => k.expert_q8_gemv(planes, x, i, y, k_picks, x_div),
+                        (Q8, SwigluIn) => k.expert_q8_gemv_swiglu(planes, x, i, y, k_picks),
+                        (Q8, SwigluOut) => k.expert_q8_gemv_gate_up_swiglu(planes, x, i, y, k_picks, x_div),
+                        (Q8, Combine) => k.expert_q8_gemv_combine(planes, x, i, out, (1, k_picks)),
+                        (I8, Plain) => k.expert_q8_gemv_i8(planes, x, i, y, k_picks, x_div),
+                        (I8, SwigluOut) => {
+                            k.expert_q8_gemv_gate_up_swiglu_i8(planes, x, i, y, k_picks, x_div)
                         }
-                        (false, Combine) => k.expert_q8_gemv_combine(planes, x, i, out, (1, k_picks)),
-                        (true, Plain) => k.expert_q4_gemv(planes, x, i, y, k_picks, x_div),
-                        (true, SwigluIn) => k.expert_q4_gemv_swiglu(planes, x, i, y, k_picks),
-                        (true, SwigluOut) => k.expert_q4_gemv_gate_up_swiglu(planes, x, i, y, k_picks, x_div),
-                        (true, Combine) => k.expert_q4_gemv_combine(planes, x, i, out, (1, k_picks)),
+                        (I8, Combine) => k.expert_q8_gemv_combine_i8(planes, x, i, out, (1, k_picks)),
+                        (I8, SwigluIn) => unreachable!("no int8 SwiGLU-input entry"),
+                        (Q4, Plain) => k.expert_q4_gemv(planes, x, i, y, k_picks, x_div),
+                        (Q4, SwigluIn) => k.expert_q4_gemv_swiglu(planes, x, i, y, k_picks),
+                        (Q4, SwigluOut) => k.expert_q4_gemv_gate_up_swiglu(planes, x, i, y, k_picks, x_div),
+                        (Q4, Combine) => k.expert_q4_gemv_combine(planes, x, i, out, (1, k_picks)),
                     }
                 })
                 .collect();
@@ -815,13 +845,20 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     let slots_p = ExpertSlotsParams { n: top, base: 0, entries: 48 * e, _pad: 0 };
     let comb_p = MoeCombineNormParams { hidden: h, k: top, tokens: 1, eps };
     // The engine's decode layer (`fused`: norms in the GEMVs, the combine in down) or a chunk's.
-    let layer_of = |k: &Kernels, fused: bool| -> Vec<(&'static str, Dispatch)> {
+    let layer_of = |k: &Kernels, fused: bool, i8: bool| -> Vec<(&'static str, Dispatch)> {
         let ffn = InputNorm { weight: v(&ffn_norm), eps, normed: v(&xn) };
         let cache = KvCacheViews { k: v(&kc), v: v(&vc) };
         let (qn, kn, rope, pos, qr) = (v(&qn), v(&kn), v(&rope), v(&pos), v(&qr));
         let mut layer = if fused {
             vec![
-                ("qkv_gemv_scaled", k.q8_gemv(m(&qkv_w), v(&xg), v(&qkv), 1)),
+                (
+                    "qkv_gemv_scaled",
+                    if i8 {
+                        k.q8_gemv_i8(m(&qkv_w), v(&xg), v(&qkv), 1)
+                    } else {
+                        k.q8_gemv(m(&qkv_w), v(&xg), v(&qkv), 1)
+                    },
+                ),
                 (
                     "qkv_rope_store_scaled",
                     k.qkv_rope_store(v(&qkv), qn, kn, rope, pos, qr, cache, Some(v(&squares)), scaled_p),
@@ -839,7 +876,14 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
         ]);
         if fused {
             layer.extend([
-                ("wo_gemv_add", k.q8_gemv_add(m(&wo), v(&att), v(&x), 1)),
+                (
+                    "wo_gemv_add",
+                    if i8 {
+                        k.q8_gemv_add_i8(m(&wo), v(&att), v(&x), 1)
+                    } else {
+                        k.q8_gemv_add(m(&wo), v(&att), v(&x), 1)
+                    },
+                ),
                 ("router_gemv_norm", k.f32_gemv_norm(v(&router), (e, h), v(&x), v(&logits_r), 1, ffn)),
             ]);
         } else {
@@ -866,7 +910,11 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
             ),
             (
                 "expert_gate_up_swiglu",
-                k.expert_q8_gemv_gate_up_swiglu(gate_up, v(&xn), v(&slot_idx), v(&act), top, top),
+                if i8 {
+                    k.expert_q8_gemv_gate_up_swiglu_i8(gate_up, v(&xn), v(&slot_idx), v(&act), top, top)
+                } else {
+                    k.expert_q8_gemv_gate_up_swiglu(gate_up, v(&xn), v(&slot_idx), v(&act), top, top)
+                },
             ),
         ]);
         if fused {
@@ -878,7 +926,11 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
                 squares: v(&squares),
                 finish: true,
             };
-            let combine = k.expert_q8_gemv_combine(down, v(&act), v(&slot_idx), out, (1, top));
+            let combine = if i8 {
+                k.expert_q8_gemv_combine_i8(down, v(&act), v(&slot_idx), out, (1, top))
+            } else {
+                k.expert_q8_gemv_combine(down, v(&act), v(&slot_idx), out, (1, top))
+            };
             layer.push(("expert_down_combine", combine));
         } else {
             layer.extend([
@@ -891,12 +943,14 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
         }
         layer.into_iter().map(|(name, d)| (name, d.expect("bind"))).collect()
     };
-    let layer = layer_of(k, true);
-    let unfused = layer_of(k, false);
+    let layer = layer_of(k, true, false);
+    let unfused = layer_of(k, false, false);
+    // The layer with its Q8_0 GEMVs on int8 inputs (`EngineOptions::int8_decode`), timed whole only.
+    let all_i8: Vec<Dispatch> = layer_of(k, true, true).into_iter().map(|(_, d)| d).collect();
     let checked = Kernels::with_checked_shaders(&g.ctx, true);
-    let all_checked: Vec<Dispatch> = layer_of(&checked, true).into_iter().map(|(_, d)| d).collect();
+    let all_checked: Vec<Dispatch> = layer_of(&checked, true, false).into_iter().map(|(_, d)| d).collect();
     let head: Vec<Dispatch> = vec![
-        k.q8_gemv_rows2(m(&head_w), v(&last_n), v(&logits), 1).expect("bind"),
+        k.q8_gemv_rows4(m(&head_w), v(&last_n), v(&logits), 1).expect("bind"),
         k.argmax(v(&logits), v(&argmax_part), v(&argmax), vocab, 1).expect("bind"),
     ];
     // Beside the layer: the split attention's row sums through workgroup memory instead of subgroup
@@ -936,6 +990,7 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     let all_unfused: Vec<Dispatch> = unfused.into_iter().map(|(_, d)| d).collect();
     let n = all.len() as u64;
     group.bench_function("all", |b| b.iter_custom(|iters| time(g, &all, n * iters)));
+    group.bench_function("all_i8", |b| b.iter_custom(|iters| time(g, &all_i8, n * iters)));
     let n_unfused = all_unfused.len() as u64;
     group.bench_function("all_unfused", |b| b.iter_custom(|iters| time(g, &all_unfused, n_unfused * iters)));
     group.bench_function("all_checked_shaders", |b| b.iter_custom(|iters| time(g, &all_checked, n * iters)));

@@ -268,6 +268,15 @@ pub fn pack_q8_rows(q: &[i8], s: &[f32], cols: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Q8_0 GEMV on inputs Q8_0-quantised ([`Kernels::q8_gemv_i8`], which quantises as it reads): [`q8_gemm_i8`]
+/// of `x` (`[T, cols]`) quantised by [`quantize_q8`].
+///
+/// [`Kernels::q8_gemv_i8`]: crate::Kernels::q8_gemv_i8
+pub fn q8_gemv_i8(q: &[i8], scales: &[f16], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
+    let (xq, xs) = quantize_q8(x);
+    q8_gemm_i8(q, scales, rows, cols, &xq, &xs)
+}
+
 /// Q8_0 GEMM on Q8_0-quantised inputs ([`Kernels::q8_gemm_i8`]): `y[t, r] = Σ_b (Σ_c q[r, c] · xq[t, c]) ·
 /// scale[r, b] · xs[t, b]` over the 32-column blocks b, each inner sum exact.
 ///
@@ -315,6 +324,24 @@ pub fn expert_q8_gemm_i8(
             q8_gemm_i8(qs, ss, rows, cols, xt, st)
         })
         .collect()
+}
+
+/// Expert Q8_0 GEMV on Q8_0-quantised inputs ([`Kernels::expert_q8_gemv_i8`], which quantises as it reads):
+/// [`expert_q8_gemm_i8`] of `x` quantised by [`quantize_q8`], what llama.cpp's CPU backend computes for
+/// Q8_0 weights.
+///
+/// [`Kernels::expert_q8_gemv_i8`]: crate::Kernels::expert_q8_gemv_i8
+pub fn expert_q8_gemv_i8(
+    q: &[i8],
+    scales: &[f16],
+    rows: usize,
+    cols: usize,
+    slot_idx: &[u32],
+    x: &[f32],
+    x_div: usize,
+) -> Vec<f32> {
+    let (xq, xs) = quantize_q8(x);
+    expert_q8_gemm_i8(q, scales, rows, cols, slot_idx, (&xq, &xs), x_div)
 }
 
 /// A chunk's pairs grouped by expert, as [`Kernels::expert_groups`] writes them: per expert in id order its
@@ -441,6 +468,24 @@ pub fn expert_q8_gemv_combine(
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let slots = q.len() / (rows * cols);
     let gemv = |inside: &[u32]| expert_q8_gemv(q, scales, rows, cols, inside, x, 1);
+    combine_picks(gemv, (rows, k, slots), slot_idx, weights, residual, next_norm)
+}
+
+/// What `expert_q8_gemv_combine_i8` computes: [`expert_q8_gemv_combine`] with each pick's input
+/// Q8_0-quantised ([`expert_q8_gemv_i8`]).
+#[allow(clippy::too_many_arguments)]
+pub fn expert_q8_gemv_combine_i8(
+    q: &[i8],
+    scales: &[f16],
+    (rows, cols, k): (usize, usize, usize),
+    slot_idx: &[u32],
+    x: &[f32],
+    weights: &[f32],
+    residual: &[f32],
+    next_norm: &[f32],
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let slots = q.len() / (rows * cols);
+    let gemv = |inside: &[u32]| expert_q8_gemv_i8(q, scales, rows, cols, inside, x, 1);
     combine_picks(gemv, (rows, k, slots), slot_idx, weights, residual, next_norm)
 }
 

@@ -61,6 +61,14 @@ pub enum Kernel {
     ExpertQ8Gemv,
     /// Expert Q8_0 down GEMV with the MoE combine, added onto the residual stream (decode).
     ExpertQ8GemvCombine,
+    /// Q8_0 GEMV, 4 rows a lane group (the expert GEMVs' row walk).
+    Q8GemvRows4,
+    /// Q8_0 GEMV, its input Q8_0-quantised as it is read (int8 dot products).
+    Q8GemvI8,
+    /// Expert Q8_0 GEMV indexed by pool slot, its input Q8_0-quantised as it is read (int8 dot products).
+    ExpertQ8GemvI8,
+    /// [`Kernel::ExpertQ8GemvCombine`] with its input Q8_0-quantised as it is read (int8 dot products).
+    ExpertQ8GemvCombineI8,
     /// Expert Q4_0 GEMV indexed by pool slot.
     ExpertQ4Gemv,
     /// Expert Q4_0 down GEMV with the MoE combine, added onto the residual stream (decode).
@@ -98,6 +106,10 @@ const Q8_TILE_WEIGHTS: &str = include_str!("wgsl/q8_tile_weights.wgsl");
 const Q4_TILE_WEIGHTS: &str = include_str!("wgsl/q4_tile_weights.wgsl");
 const EXPERT_Q8_ROWS: &str = include_str!("wgsl/expert_q8_rows.wgsl");
 const EXPERT_Q4_ROWS: &str = include_str!("wgsl/expert_q4_rows.wgsl");
+const EXPERT_Q8I8_ROWS: &str = include_str!("wgsl/expert_q8i8_rows.wgsl");
+const Q8I8_INPUT: &str = include_str!("wgsl/q8i8_input.wgsl");
+const PAIR_MAX_PLAIN: &str = include_str!("wgsl/pair_max_plain.wgsl");
+const PAIR_MAX_SUBGROUP: &str = include_str!("wgsl/pair_max_subgroup.wgsl");
 const ATTENTION_ROWS_PLAIN: &str = include_str!("wgsl/attention_rows_plain.wgsl");
 const ATTENTION_ROWS_SUBGROUP: &str = include_str!("wgsl/attention_rows_subgroup.wgsl");
 const ATTENTION_TILE_LOAD: &str = include_str!("wgsl/attention_tile_load.wgsl");
@@ -107,7 +119,7 @@ const SAMPLE_STEP: &str = include_str!("wgsl/sample_step.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 36] = [
+    pub const ALL: [Kernel; 40] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -131,6 +143,10 @@ impl Kernel {
         Kernel::RouterTopkSlots,
         Kernel::ExpertQ8Gemv,
         Kernel::ExpertQ8GemvCombine,
+        Kernel::Q8GemvRows4,
+        Kernel::Q8GemvI8,
+        Kernel::ExpertQ8GemvI8,
+        Kernel::ExpertQ8GemvCombineI8,
         Kernel::ExpertQ4Gemv,
         Kernel::ExpertQ4GemvCombine,
         Kernel::ExpertQ8GemmTiled,
@@ -172,6 +188,10 @@ impl Kernel {
             Kernel::RouterTopkSlots => "router_topk_slots",
             Kernel::ExpertQ8Gemv => "expert_q8_gemv",
             Kernel::ExpertQ8GemvCombine => "expert_q8_gemv_combine",
+            Kernel::Q8GemvRows4 => "q8_gemv_rows4",
+            Kernel::Q8GemvI8 => "q8_gemv_i8",
+            Kernel::ExpertQ8GemvI8 => "expert_q8_gemv_i8",
+            Kernel::ExpertQ8GemvCombineI8 => "expert_q8_gemv_combine_i8",
             Kernel::ExpertQ4Gemv => "expert_q4_gemv",
             Kernel::ExpertQ4GemvCombine => "expert_q4_gemv_combine",
             Kernel::ExpertQ8GemmTiled => "expert_q8_gemm_tiled",
@@ -215,6 +235,10 @@ impl Kernel {
                 | Kernel::Q8GemvRows2
                 | Kernel::ExpertQ8Gemv
                 | Kernel::ExpertQ8GemvCombine
+                | Kernel::Q8GemvRows4
+                | Kernel::Q8GemvI8
+                | Kernel::ExpertQ8GemvI8
+                | Kernel::ExpertQ8GemvCombineI8
                 | Kernel::ExpertQ4Gemv
                 | Kernel::ExpertQ4GemvCombine
         )
@@ -226,7 +250,9 @@ impl Kernel {
         match self {
             Kernel::EmbedQ8 => size_of::<EmbedQ8Params>(),
             Kernel::RmsNorm => size_of::<RmsNormParams>(),
-            Kernel::Q8Gemv | Kernel::Q8GemvRows2 => size_of::<Q8GemvParams>(),
+            Kernel::Q8Gemv | Kernel::Q8GemvRows2 | Kernel::Q8GemvRows4 | Kernel::Q8GemvI8 => {
+                size_of::<Q8GemvParams>()
+            }
             Kernel::Q8GemmTiled | Kernel::Q8GemmI8 => size_of::<Q8GemmParams>(),
             Kernel::QuantizeQ8 => size_of::<QuantizeQ8Params>(),
             Kernel::F32Gemv => size_of::<F32GemvParams>(),
@@ -242,8 +268,8 @@ impl Kernel {
             Kernel::Add => size_of::<AddParams>(),
             Kernel::AddRmsNorm => size_of::<RmsNormParams>(),
             Kernel::RouterTopk | Kernel::RouterTopkSlots => size_of::<RouterTopkParams>(),
-            Kernel::ExpertQ8Gemv => size_of::<ExpertQ8GemvParams>(),
-            Kernel::ExpertQ8GemvCombine | Kernel::ExpertQ4GemvCombine => {
+            Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvI8 => size_of::<ExpertQ8GemvParams>(),
+            Kernel::ExpertQ8GemvCombine | Kernel::ExpertQ8GemvCombineI8 | Kernel::ExpertQ4GemvCombine => {
                 size_of::<ExpertQ8GemvCombineParams>()
             }
             Kernel::ExpertQ4Gemv => size_of::<ExpertQ4GemvParams>(),
@@ -268,6 +294,8 @@ impl Kernel {
             Kernel::RmsNorm => include_str!("wgsl/rms_norm.wgsl"),
             Kernel::Q8Gemv => include_str!("wgsl/q8_gemv.wgsl"),
             Kernel::Q8GemvRows2 => include_str!("wgsl/q8_gemv_rows2.wgsl"),
+            Kernel::Q8GemvRows4 => include_str!("wgsl/q8_gemv_rows4.wgsl"),
+            Kernel::Q8GemvI8 => Kernel::Q8GemvRows4.file(),
             Kernel::Q8GemmTiled => include_str!("wgsl/q8_gemm_tiled.wgsl"),
             Kernel::Q8GemmI8 => Kernel::Q8GemmTiled.file(),
             Kernel::QuantizeQ8 => include_str!("wgsl/quantize_q8.wgsl"),
@@ -287,8 +315,8 @@ impl Kernel {
             Kernel::RouterTopkSlots => include_str!("wgsl/router_topk_slots.wgsl"),
             Kernel::ExpertQ8Gemv => include_str!("wgsl/expert_q8_gemv.wgsl"),
             Kernel::ExpertQ8GemvCombine => include_str!("wgsl/expert_q8_gemv_combine.wgsl"),
-            Kernel::ExpertQ4Gemv => Kernel::ExpertQ8Gemv.file(),
-            Kernel::ExpertQ4GemvCombine => Kernel::ExpertQ8GemvCombine.file(),
+            Kernel::ExpertQ4Gemv | Kernel::ExpertQ8GemvI8 => Kernel::ExpertQ8Gemv.file(),
+            Kernel::ExpertQ4GemvCombine | Kernel::ExpertQ8GemvCombineI8 => Kernel::ExpertQ8GemvCombine.file(),
             Kernel::ExpertQ8GemmTiled => include_str!("wgsl/expert_q8_gemm_tiled.wgsl"),
             Kernel::ExpertQ8GemmI8 => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertQ4Gemm => Kernel::ExpertQ8GemmTiled.file(),
@@ -303,16 +331,17 @@ impl Kernel {
         }
     }
 
-    /// The WGSL source compiled for this kernel: the file (for the int8 GEMMs and the Q4_0 expert kernels,
-    /// the Q8_0 kernel's file with its entry point renamed; for kernels with a subgroup variant, with its
-    /// `/*SG_ARGS*/` and `/*SG_CALL*/` filled in) followed by the helper files it calls: the row sums (plain
-    /// or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs (the expert GEMVs' row walk,
-    /// `expert_q8_rows.wgsl` or `expert_q4_rows.wgsl`, before them; `q8_tile.wgsl` and its weights' helper,
-    /// Q8_0 or Q4_0, for the tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), the row helpers (plain or
-    /// subgroup) for the split attention, `attention_tile_load.wgsl` for the chunk attention kernels,
-    /// `rms_scale.wgsl` for the norm kernels, `router_topk_core.wgsl` for the routers, `sample_step.wgsl`
-    /// (the per-step struct) for the sampler's two kernels. `subgroups` is
-    /// ignored by kernels without a variant.
+    /// The WGSL source compiled for this kernel: the file (for the int8 GEMMs and GEMVs and the Q4_0 expert
+    /// kernels, the Q8_0 kernel's file with its entry point renamed; for kernels with a subgroup variant,
+    /// with its `/*SG_ARGS*/` and `/*SG_CALL*/` filled in) followed by the helper files it calls: the row
+    /// sums (plain or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs and `quantize_q8`
+    /// (a row walk before them: `expert_q8_rows.wgsl`, `expert_q4_rows.wgsl` or `expert_q8i8_rows.wgsl`
+    /// for the expert GEMVs and `q8_gemv_rows4` / `q8_gemv_i8`, the int8 walk with `q8i8_input.wgsl` and its
+    /// `pair_max` helper, plain or subgroup; `q8_tile.wgsl` and its weights' helper, Q8_0 or Q4_0, for the
+    /// tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), the row helpers (plain or subgroup) for the split
+    /// attention, `attention_tile_load.wgsl` for the chunk attention kernels, `rms_scale.wgsl` for the norm
+    /// kernels, `router_topk_core.wgsl` for the routers, `sample_step.wgsl` (the per-step struct) for the
+    /// sampler's two kernels. `subgroups` is ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
         let mut body = Cow::Borrowed(self.file());
         if let Some(shared) = self.entry_renamed_from() {
@@ -338,14 +367,15 @@ impl Kernel {
     }
 
     /// The kernel whose file this one shares, with its entry point renamed to this one's name: the int8
-    /// GEMMs and the Q4_0 expert kernels run the Q8_0 kernels' files with other helpers appended (tiles, or
-    /// the expert GEMVs' row walk).
+    /// GEMMs and GEMVs and the Q4_0 expert kernels run the Q8_0 kernels' files with other helpers appended
+    /// (tiles, or a row walk).
     fn entry_renamed_from(self) -> Option<Kernel> {
         match self {
             Kernel::Q8GemmI8 => Some(Kernel::Q8GemmTiled),
+            Kernel::Q8GemvI8 => Some(Kernel::Q8GemvRows4),
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ4Gemm => Some(Kernel::ExpertQ8GemmTiled),
-            Kernel::ExpertQ4Gemv => Some(Kernel::ExpertQ8Gemv),
-            Kernel::ExpertQ4GemvCombine => Some(Kernel::ExpertQ8GemvCombine),
+            Kernel::ExpertQ4Gemv | Kernel::ExpertQ8GemvI8 => Some(Kernel::ExpertQ8Gemv),
+            Kernel::ExpertQ4GemvCombine | Kernel::ExpertQ8GemvCombineI8 => Some(Kernel::ExpertQ8GemvCombine),
             _ => None,
         }
     }
@@ -363,14 +393,21 @@ impl Kernel {
             Kernel::Q8GemmTiled | Kernel::ExpertQ8GemmTiled => &[Q8_TILE, Q8_TILE_WEIGHTS, Q8_HELPERS],
             Kernel::ExpertQ4Gemm => &[Q8_TILE, Q4_TILE_WEIGHTS, Q8_HELPERS],
             Kernel::Q8GemmI8 | Kernel::ExpertQ8GemmI8 => &[Q8_TILE_I8, Q8_HELPERS],
+            Kernel::QuantizeQ8 => &[Q8_HELPERS],
             Kernel::AttentionTiled | Kernel::AttentionFlash => &[ATTENTION_TILE_LOAD],
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
             Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],
-            Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvCombine if subgroups => {
+            Kernel::Q8GemvRows4 | Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvCombine if subgroups => {
                 &[EXPERT_Q8_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }
-            Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvCombine => {
+            Kernel::Q8GemvRows4 | Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvCombine => {
                 &[EXPERT_Q8_ROWS, ROW_SUM_PLAIN, Q8_HELPERS]
+            }
+            Kernel::Q8GemvI8 | Kernel::ExpertQ8GemvI8 | Kernel::ExpertQ8GemvCombineI8 if subgroups => {
+                &[EXPERT_Q8I8_ROWS, Q8I8_INPUT, PAIR_MAX_SUBGROUP, ROW_SUM_SUBGROUP, Q8_HELPERS]
+            }
+            Kernel::Q8GemvI8 | Kernel::ExpertQ8GemvI8 | Kernel::ExpertQ8GemvCombineI8 => {
+                &[EXPERT_Q8I8_ROWS, Q8I8_INPUT, PAIR_MAX_PLAIN, ROW_SUM_PLAIN, Q8_HELPERS]
             }
             Kernel::ExpertQ4Gemv | Kernel::ExpertQ4GemvCombine if subgroups => {
                 &[EXPERT_Q4_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]

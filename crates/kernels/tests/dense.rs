@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
+use common::{Gpu, Rng, abs_of, assert_close, poisoned, quant_allowance, read_n, run, upload};
 use diskformer_kernels::{InputNorm, Kernels, Q8Matrix, argmax_partial_len, cpu, q8_row_bytes};
 
 /// Σ|w·x| per output: the scale of f32 rounding in a dot product.
@@ -16,10 +16,13 @@ fn magnitudes(q: &[i8], s: &[half::f16], rows: usize, cols: usize, x: &[f32]) ->
     cpu::q8_gemv(&qa, &sa, rows, cols, &xa)
 }
 
-/// Checks `q8_gemv` and its two-rows-per-lane variant `q8_gemv_rows2` on the same shapes.
+/// Checks `q8_gemv`, its variants of two and four rows a lane group (`q8_gemv_rows2`, `q8_gemv_rows4`) and
+/// the int8 one (`q8_gemv_i8`) on the same shapes.
 fn check_q8_gemv(g: &Gpu, k: &Kernels, rows: usize, cols: usize, tokens: usize, seed: u64, min_parts: usize) {
     check_q8(g, k, rows, cols, tokens, seed, min_parts, "q8_gemv");
     check_q8(g, k, rows, cols, tokens, seed, min_parts, "q8_gemv_rows2");
+    check_q8(g, k, rows, cols, tokens, seed, min_parts, "q8_gemv_rows4");
+    check_q8(g, k, rows, cols, tokens, seed, min_parts, "q8_gemv_i8");
 }
 
 fn check_q8_gemm(g: &Gpu, k: &Kernels, rows: usize, cols: usize, tokens: usize, seed: u64, min_parts: usize) {
@@ -52,22 +55,33 @@ fn check_q8(
         "q8_gemm_tiled" => k.q8_gemm_tiled(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
         "q8_gemm_i8" => k.q8_gemm_i8(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
         "q8_gemv_rows2" => k.q8_gemv_rows2(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
+        "q8_gemv_rows4" => k.q8_gemv_rows4(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
+        "q8_gemv_i8" => k.q8_gemv_i8(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
         _ => k.q8_gemv(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
     };
     assert!(d.parts() >= min_parts, "expected a split into >= {min_parts} parts, got {}", d.parts());
     run(g, &[&d]);
     let got = read_n::<f32>(g, &y, tokens * rows);
-    let want = if name == "q8_gemm_i8" {
-        cpu::q8_gemm_i8(&q, &s, rows, cols, &xq, &xs)
-    } else {
-        cpu::q8_gemv(&q, &s, rows, cols, &x)
+    let f32_want = cpu::q8_gemv(&q, &s, rows, cols, &x);
+    let want = match name {
+        "q8_gemm_i8" => cpu::q8_gemm_i8(&q, &s, rows, cols, &xq, &xs),
+        "q8_gemv_i8" => cpu::q8_gemv_i8(&q, &s, rows, cols, &x),
+        _ => f32_want.clone(),
     };
     // Tolerance: the GPU sums in f32 in another order (16-value groups, 32 lanes, a tree) than the f64
     // reference. A random-order f32 sum errs by ~eps·sqrt(cols)·rms(w·x) ≈ eps·Σ|w·x|/sqrt(cols), so
     // 2e-6·Σ|w·x| (≥ 16·eps·Σ|w·x|) covers any order with margin (lavapipe: ≤ 1e-7), while a wrong
     // index or scale moves an output by O(|w·x|), far above it. The int8 GEMM's block sums are exact;
     // only the scaled block sums add in f32, so the same bound holds.
-    let mag = magnitudes(&q, &s, rows, cols, &x);
+    let mut mag = magnitudes(&q, &s, rows, cols, &x);
+    if name == "q8_gemv_i8" {
+        // The kernel quantises x itself (`quant_allowance`); the tolerance must still tell its arithmetic
+        // from the f32 GEMV's.
+        let allow = x.chunks(cols).flat_map(|xt| quant_allowance(&q, &s, rows, cols, xt));
+        mag.iter_mut().zip(allow).for_each(|(m, a)| *m += a / 2e-6);
+        let apart = f32_want.iter().zip(&want).zip(&mag).filter(|((a, b), m)| (*a - *b).abs() > 2e-6 * *m);
+        assert!(apart.count() > 0, "{name}: the f32 GEMV lies within the int8 tolerance");
+    }
     assert_eq!(d.kernel().name(), name);
     let what = format!("{name} {rows}x{cols} T={tokens} sg={} parts={}", k.subgroups(), d.parts());
     assert_close(&what, &got, &want, &mag, 1e-6, 2e-6);
@@ -107,12 +121,12 @@ fn q8_gemv_lm_head_split() {
     check_q8_gemv(g, &k, 5_003, 2048, 2, 10, 4);
 }
 
-/// `q8_gemv_add` against `y`'s old values plus `cpu::q8_gemv`.
+/// `q8_gemv_add` (or with `i8` `q8_gemv_add_i8`) against `y`'s old values plus `cpu::q8_gemv` (`q8_gemv_i8`).
 fn check_q8_gemv_add(
     g: &Gpu,
     k: &Kernels,
     (rows, cols, tokens): (usize, usize, usize),
-    seed: u64,
+    (seed, i8): (u64, bool),
     min_parts: usize,
 ) {
     let mut rng = Rng::new(seed);
@@ -122,17 +136,27 @@ fn check_q8_gemv_add(
     let y0 = rng.vec_f32(tokens * rows, -3.0, 3.0);
     let (qb, sb, xb, y) = (upload(g, &q), upload(g, &s), upload(g, &x), upload(g, &y0));
     let w = Q8Matrix { q: (&qb).into(), scales: (&sb).into(), rows: rows as u32, cols: cols as u32 };
-    let d = k.q8_gemv_add(w, (&xb).into(), (&y).into(), tokens as u32).unwrap();
+    let d = if i8 {
+        k.q8_gemv_add_i8(w, (&xb).into(), (&y).into(), tokens as u32).unwrap()
+    } else {
+        k.q8_gemv_add(w, (&xb).into(), (&y).into(), tokens as u32).unwrap()
+    };
     assert!(d.parts() >= min_parts, "expected a split into >= {min_parts} parts, got {}", d.parts());
     run(g, &[&d]);
     let got = read_n::<f32>(g, &y, tokens * rows);
-    let mut want = cpu::q8_gemv(&q, &s, rows, cols, &x);
+    let mut want =
+        if i8 { cpu::q8_gemv_i8(&q, &s, rows, cols, &x) } else { cpu::q8_gemv(&q, &s, rows, cols, &x) };
     let mut mag = magnitudes(&q, &s, rows, cols, &x);
+    if i8 {
+        let allow = x.chunks(cols).flat_map(|xt| quant_allowance(&q, &s, rows, cols, xt));
+        mag.iter_mut().zip(allow).for_each(|(m, a)| *m += a / 2e-6);
+    }
     want.iter_mut().zip(&y0).for_each(|(w, y)| *w += y);
     mag.iter_mut().zip(&y0).for_each(|(m, y)| *m += y.abs());
     // Tolerance: as q8_gemv, 2e-6·Σ|w·x|, plus the add's rounding (|y|); a lost or doubled add moves
     // outputs by O(|y|) or O(Σ|w·x|).
-    let what = format!("q8_gemv_add {rows}x{cols} T={tokens} sg={} parts={}", k.subgroups(), d.parts());
+    let name = d.kernel().name();
+    let what = format!("{name} add {rows}x{cols} T={tokens} sg={} parts={}", k.subgroups(), d.parts());
     assert_close(&what, &got, &want, &mag, 1e-6, 2e-6);
 }
 
@@ -141,12 +165,16 @@ fn q8_gemv_add_onto_y() {
     let g = gpu_or_skip!();
     for k in [&g.kernels, &g.plain] {
         // Decode's wo (added onto the residual stream), an odd shape over several tokens.
-        check_q8_gemv_add(g, k, (2048, 4096, 1), 302, 1);
-        check_q8_gemv_add(g, k, (40, 96, 3), 303, 1);
+        for i8 in [false, true] {
+            check_q8_gemv_add(g, k, (2048, 4096, 1), (302, i8), 1);
+            check_q8_gemv_add(g, k, (40, 96, 3), (303, i8), 1);
+        }
     }
     // Split over bindings: each part adds its rows.
     let k = Kernels::new(&g.ctx).with_max_binding(1 << 20);
-    check_q8_gemv_add(g, &k, (1000, 2048, 2), 305, 2);
+    for i8 in [false, true] {
+        check_q8_gemv_add(g, &k, (1000, 2048, 2), (305, i8), 2);
+    }
 }
 
 #[test]
@@ -390,9 +418,9 @@ fn quantize_q8_rows() {
             [127, 1, -3],
             "quantize_q8 {rows}x{cols} halves"
         );
-        // Scales within one f16 step (WGSL lets the division be 2.5 ulp off and the f16 conversion round
-        // either way; lavapipe matches bit for bit); a quant may differ by one where x / d lands within
-        // rounding of a half, in at most a handful of places.
+        // Scales within one f16 step (WGSL lets the division be 2.5 ulp off, which moves the f16 rounding
+        // of a scale near a rounding boundary; lavapipe matches bit for bit); a quant may differ by one
+        // where x / d lands within rounding of a half, in at most a handful of places.
         let row = q8_row_bytes(cols as u32) as usize;
         let mut off_by_one = 0;
         for r in 0..rows {

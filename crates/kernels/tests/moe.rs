@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
+use common::{Gpu, Rng, abs_of, assert_close, poisoned, quant_allowance, read_n, run, upload};
 use diskformer_kernels::{
     CombineOut, EXPERT_GEMM_TILED_GROUP, ExpertGroupsParams, ExpertPlanes, ExpertSlotsParams, Kernels,
     MoeCombineNormParams, MoeCombineParams, combine_squares, cpu, expert_gemm_group_bound,
@@ -132,6 +132,11 @@ trait Quant: Sized {
     fn magnitude(p: &Pool<Self>, slot_idx: &[u32], x: &[f32], x_div: usize) -> Vec<f32>;
     /// The down GEMV with the MoE combine (`cpu::expert_q8_gemv_combine` or `cpu::expert_q4_gemv_combine`).
     fn combine(p: &Pool<Self>, k: usize, slot_idx: &[u32], x: &[f32], wrn: [&[f32]; 3]) -> [Vec<f32>; 3];
+    /// Q8_0 only: the GEMV on the input quantised (`cpu::expert_q8_gemv_i8`) and its `magnitude` with
+    /// [`expert_quant_allowance`] added.
+    fn gemv_i8(p: &Pool<Self>, slot_idx: &[u32], x: &[f32], x_div: usize) -> (Vec<f32>, Vec<f32>);
+    /// Q8_0 only: `combine` on each pick's input quantised (`cpu::expert_q8_gemv_combine_i8`).
+    fn combine_i8(p: &Pool<Self>, k: usize, slot_idx: &[u32], x: &[f32], wrn: [&[f32]; 3]) -> [Vec<f32>; 3];
 }
 
 impl Quant for i8 {
@@ -146,6 +151,17 @@ impl Quant for i8 {
     }
     fn combine(p: &Pool, k: usize, slot_idx: &[u32], x: &[f32], [w, r, n]: [&[f32]; 3]) -> [Vec<f32>; 3] {
         let (a, b, c) = cpu::expert_q8_gemv_combine(&p.q, &p.s, (p.rows, p.cols, k), slot_idx, x, w, r, n);
+        [a, b, c]
+    }
+    fn gemv_i8(p: &Pool, slot_idx: &[u32], x: &[f32], x_div: usize) -> (Vec<f32>, Vec<f32>) {
+        let want = cpu::expert_q8_gemv_i8(&p.q, &p.s, p.rows, p.cols, slot_idx, x, x_div);
+        let mag = p.magnitude(slot_idx, x, x_div);
+        let allow = expert_quant_allowance(p, slot_idx, x, x_div);
+        (want, mag.iter().zip(&allow).map(|(m, a)| m + a).collect())
+    }
+    fn combine_i8(p: &Pool, k: usize, slot_idx: &[u32], x: &[f32], [w, r, n]: [&[f32]; 3]) -> [Vec<f32>; 3] {
+        let rck = (p.rows, p.cols, k);
+        let (a, b, c) = cpu::expert_q8_gemv_combine_i8(&p.q, &p.s, rck, slot_idx, x, w, r, n);
         [a, b, c]
     }
 }
@@ -171,6 +187,12 @@ impl Quant for u8 {
         let (a, b, c) = cpu::expert_q4_gemv_combine(&p.q, &p.s, (p.rows, p.cols, k), slot_idx, x, w, r, n);
         [a, b, c]
     }
+    fn gemv_i8(_: &Q4Pool, _: &[u32], _: &[f32], _: usize) -> (Vec<f32>, Vec<f32>) {
+        unreachable!("no Q4_0 expert GEMV on int8 inputs")
+    }
+    fn combine_i8(_: &Q4Pool, _: usize, _: &[u32], _: &[f32], _: [&[f32]; 3]) -> [Vec<f32>; 3] {
+        unreachable!("no Q4_0 expert GEMV on int8 inputs")
+    }
 }
 
 impl<Q: Quant> Pool<Q> {
@@ -192,6 +214,20 @@ fn pool(g: &Gpu, rng: &mut Rng, slots: usize, rows: usize, cols: usize) -> Pool 
 
 fn check_expert(g: &Gpu, k: &Kernels, p: &Pool, slot_idx: &[u32], x_div: usize, seed: u64, min_parts: usize) {
     check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, "expert_q8_gemv");
+    check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, "expert_q8_gemv_i8");
+}
+
+/// [`quant_allowance`] of every output of the slot-indexed GEMV on `x`, as a `magnitude`-like scale for
+/// its 2e-6 tolerance.
+fn expert_quant_allowance(p: &Pool, slot_idx: &[u32], x: &[f32], x_div: usize) -> Vec<f32> {
+    let m = p.rows * p.cols;
+    let mut out = Vec::with_capacity(slot_idx.len() * p.rows);
+    for (pair, &slot) in slot_idx.iter().enumerate() {
+        let (q, s) = (&p.q[slot as usize * m..][..m], &p.s[slot as usize * m / 32..][..m / 32]);
+        let xt = &x[pair / x_div * p.cols..][..p.cols];
+        out.extend(quant_allowance(q, s, p.rows, p.cols, xt).into_iter().map(|a| a / 2e-6));
+    }
+    out
 }
 
 fn check_expert_gemm(
@@ -238,6 +274,7 @@ fn check_expert_kernel(
     let d = match name {
         "expert_q8_gemm_tiled" => k.expert_q8_gemm_tiled(planes, xv, gb, ob, yv, sizes, x_div_u),
         "expert_q8_gemm_i8" => k.expert_q8_gemm_i8(planes, xv, gb, ob, yv, sizes, x_div_u),
+        "expert_q8_gemv_i8" => k.expert_q8_gemv_i8(planes, xv, (&ib).into(), yv, pairs_u, x_div_u),
         _ => k.expert_q8_gemv(planes, xv, (&ib).into(), yv, pairs_u, x_div_u),
     }
     .unwrap();
@@ -245,12 +282,23 @@ fn check_expert_kernel(
     assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
     run(g, &[&d]);
     let got = read_n::<f32>(g, &y, pairs * p.rows);
+    let f32_want = cpu::expert_q8_gemv(&p.q, &p.s, p.rows, p.cols, slot_idx, &x, x_div);
     let want = if i8 {
         cpu::expert_q8_gemm_i8(&p.q, &p.s, p.rows, p.cols, slot_idx, (&xq, &xs), x_div)
+    } else if name == "expert_q8_gemv_i8" {
+        cpu::expert_q8_gemv_i8(&p.q, &p.s, p.rows, p.cols, slot_idx, &x, x_div)
     } else {
-        cpu::expert_q8_gemv(&p.q, &p.s, p.rows, p.cols, slot_idx, &x, x_div)
+        f32_want.clone()
     };
-    let mag = p.magnitude(slot_idx, &x, x_div);
+    let mut mag = p.magnitude(slot_idx, &x, x_div);
+    if name == "expert_q8_gemv_i8" {
+        // The kernel quantises x itself (`quant_allowance`); the tolerance must still tell its quantised
+        // arithmetic from the f32 GEMV's.
+        let allow = expert_quant_allowance(p, slot_idx, &x, x_div);
+        mag.iter_mut().zip(&allow).for_each(|(m, a)| *m += a);
+        let apart = f32_want.iter().zip(&want).zip(&mag).filter(|((a, b), m)| (*a - *b).abs() > 2e-6 * *m);
+        assert!(apart.count() > 0, "{name}: the f32 GEMV lies within the int8 tolerance");
+    }
     // Tolerance: as q8_gemv (same arithmetic; the int8 GEMM's block sums exact): 2e-6·Σ|w·x|.
     let what = format!(
         "{name} {}x{} pairs={pairs} x_div={x_div} sg={} parts={}",
@@ -658,6 +706,23 @@ fn check_combine<Q: Quant>(
     seed: u64,
     min_parts: usize,
 ) {
+    check_combine_kernel(g, k, p, slot_idx, (picks, false), seed, min_parts);
+    if !Q::Q4 {
+        check_combine_kernel(g, k, p, slot_idx, (picks, true), seed, min_parts);
+    }
+}
+
+/// One case of [`check_combine`]; with `i8` (Q8_0) the kernel that quantises each pick's input as it
+/// reads it (`expert_q8_gemv_combine_i8`).
+fn check_combine_kernel<Q: Quant>(
+    g: &Gpu,
+    k: &Kernels,
+    p: &Pool<Q>,
+    slot_idx: &[u32],
+    (picks, i8): (usize, bool),
+    seed: u64,
+    min_parts: usize,
+) {
     let mut rng = Rng::new(seed);
     let (pairs, tokens) = (slot_idx.len(), slot_idx.len() / picks);
     let x = rng.vec_f32(pairs * p.cols, -1.0, 1.0);
@@ -680,6 +745,8 @@ fn check_combine<Q: Quant>(
     let tk = (tokens as u32, picks as u32);
     let d = if Q::Q4 {
         k.expert_q4_gemv_combine(p.planes(), v(&xb), v(&ib), out, tk)
+    } else if i8 {
+        k.expert_q8_gemv_combine_i8(p.planes(), v(&xb), v(&ib), out, tk)
     } else {
         k.expert_q8_gemv_combine(p.planes(), v(&xb), v(&ib), out, tk)
     }
@@ -687,11 +754,12 @@ fn check_combine<Q: Quant>(
     assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
     run(g, &[&d]);
     let got = read_n::<f32>(g, &y, tokens * p.rows);
+    let wrn = [&weights[..], &residual, &next_norm];
     let [want, want_scaled, want_squares] =
-        Q::combine(p, picks, slot_idx, &x, [&weights, &residual, &next_norm]);
+        if i8 { Q::combine_i8(p, picks, slot_idx, &x, wrn) } else { Q::combine(p, picks, slot_idx, &x, wrn) };
     // Σ|w·x| of each pick's rows (0 for a pick outside the pool, which adds nothing).
     let inside: Vec<u32> = slot_idx.iter().map(|&s| if (s as usize) < p.slots { s } else { 0 }).collect();
-    let mut mags = p.magnitude(&inside, &x, 1);
+    let mut mags = if i8 { Q::gemv_i8(p, &inside, &x, 1).1 } else { p.magnitude(&inside, &x, 1) };
     for (pair, &s) in slot_idx.iter().enumerate() {
         if s as usize >= p.slots {
             mags[pair * p.rows..][..p.rows].fill(0.0);
@@ -868,12 +936,16 @@ fn expert_gemv_gate_up_swiglu_output() {
     for (k, slot_idx, (q8_parts, q4_parts)) in
         [(&g.kernels, &picks[..], (1, 1)), (&g.plain, &picks[..], (1, 1)), (&split, &long[..], (5, 3))]
     {
-        check_gate_up_swiglu(g, k, &real, slot_idx, 8, q8_parts, &mut rng);
-        check_gate_up_swiglu(g, k, &real4, slot_idx, 8, q4_parts, &mut rng);
+        for i8 in [false, true] {
+            check_gate_up_swiglu(g, k, &real, slot_idx, (8, i8), q8_parts, &mut rng);
+        }
+        check_gate_up_swiglu(g, k, &real4, slot_idx, (8, false), q4_parts, &mut rng);
     }
     for (k, x_div) in [(&g.kernels, 3), (&g.plain, 1)] {
-        check_gate_up_swiglu(g, k, &odd, &[2, 0, 1, 1, 2, 0], x_div, 1, &mut rng);
-        check_gate_up_swiglu(g, k, &odd4, &[2, 0, 1, 1, 2, 0], x_div, 1, &mut rng);
+        for i8 in [false, true] {
+            check_gate_up_swiglu(g, k, &odd, &[2, 0, 1, 1, 2, 0], (x_div, i8), 1, &mut rng);
+        }
+        check_gate_up_swiglu(g, k, &odd4, &[2, 0, 1, 1, 2, 0], (x_div, false), 1, &mut rng);
     }
     let bad = pool(g, &mut rng, 1, 40, 32);
     let planes = ExpertPlanes {
@@ -889,13 +961,14 @@ fn expert_gemv_gate_up_swiglu_output() {
     assert!(err.unwrap_err().to_string().contains("multiple of 16"));
 }
 
-/// One case of `expert_gemv_gate_up_swiglu_output` over a Q8_0 or Q4_0 pool.
+/// One case of `expert_gemv_gate_up_swiglu_output` over a Q8_0 or Q4_0 pool; with `i8` (Q8_0) the kernel
+/// that quantises its input as it reads it (`expert_q8_gemv_gate_up_swiglu_i8`).
 fn check_gate_up_swiglu<Q: Quant>(
     g: &Gpu,
     k: &Kernels,
     p: &Pool<Q>,
     slot_idx: &[u32],
-    x_div: usize,
+    (x_div, i8): (usize, bool),
     min_parts: usize,
     rng: &mut Rng,
 ) {
@@ -907,15 +980,20 @@ fn check_gate_up_swiglu<Q: Quant>(
     let (pairs_u, x_div_u) = (pairs as u32, x_div as u32);
     let d = if Q::Q4 {
         k.expert_q4_gemv_gate_up_swiglu(planes, v(&xb), v(&ib), v(&y), pairs_u, x_div_u)
+    } else if i8 {
+        k.expert_q8_gemv_gate_up_swiglu_i8(planes, v(&xb), v(&ib), v(&y), pairs_u, x_div_u)
     } else {
         k.expert_q8_gemv_gate_up_swiglu(planes, v(&xb), v(&ib), v(&y), pairs_u, x_div_u)
     }
     .unwrap();
     assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
     run(g, &[&d]);
-    let gate_up = p.reference(slot_idx, &x, x_div);
+    let (gate_up, mag) = if i8 {
+        Q::gemv_i8(p, slot_idx, &x, x_div)
+    } else {
+        (p.reference(slot_idx, &x, x_div), p.magnitude(slot_idx, &x, x_div))
+    };
     let want = cpu::silu_mul(&gate_up, ffn);
-    let mag = p.magnitude(slot_idx, &x, x_div);
     // Tolerance: each of gate and up within the GEMV's 2e-6·Σ|w·x| (mag); silu's slope is at most
     // 1.1 in magnitude, so the product moves by 1.1·|u|·δg + |silu(g)|·δu, plus silu_mul's own 2e-6
     // relative: 2e-6 times the scale below (plus 1e-9 absolute).

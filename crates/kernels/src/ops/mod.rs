@@ -14,6 +14,7 @@ mod expert_groups;
 mod expert_q4_gemv;
 mod expert_q8_gemm;
 mod expert_q8_gemv;
+mod expert_q8_gemv_i8;
 mod expert_slots;
 mod f32_gemm;
 mod f32_gemv;

@@ -14,7 +14,7 @@ pub struct Q8GemvParams {
     pub row_begin: u32,
     /// Rows of the whole matrix (stride of `y`).
     pub out_rows: u32,
-    /// 1: `y += W x` instead of `y = W x` (`q8_gemv` only; 0 for `q8_gemv_rows2`).
+    /// 1: `y += W x` instead of `y = W x` (`q8_gemv`, `q8_gemv_i8`; 0 for `q8_gemv_rows2`, `q8_gemv_rows4`).
     pub accumulate: u32,
     /// Padding.
     pub _pad: [u32; 3],
@@ -42,6 +42,35 @@ impl Kernels {
         self.q8_gemv_with(Kernel::Q8Gemv, w, x, y, tokens, true)
     }
 
+    /// [`Kernels::q8_gemv`] with four rows per lane group (32 rows per workgroup, the expert GEMVs' row
+    /// walk): same contract and result; for matrices of many rows (the lm head), where it keeps more loads
+    /// in flight a lane.
+    ///
+    /// # Errors
+    /// As [`Kernels::q8_gemv`].
+    pub fn q8_gemv_rows4(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
+        self.q8_gemv_with(Kernel::Q8GemvRows4, w, x, y, tokens, false)
+    }
+
+    /// [`Kernels::q8_gemv_rows4`] on the input Q8_0-quantised as the kernel reads it, as llama.cpp's
+    /// `quantize_row_q8_0` does it: `y[t, r] = Σ_b (Σ_c q[r, c] · xq[t, c]) · scale[r, b] · xs[t, b]` over
+    /// the 32-column blocks b ([`cpu::q8_gemv_i8`](crate::cpu::q8_gemv_i8)), each block's sum exact in
+    /// int32: what llama.cpp's CPU backend computes for Q8_0 weights. Shapes as [`Kernels::q8_gemv`].
+    ///
+    /// # Errors
+    /// As [`Kernels::q8_gemv`].
+    pub fn q8_gemv_i8(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
+        self.q8_gemv_with(Kernel::Q8GemvI8, w, x, y, tokens, false)
+    }
+
+    /// [`Kernels::q8_gemv_i8`] adding its product onto `y`, as [`Kernels::q8_gemv_add`].
+    ///
+    /// # Errors
+    /// As [`Kernels::q8_gemv`].
+    pub fn q8_gemv_add_i8(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
+        self.q8_gemv_with(Kernel::Q8GemvI8, w, x, y, tokens, true)
+    }
+
     /// [`Kernels::q8_gemv`] with two rows per lane (16 rows per workgroup): same contract and result,
     /// half the x traffic per weight byte. Kept beside it to compare the two in the bench.
     ///
@@ -61,7 +90,11 @@ impl Kernels {
         accumulate: bool,
     ) -> Result<Dispatch> {
         let b = self.binder(kernel);
-        let rows_per_group = if kernel == Kernel::Q8GemvRows2 { 16 } else { 8 };
+        let rows_per_group = match kernel {
+            Kernel::Q8GemvRows2 => 16,
+            Kernel::Q8GemvRows4 | Kernel::Q8GemvI8 => 32,
+            _ => 8,
+        };
         let (rows, cols, t) = (u64::from(w.rows), u64::from(w.cols), u64::from(tokens));
         b.ensure(cols > 0 && cols.is_multiple_of(32) && rows > 0, || {
             format!("needs rows > 0 and cols a multiple of 32; got rows {rows}, cols {cols}")

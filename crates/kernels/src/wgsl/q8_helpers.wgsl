@@ -25,6 +25,31 @@ fn hi4x4(w: u32) -> vec4<f32> {
     return u8x4_plus_2p23((w >> 4u) & 0x0f0f0f0fu) - vec4<f32>(8388616.0);
 }
 
+// |v| < 2^22 as f32, exactly, by integer add into the mantissa of 1.5 * 2^23 (a block's sum is at most
+// 32 * 128 * 128 = 2^19): full-rate integer and float adds instead of a quarter-rate conversion.
+fn i32x4_to_f32(v: vec4<i32>) -> vec4<f32> {
+    return bitcast<vec4<f32>>(v + vec4<i32>(0x4b400000)) - vec4<f32>(12582912.0);
+}
+
+// v >= 0 rounded to the nearest f16 value (ties to even), as f32: the scale a Q8_0 block stores, rounded as
+// llama.cpp's GGML_FP32_TO_FP16 rounds it (and the CPU reference's half::f16). WGSL lets f32-to-f16
+// conversions round either way, and NVIDIA's do, so this rounds by bits: below f16's normal range to a
+// multiple of 2^-24 (round() ties to even), above it to 10 mantissa bits. Up to 65504 (a larger scale
+// overflows f16, here as in llama.cpp, differently).
+fn f16_round(v: f32) -> f32 {
+    if (v < 6.103515625e-5) {
+        return round(v * 16777216.0) / 16777216.0;
+    }
+    let b = bitcast<u32>(v);
+    return bitcast<f32>((b + 0xfffu + ((b >> 13u) & 1u)) & 0xffffe000u);
+}
+
+// Four values already divided by their block's step (`x / d`) as int8, rounded halves away from zero as
+// llama.cpp's quantize_row_q8_0, packed little-endian into a word.
+fn quant4_i8(s: vec4<f32>) -> u32 {
+    return pack4xI8(vec4<i32>(sign(s) * floor(abs(s) + 0.5)));
+}
+
 // One 16-byte Q8_0 chunk (16 int8) against 16 input values.
 fn dot16(w: vec4<u32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
     return dot(i8x4(w.x), x0) + dot(i8x4(w.y), x1) + dot(i8x4(w.z), x2) + dot(i8x4(w.w), x3);

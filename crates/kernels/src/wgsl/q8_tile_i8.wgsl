@@ -20,12 +20,6 @@ var<workgroup> tile_sw: array<vec4<f32>, 64>;  // [2 blocks][32] row scales, 4 r
 var<workgroup> tile_x: array<vec4<u32>, 128>;  // [16 words][8]: tokens 4j..4j+3
 var<workgroup> tile_sx: array<vec4<f32>, 16>;  // [2 blocks][8] token scales, 4 tokens each
 
-// |v| < 2^22 as f32, exactly, by integer add into the mantissa of 1.5 * 2^23 (a block's sum is at most
-// 32 * 128 * 128 = 2^19): full-rate integer and float adds instead of a quarter-rate conversion.
-fn i32x4_to_f32(v: vec4<i32>) -> vec4<f32> {
-    return bitcast<vec4<f32>>(v + vec4<i32>(0x4b400000)) - vec4<f32>(12582912.0);
-}
-
 // The 4 rows of `w` against token word `t`: their 4-way dot products.
 fn dot4x(w: vec4<u32>, t: u32) -> vec4<i32> {
     return vec4<i32>(dot4I8Packed(w.x, t), dot4I8Packed(w.y, t), dot4I8Packed(w.z, t), dot4I8Packed(w.w, t));

@@ -1,8 +1,8 @@
 // Q8_0 quantisation of f32 rows, the input of the int8 GEMMs (q8_gemm_i8, expert_q8_gemm_i8), as llama.cpp's
 // quantize_row_q8_0 does it: per 32-value block d = max|x| / 127 and q = round(x / d) (halves away from
-// zero), d kept as its f16 rounding (what a Q8_0 block stores; a block past 127 × 65504 overflows it there as
-// here). Output row r, 9 · cols / 32 words: the block quants packed 4 int8 a word (cols / 4 words), then the
-// cols / 32 scales as f32 bits. One lane per block.
+// zero), d kept as its f16 rounding (`f16_round`; what a Q8_0 block stores; a block past 127 × 65504
+// overflows it there as here). Output row r, 9 · cols / 32 words: the block quants packed 4 int8 a word (cols / 4 words), then the
+// cols / 32 scales as f32 bits. One lane per block. The rounding (`quant4_i8`) is in q8_helpers.wgsl.
 enable f16;
 
 struct Params {
@@ -36,8 +36,7 @@ fn quantize_q8(@builtin(global_invocation_id) gid: vec3<u32>) {
     let row = (blk / nblk) * (9u * nblk);
     let b = blk % nblk;
     for (var i = 0u; i < 8u; i++) {
-        let s = v[i] * id;
-        out[row + b * 8u + i] = pack4xI8(vec4<i32>(sign(s) * floor(abs(s) + 0.5)));
+        out[row + b * 8u + i] = quant4_i8(v[i] * id);
     }
-    out[row + 8u * nblk + b] = bitcast<u32>(f32(f16(d)));
+    out[row + 8u * nblk + b] = bitcast<u32>(f16_round(d));
 }

@@ -166,3 +166,52 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], scale: &[f32], atol: 
 pub fn abs_of(v: &[f32]) -> Vec<f32> {
     v.iter().map(|x| x.abs()).collect()
 }
+
+/// For the GEMVs that quantise their f32 input as they read it (`q8_gemv_i8`, `expert_q8_gemv_i8`, ...):
+/// how far each of the `rows` outputs of `q`/`s` (`[rows, cols]` Q8_0) against input `x` (`cols` values)
+/// may lie from `cpu::quantize_q8`'s arithmetic, beyond the f32 rounding of the sums. WGSL lets the GPU's
+/// division be 2.5 ulp off, so where x / d lands within a few ulp of a half, the GPU's quant may be one off (moving
+/// the output by |q_w|·d_w·d_x), and where max|x| / 127 lies within a few ulp of an f16 rounding boundary,
+/// its f16 scale may be one step off (moving the block's sum by 2^-10 of Σ|w·x| at most). Only those places
+/// are allowed for, so the check stays exact elsewhere (lavapipe matches the CPU bit for bit).
+pub fn quant_allowance(q: &[i8], s: &[f16], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
+    let nblk = cols / 32;
+    // Per block: its scale d, whether its f16 rounding is in doubt, and the columns whose quant is.
+    let mut blocks = Vec::with_capacity(nblk);
+    for block in x.chunks(32) {
+        let d = block.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+        let d16 = |v: f32| f16::from_f32(v).to_f32();
+        let scale_doubt = d16(d * (1.0 - 4.0 * f32::EPSILON)) != d16(d * (1.0 + 4.0 * f32::EPSILON));
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let doubt: Vec<bool> = block
+            .iter()
+            .map(|v| {
+                // x / d is off by up to ~6 ulp of itself on the GPU (two divisions and a product).
+                let a = (v * id).abs();
+                (a - a.floor() - 0.5).abs() <= 8.0 * f32::EPSILON * a
+            })
+            .collect();
+        blocks.push((d16(d), scale_doubt, doubt));
+    }
+    (0..rows)
+        .map(|r| {
+            let mut allow = 0f32;
+            for (b, (d, scale_doubt, doubt)) in blocks.iter().enumerate() {
+                let dw = s[r * nblk + b].to_f32().abs();
+                let w = &q[r * cols + b * 32..][..32];
+                if *scale_doubt {
+                    let sum: f32 =
+                        w.iter().zip(&x[b * 32..]).map(|(&qv, xv)| f32::from(qv).abs() * xv.abs()).sum();
+                    allow += 2f32.powi(-10) * dw * sum;
+                }
+                allow += w
+                    .iter()
+                    .zip(doubt)
+                    .filter(|(_, d)| **d)
+                    .map(|(&qv, _)| f32::from(qv).abs() * dw * d)
+                    .sum::<f32>();
+            }
+            allow
+        })
+        .collect()
+}

@@ -1,0 +1,67 @@
+use super::expert_q8_gemv::{GemvInput, Q8_0_BLOCK_BYTES};
+use crate::error::Result;
+use crate::kernels::{Kernel, Kernels, View};
+use crate::{CombineOut, Dispatch, ExpertPlanes};
+
+/// The expert GEMVs on Q8_0-quantised inputs: `expert_q8_gemv.wgsl` and `expert_q8_gemv_combine.wgsl` with
+/// the int8 row walk (`expert_q8i8_rows.wgsl`), so their params are those kernels'. Each 32-value block of
+/// the input is quantised as the kernel reads it, as llama.cpp's `quantize_row_q8_0` does it
+/// ([`cpu::quantize_q8`](crate::cpu::quantize_q8)), and summed against the weights' int8 exactly: what
+/// llama.cpp's CPU backend computes for Q8_0 weights, with no quantisation dispatch before them.
+impl Kernels {
+    /// [`Kernels::expert_q8_gemv`] on the input Q8_0-quantised:
+    /// `y[pair, r] = Σ_b (Σ_c q[slot, r, c] · xq[c]) · scale[slot, r, b] · xs[b]` over the 32-column blocks
+    /// b, `(xq, xs)` the quantisation of `x[pair / x_div]`
+    /// ([`cpu::expert_q8_gemv_i8`](crate::cpu::expert_q8_gemv_i8)).
+    /// Shapes as [`Kernels::expert_q8_gemv`].
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_q8_gemv`].
+    pub fn expert_q8_gemv_i8(
+        &self,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        slot_idx: View<'_>,
+        y: View<'_>,
+        pairs: u32,
+        x_div: u32,
+    ) -> Result<Dispatch> {
+        let input = GemvInput::Plain(x_div);
+        self.expert_gemv(Kernel::ExpertQ8GemvI8, Q8_0_BLOCK_BYTES, pool, x, slot_idx, y, pairs, input)
+    }
+
+    /// [`Kernels::expert_q8_gemv_gate_up_swiglu`] on the input Q8_0-quantised (as
+    /// [`Kernels::expert_q8_gemv_i8`]); SwiGLU on the output as there.
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_q8_gemv_gate_up_swiglu`].
+    pub fn expert_q8_gemv_gate_up_swiglu_i8(
+        &self,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        slot_idx: View<'_>,
+        act: View<'_>,
+        pairs: u32,
+        x_div: u32,
+    ) -> Result<Dispatch> {
+        let q8 = (Kernel::ExpertQ8GemvI8, Q8_0_BLOCK_BYTES);
+        self.gate_up_swiglu(q8, pool, x, slot_idx, act, (pairs, x_div))
+    }
+
+    /// [`Kernels::expert_q8_gemv_combine`] on each pick's input Q8_0-quantised (as
+    /// [`Kernels::expert_q8_gemv_i8`]); the combine and the next norm's inputs as there.
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_q8_gemv_combine`].
+    pub fn expert_q8_gemv_combine_i8(
+        &self,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        slot_idx: View<'_>,
+        out: CombineOut<'_>,
+        tokens_k: (u32, u32),
+    ) -> Result<Dispatch> {
+        let q8 = (Kernel::ExpertQ8GemvCombineI8, Q8_0_BLOCK_BYTES);
+        self.gemv_combine(q8, pool, x, slot_idx, out, tokens_k)
+    }
+}
