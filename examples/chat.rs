@@ -85,6 +85,10 @@ struct Args {
     /// prefill; off by default: the exact f32 path).
     #[arg(long)]
     int8_prefill: bool,
+    /// Replies' experts multiply by Q8_0-quantised activations with int8 dot products, as llama.cpp does
+    /// (off by default: the exact f32 path).
+    #[arg(long)]
+    int8_decode: bool,
 }
 
 fn bar(len: u64, what: &str) -> ProgressBar {
@@ -118,6 +122,7 @@ fn main() -> anyhow::Result<()> {
     opts.direct_io = args.direct_io;
     opts.readers = args.readers;
     opts.int8_prefill = args.int8_prefill;
+    opts.int8_decode = args.int8_decode;
 
     let model = match &args.model {
         Some(m) => m.clone(),

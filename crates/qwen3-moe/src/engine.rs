@@ -77,12 +77,19 @@ pub struct EngineOptions {
     /// tokens (default on; off for comparison). A caller that next runs anything but the same kind of step
     /// on that pick leaves the queued step's work unused (and waits for it).
     pub run_ahead: bool,
-    /// Chunks multiply Q8_0 weights by Q8_0-quantised activations with int8 dot products, as llama.cpp's
-    /// CPU path and its GPU MMQ kernels do: on the golden fixtures the prompt's log-probabilities then lie
-    /// within 0.02-0.03 of llama.cpp's run on the Q8_0 file itself, where the f32 chunks lie 0.05-0.27
-    /// from it (default off: the f32 chunks match llama.cpp's F32 twins to 2e-3, as one-token steps do).
-    /// Q4_0 experts keep f32.
+    /// Chunks multiply Q8_0 weights (the lm head's too) by Q8_0-quantised activations with int8 dot
+    /// products, as llama.cpp's CPU path and its GPU MMQ kernels do: on the golden fixtures the prompt's
+    /// log-probabilities then lie within 0.02-0.03 of llama.cpp's run on the Q8_0 file itself, where the f32
+    /// chunks lie 0.05-0.27 from it (default off: the f32 chunks match llama.cpp's F32 twins to 2e-3, as
+    /// one-token steps do). Q4_0 experts keep f32.
     pub int8_prefill: bool,
+    /// One-token steps multiply Q8_0 weights (dense, experts, lm head) by Q8_0-quantised activations with
+    /// int8 dot products, each 32-value block quantised as the GEMV reads it: `int8_prefill`'s arithmetic
+    /// for one-token steps (on the golden fixtures 0.016-0.029 from llama.cpp's run on the Q8_0 file in
+    /// log-probability, the f32 steps 0.05-0.27; default off: the f32 steps match llama.cpp's F32 twins to
+    /// 2e-3; on the H200 int8 steps decode 6 % slower, BENCHMARKS.md). Q4_0 experts keep f32. Applies to
+    /// the fused decode layer (top-k ≤ 64, expert FFN a multiple of 16); other shapes' steps stay f32.
+    pub int8_decode: bool,
     /// While experts stream, a one-token step queues up to this many layers past the last one whose picks
     /// the host has checked (default 2; 0 reads each layer's picks back before its experts run). The GPU
     /// turns the picks into slots through a table of what the pool holds; a layer that needs an expert the
@@ -112,6 +119,7 @@ impl Default for EngineOptions {
             gpu_routing: true,
             run_ahead: true,
             int8_prefill: false,
+            int8_decode: false,
             route_ahead: 2,
         }
     }
@@ -217,6 +225,8 @@ pub struct Engine {
     q4_experts: bool,
     /// [`EngineOptions::int8_prefill`].
     int8_prefill: bool,
+    /// [`EngineOptions::int8_decode`].
+    int8_decode: bool,
     stats: EngineStats,
     gpu_bytes: GpuBytes,
     store_dir: PathBuf,
@@ -460,6 +470,7 @@ impl Engine {
             next_draw: None,
             q4_experts: experts.quant_type == "q4_0",
             int8_prefill: opts.int8_prefill,
+            int8_decode: opts.int8_decode,
             stats: EngineStats::default(),
             gpu_bytes,
             store_dir: store_dir.to_owned(),
@@ -699,6 +710,7 @@ impl Engine {
                 resident_slots: self.resident_table.as_ref().map(|(_, t)| t.as_slice()),
                 q4_experts: self.q4_experts,
                 int8_prefill: self.int8_prefill,
+                int8_decode: self.int8_decode,
                 embedding: self.weights.gpu_embedding.as_ref().map(|e| e.m()),
             };
             let g = Graph::build(&b, t)?;

@@ -358,6 +358,9 @@ pub(crate) struct Bindings<'a> {
     pub q4_experts: bool,
     /// Chunks run their Q8_0 GEMMs on quantised inputs by int8 dot products (`EngineOptions::int8_prefill`).
     pub int8_prefill: bool,
+    /// The fused decode layer and the head of one-token steps run their Q8_0 GEMVs on inputs quantised as
+    /// they are read (`EngineOptions::int8_decode`).
+    pub int8_decode: bool,
     /// The token embedding on the GPU: one-token steps then embed `token_ids` themselves.
     pub embedding: Option<Q8Matrix<'a>>,
 }
@@ -406,8 +409,10 @@ impl Graph {
         // And the norms and the combine ride in other kernels (fused decode, see the module docs).
         let fused = swiglu_out && fused_decode(c);
         let groups_on_gpu = t > 1 && b.resident_table.is_some() && experts <= EXPERT_GROUPS_MAX_EXPERTS;
-        // Chunks' dense GEMMs on int8 inputs: where they quantise them.
-        let dense_xq = (t > 1 && b.int8_prefill).then(|| v(&s.xq));
+        // Every Q8_0 matmul on int8 inputs: chunks' (`int8_prefill`; where they quantise them) or the fused
+        // decode layer's (`int8_decode`; its GEMVs quantise as they read).
+        let int8 = if t > 1 { b.int8_prefill } else { fused && b.int8_decode };
+        let dense_xq = int8.then(|| v(&s.xq));
         let mut layers = Vec::with_capacity(w.layers.len());
         for (l, lw) in w.layers.iter().enumerate() {
             let mut attention = Vec::with_capacity(12);
@@ -424,8 +429,9 @@ impl Graph {
             let (qn, kn, qr) = (v(&lw.q_norm), v(&lw.k_norm), v(&s.qr));
             if fused && l > 0 {
                 let squares = Some(v(&s.squares));
+                let (wqkv, scaled, qkv) = (lw.wqkv.m(), v(&s.x_scaled), v(&s.qkv));
                 attention.extend([
-                    k.q8_gemv(lw.wqkv.m(), v(&s.x_scaled), v(&s.qkv), 1)?,
+                    if int8 { k.q8_gemv_i8(wqkv, scaled, qkv, 1)? } else { k.q8_gemv(wqkv, scaled, qkv, 1)? },
                     k.qkv_rope_store(v(&s.qkv), qn, kn, rope, pos, qr, cache, squares, scaled_params)?,
                 ]);
             } else {
@@ -453,7 +459,12 @@ impl Graph {
             let mut router_from = None;
             if fused {
                 let norm = InputNorm { weight: v(&lw.ffn_norm), eps, normed: v(&s.xn) };
-                attention.push(k.q8_gemv_add(lw.wo.m(), v(&s.att), v(&s.x), 1)?);
+                let (wo, att, x) = (lw.wo.m(), v(&s.att), v(&s.x));
+                attention.push(if int8 {
+                    k.q8_gemv_add_i8(wo, att, x, 1)?
+                } else {
+                    k.q8_gemv_add(wo, att, x, 1)?
+                });
                 router_from = Some(attention.len());
                 attention.push(k.f32_gemv_norm(
                     v(&lw.router),
@@ -525,7 +536,7 @@ impl Graph {
                 parts.iter().filter_map(|&part| narrow_to_layer(part, bytes, layer_slots)).collect()
             };
             // A chunk's Q8_0 expert GEMMs read their inputs quantised (once for every pool part).
-            let experts_int8 = t > 1 && b.int8_prefill && !b.q4_experts;
+            let experts_int8 = t > 1 && int8 && !b.q4_experts;
             if experts_int8 {
                 experts_dispatches.push(k.quantize_q8(v(&s.xn), v(&s.xq), t, h)?);
             }
@@ -534,6 +545,8 @@ impl Graph {
                     let (slots, xn, act) = (v(&s.slot_idx[l]), v(&s.xn), v(&s.act));
                     if b.q4_experts {
                         k.expert_q4_gemv_gate_up_swiglu(part, xn, slots, act, pairs, top_k)?
+                    } else if int8 {
+                        k.expert_q8_gemv_gate_up_swiglu_i8(part, xn, slots, act, pairs, top_k)?
                     } else {
                         k.expert_q8_gemv_gate_up_swiglu(part, xn, slots, act, pairs, top_k)?
                     }
@@ -564,6 +577,8 @@ impl Graph {
                     let (act, slots) = (v(&s.act), v(&s.slot_idx[l]));
                     experts_dispatches.push(if b.q4_experts {
                         k.expert_q4_gemv_combine(part, act, slots, out, (1, top_k))?
+                    } else if int8 {
+                        k.expert_q8_gemv_combine_i8(part, act, slots, out, (1, top_k))?
                     } else {
                         k.expert_q8_gemv_combine(part, act, slots, out, (1, top_k))?
                     });
@@ -613,7 +628,13 @@ impl Graph {
             }
             layers.push(LayerGraph { attention, experts: experts_dispatches, router_from });
         }
-        let head = k.q8_gemv_rows2(w.head.m(), v(&s.last_n), v(&s.logits), 1)?;
+        let (head_w, last_n, logits) = (w.head.m(), v(&s.last_n), v(&s.logits));
+        // The head's rows (151,936) make enough workgroups for four rows a lane group (BENCHMARKS.md).
+        let head = if int8 {
+            k.q8_gemv_i8(head_w, last_n, logits, 1)?
+        } else {
+            k.q8_gemv_rows4(head_w, last_n, logits, 1)?
+        };
         let argmax = k.argmax(v(&s.logits), v(&s.argmax_partial), v(&s.argmax), w.head.rows, 1)?;
         let sample = (w.head.rows <= SAMPLE_MAX_N)
             .then(|| {
@@ -763,8 +784,9 @@ impl ExpertProjection for Kernels {
     }
 }
 
-/// Dense projections: for one token the GEMV, for a chunk the tiled GEMM, or with `xq` the int8 tiled GEMM
-/// after the input's Q8_0 quantisation into `xq` (as llama.cpp multiplies Q8_0 weights).
+/// Dense projections: for one token the GEMV, for a chunk the tiled GEMM; with `xq` on int8 inputs (as
+/// llama.cpp multiplies Q8_0 weights): for one token the GEMV that quantises as it reads, for a chunk the
+/// int8 tiled GEMM after the input's Q8_0 quantisation into `xq`.
 trait DenseProjection {
     fn dense_projection(
         &self,
@@ -786,7 +808,8 @@ impl DenseProjection for Kernels {
         xq: Option<View<'_>>,
     ) -> diskformer_kernels::Result<Vec<Dispatch>> {
         Ok(match xq {
-            _ if t == 1 => vec![self.q8_gemv(w, x, y, 1)?],
+            None if t == 1 => vec![self.q8_gemv(w, x, y, 1)?],
+            Some(_) if t == 1 => vec![self.q8_gemv_i8(w, x, y, 1)?],
             None => vec![self.q8_gemm_tiled(w, x, y, t)?],
             Some(xq) => vec![self.quantize_q8(x, xq, t, w.cols)?, self.q8_gemm_i8(w, xq, y, t)?],
         })

@@ -6,8 +6,9 @@
 //! and (k+1)-th router logit of the step's token is below 2e-3 in some layer (recorded by the golden script's
 //! float64 numpy reference): rounding K and V to f16 can swap an expert there, which moves the step's
 //! log-probabilities by ~0.1 (seen at one step of golden-gqa4, in the numpy reference with f16 K/V as well).
-//! And `int8_prefill` against llama.cpp run on the Q8_0 fixtures themselves (`tests/data/q8prompt-*.json`):
-//! the prompt's log-probabilities within 0.05, and closer to them than the f32 chunks are.
+//! And `int8_prefill` and `int8_decode` against llama.cpp run on the Q8_0 fixtures themselves
+//! (`tests/data/q8prompt-*.json`): the prompt's log-probabilities, as chunks and token by token, within 0.05,
+//! and closer to them than the f32 arithmetic is.
 
 use std::path::{Path, PathBuf};
 
@@ -255,10 +256,11 @@ struct Q8Top {
     twin_logprob: f64,
 }
 
-/// `int8_prefill` against llama.cpp's own Q8_0 arithmetic: what is left between them is llama.cpp quantising
-/// the lm head's input too (the engine's head is f32), the f16 KV cache and summation order, measured at
-/// 0.018-0.033 here, where the Q8_0 rounding itself moves llama.cpp's log-probabilities by 0.05-0.27 (its
-/// F32 twin). A wrong scale or rounding moves them by more than that rounding.
+/// `int8_prefill` / `int8_decode` against llama.cpp's own Q8_0 arithmetic: what is left between them is the
+/// f16 KV cache, the scales of inputs quantised after the norm's weight and before its 1/rms (fused decode's
+/// q‖k‖v) and summation order, measured at 0.016-0.029 here, where the Q8_0 rounding itself moves
+/// llama.cpp's log-probabilities by 0.05-0.27 (its F32 twin). A wrong scale or rounding moves them by more
+/// than that rounding. (Quantising only the experts' inputs, not the dense ones', lay 0.075 from it.)
 const INT8_LOGPROB_TOL: f64 = 0.05;
 
 #[test]
@@ -274,21 +276,34 @@ fn int8_prefill_matches_llama_cpp_on_q8_0_fixtures() {
         let worst = |lp: &[f32], of: fn(&Q8Top) -> f64| -> f64 {
             g.tops.iter().map(|t| (f64::from(lp[t.id as usize]) - of(t)).abs()).fold(0.0, f64::max)
         };
-        let [int8, f32] = [true, false].map(|int8| {
+        // The prompt as chunks, then token by token (one-token steps), each with f32 or int8 arithmetic.
+        let run = |batched: bool, int8: bool| {
             let mut opts = EngineOptions::default();
-            opts.int8_prefill = int8;
+            (opts.int8_prefill, opts.int8_decode) = (int8, int8);
             let mut engine = Engine::open(&store, &opts, &mut |_| {}).unwrap();
-            log_softmax(&engine.prefill(&g.prompt_ids, true).unwrap())
-        });
+            log_softmax(&engine.prefill(&g.prompt_ids, batched).unwrap())
+        };
+        let (int8, f32) = (run(true, true), run(true, false));
         let (d_int8, d_f32) = (worst(&int8, |t| t.logprob), worst(&f32, |t| t.logprob));
         let d_twin = worst(&f32, |t| t.twin_logprob);
+        let (step_int8, step_f32) = (run(false, true), run(false, false));
+        let (d_step_int8, d_step_f32) = (worst(&step_int8, |t| t.logprob), worst(&step_f32, |t| t.logprob));
         eprintln!(
-            "{name}: against llama.cpp on Q8_0 int8 {d_int8:.2e}, f32 {d_f32:.2e}; f32 against its twin {d_twin:.2e}"
+            "{name}: against llama.cpp on Q8_0 int8 {d_int8:.2e}, f32 {d_f32:.2e}; f32 against its twin \
+             {d_twin:.2e}; token by token int8 {d_step_int8:.2e}, f32 {d_step_f32:.2e}"
         );
         assert!(d_int8 <= INT8_LOGPROB_TOL, "{name}: int8 prefill {d_int8:.2e} from llama.cpp's Q8_0 run");
         assert!(
             d_int8 < d_f32,
             "{name}: int8 ({d_int8:.2e}) no closer than f32 ({d_f32:.2e}) to llama.cpp's Q8_0"
+        );
+        assert!(
+            d_step_int8 <= INT8_LOGPROB_TOL,
+            "{name}: int8 decode {d_step_int8:.2e} from llama.cpp's Q8_0"
+        );
+        assert!(
+            d_step_int8 < d_step_f32,
+            "{name}: int8 steps ({d_step_int8:.2e}) no closer than f32 ({d_step_f32:.2e}) to llama.cpp's Q8_0"
         );
     }
 }
