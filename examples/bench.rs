@@ -74,7 +74,7 @@ struct Args {
     /// Chunks multiply by Q8_0-quantised activations with int8 dot products (EngineOptions::int8_prefill).
     #[arg(long)]
     int8_prefill: bool,
-    /// One-token steps run the experts' GEMVs on Q8_0-quantised inputs (EngineOptions::int8_decode).
+    /// One-token steps run their Q8_0 GEMVs on Q8_0-quantised inputs (EngineOptions::int8_decode).
     #[arg(long)]
     int8_decode: bool,
     /// While experts stream, layers a one-token step queues past the last one checked (with prefetch off;

@@ -108,6 +108,36 @@ fn q8_gemv_odd_shapes_and_tokens() {
     }
 }
 
+/// `q8_gemv_i8` where the input's Q8_0 scales fall below f16's normal range (max|x| / 127 < 2^-14, rounded
+/// to a multiple of 2^-24 by `f16_round`'s other branch) and where a block is all zeros (scale 0, quants 0).
+#[test]
+fn q8_gemv_i8_tiny_and_zero_blocks() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(320);
+    let (rows, cols, tokens) = (64usize, 256usize, 3usize);
+    let q = rng.vec_i8(rows * cols);
+    let s = rng.vec_scales(rows * cols / 32);
+    // Token 0's values of magnitude 1e-5 and token 1's 1e-7 (scales ~8e-8 and ~8e-10: f16 subnormals, the
+    // second mostly rounding to a few steps of 2^-24), each alone in its outputs so that the tolerance
+    // scales with them; token 2 ordinary with a block of zeros.
+    let mut x: Vec<f32> =
+        (0..tokens * cols).map(|i| rng.f32(-1.0, 1.0) * [1e-5, 1e-7, 1.0][i / cols]).collect();
+    x[2 * cols + 64..][..32].fill(0.0);
+    let (qb, sb, xb, y) = (upload(g, &q), upload(g, &s), upload(g, &x), poisoned(g, 4 * tokens * rows));
+    let w = Q8Matrix { q: (&qb).into(), scales: (&sb).into(), rows: rows as u32, cols: cols as u32 };
+    for k in [&g.kernels, &g.plain] {
+        let d = k.q8_gemv_i8(w, (&xb).into(), (&y).into(), tokens as u32).unwrap();
+        run(g, &[&d]);
+        let got = read_n::<f32>(g, &y, tokens * rows);
+        let want = cpu::q8_gemv_i8(&q, &s, rows, cols, &x);
+        let mut mag = magnitudes(&q, &s, rows, cols, &x);
+        let allow = x.chunks(cols).flat_map(|xt| quant_allowance(&q, &s, rows, cols, xt));
+        mag.iter_mut().zip(allow).for_each(|(m, a)| *m += a / 2e-6);
+        let what = format!("q8_gemv_i8 tiny blocks sg={}", k.subgroups());
+        assert_close(&what, &got, &want, &mag, 0.0, 2e-6);
+    }
+}
+
 #[test]
 fn q8_gemv_lm_head_split() {
     let g = gpu_or_skip!();

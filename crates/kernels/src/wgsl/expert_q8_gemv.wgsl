@@ -8,9 +8,10 @@
 // 16 matching up rows, and pairs them in workgroup memory (SwiGLU at the end of gate||up, so that down
 // reads a plain input and no lane computes an exp per weight chunk).
 // A pool larger than a binding is split by slot range: one dispatch per part, pairs whose slot lies
-// elsewhere leave at once. The row walk (`rows4`) is appended from expert_q8_rows.wgsl, or for Q4_0 planes
-// from expert_q4_rows.wgsl (the kernel expert_q4_gemv: this file with its entry point renamed); the row
-// sums (`row_sum4`) and the quant helpers (`q8_helpers.wgsl`) as in q8_gemv.
+// elsewhere leave at once. The row walk (`rows4`) is appended from expert_q8_rows.wgsl, for Q4_0 planes
+// from expert_q4_rows.wgsl (the kernel expert_q4_gemv: this file with its entry point renamed), or for the
+// input quantised as it is read from expert_q8i8_rows.wgsl (expert_q8_gemv_i8, likewise); the row sums
+// (`row_sum4`) and the quant helpers (`q8_helpers.wgsl`) as in q8_gemv.
 enable f16;
 
 struct Params {

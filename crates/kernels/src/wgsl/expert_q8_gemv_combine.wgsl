@@ -10,9 +10,10 @@
 // `scaled`.
 // A pool larger than a binding is split by slot range: one dispatch per part, each adding the terms of the
 // picks whose slot it binds (a pick elsewhere adds 0 here); only the last has finish = 1.
-// The row walk (`rows4`) is appended from expert_q8_rows.wgsl, or for Q4_0 planes from expert_q4_rows.wgsl
-// (the kernel expert_q4_gemv_combine: this file with its entry point renamed); the row sums (`row_sum4`)
-// and the quant helpers (`q8_helpers.wgsl`) as in q8_gemv.
+// The row walk (`rows4`) is appended from expert_q8_rows.wgsl, for Q4_0 planes from expert_q4_rows.wgsl
+// (the kernel expert_q4_gemv_combine: this file with its entry point renamed), or for the input quantised
+// as it is read from expert_q8i8_rows.wgsl (expert_q8_gemv_combine_i8, likewise); the row sums
+// (`row_sum4`) and the quant helpers (`q8_helpers.wgsl`) as in q8_gemv.
 enable f16;
 
 struct Params {
@@ -61,6 +62,7 @@ fn expert_q8_gemv_combine(@builtin(local_invocation_index) li: u32, @builtin(wor
         let pair = t * p.k + min(j, p.k - 1u);
         let slot = slots[pair];
         var acc = vec4<f32>(0.0);
+        // Uniform within a 32-lane group (one pick), which is all the int8 walk's lane ^ 1 shuffle needs.
         if (j < p.k && slot >= p.slot_begin && slot < p.slot_end) {
             let rows = vec4<u32>((slot - p.slot_begin) * p.rows) + block;
             acc = rows4(rows, p.cols, pair * (p.cols / 4u), lane);

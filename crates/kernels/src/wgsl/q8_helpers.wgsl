@@ -38,7 +38,7 @@ fn i32x4_to_f32(v: vec4<i32>) -> vec4<f32> {
 // overflows f16, here as in llama.cpp, differently).
 fn f16_round(v: f32) -> f32 {
     if (v < 6.103515625e-5) {
-        return round(v * 16777216.0) / 16777216.0;
+        return round(v * 16777216.0) * 5.9604644775390625e-8; // 2^-24: exact, as no division is
     }
     let b = bitcast<u32>(v);
     return bitcast<f32>((b + 0xfffu + ((b >> 13u) & 1u)) & 0xffffe000u);

@@ -170,10 +170,11 @@ pub fn abs_of(v: &[f32]) -> Vec<f32> {
 /// For the GEMVs that quantise their f32 input as they read it (`q8_gemv_i8`, `expert_q8_gemv_i8`, ...):
 /// how far each of the `rows` outputs of `q`/`s` (`[rows, cols]` Q8_0) against input `x` (`cols` values)
 /// may lie from `cpu::quantize_q8`'s arithmetic, beyond the f32 rounding of the sums. WGSL lets the GPU's
-/// division be 2.5 ulp off, so where x / d lands within a few ulp of a half, the GPU's quant may be one off (moving
-/// the output by |q_w|·d_w·d_x), and where max|x| / 127 lies within a few ulp of an f16 rounding boundary,
-/// its f16 scale may be one step off (moving the block's sum by 2^-10 of Σ|w·x| at most). Only those places
-/// are allowed for, so the check stays exact elsewhere (lavapipe matches the CPU bit for bit).
+/// division be 2.5 ulp off, so where x / d lands within a few ulp of a half, the GPU's quant may be one off
+/// (moving the output by |q_w|·d_w·d_x), and where max|x| / 127 lies within a few ulp of an f16 rounding
+/// boundary, its f16 scale may be one step off (moving the block's sum by 2^-10 of Σ|w·x| at most, more
+/// below f16's normal range). Only those places are allowed for, so the check stays exact elsewhere
+/// (lavapipe matches the CPU bit for bit).
 pub fn quant_allowance(q: &[i8], s: &[f16], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
     let nblk = cols / 32;
     // Per block: its scale d, whether its f16 rounding is in doubt, and the columns whose quant is.
@@ -202,7 +203,8 @@ pub fn quant_allowance(q: &[i8], s: &[f16], rows: usize, cols: usize, x: &[f32])
                 if *scale_doubt {
                     let sum: f32 =
                         w.iter().zip(&x[b * 32..]).map(|(&qv, xv)| f32::from(qv).abs() * xv.abs()).sum();
-                    allow += 2f32.powi(-10) * dw * sum;
+                    // One f16 step of the scale, relative: 2^-10 in f16's normal range, 2^-24 / d below it.
+                    allow += 2f32.powi(-10).max(2f32.powi(-24) / d) * dw * sum;
                 }
                 allow += w
                     .iter()
