@@ -62,11 +62,10 @@ fn check_q8(
     assert!(d.parts() >= min_parts, "expected a split into >= {min_parts} parts, got {}", d.parts());
     run(g, &[&d]);
     let got = read_n::<f32>(g, &y, tokens * rows);
-    let f32_want = cpu::q8_gemv(&q, &s, rows, cols, &x);
     let want = match name {
         "q8_gemm_i8" => cpu::q8_gemm_i8(&q, &s, rows, cols, &xq, &xs),
         "q8_gemv_i8" => cpu::q8_gemv_i8(&q, &s, rows, cols, &x),
-        _ => f32_want.clone(),
+        _ => cpu::q8_gemv(&q, &s, rows, cols, &x),
     };
     // Tolerance: the GPU sums in f32 in another order (16-value groups, 32 lanes, a tree) than the f64
     // reference. A random-order f32 sum errs by ~eps·sqrt(cols)·rms(w·x) ≈ eps·Σ|w·x|/sqrt(cols), so
@@ -79,6 +78,7 @@ fn check_q8(
         // from the f32 GEMV's.
         let allow = x.chunks(cols).flat_map(|xt| quant_allowance(&q, &s, rows, cols, xt));
         mag.iter_mut().zip(allow).for_each(|(m, a)| *m += a / 2e-6);
+        let f32_want = cpu::q8_gemv(&q, &s, rows, cols, &x);
         let apart = f32_want.iter().zip(&want).zip(&mag).filter(|((a, b), m)| (*a - *b).abs() > 2e-6 * *m);
         assert!(apart.count() > 0, "{name}: the f32 GEMV lies within the int8 tolerance");
     }

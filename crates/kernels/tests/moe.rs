@@ -259,8 +259,8 @@ fn check_expert_kernel(
     let x = rng.vec_f32(pairs / x_div * p.cols, -1.0, 1.0);
     // The int8 GEMM reads the input Q8_0-quantised (quantize_q8's rows, here made on the CPU).
     let (xq, xs) = cpu::quantize_q8(&x);
-    let i8 = name == "expert_q8_gemm_i8";
-    let xb = if i8 { upload(g, &cpu::pack_q8_rows(&xq, &xs, p.cols)) } else { upload(g, &x) };
+    let gemm_i8 = name == "expert_q8_gemm_i8";
+    let xb = if gemm_i8 { upload(g, &cpu::pack_q8_rows(&xq, &xs, p.cols)) } else { upload(g, &x) };
     let ib = upload(g, slot_idx);
     let y = poisoned(g, 4 * pairs * p.rows);
     let planes = p.planes();
@@ -282,23 +282,23 @@ fn check_expert_kernel(
     assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
     run(g, &[&d]);
     let got = read_n::<f32>(g, &y, pairs * p.rows);
-    let f32_want = cpu::expert_q8_gemv(&p.q, &p.s, p.rows, p.cols, slot_idx, &x, x_div);
-    let want = if i8 {
-        cpu::expert_q8_gemm_i8(&p.q, &p.s, p.rows, p.cols, slot_idx, (&xq, &xs), x_div)
-    } else if name == "expert_q8_gemv_i8" {
-        cpu::expert_q8_gemv_i8(&p.q, &p.s, p.rows, p.cols, slot_idx, &x, x_div)
-    } else {
-        f32_want.clone()
+    let (want, mag) = match name {
+        "expert_q8_gemm_i8" => {
+            let want = cpu::expert_q8_gemm_i8(&p.q, &p.s, p.rows, p.cols, slot_idx, (&xq, &xs), x_div);
+            (want, p.magnitude(slot_idx, &x, x_div))
+        }
+        "expert_q8_gemv_i8" => {
+            // The kernel quantises x itself (`quant_allowance`); the tolerance must still tell its
+            // quantised arithmetic from the f32 GEMV's.
+            let (want, mag) = <i8 as Quant>::gemv_i8(p, slot_idx, &x, x_div);
+            let f32_want = p.reference(slot_idx, &x, x_div);
+            let apart =
+                f32_want.iter().zip(&want).zip(&mag).filter(|((a, b), m)| (*a - *b).abs() > 2e-6 * *m);
+            assert!(apart.count() > 0, "{name}: the f32 GEMV lies within the int8 tolerance");
+            (want, mag)
+        }
+        _ => (p.reference(slot_idx, &x, x_div), p.magnitude(slot_idx, &x, x_div)),
     };
-    let mut mag = p.magnitude(slot_idx, &x, x_div);
-    if name == "expert_q8_gemv_i8" {
-        // The kernel quantises x itself (`quant_allowance`); the tolerance must still tell its quantised
-        // arithmetic from the f32 GEMV's.
-        let allow = expert_quant_allowance(p, slot_idx, &x, x_div);
-        mag.iter_mut().zip(&allow).for_each(|(m, a)| *m += a);
-        let apart = f32_want.iter().zip(&want).zip(&mag).filter(|((a, b), m)| (*a - *b).abs() > 2e-6 * *m);
-        assert!(apart.count() > 0, "{name}: the f32 GEMV lies within the int8 tolerance");
-    }
     // Tolerance: as q8_gemv (same arithmetic; the int8 GEMM's block sums exact): 2e-6·Σ|w·x|.
     let what = format!(
         "{name} {}x{} pairs={pairs} x_div={x_div} sg={} parts={}",

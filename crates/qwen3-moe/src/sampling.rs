@@ -15,9 +15,9 @@
 //! Every sampled token takes one uniform from the RNG, drawn or not. With top-k on, the candidates are
 //! walked in rank order (the highest logit first) and the uniform has 24 bits, as the GPU draws: with top-k
 //! up to [`SAMPLE_MAX_K`] and a penalty window up to [`PENALTY_MAX_N`] the GPU can draw instead
-//! ([`Sampler::gpu_step`], [`Engine::step_sampled`](crate::Engine::step_sampled)), and a seed gives the same tokens either way (but
-//! where the GPU's f32 sums, exponentials and penalty divisions, which may differ from the CPU's by an ulp
-//! or two, and the CPU's f64 sums round a draw to either side of a boundary).
+//! ([`Sampler::gpu_step`], [`Engine::step_sampled`](crate::Engine::step_sampled)), and a seed gives the same
+//! tokens either way (but where the GPU's f32 sums, exponentials and penalty divisions, which may differ
+//! from the CPU's by an ulp or two, and the CPU's f64 sums round a draw to either side of a boundary).
 
 use std::cmp::Ordering;
 
