@@ -190,6 +190,8 @@ enum Walk {
     Q4,
     /// Q8_0 planes, the input Q8_0-quantised as it is read (the `_i8` kernels).
     I8,
+    /// Q8_0 planes, the input Q8_0-quantised before (`quantize_q8` rows; the `_xq` kernels).
+    Xq,
 }
 
 /// The expert GEMVs at Qwen3-30B-A3B's shapes for one token's 8 picks: Q8_0 gate‖up (shared input), down
@@ -200,7 +202,7 @@ fn bench_expert(c: &mut Criterion, g: &Gpu) {
     use ExpertOp::*;
     let mut group = c.benchmark_group("expert_q8_gemv");
     let k_picks = 8u32;
-    use Walk::{I8, Q4, Q8};
+    use Walk::{I8, Q4, Q8, Xq};
     // (name, rows, cols, x_div, walk, op)
     let cases = [
         ("gate_up_8x1536x2048", 1536u32, 2048u32, 8u32, Q8, Plain),
@@ -212,6 +214,9 @@ fn bench_expert(c: &mut Criterion, g: &Gpu) {
         ("i8/gate_up_swiglu_8x1536x2048", 1536, 2048, 8, I8, SwigluOut),
         ("i8/down_8x2048x768", 2048, 768, 1, I8, Plain),
         ("i8/down_combine_8x2048x768", 2048, 768, 1, I8, Combine),
+        ("xq/gate_up_8x1536x2048", 1536, 2048, 8, Xq, Plain),
+        ("xq/gate_up_swiglu_8x1536x2048", 1536, 2048, 8, Xq, SwigluOut),
+        ("xq/down_8x2048x768", 2048, 768, 1, Xq, Plain),
         ("q4/gate_up_8x1536x2048", 1536, 2048, 8, Q4, Plain),
         ("q4/gate_up_swiglu_8x1536x2048", 1536, 2048, 8, Q4, SwigluOut),
         ("q4/down_swiglu_8x2048x768", 2048, 768, 1, Q4, SwigluIn),
@@ -271,7 +276,11 @@ fn bench_expert(c: &mut Criterion, g: &Gpu) {
                             k.expert_q8_gemv_gate_up_swiglu_i8(planes, x, i, y, k_picks, x_div)
                         }
                         (I8, Combine) => k.expert_q8_gemv_combine_i8(planes, x, i, out, (1, k_picks)),
-                        (I8, SwigluIn) => unreachable!("no int8 SwiGLU-input entry"),
+                        (Xq, Plain) => k.expert_q8_gemv_xq(planes, x, i, y, k_picks, x_div),
+                        (Xq, SwigluOut) => {
+                            k.expert_q8_gemv_gate_up_swiglu_xq(planes, x, i, y, k_picks, x_div)
+                        }
+                        (I8 | Xq, SwigluIn) | (Xq, Combine) => unreachable!("no such int8 entry"),
                         (Q4, Plain) => k.expert_q4_gemv(planes, x, i, y, k_picks, x_div),
                         (Q4, SwigluIn) => k.expert_q4_gemv_swiglu(planes, x, i, y, k_picks),
                         (Q4, SwigluOut) => k.expert_q4_gemv_gate_up_swiglu(planes, x, i, y, k_picks, x_div),
@@ -325,6 +334,12 @@ fn bench_small(c: &mut Criterion, g: &Gpu) {
     let ds = vec![g.sg.expert_slots((&ids).into(), (&table).into(), (&slots).into(), p).expect("bind")];
     group.throughput(Throughput::Bytes(64));
     group.bench_function("expert_slots/8_picks", |b| b.iter_custom(|iters| time(g, &ds, iters)));
+
+    // One token's hidden row Q8_0-quantised (what an `_xq` GEMV reads): bytes read, latency-bound.
+    let xq = buffer(g, diskformer_kernels::q8_row_bytes(h), 11);
+    let ds = vec![g.sg.quantize_q8((&a).into(), (&xq).into(), 1, h).expect("bind")];
+    group.throughput(Throughput::Bytes(4 * u64::from(h)));
+    group.bench_function("quantize_q8/1x2048", |b| b.iter_custom(|iters| time(g, &ds, iters)));
 
     group.finish();
     bench_attention(c, g);

@@ -67,6 +67,8 @@ pub enum Kernel {
     Q8GemvI8,
     /// Expert Q8_0 GEMV indexed by pool slot, its input Q8_0-quantised as it is read (int8 dot products).
     ExpertQ8GemvI8,
+    /// Expert Q8_0 GEMV indexed by pool slot on an input Q8_0-quantised before it (`quantize_q8` rows).
+    ExpertQ8GemvXq,
     /// [`Kernel::ExpertQ8GemvCombine`] with its input Q8_0-quantised as it is read (int8 dot products).
     ExpertQ8GemvCombineI8,
     /// Expert Q4_0 GEMV indexed by pool slot.
@@ -107,6 +109,7 @@ const Q4_TILE_WEIGHTS: &str = include_str!("wgsl/q4_tile_weights.wgsl");
 const EXPERT_Q8_ROWS: &str = include_str!("wgsl/expert_q8_rows.wgsl");
 const EXPERT_Q4_ROWS: &str = include_str!("wgsl/expert_q4_rows.wgsl");
 const EXPERT_Q8I8_ROWS: &str = include_str!("wgsl/expert_q8i8_rows.wgsl");
+const EXPERT_Q8XQ_ROWS: &str = include_str!("wgsl/expert_q8xq_rows.wgsl");
 const Q8I8_INPUT: &str = include_str!("wgsl/q8i8_input.wgsl");
 const PAIR_MAX_PLAIN: &str = include_str!("wgsl/pair_max_plain.wgsl");
 const PAIR_MAX_SUBGROUP: &str = include_str!("wgsl/pair_max_subgroup.wgsl");
@@ -119,7 +122,7 @@ const SAMPLE_STEP: &str = include_str!("wgsl/sample_step.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 40] = [
+    pub const ALL: [Kernel; 41] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -146,6 +149,7 @@ impl Kernel {
         Kernel::Q8GemvRows4,
         Kernel::Q8GemvI8,
         Kernel::ExpertQ8GemvI8,
+        Kernel::ExpertQ8GemvXq,
         Kernel::ExpertQ8GemvCombineI8,
         Kernel::ExpertQ4Gemv,
         Kernel::ExpertQ4GemvCombine,
@@ -191,6 +195,7 @@ impl Kernel {
             Kernel::Q8GemvRows4 => "q8_gemv_rows4",
             Kernel::Q8GemvI8 => "q8_gemv_i8",
             Kernel::ExpertQ8GemvI8 => "expert_q8_gemv_i8",
+            Kernel::ExpertQ8GemvXq => "expert_q8_gemv_xq",
             Kernel::ExpertQ8GemvCombineI8 => "expert_q8_gemv_combine_i8",
             Kernel::ExpertQ4Gemv => "expert_q4_gemv",
             Kernel::ExpertQ4GemvCombine => "expert_q4_gemv_combine",
@@ -238,6 +243,7 @@ impl Kernel {
                 | Kernel::Q8GemvRows4
                 | Kernel::Q8GemvI8
                 | Kernel::ExpertQ8GemvI8
+                | Kernel::ExpertQ8GemvXq
                 | Kernel::ExpertQ8GemvCombineI8
                 | Kernel::ExpertQ4Gemv
                 | Kernel::ExpertQ4GemvCombine
@@ -268,7 +274,9 @@ impl Kernel {
             Kernel::Add => size_of::<AddParams>(),
             Kernel::AddRmsNorm => size_of::<RmsNormParams>(),
             Kernel::RouterTopk | Kernel::RouterTopkSlots => size_of::<RouterTopkParams>(),
-            Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvI8 => size_of::<ExpertQ8GemvParams>(),
+            Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvI8 | Kernel::ExpertQ8GemvXq => {
+                size_of::<ExpertQ8GemvParams>()
+            }
             Kernel::ExpertQ8GemvCombine | Kernel::ExpertQ8GemvCombineI8 | Kernel::ExpertQ4GemvCombine => {
                 size_of::<ExpertQ8GemvCombineParams>()
             }
@@ -315,7 +323,9 @@ impl Kernel {
             Kernel::RouterTopkSlots => include_str!("wgsl/router_topk_slots.wgsl"),
             Kernel::ExpertQ8Gemv => include_str!("wgsl/expert_q8_gemv.wgsl"),
             Kernel::ExpertQ8GemvCombine => include_str!("wgsl/expert_q8_gemv_combine.wgsl"),
-            Kernel::ExpertQ4Gemv | Kernel::ExpertQ8GemvI8 => Kernel::ExpertQ8Gemv.file(),
+            Kernel::ExpertQ4Gemv | Kernel::ExpertQ8GemvI8 | Kernel::ExpertQ8GemvXq => {
+                Kernel::ExpertQ8Gemv.file()
+            }
             Kernel::ExpertQ4GemvCombine | Kernel::ExpertQ8GemvCombineI8 => Kernel::ExpertQ8GemvCombine.file(),
             Kernel::ExpertQ8GemmTiled => include_str!("wgsl/expert_q8_gemm_tiled.wgsl"),
             Kernel::ExpertQ8GemmI8 => Kernel::ExpertQ8GemmTiled.file(),
@@ -335,9 +345,9 @@ impl Kernel {
     /// kernels, the Q8_0 kernel's file with its entry point renamed; for kernels with a subgroup variant,
     /// with its `/*SG_ARGS*/` and `/*SG_CALL*/` filled in) followed by the helper files it calls: the row
     /// sums (plain or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs and `quantize_q8`
-    /// (a row walk before them: `expert_q8_rows.wgsl`, `expert_q4_rows.wgsl` or `expert_q8i8_rows.wgsl`
-    /// for the expert GEMVs and `q8_gemv_rows4` / `q8_gemv_i8`, the int8 walk with `q8i8_input.wgsl` and its
-    /// `pair_max` helper, plain or subgroup; `q8_tile.wgsl` and its weights' helper, Q8_0 or Q4_0, for the
+    /// (a row walk before them: `expert_q8_rows.wgsl`, `expert_q4_rows.wgsl`, `expert_q8i8_rows.wgsl` or
+    /// `expert_q8xq_rows.wgsl` for the expert GEMVs and `q8_gemv_rows4` / `q8_gemv_i8`, the int8 walk with
+    /// `q8i8_input.wgsl` and its `pair_max` helper, plain or subgroup; `q8_tile.wgsl` and its weights' helper, Q8_0 or Q4_0, for the
     /// tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), the row helpers (plain or subgroup) for the split
     /// attention, `attention_tile_load.wgsl` for the chunk attention kernels, `rms_scale.wgsl` for the norm
     /// kernels, `router_topk_core.wgsl` for the routers, `sample_step.wgsl` (the per-step struct) for the
@@ -374,7 +384,9 @@ impl Kernel {
             Kernel::Q8GemmI8 => Some(Kernel::Q8GemmTiled),
             Kernel::Q8GemvI8 => Some(Kernel::Q8GemvRows4),
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ4Gemm => Some(Kernel::ExpertQ8GemmTiled),
-            Kernel::ExpertQ4Gemv | Kernel::ExpertQ8GemvI8 => Some(Kernel::ExpertQ8Gemv),
+            Kernel::ExpertQ4Gemv | Kernel::ExpertQ8GemvI8 | Kernel::ExpertQ8GemvXq => {
+                Some(Kernel::ExpertQ8Gemv)
+            }
             Kernel::ExpertQ4GemvCombine | Kernel::ExpertQ8GemvCombineI8 => Some(Kernel::ExpertQ8GemvCombine),
             _ => None,
         }
@@ -409,6 +421,8 @@ impl Kernel {
             Kernel::Q8GemvI8 | Kernel::ExpertQ8GemvI8 | Kernel::ExpertQ8GemvCombineI8 => {
                 &[EXPERT_Q8I8_ROWS, Q8I8_INPUT, PAIR_MAX_PLAIN, ROW_SUM_PLAIN, Q8_HELPERS]
             }
+            Kernel::ExpertQ8GemvXq if subgroups => &[EXPERT_Q8XQ_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS],
+            Kernel::ExpertQ8GemvXq => &[EXPERT_Q8XQ_ROWS, ROW_SUM_PLAIN, Q8_HELPERS],
             Kernel::ExpertQ4Gemv | Kernel::ExpertQ4GemvCombine if subgroups => {
                 &[EXPERT_Q4_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }

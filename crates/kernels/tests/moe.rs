@@ -135,6 +135,9 @@ trait Quant: Sized {
     /// Q8_0 only: the GEMV on the input quantised (`cpu::expert_q8_gemv_i8`) and its `magnitude` with
     /// [`expert_quant_allowance`] added.
     fn gemv_i8(p: &Pool<Self>, slot_idx: &[u32], x: &[f32], x_div: usize) -> (Vec<f32>, Vec<f32>);
+    /// Q8_0 only: the GEMV on an input quantised before it (`cpu::expert_q8_gemm_i8` of `quantize_q8`'s
+    /// output).
+    fn gemv_xq(p: &Pool<Self>, slot_idx: &[u32], xq: (&[i8], &[f32]), x_div: usize) -> Vec<f32>;
     /// Q8_0 only: `combine` on each pick's input quantised (`cpu::expert_q8_gemv_combine_i8`).
     fn combine_i8(p: &Pool<Self>, k: usize, slot_idx: &[u32], x: &[f32], wrn: [&[f32]; 3]) -> [Vec<f32>; 3];
 }
@@ -158,6 +161,9 @@ impl Quant for i8 {
         let mag = p.magnitude(slot_idx, x, x_div);
         let allow = expert_quant_allowance(p, slot_idx, x, x_div);
         (want, mag.iter().zip(&allow).map(|(m, a)| m + a).collect())
+    }
+    fn gemv_xq(p: &Pool, slot_idx: &[u32], xq: (&[i8], &[f32]), x_div: usize) -> Vec<f32> {
+        cpu::expert_q8_gemm_i8(&p.q, &p.s, p.rows, p.cols, slot_idx, xq, x_div)
     }
     fn combine_i8(p: &Pool, k: usize, slot_idx: &[u32], x: &[f32], [w, r, n]: [&[f32]; 3]) -> [Vec<f32>; 3] {
         let rck = (p.rows, p.cols, k);
@@ -190,6 +196,9 @@ impl Quant for u8 {
     fn gemv_i8(_: &Q4Pool, _: &[u32], _: &[f32], _: usize) -> (Vec<f32>, Vec<f32>) {
         unreachable!("no Q4_0 expert GEMV on int8 inputs")
     }
+    fn gemv_xq(_: &Q4Pool, _: &[u32], _: (&[i8], &[f32]), _: usize) -> Vec<f32> {
+        unreachable!("no Q4_0 expert GEMV on int8 inputs")
+    }
     fn combine_i8(_: &Q4Pool, _: usize, _: &[u32], _: &[f32], _: [&[f32]; 3]) -> [Vec<f32>; 3] {
         unreachable!("no Q4_0 expert GEMV on int8 inputs")
     }
@@ -215,6 +224,17 @@ fn pool(g: &Gpu, rng: &mut Rng, slots: usize, rows: usize, cols: usize) -> Pool 
 fn check_expert(g: &Gpu, k: &Kernels, p: &Pool, slot_idx: &[u32], x_div: usize, seed: u64, min_parts: usize) {
     check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, "expert_q8_gemv");
     check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, "expert_q8_gemv_i8");
+    if p.cols % 128 == 0 {
+        check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, "expert_q8_gemv_xq");
+    } else {
+        // A quantised row must start on a 16-byte boundary: a clear error, not a misread.
+        let xq = upload(g, &vec![0u32; slot_idx.len() * p.cols]);
+        let (ib, y) = (upload(g, slot_idx), poisoned(g, 4 * slot_idx.len() * p.rows));
+        let (pairs, x_div) = (slot_idx.len() as u32, x_div as u32);
+        let e = k.expert_q8_gemv_xq(p.planes(), (&xq).into(), (&ib).into(), (&y).into(), pairs, x_div);
+        let msg = e.expect_err("cols not a multiple of 128").to_string();
+        assert!(msg.contains("multiple of 128"), "{msg}");
+    }
 }
 
 /// [`quant_allowance`] of every output of the slot-indexed GEMV on `x`, as a `magnitude`-like scale for
@@ -257,10 +277,11 @@ fn check_expert_kernel(
     let mut rng = Rng::new(seed);
     let pairs = slot_idx.len();
     let x = rng.vec_f32(pairs / x_div * p.cols, -1.0, 1.0);
-    // The int8 GEMM reads the input Q8_0-quantised (quantize_q8's rows, here made on the CPU).
+    // The int8 GEMM and the xq GEMV read the input Q8_0-quantised (quantize_q8's rows, here made on the
+    // CPU).
     let (xq, xs) = cpu::quantize_q8(&x);
-    let gemm_i8 = name == "expert_q8_gemm_i8";
-    let xb = if gemm_i8 { upload(g, &cpu::pack_q8_rows(&xq, &xs, p.cols)) } else { upload(g, &x) };
+    let quantised = matches!(name, "expert_q8_gemm_i8" | "expert_q8_gemv_xq");
+    let xb = if quantised { upload(g, &cpu::pack_q8_rows(&xq, &xs, p.cols)) } else { upload(g, &x) };
     let ib = upload(g, slot_idx);
     let y = poisoned(g, 4 * pairs * p.rows);
     let planes = p.planes();
@@ -275,6 +296,7 @@ fn check_expert_kernel(
         "expert_q8_gemm_tiled" => k.expert_q8_gemm_tiled(planes, xv, gb, ob, yv, sizes, x_div_u),
         "expert_q8_gemm_i8" => k.expert_q8_gemm_i8(planes, xv, gb, ob, yv, sizes, x_div_u),
         "expert_q8_gemv_i8" => k.expert_q8_gemv_i8(planes, xv, (&ib).into(), yv, pairs_u, x_div_u),
+        "expert_q8_gemv_xq" => k.expert_q8_gemv_xq(planes, xv, (&ib).into(), yv, pairs_u, x_div_u),
         _ => k.expert_q8_gemv(planes, xv, (&ib).into(), yv, pairs_u, x_div_u),
     }
     .unwrap();
@@ -283,7 +305,7 @@ fn check_expert_kernel(
     run(g, &[&d]);
     let got = read_n::<f32>(g, &y, pairs * p.rows);
     let (want, mag) = match name {
-        "expert_q8_gemm_i8" => {
+        "expert_q8_gemm_i8" | "expert_q8_gemv_xq" => {
             let want = cpu::expert_q8_gemm_i8(&p.q, &p.s, p.rows, p.cols, slot_idx, (&xq, &xs), x_div);
             (want, p.magnitude(slot_idx, &x, x_div))
         }
@@ -344,6 +366,12 @@ fn expert_gemv_pool_split_and_odd() {
     for k in [&g.kernels, &g.plain] {
         check_expert(g, k, &odd, &[2, 0, 1, 1, 2, 0], 3, 60, 1);
         check_expert(g, k, &odd, &[2, 0, 1, 1, 2, 0], 1, 61, 1);
+    }
+    // Odd rows (a workgroup's last 27 past the matrix), 40 chunks a row (a step's second chunk live in 8
+    // lanes) and input rows of 180 words: the xq GEMV's case beside its error for 96 columns above.
+    let odd_xq = pool(g, &mut rng, 3, 37, 640);
+    for k in [&g.kernels, &g.plain] {
+        check_expert(g, k, &odd_xq, &[2, 0, 1, 1, 2, 0], 3, 62, 1);
     }
 }
 
@@ -936,16 +964,16 @@ fn expert_gemv_gate_up_swiglu_output() {
     for (k, slot_idx, (q8_parts, q4_parts)) in
         [(&g.kernels, &picks[..], (1, 1)), (&g.plain, &picks[..], (1, 1)), (&split, &long[..], (5, 3))]
     {
-        for i8 in [false, true] {
-            check_gate_up_swiglu(g, k, &real, slot_idx, (8, i8), q8_parts, &mut rng);
+        for input in [Input::F32, Input::I8, Input::Xq] {
+            check_gate_up_swiglu(g, k, &real, slot_idx, (8, input), q8_parts, &mut rng);
         }
-        check_gate_up_swiglu(g, k, &real4, slot_idx, (8, false), q4_parts, &mut rng);
+        check_gate_up_swiglu(g, k, &real4, slot_idx, (8, Input::F32), q4_parts, &mut rng);
     }
     for (k, x_div) in [(&g.kernels, 3), (&g.plain, 1)] {
-        for i8 in [false, true] {
-            check_gate_up_swiglu(g, k, &odd, &[2, 0, 1, 1, 2, 0], (x_div, i8), 1, &mut rng);
+        for input in [Input::F32, Input::I8] {
+            check_gate_up_swiglu(g, k, &odd, &[2, 0, 1, 1, 2, 0], (x_div, input), 1, &mut rng);
         }
-        check_gate_up_swiglu(g, k, &odd4, &[2, 0, 1, 1, 2, 0], (x_div, false), 1, &mut rng);
+        check_gate_up_swiglu(g, k, &odd4, &[2, 0, 1, 1, 2, 0], (x_div, Input::F32), 1, &mut rng);
     }
     let bad = pool(g, &mut rng, 1, 40, 32);
     let planes = ExpertPlanes {
@@ -961,37 +989,49 @@ fn expert_gemv_gate_up_swiglu_output() {
     assert!(err.unwrap_err().to_string().contains("multiple of 16"));
 }
 
-/// One case of `expert_gemv_gate_up_swiglu_output` over a Q8_0 or Q4_0 pool; with `i8` (Q8_0) the kernel
-/// that quantises its input as it reads it (`expert_q8_gemv_gate_up_swiglu_i8`).
+/// How a gate‖up kernel takes its input.
+#[derive(Clone, Copy, PartialEq)]
+enum Input {
+    /// f32.
+    F32,
+    /// f32, Q8_0-quantised as it is read (the `_i8` kernel).
+    I8,
+    /// Q8_0-quantised before (`quantize_q8`'s rows; the `_xq` kernel).
+    Xq,
+}
+
+/// One case of `expert_gemv_gate_up_swiglu_output` over a Q8_0 or Q4_0 pool, the input as `input` says
+/// (Q8_0 only for the int8 kernels).
 fn check_gate_up_swiglu<Q: Quant>(
     g: &Gpu,
     k: &Kernels,
     p: &Pool<Q>,
     slot_idx: &[u32],
-    (x_div, i8): (usize, bool),
+    (x_div, input): (usize, Input),
     min_parts: usize,
     rng: &mut Rng,
 ) {
     let (pairs, ffn) = (slot_idx.len(), p.rows / 2);
     let x = rng.vec_f32(pairs / x_div * p.cols, -1.0, 1.0);
-    let (xb, ib) = (upload(g, &x), upload(g, slot_idx));
+    let (xq, xs) = cpu::quantize_q8(&x);
+    let xb = if input == Input::Xq { upload(g, &cpu::pack_q8_rows(&xq, &xs, p.cols)) } else { upload(g, &x) };
+    let ib = upload(g, slot_idx);
     let y = poisoned(g, 4 * pairs * ffn);
     let (planes, v) = (p.planes(), diskformer_kernels::View::from);
     let (pairs_u, x_div_u) = (pairs as u32, x_div as u32);
-    let d = if Q::Q4 {
-        k.expert_q4_gemv_gate_up_swiglu(planes, v(&xb), v(&ib), v(&y), pairs_u, x_div_u)
-    } else if i8 {
-        k.expert_q8_gemv_gate_up_swiglu_i8(planes, v(&xb), v(&ib), v(&y), pairs_u, x_div_u)
-    } else {
-        k.expert_q8_gemv_gate_up_swiglu(planes, v(&xb), v(&ib), v(&y), pairs_u, x_div_u)
+    let d = match input {
+        _ if Q::Q4 => k.expert_q4_gemv_gate_up_swiglu(planes, v(&xb), v(&ib), v(&y), pairs_u, x_div_u),
+        Input::I8 => k.expert_q8_gemv_gate_up_swiglu_i8(planes, v(&xb), v(&ib), v(&y), pairs_u, x_div_u),
+        Input::Xq => k.expert_q8_gemv_gate_up_swiglu_xq(planes, v(&xb), v(&ib), v(&y), pairs_u, x_div_u),
+        Input::F32 => k.expert_q8_gemv_gate_up_swiglu(planes, v(&xb), v(&ib), v(&y), pairs_u, x_div_u),
     }
     .unwrap();
     assert!(d.parts() >= min_parts, "expected >= {min_parts} pool parts, got {}", d.parts());
     run(g, &[&d]);
-    let (gate_up, mag) = if i8 {
-        Q::gemv_i8(p, slot_idx, &x, x_div)
-    } else {
-        (p.reference(slot_idx, &x, x_div), p.magnitude(slot_idx, &x, x_div))
+    let (gate_up, mag) = match input {
+        Input::I8 => Q::gemv_i8(p, slot_idx, &x, x_div),
+        Input::Xq => (Q::gemv_xq(p, slot_idx, (&xq, &xs), x_div), p.magnitude(slot_idx, &x, x_div)),
+        Input::F32 => (p.reference(slot_idx, &x, x_div), p.magnitude(slot_idx, &x, x_div)),
     };
     let want = cpu::silu_mul(&gate_up, ffn);
     // Tolerance: each of gate and up within the GEMV's 2e-6·Σ|w·x| (mag); silu's slope is at most

@@ -1,3 +1,4 @@
+use super::quantize_q8::input_row_words;
 use crate::error::Result;
 use crate::kernels::{Binder, Bound, Kernel, Kernels, View};
 use crate::{Dispatch, ops::*};
@@ -283,10 +284,11 @@ impl Kernels {
     ) -> Result<Dispatch> {
         let b = self.binder(kernel);
         let index = [("slot_idx", slot_idx, f32s(u64::from(pairs)))];
+        let row = input_row_words(kernel, pool.cols);
         let (x_div, x_row, silu_input, silu_output) = match input {
-            GemvInput::Plain(x_div) => (x_div, u64::from(pool.cols), 0, 0),
-            GemvInput::SwiGlu => (1, 2 * u64::from(pool.cols), 1, 0),
-            GemvInput::PlainSwiGluOut(x_div) => (x_div, u64::from(pool.cols), 0, 1),
+            GemvInput::Plain(x_div) => (x_div, row, 0, 0),
+            GemvInput::SwiGlu => (1, 2 * row, 1, 0),
+            GemvInput::PlainSwiGluOut(x_div) => (x_div, row, 0, 1),
         };
         let y_row = if silu_output == 1 { u64::from(pool.rows) / 2 } else { u64::from(pool.rows) };
         let grid = PoolGrid { rows_per_group: EXPERT_GEMV_ROWS, x_row, y_row, y_div: 1 };

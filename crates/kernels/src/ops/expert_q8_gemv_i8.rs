@@ -48,6 +48,48 @@ impl Kernels {
         self.gate_up_swiglu(q8, pool, x, slot_idx, act, (pairs, x_div))
     }
 
+    /// [`Kernels::expert_q8_gemv`] on an input Q8_0-quantised before it: `xq [P / x_div]` rows of
+    /// [`q8_row_bytes`](crate::q8_row_bytes)`(cols)` as [`Kernels::quantize_q8`] writes them, the sums as
+    /// [`Kernels::expert_q8_gemv_i8`]'s (whose result for `x` this is for `xq` the quantisation of `x`).
+    /// Where the one input row serves many workgroups (gate‖up's 8 picks' 1,536 rows), each lane then
+    /// loads 16 int8 for 16 values instead of 64 bytes of f32, and quantises nothing.
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_q8_gemv`], and a shape error unless `cols` is a multiple of 128 (a row of
+    /// `xq` starts on a 16-byte boundary).
+    pub fn expert_q8_gemv_xq(
+        &self,
+        pool: ExpertPlanes<'_>,
+        xq: View<'_>,
+        slot_idx: View<'_>,
+        y: View<'_>,
+        pairs: u32,
+        x_div: u32,
+    ) -> Result<Dispatch> {
+        xq_cols(self, pool.cols)?;
+        let input = GemvInput::Plain(x_div);
+        self.expert_gemv(Kernel::ExpertQ8GemvXq, Q8_0_BLOCK_BYTES, pool, xq, slot_idx, y, pairs, input)
+    }
+
+    /// [`Kernels::expert_q8_gemv_gate_up_swiglu`] on an input Q8_0-quantised before it (as
+    /// [`Kernels::expert_q8_gemv_xq`]); SwiGLU on the output as there.
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_q8_gemv_gate_up_swiglu`] and [`Kernels::expert_q8_gemv_xq`].
+    pub fn expert_q8_gemv_gate_up_swiglu_xq(
+        &self,
+        pool: ExpertPlanes<'_>,
+        xq: View<'_>,
+        slot_idx: View<'_>,
+        act: View<'_>,
+        pairs: u32,
+        x_div: u32,
+    ) -> Result<Dispatch> {
+        xq_cols(self, pool.cols)?;
+        let q8 = (Kernel::ExpertQ8GemvXq, Q8_0_BLOCK_BYTES);
+        self.gate_up_swiglu(q8, pool, xq, slot_idx, act, (pairs, x_div))
+    }
+
     /// [`Kernels::expert_q8_gemv_combine`] on each pick's input Q8_0-quantised (as
     /// [`Kernels::expert_q8_gemv_i8`]); the combine and the next norm's inputs as there.
     ///
@@ -64,4 +106,12 @@ impl Kernels {
         let q8 = (Kernel::ExpertQ8GemvCombineI8, Q8_0_BLOCK_BYTES);
         self.gemv_combine(q8, pool, x, slot_idx, out, tokens_k)
     }
+}
+
+/// `expert_q8_gemv_xq` reads a quantised row as 16-byte vectors: its `9 · cols / 32` words must be a multiple
+/// of 4.
+fn xq_cols(k: &Kernels, cols: u32) -> Result<()> {
+    k.binder(Kernel::ExpertQ8GemvXq).ensure(cols.is_multiple_of(128), || {
+        format!("an input quantised before the GEMV needs cols a multiple of 128; got cols {cols}")
+    })
 }

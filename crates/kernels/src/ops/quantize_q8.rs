@@ -22,17 +22,18 @@ pub fn q8_row_bytes(cols: u32) -> u64 {
 }
 
 /// 4-byte words of one input row of `cols` values as `kernel` reads it: a [`q8_row_bytes`] row for the int8
-/// GEMMs (which read [`Kernels::quantize_q8`]'s output), `cols` f32 for every other kernel.
+/// GEMMs and `expert_q8_gemv_xq` (which read [`Kernels::quantize_q8`]'s output), `cols` f32 for every other
+/// kernel.
 pub(crate) fn input_row_words(kernel: Kernel, cols: u32) -> u64 {
     match kernel {
-        Kernel::Q8GemmI8 | Kernel::ExpertQ8GemmI8 => q8_row_bytes(cols) / 4,
+        Kernel::Q8GemmI8 | Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ8GemvXq => q8_row_bytes(cols) / 4,
         _ => u64::from(cols),
     }
 }
 
 impl Kernels {
     /// Q8_0-quantises f32 rows for the int8 GEMMs ([`Kernels::q8_gemm_i8`], [`Kernels::expert_q8_gemm_i8`])
-    /// as llama.cpp does its activations: per 32-value block `d = max|x| / 127` (kept as its f16 rounding)
+    /// and [`Kernels::expert_q8_gemv_xq`] as llama.cpp does its activations: per 32-value block `d = max|x| / 127` (kept as its f16 rounding)
     /// and `q = round(x / d)`. Shapes: `x [rows, cols] f32`, `out [rows]` rows of [`q8_row_bytes`]`(cols)`:
     /// the int8 packed four to a word, then the f32 scales.
     ///

@@ -10,8 +10,9 @@
 // A pool larger than a binding is split by slot range: one dispatch per part, pairs whose slot lies
 // elsewhere leave at once. The row walk (`rows4`) is appended from expert_q8_rows.wgsl, for Q4_0 planes
 // from expert_q4_rows.wgsl (the kernel expert_q4_gemv: this file with its entry point renamed), or for the
-// input quantised as it is read from expert_q8i8_rows.wgsl (expert_q8_gemv_i8, likewise); the row sums
-// (`row_sum4`) and the quant helpers (`q8_helpers.wgsl`) as in q8_gemv.
+// input quantised as it is read from expert_q8i8_rows.wgsl (expert_q8_gemv_i8, likewise), or for an input
+// quantised before (quantize_q8's rows) from expert_q8xq_rows.wgsl (expert_q8_gemv_xq, likewise); the row
+// sums (`row_sum4`) and the quant helpers (`q8_helpers.wgsl`) as in q8_gemv.
 enable f16;
 
 struct Params {
@@ -26,7 +27,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;      // [P / x_div, cols] or [P, 2 * cols] f32
+// [P / x_div, cols] or [P, 2 * cols] f32 as bits (the xq walk reads quantised rows, expert_q8xq_rows.wgsl)
+@group(0) @binding(1) var<storage, read> x: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> slots: array<u32>;        // [P] pool slot per pair
 @group(0) @binding(3) var<storage, read> q: array<vec4<u32>>;      // [slot_end - slot_begin, rows, cols] int8 (Q4_0: cols/2 bytes)
 @group(0) @binding(4) var<storage, read> scales: array<f16>;       // [slot_end - slot_begin, rows, cols/32] f16
@@ -38,10 +40,10 @@ var<workgroup> wsum: array<f32, 32>; // silu_output: the 16 gate rows' sums, the
 // Four consecutive input values (vec4 index j of the pair's input row starting at `base`).
 fn input4(base: u32, j: u32) -> vec4<f32> {
     if (p.silu_input == 0u) {
-        return x[base + j];
+        return bitcast<vec4<f32>>(x[base + j]);
     }
-    let g = x[base + j];
-    let u = x[base + p.cols / 4u + j];
+    let g = bitcast<vec4<f32>>(x[base + j]);
+    let u = bitcast<vec4<f32>>(x[base + p.cols / 4u + j]);
     return (g / (1.0 + exp(-g))) * u;
 }
 

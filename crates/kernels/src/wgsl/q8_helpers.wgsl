@@ -50,6 +50,12 @@ fn quant4_i8(s: vec4<f32>) -> u32 {
     return pack4xI8(vec4<i32>(sign(s) * floor(abs(s) + 0.5)));
 }
 
+// The 16-byte chunks `w` and `x` (16 int8 each): their exact dot product.
+fn dot16_i8(w: vec4<u32>, x: vec4<u32>) -> i32 {
+    let lo = dot4I8Packed(w.x, x.x) + dot4I8Packed(w.y, x.y);
+    return lo + (dot4I8Packed(w.z, x.z) + dot4I8Packed(w.w, x.w));
+}
+
 // One 16-byte Q8_0 chunk (16 int8) against 16 input values.
 fn dot16(w: vec4<u32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
     return dot(i8x4(w.x), x0) + dot(i8x4(w.y), x1) + dot(i8x4(w.z), x2) + dot(i8x4(w.w), x3);

@@ -30,9 +30,3 @@ fn quant_chunk(base: u32, i: u32) -> QuantChunk {
     let q = vec4<u32>(quant4_i8(x0 * id), quant4_i8(x1 * id), quant4_i8(x2 * id), quant4_i8(x3 * id));
     return QuantChunk(q, f16_round(d));
 }
-
-// The 16-byte chunks `w` and `x` (16 int8 each): their exact dot product.
-fn dot16_i8(w: vec4<u32>, x: vec4<u32>) -> i32 {
-    let lo = dot4I8Packed(w.x, x.x) + dot4I8Packed(w.y, x.y);
-    return lo + (dot4I8Packed(w.z, x.z) + dot4I8Packed(w.w, x.w));
-}
