@@ -218,6 +218,7 @@ impl Kernel {
         match self {
             Kernel::Argmax => &[("SLICE", crate::ops::ARGMAX_SLICE as f64)],
             Kernel::AttentionSplit => &[("PASSES", crate::ops::LONG_SPLIT_PASSES as f64)],
+            Kernel::ExpertQ8GemvXq => &[("GROUPS", crate::ops::EXPERT_GEMV_XQ_GROUPS as f64)],
             _ => &[],
         }
     }

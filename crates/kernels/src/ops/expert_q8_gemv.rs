@@ -291,7 +291,7 @@ impl Kernels {
             GemvInput::PlainSwiGluOut(x_div) => (x_div, row, 0, 1),
         };
         let y_row = if silu_output == 1 { u64::from(pool.rows) / 2 } else { u64::from(pool.rows) };
-        let grid = PoolGrid { rows_per_group: EXPERT_GEMV_ROWS, x_row, y_row, y_div: 1 };
+        let grid = PoolGrid { rows_per_group: 4 * expert_gemv_groups(kernel), x_row, y_row, y_div: 1 };
         let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, y, pairs, x_div, grid)?;
         let out = parts
             .into_iter()
@@ -324,8 +324,18 @@ pub(crate) enum GemvInput {
     PlainSwiGluOut(u32),
 }
 
-/// Rows of one workgroup of the expert GEMVs (8 lane groups of 4 rows).
-const EXPERT_GEMV_ROWS: u64 = 32;
+/// 32-lane groups of 4 rows in a workgroup of the expert GEMVs (the shader's `GROUPS`): 8, but for
+/// `expert_q8_gemv_xq` [`EXPERT_GEMV_XQ_GROUPS`].
+fn expert_gemv_groups(kernel: Kernel) -> u64 {
+    match kernel {
+        Kernel::ExpertQ8GemvXq => u64::from(EXPERT_GEMV_XQ_GROUPS),
+        _ => 8,
+    }
+}
+
+/// `expert_q8_gemv_xq`'s lane groups a workgroup: 4, 16 rows (on the H200 its gate‖up took 10.84-10.86 µs
+/// against 11.24-11.35 with 8 groups, where the f32 walk took 13.0 against 12.4-12.5).
+pub(crate) const EXPERT_GEMV_XQ_GROUPS: u32 = 4;
 
 /// The grid of an expert kernel: rows per workgroup, 4-byte words per input row (f32 values, or a
 /// [`q8_row_bytes`] row of the int8 GEMM) and floats per output row, and pairs per output row (1, or k

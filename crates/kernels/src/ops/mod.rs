@@ -45,6 +45,7 @@ pub use expert_q4_gemv::ExpertQ4GemvParams;
 pub use expert_q8_gemm::{
     EXPERT_GEMM_TILED_GROUP, ExpertQ8GemmParams, expert_gemm_group_bound, expert_gemm_groups,
 };
+pub(crate) use expert_q8_gemv::EXPERT_GEMV_XQ_GROUPS;
 pub use expert_q8_gemv::{
     CombineOut, ExpertPlanes, ExpertQ8GemvCombineParams, ExpertQ8GemvParams, combine_squares,
 };

@@ -5,7 +5,7 @@
 // (down straight from gate||up, SwiGLU computed as the input is read: one dispatch fewer). With
 // silu_output = 1 the matrix is gate||up (rows = 2F) and the output is the activation instead,
 // y[pair, j] = silu(g_j) * u_j for g = rows 0..F, u = rows F..2F: a workgroup takes 16 gate rows and the
-// 16 matching up rows, and pairs them in workgroup memory (SwiGLU at the end of gate||up, so that down
+// 16 matching up rows (8 and 8 with GROUPS 4), and pairs them in workgroup memory (SwiGLU at the end of gate||up, so that down
 // reads a plain input and no lane computes an exp per weight chunk).
 // A pool larger than a binding is split by slot range: one dispatch per part, pairs whose slot lies
 // elsewhere leave at once. The row walk (`rows4`) is appended from expert_q8_rows.wgsl, for Q4_0 planes
@@ -34,8 +34,12 @@ struct Params {
 @group(0) @binding(4) var<storage, read> scales: array<f16>;       // [slot_end - slot_begin, rows, cols/32] f16
 @group(0) @binding(5) var<storage, read_write> y: array<f32>;      // [P, rows] f32 ([P, rows / 2] with silu_output)
 
+// 32-lane groups a workgroup, 4 rows each: 8, or 4 for expert_q8_gemv_xq (its pipeline sets it: on the
+// H200 its gate||up ran 4 % faster in workgroups of 16 rows, where the f32 walk ran 4 % slower).
+override GROUPS: u32 = 8u;
+
 var<workgroup> wslot: u32;
-var<workgroup> wsum: array<f32, 32>; // silu_output: the 16 gate rows' sums, then the 16 up rows'
+var<workgroup> wsum: array<f32, 32>; // silu_output: the gate rows' sums, then the up rows'
 
 // Four consecutive input values (vec4 index j of the pair's input row starting at `base`).
 fn input4(base: u32, j: u32) -> vec4<f32> {
@@ -47,9 +51,9 @@ fn input4(base: u32, j: u32) -> vec4<f32> {
     return (g / (1.0 + exp(-g))) * u;
 }
 
-// workgroup_id.x = block of 32 rows (silu_output: 16 gate rows and their up rows), workgroup_id.y = pair;
-// each 32-lane group takes 4 of the rows (`rows4`).
-@compute @workgroup_size(256)
+// workgroup_id.x = block of 4 * GROUPS rows (silu_output: 2 * GROUPS gate rows and their up rows),
+// workgroup_id.y = pair; each 32-lane group takes 4 of the rows (`rows4`).
+@compute @workgroup_size(GROUPS * 32u)
 fn expert_q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {
     let pair = wg.y;
     if (li == 0u) {
@@ -61,10 +65,12 @@ fn expert_q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_i
     }
     let lane = li % 32u;
     let group = li / 32u;
-    var r = wg.x * 32u + group * 4u;
+    var r = wg.x * GROUPS * 4u + group * 4u;
+    // silu_output: the first half of the groups takes gate rows, the second the up rows F later.
+    let half = GROUPS / 2u;
+    let acts = half * 4u; // activations a workgroup
     if (p.silu_output != 0u) {
-        // Groups 0-3 the gate rows, 4-7 the up rows F later.
-        r = wg.x * 16u + (group % 4u) * 4u + select(0u, p.rows / 2u, group >= 4u);
+        r = wg.x * acts + (group % half) * 4u + select(0u, p.rows / 2u, group >= half);
     }
     // Rows past the matrix (the last block of an odd shape) read the last row and are not written.
     let first = (slot - p.slot_begin) * p.rows;
@@ -82,9 +88,9 @@ fn expert_q8_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_i
             }
         }
         workgroupBarrier();
-        if (li < 16u) {
+        if (li < acts) {
             let g = wsum[li];
-            y[pair * (p.rows / 2u) + wg.x * 16u + li] = (g / (1.0 + exp(-g))) * wsum[16u + li];
+            y[pair * (p.rows / 2u) + wg.x * acts + li] = (g / (1.0 + exp(-g))) * wsum[acts + li];
         }
         return;
     }
