@@ -33,9 +33,9 @@ pub(crate) fn input_row_words(kernel: Kernel, cols: u32) -> u64 {
 
 impl Kernels {
     /// Q8_0-quantises f32 rows for the int8 GEMMs ([`Kernels::q8_gemm_i8`], [`Kernels::expert_q8_gemm_i8`])
-    /// and [`Kernels::expert_q8_gemv_xq`] as llama.cpp does its activations: per 32-value block `d = max|x| / 127` (kept as its f16 rounding)
-    /// and `q = round(x / d)`. Shapes: `x [rows, cols] f32`, `out [rows]` rows of [`q8_row_bytes`]`(cols)`:
-    /// the int8 packed four to a word, then the f32 scales.
+    /// and [`Kernels::expert_q8_gemv_xq`] as llama.cpp does its activations: per 32-value block
+    /// `d = max|x| / 127` (kept as its f16 rounding) and `q = round(x / d)`. Shapes: `x [rows, cols] f32`,
+    /// `out [rows]` rows of [`q8_row_bytes`]`(cols)`: the int8 packed four to a word, then the f32 scales.
     ///
     /// # Errors
     /// Shape errors for zero sizes or `cols` not a multiple of 32; buffer errors as usual.

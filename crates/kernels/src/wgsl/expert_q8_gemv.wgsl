@@ -5,8 +5,8 @@
 // (down straight from gate||up, SwiGLU computed as the input is read: one dispatch fewer). With
 // silu_output = 1 the matrix is gate||up (rows = 2F) and the output is the activation instead,
 // y[pair, j] = silu(g_j) * u_j for g = rows 0..F, u = rows F..2F: a workgroup takes 16 gate rows and the
-// 16 matching up rows (8 and 8 with GROUPS 4), and pairs them in workgroup memory (SwiGLU at the end of gate||up, so that down
-// reads a plain input and no lane computes an exp per weight chunk).
+// 16 matching up rows (8 and 8 with GROUPS 4), and pairs them in workgroup memory (SwiGLU at the end of
+// gate||up, so that down reads a plain input and no lane computes an exp per weight chunk).
 // A pool larger than a binding is split by slot range: one dispatch per part, pairs whose slot lies
 // elsewhere leave at once. The row walk (`rows4`) is appended from expert_q8_rows.wgsl, for Q4_0 planes
 // from expert_q4_rows.wgsl (the kernel expert_q4_gemv: this file with its entry point renamed), or for the

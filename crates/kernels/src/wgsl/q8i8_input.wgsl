@@ -1,9 +1,10 @@
 // The input side of the GEMVs that quantise their f32 input as they read it (the int8 row walk,
 // expert_q8i8_rows.wgsl, of q8_gemv_i8 and the int8 expert GEMVs): a lane's 16-value chunk of a 32-value
 // block becomes Q8_0 as llama.cpp's quantize_row_q8_0 makes it (d = max|x| / 127 kept as its f16 rounding,
-// `f16_round`, q = round(x / d), `quant4_i8`; both in q8_helpers.wgsl). The block's other half is chunk i ^ 1, read by lane ^ 1 in the same
-// step: `pair_max` takes the larger of the two halves' max|x| (pair_max_subgroup.wgsl by a shuffle,
-// pair_max_plain.wgsl by reading that chunk again). Uses the includer's `input4(base, j)`.
+// `f16_round`, q = round(x / d), `quant4_i8`; both in q8_helpers.wgsl, as is the chunks' `dot16_i8`). The
+// block's other half is chunk i ^ 1, read by lane ^ 1 in the same step: `pair_max` takes the larger of the
+// two halves' max|x| (pair_max_subgroup.wgsl by a shuffle, pair_max_plain.wgsl by reading that chunk
+// again). Uses the includer's `input4(base, j)`.
 
 // A chunk's 16 int8 (4 words) and its block's scale.
 struct QuantChunk {
