@@ -857,11 +857,13 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     };
     let scaled_p = QkvRopeStoreParams { in_squares: combine_squares(h), hidden: h, ..qkv_p };
     let (xg, squares) = (f32s(h, 53), f32s(combine_squares(h), 54));
+    // int8 decode: the FFN norm's output Q8_0-quantised by the router kernel, gate‖up's input.
+    let xq = buffer(g, diskformer_kernels::q8_row_bytes(h), 55);
     let slots_p = ExpertSlotsParams { n: top, base: 0, entries: 48 * e, _pad: 0 };
     let comb_p = MoeCombineNormParams { hidden: h, k: top, tokens: 1, eps };
     // The engine's decode layer (`fused`: norms in the GEMVs, the combine in down) or a chunk's.
     let layer_of = |k: &Kernels, fused: bool, i8: bool| -> Vec<(&'static str, Dispatch)> {
-        let ffn = InputNorm { weight: v(&ffn_norm), eps, normed: v(&xn) };
+        let ffn = InputNorm { weight: v(&ffn_norm), eps, normed: v(&xn), quantised: i8.then(|| v(&xq)) };
         let cache = KvCacheViews { k: v(&kc), v: v(&vc) };
         let (qn, kn, rope, pos, qr) = (v(&qn), v(&kn), v(&rope), v(&pos), v(&qr));
         let mut layer = if fused {
@@ -926,7 +928,7 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
             (
                 "expert_gate_up_swiglu",
                 if i8 {
-                    k.expert_q8_gemv_gate_up_swiglu_i8(gate_up, v(&xn), v(&slot_idx), v(&act), top, top)
+                    k.expert_q8_gemv_gate_up_swiglu_xq(gate_up, v(&xq), v(&slot_idx), v(&act), top, top)
                 } else {
                     k.expert_q8_gemv_gate_up_swiglu(gate_up, v(&xn), v(&slot_idx), v(&act), top, top)
                 },

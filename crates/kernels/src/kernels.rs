@@ -345,7 +345,8 @@ impl Kernel {
     /// The WGSL source compiled for this kernel: the file (for the int8 GEMMs and GEMVs and the Q4_0 expert
     /// kernels, the Q8_0 kernel's file with its entry point renamed; for kernels with a subgroup variant,
     /// with its `/*SG_ARGS*/` and `/*SG_CALL*/` filled in) followed by the helper files it calls: the row
-    /// sums (plain or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs and `quantize_q8`
+    /// sums (plain or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs, `quantize_q8` and
+    /// `f32_gemv` (whose norm may quantise)
     /// (a row walk before them: `expert_q8_rows.wgsl`, `expert_q4_rows.wgsl`, `expert_q8i8_rows.wgsl` or
     /// `expert_q8xq_rows.wgsl` for the expert GEMVs and `q8_gemv_rows4` / `q8_gemv_i8`, the int8 walk with
     /// `q8i8_input.wgsl` and its `pair_max` helper, plain or subgroup; `q8_tile.wgsl` and its weights'
@@ -406,7 +407,7 @@ impl Kernel {
             Kernel::Q8GemmTiled | Kernel::ExpertQ8GemmTiled => &[Q8_TILE, Q8_TILE_WEIGHTS, Q8_HELPERS],
             Kernel::ExpertQ4Gemm => &[Q8_TILE, Q4_TILE_WEIGHTS, Q8_HELPERS],
             Kernel::Q8GemmI8 | Kernel::ExpertQ8GemmI8 => &[Q8_TILE_I8, Q8_HELPERS],
-            Kernel::QuantizeQ8 => &[Q8_HELPERS],
+            Kernel::QuantizeQ8 | Kernel::F32Gemv => &[Q8_HELPERS],
             Kernel::AttentionTiled | Kernel::AttentionFlash => &[ATTENTION_TILE_LOAD],
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
             Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],

@@ -340,16 +340,31 @@ fn f32_gemv_router_shapes() {
 fn f32_gemv_norm_writes_the_normed_rows() {
     let g = gpu_or_skip!();
     let mut rng = Rng::new(306);
-    // (1, 2048): one workgroup writes the whole normed row, a vec4 a lane and more.
-    for (rows, cols, t) in
-        [(128usize, 2048usize, 1usize), (128, 2048, 3), (5, 12, 2), (1, 2048, 2), (60, 2052, 1)]
-    {
+    // (1, 2048): one workgroup writes the whole normed row, a vec4 a lane and more; (2, 2048 * 33): steps of
+    // 128 vec4s a workgroup, 66 of them. Quantised too where cols allow it.
+    for (rows, cols, t) in [
+        (128usize, 2048usize, 1usize),
+        (128, 2048, 3),
+        (5, 12, 2),
+        (1, 2048, 2),
+        (60, 2052, 1),
+        (7, 96, 2),
+        (2, 2048 * 33, 1),
+    ] {
         let w = rng.vec_f32(rows * cols, -0.1, 0.1);
         let x = rng.vec_f32(t * cols, -2.0, 2.0);
         let nw = rng.vec_f32(cols, 0.5, 1.5);
         let (wb, xb, nb) = (upload(g, &w), upload(g, &x), upload(g, &nw));
         let (y, normed) = (poisoned(g, 4 * rows * t), poisoned(g, 4 * cols * t));
-        let norm = InputNorm { weight: (&nb).into(), eps: 1e-6, normed: (&normed).into() };
+        let quantise = cols % 32 == 0;
+        let q_bytes = t * q8_row_bytes(cols as u32) as usize;
+        let normed_q = poisoned(g, q_bytes);
+        let norm = InputNorm {
+            weight: (&nb).into(),
+            eps: 1e-6,
+            normed: (&normed).into(),
+            quantised: quantise.then(|| (&normed_q).into()),
+        };
         let shape = (rows as u32, cols as u32);
         let d = g.kernels.f32_gemv_norm((&wb).into(), shape, (&xb).into(), (&y).into(), t as u32, norm);
         run(g, &[&d.unwrap()]);
@@ -358,6 +373,17 @@ fn f32_gemv_norm_writes_the_normed_rows() {
         // As rms_norm_rows.
         let what = format!("f32_gemv_norm normed {rows}x{cols} T={t}");
         assert_close(&what, &got_normed, &want_normed, &abs_of(&want_normed), 1e-7, 4e-6);
+        if quantise {
+            // The quantisation of the normed rows the kernel wrote, as quantize_q8's.
+            let got_q = read_n::<u8>(g, &normed_q, q_bytes);
+            check_q8_rows(
+                &format!("f32_gemv_norm quantised {rows}x{cols} T={t}"),
+                &got_q,
+                &got_normed,
+                t,
+                cols,
+            );
+        }
         let want = cpu::f32_gemv(&w, rows, cols, &want_normed);
         let mag = cpu::f32_gemv(&abs_of(&w), rows, cols, &abs_of(&want_normed));
         // As f32_gemv_router_shapes; the folded norm adds roundings of relative size eps.
@@ -424,6 +450,33 @@ fn argmax_ties_to_lower_index() {
     assert_eq!(cpu::argmax(&[1.0, 3.0, 3.0], 3), vec![1]);
 }
 
+/// `got`, `rows` rows of `cols` values Q8_0-quantised on the GPU (quantize_q8's layout), against
+/// `cpu::quantize_q8` of `x`: scales f16 values within one f16 step (WGSL lets the division be 2.5 ulp off,
+/// which moves the f16 rounding of a scale near a rounding boundary; lavapipe matches bit for bit); a quant
+/// may differ by one where x / d lands within rounding of a half, in at most a handful of places.
+fn check_q8_rows(what: &str, got: &[u8], x: &[f32], rows: usize, cols: usize) {
+    let (q, s) = cpu::quantize_q8(x);
+    let want = cpu::pack_q8_rows(&q, &s, cols);
+    let row = q8_row_bytes(cols as u32) as usize;
+    let mut off_by_one = 0;
+    for r in 0..rows {
+        let (gq, wq) = (&got[r * row..][..cols], &want[r * row..][..cols]);
+        for (a, b) in gq.iter().zip(wq) {
+            let diff = (i32::from(*a as i8) - i32::from(*b as i8)).abs();
+            assert!(diff <= 1, "{what} row {r}: {} against {}", *a as i8, *b as i8);
+            off_by_one += diff;
+        }
+        let scales =
+            |b: &[u8]| -> Vec<f32> { bytemuck::pod_collect_to_vec(&b[r * row + cols..][..row - cols]) };
+        for (a, b) in scales(got).iter().zip(scales(&want)) {
+            assert!((a - b).abs() <= b * f32::powi(2.0, -10), "{what}: scale {a} against {b}, row {r}");
+            // Whatever the division's error, a scale is an f16 value (what a Q8_0 block stores).
+            assert_eq!(half::f16::from_f32(*a).to_f32(), *a, "{what}: scale {a} is no f16, row {r}");
+        }
+    }
+    assert!(off_by_one <= 2, "{what}: {off_by_one} quants off by one");
+}
+
 #[test]
 fn quantize_q8_rows() {
     let g = gpu_or_skip!();
@@ -440,32 +493,12 @@ fn quantize_q8_rows() {
         let d = g.kernels.quantize_q8((&xb).into(), (&out).into(), rows as u32, cols as u32).unwrap();
         run(g, &[&d]);
         let got = read_n::<u8>(g, &out, rows * q8_row_bytes(cols as u32) as usize);
-        let (q, s) = cpu::quantize_q8(&x);
-        let want = cpu::pack_q8_rows(&q, &s, cols);
         // The step is exactly 1 in block 0 (127 its largest value): the halves round away from zero.
         assert_eq!(
             [got[0] as i8, got[1] as i8, got[2] as i8],
             [127, 1, -3],
             "quantize_q8 {rows}x{cols} halves"
         );
-        // Scales within one f16 step (WGSL lets the division be 2.5 ulp off, which moves the f16 rounding
-        // of a scale near a rounding boundary; lavapipe matches bit for bit); a quant may differ by one
-        // where x / d lands within rounding of a half, in at most a handful of places.
-        let row = q8_row_bytes(cols as u32) as usize;
-        let mut off_by_one = 0;
-        for r in 0..rows {
-            let (gq, wq) = (&got[r * row..][..cols], &want[r * row..][..cols]);
-            for (a, b) in gq.iter().zip(wq) {
-                let diff = (i32::from(*a as i8) - i32::from(*b as i8)).abs();
-                assert!(diff <= 1, "quantize_q8 {rows}x{cols} row {r}: {} against {}", *a as i8, *b as i8);
-                off_by_one += diff;
-            }
-            let scales =
-                |b: &[u8]| -> Vec<f32> { bytemuck::pod_collect_to_vec(&b[r * row + cols..][..row - cols]) };
-            for (a, b) in scales(&got).iter().zip(scales(&want)) {
-                assert!((a - b).abs() <= b * f32::powi(2.0, -10), "scale {a} against {b}, row {r}");
-            }
-        }
-        assert!(off_by_one <= 2, "{off_by_one} quants off by one in {rows}x{cols}");
+        check_q8_rows(&format!("quantize_q8 {rows}x{cols}"), &got, &x, rows, cols);
     }
 }

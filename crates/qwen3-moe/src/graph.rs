@@ -102,7 +102,8 @@ pub(crate) struct ScratchOf<B> {
     act: B,
     down: B,
     /// Chunks: the input of the int8 GEMM about to run, Q8_0-quantised (`quantize_q8` rows of the normed
-    /// state, the attention output or the SwiGLU activations).
+    /// state, the attention output or the SwiGLU activations); int8 one-token steps: the FFN norm's output
+    /// quantised by the router kernel, gate‖up's input.
     xq: B,
     /// Router logits and picks of the next layers' routers applied to this layer's state (prefetch guesses).
     guess_logits: Vec<B>,
@@ -358,8 +359,9 @@ pub(crate) struct Bindings<'a> {
     pub q4_experts: bool,
     /// Chunks run their Q8_0 GEMMs on quantised inputs by int8 dot products (`EngineOptions::int8_prefill`).
     pub int8_prefill: bool,
-    /// The fused decode layer and the head of one-token steps run their Q8_0 GEMVs on inputs quantised as
-    /// they are read (`EngineOptions::int8_decode`).
+    /// The fused decode layer and the head of one-token steps run their Q8_0 GEMVs on quantised inputs:
+    /// gate‖up the router kernel's quantisation of the FFN norm, the others quantised as they are read
+    /// (`EngineOptions::int8_decode`).
     pub int8_decode: bool,
     /// The token embedding on the GPU: one-token steps then embed `token_ids` themselves.
     pub embedding: Option<Q8Matrix<'a>>,
@@ -410,7 +412,8 @@ impl Graph {
         let fused = swiglu_out && fused_decode(c);
         let groups_on_gpu = t > 1 && b.resident_table.is_some() && experts <= EXPERT_GROUPS_MAX_EXPERTS;
         // Every Q8_0 matmul on int8 inputs: chunks' (`int8_prefill`; where they quantise them) or the fused
-        // decode layer's (`int8_decode`; its GEMVs quantise as they read).
+        // decode layer's (`int8_decode`; its GEMVs quantise as they read, but gate‖up, whose input the
+        // router kernel quantises).
         let int8 = if t > 1 { b.int8_prefill } else { fused && b.int8_decode };
         let dense_xq = int8.then(|| v(&s.xq));
         let mut layers = Vec::with_capacity(w.layers.len());
@@ -458,7 +461,9 @@ impl Graph {
             }
             let mut router_from = None;
             if fused {
-                let norm = InputNorm { weight: v(&lw.ffn_norm), eps, normed: v(&s.xn) };
+                // int8 decode: the router also writes the normed row Q8_0-quantised, gate‖up's input.
+                let quantised = (int8 && !b.q4_experts).then(|| v(&s.xq));
+                let norm = InputNorm { weight: v(&lw.ffn_norm), eps, normed: v(&s.xn), quantised };
                 let (wo, att, x) = (lw.wo.m(), v(&s.att), v(&s.x));
                 attention.push(if int8 {
                     k.q8_gemv_add_i8(wo, att, x, 1)?
@@ -546,7 +551,7 @@ impl Graph {
                     if b.q4_experts {
                         k.expert_q4_gemv_gate_up_swiglu(part, xn, slots, act, pairs, top_k)?
                     } else if int8 {
-                        k.expert_q8_gemv_gate_up_swiglu_i8(part, xn, slots, act, pairs, top_k)?
+                        k.expert_q8_gemv_gate_up_swiglu_xq(part, v(&s.xq), slots, act, pairs, top_k)?
                     } else {
                         k.expert_q8_gemv_gate_up_swiglu(part, xn, slots, act, pairs, top_k)?
                     }

@@ -56,7 +56,7 @@ impl Kernels {
     ///
     /// # Errors
     /// As [`Kernels::expert_q8_gemv`], and a shape error unless `cols` is a multiple of 128 (a row of
-    /// `xq` starts on a 16-byte boundary).
+    /// `xq` starts on a 16-byte boundary) or `xq` is one row (`pairs == x_div`: one token's gate‖up).
     pub fn expert_q8_gemv_xq(
         &self,
         pool: ExpertPlanes<'_>,
@@ -66,7 +66,7 @@ impl Kernels {
         pairs: u32,
         x_div: u32,
     ) -> Result<Dispatch> {
-        xq_cols(self, pool.cols)?;
+        xq_rows(self, pool.cols, pairs, x_div)?;
         let input = GemvInput::Plain(x_div);
         self.expert_gemv(Kernel::ExpertQ8GemvXq, Q8_0_BLOCK_BYTES, pool, xq, slot_idx, y, pairs, input)
     }
@@ -85,7 +85,7 @@ impl Kernels {
         pairs: u32,
         x_div: u32,
     ) -> Result<Dispatch> {
-        xq_cols(self, pool.cols)?;
+        xq_rows(self, pool.cols, pairs, x_div)?;
         let q8 = (Kernel::ExpertQ8GemvXq, Q8_0_BLOCK_BYTES);
         self.gate_up_swiglu(q8, pool, xq, slot_idx, act, (pairs, x_div))
     }
@@ -108,10 +108,13 @@ impl Kernels {
     }
 }
 
-/// `expert_q8_gemv_xq` reads a quantised row as 16-byte vectors: its `9 · cols / 32` words must be a multiple
-/// of 4.
-fn xq_cols(k: &Kernels, cols: u32) -> Result<()> {
-    k.binder(Kernel::ExpertQ8GemvXq).ensure(cols.is_multiple_of(128), || {
-        format!("an input quantised before the GEMV needs cols a multiple of 128; got cols {cols}")
+/// `expert_q8_gemv_xq` reads a quantised row as 16-byte vectors: rows after the first start on one only if
+/// their `9 · cols / 32` words are a multiple of 4.
+fn xq_rows(k: &Kernels, cols: u32, pairs: u32, x_div: u32) -> Result<()> {
+    k.binder(Kernel::ExpertQ8GemvXq).ensure(cols.is_multiple_of(128) || pairs == x_div, || {
+        format!(
+            "an input quantised before the GEMV needs cols a multiple of 128 or a single row; got cols {cols}, \
+             {pairs} pairs / x_div {x_div}"
+        )
     })
 }

@@ -10,7 +10,7 @@ pub struct F32GemvParams {
     pub rows: u32,
     /// Input length, a multiple of 4.
     pub cols: u32,
-    /// 1: the input is `rms_norm(x) · g`, also written out.
+    /// 1: the input is `rms_norm(x) · g`, also written out; 2: and written Q8_0-quantised.
     pub norm: u32,
     /// RMSNorm epsilon (with `norm`).
     pub eps: f32,
@@ -26,6 +26,9 @@ pub struct InputNorm<'a> {
     pub eps: f32,
     /// `[T, cols] f32`: the normed input rows.
     pub normed: View<'a>,
+    /// Where to write the normed rows Q8_0-quantised too, as [`Kernels::quantize_q8`] would (`[T]` rows of
+    /// [`q8_row_bytes`]`(cols)`; cols a multiple of 32): the input of [`Kernels::expert_q8_gemv_xq`].
+    pub quantised: Option<View<'a>>,
 }
 
 impl Kernels {
@@ -51,10 +54,12 @@ impl Kernels {
     /// `normed[t] = rms_norm(x[t]) · norm.weight` (as [`Kernels::rms_norm`]) and `y[t] = W normed[t]` (the
     /// row's scale applied to the dot product with `x · weight`). Decode's router runs the layer's FFN norm
     /// this way for itself and for the expert GEMVs after it: one dispatch a layer fewer.
-    /// Shapes as [`Kernels::f32_gemv`], `norm.weight [cols] f32`, `norm.normed [T, cols] f32`.
+    /// Shapes as [`Kernels::f32_gemv`], `norm.weight [cols] f32`, `norm.normed [T, cols] f32`. With
+    /// `norm.quantised` the normed rows are also written Q8_0-quantised there, each 32-value block as
+    /// llama.cpp's `quantize_row_q8_0` makes it ([`cpu::quantize_q8`](crate::cpu::quantize_q8)).
     ///
     /// # Errors
-    /// As [`Kernels::f32_gemv`].
+    /// As [`Kernels::f32_gemv`], and a shape error for `norm.quantised` with `cols` not a multiple of 32.
     pub fn f32_gemv_norm(
         &self,
         w: View<'_>,
@@ -82,11 +87,19 @@ impl Kernels {
             format!("needs rows > 0 and cols a multiple of 4; got rows {r}, cols {c}")
         })?;
         let dims = [b.groups("rows", r)?, b.groups("tokens", t)?, 1];
-        // Without a norm, x stands in for the weight and the placeholder for the normed rows: the shader
-        // reads and writes neither.
+        // Without a norm, x stands in for the weight and the placeholder for the normed rows (and without
+        // quantised rows for those): the shader reads and writes neither.
         let (weight, normed, normed_bytes) = match norm {
             Some(n) => (n.weight, n.normed, f32s(t * c)),
             None => (x, self.placeholder(), PLACEHOLDER_BYTES),
+        };
+        let quantised = norm.and_then(|n| n.quantised);
+        b.ensure(quantised.is_none() || c.is_multiple_of(32), || {
+            format!("quantising the normed rows needs cols a multiple of 32; got cols {c}")
+        })?;
+        let (normed_q, normed_q_bytes) = match quantised {
+            Some(q) => (q, t * q8_row_bytes(cols)),
+            None => (self.placeholder(), PLACEHOLDER_BYTES),
         };
         let bound = vec![
             b.storage("x", x, 0, f32s(t * c))?,
@@ -94,9 +107,10 @@ impl Kernels {
             b.storage("norm.weight", weight, 0, f32s(c))?,
             b.storage("y", y, 0, f32s(t * r))?,
             b.storage("norm.normed", normed, 0, normed_bytes)?,
+            b.storage("norm.quantised", normed_q, 0, normed_q_bytes)?,
         ];
-        let p =
-            F32GemvParams { rows, cols, norm: u32::from(norm.is_some()), eps: norm.map_or(0.0, |n| n.eps) };
+        let mode = u32::from(norm.is_some()) + u32::from(quantised.is_some());
+        let p = F32GemvParams { rows, cols, norm: mode, eps: norm.map_or(0.0, |n| n.eps) };
         Ok(b.finish(vec![(p, bound, dims)]))
     }
 }

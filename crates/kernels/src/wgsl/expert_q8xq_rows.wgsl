@@ -7,8 +7,8 @@
 // down 7.4 against 8.0). The block's 32 products are summed exactly in int32 by dot4I8Packed, then scaled
 // by the row's and the input's block scales: what llama.cpp computes for Q8_0 weights. (The f32 walk does
 // not gain from whole blocks: its 32 input floats a lane cost more than the scale loads save.) Uses the
-// includer's `q`, `scales` and `x` (the quantised rows as words, `cols` a multiple of 128 so that a row
-// starts on a vec4).
+// includer's `q`, `scales` and `x` (the quantised rows as words; `cols` a multiple of 128 so that every
+// row starts on a vec4, or one row).
 
 // Block b of the 4 rows against the input's block b (vec4s `xrow + 2b` and `+ 1`, its scale word b of the
 // row's scales from vec4 `xscales`): 4 partial sums.
@@ -41,7 +41,8 @@ fn block4_xq(rows: vec4<u32>, nvec: u32, nblk: u32, xrow: u32, xscales: u32, b: 
 }
 
 // A lane's partial sums of the 4 rows over its blocks lane, lane + 32, ... `base` is the includer's offset
-// of an f32 input row (vec4s); here that row is a quantised one of 9 · cols / 128 vec4s.
+// of an f32 input row (vec4s); here that row is a quantised one of 9 · cols / 128 vec4s (row 0 at 0 for any
+// cols).
 fn rows4(rows: vec4<u32>, cols: u32, base: u32, lane: u32) -> vec4<f32> {
     let nvec = cols / 16u;
     let nblk = cols / 32u;
