@@ -345,15 +345,16 @@ impl Kernel {
     /// The WGSL source compiled for this kernel: the file (for the int8 GEMMs and GEMVs and the Q4_0 expert
     /// kernels, the Q8_0 kernel's file with its entry point renamed; for kernels with a subgroup variant,
     /// with its `/*SG_ARGS*/` and `/*SG_CALL*/` filled in) followed by the helper files it calls: the row
-    /// sums (plain or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs, `quantize_q8` and
-    /// `f32_gemv` (whose norm may quantise)
-    /// (a row walk before them: `expert_q8_rows.wgsl`, `expert_q4_rows.wgsl`, `expert_q8i8_rows.wgsl` or
+    /// sums (plain or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs (a row walk before
+    /// them: `expert_q8_rows.wgsl`, `expert_q4_rows.wgsl`, `expert_q8i8_rows.wgsl` or
     /// `expert_q8xq_rows.wgsl` for the expert GEMVs and `q8_gemv_rows4` / `q8_gemv_i8`, the int8 walk with
     /// `q8i8_input.wgsl` and its `pair_max` helper, plain or subgroup; `q8_tile.wgsl` and its weights'
-    /// helper, Q8_0 or Q4_0, for the tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), the row helpers
-    /// (plain or subgroup) for the split attention, `attention_tile_load.wgsl` for the chunk attention
-    /// kernels, `rms_scale.wgsl` for the norm kernels, `router_topk_core.wgsl` for the routers,
-    /// `sample_step.wgsl` (the per-step struct) for the sampler's two kernels. `subgroups` is ignored by kernels without a variant.
+    /// helper, Q8_0 or Q4_0, for the tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), `q8_helpers.wgsl`
+    /// alone for `quantize_q8` and `f32_gemv` (whose norm may quantise), the row helpers (plain or
+    /// subgroup) for the split attention, `attention_tile_load.wgsl` for the chunk attention kernels,
+    /// `rms_scale.wgsl` for the norm kernels, `router_topk_core.wgsl` for the routers, `sample_step.wgsl`
+    /// (the per-step struct) for the sampler's two kernels. `subgroups` is ignored by kernels without a
+    /// variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
         let mut body = Cow::Borrowed(self.file());
         if let Some(shared) = self.entry_renamed_from() {
@@ -523,11 +524,12 @@ pub struct Kernels {
     max_groups: u32,
     /// The device's workgroup memory limit, bytes.
     workgroup_storage: u32,
-    /// Bound where a kernel's optional output is off (the shader writes nothing there).
+    /// Bound where a kernel's optional output is off (the shader writes nothing there): two disjoint
+    /// ranges, one a storage alignment after the other.
     placeholder: wgpu::Buffer,
 }
 
-/// Bytes of [`Kernels::placeholder`].
+/// Bytes of each range of [`Kernels::placeholder`].
 pub(crate) const PLACEHOLDER_BYTES: u64 = 16;
 
 impl Kernels {
@@ -592,7 +594,7 @@ impl Kernels {
             compile(Kernel::AttentionSplit, &[("PASSES", f64::from(crate::ops::SHORT_SPLIT_PASSES))]);
         let placeholder = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("unused binding"),
-            size: PLACEHOLDER_BYTES,
+            size: u64::from(ctx.limits.min_storage_buffer_offset_alignment) + PLACEHOLDER_BYTES,
             usage: wgpu::BufferUsages::STORAGE,
             mapped_at_creation: false,
         });
@@ -657,9 +659,11 @@ impl Kernels {
         self.pipelines[Kernel::ALL.iter().position(|&x| x == k).expect("every kernel is in ALL")].as_ref()
     }
 
-    /// A small storage buffer to bind where a kernel's optional output is off.
-    pub(crate) fn placeholder(&self) -> View<'_> {
-        View::from(&self.placeholder)
+    /// A small storage range to bind where a kernel's optional output is off: range `i` of two (0 or 1),
+    /// so that a kernel with two such outputs binds no writable range twice (aliasing, which WebGPU
+    /// forbids).
+    pub(crate) fn placeholder(&self, i: u64) -> View<'_> {
+        View::at(&self.placeholder, i * self.storage_align)
     }
 
     /// Starts binding `kernel`.
@@ -672,6 +676,13 @@ impl Kernels {
 pub(crate) struct Binder<'k> {
     k: &'k Kernels,
     kernel: Kernel,
+}
+
+impl Binder<'_> {
+    /// The kernel being bound.
+    pub(crate) fn kernel(&self) -> Kernel {
+        self.kernel
+    }
 }
 
 /// One storage binding: a validated buffer range.

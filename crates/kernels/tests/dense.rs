@@ -453,18 +453,23 @@ fn argmax_ties_to_lower_index() {
 /// `got`, `rows` rows of `cols` values Q8_0-quantised on the GPU (quantize_q8's layout), against
 /// `cpu::quantize_q8` of `x`: scales f16 values within one f16 step (WGSL lets the division be 2.5 ulp off,
 /// which moves the f16 rounding of a scale near a rounding boundary; lavapipe matches bit for bit); a quant
-/// may differ by one where x / d lands within rounding of a half, in at most a handful of places.
+/// one off only where x / d lands within a few ulp of a half (as `quant_allowance` allows), equal elsewhere.
 fn check_q8_rows(what: &str, got: &[u8], x: &[f32], rows: usize, cols: usize) {
     let (q, s) = cpu::quantize_q8(x);
     let want = cpu::pack_q8_rows(&q, &s, cols);
     let row = q8_row_bytes(cols as u32) as usize;
-    let mut off_by_one = 0;
     for r in 0..rows {
-        let (gq, wq) = (&got[r * row..][..cols], &want[r * row..][..cols]);
-        for (a, b) in gq.iter().zip(wq) {
-            let diff = (i32::from(*a as i8) - i32::from(*b as i8)).abs();
-            assert!(diff <= 1, "{what} row {r}: {} against {}", *a as i8, *b as i8);
-            off_by_one += diff;
+        let (gq, wq, xr) = (&got[r * row..][..cols], &want[r * row..][..cols], &x[r * cols..][..cols]);
+        for (b, block) in xr.chunks(32).enumerate() {
+            let d = block.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            for (j, v) in block.iter().enumerate() {
+                let (a, w) = (gq[b * 32 + j] as i8, wq[b * 32 + j] as i8);
+                let t = (v * id).abs();
+                let near_half = (t - t.floor() - 0.5).abs() <= 8.0 * f32::EPSILON * t;
+                let ok = a == w || (near_half && (i32::from(a) - i32::from(w)).abs() == 1);
+                assert!(ok, "{what} row {r} value {}: {a} against {w} (x / d = {})", b * 32 + j, v * id);
+            }
         }
         let scales =
             |b: &[u8]| -> Vec<f32> { bytemuck::pod_collect_to_vec(&b[r * row + cols..][..row - cols]) };
@@ -474,7 +479,6 @@ fn check_q8_rows(what: &str, got: &[u8], x: &[f32], rows: usize, cols: usize) {
             assert_eq!(half::f16::from_f32(*a).to_f32(), *a, "{what}: scale {a} is no f16, row {r}");
         }
     }
-    assert!(off_by_one <= 2, "{what}: {off_by_one} quants off by one");
 }
 
 #[test]

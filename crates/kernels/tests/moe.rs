@@ -233,13 +233,20 @@ fn check_expert(g: &Gpu, k: &Kernels, p: &Pool, slot_idx: &[u32], x_div: usize, 
         let (pairs, x_div) = (slot_idx.len() as u32, x_div as u32);
         let e = k.expert_q8_gemv_xq(p.planes(), (&xq).into(), (&ib).into(), (&y).into(), pairs, x_div);
         if pairs == x_div {
-            // One input row (a token's gate‖up) starts on a vec4 whatever cols: that case is checked.
+            // One input row (a token's gate‖up, padded to 16 bytes) is taken whatever cols.
             check_expert_kernel(g, k, p, slot_idx, x_div as usize, seed, min_parts, "expert_q8_gemv_xq");
         } else {
             let msg = e.expect_err("cols not a multiple of 128").to_string();
             assert!(msg.contains("multiple of 128"), "{msg}");
         }
     }
+}
+
+/// `cpu::pack_q8_rows`, padded to 16 bytes (the xq GEMV reads its input in 16-byte vectors).
+fn padded_q8_rows(q: &[i8], s: &[f32], cols: usize) -> Vec<u8> {
+    let mut rows = cpu::pack_q8_rows(q, s, cols);
+    rows.resize(rows.len().next_multiple_of(16), 0);
+    rows
 }
 
 /// [`quant_allowance`] of every output of the slot-indexed GEMV on `x`, as a `magnitude`-like scale for
@@ -286,7 +293,7 @@ fn check_expert_kernel(
     // CPU).
     let (xq, xs) = cpu::quantize_q8(&x);
     let quantised = matches!(name, "expert_q8_gemm_i8" | "expert_q8_gemv_xq");
-    let xb = if quantised { upload(g, &cpu::pack_q8_rows(&xq, &xs, p.cols)) } else { upload(g, &x) };
+    let xb = if quantised { upload(g, &padded_q8_rows(&xq, &xs, p.cols)) } else { upload(g, &x) };
     let ib = upload(g, slot_idx);
     let y = poisoned(g, 4 * pairs * p.rows);
     let planes = p.planes();
@@ -374,8 +381,13 @@ fn expert_gemv_pool_split_and_odd() {
         // One token's 3 picks: one input row, which the xq GEMV takes at any cols.
         check_expert(g, k, &odd, &[2, 0, 1], 3, 63, 1);
     }
-    // Odd rows (a workgroup's last 27 past the matrix), 40 chunks a row (a step's second chunk live in 8
-    // lanes) and input rows of 180 words: the xq GEMV's case beside its error for 96 columns above.
+    // That row's scales end inside a 16-byte vector (108 bytes): without the padding, a clear error.
+    let xq = upload(g, &cpu::pack_q8_rows(&[1; 96], &[0.5; 3], 96));
+    let (ib, y) = (upload(g, &[2u32, 0, 1]), poisoned(g, 4 * 3 * 40));
+    let e = g.kernels.expert_q8_gemv_xq(odd.planes(), (&xq).into(), (&ib).into(), (&y).into(), 3, 3);
+    assert!(matches!(e, Err(diskformer_kernels::Error::BufferTooSmall { name: "x", .. })), "{e:?}");
+    // Odd rows (37: the last workgroup's rows partly past the matrix), 20 blocks a row (lanes 20-31 idle)
+    // and input rows of 180 words: the xq GEMV on several rows, beside its error for 96 columns above.
     let odd_xq = pool(g, &mut rng, 3, 37, 640);
     for k in [&g.kernels, &g.plain] {
         check_expert(g, k, &odd_xq, &[2, 0, 1, 1, 2, 0], 3, 62, 1);
@@ -1023,7 +1035,7 @@ fn check_gate_up_swiglu<Q: Quant>(
     let (pairs, ffn) = (slot_idx.len(), p.rows / 2);
     let x = rng.vec_f32(pairs / x_div * p.cols, -1.0, 1.0);
     let (xq, xs) = cpu::quantize_q8(&x);
-    let xb = if input == Input::Xq { upload(g, &cpu::pack_q8_rows(&xq, &xs, p.cols)) } else { upload(g, &x) };
+    let xb = if input == Input::Xq { upload(g, &padded_q8_rows(&xq, &xs, p.cols)) } else { upload(g, &x) };
     let ib = upload(g, slot_idx);
     let y = poisoned(g, 4 * pairs * ffn);
     let (planes, v) = (p.planes(), diskformer_kernels::View::from);

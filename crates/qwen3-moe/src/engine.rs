@@ -84,13 +84,13 @@ pub struct EngineOptions {
     /// one-token steps do). Q4_0 experts keep f32.
     pub int8_prefill: bool,
     /// One-token steps multiply Q8_0 weights (dense, experts, lm head) by Q8_0-quantised activations with
-    /// int8 dot products, each 32-value block quantised as the GEMV reads it (gate‖up's input, the FFN
-    /// norm's output, by the router kernel that writes it): `int8_prefill`'s arithmetic for one-token
-    /// steps (on the golden fixtures 0.016-0.029 from llama.cpp's run on the Q8_0 file in log-probability,
-    /// the f32 steps 0.05-0.27; default off: the f32 steps match llama.cpp's F32 twins to 2e-3; on the H200
-    /// int8 steps decoded 6 % slower before gate‖up read the router's quantised row, BENCHMARKS.md; not
-    /// measured since). Q4_0 experts keep f32. Applies to
-    /// the fused decode layer (top-k ≤ 64, expert FFN a multiple of 16); other shapes' steps stay f32.
+    /// int8 dot products, each 32-value block quantised as the GEMV reads it, or for gate‖up by the router
+    /// kernel that writes its input: `int8_prefill`'s arithmetic for one-token steps (on the golden
+    /// fixtures 0.016-0.029 from llama.cpp's run on the Q8_0 file in log-probability, the f32 steps
+    /// 0.05-0.27; default off: the f32 steps match llama.cpp's F32 twins to 2e-3; on the H200 int8 steps
+    /// decoded 6 % slower before gate‖up took the router's quantised row, BENCHMARKS.md; not measured
+    /// since). Q4_0 experts keep f32. Applies to the fused decode layer (top-k ≤ 64, expert FFN a multiple
+    /// of 16); other shapes' steps stay f32.
     pub int8_decode: bool,
     /// While experts stream, a one-token step queues up to this many layers past the last one whose picks
     /// the host has checked (default 2; 0 reads each layer's picks back before its experts run). The GPU

@@ -188,7 +188,9 @@ impl<B> ScratchOf<B> {
             xq: alloc(
                 "xq",
                 (t * q8_row_bytes(c.embedding_length.max(c.head_count * c.key_length)))
-                    .max(t * k * q8_row_bytes(c.expert_feed_forward_length)),
+                    .max(t * k * q8_row_bytes(c.expert_feed_forward_length))
+                    // expert_q8_gemv_xq reads its one-token input in 16-byte vectors.
+                    .next_multiple_of(16),
                 Use::Storage,
             ),
             guess_logits: per_guess("guess logits", e, Use::Storage),

@@ -1,4 +1,4 @@
-use super::quantize_q8::input_row_words;
+use super::quantize_q8::{input_binding_bytes, input_row_words};
 use crate::error::Result;
 use crate::kernels::{Binder, Bound, Kernel, Kernels, View};
 use crate::{Dispatch, ops::*};
@@ -336,6 +336,8 @@ fn expert_gemv_groups(kernel: Kernel) -> u64 {
 /// `expert_q8_gemv_xq`'s lane groups a workgroup: 4, 16 rows (on the H200 its gate‖up took 10.84-10.86 µs
 /// against 11.24-11.35 with 8 groups, where the f32 walk took 13.0 against 12.4-12.5).
 pub(crate) const EXPERT_GEMV_XQ_GROUPS: u32 = 4;
+// The shader pairs gate and up halves of the groups and sums up to 8 groups' rows in `wsum`.
+const _: () = assert!(EXPERT_GEMV_XQ_GROUPS.is_multiple_of(2) && EXPERT_GEMV_XQ_GROUPS <= 8);
 
 /// The grid of an expert kernel: rows per workgroup, 4-byte words per input row (f32 values, or a
 /// [`q8_row_bytes`] row of the int8 GEMM) and floats per output row, and pairs per output row (1, or k
@@ -393,7 +395,7 @@ pub(crate) fn expert_pool_parts<'a>(
     let mut out = Vec::with_capacity(parts.len());
     for (begin, end) in parts {
         let n = end - begin;
-        let mut bound = vec![b.storage("x", x, 0, f32s(pp / xd * grid.x_row))?];
+        let mut bound = vec![b.storage("x", x, 0, input_binding_bytes(b.kernel(), pp / xd * grid.x_row))?];
         for &(name, view, bytes) in index {
             bound.push(b.storage(name, view, 0, bytes)?);
         }

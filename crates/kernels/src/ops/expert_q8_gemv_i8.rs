@@ -54,9 +54,12 @@ impl Kernels {
     /// Where the one input row serves many workgroups (gate‖up's 8 picks' 1,536 rows), each lane then
     /// loads 16 int8 for 16 values instead of 64 bytes of f32, and quantises nothing.
     ///
+    /// The kernel reads `xq` in 16-byte vectors: its buffer must hold the rows rounded up to 16 bytes.
+    ///
     /// # Errors
-    /// As [`Kernels::expert_q8_gemv`], and a shape error unless `cols` is a multiple of 128 (a row of
-    /// `xq` starts on a 16-byte boundary) or `xq` is one row (`pairs == x_div`: one token's gate‖up).
+    /// As [`Kernels::expert_q8_gemv`], a shape error unless `cols` is a multiple of 128 (every row of `xq`
+    /// starts on a 16-byte boundary) or `xq` is one row (`pairs == x_div`: one token's gate‖up), and a
+    /// buffer error for `xq` without its padding to 16 bytes.
     pub fn expert_q8_gemv_xq(
         &self,
         pool: ExpertPlanes<'_>,
@@ -109,12 +112,13 @@ impl Kernels {
 }
 
 /// `expert_q8_gemv_xq` reads a quantised row as 16-byte vectors: rows after the first start on one only if
-/// their `9 · cols / 32` words are a multiple of 4.
+/// their `9 · cols / 32` words are a multiple of 4 (the last row's partial vector is the binding's
+/// padding, `input_binding_bytes`).
 fn xq_rows(k: &Kernels, cols: u32, pairs: u32, x_div: u32) -> Result<()> {
     k.binder(Kernel::ExpertQ8GemvXq).ensure(cols.is_multiple_of(128) || pairs == x_div, || {
         format!(
-            "an input quantised before the GEMV needs cols a multiple of 128 or a single row; got cols {cols}, \
-             {pairs} pairs / x_div {x_div}"
+            "an input quantised before the GEMV needs cols a multiple of 128 or a single row; \
+             got cols {cols}, {pairs} pairs / x_div {x_div}"
         )
     })
 }

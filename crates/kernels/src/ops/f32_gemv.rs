@@ -91,7 +91,7 @@ impl Kernels {
         // quantised rows for those): the shader reads and writes neither.
         let (weight, normed, normed_bytes) = match norm {
             Some(n) => (n.weight, n.normed, f32s(t * c)),
-            None => (x, self.placeholder(), PLACEHOLDER_BYTES),
+            None => (x, self.placeholder(0), PLACEHOLDER_BYTES),
         };
         let quantised = norm.and_then(|n| n.quantised);
         b.ensure(quantised.is_none() || c.is_multiple_of(32), || {
@@ -99,7 +99,7 @@ impl Kernels {
         })?;
         let (normed_q, normed_q_bytes) = match quantised {
             Some(q) => (q, t * q8_row_bytes(cols)),
-            None => (self.placeholder(), PLACEHOLDER_BYTES),
+            None => (self.placeholder(1), PLACEHOLDER_BYTES),
         };
         let bound = vec![
             b.storage("x", x, 0, f32s(t * c))?,

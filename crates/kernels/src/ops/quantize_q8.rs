@@ -31,6 +31,17 @@ pub(crate) fn input_row_words(kernel: Kernel, cols: u32) -> u64 {
     }
 }
 
+/// Bytes `kernel` binds of an input of `words` 4-byte words: `expert_q8_gemv_xq` reads its quantised rows
+/// as 16-byte vectors, so its binding runs on to the end of the last vector (a one-row input of `cols` not
+/// a multiple of 128 has its scales in a partial one; its buffer must hold that padding); every other
+/// kernel binds the words.
+pub(crate) fn input_binding_bytes(kernel: Kernel, words: u64) -> u64 {
+    match kernel {
+        Kernel::ExpertQ8GemvXq => f32s(words).next_multiple_of(16),
+        _ => f32s(words),
+    }
+}
+
 impl Kernels {
     /// Q8_0-quantises f32 rows for the int8 GEMMs ([`Kernels::q8_gemm_i8`], [`Kernels::expert_q8_gemm_i8`])
     /// and [`Kernels::expert_q8_gemv_xq`] as llama.cpp does its activations: per 32-value block

@@ -13,16 +13,17 @@ struct Params {
     rows: u32, // output length
     cols: u32, // input length, a multiple of 4
     norm: u32, // 1: the input is rms_norm(x) * g, also written to normed; 2: and Q8_0 to normed_q
-    eps: f32,  // RMSNorm epsilon (norm = 1)
+    eps: f32,  // RMSNorm epsilon (norm >= 1)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;           // [T, cols] f32
 @group(0) @binding(2) var<storage, read> w: array<vec4<f32>>;           // [rows, cols] f32
-@group(0) @binding(3) var<storage, read> g: array<vec4<f32>>;           // [cols] f32 norm weight (norm = 1)
+@group(0) @binding(3) var<storage, read> g: array<vec4<f32>>;           // [cols] f32 norm weight (norm >= 1)
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;           // [T, rows] f32
-@group(0) @binding(5) var<storage, read_write> normed: array<vec4<f32>>; // [T, cols] f32 (norm = 1)
-@group(0) @binding(6) var<storage, read_write> normed_q: array<u32>;     // [T, 9 * cols / 32] words (norm = 2)
+@group(0) @binding(5) var<storage, read_write> normed: array<vec4<f32>>; // [T, cols] f32 (norm >= 1)
+// [T, 9 * cols / 32] words: quantize_q8's rows (norm = 2)
+@group(0) @binding(6) var<storage, read_write> normed_q: array<u32>;
 
 const WG: u32 = 128u;
 var<workgroup> red: array<vec2<f32>, WG>;
