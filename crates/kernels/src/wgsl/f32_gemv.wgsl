@@ -88,7 +88,7 @@ fn f32_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg:
             normed[xt + i] = v;
         }
         if (p.norm == 2u) {
-            // A block is 8 vec4s: lanes 8b..8b+7 of the step (cols a multiple of 32, WG of 8).
+            // A block is 8 vec4s: lanes 8b..8b+7 of the step (cols a multiple of 32, steps of WG = 128).
             let a = abs(v);
             amax[li] = max(max(a.x, a.y), max(a.z, a.w));
             workgroupBarrier();
