@@ -4,11 +4,11 @@
 // GEMVs. A 32-lane group takes 4 rows of one slot, as in expert_q8_rows.wgsl, but a lane takes one whole
 // block (its two 16-byte chunks) of each a step, blocks lane, lane + 32, ...: one scale load a row and
 // block where a lane per chunk loads each block's scale twice (on the H200, in workgroups of 8 lane groups,
-// gate‖up 11.2 µs against 12.1, down 7.4 against 8.0; of 4, gate‖up 10.85). The block's 32 products are summed exactly in int32 by dot4I8Packed, then scaled
-// by the row's and the input's block scales: what llama.cpp computes for Q8_0 weights. (The f32 walk does
-// not gain from whole blocks: its 32 input floats a lane cost more than the scale loads save.) Uses the
-// includer's `q`, `scales` and `x` (the quantised rows as words; `cols` a multiple of 128 so that every
-// row starts on a vec4, or one row).
+// gate‖up 11.2 µs against 12.1, down 7.4 against 8.0; of 4, gate‖up 10.85). The block's 32 products are
+// summed exactly in int32 by dot4I8Packed, then scaled by the row's and the input's block scales: what
+// llama.cpp computes for Q8_0 weights. (The f32 walk does not gain from whole blocks: its 32 input floats
+// a lane cost more than the scale loads save.) Uses the includer's `q`, `scales` and `x` (the quantised
+// rows as words; `cols` a multiple of 128 so that every row starts on a vec4, or one row).
 
 // Block b of the 4 rows against the input's block b (vec4s `xrow + 2b` and `+ 1`, its scale word b of the
 // row's scales from vec4 `xscales`): 4 partial sums.
