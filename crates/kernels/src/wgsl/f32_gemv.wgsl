@@ -97,13 +97,12 @@ fn f32_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg:
             for (var j = 0u; j < 8u; j++) {
                 m = max(m, amax[lead + j]);
             }
-            let d = m / 127.0;
-            let id = select(0.0, 1.0 / d, d != 0.0);
+            let step = q8_step(m);
             if (i < nvec) {
                 let row = t * (9u * p.cols / 32u);
-                normed_q[row + i] = quant4_i8(v * id);
+                normed_q[row + i] = quant4_i8(v * step.inv);
                 if (li == lead) {
-                    normed_q[row + p.cols / 4u + i / 8u] = bitcast<u32>(f16_round(d));
+                    normed_q[row + p.cols / 4u + i / 8u] = bitcast<u32>(step.d);
                 }
             }
             workgroupBarrier();

@@ -44,6 +44,19 @@ fn f16_round(v: f32) -> f32 {
     return bitcast<f32>((b + 0xfffu + ((b >> 13u) & 1u)) & 0xffffe000u);
 }
 
+// A 32-value block's Q8_0 step from its max |x|, as llama.cpp's quantize_row_q8_0 takes it: d = max / 127
+// stored as its f16 rounding (`d`), and the values scaled by 1 / d of the unrounded d (`inv`, 0 for a block
+// of zeros) before `quant4_i8`.
+struct Q8Step {
+    d: f32,
+    inv: f32,
+}
+
+fn q8_step(amax: f32) -> Q8Step {
+    let d = amax / 127.0;
+    return Q8Step(f16_round(d), select(0.0, 1.0 / d, d != 0.0));
+}
+
 // Four values already divided by their block's step (`x / d`) as int8, rounded halves away from zero as
 // llama.cpp's quantize_row_q8_0, packed little-endian into a word.
 fn quant4_i8(s: vec4<f32>) -> u32 {
