@@ -862,7 +862,8 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     let slots_p = ExpertSlotsParams { n: top, base: 0, entries: 48 * e, _pad: 0 };
     let comb_p = MoeCombineNormParams { hidden: h, k: top, tokens: 1, eps };
     // The engine's decode layer (`fused`: norms in the GEMVs, the combine in down) or a chunk's.
-    let layer_of = |k: &Kernels, fused: bool, i8: bool| -> Vec<(&'static str, Dispatch)> {
+    // `routed`: gate‖up computes the top-k itself (resident decode), no router_topk_slots before it.
+    let layer_of = |k: &Kernels, fused: bool, i8: bool, routed: bool| -> Vec<(&'static str, Dispatch)> {
         let ffn = InputNorm { weight: v(&ffn_norm), eps, normed: v(&xn), quantised: i8.then(|| v(&xq)) };
         let cache = KvCacheViews { k: v(&kc), v: v(&vc) };
         let (qn, kn, rope, pos, qr) = (v(&qn), v(&kn), v(&rope), v(&pos), v(&qr));
@@ -910,30 +911,50 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
                 ("router_gemv", k.f32_gemv(v(&router), e, h, v(&xn), v(&logits_r), 1)),
             ]);
         }
-        layer.extend([
-            (
-                "router_topk_slots",
-                k.router_topk_slots(
-                    v(&logits_r),
-                    v(&table),
-                    v(&ids),
-                    v(&wts),
-                    v(&slot_idx),
-                    e,
-                    top,
-                    1,
-                    (0, 48 * e),
-                ),
-            ),
-            (
-                "expert_gate_up_swiglu",
+        let route = diskformer_kernels::Route {
+            logits: v(&logits_r),
+            table: v(&table),
+            table_range: (0, 48 * e),
+            experts: e,
+            ids: v(&ids),
+            weights: v(&wts),
+            slots: v(&slot_idx),
+        };
+        if routed {
+            layer.push((
+                "expert_gate_up_swiglu_routed",
                 if i8 {
-                    k.expert_q8_gemv_gate_up_swiglu_xq(gate_up, v(&xq), v(&slot_idx), v(&act), top, top)
+                    k.expert_q8_gemv_gate_up_swiglu_xq_routed(gate_up, v(&xq), route, v(&act), (1, top))
                 } else {
-                    k.expert_q8_gemv_gate_up_swiglu(gate_up, v(&xn), v(&slot_idx), v(&act), top, top)
+                    k.expert_q8_gemv_gate_up_swiglu_routed(gate_up, v(&xn), route, v(&act), (1, top))
                 },
-            ),
-        ]);
+            ));
+        } else {
+            layer.extend([
+                (
+                    "router_topk_slots",
+                    k.router_topk_slots(
+                        v(&logits_r),
+                        v(&table),
+                        v(&ids),
+                        v(&wts),
+                        v(&slot_idx),
+                        e,
+                        top,
+                        1,
+                        (0, 48 * e),
+                    ),
+                ),
+                (
+                    "expert_gate_up_swiglu",
+                    if i8 {
+                        k.expert_q8_gemv_gate_up_swiglu_xq(gate_up, v(&xq), v(&slot_idx), v(&act), top, top)
+                    } else {
+                        k.expert_q8_gemv_gate_up_swiglu(gate_up, v(&xn), v(&slot_idx), v(&act), top, top)
+                    },
+                ),
+            ]);
+        }
         if fused {
             let out = CombineOut {
                 weights: v(&wts),
@@ -960,12 +981,17 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
         }
         layer.into_iter().map(|(name, d)| (name, d.expect("bind"))).collect()
     };
-    let layer = layer_of(k, true, false);
-    let unfused = layer_of(k, false, false);
-    // The layer with its Q8_0 GEMVs on int8 inputs (`EngineOptions::int8_decode`), timed whole only.
-    let all_i8: Vec<Dispatch> = layer_of(k, true, true).into_iter().map(|(_, d)| d).collect();
+    let layer = layer_of(k, true, false, false);
+    let unfused = layer_of(k, false, false, false);
+    // Resident decode's layer (gate‖up routing its pairs), and either with their Q8_0 GEMVs on int8 inputs
+    // (`EngineOptions::int8_decode`), timed whole (but the routed gate‖up alone).
+    let routed = layer_of(k, true, false, true);
+    let whole =
+        |l: Vec<(&'static str, Dispatch)>| -> Vec<Dispatch> { l.into_iter().map(|(_, d)| d).collect() };
+    let all_i8 = whole(layer_of(k, true, true, false));
+    let all_i8_routed = whole(layer_of(k, true, true, true));
     let checked = Kernels::with_checked_shaders(&g.ctx, true);
-    let all_checked: Vec<Dispatch> = layer_of(&checked, true, false).into_iter().map(|(_, d)| d).collect();
+    let all_checked = whole(layer_of(&checked, true, false, false));
     let head: Vec<Dispatch> = vec![
         k.q8_gemv_rows4(m(&head_w), v(&last_n), v(&logits), 1).expect("bind"),
         k.argmax(v(&logits), v(&argmax_part), v(&argmax), vocab, 1).expect("bind"),
@@ -992,7 +1018,8 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     let mut group = c.benchmark_group("layer");
     // The kernels both layers share are timed once.
     let shared = |name: &&str| layer.iter().any(|(n, _)| n == name);
-    for (name, d) in layer.iter().chain(unfused.iter().filter(|(n, _)| !shared(n))) {
+    let routed_only = routed.iter().filter(|(n, _)| !shared(n));
+    for (name, d) in layer.iter().chain(unfused.iter().filter(|(n, _)| !shared(n))).chain(routed_only) {
         let one = std::slice::from_ref(d);
         group.bench_function(*name, |b| b.iter_custom(|iters| time(g, one, iters)));
     }
@@ -1005,9 +1032,15 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     }
     let all: Vec<Dispatch> = layer.into_iter().map(|(_, d)| d).collect();
     let all_unfused: Vec<Dispatch> = unfused.into_iter().map(|(_, d)| d).collect();
+    let all_routed = whole(routed);
     let n = all.len() as u64;
+    let n_routed = all_routed.len() as u64;
     group.bench_function("all", |b| b.iter_custom(|iters| time(g, &all, n * iters)));
+    group.bench_function("all_routed", |b| b.iter_custom(|iters| time(g, &all_routed, n_routed * iters)));
     group.bench_function("all_i8", |b| b.iter_custom(|iters| time(g, &all_i8, n * iters)));
+    group.bench_function("all_i8_routed", |b| {
+        b.iter_custom(|iters| time(g, &all_i8_routed, n_routed * iters))
+    });
     let n_unfused = all_unfused.len() as u64;
     group.bench_function("all_unfused", |b| b.iter_custom(|iters| time(g, &all_unfused, n_unfused * iters)));
     group.bench_function("all_checked_shaders", |b| b.iter_custom(|iters| time(g, &all_checked, n * iters)));

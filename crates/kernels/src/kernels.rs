@@ -69,6 +69,11 @@ pub enum Kernel {
     ExpertQ8GemvI8,
     /// Expert Q8_0 GEMV indexed by pool slot on an input Q8_0-quantised before it (`quantize_q8` rows).
     ExpertQ8GemvXq,
+    /// [`Kernel::ExpertQ8Gemv`] routing its pairs itself: the router's top-k and the slot table (resident
+    /// decode; no [`Kernel::RouterTopkSlots`] dispatch before it).
+    ExpertQ8GemvRouted,
+    /// [`Kernel::ExpertQ8GemvXq`] routing its pairs itself, as [`Kernel::ExpertQ8GemvRouted`].
+    ExpertQ8GemvXqRouted,
     /// [`Kernel::ExpertQ8GemvCombine`] with its input Q8_0-quantised as it is read (int8 dot products).
     ExpertQ8GemvCombineI8,
     /// Expert Q4_0 GEMV indexed by pool slot.
@@ -118,11 +123,12 @@ const ATTENTION_ROWS_SUBGROUP: &str = include_str!("wgsl/attention_rows_subgroup
 const ATTENTION_TILE_LOAD: &str = include_str!("wgsl/attention_tile_load.wgsl");
 const RMS_SCALE: &str = include_str!("wgsl/rms_scale.wgsl");
 const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
+const EXPERT_Q8_PAIR_ROWS: &str = include_str!("wgsl/expert_q8_pair_rows.wgsl");
 const SAMPLE_STEP: &str = include_str!("wgsl/sample_step.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 41] = [
+    pub const ALL: [Kernel; 43] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -150,6 +156,8 @@ impl Kernel {
         Kernel::Q8GemvI8,
         Kernel::ExpertQ8GemvI8,
         Kernel::ExpertQ8GemvXq,
+        Kernel::ExpertQ8GemvRouted,
+        Kernel::ExpertQ8GemvXqRouted,
         Kernel::ExpertQ8GemvCombineI8,
         Kernel::ExpertQ4Gemv,
         Kernel::ExpertQ4GemvCombine,
@@ -196,6 +204,8 @@ impl Kernel {
             Kernel::Q8GemvI8 => "q8_gemv_i8",
             Kernel::ExpertQ8GemvI8 => "expert_q8_gemv_i8",
             Kernel::ExpertQ8GemvXq => "expert_q8_gemv_xq",
+            Kernel::ExpertQ8GemvRouted => "expert_q8_gemv_routed",
+            Kernel::ExpertQ8GemvXqRouted => "expert_q8_gemv_xq_routed",
             Kernel::ExpertQ8GemvCombineI8 => "expert_q8_gemv_combine_i8",
             Kernel::ExpertQ4Gemv => "expert_q4_gemv",
             Kernel::ExpertQ4GemvCombine => "expert_q4_gemv_combine",
@@ -218,7 +228,9 @@ impl Kernel {
         match self {
             Kernel::Argmax => &[("SLICE", crate::ops::ARGMAX_SLICE as f64)],
             Kernel::AttentionSplit => &[("PASSES", crate::ops::LONG_SPLIT_PASSES as f64)],
-            Kernel::ExpertQ8GemvXq => &[("GROUPS", crate::ops::EXPERT_GEMV_XQ_GROUPS as f64)],
+            Kernel::ExpertQ8GemvXq | Kernel::ExpertQ8GemvXqRouted => {
+                &[("GROUPS", crate::ops::EXPERT_GEMV_XQ_GROUPS as f64)]
+            }
             _ => &[],
         }
     }
@@ -245,6 +257,8 @@ impl Kernel {
                 | Kernel::Q8GemvI8
                 | Kernel::ExpertQ8GemvI8
                 | Kernel::ExpertQ8GemvXq
+                | Kernel::ExpertQ8GemvRouted
+                | Kernel::ExpertQ8GemvXqRouted
                 | Kernel::ExpertQ8GemvCombineI8
                 | Kernel::ExpertQ4Gemv
                 | Kernel::ExpertQ4GemvCombine
@@ -275,9 +289,11 @@ impl Kernel {
             Kernel::Add => size_of::<AddParams>(),
             Kernel::AddRmsNorm => size_of::<RmsNormParams>(),
             Kernel::RouterTopk | Kernel::RouterTopkSlots => size_of::<RouterTopkParams>(),
-            Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvI8 | Kernel::ExpertQ8GemvXq => {
-                size_of::<ExpertQ8GemvParams>()
-            }
+            Kernel::ExpertQ8Gemv
+            | Kernel::ExpertQ8GemvI8
+            | Kernel::ExpertQ8GemvXq
+            | Kernel::ExpertQ8GemvRouted
+            | Kernel::ExpertQ8GemvXqRouted => size_of::<ExpertQ8GemvParams>(),
             Kernel::ExpertQ8GemvCombine | Kernel::ExpertQ8GemvCombineI8 | Kernel::ExpertQ4GemvCombine => {
                 size_of::<ExpertQ8GemvCombineParams>()
             }
@@ -327,6 +343,8 @@ impl Kernel {
             Kernel::ExpertQ4Gemv | Kernel::ExpertQ8GemvI8 | Kernel::ExpertQ8GemvXq => {
                 Kernel::ExpertQ8Gemv.file()
             }
+            Kernel::ExpertQ8GemvRouted => include_str!("wgsl/expert_q8_gemv_routed.wgsl"),
+            Kernel::ExpertQ8GemvXqRouted => Kernel::ExpertQ8GemvRouted.file(),
             Kernel::ExpertQ4GemvCombine | Kernel::ExpertQ8GemvCombineI8 => Kernel::ExpertQ8GemvCombine.file(),
             Kernel::ExpertQ8GemmTiled => include_str!("wgsl/expert_q8_gemm_tiled.wgsl"),
             Kernel::ExpertQ8GemmI8 => Kernel::ExpertQ8GemmTiled.file(),
@@ -361,22 +379,31 @@ impl Kernel {
             let entry = |k: Kernel| format!("fn {}(", k.name());
             body = Cow::Owned(body.replace(&entry(shared), &entry(self)));
         }
-        if self.has_subgroup_variant() {
-            let (args, call) = if subgroups {
-                (
-                    ", @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32",
-                    ", sg_lane, sg_size",
-                )
-            } else {
-                ("", "")
-            };
-            body = Cow::Owned(body.replace("/*SG_ARGS*/", args).replace("/*SG_CALL*/", call));
-        }
         let helpers = self.helpers(subgroups);
-        if helpers.is_empty() {
-            return body;
+        if !helpers.is_empty() {
+            body = Cow::Owned(
+                std::iter::once(&*body).chain(helpers.iter().copied()).collect::<Vec<_>>().join("\n"),
+            );
         }
-        Cow::Owned(std::iter::once(&*body).chain(helpers.iter().copied()).collect::<Vec<_>>().join("\n"))
+        if self.has_subgroup_variant() {
+            // Entry points take the subgroup builtins (`/*SG_ARGS*/`), functions that pass them on take
+            // them as parameters (`/*SG_PARAMS*/`), and calls pass them (`/*SG_CALL*/`).
+            let [args, params, call] = if subgroups {
+                [
+                    ", @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32",
+                    ", sg_lane: u32, sg_size: u32",
+                    ", sg_lane, sg_size",
+                ]
+            } else {
+                ["", "", ""]
+            };
+            body = Cow::Owned(
+                body.replace("/*SG_ARGS*/", args)
+                    .replace("/*SG_PARAMS*/", params)
+                    .replace("/*SG_CALL*/", call),
+            );
+        }
+        body
     }
 
     /// The kernel whose file this one shares, with its entry point renamed to this one's name: the int8
@@ -390,6 +417,7 @@ impl Kernel {
             Kernel::ExpertQ4Gemv | Kernel::ExpertQ8GemvI8 | Kernel::ExpertQ8GemvXq => {
                 Some(Kernel::ExpertQ8Gemv)
             }
+            Kernel::ExpertQ8GemvXqRouted => Some(Kernel::ExpertQ8GemvRouted),
             Kernel::ExpertQ4GemvCombine | Kernel::ExpertQ8GemvCombineI8 => Some(Kernel::ExpertQ8GemvCombine),
             _ => None,
         }
@@ -412,26 +440,58 @@ impl Kernel {
             Kernel::AttentionTiled | Kernel::AttentionFlash => &[ATTENTION_TILE_LOAD],
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
             Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],
-            Kernel::Q8GemvRows4 | Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvCombine if subgroups => {
+            Kernel::ExpertQ8Gemv if subgroups => {
+                &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q8_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
+            }
+            Kernel::ExpertQ8Gemv => &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q8_ROWS, ROW_SUM_PLAIN, Q8_HELPERS],
+            Kernel::ExpertQ8GemvRouted if subgroups => {
+                &[EXPERT_Q8_PAIR_ROWS, ROUTER_TOPK_CORE, EXPERT_Q8_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
+            }
+            Kernel::ExpertQ8GemvRouted => {
+                &[EXPERT_Q8_PAIR_ROWS, ROUTER_TOPK_CORE, EXPERT_Q8_ROWS, ROW_SUM_PLAIN, Q8_HELPERS]
+            }
+            Kernel::Q8GemvRows4 | Kernel::ExpertQ8GemvCombine if subgroups => {
                 &[EXPERT_Q8_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }
-            Kernel::Q8GemvRows4 | Kernel::ExpertQ8Gemv | Kernel::ExpertQ8GemvCombine => {
-                &[EXPERT_Q8_ROWS, ROW_SUM_PLAIN, Q8_HELPERS]
-            }
-            Kernel::Q8GemvI8 | Kernel::ExpertQ8GemvI8 | Kernel::ExpertQ8GemvCombineI8 if subgroups => {
+            Kernel::Q8GemvRows4 | Kernel::ExpertQ8GemvCombine => &[EXPERT_Q8_ROWS, ROW_SUM_PLAIN, Q8_HELPERS],
+            Kernel::ExpertQ8GemvI8 if subgroups => &[
+                EXPERT_Q8_PAIR_ROWS,
+                EXPERT_Q8I8_ROWS,
+                Q8I8_INPUT,
+                PAIR_MAX_SUBGROUP,
+                ROW_SUM_SUBGROUP,
+                Q8_HELPERS,
+            ],
+            Kernel::ExpertQ8GemvI8 => &[
+                EXPERT_Q8_PAIR_ROWS,
+                EXPERT_Q8I8_ROWS,
+                Q8I8_INPUT,
+                PAIR_MAX_PLAIN,
+                ROW_SUM_PLAIN,
+                Q8_HELPERS,
+            ],
+            Kernel::Q8GemvI8 | Kernel::ExpertQ8GemvCombineI8 if subgroups => {
                 &[EXPERT_Q8I8_ROWS, Q8I8_INPUT, PAIR_MAX_SUBGROUP, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }
-            Kernel::Q8GemvI8 | Kernel::ExpertQ8GemvI8 | Kernel::ExpertQ8GemvCombineI8 => {
+            Kernel::Q8GemvI8 | Kernel::ExpertQ8GemvCombineI8 => {
                 &[EXPERT_Q8I8_ROWS, Q8I8_INPUT, PAIR_MAX_PLAIN, ROW_SUM_PLAIN, Q8_HELPERS]
             }
-            Kernel::ExpertQ8GemvXq if subgroups => &[EXPERT_Q8XQ_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS],
-            Kernel::ExpertQ8GemvXq => &[EXPERT_Q8XQ_ROWS, ROW_SUM_PLAIN, Q8_HELPERS],
-            Kernel::ExpertQ4Gemv | Kernel::ExpertQ4GemvCombine if subgroups => {
-                &[EXPERT_Q4_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
+            Kernel::ExpertQ8GemvXq if subgroups => {
+                &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q8XQ_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }
-            Kernel::ExpertQ4Gemv | Kernel::ExpertQ4GemvCombine => {
-                &[EXPERT_Q4_ROWS, ROW_SUM_PLAIN, Q8_HELPERS]
+            Kernel::ExpertQ8GemvXq => &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q8XQ_ROWS, ROW_SUM_PLAIN, Q8_HELPERS],
+            Kernel::ExpertQ8GemvXqRouted if subgroups => {
+                &[EXPERT_Q8_PAIR_ROWS, ROUTER_TOPK_CORE, EXPERT_Q8XQ_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }
+            Kernel::ExpertQ8GemvXqRouted => {
+                &[EXPERT_Q8_PAIR_ROWS, ROUTER_TOPK_CORE, EXPERT_Q8XQ_ROWS, ROW_SUM_PLAIN, Q8_HELPERS]
+            }
+            Kernel::ExpertQ4Gemv if subgroups => {
+                &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q4_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
+            }
+            Kernel::ExpertQ4Gemv => &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q4_ROWS, ROW_SUM_PLAIN, Q8_HELPERS],
+            Kernel::ExpertQ4GemvCombine if subgroups => &[EXPERT_Q4_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS],
+            Kernel::ExpertQ4GemvCombine => &[EXPERT_Q4_ROWS, ROW_SUM_PLAIN, Q8_HELPERS],
             k if k.has_subgroup_variant() && subgroups => &[ROW_SUM_SUBGROUP, Q8_HELPERS],
             k if k.has_subgroup_variant() => &[ROW_SUM_PLAIN, Q8_HELPERS],
             _ => &[],

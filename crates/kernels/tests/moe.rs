@@ -1112,3 +1112,140 @@ fn moe_combine_norm_rows() {
         assert_close(&what, &read_n::<f32>(g, &normed, t * hidden), &want_n, &abs_of(&want_n), 1e-7, 4e-6);
     }
 }
+
+/// The routed gate‖up (`expert_q8_gemv_gate_up_swiglu_routed`, on a quantised input `_xq_routed`) against
+/// `router_topk_slots` then the slot-indexed gate‖up it replaces: the same picks, weights and slots bit for
+/// bit (the same top-k operations), and the same activations bit for bit (the same rows from the same
+/// slots). Ties in the logits, E = 128 (the model's, one expert a lane), 256 (two a lane in the
+/// quantised kernel's 128-lane workgroups) and 60, one and two tokens, a pool split over bindings (every
+/// part's first row block writes the picks); and the refusals of k over 32 and a layer past the table.
+#[test]
+fn routed_gate_up_matches_router_then_gemv() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(71);
+    let (real, odd) = (pool(g, &mut rng, 10, 1536, 2048), pool(g, &mut rng, 3, 64, 96));
+    let split = Kernels::new(&g.ctx).with_max_binding(7 << 20);
+    let cases: [(&Kernels, &Pool, usize, usize, usize, usize); 6] = [
+        (&g.kernels, &real, 128, 8, 1, 1),
+        (&g.plain, &real, 128, 8, 2, 1),
+        (&split, &real, 128, 8, 1, 5),
+        (&g.kernels, &real, 256, 32, 1, 1),
+        (&g.kernels, &odd, 60, 4, 1, 1),
+        (&g.plain, &odd, 7, 7, 1, 1),
+    ];
+    for (k, p, experts, top_k, t, min_parts) in cases {
+        let mut logits = rng.vec_f32(t * experts, -4.0, 4.0);
+        for row in logits.chunks_mut(experts) {
+            // A tie at the top and one across the k-th place: the lower index wins both.
+            let n = row.len();
+            (row[1], row[n - 1]) = (9.0, 9.0);
+            let kth = row.iter().copied().fold(f32::MIN, f32::max).min(4.0);
+            (row[2], row[n - 2]) = (kth, kth);
+        }
+        // Three layers of `experts` entries into the pool's slots; this is the middle one.
+        let table: Vec<u32> =
+            (0..3 * experts as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % p.slots as u32).collect();
+        let (base, entries) = (experts as u32, table.len() as u32);
+        let (lb, tb) = (upload(g, &logits), upload(g, &table));
+        let pairs = t * top_k;
+        let x = rng.vec_f32(t * p.cols, -1.0, 1.0);
+        let (xq, xs) = cpu::quantize_q8(&x);
+        let (xb, xqb) = (upload(g, &x), upload(g, &padded_q8_rows(&xq, &xs, p.cols)));
+        let ffn = p.rows / 2;
+        for quantised in [false, true] {
+            let v = diskformer_kernels::View::from;
+            let (ids, weights, slots) =
+                (poisoned(g, 4 * pairs), poisoned(g, 4 * pairs), poisoned(g, 4 * pairs));
+            let (want_ids, want_w, want_slots) =
+                (poisoned(g, 4 * pairs), poisoned(g, 4 * pairs), poisoned(g, 4 * pairs));
+            let (act, want_act) = (poisoned(g, 4 * pairs * ffn), poisoned(g, 4 * pairs * ffn));
+            let (e, kk, tt) = (experts as u32, top_k as u32, t as u32);
+            let router = k
+                .router_topk_slots(
+                    v(&lb),
+                    v(&tb),
+                    v(&want_ids),
+                    v(&want_w),
+                    v(&want_slots),
+                    e,
+                    kk,
+                    tt,
+                    (base, entries),
+                )
+                .unwrap();
+            let route = diskformer_kernels::Route {
+                logits: v(&lb),
+                table: v(&tb),
+                table_range: (base, entries),
+                experts: e,
+                ids: v(&ids),
+                weights: v(&weights),
+                slots: v(&slots),
+            };
+            let (gemv, routed) = if quantised {
+                (
+                    k.expert_q8_gemv_gate_up_swiglu_xq(
+                        p.planes(),
+                        v(&xqb),
+                        v(&want_slots),
+                        v(&want_act),
+                        kk * tt,
+                        kk,
+                    ),
+                    k.expert_q8_gemv_gate_up_swiglu_xq_routed(p.planes(), v(&xqb), route, v(&act), (tt, kk)),
+                )
+            } else {
+                (
+                    k.expert_q8_gemv_gate_up_swiglu(
+                        p.planes(),
+                        v(&xb),
+                        v(&want_slots),
+                        v(&want_act),
+                        kk * tt,
+                        kk,
+                    ),
+                    k.expert_q8_gemv_gate_up_swiglu_routed(p.planes(), v(&xb), route, v(&act), (tt, kk)),
+                )
+            };
+            let (gemv, routed) = (gemv.unwrap(), routed.unwrap());
+            assert!(
+                routed.parts() >= min_parts,
+                "expected >= {min_parts} pool parts, got {}",
+                routed.parts()
+            );
+            run(g, &[&router, &gemv, &routed]);
+            let what = format!(
+                "{} E={experts} k={top_k} T={t} {}x{} sg {} parts {}",
+                routed.kernel().name(),
+                p.rows,
+                p.cols,
+                k.subgroups(),
+                routed.parts()
+            );
+            let bits = |b: &wgpu::Buffer, n: usize| read_n::<u32>(g, b, n);
+            assert_eq!(bits(&ids, pairs), bits(&want_ids, pairs), "{what}: ids");
+            assert_eq!(bits(&weights, pairs), bits(&want_w, pairs), "{what}: weights");
+            assert_eq!(bits(&slots, pairs), bits(&want_slots, pairs), "{what}: slots");
+            assert_eq!(bits(&act, pairs * ffn), bits(&want_act, pairs * ffn), "{what}: activations");
+            // And the picks are the reference's (the tie across the k-th place to the lower index).
+            assert_eq!(read_n::<u32>(g, &ids, pairs), cpu::router_topk(&logits, experts, top_k).0, "{what}");
+        }
+    }
+    // Refusals: k over 32, and the layer's entries past the table.
+    let (lb, tb, out) = (upload(g, &[0.5f32; 64]), upload(g, &[0u32; 64]), poisoned(g, 4 * 64 * 768));
+    let xb = upload(g, &[0.5f32; 2048]);
+    let v = diskformer_kernels::View::from;
+    let route = |base, experts| diskformer_kernels::Route {
+        logits: v(&lb),
+        table: v(&tb),
+        table_range: (base, 64),
+        experts,
+        ids: v(&out),
+        weights: v(&out),
+        slots: v(&out),
+    };
+    let err =
+        |r, kk| g.kernels.expert_q8_gemv_gate_up_swiglu_routed(real.planes(), v(&xb), r, v(&out), (1, kk));
+    assert!(err(route(0, 64), 33).unwrap_err().to_string().contains("k <= min(32"));
+    assert!(err(route(32, 40), 8).unwrap_err().to_string().contains("run past the table"));
+}

@@ -13,7 +13,7 @@ use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
     AttentionShape, CombineOut, Dispatch, EXPERT_GEMM_TILED_GROUP, EXPERT_GROUPS_MAX_EXPERTS,
     ExpertGroupsParams, ExpertPlanes, InputNorm, Kernels, KvCacheViews, MoeCombineNormParams, PENALTY_MAX_N,
-    Q8Matrix, QkvRopeStoreParams, SAMPLE_MAX_N, SampleStep, View, argmax_partial_len, combine_squares,
+    Q8Matrix, QkvRopeStoreParams, Route, SAMPLE_MAX_N, SampleStep, View, argmax_partial_len, combine_squares,
     expert_gemm_group_bound, q8_row_bytes, sample_partial_len,
 };
 
@@ -417,6 +417,9 @@ impl Graph {
         // decode layer's (`int8_decode`; its GEMVs quantise as they read, but gate‖up, whose input the
         // router kernel quantises).
         let int8 = if t > 1 { b.int8_prefill } else { fused && b.int8_decode };
+        // Fused decode with every expert resident: gate‖up computes the router's top-k itself and looks
+        // the picks up in the slot table (no `router_topk_slots` dispatch before it).
+        let routed = fused && b.resident_slots.is_some() && !b.q4_experts;
         let dense_xq = int8.then(|| v(&s.xq));
         let mut layers = Vec::with_capacity(w.layers.len());
         for (l, lw) in w.layers.iter().enumerate() {
@@ -494,10 +497,19 @@ impl Graph {
                 ]);
             }
             let (logits, ids, weights) = (v(&s.router_logits), v(&s.pick_ids), v(&s.pick_weights));
-            attention.push(match b.resident_table.filter(|_| t == 1) {
+            let route = b.resident_table.filter(|_| routed).map(|table| Route {
+                logits,
+                table: v(table),
+                table_range: (l as u32 * experts, w.layers.len() as u32 * experts),
+                experts,
+                ids,
+                weights,
+                slots: v(&s.slot_idx[l]),
+            });
+            match b.resident_table.filter(|_| t == 1 && !routed) {
                 // Through the slot table (every expert resident, or route-ahead): the picks become pool slots
                 // in the same dispatch.
-                Some(table) => {
+                Some(table) => attention.push({
                     let (base, entries) = (l as u32 * experts, w.layers.len() as u32 * experts);
                     let slots = v(&s.slot_idx[l]);
                     k.router_topk_slots(
@@ -511,9 +523,10 @@ impl Graph {
                         t,
                         (base, entries),
                     )?
-                }
-                None => k.router_topk(logits, ids, weights, experts, top_k, t)?,
-            });
+                }),
+                None if routed => {}
+                None => attention.push(k.router_topk(logits, ids, weights, experts, top_k, t)?),
+            }
             if let Some(table) = b.resident_table.filter(|_| groups_on_gpu) {
                 let p = ExpertGroupsParams {
                     pairs,
@@ -550,7 +563,13 @@ impl Graph {
             for part in in_layer(&gate_up, (Plane::GateUpQ, Plane::GateUpScales)) {
                 experts_dispatches.push(if swiglu_out {
                     let (slots, xn, act) = (v(&s.slot_idx[l]), v(&s.xn), v(&s.act));
-                    if b.q4_experts {
+                    if let Some(route) = route {
+                        if int8 {
+                            k.expert_q8_gemv_gate_up_swiglu_xq_routed(part, v(&s.xq), route, act, (1, top_k))?
+                        } else {
+                            k.expert_q8_gemv_gate_up_swiglu_routed(part, xn, route, act, (1, top_k))?
+                        }
+                    } else if b.q4_experts {
                         k.expert_q4_gemv_gate_up_swiglu(part, xn, slots, act, pairs, top_k)?
                     } else if int8 {
                         k.expert_q8_gemv_gate_up_swiglu_xq(part, v(&s.xq), slots, act, pairs, top_k)?

@@ -23,8 +23,35 @@ pub struct ExpertQ8GemvParams {
     pub silu_input: u32,
     /// 1: the rows are gate then up and the output is `silu(gate) · up`, `[P, rows / 2]`; 0: `[P, rows]`.
     pub silu_output: u32,
+    /// Routed kernels: experts E, the logits of a token; 0 otherwise.
+    pub experts: u32,
+    /// Routed kernels: the layer's first entry of the slot table (layer · E); 0 otherwise.
+    pub table_base: u32,
+    /// Padding.
+    pub _pad: [u32; 2],
 }
-const _: () = assert!(size_of::<ExpertQ8GemvParams>() == 32);
+const _: () = assert!(size_of::<ExpertQ8GemvParams>() == 48);
+
+/// The router's logits and outputs for the routed expert GEMVs
+/// ([`Kernels::expert_q8_gemv_gate_up_swiglu_routed`]): what [`Kernels::router_topk_slots`] reads and
+/// writes, which they replace.
+#[derive(Clone, Copy, Debug)]
+pub struct Route<'a> {
+    /// `[T, E] f32` router logits.
+    pub logits: View<'a>,
+    /// `[entries] u32`: the pool slot of each (layer, expert).
+    pub table: View<'a>,
+    /// The layer's first entry of the table (layer · E), and the table's entries.
+    pub table_range: (u32, u32),
+    /// Experts E, at most 256.
+    pub experts: u32,
+    /// `[T·k] u32`: the picks, best first (written).
+    pub ids: View<'a>,
+    /// `[T·k] f32`: their weights, renormalised over the k (written).
+    pub weights: View<'a>,
+    /// `[T·k] u32`: their pool slots (written).
+    pub slots: View<'a>,
+}
 
 /// Params of `expert_q8_gemv_combine.wgsl` (also `expert_q4_gemv_combine`'s).
 #[repr(C)]
@@ -218,6 +245,58 @@ impl Kernels {
         self.expert_gemv(kernel, block_bytes, pool, x, slot_idx, act, pairs, input)
     }
 
+    /// [`Kernels::router_topk_slots`] and [`Kernels::expert_q8_gemv_gate_up_swiglu`] in one dispatch, for
+    /// decode while every expert is resident: each workgroup computes its token's top-k from
+    /// `route.logits` (as `router_topk_slots`, bit for bit) and looks its pick's slot up in `route.table`;
+    /// the workgroups of the first row block write `route.ids`, `route.weights` and `route.slots` for the
+    /// down GEMV after it. One dependent dispatch a layer fewer.
+    /// Shapes: `x [T, cols] f32`, pool planes of `rows = 2F`, `act [T·k, F] f32`, `route` as [`Route`].
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_q8_gemv_gate_up_swiglu`] and [`Kernels::router_topk_slots`].
+    pub fn expert_q8_gemv_gate_up_swiglu_routed(
+        &self,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        route: Route<'_>,
+        act: View<'_>,
+        tokens_k: (u32, u32),
+    ) -> Result<Dispatch> {
+        let q8 = (Kernel::ExpertQ8GemvRouted, Q8_0_BLOCK_BYTES);
+        self.gate_up_swiglu_routed(q8, pool, x, route, act, tokens_k)
+    }
+
+    /// The launcher of the routed gate‖up with SwiGLU (`expert_q8_gemv_gate_up_swiglu_routed` and its
+    /// quantised-input twin), with the kernel and the quant-plane bytes of a block.
+    pub(crate) fn gate_up_swiglu_routed(
+        &self,
+        (kernel, block_bytes): (Kernel, u64),
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        route: Route<'_>,
+        act: View<'_>,
+        (tokens, k): (u32, u32),
+    ) -> Result<Dispatch> {
+        let b = self.binder(kernel);
+        let (e, (base, entries)) = (route.experts, route.table_range);
+        b.ensure(e > 0 && e <= 256 && k > 0 && k <= 32 && k <= e, || {
+            format!("needs 0 < experts <= 256 and 0 < k <= min(32, experts); got experts {e}, k {k}")
+        })?;
+        b.ensure(u64::from(base) + u64::from(e) <= u64::from(entries), || {
+            format!(
+                "the layer's table entries {base}..{} run past the table's {entries}",
+                u64::from(base) + u64::from(e)
+            )
+        })?;
+        b.ensure(pool.rows.is_multiple_of(32), || {
+            format!("gate‖up with SwiGLU needs rows = 2F with F a multiple of 16; got rows {}", pool.rows)
+        })?;
+        let pairs =
+            tokens.checked_mul(k).ok_or_else(|| b.shape(format!("{tokens} tokens x {k} picks overflow")))?;
+        let slots = PairSlots::Routed(route);
+        self.expert_gemv_on(kernel, block_bytes, pool, x, slots, act, pairs, GemvInput::PlainSwiGluOut(k))
+    }
+
     /// The launcher of down with the MoE combine (`expert_q8_gemv_combine`, `expert_q4_gemv_combine`: one
     /// shader, two row walks), with the kernel and the quant-plane bytes of a block.
     pub(crate) fn gemv_combine(
@@ -282,8 +361,28 @@ impl Kernels {
         pairs: u32,
         input: GemvInput,
     ) -> Result<Dispatch> {
+        self.expert_gemv_on(kernel, block_bytes, pool, x, PairSlots::Given(slot_idx), y, pairs, input)
+    }
+
+    /// [`Kernels::expert_gemv`] with the pairs' slots given, or found by the routed kernels.
+    #[allow(clippy::too_many_arguments)]
+    fn expert_gemv_on(
+        &self,
+        kernel: Kernel,
+        block_bytes: u64,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        slots: PairSlots<'_>,
+        y: View<'_>,
+        pairs: u32,
+        input: GemvInput,
+    ) -> Result<Dispatch> {
         let b = self.binder(kernel);
-        let index = [("slot_idx", slot_idx, f32s(u64::from(pairs)))];
+        let p64 = u64::from(pairs);
+        let index = match slots {
+            PairSlots::Given(slot_idx) => ("slot_idx", slot_idx, f32s(p64)),
+            PairSlots::Routed(r) => ("route.table", r.table, f32s(u64::from(r.table_range.1))),
+        };
         let row = input_row_words(kernel, pool.cols);
         let (x_div, x_row, silu_input, silu_output) = match input {
             GemvInput::Plain(x_div) => (x_div, row, 0, 0),
@@ -292,7 +391,22 @@ impl Kernels {
         };
         let y_row = if silu_output == 1 { u64::from(pool.rows) / 2 } else { u64::from(pool.rows) };
         let grid = PoolGrid { rows_per_group: 4 * expert_gemv_groups(kernel), x_row, y_row, y_div: 1 };
-        let parts = expert_pool_parts(&b, pool, block_bytes, x, &index, y, pairs, x_div, grid)?;
+        let mut parts = expert_pool_parts(&b, pool, block_bytes, x, &[index], y, pairs, x_div, grid)?;
+        let (mut experts, mut table_base) = (0, 0);
+        if let PairSlots::Routed(r) = slots {
+            (experts, table_base) = (r.experts, r.table_range.0);
+            let logits_bytes = f32s(p64 / u64::from(x_div) * u64::from(r.experts));
+            for part in &mut parts {
+                // The logits before y (inputs first), the picks after it.
+                let at = part.bound.len() - 1;
+                part.bound.insert(at, b.storage("route.logits", r.logits, 0, logits_bytes)?);
+                part.bound.extend([
+                    b.storage("route.ids", r.ids, 0, f32s(p64))?,
+                    b.storage("route.weights", r.weights, 0, f32s(p64))?,
+                    b.storage("route.slots", r.slots, 0, f32s(p64))?,
+                ]);
+            }
+        }
         let out = parts
             .into_iter()
             .map(|part| {
@@ -305,12 +419,24 @@ impl Kernels {
                     slot_end: pool.first_slot + part.end,
                     silu_input,
                     silu_output,
+                    experts,
+                    table_base,
+                    _pad: [0; 2],
                 };
                 (p, part.bound, part.dims)
             })
             .collect();
         Ok(b.finish(out))
     }
+}
+
+/// Where the expert GEMVs find each pair's pool slot.
+#[derive(Clone, Copy, Debug)]
+enum PairSlots<'a> {
+    /// `[P] u32` slots, written before the dispatch.
+    Given(View<'a>),
+    /// From the router's logits and the slot table (the routed kernels).
+    Routed(Route<'a>),
 }
 
 /// How the slot-indexed expert GEMVs read their input.
@@ -328,7 +454,7 @@ pub(crate) enum GemvInput {
 /// `expert_q8_gemv_xq` [`EXPERT_GEMV_XQ_GROUPS`].
 fn expert_gemv_groups(kernel: Kernel) -> u64 {
     match kernel {
-        Kernel::ExpertQ8GemvXq => u64::from(EXPERT_GEMV_XQ_GROUPS),
+        Kernel::ExpertQ8GemvXq | Kernel::ExpertQ8GemvXqRouted => u64::from(EXPERT_GEMV_XQ_GROUPS),
         _ => 8,
     }
 }

@@ -1,7 +1,7 @@
 use super::expert_q8_gemv::{GemvInput, Q8_0_BLOCK_BYTES};
 use crate::error::Result;
 use crate::kernels::{Kernel, Kernels, View};
-use crate::{CombineOut, Dispatch, ExpertPlanes};
+use crate::{CombineOut, Dispatch, ExpertPlanes, Route};
 
 /// The expert GEMVs on Q8_0-quantised inputs: `expert_q8_gemv.wgsl` and `expert_q8_gemv_combine.wgsl` with
 /// the int8 row walk (`expert_q8i8_rows.wgsl`), so their params are those kernels'. Each 32-value block of
@@ -91,6 +91,24 @@ impl Kernels {
         xq_rows(self, pool.cols, pairs, x_div)?;
         let q8 = (Kernel::ExpertQ8GemvXq, Q8_0_BLOCK_BYTES);
         self.gate_up_swiglu(q8, pool, xq, slot_idx, act, (pairs, x_div))
+    }
+
+    /// [`Kernels::expert_q8_gemv_gate_up_swiglu_routed`] on an input Q8_0-quantised before it (as
+    /// [`Kernels::expert_q8_gemv_xq`]).
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_q8_gemv_gate_up_swiglu_routed`] and [`Kernels::expert_q8_gemv_xq`].
+    pub fn expert_q8_gemv_gate_up_swiglu_xq_routed(
+        &self,
+        pool: ExpertPlanes<'_>,
+        xq: View<'_>,
+        route: Route<'_>,
+        act: View<'_>,
+        (tokens, k): (u32, u32),
+    ) -> Result<Dispatch> {
+        xq_rows(self, pool.cols, tokens.saturating_mul(k), k)?;
+        let q8 = (Kernel::ExpertQ8GemvXqRouted, Q8_0_BLOCK_BYTES);
+        self.gate_up_swiglu_routed(q8, pool, xq, route, act, (tokens, k))
     }
 
     /// [`Kernels::expert_q8_gemv_combine`] on each pick's input Q8_0-quantised (as

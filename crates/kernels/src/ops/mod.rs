@@ -47,7 +47,7 @@ pub use expert_q8_gemm::{
 };
 pub(crate) use expert_q8_gemv::EXPERT_GEMV_XQ_GROUPS;
 pub use expert_q8_gemv::{
-    CombineOut, ExpertPlanes, ExpertQ8GemvCombineParams, ExpertQ8GemvParams, combine_squares,
+    CombineOut, ExpertPlanes, ExpertQ8GemvCombineParams, ExpertQ8GemvParams, Route, combine_squares,
 };
 pub use expert_slots::ExpertSlotsParams;
 pub use f32_gemm::F32GemmParams;

@@ -22,11 +22,13 @@ pub fn q8_row_bytes(cols: u32) -> u64 {
 }
 
 /// 4-byte words of one input row of `cols` values as `kernel` reads it: a [`q8_row_bytes`] row for the int8
-/// GEMMs and `expert_q8_gemv_xq` (which read [`Kernels::quantize_q8`]'s output), `cols` f32 for every other
+/// GEMMs and `expert_q8_gemv_xq` (and its routed kernel; they read [`Kernels::quantize_q8`]'s output), `cols` f32 for every other
 /// kernel.
 pub(crate) fn input_row_words(kernel: Kernel, cols: u32) -> u64 {
     match kernel {
-        Kernel::Q8GemmI8 | Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ8GemvXq => q8_row_bytes(cols) / 4,
+        Kernel::Q8GemmI8 | Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ8GemvXq | Kernel::ExpertQ8GemvXqRouted => {
+            q8_row_bytes(cols) / 4
+        }
         _ => u64::from(cols),
     }
 }
@@ -37,7 +39,7 @@ pub(crate) fn input_row_words(kernel: Kernel, cols: u32) -> u64 {
 /// kernel binds the words.
 pub(crate) fn input_binding_bytes(kernel: Kernel, words: u64) -> u64 {
     match kernel {
-        Kernel::ExpertQ8GemvXq => f32s(words).next_multiple_of(16),
+        Kernel::ExpertQ8GemvXq | Kernel::ExpertQ8GemvXqRouted => f32s(words).next_multiple_of(16),
         _ => f32s(words),
     }
 }
