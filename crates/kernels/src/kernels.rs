@@ -123,8 +123,6 @@ const ATTENTION_ROWS_SUBGROUP: &str = include_str!("wgsl/attention_rows_subgroup
 const ATTENTION_TILE_LOAD: &str = include_str!("wgsl/attention_tile_load.wgsl");
 const RMS_SCALE: &str = include_str!("wgsl/rms_scale.wgsl");
 const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
-const ROUTER_TOPK_PLAIN: &str = include_str!("wgsl/router_topk_plain.wgsl");
-const ROUTER_TOPK_SUBGROUP: &str = include_str!("wgsl/router_topk_subgroup.wgsl");
 const EXPERT_Q8_PAIR_ROWS: &str = include_str!("wgsl/expert_q8_pair_rows.wgsl");
 const SAMPLE_STEP: &str = include_str!("wgsl/sample_step.wgsl");
 
@@ -251,8 +249,6 @@ impl Kernel {
         matches!(
             self,
             Kernel::Q8Gemv
-                | Kernel::RouterTopk
-                | Kernel::RouterTopkSlots
                 | Kernel::AttentionSplit
                 | Kernel::Q8GemvRows2
                 | Kernel::ExpertQ8Gemv
@@ -435,10 +431,7 @@ impl Kernel {
             | Kernel::MoeCombineNorm
             | Kernel::QkNormRope
             | Kernel::QkvRopeStore => &[RMS_SCALE],
-            Kernel::RouterTopk | Kernel::RouterTopkSlots if subgroups => {
-                &[ROUTER_TOPK_CORE, ROUTER_TOPK_SUBGROUP]
-            }
-            Kernel::RouterTopk | Kernel::RouterTopkSlots => &[ROUTER_TOPK_CORE, ROUTER_TOPK_PLAIN],
+            Kernel::RouterTopk | Kernel::RouterTopkSlots => &[ROUTER_TOPK_CORE],
             Kernel::SampleTopK | Kernel::ApplyPenalties => &[SAMPLE_STEP],
             Kernel::Q8GemmTiled | Kernel::ExpertQ8GemmTiled => &[Q8_TILE, Q8_TILE_WEIGHTS, Q8_HELPERS],
             Kernel::ExpertQ4Gemm => &[Q8_TILE, Q4_TILE_WEIGHTS, Q8_HELPERS],
@@ -451,22 +444,12 @@ impl Kernel {
                 &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q8_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }
             Kernel::ExpertQ8Gemv => &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q8_ROWS, ROW_SUM_PLAIN, Q8_HELPERS],
-            Kernel::ExpertQ8GemvRouted if subgroups => &[
-                EXPERT_Q8_PAIR_ROWS,
-                ROUTER_TOPK_CORE,
-                ROUTER_TOPK_SUBGROUP,
-                EXPERT_Q8_ROWS,
-                ROW_SUM_SUBGROUP,
-                Q8_HELPERS,
-            ],
-            Kernel::ExpertQ8GemvRouted => &[
-                EXPERT_Q8_PAIR_ROWS,
-                ROUTER_TOPK_CORE,
-                ROUTER_TOPK_PLAIN,
-                EXPERT_Q8_ROWS,
-                ROW_SUM_PLAIN,
-                Q8_HELPERS,
-            ],
+            Kernel::ExpertQ8GemvRouted if subgroups => {
+                &[EXPERT_Q8_PAIR_ROWS, ROUTER_TOPK_CORE, EXPERT_Q8_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
+            }
+            Kernel::ExpertQ8GemvRouted => {
+                &[EXPERT_Q8_PAIR_ROWS, ROUTER_TOPK_CORE, EXPERT_Q8_ROWS, ROW_SUM_PLAIN, Q8_HELPERS]
+            }
             Kernel::Q8GemvRows4 | Kernel::ExpertQ8GemvCombine if subgroups => {
                 &[EXPERT_Q8_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }
@@ -497,22 +480,12 @@ impl Kernel {
                 &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q8XQ_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }
             Kernel::ExpertQ8GemvXq => &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q8XQ_ROWS, ROW_SUM_PLAIN, Q8_HELPERS],
-            Kernel::ExpertQ8GemvXqRouted if subgroups => &[
-                EXPERT_Q8_PAIR_ROWS,
-                ROUTER_TOPK_CORE,
-                ROUTER_TOPK_SUBGROUP,
-                EXPERT_Q8XQ_ROWS,
-                ROW_SUM_SUBGROUP,
-                Q8_HELPERS,
-            ],
-            Kernel::ExpertQ8GemvXqRouted => &[
-                EXPERT_Q8_PAIR_ROWS,
-                ROUTER_TOPK_CORE,
-                ROUTER_TOPK_PLAIN,
-                EXPERT_Q8XQ_ROWS,
-                ROW_SUM_PLAIN,
-                Q8_HELPERS,
-            ],
+            Kernel::ExpertQ8GemvXqRouted if subgroups => {
+                &[EXPERT_Q8_PAIR_ROWS, ROUTER_TOPK_CORE, EXPERT_Q8XQ_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
+            }
+            Kernel::ExpertQ8GemvXqRouted => {
+                &[EXPERT_Q8_PAIR_ROWS, ROUTER_TOPK_CORE, EXPERT_Q8XQ_ROWS, ROW_SUM_PLAIN, Q8_HELPERS]
+            }
             Kernel::ExpertQ4Gemv if subgroups => {
                 &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q4_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }

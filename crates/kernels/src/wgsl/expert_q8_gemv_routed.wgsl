@@ -3,7 +3,7 @@
 // (the kernels expert_q8_gemv_routed, and on an input quantised before it expert_q8_gemv_xq_routed: this
 // file with its entry point renamed and expert_q8xq_rows.wgsl's walk). Pair `pair` is pick r = pair % k of
 // token pair / k (x_div = k): each workgroup computes its token's top-k from the router's logits as
-// router_topk_slots does (router_topk_core.wgsl and its `pick`, appended: the same operations, so the same picks and
+// router_topk_slots does (router_topk_core.wgsl, appended: the same operations, so the same picks and
 // weights), and looks its pick's slot up in the slot table. The workgroups of row block 0 write the pick,
 // its weight and its slot, which down reads. Every workgroup repeats the top-k of its token's E logits
 // (128: a pass over 512 bytes in workgroup memory), cheaper than the dependent dispatch it replaces.
@@ -26,7 +26,7 @@ fn expert_q8_gemv_routed(@builtin(local_invocation_index) li: u32, @builtin(work
     let pair = wg.y;
     let k = p.x_div;
     let writes = wg.x == 0u;
-    pick(li, GROUPS * 32u, (pair / k) * p.experts, p.experts, k, writes/*SG_CALL*/);
+    pick(li, GROUPS * 32u, (pair / k) * p.experts, p.experts, k, writes);
     if (li == 0u) {
         let id = picked_i[pair % k];
         let slot = table[p.table_base + id];

@@ -19,9 +19,9 @@ struct Params {
 
 // One workgroup per token; the work is in router_topk_core.wgsl (appended).
 @compute @workgroup_size(256)
-fn router_topk(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {
+fn router_topk(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let t = wg.x;
-    pick(li, 256u, t * p.experts, p.experts, p.k, true/*SG_CALL*/);
+    pick(li, 256u, t * p.experts, p.experts, p.k, true);
     if (li < p.k) {
         ids[t * p.k + li] = picked_i[li];
         weights[t * p.k + li] = picked_weight(li, p.k);
