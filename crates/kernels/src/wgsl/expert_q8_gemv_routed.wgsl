@@ -26,10 +26,13 @@ fn expert_q8_gemv_routed(@builtin(local_invocation_index) li: u32, @builtin(work
     let pair = wg.y;
     let k = p.x_div;
     let writes = wg.x == 0u;
+    for (var i = li; i < p.experts; i += GROUPS * 32u) {
+        wtable[i] = table[p.table_base + i];
+    }
     pick(li, GROUPS * 32u, (pair / k) * p.experts, p.experts, k, writes);
     if (li == 0u) {
         let id = picked_i[pair % k];
-        let slot = table[p.table_base + id];
+        let slot = wtable[id];
         wslot = slot;
         if (writes) {
             ids[pair] = id;

@@ -1,6 +1,8 @@
 // Router: softmax over all experts, top-k (ties to the lower index), weights renormalised to sum 1
 // (llama.cpp build_moe_ffn with norm_w). The k picks are chosen by logit, which orders like the
-// probabilities; weights are probs[pick] / sum of the picked probs, summed in pick order.
+// probabilities; weights are probs[pick] / sum of the picked probs, which is exp(l_pick - l_best) / the sum
+// of that over the picks (in pick order): the softmax's denominator over all E cancels, so no pass of E
+// exps (router_topk_core.wgsl's `picked_weight`).
 //
 // Each lane finds its expert's rank (how many logits beat it) in one pass over the row in workgroup memory,
 // so a token costs two barriers instead of k rounds of a reduction tree (a decode step's latency).

@@ -20,10 +20,13 @@ struct Params {
 @compute @workgroup_size(256)
 fn router_topk_slots(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let t = wg.x;
+    for (var i = li; i < p.experts; i += 256u) {
+        wtable[i] = table[p.slot_base + i];
+    }
     pick(li, 256u, t * p.experts, p.experts, p.k, true);
     if (li < p.k) {
         ids[t * p.k + li] = picked_i[li];
         weights[t * p.k + li] = picked_weight(li, p.k);
-        slots[t * p.k + li] = table[p.slot_base + picked_i[li]];
+        slots[t * p.k + li] = wtable[picked_i[li]];
     }
 }
