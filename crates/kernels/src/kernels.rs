@@ -361,10 +361,11 @@ impl Kernel {
     }
 
     /// The WGSL source compiled for this kernel: the file (for the int8 GEMMs and GEMVs and the Q4_0 expert
-    /// kernels, the Q8_0 kernel's file with its entry point renamed; for kernels with a subgroup variant,
-    /// with its `/*SG_ARGS*/` and `/*SG_CALL*/` filled in) followed by the helper files it calls: the row
-    /// sums (plain or subgroup) and `q8_helpers.wgsl` for the quantised GEMVs and GEMMs (a row walk before
-    /// them: `expert_q8_rows.wgsl`, `expert_q4_rows.wgsl`, `expert_q8i8_rows.wgsl` or
+    /// kernels, the Q8_0 kernel's file with its entry point renamed) followed by the helper files it calls
+    /// (for kernels with a subgroup variant, the whole with its `/*SG_ARGS*/`, `/*SG_PARAMS*/` and
+    /// `/*SG_CALL*/` filled in): the row sums (plain or subgroup) and `q8_helpers.wgsl` for the quantised
+    /// GEMVs and GEMMs (a row walk before them: for the slot-indexed expert GEMVs `expert_q8_pair_rows.wgsl`
+    /// and, for the routed ones, `router_topk_core.wgsl`, then `expert_q8_rows.wgsl`, `expert_q4_rows.wgsl`, `expert_q8i8_rows.wgsl` or
     /// `expert_q8xq_rows.wgsl` for the expert GEMVs and `q8_gemv_rows4` / `q8_gemv_i8`, the int8 walk with
     /// `q8i8_input.wgsl` and its `pair_max` helper, plain or subgroup; `q8_tile.wgsl` and its weights'
     /// helper, Q8_0 or Q4_0, for the tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), `q8_helpers.wgsl`
