@@ -364,16 +364,16 @@ impl Kernel {
     /// kernels, the Q8_0 kernel's file with its entry point renamed) followed by the helper files it calls
     /// (for kernels with a subgroup variant, the whole with its `/*SG_ARGS*/`, `/*SG_PARAMS*/` and
     /// `/*SG_CALL*/` filled in): the row sums (plain or subgroup) and `q8_helpers.wgsl` for the quantised
-    /// GEMVs and GEMMs (a row walk before them: for the slot-indexed expert GEMVs `expert_q8_pair_rows.wgsl`
-    /// and, for the routed ones, `router_topk_core.wgsl`, then `expert_q8_rows.wgsl`, `expert_q4_rows.wgsl`, `expert_q8i8_rows.wgsl` or
-    /// `expert_q8xq_rows.wgsl` for the expert GEMVs and `q8_gemv_rows4` / `q8_gemv_i8`, the int8 walk with
-    /// `q8i8_input.wgsl` and its `pair_max` helper, plain or subgroup; `q8_tile.wgsl` and its weights'
-    /// helper, Q8_0 or Q4_0, for the tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), `q8_helpers.wgsl`
-    /// alone for `quantize_q8` and `f32_gemv` (whose norm may quantise), the row helpers (plain or
-    /// subgroup) for the split attention, `attention_tile_load.wgsl` for the chunk attention kernels,
-    /// `rms_scale.wgsl` for the norm kernels, `router_topk_core.wgsl` for the routers, `sample_step.wgsl`
-    /// (the per-step struct) for the sampler's two kernels. `subgroups` is ignored by kernels without a
-    /// variant.
+    /// GEMVs and GEMMs (a row walk before them: for the slot-indexed expert GEMVs
+    /// `expert_q8_pair_rows.wgsl`, for the routed ones `router_topk_core.wgsl` too, then
+    /// `expert_q8_rows.wgsl`, `expert_q4_rows.wgsl`, `expert_q8i8_rows.wgsl` or `expert_q8xq_rows.wgsl`;
+    /// for `q8_gemv_rows4` / `q8_gemv_i8` the same walks, the int8 walk with `q8i8_input.wgsl` and its
+    /// `pair_max` helper, plain or subgroup; `q8_tile.wgsl` and its weights' helper, Q8_0 or Q4_0, for the
+    /// tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), `q8_helpers.wgsl` alone for `quantize_q8` and
+    /// `f32_gemv` (whose norm may quantise), the row helpers (plain or subgroup) for the split attention,
+    /// `attention_tile_load.wgsl` for the chunk attention kernels, `rms_scale.wgsl` for the norm kernels,
+    /// `router_topk_core.wgsl` for the routers, `sample_step.wgsl` (the per-step struct) for the sampler's
+    /// two kernels. `subgroups` is ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
         let mut body = Cow::Borrowed(self.file());
         if let Some(shared) = self.entry_renamed_from() {

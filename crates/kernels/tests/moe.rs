@@ -50,7 +50,8 @@ fn router_topk_with_ties() {
         run(g, &[&d]);
         let (want_ids, want_w) = cpu::router_topk(&logits, experts, k);
         assert_eq!(read_n::<u32>(g, &ids, t * k), want_ids, "router ids E={experts} k={k} T={t}");
-        // Tolerance: f32 exp and an f32 tree sum over E on the GPU vs f64 on the CPU: ~1e-6 relative.
+        // Tolerance: the GPU's f32 exps of the picks' logits over their f32 sum (the softmax over all E
+        // cancels) against the CPU's f64 softmax then f32 renormalisation: ~1e-6 relative.
         let got_w = read_n::<f32>(g, &weights, t * k);
         assert_close(
             &format!("router weights E={experts} k={k} T={t}"),

@@ -22,8 +22,8 @@ pub fn q8_row_bytes(cols: u32) -> u64 {
 }
 
 /// 4-byte words of one input row of `cols` values as `kernel` reads it: a [`q8_row_bytes`] row for the int8
-/// GEMMs and `expert_q8_gemv_xq` (and its routed kernel; they read [`Kernels::quantize_q8`]'s output), `cols` f32 for every other
-/// kernel.
+/// GEMMs and `expert_q8_gemv_xq` and its routed twin (which read [`Kernels::quantize_q8`]'s output), `cols`
+/// f32 for every other kernel.
 pub(crate) fn input_row_words(kernel: Kernel, cols: u32) -> u64 {
     match kernel {
         Kernel::Q8GemmI8 | Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ8GemvXq | Kernel::ExpertQ8GemvXqRouted => {

@@ -10,7 +10,7 @@
 enable f16;
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<vec4<u32>>;      // [P / k, cols] f32 as bits (xq: quantised rows)
+@group(0) @binding(1) var<storage, read> x: array<vec4<u32>>;      // [P / k, cols] f32 bits, or xq rows
 @group(0) @binding(2) var<storage, read> table: array<u32>;        // [entries] slot of (layer, expert)
 @group(0) @binding(3) var<storage, read> q: array<vec4<u32>>;      // [slot_end - slot_begin, rows, cols] int8
 @group(0) @binding(4) var<storage, read> scales: array<f16>;       // [slot_end - slot_begin, rows, cols/32] f16

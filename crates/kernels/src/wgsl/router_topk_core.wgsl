@@ -1,5 +1,5 @@
 // The router's top-k shared by router_topk, router_topk_slots and the routed expert GEMVs
-// (expert_q8_gemv.wgsl's `expert_q8_gemv_routed`), appended to each; see router_topk.wgsl for what it
+// (expert_q8_gemv_routed.wgsl), appended to each; see router_topk.wgsl for what it
 // computes. The includer declares `logits` (its [T, E] f32 router logits).
 
 var<workgroup> vals: array<vec4<f32>, 64>; // the row, 4 logits a read
