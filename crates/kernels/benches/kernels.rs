@@ -1030,9 +1030,7 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
         let one = std::slice::from_ref(d);
         group.bench_function(*name, |b| b.iter_custom(|iters| time(g, one, iters)));
     }
-    let all: Vec<Dispatch> = layer.into_iter().map(|(_, d)| d).collect();
-    let all_unfused: Vec<Dispatch> = unfused.into_iter().map(|(_, d)| d).collect();
-    let all_routed = whole(routed);
+    let (all, all_unfused, all_routed) = (whole(layer), whole(unfused), whole(routed));
     let n = all.len() as u64;
     let n_routed = all_routed.len() as u64;
     group.bench_function("all", |b| b.iter_custom(|iters| time(g, &all, n * iters)));

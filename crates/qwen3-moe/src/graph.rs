@@ -501,10 +501,12 @@ impl Graph {
                 ]);
             }
             let (logits, ids, weights) = (v(&s.router_logits), v(&s.pick_ids), v(&s.pick_weights));
+            // The layer's row of the `[layers · experts]` slot table.
+            let table_range = (l as u32 * experts, w.layers.len() as u32 * experts);
             let route = b.resident_table.filter(|_| routed).map(|table| Route {
                 logits,
                 table: v(table),
-                table_range: (l as u32 * experts, w.layers.len() as u32 * experts),
+                table_range,
                 experts,
                 ids,
                 weights,
@@ -514,7 +516,6 @@ impl Graph {
                 // Through the slot table (every expert resident, or route-ahead): the picks become pool slots
                 // in the same dispatch.
                 Some(table) => attention.push({
-                    let (base, entries) = (l as u32 * experts, w.layers.len() as u32 * experts);
                     let slots = v(&s.slot_idx[l]);
                     k.router_topk_slots(
                         logits,
@@ -525,7 +526,7 @@ impl Graph {
                         experts,
                         top_k,
                         t,
-                        (base, entries),
+                        table_range,
                     )?
                 }),
                 None if routed => {}
@@ -537,8 +538,8 @@ impl Graph {
                     experts,
                     size: EXPERT_GEMM_TILED_GROUP as u32,
                     len: sizes.groups,
-                    base: l as u32 * experts,
-                    entries: w.layers.len() as u32 * experts,
+                    base: table_range.0,
+                    entries: table_range.1,
                     _pad: [0; 2],
                 };
                 let (groups, order) = (v(&s.gemm_groups[l]), v(&s.gemm_order[l]));

@@ -1,4 +1,5 @@
 use super::quantize_q8::{input_binding_bytes, input_row_words};
+use super::router_topk::{check_picks, check_table_row};
 use crate::error::Result;
 use crate::kernels::{Binder, Bound, Kernel, Kernels, View};
 use crate::{Dispatch, ops::*};
@@ -238,9 +239,7 @@ impl Kernels {
         act: View<'_>,
         (pairs, x_div): (u32, u32),
     ) -> Result<Dispatch> {
-        self.binder(kernel).ensure(pool.rows.is_multiple_of(32), || {
-            format!("gate‖up with SwiGLU needs rows = 2F with F a multiple of 16; got rows {}", pool.rows)
-        })?;
+        check_gate_up_rows(&self.binder(kernel), pool.rows)?;
         let input = GemvInput::PlainSwiGluOut(x_div);
         self.expert_gemv(kernel, block_bytes, pool, x, slot_idx, act, pairs, input)
     }
@@ -278,19 +277,9 @@ impl Kernels {
         (tokens, k): (u32, u32),
     ) -> Result<Dispatch> {
         let b = self.binder(kernel);
-        let (e, (base, entries)) = (route.experts, route.table_range);
-        b.ensure(e > 0 && e <= 256 && k > 0 && k <= 32 && k <= e, || {
-            format!("needs 0 < experts <= 256 and 0 < k <= min(32, experts); got experts {e}, k {k}")
-        })?;
-        b.ensure(u64::from(base) + u64::from(e) <= u64::from(entries), || {
-            format!(
-                "the layer's table entries {base}..{} run past the table's {entries}",
-                u64::from(base) + u64::from(e)
-            )
-        })?;
-        b.ensure(pool.rows.is_multiple_of(32), || {
-            format!("gate‖up with SwiGLU needs rows = 2F with F a multiple of 16; got rows {}", pool.rows)
-        })?;
+        check_picks(&b, route.experts, k)?;
+        check_table_row(&b, route.experts, route.table_range)?;
+        check_gate_up_rows(&b, pool.rows)?;
         let pairs =
             tokens.checked_mul(k).ok_or_else(|| b.shape(format!("{tokens} tokens x {k} picks overflow")))?;
         let slots = PairSlots::Routed(route);
@@ -428,6 +417,14 @@ impl Kernels {
             .collect();
         Ok(b.finish(out))
     }
+}
+
+/// gate‖up with SwiGLU on its output pairs 16 gate rows with their up rows a workgroup: rows = 2F, F a
+/// multiple of 16.
+fn check_gate_up_rows(b: &Binder<'_>, rows: u32) -> Result<()> {
+    b.ensure(rows.is_multiple_of(32), || {
+        format!("gate‖up with SwiGLU needs rows = 2F with F a multiple of 16; got rows {rows}")
+    })
 }
 
 /// Where the expert GEMVs find each pair's pool slot.

@@ -61,10 +61,7 @@ impl Kernels {
         let p = RouterTopkParams { experts, k, tokens, slot_base };
         let b = self.binder(Kernel::RouterTopkSlots);
         let (dims, [logits, ids, weights]) = router_shape(&b, p, [logits, ids, weights])?;
-        let end = u64::from(slot_base) + u64::from(experts);
-        b.ensure(end <= u64::from(entries), || {
-            format!("the layer's table entries {slot_base}..{end} run past the table's {entries}")
-        })?;
+        check_table_row(&b, experts, (slot_base, entries))?;
         let table = b.storage("table", table, 0, f32s(u64::from(entries)))?;
         let slots = b.storage("slots", slots, 0, f32s(u64::from(tokens) * u64::from(k)))?;
         Ok(b.finish(vec![(p, vec![logits, table, ids, weights, slots], dims)]))
@@ -78,10 +75,8 @@ fn router_shape<'a>(
     p: RouterTopkParams,
     [logits, ids, weights]: [View<'a>; 3],
 ) -> Result<([u32; 3], [Bound<'a>; 3])> {
+    check_picks(b, p.experts, p.k)?;
     let (e, kk, t) = (u64::from(p.experts), u64::from(p.k), u64::from(p.tokens));
-    b.ensure(e > 0 && e <= 256 && kk > 0 && kk <= 32 && kk <= e, || {
-        format!("needs 0 < experts <= 256 and 0 < k <= min(32, experts); got experts {e}, k {kk}")
-    })?;
     let dims = [b.groups("tokens", t)?, 1, 1];
     let bound = [
         b.storage("logits", logits, 0, f32s(t * e))?,
@@ -89,4 +84,20 @@ fn router_shape<'a>(
         b.storage("weights", weights, 0, f32s(t * kk))?,
     ];
     Ok((dims, bound))
+}
+
+/// The router top-k's limits (its workgroup memory and lanes): 0 < E <= 256 and 0 < k <= min(32, E). Also
+/// the routed expert GEMVs', which run the same top-k.
+pub(crate) fn check_picks(b: &Binder<'_>, experts: u32, k: u32) -> Result<()> {
+    b.ensure(experts > 0 && experts <= 256 && k > 0 && k <= 32 && k <= experts, || {
+        format!("needs 0 < experts <= 256 and 0 < k <= min(32, experts); got experts {experts}, k {k}")
+    })
+}
+
+/// The layer's E entries of the slot table from `base` lie inside its `entries`.
+pub(crate) fn check_table_row(b: &Binder<'_>, experts: u32, (base, entries): (u32, u32)) -> Result<()> {
+    let end = u64::from(base) + u64::from(experts);
+    b.ensure(end <= u64::from(entries), || {
+        format!("the layer's table entries {base}..{end} run past the table's {entries}")
+    })
 }
