@@ -74,6 +74,10 @@ struct Args {
     /// Chunks multiply by Q8_0-quantised activations with int8 dot products (EngineOptions::int8_prefill).
     #[arg(long)]
     int8_prefill: bool,
+    /// Chunks run their Q8_0 GEMMs on tensor cores where the device has cooperative matrices, f16 weights
+    /// and activations (EngineOptions::tensor_prefill).
+    #[arg(long)]
+    tensor_prefill: bool,
     /// One-token steps run their Q8_0 GEMVs on Q8_0-quantised inputs (EngineOptions::int8_decode).
     #[arg(long)]
     int8_decode: bool,
@@ -157,6 +161,7 @@ fn main() -> anyhow::Result<()> {
     opts.gpu_routing = !args.no_gpu_routing;
     opts.run_ahead = !args.no_run_ahead;
     opts.int8_prefill = args.int8_prefill;
+    opts.tensor_prefill = args.tensor_prefill;
     opts.int8_decode = args.int8_decode;
     opts.route_ahead = args.route_ahead.unwrap_or(opts.route_ahead);
     opts.read_split = args.read_split.unwrap_or(opts.read_split);
@@ -271,6 +276,7 @@ fn main() -> anyhow::Result<()> {
     // Beside the rest: more fields would pass json!'s recursion limit.
     out["reader_probe_gb_s"] = serde_json::json!(reader_probe);
     out["int8_prefill"] = args.int8_prefill.into();
+    out["tensor_prefill"] = engine.tensor_prefill().into();
     out["int8_decode"] = args.int8_decode.into();
     out["route_ahead"] = serde_json::json!({
         "layers": engine.route_ahead(), "stood": d.layers_routed_ahead, "rerun": d.layers_rerun,

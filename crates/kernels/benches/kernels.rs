@@ -1128,25 +1128,51 @@ fn bench_chunk(c: &mut Criterion, g: &Gpu) {
     let comb_p = MoeCombineNormParams { hidden: h, k: top, tokens: t, eps };
     let cache = KvCacheViews { k: v(&kc), v: v(&vc) };
     let sizes = (pairs, len as u32);
-    let layer = [
+    // The layer on f32 inputs, its four Q8_0 GEMMs those given: (name, dispatch) for q‖k‖v, o, gate‖up,
+    // down.
+    let layer_with = |[qkv_gemm, wo_gemm, gate_up_gemm, down_gemm]: [(&'static str, Result<Dispatch, _>);
+                          4]| {
+        [
+            qkv_gemm,
+            (
+                "qkv_rope_store",
+                k.qkv_rope_store(v(&qkv), v(&qn), v(&kn), v(&rope), v(&pos), v(&qr), cache, None, qkv_p),
+            ),
+            ("attention", k.attention(v(&qr), v(&kc), v(&vc), v(&pos), v(&att), shape)),
+            wo_gemm,
+            ("add_rms_norm", k.add_rms_norm(v(&x), v(&o), v(&ffn_norm), v(&hbuf), v(&xn), h, t, eps)),
+            ("router_gemm", k.f32_gemm(v(&router), (e, h), v(&xn), v(&logits_r), t)),
+            ("router_topk", k.router_topk(v(&logits_r), v(&ids), v(&wts), e, top, t)),
+            gate_up_gemm,
+            ("silu_mul", k.silu_mul(v(&gu_out), v(&act), f, pairs)),
+            down_gemm,
+            (
+                "moe_combine_norm",
+                k.moe_combine_norm(v(&down_out), v(&wts), v(&hbuf), v(&attn_norm), v(&x), v(&xn), comb_p),
+            ),
+        ]
+    };
+    let layer = layer_with([
         ("qkv_gemm", k.q8_gemm_tiled(m(&qkv_w), v(&xn), v(&qkv), t)),
-        (
-            "qkv_rope_store",
-            k.qkv_rope_store(v(&qkv), v(&qn), v(&kn), v(&rope), v(&pos), v(&qr), cache, None, qkv_p),
-        ),
-        ("attention", k.attention(v(&qr), v(&kc), v(&vc), v(&pos), v(&att), shape)),
         ("wo_gemm", k.q8_gemm_tiled(m(&wo), v(&att), v(&o), t)),
-        ("add_rms_norm", k.add_rms_norm(v(&x), v(&o), v(&ffn_norm), v(&hbuf), v(&xn), h, t, eps)),
-        ("router_gemm", k.f32_gemm(v(&router), (e, h), v(&xn), v(&logits_r), t)),
-        ("router_topk", k.router_topk(v(&logits_r), v(&ids), v(&wts), e, top, t)),
         ("expert_gate_up", k.expert_q8_gemm_tiled(gate_up, v(&xn), v(&gb), v(&ob), v(&gu_out), sizes, top)),
-        ("silu_mul", k.silu_mul(v(&gu_out), v(&act), f, pairs)),
         ("expert_down", k.expert_q8_gemm_tiled(down, v(&act), v(&gb), v(&ob), v(&down_out), sizes, 1)),
-        (
-            "moe_combine_norm",
-            k.moe_combine_norm(v(&down_out), v(&wts), v(&hbuf), v(&attn_norm), v(&x), v(&xn), comb_p),
-        ),
-    ];
+    ]);
+    // The same on tensor cores, where the device has them.
+    let layer_coop = k.cooperative_matrix().then(|| {
+        layer_with([
+            ("qkv_gemm_coop", k.q8_gemm_coop(m(&qkv_w), v(&xn), v(&qkv), t)),
+            ("wo_gemm_coop", k.q8_gemm_coop(m(&wo), v(&att), v(&o), t)),
+            (
+                "expert_gate_up_coop",
+                k.expert_q8_gemm_coop(gate_up, v(&xn), v(&gb), v(&ob), v(&gu_out), sizes, top),
+            ),
+            (
+                "expert_down_coop",
+                k.expert_q8_gemm_coop(down, v(&act), v(&gb), v(&ob), v(&down_out), sizes, 1),
+            ),
+        ])
+    });
     // The layer with its Q8_0 GEMMs on int8 inputs (`int8_prefill`): each preceded by its input's
     // quantisation.
     let xq_bytes = (u64::from(pairs) * q8_row_bytes(f)).max(u64::from(t) * q8_row_bytes(heads * d));
@@ -1175,12 +1201,14 @@ fn bench_chunk(c: &mut Criterion, g: &Gpu) {
         ),
     ];
     let mut group = c.benchmark_group("chunk");
-    for (suffix, layer) in [("", Vec::from(layer)), ("_i8", Vec::from(layer_i8))] {
+    let mut layers = vec![("", Vec::from(layer)), ("_i8", Vec::from(layer_i8))];
+    layers.extend(layer_coop.map(|l| ("_coop", Vec::from(l))));
+    for (suffix, layer) in layers {
         let layer: Vec<(&str, Dispatch)> =
             layer.into_iter().map(|(name, d)| (name, d.expect("bind"))).collect();
         // Kernels both layers share are timed once.
         for (name, d) in
-            layer.iter().filter(|(n, _)| suffix.is_empty() || n.ends_with("_i8") || n.ends_with("quantize"))
+            layer.iter().filter(|(n, _)| suffix.is_empty() || n.ends_with(suffix) || n.ends_with("quantize"))
         {
             let one = std::slice::from_ref(d);
             group.bench_function(format!("t512/{name}"), |b| b.iter_custom(|iters| time(g, one, iters)));

@@ -8,6 +8,10 @@ pub const ADAPTER_ENV: &str = "DISKFORMER_ADAPTER";
 /// Environment variable: set to `1` to ignore the adapter's subgroup support and use the plain kernels.
 pub const NO_SUBGROUPS_ENV: &str = "DISKFORMER_NO_SUBGROUPS";
 
+/// Environment variable: set to `1` to leave cooperative matrices (tensor cores) off; the GEMMs that use
+/// them are then not built.
+pub const NO_COOP_ENV: &str = "DISKFORMER_NO_COOP";
+
 /// A GPU device ready for the kernels: shader-f16 enabled, subgroups enabled when the adapter offers them
 /// (with sizes the kernels can use), and the adapter's limits requested in full.
 #[derive(Debug)]
@@ -24,6 +28,12 @@ pub struct Context {
     pub limits: wgpu::Limits,
     /// Whether the subgroup kernel variants are used.
     pub subgroups: bool,
+    /// Whether the device runs the cooperative-matrix GEMMs ([`Kernel::needs_cooperative_matrix`]): the
+    /// adapter offers 16 × 16 × 16 f16 products into f32 in 32-lane subgroups (wgpu's experimental
+    /// feature), and [`NO_COOP_ENV`] is not `1`.
+    ///
+    /// [`Kernel::needs_cooperative_matrix`]: crate::Kernel::needs_cooperative_matrix
+    pub cooperative_matrix: bool,
 }
 
 impl Context {
@@ -96,6 +106,21 @@ impl Context {
         if offered.contains(wgpu::Features::SUBGROUP) {
             features |= wgpu::Features::SUBGROUP;
         }
+        // The cooperative-matrix tiles take a subgroup as 32 consecutive lanes of the workgroup.
+        let no_coop = std::env::var(NO_COOP_ENV).is_ok_and(|v| v == "1");
+        let coop = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        let cooperative_matrix = !no_coop
+            && offered.contains(coop | wgpu::Features::SUBGROUP)
+            && info.subgroup_min_size == 32
+            && info.subgroup_max_size == 32
+            && adapter.cooperative_matrix_properties().iter().any(|c| {
+                (c.m_size, c.n_size, c.k_size) == (16, 16, 16)
+                    && c.ab_type == wgpu::CooperativeScalarType::F16
+                    && c.cr_type == wgpu::CooperativeScalarType::F32
+            });
+        if cooperative_matrix {
+            features |= coop;
+        }
         let limits = adapter.limits();
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
@@ -103,11 +128,20 @@ impl Context {
                 required_features: features,
                 required_limits: limits.clone(),
                 memory_hints: wgpu::MemoryHints::Performance,
+                // SAFETY: the only experimental feature requested is cooperative matrices, used by the
+                // two `*_coop` GEMMs alone: whole 16 x 16 tiles loaded from and stored to workgroup arrays
+                // that hold them, from uniform control flow. Their tests compare them with a CPU
+                // reference on such a device.
+                experimental_features: if cooperative_matrix {
+                    unsafe { wgpu::ExperimentalFeatures::enabled() }
+                } else {
+                    wgpu::ExperimentalFeatures::disabled()
+                },
                 ..Default::default()
             })
             .await
             .map_err(|source| Error::RequestDevice { adapter: info.name.clone(), source })?;
-        Ok(Self { adapter, device, queue, info, limits, subgroups })
+        Ok(Self { adapter, device, queue, info, limits, subgroups, cooperative_matrix })
     }
 
     /// The largest storage binding the device allows, in bytes.
@@ -118,7 +152,7 @@ impl Context {
     /// A one-line description: adapter name, backend, driver, subgroup use and binding limit.
     pub fn describe(&self) -> String {
         format!(
-            "{} ({:?}, {} {}), subgroups {} ({}..{}), max storage binding {} MiB",
+            "{} ({:?}, {} {}), subgroups {} ({}..{}), cooperative matrices {}, max storage binding {} MiB",
             self.info.name,
             self.info.backend,
             self.info.driver,
@@ -126,6 +160,7 @@ impl Context {
             if self.subgroups { "on" } else { "off" },
             self.info.subgroup_min_size,
             self.info.subgroup_max_size,
+            if self.cooperative_matrix { "on" } else { "off" },
             self.max_binding() >> 20
         )
     }

@@ -53,6 +53,40 @@ pub fn q8_gemv(q: &[i8], scales: &[f16], rows: usize, cols: usize, x: &[f32]) ->
         .collect()
 }
 
+/// [`q8_gemv`] as the cooperative-matrix GEMMs compute it (`Kernels::q8_gemm_coop`): each weight
+/// `q · d` rounded once to f16 (the product is exact in f32), each input rounded to f16, the products
+/// summed (here in f64).
+pub fn q8_gemv_f16(q: &[i8], scales: &[f16], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
+    let round = |v: f32| f64::from(f16::from_f32(v).to_f32());
+    x.chunks(cols)
+        .flat_map(|xt| {
+            (0..rows).map(move |r| {
+                (0..cols).map(|c| round(q8(q, scales, cols, r, c)) * round(xt[c])).sum::<f64>() as f32
+            })
+        })
+        .collect()
+}
+
+/// [`expert_q8_gemv`] with [`q8_gemv_f16`]'s rounding (`Kernels::expert_q8_gemm_coop`).
+pub fn expert_q8_gemv_f16(
+    q: &[i8],
+    scales: &[f16],
+    rows: usize,
+    cols: usize,
+    slot_idx: &[u32],
+    x: &[f32],
+    x_div: usize,
+) -> Vec<f32> {
+    slot_idx
+        .iter()
+        .enumerate()
+        .flat_map(|(pair, &slot)| {
+            let (qs, ss) = q8_slot(q, scales, rows * cols, slot);
+            q8_gemv_f16(qs, ss, rows, cols, &x[pair / x_div * cols..][..cols])
+        })
+        .collect()
+}
+
 /// F32 GEMV over T inputs: `y[t, r] = Σ_c W[r, c] · x[t, c]` for `W [rows, cols]`.
 pub fn f32_gemv(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
     x.chunks(cols)

@@ -40,6 +40,14 @@ pub enum Error {
         /// What the device offers.
         offered: u32,
     },
+    /// The device has no cooperative matrices for this kernel (see `Kernel::needs_cooperative_matrix`).
+    #[error(
+        "{kernel} runs on cooperative matrices (16x16x16 f16 products into f32, 32-lane subgroups), which this device does not offer (or DISKFORMER_NO_COOP=1); use the f32 or int8 GEMMs"
+    )]
+    NoCooperativeMatrix {
+        /// The kernel.
+        kernel: &'static str,
+    },
     /// Shapes passed to a launcher do not fit together or break a kernel's limits.
     #[error("{kernel}: {what}")]
     Shape {

@@ -25,6 +25,9 @@ pub enum Kernel {
     Q8GemmTiled,
     /// Q8_0 GEMM over T tokens of Q8_0-quantised inputs by int8 dot products, tiled (prefill).
     Q8GemmI8,
+    /// Q8_0 GEMM over T tokens on tensor cores: f16 weights and inputs, f32 sums (prefill; needs
+    /// cooperative matrices, see [`Kernel::needs_cooperative_matrix`]).
+    Q8GemmCoop,
     /// Q8_0 quantisation of f32 rows (the int8 GEMMs' inputs).
     QuantizeQ8,
     /// F32 GEMV over T inputs (the router).
@@ -86,6 +89,8 @@ pub enum Kernel {
     ExpertQ8GemmI8,
     /// Expert Q4_0 GEMM over pairs grouped by slot, through the tiled GEMMs' workgroup-memory tiles (prefill).
     ExpertQ4Gemm,
+    /// Expert Q8_0 GEMM over pairs grouped by slot on tensor cores, as [`Kernel::Q8GemmCoop`] (prefill).
+    ExpertQ8GemmCoop,
     /// Pool slots of the picks from a resident table (routing on the GPU).
     ExpertSlots,
     /// A chunk's pairs grouped by expert for the tiled expert GEMMs (resident experts, no read-back).
@@ -125,16 +130,18 @@ const RMS_SCALE: &str = include_str!("wgsl/rms_scale.wgsl");
 const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
 const EXPERT_Q8_PAIR_ROWS: &str = include_str!("wgsl/expert_q8_pair_rows.wgsl");
 const SAMPLE_STEP: &str = include_str!("wgsl/sample_step.wgsl");
+const Q8_TILE_COOP: &str = include_str!("wgsl/q8_tile_coop.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 43] = [
+    pub const ALL: [Kernel; 45] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
         Kernel::Q8GemvRows2,
         Kernel::Q8GemmTiled,
         Kernel::Q8GemmI8,
+        Kernel::Q8GemmCoop,
         Kernel::QuantizeQ8,
         Kernel::F32Gemv,
         Kernel::F32Gemm,
@@ -164,6 +171,7 @@ impl Kernel {
         Kernel::ExpertQ8GemmTiled,
         Kernel::ExpertQ8GemmI8,
         Kernel::ExpertQ4Gemm,
+        Kernel::ExpertQ8GemmCoop,
         Kernel::ExpertSlots,
         Kernel::ExpertGroups,
         Kernel::SiluMul,
@@ -183,6 +191,7 @@ impl Kernel {
             Kernel::Q8GemvRows2 => "q8_gemv_rows2",
             Kernel::Q8GemmTiled => "q8_gemm_tiled",
             Kernel::Q8GemmI8 => "q8_gemm_i8",
+            Kernel::Q8GemmCoop => "q8_gemm_coop",
             Kernel::QuantizeQ8 => "quantize_q8",
             Kernel::F32Gemv => "f32_gemv",
             Kernel::F32Gemm => "f32_gemm",
@@ -212,6 +221,7 @@ impl Kernel {
             Kernel::ExpertQ8GemmTiled => "expert_q8_gemm_tiled",
             Kernel::ExpertQ8GemmI8 => "expert_q8_gemm_i8",
             Kernel::ExpertQ4Gemm => "expert_q4_gemm",
+            Kernel::ExpertQ8GemmCoop => "expert_q8_gemm_coop",
             Kernel::ExpertSlots => "expert_slots",
             Kernel::ExpertGroups => "expert_groups",
             Kernel::SiluMul => "silu_mul",
@@ -235,13 +245,21 @@ impl Kernel {
         }
     }
 
-    /// Workgroup memory the kernel needs, bytes: 16 KiB (what every device offers) but for `attention_flash`,
+    /// Workgroup memory the kernel needs, bytes: 16 KiB (what every device offers) but for `attention_flash`
+    /// and the cooperative-matrix GEMMs,
     /// whose pipeline is built only where the device's limit allows.
     pub fn workgroup_storage(self) -> u32 {
         match self {
-            Kernel::AttentionFlash => 32 << 10,
+            Kernel::AttentionFlash | Kernel::Q8GemmCoop | Kernel::ExpertQ8GemmCoop => 32 << 10,
             _ => 16 << 10,
         }
+    }
+
+    /// Whether the kernel runs on cooperative matrices (tensor cores): 16 × 16 × 16 products of f16
+    /// into f32 in 32-lane subgroups, which wgpu offers as an experimental feature. Its pipeline is built
+    /// only on devices with them ([`Context::cooperative_matrix`](crate::Context::cooperative_matrix)).
+    pub fn needs_cooperative_matrix(self) -> bool {
+        matches!(self, Kernel::Q8GemmCoop | Kernel::ExpertQ8GemmCoop)
     }
 
     /// Whether the kernel has a subgroup variant.
@@ -274,7 +292,7 @@ impl Kernel {
             Kernel::Q8Gemv | Kernel::Q8GemvRows2 | Kernel::Q8GemvRows4 | Kernel::Q8GemvI8 => {
                 size_of::<Q8GemvParams>()
             }
-            Kernel::Q8GemmTiled | Kernel::Q8GemmI8 => size_of::<Q8GemmParams>(),
+            Kernel::Q8GemmTiled | Kernel::Q8GemmI8 | Kernel::Q8GemmCoop => size_of::<Q8GemmParams>(),
             Kernel::QuantizeQ8 => size_of::<QuantizeQ8Params>(),
             Kernel::F32Gemv => size_of::<F32GemvParams>(),
             Kernel::F32Gemm => size_of::<F32GemmParams>(),
@@ -298,9 +316,10 @@ impl Kernel {
                 size_of::<ExpertQ8GemvCombineParams>()
             }
             Kernel::ExpertQ4Gemv => size_of::<ExpertQ4GemvParams>(),
-            Kernel::ExpertQ4Gemm | Kernel::ExpertQ8GemmTiled | Kernel::ExpertQ8GemmI8 => {
-                size_of::<ExpertQ8GemmParams>()
-            }
+            Kernel::ExpertQ4Gemm
+            | Kernel::ExpertQ8GemmTiled
+            | Kernel::ExpertQ8GemmI8
+            | Kernel::ExpertQ8GemmCoop => size_of::<ExpertQ8GemmParams>(),
             Kernel::ExpertSlots => size_of::<ExpertSlotsParams>(),
             Kernel::ExpertGroups => size_of::<ExpertGroupsParams>(),
             Kernel::SiluMul => size_of::<SiluMulParams>(),
@@ -323,6 +342,7 @@ impl Kernel {
             Kernel::Q8GemvI8 => Kernel::Q8GemvRows4.file(),
             Kernel::Q8GemmTiled => include_str!("wgsl/q8_gemm_tiled.wgsl"),
             Kernel::Q8GemmI8 => Kernel::Q8GemmTiled.file(),
+            Kernel::Q8GemmCoop => include_str!("wgsl/q8_gemm_coop.wgsl"),
             Kernel::QuantizeQ8 => include_str!("wgsl/quantize_q8.wgsl"),
             Kernel::F32Gemv => include_str!("wgsl/f32_gemv.wgsl"),
             Kernel::F32Gemm => include_str!("wgsl/f32_gemm.wgsl"),
@@ -347,7 +367,7 @@ impl Kernel {
             Kernel::ExpertQ8GemvXqRouted => Kernel::ExpertQ8GemvRouted.file(),
             Kernel::ExpertQ4GemvCombine | Kernel::ExpertQ8GemvCombineI8 => Kernel::ExpertQ8GemvCombine.file(),
             Kernel::ExpertQ8GemmTiled => include_str!("wgsl/expert_q8_gemm_tiled.wgsl"),
-            Kernel::ExpertQ8GemmI8 => Kernel::ExpertQ8GemmTiled.file(),
+            Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ8GemmCoop => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertQ4Gemm => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertSlots => include_str!("wgsl/expert_slots.wgsl"),
             Kernel::ExpertGroups => include_str!("wgsl/expert_groups.wgsl"),
@@ -379,6 +399,10 @@ impl Kernel {
         if let Some(shared) = self.entry_renamed_from() {
             let entry = |k: Kernel| format!("fn {}(", k.name());
             body = Cow::Owned(body.replace(&entry(shared), &entry(self)));
+        }
+        if self.needs_cooperative_matrix() {
+            body =
+                Cow::Owned(body.replacen("enable f16;", "enable f16;\nenable wgpu_cooperative_matrix;", 1));
         }
         let helpers = self.helpers(subgroups);
         if !helpers.is_empty() {
@@ -414,7 +438,9 @@ impl Kernel {
         match self {
             Kernel::Q8GemmI8 => Some(Kernel::Q8GemmTiled),
             Kernel::Q8GemvI8 => Some(Kernel::Q8GemvRows4),
-            Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ4Gemm => Some(Kernel::ExpertQ8GemmTiled),
+            Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ4Gemm | Kernel::ExpertQ8GemmCoop => {
+                Some(Kernel::ExpertQ8GemmTiled)
+            }
             Kernel::ExpertQ4Gemv | Kernel::ExpertQ8GemvI8 | Kernel::ExpertQ8GemvXq => {
                 Some(Kernel::ExpertQ8Gemv)
             }
@@ -437,6 +463,8 @@ impl Kernel {
             Kernel::Q8GemmTiled | Kernel::ExpertQ8GemmTiled => &[Q8_TILE, Q8_TILE_WEIGHTS, Q8_HELPERS],
             Kernel::ExpertQ4Gemm => &[Q8_TILE, Q4_TILE_WEIGHTS, Q8_HELPERS],
             Kernel::Q8GemmI8 | Kernel::ExpertQ8GemmI8 => &[Q8_TILE_I8, Q8_HELPERS],
+            Kernel::ExpertQ8GemmCoop => &[Q8_TILE_COOP, Q8_HELPERS],
+            Kernel::Q8GemmCoop => &[Q8_HELPERS],
             Kernel::QuantizeQ8 | Kernel::F32Gemv => &[Q8_HELPERS],
             Kernel::AttentionTiled | Kernel::AttentionFlash => &[ATTENTION_TILE_LOAD],
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
@@ -573,7 +601,8 @@ impl Dispatch {
 #[derive(Debug)]
 pub struct Kernels {
     device: wgpu::Device,
-    /// One per kernel of [`Kernel::ALL`], `None` where the device lacks the workgroup memory it needs.
+    /// One per kernel of [`Kernel::ALL`], `None` where the device lacks the workgroup memory or the
+    /// cooperative matrices it needs.
     pipelines: Vec<Option<wgpu::ComputePipeline>>,
     /// `attention_split` compiled with `PASSES = SHORT_SPLIT_PASSES` (half-size blocks, for short caches); the
     /// main pipeline has `LONG_SPLIT_PASSES`.
@@ -649,7 +678,11 @@ impl Kernels {
         let storage = ctx.limits.max_compute_workgroup_storage_size;
         let pipelines = Kernel::ALL
             .iter()
-            .map(|&k| (k.workgroup_storage() <= storage).then(|| compile(k, k.constants())))
+            .map(|&k| {
+                let fits = k.workgroup_storage() <= storage;
+                (fits && (ctx.cooperative_matrix || !k.needs_cooperative_matrix()))
+                    .then(|| compile(k, k.constants()))
+            })
             .collect();
         let attention_split_short =
             compile(Kernel::AttentionSplit, &[("PASSES", f64::from(crate::ops::SHORT_SPLIT_PASSES))]);
@@ -708,6 +741,16 @@ impl Kernels {
     /// Whether `k` was compiled for this device (see [`Kernel::workgroup_storage`]).
     pub fn has(&self, k: Kernel) -> bool {
         self.compiled(k).is_some()
+    }
+
+    /// Whether the device built the cooperative-matrix GEMMs ([`Kernel::needs_cooperative_matrix`]).
+    pub fn cooperative_matrix(&self) -> bool {
+        self.has(Kernel::Q8GemmCoop)
+    }
+
+    /// [`Error::NoCooperativeMatrix`] unless `k`, a cooperative-matrix kernel, was built.
+    pub(crate) fn ensure_cooperative_matrix(&self, k: Kernel) -> Result<()> {
+        if self.has(k) { Ok(()) } else { Err(Error::NoCooperativeMatrix { kernel: k.name() }) }
     }
 
     /// The pipeline of `k`; launchers of kernels that may be missing check [`Kernels::has`] first.

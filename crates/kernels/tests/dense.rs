@@ -28,6 +28,7 @@ fn check_q8_gemv(g: &Gpu, k: &Kernels, rows: usize, cols: usize, tokens: usize, 
 fn check_q8_gemm(g: &Gpu, k: &Kernels, rows: usize, cols: usize, tokens: usize, seed: u64, min_parts: usize) {
     check_q8(g, k, rows, cols, tokens, seed, min_parts, "q8_gemm_tiled");
     check_q8(g, k, rows, cols, tokens, seed, min_parts, "q8_gemm_i8");
+    check_q8(g, k, rows, cols, tokens, seed, min_parts, "q8_gemm_coop");
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -51,7 +52,15 @@ fn check_q8(
     let (qb, sb) = (upload(g, &q), upload(g, &s));
     let y = poisoned(g, 4 * tokens * rows);
     let w = Q8Matrix { q: (&qb).into(), scales: (&sb).into(), rows: rows as u32, cols: cols as u32 };
+    if name == "q8_gemm_coop" && !k.cooperative_matrix() {
+        // Devices without cooperative matrices (lavapipe) refuse it with the error that names the fallback.
+        let e = k.q8_gemm_coop(w, (&xb).into(), (&y).into(), tokens as u32).unwrap_err();
+        assert!(matches!(e, diskformer_kernels::Error::NoCooperativeMatrix { .. }), "{e}");
+        assert!(e.to_string().contains("use the f32 or int8 GEMMs"), "{e}");
+        return;
+    }
     let d = match name {
+        "q8_gemm_coop" => k.q8_gemm_coop(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
         "q8_gemm_tiled" => k.q8_gemm_tiled(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
         "q8_gemm_i8" => k.q8_gemm_i8(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
         "q8_gemv_rows2" => k.q8_gemv_rows2(w, (&xb).into(), (&y).into(), tokens as u32).unwrap(),
@@ -65,6 +74,7 @@ fn check_q8(
     let want = match name {
         "q8_gemm_i8" => cpu::q8_gemm_i8(&q, &s, rows, cols, &xq, &xs),
         "q8_gemv_i8" => cpu::q8_gemv_i8(&q, &s, rows, cols, &x),
+        "q8_gemm_coop" => cpu::q8_gemv_f16(&q, &s, rows, cols, &x),
         _ => cpu::q8_gemv(&q, &s, rows, cols, &x),
     };
     // Tolerance: the GPU sums in f32 in another order (16-value groups, 32 lanes, a tree) than the f64
@@ -81,6 +91,14 @@ fn check_q8(
         let f32_want = cpu::q8_gemv(&q, &s, rows, cols, &x);
         let apart = f32_want.iter().zip(&want).zip(&mag).filter(|((a, b), m)| (*a - *b).abs() > 2e-6 * *m);
         assert!(apart.count() > 0, "{name}: the f32 GEMV lies within the int8 tolerance");
+    }
+    // The tensor-core GEMM's products of f16 values are exact in f32, so only the f32 sums' order differs
+    // from its reference and the same bound holds; the f32 reference must lie outside it (the f16
+    // rounding is what the kernel computes).
+    if name == "q8_gemm_coop" {
+        let f32_want = cpu::q8_gemv(&q, &s, rows, cols, &x);
+        let apart = f32_want.iter().zip(&want).zip(&mag).filter(|((a, b), m)| (*a - *b).abs() > 2e-6 * *m);
+        assert!(apart.count() > 0, "{name}: the f32 GEMM lies within the f16 GEMM's tolerance");
     }
     assert_eq!(d.kernel().name(), name);
     let what = format!("{name} {rows}x{cols} T={tokens} sg={} parts={}", k.subgroups(), d.parts());

@@ -274,6 +274,7 @@ fn check_expert_gemm(
 ) {
     check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, "expert_q8_gemm_tiled");
     check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, "expert_q8_gemm_i8");
+    check_expert_kernel(g, k, p, slot_idx, x_div, seed, min_parts, "expert_q8_gemm_coop");
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -305,7 +306,14 @@ fn check_expert_kernel(
     let (pairs_u, x_div_u) = (pairs as u32, x_div as u32);
     let sizes = (pairs_u, groups_len as u32);
     let (xv, gb, ob, yv) = ((&xb).into(), (&gb).into(), (&ob).into(), (&y).into());
+    if name == "expert_q8_gemm_coop" && !k.cooperative_matrix() {
+        // Devices without cooperative matrices (lavapipe) refuse it with the error that names the fallback.
+        let e = k.expert_q8_gemm_coop(planes, xv, gb, ob, yv, sizes, x_div_u).unwrap_err();
+        assert!(matches!(e, diskformer_kernels::Error::NoCooperativeMatrix { .. }), "{e}");
+        return;
+    }
     let d = match name {
+        "expert_q8_gemm_coop" => k.expert_q8_gemm_coop(planes, xv, gb, ob, yv, sizes, x_div_u),
         "expert_q8_gemm_tiled" => k.expert_q8_gemm_tiled(planes, xv, gb, ob, yv, sizes, x_div_u),
         "expert_q8_gemm_i8" => k.expert_q8_gemm_i8(planes, xv, gb, ob, yv, sizes, x_div_u),
         "expert_q8_gemv_i8" => k.expert_q8_gemv_i8(planes, xv, (&ib).into(), yv, pairs_u, x_div_u),
@@ -330,6 +338,15 @@ fn check_expert_kernel(
             let apart =
                 f32_want.iter().zip(&want).zip(&mag).filter(|((a, b), m)| (*a - *b).abs() > 2e-6 * *m);
             assert!(apart.count() > 0, "{name}: the f32 GEMV lies within the int8 tolerance");
+            (want, mag)
+        }
+        "expert_q8_gemm_coop" => {
+            // Weights and inputs rounded to f16, as the tensor cores take them (dense.rs, q8_gemm_coop).
+            let want = cpu::expert_q8_gemv_f16(&p.q, &p.s, p.rows, p.cols, slot_idx, &x, x_div);
+            let (f32_want, mag) = (p.reference(slot_idx, &x, x_div), p.magnitude(slot_idx, &x, x_div));
+            let apart =
+                f32_want.iter().zip(&want).zip(&mag).filter(|((a, b), m)| (*a - *b).abs() > 2e-6 * *m);
+            assert!(apart.count() > 0, "{name}: the f32 GEMM lies within the f16 GEMM's tolerance");
             (want, mag)
         }
         _ => (p.reference(slot_idx, &x, x_div), p.magnitude(slot_idx, &x, x_div)),

@@ -17,6 +17,9 @@ fn check(kernel: Kernel, subgroups: bool) {
     if subgroups {
         caps |= Capabilities::SUBGROUP;
     }
+    if kernel.needs_cooperative_matrix() {
+        caps |= Capabilities::COOPERATIVE_MATRIX;
+    }
     Validator::new(ValidationFlags::all(), caps)
         .validate(&module)
         .unwrap_or_else(|e| panic!("{name} (subgroups {subgroups}): {}", e.emit_to_string(&src)));

@@ -83,6 +83,11 @@ pub struct EngineOptions {
     /// chunks lie 0.05-0.27 from it (default off: the f32 chunks match llama.cpp's F32 twins to 2e-3, as
     /// one-token steps do). Q4_0 experts keep f32.
     pub int8_prefill: bool,
+    /// Chunks run their Q8_0 GEMMs on tensor cores where the device has cooperative matrices
+    /// (`Kernels::cooperative_matrix`; elsewhere this does nothing): each weight `q · d` and each
+    /// activation rounded to f16, the products summed in f32, finer than `int8_prefill`'s quantised
+    /// activations (which go first when both are set). Q4_0 experts keep their kernels.
+    pub tensor_prefill: bool,
     /// One-token steps multiply Q8_0 weights (dense, experts, lm head) by Q8_0-quantised activations with
     /// int8 dot products, each 32-value block quantised as the GEMV reads it, or for gate‖up by the router
     /// kernel that writes its input: `int8_prefill`'s arithmetic for one-token steps (on the golden
@@ -121,6 +126,7 @@ impl Default for EngineOptions {
             gpu_routing: true,
             run_ahead: true,
             int8_prefill: false,
+            tensor_prefill: false,
             int8_decode: false,
             route_ahead: 2,
         }
@@ -227,6 +233,8 @@ pub struct Engine {
     q4_experts: bool,
     /// [`EngineOptions::int8_prefill`].
     int8_prefill: bool,
+    /// [`EngineOptions::tensor_prefill`] where the device has cooperative matrices.
+    tensor_prefill: bool,
     /// [`EngineOptions::int8_decode`].
     int8_decode: bool,
     stats: EngineStats,
@@ -446,6 +454,7 @@ impl Engine {
             (buffer, Vec::new())
         });
         let kernels = Kernels::new(&ctx);
+        let kernels_coop = kernels.cooperative_matrix();
         let mut engine = Engine {
             config,
             tokenizer,
@@ -472,6 +481,7 @@ impl Engine {
             next_draw: None,
             q4_experts: experts.quant_type == "q4_0",
             int8_prefill: opts.int8_prefill,
+            tensor_prefill: opts.tensor_prefill && kernels_coop,
             int8_decode: opts.int8_decode,
             stats: EngineStats::default(),
             gpu_bytes,
@@ -551,6 +561,12 @@ impl Engine {
     pub fn reset(&mut self) {
         self.cached.clear();
         self.run_ahead = None;
+    }
+
+    /// Whether chunks run their Q8_0 GEMMs on tensor cores ([`EngineOptions::tensor_prefill`] asked for,
+    /// and the device has cooperative matrices).
+    pub fn tensor_prefill(&self) -> bool {
+        self.tensor_prefill
     }
 
     /// Engine and pool counters since the load or [`reset_stats`](Self::reset_stats).
@@ -712,6 +728,7 @@ impl Engine {
                 resident_slots: self.resident_table.as_ref().map(|(_, t)| t.as_slice()),
                 q4_experts: self.q4_experts,
                 int8_prefill: self.int8_prefill,
+                tensor_prefill: self.tensor_prefill,
                 int8_decode: self.int8_decode,
                 embedding: self.weights.gpu_embedding.as_ref().map(|e| e.m()),
             };

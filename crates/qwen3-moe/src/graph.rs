@@ -365,6 +365,9 @@ pub(crate) struct Bindings<'a> {
     pub q4_experts: bool,
     /// Chunks run their Q8_0 GEMMs on quantised inputs by int8 dot products (`EngineOptions::int8_prefill`).
     pub int8_prefill: bool,
+    /// Chunks run their Q8_0 GEMMs on tensor cores, f16 weights and inputs (`EngineOptions::tensor_prefill`
+    /// on a device with cooperative matrices; `int8_prefill` and Q4_0 experts go first).
+    pub tensor_prefill: bool,
     /// The fused decode layer and the head of one-token steps run their Q8_0 GEMVs on quantised inputs:
     /// gate‖up the router kernel's quantisation of the FFN norm, the others quantised as they are read
     /// (`EngineOptions::int8_decode`).
@@ -424,7 +427,16 @@ impl Graph {
         // Fused decode with every expert resident: gate‖up computes the router's top-k itself and looks
         // the picks up in the slot table (no `router_topk_slots` dispatch before it).
         let routed = fused && b.resident_slots.is_some() && !b.q4_experts;
-        let dense_xq = int8.then(|| v(&s.xq));
+        let dense_math = match int8.then(|| v(&s.xq)) {
+            Some(xq) => DenseMath::Int8 { xq },
+            None if t > 1 && b.tensor_prefill => DenseMath::Tensor,
+            None => DenseMath::F32,
+        };
+        let expert_math = match (b.q4_experts, t > 1 && b.tensor_prefill && !int8) {
+            (true, _) => ExpertMath::Q4,
+            (false, true) => ExpertMath::Q8Tensor,
+            (false, false) => ExpertMath::Q8,
+        };
         let mut layers = Vec::with_capacity(w.layers.len());
         for (l, lw) in w.layers.iter().enumerate() {
             let mut attention = Vec::with_capacity(12);
@@ -447,7 +459,7 @@ impl Graph {
                     k.qkv_rope_store(v(&s.qkv), qn, kn, rope, pos, qr, cache, squares, scaled_params)?,
                 ]);
             } else {
-                attention.extend(k.dense_projection(lw.wqkv.m(), v(&s.xn), v(&s.qkv), t, dense_xq)?);
+                attention.extend(k.dense_projection(lw.wqkv.m(), v(&s.xn), v(&s.qkv), t, dense_math)?);
                 attention.push(k.qkv_rope_store(
                     v(&s.qkv),
                     qn,
@@ -489,7 +501,7 @@ impl Graph {
                     norm,
                 )?);
             } else {
-                attention.extend(k.dense_projection(lw.wo.m(), v(&s.att), v(&s.o), t, dense_xq)?);
+                attention.extend(k.dense_projection(lw.wo.m(), v(&s.att), v(&s.o), t, dense_math)?);
                 attention.extend([
                     k.add_rms_norm(v(&s.x), v(&s.o), v(&lw.ffn_norm), v(&s.h), v(&s.xn), h, t, eps)?,
                     // A chunk's router reads its weights once per 32 tokens (the GEMM), a token's once.
@@ -587,7 +599,7 @@ impl Graph {
                     } else {
                         ExpertInput::Shared(v(&s.xn))
                     };
-                    k.expert_matmul(part, input, s, l, v(&s.gate_up), sizes, b.q4_experts)?
+                    k.expert_matmul(part, input, s, l, v(&s.gate_up), sizes, expert_math)?
                 });
             }
             // The next layer's attention norm, or after the last layer the output norm.
@@ -642,7 +654,7 @@ impl Graph {
                         l,
                         out,
                         sizes,
-                        b.q4_experts,
+                        expert_math,
                     )?);
                 }
                 let cp = MoeCombineNormParams { hidden: h, k: top_k, tokens: t, eps };
@@ -756,9 +768,19 @@ pub(crate) fn gemm_groups_len(c: &Config, t: u32) -> u32 {
     expert_gemm_group_bound(pairs, c.expert_count as usize, EXPERT_GEMM_TILED_GROUP) as u32
 }
 
+/// Which expert kernels a layer runs: by the store's quantisation, and for a chunk's Q8_0 GEMMs whether on
+/// tensor cores.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ExpertMath {
+    Q8,
+    Q4,
+    /// Q8_0 chunks' GEMMs on tensor cores (one-token steps run the Q8_0 GEMVs).
+    Q8Tensor,
+}
+
 /// Expert projections: for one token the slot-indexed GEMV, for a chunk the GEMM over pairs grouped by slot
 /// (each expert's weights read once per group of 32 pairs, Q4_0 8, instead of once per pair; Q8_0 by int8
-/// dot products of quantised inputs); Q8_0 or Q4_0 kernels by the store.
+/// dot products of quantised inputs, or on tensor cores); Q8_0 or Q4_0 kernels by the store.
 trait ExpertProjection {
     #[allow(clippy::too_many_arguments)]
     fn expert_matmul(
@@ -769,7 +791,7 @@ trait ExpertProjection {
         layer: usize,
         y: View<'_>,
         sizes: PairSizes,
-        q4: bool,
+        math: ExpertMath,
     ) -> diskformer_kernels::Result<Dispatch>;
 }
 
@@ -782,8 +804,9 @@ impl ExpertProjection for Kernels {
         layer: usize,
         y: View<'_>,
         PairSizes { t, pairs, groups }: PairSizes,
-        q4: bool,
+        math: ExpertMath,
     ) -> diskformer_kernels::Result<Dispatch> {
+        let q4 = math == ExpertMath::Q4;
         let slot_idx = View::from(&s.slot_idx[layer]);
         let (group_buf, order) = (View::from(&s.gemm_groups[layer]), View::from(&s.gemm_order[layer]));
         let k = pairs / t;
@@ -809,15 +832,30 @@ impl ExpertProjection for Kernels {
         match (t == 1, q4) {
             (true, false) => self.expert_q8_gemv(pool, x, slot_idx, y, pairs, x_div),
             (true, true) => self.expert_q4_gemv(pool, x, slot_idx, y, pairs, x_div),
+            (false, false) if math == ExpertMath::Q8Tensor => {
+                self.expert_q8_gemm_coop(pool, x, group_buf, order, y, sizes, x_div)
+            }
             (false, false) => self.expert_q8_gemm_tiled(pool, x, group_buf, order, y, sizes, x_div),
             (false, true) => self.expert_q4_gemm(pool, x, group_buf, order, y, sizes, x_div),
         }
     }
 }
 
-/// Dense projections: for one token the GEMV, for a chunk the tiled GEMM; with `xq` on int8 inputs (as
-/// llama.cpp multiplies Q8_0 weights): for one token the GEMV that quantises as it reads, for a chunk the
-/// int8 tiled GEMM after the input's Q8_0 quantisation into `xq`.
+/// How the dense projections multiply.
+#[derive(Clone, Copy)]
+enum DenseMath<'a> {
+    F32,
+    /// On int8 inputs, as llama.cpp multiplies Q8_0 weights; a chunk quantises its input into `xq`.
+    Int8 {
+        xq: View<'a>,
+    },
+    /// A chunk's GEMMs on tensor cores (one-token steps run the f32 GEMV).
+    Tensor,
+}
+
+/// Dense projections: for one token the GEMV, for a chunk the tiled GEMM; on int8 inputs: for one token the
+/// GEMV that quantises as it reads, for a chunk the int8 tiled GEMM after the input's Q8_0 quantisation;
+/// or a chunk's on tensor cores.
 trait DenseProjection {
     fn dense_projection(
         &self,
@@ -825,7 +863,7 @@ trait DenseProjection {
         x: View<'_>,
         y: View<'_>,
         t: u32,
-        xq: Option<View<'_>>,
+        math: DenseMath<'_>,
     ) -> diskformer_kernels::Result<Vec<Dispatch>>;
 }
 
@@ -836,13 +874,16 @@ impl DenseProjection for Kernels {
         x: View<'_>,
         y: View<'_>,
         t: u32,
-        xq: Option<View<'_>>,
+        math: DenseMath<'_>,
     ) -> diskformer_kernels::Result<Vec<Dispatch>> {
-        Ok(match xq {
-            None if t == 1 => vec![self.q8_gemv(w, x, y, 1)?],
-            Some(_) if t == 1 => vec![self.q8_gemv_i8(w, x, y, 1)?],
-            None => vec![self.q8_gemm_tiled(w, x, y, t)?],
-            Some(xq) => vec![self.quantize_q8(x, xq, t, w.cols)?, self.q8_gemm_i8(w, xq, y, t)?],
+        Ok(match math {
+            DenseMath::F32 | DenseMath::Tensor if t == 1 => vec![self.q8_gemv(w, x, y, 1)?],
+            DenseMath::Int8 { .. } if t == 1 => vec![self.q8_gemv_i8(w, x, y, 1)?],
+            DenseMath::F32 => vec![self.q8_gemm_tiled(w, x, y, t)?],
+            DenseMath::Tensor => vec![self.q8_gemm_coop(w, x, y, t)?],
+            DenseMath::Int8 { xq } => {
+                vec![self.quantize_q8(x, xq, t, w.cols)?, self.q8_gemm_i8(w, xq, y, t)?]
+            }
         })
     }
 }

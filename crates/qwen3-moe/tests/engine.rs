@@ -78,6 +78,37 @@ fn int8_prefill_agrees_across_chunkings_and_stays_near_f32() {
     }
 }
 
+/// `tensor_prefill`: on a device with cooperative matrices, chunks on tensor cores agree across chunkings,
+/// resident and streaming (each token's f16 rounding does not depend on its chunk), and lie near the f32
+/// chunks: f16 weights and activations move the log-probabilities by far less than `int8_prefill`'s 8 bits
+/// (0.05 leaves margin; a wrong index or scale moves them by O(1)). Elsewhere (lavapipe) the option changes
+/// nothing: the f32 chunks' logits exactly.
+#[test]
+fn tensor_prefill_agrees_across_chunkings_and_stays_near_f32() {
+    let m = model("tensor", SynthShape::tiny(), 3);
+    let exact = open(&m, |_| {}).prefill(&PROMPT, true).unwrap();
+    let mut first = open(&m, |o| o.tensor_prefill = true);
+    let want = first.prefill(&PROMPT, true).unwrap();
+    if !first.tensor_prefill() {
+        assert_eq!(want, exact, "without cooperative matrices tensor_prefill must leave the f32 chunks");
+        return;
+    }
+    for (batch, slots) in [(5, None), (7, None), (5, Some(10))] {
+        let mut e = open(&m, |o| {
+            o.tensor_prefill = true;
+            o.max_batch = batch;
+            o.pool_slots = slots;
+        });
+        let got = e.prefill(&PROMPT, true).unwrap();
+        let d = max_diff(&got, &want);
+        assert!(d < 1e-4, "tensor chunks of {batch}, {slots:?} slots: {d}");
+    }
+    let d = max_diff(&log_softmax(&want), &log_softmax(&exact));
+    eprintln!("tensor_prefill against f32 chunks: {d:.2e} in log-probability");
+    assert!(d > 0.0 && d < 0.05, "tensor chunks against f32 log-probabilities: {d}");
+    assert_eq!(top_n(&want, 1)[0].0, top_n(&exact, 1)[0].0, "greedy pick");
+}
+
 /// `int8_decode`: a prompt run token by token on int8 activations gives the same logits resident and
 /// streaming through 10 slots, with route-ahead and without (the same kernels on the same experts,
 /// wherever the pool holds them), with Q8_0 or Q4_0 experts (Q4_0: only the dense GEMVs on int8); against

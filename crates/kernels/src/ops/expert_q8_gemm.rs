@@ -119,6 +119,27 @@ impl Kernels {
         self.expert_gemm(Kernel::ExpertQ8GemmI8, Q8_0_BLOCK_BYTES, pool, x, groups, order, y, sizes, x_div)
     }
 
+    /// [`Kernels::expert_q8_gemm_tiled`] on tensor cores (its file with `q8_tile_coop.wgsl`, the
+    /// arithmetic of [`Kernels::q8_gemm_coop`]); inputs and groups as [`Kernels::expert_q8_gemm_tiled`].
+    ///
+    /// # Errors
+    /// [`Error::NoCooperativeMatrix`](crate::Error::NoCooperativeMatrix) on devices without them, else as
+    /// [`Kernels::expert_q8_gemv`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn expert_q8_gemm_coop(
+        &self,
+        pool: ExpertPlanes<'_>,
+        x: View<'_>,
+        groups: View<'_>,
+        order: View<'_>,
+        y: View<'_>,
+        sizes: (u32, u32),
+        x_div: u32,
+    ) -> Result<Dispatch> {
+        self.ensure_cooperative_matrix(Kernel::ExpertQ8GemmCoop)?;
+        self.expert_gemm(Kernel::ExpertQ8GemmCoop, Q8_0_BLOCK_BYTES, pool, x, groups, order, y, sizes, x_div)
+    }
+
     /// The grouped expert GEMM over Q4_0 pool planes (as [`Kernels::expert_q4_gemv`]): results equal
     /// [`Kernels::expert_q4_gemv`] with the same picks. [`Kernels::expert_q8_gemm_tiled`]'s file and tiles
     /// with the weights decoded from nibbles (`q4_tile_weights.wgsl`); groups as that kernel's.

@@ -47,6 +47,18 @@ impl Kernels {
         self.dense_gemm(Kernel::Q8GemmI8, w, x, y, tokens)
     }
 
+    /// [`Kernels::q8_gemm_tiled`] on tensor cores (`q8_gemm_coop.wgsl`): tiles of 128 rows × 64 tokens,
+    /// each weight rounded once to f16 from `q · d`, each input rounded to f16, the products summed in f32
+    /// ([`cpu::q8_gemv_f16`](crate::cpu::q8_gemv_f16)). Shapes and splits as [`Kernels::q8_gemm_tiled`].
+    ///
+    /// # Errors
+    /// [`Error::NoCooperativeMatrix`](crate::Error::NoCooperativeMatrix) on devices without them, else as
+    /// [`Kernels::q8_gemm_tiled`].
+    pub fn q8_gemm_coop(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
+        self.ensure_cooperative_matrix(Kernel::Q8GemmCoop)?;
+        self.dense_gemm(Kernel::Q8GemmCoop, w, x, y, tokens)
+    }
+
     /// The launcher shared by the tiled GEMMs, which differ in their tile helper and input rows.
     fn dense_gemm(
         &self,
@@ -63,7 +75,9 @@ impl Kernels {
                 "needs rows, tokens > 0 and cols a multiple of 32; got rows {rows}, cols {cols}, tokens {t}"
             )
         })?;
-        let gy = b.groups("token blocks", t.div_ceil(Q8_GEMM_TILED_TOKENS))?;
+        let block_tokens =
+            if kernel == Kernel::Q8GemmCoop { Q8_GEMM_COOP_TOKENS } else { Q8_GEMM_TILED_TOKENS };
+        let gy = b.groups("token blocks", t.div_ceil(block_tokens))?;
         let x_row = input_row_words(kernel, w.cols);
         let out = q8_matrix_parts(&b, w, x, y, (t, x_row), Q8_GEMM_TILED_ROWS)?
             .into_iter()
@@ -86,3 +100,5 @@ impl Kernels {
 /// Rows and tokens of a `q8_gemm_tiled.wgsl` workgroup (its `BR`, `BT`).
 const Q8_GEMM_TILED_ROWS: u64 = 128;
 const Q8_GEMM_TILED_TOKENS: u64 = 32;
+/// Tokens of a `q8_gemm_coop.wgsl` workgroup (its `BT`; its rows are `BR` = 128 as the tiled GEMMs').
+const Q8_GEMM_COOP_TOKENS: u64 = 64;

@@ -1,0 +1,188 @@
+// Q8_0 GEMM for prefill on tensor cores: y[t, row_begin + r] = W[r] · x[t] for T tokens, as q8_gemm_tiled
+// computes it but with f16 products summed in f32 (cpu::q8_gemv_f16: each weight q * d rounded once to f16,
+// each input rounded to f16). A workgroup of 128 lanes (four 32-lane subgroups, which the launcher checks)
+// takes 128 rows x 64 tokens, twice the tokens of expert_q8_gemm_coop's tiles (q8_tile_coop.wgsl), so each
+// weight is decoded into workgroup memory once per 64 tokens. A stage is two Q8_0 blocks (64 columns): lane
+// li decodes row li's 64 weights to f16 (coop_w: [column][rows]) and 32 inputs of token li % 64 (coop_x:
+// [column][tokens]); subgroup s then multiplies its rows 32s..32s + 31 by the 64 tokens as eight 16 x 16 x 16
+// products a 16-column step. Strides are padded by 8 halves so that a tile load's 16-byte rows fall in
+// distinct banks. The products go out through coop_c, one 16 x 16 a subgroup at a time. 31 KB of workgroup
+// memory (Kernel::workgroup_storage: 32 KiB).
+enable f16;
+
+struct Params {
+    rows: u32,      // rows in this part
+    cols: u32,      // input length, a multiple of 32
+    row_begin: u32, // first output row of this part
+    out_rows: u32,  // rows of the whole matrix (stride of y)
+    tokens: u32,    // T
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;      // [T, cols] f32
+@group(0) @binding(2) var<storage, read> q: array<vec4<u32>>;      // [rows, cols] int8 (this part)
+@group(0) @binding(3) var<storage, read> scales: array<f16>;       // [rows, cols/32] f16 scales (this part)
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;      // [T, out_rows] f32
+
+const BR: u32 = 128u; // rows per workgroup
+const BT: u32 = 64u;  // tokens per workgroup
+const WS: u32 = 136u; // coop_w's stride (128 rows + 8)
+const XS: u32 = 72u;  // coop_x's stride (64 tokens + 8)
+
+var<workgroup> coop_w: array<f16, 8704>; // [64 columns][WS]
+var<workgroup> coop_x: array<f16, 4608>; // [64 columns][XS]
+var<workgroup> coop_c: array<f32, 1024>; // [4 subgroups][16 rows][16 tokens]
+
+// The four f16 values q[c] * s of word w at columns c0..c0 + 3 of row li.
+fn put_w(li: u32, c0: u32, w: u32, s: f32) {
+    let v = i8x4(w) * s;
+    coop_w[c0 * WS + li] = f16(v.x);
+    coop_w[(c0 + 1u) * WS + li] = f16(v.y);
+    coop_w[(c0 + 2u) * WS + li] = f16(v.z);
+    coop_w[(c0 + 3u) * WS + li] = f16(v.w);
+}
+
+fn put_block(li: u32, c0: u32, w0: vec4<u32>, w1: vec4<u32>, s: f32) {
+    put_w(li, c0, w0.x, s);
+    put_w(li, c0 + 4u, w0.y, s);
+    put_w(li, c0 + 8u, w0.z, s);
+    put_w(li, c0 + 12u, w0.w, s);
+    put_w(li, c0 + 16u, w1.x, s);
+    put_w(li, c0 + 20u, w1.y, s);
+    put_w(li, c0 + 24u, w1.z, s);
+    put_w(li, c0 + 28u, w1.w, s);
+}
+
+fn put_x(lt: u32, c0: u32, v: vec4<f32>) {
+    coop_x[c0 * XS + lt] = f16(v.x);
+    coop_x[(c0 + 1u) * XS + lt] = f16(v.y);
+    coop_x[(c0 + 2u) * XS + lt] = f16(v.z);
+    coop_x[(c0 + 3u) * XS + lt] = f16(v.w);
+}
+
+// Subgroup sg's product `c` (tokens 16i.., rows 32sg + 16j..) out to y: lane l of the subgroup writes row
+// l / 2, tokens 8 (l % 2).. of it. Call from uniform control flow.
+fn put_out(c: coop_mat16x16<f32, C>, li: u32, r0: u32, t0: u32, i: u32, j: u32) {
+    let sg = li / 32u;
+    let base = 256u * sg;
+    coopStore(c, &coop_c[base], 16u);
+    workgroupBarrier();
+    let l = li % 32u;
+    let r = r0 + 32u * sg + 16u * j + l / 2u;
+    for (var m = 8u * (l % 2u); m < 8u * (l % 2u) + 8u; m++) {
+        let t = t0 + 16u * i + m;
+        if (r < p.rows && t < p.tokens) {
+            y[t * p.out_rows + p.row_begin + r] = coop_c[base + (l / 2u) * 16u + m];
+        }
+    }
+    workgroupBarrier();
+}
+
+// workgroup_id.x = block of 128 rows, workgroup_id.y = block of 64 tokens.
+@compute @workgroup_size(128)
+fn q8_gemm_coop(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let r0 = wg.x * BR;
+    let t0 = wg.y * BT;
+    let nblk = p.cols / 32u;
+    let nstage = (nblk + 1u) / 2u;
+    let sg = li / 32u;
+    // Lane li stages row li (clamped: rows past the end are decoded but never written out) and token
+    // li % 64's inputs of block 2st + li / 64 (zeros for tokens past the end and the block past an odd
+    // count, whose weights get scale 0).
+    let lrow = min(r0 + li, p.rows - 1u);
+    let wrow = lrow * nblk * 2u;
+    let lt = li % 64u;
+    let xb = li / 64u;
+    let live = t0 + lt < p.tokens;
+    let xrow = min(t0 + lt, p.tokens - 1u) * (p.cols / 4u);
+    var c00 = coop_mat16x16<f32, C>(); // tokens 16i.. x rows 32sg + 16j..: c{i}{j}
+    var c01 = coop_mat16x16<f32, C>();
+    var c10 = coop_mat16x16<f32, C>();
+    var c11 = coop_mat16x16<f32, C>();
+    var c20 = coop_mat16x16<f32, C>();
+    var c21 = coop_mat16x16<f32, C>();
+    var c30 = coop_mat16x16<f32, C>();
+    var c31 = coop_mat16x16<f32, C>();
+    var kb1 = min(1u, nblk - 1u);
+    var w0 = q[wrow];
+    var w1 = q[wrow + 1u];
+    var w2 = q[wrow + 2u * kb1];
+    var w3 = q[wrow + 2u * kb1 + 1u];
+    var s0 = f32(scales[lrow * nblk]);
+    var s1 = select(0.0, f32(scales[lrow * nblk + kb1]), 1u < nblk);
+    var xlive = live && xb < nblk;
+    var xk = xrow + 8u * min(xb, nblk - 1u);
+    var x0 = select(vec4<f32>(0.0), x[xk], xlive);
+    var x1 = select(vec4<f32>(0.0), x[xk + 1u], xlive);
+    var x2 = select(vec4<f32>(0.0), x[xk + 2u], xlive);
+    var x3 = select(vec4<f32>(0.0), x[xk + 3u], xlive);
+    var x4 = select(vec4<f32>(0.0), x[xk + 4u], xlive);
+    var x5 = select(vec4<f32>(0.0), x[xk + 5u], xlive);
+    var x6 = select(vec4<f32>(0.0), x[xk + 6u], xlive);
+    var x7 = select(vec4<f32>(0.0), x[xk + 7u], xlive);
+    for (var st = 0u; st < nstage; st++) {
+        workgroupBarrier(); // the last stage's products have read the tiles
+        put_block(li, 0u, w0, w1, s0);
+        put_block(li, 32u, w2, w3, s1);
+        let xc = 32u * xb;
+        put_x(lt, xc, x0);
+        put_x(lt, xc + 4u, x1);
+        put_x(lt, xc + 8u, x2);
+        put_x(lt, xc + 12u, x3);
+        put_x(lt, xc + 16u, x4);
+        put_x(lt, xc + 20u, x5);
+        put_x(lt, xc + 24u, x6);
+        put_x(lt, xc + 28u, x7);
+        workgroupBarrier();
+        // The next stage's loads, issued before this one's products (the last stage loads itself again).
+        let kb0 = 2u * min(st + 1u, nstage - 1u);
+        kb1 = min(kb0 + 1u, nblk - 1u);
+        w0 = q[wrow + 2u * kb0];
+        w1 = q[wrow + 2u * kb0 + 1u];
+        w2 = q[wrow + 2u * kb1];
+        w3 = q[wrow + 2u * kb1 + 1u];
+        s0 = f32(scales[lrow * nblk + kb0]);
+        s1 = select(0.0, f32(scales[lrow * nblk + kb1]), kb0 + 1u < nblk);
+        xlive = live && kb0 + xb < nblk;
+        xk = xrow + 8u * min(kb0 + xb, nblk - 1u);
+        x0 = select(vec4<f32>(0.0), x[xk], xlive);
+        x1 = select(vec4<f32>(0.0), x[xk + 1u], xlive);
+        x2 = select(vec4<f32>(0.0), x[xk + 2u], xlive);
+        x3 = select(vec4<f32>(0.0), x[xk + 3u], xlive);
+        x4 = select(vec4<f32>(0.0), x[xk + 4u], xlive);
+        x5 = select(vec4<f32>(0.0), x[xk + 5u], xlive);
+        x6 = select(vec4<f32>(0.0), x[xk + 6u], xlive);
+        x7 = select(vec4<f32>(0.0), x[xk + 7u], xlive);
+        for (var h = 0u; h < 4u; h++) {
+            // A (token m, column k) at coop_x[k * XS + m]: column-major; B (column k, row n) at
+            // coop_w[k * WS + n]: row-major.
+            let xa = h * 16u * XS;
+            let wa = h * 16u * WS + 32u * sg;
+            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&coop_w[wa], WS);
+            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&coop_w[wa + 16u], WS);
+            let a0 = coopLoad<coop_mat16x16<f16, A>>(&coop_x[xa], XS);
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            let a1 = coopLoad<coop_mat16x16<f16, A>>(&coop_x[xa + 16u], XS);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+            let a2 = coopLoad<coop_mat16x16<f16, A>>(&coop_x[xa + 32u], XS);
+            c20 = coopMultiplyAdd(a2, b0, c20);
+            c21 = coopMultiplyAdd(a2, b1, c21);
+            let a3 = coopLoad<coop_mat16x16<f16, A>>(&coop_x[xa + 48u], XS);
+            c30 = coopMultiplyAdd(a3, b0, c30);
+            c31 = coopMultiplyAdd(a3, b1, c31);
+        }
+    }
+    put_out(c00, li, r0, t0, 0u, 0u);
+    put_out(c01, li, r0, t0, 0u, 1u);
+    put_out(c10, li, r0, t0, 1u, 0u);
+    put_out(c11, li, r0, t0, 1u, 1u);
+    put_out(c20, li, r0, t0, 2u, 0u);
+    put_out(c21, li, r0, t0, 2u, 1u);
+    put_out(c30, li, r0, t0, 3u, 0u);
+    put_out(c31, li, r0, t0, 3u, 1u);
+}
