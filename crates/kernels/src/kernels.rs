@@ -246,11 +246,11 @@ impl Kernel {
     }
 
     /// Workgroup memory the kernel needs, bytes: 16 KiB (what every device offers) but for `attention_flash`
-    /// and the cooperative-matrix GEMMs,
+    /// and the dense cooperative-matrix GEMM,
     /// whose pipeline is built only where the device's limit allows.
     pub fn workgroup_storage(self) -> u32 {
         match self {
-            Kernel::AttentionFlash | Kernel::Q8GemmCoop | Kernel::ExpertQ8GemmCoop => 32 << 10,
+            Kernel::AttentionFlash | Kernel::Q8GemmCoop => 32 << 10,
             _ => 16 << 10,
         }
     }

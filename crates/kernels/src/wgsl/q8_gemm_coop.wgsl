@@ -2,12 +2,12 @@
 // computes it but with f16 products summed in f32 (cpu::q8_gemv_f16: each weight q * d rounded once to f16,
 // each input rounded to f16). A workgroup of 128 lanes (four 32-lane subgroups, which the launcher checks)
 // takes 128 rows x 64 tokens, twice the tokens of expert_q8_gemm_coop's tiles (q8_tile_coop.wgsl), so each
-// weight is decoded into workgroup memory once per 64 tokens. A stage is two Q8_0 blocks (64 columns): lane
-// li decodes row li's 64 weights to f16 (coop_w: [column][rows]) and 32 inputs of token li % 64 (coop_x:
-// [column][tokens]); subgroup s then multiplies its rows 32s..32s + 31 by the 64 tokens as eight 16 x 16 x 16
-// products a 16-column step. Strides are padded by 8 halves so that a tile load's 16-byte rows fall in
-// distinct banks. The products go out through coop_c, one 16 x 16 a subgroup at a time. 31 KB of workgroup
-// memory (Kernel::workgroup_storage: 32 KiB).
+// weight is decoded into workgroup memory once per 64 tokens. A stage is two Q8_0 blocks (64 columns), staged
+// as q8_tile_coop.wgsl stages them (columns contiguous, 4 halves a write, rows padded by 8 halves, tile
+// offsets and strides in vec4<f16>): lane li decodes row li's 64 weights (coop_w, B column-major) and 32
+// inputs of token li % 64 (coop_x, A row-major); subgroup s then multiplies its rows 32s..32s + 31 by the 64
+// tokens as eight 16 x 16 x 16 products a 16-column step. The products go out through coop_c, one 16 x 16 a
+// subgroup at a time. 31 KB of workgroup memory (Kernel::workgroup_storage: 32 KiB).
 enable f16;
 
 struct Params {
@@ -29,38 +29,22 @@ struct Params {
 
 const BR: u32 = 128u; // rows per workgroup
 const BT: u32 = 64u;  // tokens per workgroup
-const WS: u32 = 136u; // coop_w's stride (128 rows + 8)
-const XS: u32 = 72u;  // coop_x's stride (64 tokens + 8)
+const S: u32 = 18u; // vec4<f16> a staged row: 64 halves + 8
 
-var<workgroup> coop_w: array<f16, 8704>; // [64 columns][WS]
-var<workgroup> coop_x: array<f16, 4608>; // [64 columns][XS]
-var<workgroup> coop_c: array<f32, 1024>; // [4 subgroups][16 rows][16 tokens]
+var<workgroup> coop_w: array<vec4<f16>, 2304>; // [128 rows][S]
+var<workgroup> coop_x: array<vec4<f16>, 1152>; // [64 tokens][S]
+var<workgroup> coop_c: array<f32, 1024>;       // [4 subgroups][16 rows][16 tokens]
 
-// The four f16 values q[c] * s of word w at columns c0..c0 + 3 of row li.
-fn put_w(li: u32, c0: u32, w: u32, s: f32) {
-    let v = i8x4(w) * s;
-    coop_w[c0 * WS + li] = f16(v.x);
-    coop_w[(c0 + 1u) * WS + li] = f16(v.y);
-    coop_w[(c0 + 2u) * WS + li] = f16(v.z);
-    coop_w[(c0 + 3u) * WS + li] = f16(v.w);
-}
-
-fn put_block(li: u32, c0: u32, w0: vec4<u32>, w1: vec4<u32>, s: f32) {
-    put_w(li, c0, w0.x, s);
-    put_w(li, c0 + 4u, w0.y, s);
-    put_w(li, c0 + 8u, w0.z, s);
-    put_w(li, c0 + 12u, w0.w, s);
-    put_w(li, c0 + 16u, w1.x, s);
-    put_w(li, c0 + 20u, w1.y, s);
-    put_w(li, c0 + 24u, w1.z, s);
-    put_w(li, c0 + 28u, w1.w, s);
-}
-
-fn put_x(lt: u32, c0: u32, v: vec4<f32>) {
-    coop_x[c0 * XS + lt] = f16(v.x);
-    coop_x[(c0 + 1u) * XS + lt] = f16(v.y);
-    coop_x[(c0 + 2u) * XS + lt] = f16(v.z);
-    coop_x[(c0 + 3u) * XS + lt] = f16(v.w);
+// A block's 32 weights (words w0, w1, scale s) into the staged row at vec4 `at`.
+fn put_block(at: u32, w0: vec4<u32>, w1: vec4<u32>, s: f32) {
+    coop_w[at] = vec4<f16>(i8x4(w0.x) * s);
+    coop_w[at + 1u] = vec4<f16>(i8x4(w0.y) * s);
+    coop_w[at + 2u] = vec4<f16>(i8x4(w0.z) * s);
+    coop_w[at + 3u] = vec4<f16>(i8x4(w0.w) * s);
+    coop_w[at + 4u] = vec4<f16>(i8x4(w1.x) * s);
+    coop_w[at + 5u] = vec4<f16>(i8x4(w1.y) * s);
+    coop_w[at + 6u] = vec4<f16>(i8x4(w1.z) * s);
+    coop_w[at + 7u] = vec4<f16>(i8x4(w1.w) * s);
 }
 
 // Subgroup sg's product `c` (tokens 16i.., rows 32sg + 16j..) out to y: lane l of the subgroup writes row
@@ -125,17 +109,17 @@ fn q8_gemm_coop(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id)
     var x7 = select(vec4<f32>(0.0), x[xk + 7u], xlive);
     for (var st = 0u; st < nstage; st++) {
         workgroupBarrier(); // the last stage's products have read the tiles
-        put_block(li, 0u, w0, w1, s0);
-        put_block(li, 32u, w2, w3, s1);
-        let xc = 32u * xb;
-        put_x(lt, xc, x0);
-        put_x(lt, xc + 4u, x1);
-        put_x(lt, xc + 8u, x2);
-        put_x(lt, xc + 12u, x3);
-        put_x(lt, xc + 16u, x4);
-        put_x(lt, xc + 20u, x5);
-        put_x(lt, xc + 24u, x6);
-        put_x(lt, xc + 28u, x7);
+        put_block(li * S, w0, w1, s0);
+        put_block(li * S + 8u, w2, w3, s1);
+        let xa = lt * S + 8u * xb;
+        coop_x[xa] = vec4<f16>(x0);
+        coop_x[xa + 1u] = vec4<f16>(x1);
+        coop_x[xa + 2u] = vec4<f16>(x2);
+        coop_x[xa + 3u] = vec4<f16>(x3);
+        coop_x[xa + 4u] = vec4<f16>(x4);
+        coop_x[xa + 5u] = vec4<f16>(x5);
+        coop_x[xa + 6u] = vec4<f16>(x6);
+        coop_x[xa + 7u] = vec4<f16>(x7);
         workgroupBarrier();
         // The next stage's loads, issued before this one's products (the last stage loads itself again).
         let kb0 = 2u * min(st + 1u, nstage - 1u);
@@ -157,22 +141,22 @@ fn q8_gemm_coop(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id)
         x6 = select(vec4<f32>(0.0), x[xk + 6u], xlive);
         x7 = select(vec4<f32>(0.0), x[xk + 7u], xlive);
         for (var h = 0u; h < 4u; h++) {
-            // A (token m, column k) at coop_x[k * XS + m]: column-major; B (column k, row n) at
-            // coop_w[k * WS + n]: row-major.
-            let xa = h * 16u * XS;
-            let wa = h * 16u * WS + 32u * sg;
-            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&coop_w[wa], WS);
-            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&coop_w[wa + 16u], WS);
-            let a0 = coopLoad<coop_mat16x16<f16, A>>(&coop_x[xa], XS);
+            // A (token m, column k) at coop_x[m * S + k / 4]: row-major; B (column k, row n) at
+            // coop_w[n * S + k / 4]: column-major.
+            let xa = 4u * h;
+            let wa = 32u * sg * S + 4u * h;
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&coop_w[wa], S);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&coop_w[wa + 16u * S], S);
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&coop_x[xa], S);
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
-            let a1 = coopLoad<coop_mat16x16<f16, A>>(&coop_x[xa + 16u], XS);
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&coop_x[xa + 16u * S], S);
             c10 = coopMultiplyAdd(a1, b0, c10);
             c11 = coopMultiplyAdd(a1, b1, c11);
-            let a2 = coopLoad<coop_mat16x16<f16, A>>(&coop_x[xa + 32u], XS);
+            let a2 = coopLoadT<coop_mat16x16<f16, A>>(&coop_x[xa + 32u * S], S);
             c20 = coopMultiplyAdd(a2, b0, c20);
             c21 = coopMultiplyAdd(a2, b1, c21);
-            let a3 = coopLoad<coop_mat16x16<f16, A>>(&coop_x[xa + 48u], XS);
+            let a3 = coopLoadT<coop_mat16x16<f16, A>>(&coop_x[xa + 48u * S], S);
             c30 = coopMultiplyAdd(a3, b0, c30);
             c31 = coopMultiplyAdd(a3, b1, c31);
         }

@@ -6,15 +6,16 @@
 // 32s..32s + 31, and the rows of its lanes' products are the tile's rows 32s..32s + 31. (The dense GEMM,
 // q8_gemm_coop.wgsl, has tiles of 64 tokens and writes its products out itself.)
 //
-// A stage is two Q8_0 blocks (64 columns): lane li decodes row li's 64 weights times their scales to f16
-// (coop_w, by column: [column][rows]) and 16 of token li % 32's inputs to f16 (coop_x: [column][tokens]);
-// then subgroup s multiplies tokens 0..31 by its rows 32s..32s + 31 as four 16 x 16 x 16 products a
-// 16-column step (A = inputs, B = weights, C in f32): C[token][row] += x[token][k] w[row][k]. Strides padded
-// by 8 halves, so that the 16-byte rows of a tile load fall in distinct banks; staging writes put
-// consecutive lanes on consecutive halves. Step s + 1's global loads are issued before step s's products, as
-// in q8_tile.wgsl. 27 KB of workgroup memory (Kernel::workgroup_storage: 32 KiB).
+// A stage is one Q8_0 block (32 columns): lane li decodes row li's 32 weights times their scale to f16
+// (coop_w: [column][rows], rows padded to 136 so that the 16-byte rows of a tile load fall in distinct banks)
+// and 8 of pair li % 32's inputs (coop_x: [column][pairs], padded to 40); then subgroup s multiplies pairs
+// 0..31 by its rows 32s..32s + 31 as four 16 x 16 x 16 products a 16-column half (A = inputs, B = weights, C
+// in f32): C[pair][row] += x[pair][k] w[row][k]. (On the H200 this beat stages of two blocks in 27 KB of
+// workgroup memory by a third, probably as fewer of those workgroups fit an SM; crates/kernels/BENCHMARKS.md.)
 // Rounding: each weight is q * d rounded once to f16 (q * d is exact in f32), each input is rounded to f16,
 // and products are summed in f32 (cpu::q8_gemv_f16 computes the same values in f64).
+// Staging writes put consecutive lanes on consecutive halves (no bank conflicts); step s + 1's global loads
+// are issued before step s's products, as in q8_tile.wgsl. 15 KB of workgroup memory.
 
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>; // input rows, f32
 
@@ -23,38 +24,24 @@ fn x_row_len() -> u32 {
     return p.cols / 4u;
 }
 
-var<workgroup> coop_w: array<f16, 8704>; // [64 columns][136] scaled weights (128 rows, padded)
-var<workgroup> coop_x: array<f16, 2560>; // [64 columns][40] inputs (32 tokens, padded)
+var<workgroup> coop_w: array<f16, 4352>; // [32 columns][136] scaled weights
+var<workgroup> coop_x: array<f16, 1280>; // [32 columns][40] inputs
 var<workgroup> coop_c: array<f32, 1024>; // [4 subgroups][16 rows][16 tokens] products on their way out
-
-const COOP_WS: u32 = 136u; // coop_w's stride: 128 rows + 8, so the 16-byte rows a tile load takes hit distinct banks
-const COOP_XS: u32 = 40u;  // coop_x's stride: 32 tokens + 8
 
 // The four f16 values q[c] * s of word w at columns c0..c0 + 3 of row li.
 fn coop_put_w(li: u32, c0: u32, w: u32, s: f32) {
     let v = i8x4(w) * s;
-    coop_w[c0 * COOP_WS + li] = f16(v.x);
-    coop_w[(c0 + 1u) * COOP_WS + li] = f16(v.y);
-    coop_w[(c0 + 2u) * COOP_WS + li] = f16(v.z);
-    coop_w[(c0 + 3u) * COOP_WS + li] = f16(v.w);
-}
-
-fn coop_put_block(li: u32, c0: u32, w0: vec4<u32>, w1: vec4<u32>, s: f32) {
-    coop_put_w(li, c0, w0.x, s);
-    coop_put_w(li, c0 + 4u, w0.y, s);
-    coop_put_w(li, c0 + 8u, w0.z, s);
-    coop_put_w(li, c0 + 12u, w0.w, s);
-    coop_put_w(li, c0 + 16u, w1.x, s);
-    coop_put_w(li, c0 + 20u, w1.y, s);
-    coop_put_w(li, c0 + 24u, w1.z, s);
-    coop_put_w(li, c0 + 28u, w1.w, s);
+    coop_w[c0 * 136u + li] = f16(v.x);
+    coop_w[(c0 + 1u) * 136u + li] = f16(v.y);
+    coop_w[(c0 + 2u) * 136u + li] = f16(v.z);
+    coop_w[(c0 + 3u) * 136u + li] = f16(v.w);
 }
 
 fn coop_put_x(lt: u32, c0: u32, v: vec4<f32>) {
-    coop_x[c0 * COOP_XS + lt] = f16(v.x);
-    coop_x[(c0 + 1u) * COOP_XS + lt] = f16(v.y);
-    coop_x[(c0 + 2u) * COOP_XS + lt] = f16(v.z);
-    coop_x[(c0 + 3u) * COOP_XS + lt] = f16(v.w);
+    coop_x[c0 * 40u + lt] = f16(v.x);
+    coop_x[(c0 + 1u) * 40u + lt] = f16(v.y);
+    coop_x[(c0 + 2u) * 40u + lt] = f16(v.z);
+    coop_x[(c0 + 3u) * 40u + lt] = f16(v.w);
 }
 
 // Lane li's 32 products from a staged 16 x 16 product (coop_c at `base`, C(token m, row n) at n * 16 + m):
@@ -70,12 +57,11 @@ fn coop_take(base: u32, m0: u32, n0: u32) -> array<vec4<f32>, 8> {
     return out;
 }
 
-// Lane li brings row `lrow`'s weights (the plane row for the tile's row li, clamped by the caller) and 16
-// inputs a stage of input row `xrow` (a vec4 index, the tile's token li % 32; zeros unless `live`; columns
-// 16 * (li / 32).. of the stage's 64). Call from uniform control flow (barriers and subgroup-wide products).
+// Lane li brings row `lrow`'s weights (the plane row for the tile's row li, clamped by the caller) and 8
+// inputs a block of input row `xrow` (a vec4 index, the tile's token li % 32; zeros unless `live`; columns
+// 8 * (li / 32)..). Call from uniform control flow (barriers and subgroup-wide products).
 fn tile_product(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 8> {
     let nblk = p.cols / 32u;
-    let nstage = (nblk + 1u) / 2u;
     let lt = li % 32u;
     let sg = li / 32u;
     let wrow = lrow * nblk * 2u;
@@ -83,55 +69,37 @@ fn tile_product(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 8
     var c01 = coop_mat16x16<f32, C>(); // tokens 0..15 x rows 32sg + 16..
     var c10 = coop_mat16x16<f32, C>(); // tokens 16..31 x rows 32sg..
     var c11 = coop_mat16x16<f32, C>(); // tokens 16..31 x rows 32sg + 16..
-    // Stage st: blocks 2st and 2st + 1 (past an odd count: the last block again, its scale and inputs 0).
-    // Lane group sg's inputs are columns 16sg.. of the stage: block 2st + sg / 2.
-    let xb = sg / 2u;
-    let xo = 4u * (sg % 2u);
-    var kb1 = min(1u, nblk - 1u);
     var w0 = q[wrow];
     var w1 = q[wrow + 1u];
-    var w2 = q[wrow + 2u * kb1];
-    var w3 = q[wrow + 2u * kb1 + 1u];
-    var s0 = f32(scales[lrow * nblk]);
-    var s1 = select(0.0, f32(scales[lrow * nblk + kb1]), 1u < nblk);
-    var xlive = live && xb < nblk;
-    var xk = 8u * min(xb, nblk - 1u) + xo;
-    var x0 = select(vec4<f32>(0.0), x[xrow + xk], xlive);
-    var x1 = select(vec4<f32>(0.0), x[xrow + xk + 1u], xlive);
-    var x2 = select(vec4<f32>(0.0), x[xrow + xk + 2u], xlive);
-    var x3 = select(vec4<f32>(0.0), x[xrow + xk + 3u], xlive);
-    for (var st = 0u; st < nstage; st++) {
+    var s = f32(scales[lrow * nblk]);
+    var xa = select(vec4<f32>(0.0), x[xrow + 2u * sg], live);
+    var xb = select(vec4<f32>(0.0), x[xrow + 2u * sg + 1u], live);
+    for (var kb = 0u; kb < nblk; kb++) {
         workgroupBarrier(); // the last stage's products have read the tiles
-        coop_put_block(li, 0u, w0, w1, s0);
-        coop_put_block(li, 32u, w2, w3, s1);
-        coop_put_x(lt, 16u * sg, x0);
-        coop_put_x(lt, 16u * sg + 4u, x1);
-        coop_put_x(lt, 16u * sg + 8u, x2);
-        coop_put_x(lt, 16u * sg + 12u, x3);
+        coop_put_w(li, 0u, w0.x, s);
+        coop_put_w(li, 4u, w0.y, s);
+        coop_put_w(li, 8u, w0.z, s);
+        coop_put_w(li, 12u, w0.w, s);
+        coop_put_w(li, 16u, w1.x, s);
+        coop_put_w(li, 20u, w1.y, s);
+        coop_put_w(li, 24u, w1.z, s);
+        coop_put_w(li, 28u, w1.w, s);
+        coop_put_x(lt, 8u * sg, xa);
+        coop_put_x(lt, 8u * sg + 4u, xb);
         workgroupBarrier();
-        // The next stage's loads, issued before this one's products (the last stage loads itself again).
-        let ns = min(st + 1u, nstage - 1u);
-        let kb0 = 2u * ns;
-        kb1 = min(kb0 + 1u, nblk - 1u);
-        w0 = q[wrow + 2u * kb0];
-        w1 = q[wrow + 2u * kb0 + 1u];
-        w2 = q[wrow + 2u * kb1];
-        w3 = q[wrow + 2u * kb1 + 1u];
-        s0 = f32(scales[lrow * nblk + kb0]);
-        s1 = select(0.0, f32(scales[lrow * nblk + kb1]), kb0 + 1u < nblk);
-        xlive = live && kb0 + xb < nblk;
-        xk = 8u * min(kb0 + xb, nblk - 1u) + xo;
-        x0 = select(vec4<f32>(0.0), x[xrow + xk], xlive);
-        x1 = select(vec4<f32>(0.0), x[xrow + xk + 1u], xlive);
-        x2 = select(vec4<f32>(0.0), x[xrow + xk + 2u], xlive);
-        x3 = select(vec4<f32>(0.0), x[xrow + xk + 3u], xlive);
-        for (var h = 0u; h < 4u; h++) {
-            // A (token m, column k) at coop_x[k * COOP_XS + m]: column-major; B (column k, row n) at
-            // coop_w[k * COOP_WS + n]: row-major.
-            let a0 = coopLoad<coop_mat16x16<f16, A>>(&coop_x[h * 16u * COOP_XS], COOP_XS);
-            let a1 = coopLoad<coop_mat16x16<f16, A>>(&coop_x[h * 16u * COOP_XS + 16u], COOP_XS);
-            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&coop_w[h * 16u * COOP_WS + 32u * sg], COOP_WS);
-            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&coop_w[h * 16u * COOP_WS + 32u * sg + 16u], COOP_WS);
+        let nb = min(kb + 1u, nblk - 1u);
+        w0 = q[wrow + 2u * nb];
+        w1 = q[wrow + 2u * nb + 1u];
+        s = f32(scales[lrow * nblk + nb]);
+        xa = select(vec4<f32>(0.0), x[xrow + 8u * nb + 2u * sg], live);
+        xb = select(vec4<f32>(0.0), x[xrow + 8u * nb + 2u * sg + 1u], live);
+        for (var h = 0u; h < 2u; h++) {
+            // A (token m, column k) at coop_x[k * 32 + m]: column-major; B (column k, row n) at
+            // coop_w[k * 128 + n]: row-major.
+            let a0 = coopLoad<coop_mat16x16<f16, A>>(&coop_x[h * 640u], 40u);
+            let a1 = coopLoad<coop_mat16x16<f16, A>>(&coop_x[h * 640u + 16u], 40u);
+            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&coop_w[h * 2176u + 32u * sg], 136u);
+            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&coop_w[h * 2176u + 32u * sg + 16u], 136u);
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
             c10 = coopMultiplyAdd(a1, b0, c10);
