@@ -44,24 +44,29 @@ pub fn add_rms_norm(a: &[f32], b: &[f32], w: &[f32], n: usize, eps: f32) -> (Vec
 
 /// Q8_0 GEMV over T inputs: `y[t, r] = Σ_c dequant(W)[r, c] · x[t, c]` for `W [rows, cols]`.
 pub fn q8_gemv(q: &[i8], scales: &[f16], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
-    x.chunks(cols)
-        .flat_map(|xt| {
-            (0..rows).map(move |r| {
-                (0..cols).map(|c| f64::from(q8(q, scales, cols, r, c)) * f64::from(xt[c])).sum::<f64>() as f32
-            })
-        })
-        .collect()
+    q8_gemv_as(q, scales, rows, cols, x, f64::from)
 }
 
 /// [`q8_gemv`] as the cooperative-matrix GEMMs compute it (`Kernels::q8_gemm_coop`): each weight
 /// `q · d` rounded once to f16 (the product is exact in f32), each input rounded to f16, the products
 /// summed (here in f64).
 pub fn q8_gemv_f16(q: &[i8], scales: &[f16], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
-    let round = |v: f32| f64::from(f16::from_f32(v).to_f32());
+    q8_gemv_as(q, scales, rows, cols, x, |v| f64::from(f16::from_f32(v).to_f32()))
+}
+
+/// The Q8_0 GEMV with each dequantised weight and each input taken as `value(·)`, summed in f64.
+fn q8_gemv_as(
+    q: &[i8],
+    scales: &[f16],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    value: impl Fn(f32) -> f64 + Copy,
+) -> Vec<f32> {
     x.chunks(cols)
         .flat_map(|xt| {
             (0..rows).map(move |r| {
-                (0..cols).map(|c| round(q8(q, scales, cols, r, c)) * round(xt[c])).sum::<f64>() as f32
+                (0..cols).map(|c| value(q8(q, scales, cols, r, c)) * value(xt[c])).sum::<f64>() as f32
             })
         })
         .collect()
@@ -77,14 +82,7 @@ pub fn expert_q8_gemv_f16(
     x: &[f32],
     x_div: usize,
 ) -> Vec<f32> {
-    slot_idx
-        .iter()
-        .enumerate()
-        .flat_map(|(pair, &slot)| {
-            let (qs, ss) = q8_slot(q, scales, rows * cols, slot);
-            q8_gemv_f16(qs, ss, rows, cols, &x[pair / x_div * cols..][..cols])
-        })
-        .collect()
+    expert_q8_gemv_as(q, scales, (rows, cols), slot_idx, x, x_div, q8_gemv_f16)
 }
 
 /// F32 GEMV over T inputs: `y[t, r] = Σ_c W[r, c] · x[t, c]` for `W [rows, cols]`.
@@ -262,12 +260,28 @@ pub fn expert_q8_gemv(
     x: &[f32],
     x_div: usize,
 ) -> Vec<f32> {
+    expert_q8_gemv_as(q, scales, (rows, cols), slot_idx, x, x_div, q8_gemv)
+}
+
+/// A Q8_0 GEMV reference: `(q, scales, rows, cols, x)` to `y`.
+type Q8GemvRef = fn(&[i8], &[f16], usize, usize, &[f32]) -> Vec<f32>;
+
+/// The expert GEMV with each pair's product by `gemv` ([`q8_gemv`] or [`q8_gemv_f16`]).
+fn expert_q8_gemv_as(
+    q: &[i8],
+    scales: &[f16],
+    (rows, cols): (usize, usize),
+    slot_idx: &[u32],
+    x: &[f32],
+    x_div: usize,
+    gemv: Q8GemvRef,
+) -> Vec<f32> {
     slot_idx
         .iter()
         .enumerate()
         .flat_map(|(pair, &slot)| {
             let (qs, ss) = q8_slot(q, scales, rows * cols, slot);
-            q8_gemv(qs, ss, rows, cols, &x[pair / x_div * cols..][..cols])
+            gemv(qs, ss, rows, cols, &x[pair / x_div * cols..][..cols])
         })
         .collect()
 }

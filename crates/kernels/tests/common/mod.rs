@@ -162,6 +162,13 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], scale: &[f32], atol: 
     eprintln!("{what}: {} values, worst error {:.3} of tolerance", got.len(), worst);
 }
 
+/// Asserts that `other` (another arithmetic's reference) lies outside `rtol · scale` of `want` somewhere,
+/// so that the tolerance a kernel is held to tells its arithmetic from that one: `what` says which.
+pub fn assert_some_apart(what: &str, other: &[f32], want: &[f32], scale: &[f32], rtol: f32) {
+    let apart = other.iter().zip(want).zip(scale).filter(|((a, b), m)| (*a - *b).abs() > rtol * *m);
+    assert!(apart.count() > 0, "{what}");
+}
+
 /// `scale` vector for relative tolerances on plain magnitudes.
 pub fn abs_of(v: &[f32]) -> Vec<f32> {
     v.iter().map(|x| x.abs()).collect()
