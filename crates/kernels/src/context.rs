@@ -1,6 +1,22 @@
 //! The wgpu instance, adapter, device and queue, with the features and limits the kernels rely on.
 
+use std::sync::OnceLock;
+
 use crate::error::{Error, Result};
+
+/// The process's one wgpu instance (Vulkan, Metal, DX12: the GL backend has no shader-f16, so it could
+/// only produce an error). Contexts share it rather than each creating and dropping its own: every drop
+/// unloads the Vulkan loader and driver, and on the H200 (NVIDIA 580) the 30th load in a process failed
+/// ("vulkan drivers/libraries could not be loaded"), so a process that opened engines one after another
+/// could not open more. Adapters and devices stay each context's own, and go with it.
+fn instance() -> &'static wgpu::Instance {
+    static INSTANCE: OnceLock<wgpu::Instance> = OnceLock::new();
+    INSTANCE.get_or_init(|| {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = wgpu::Backends::PRIMARY;
+        wgpu::Instance::new(desc)
+    })
+}
 
 /// Environment variable: pick the adapter whose name contains this text (case-insensitive).
 pub const ADAPTER_ENV: &str = "DISKFORMER_ADAPTER";
@@ -52,10 +68,7 @@ impl Context {
     /// # Errors
     /// As [`Context::new`].
     pub async fn new_async() -> Result<Self> {
-        // Vulkan, Metal, DX12: the GL backend has no shader-f16, so it could only produce an error.
-        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-        desc.backends = wgpu::Backends::PRIMARY;
-        let instance = wgpu::Instance::new(desc);
+        let instance = instance();
         let adapter = match std::env::var(ADAPTER_ENV) {
             Ok(want) if !want.is_empty() => {
                 let want_lc = want.to_lowercase();
