@@ -74,10 +74,10 @@ struct Args {
     /// Chunks multiply by Q8_0-quantised activations with int8 dot products (EngineOptions::int8_prefill).
     #[arg(long)]
     int8_prefill: bool,
-    /// Chunks run their Q8_0 GEMMs in f32 on the shader cores even where the device has tensor cores
-    /// (EngineOptions::tensor_prefill off; on by default: f16 weights and activations, f32 sums).
+    /// Chunks run their Q8_0 GEMMs on tensor cores where the device has cooperative matrices, f16 weights
+    /// and activations (EngineOptions::tensor_prefill).
     #[arg(long)]
-    no_tensor_prefill: bool,
+    tensor_prefill: bool,
     /// One-token steps run their Q8_0 GEMVs on Q8_0-quantised inputs (EngineOptions::int8_decode).
     #[arg(long)]
     int8_decode: bool,
@@ -161,7 +161,7 @@ fn main() -> anyhow::Result<()> {
     opts.gpu_routing = !args.no_gpu_routing;
     opts.run_ahead = !args.no_run_ahead;
     opts.int8_prefill = args.int8_prefill;
-    opts.tensor_prefill = !args.no_tensor_prefill;
+    opts.tensor_prefill = args.tensor_prefill;
     opts.int8_decode = args.int8_decode;
     opts.route_ahead = args.route_ahead.unwrap_or(opts.route_ahead);
     opts.read_split = args.read_split.unwrap_or(opts.read_split);

@@ -85,10 +85,10 @@ struct Args {
     /// prefill; off by default: the exact f32 path).
     #[arg(long)]
     int8_prefill: bool,
-    /// Prompts multiply in f32 on the shader cores even where the GPU offers tensor cores (by default
-    /// they run there, f16 weights and activations with f32 sums: EngineOptions::tensor_prefill).
+    /// Prompts multiply on tensor cores where the GPU offers cooperative matrices: f16 weights and
+    /// activations, f32 sums (EngineOptions::tensor_prefill; elsewhere the f32 path).
     #[arg(long)]
-    no_tensor_prefill: bool,
+    tensor_prefill: bool,
     /// Replies multiply Q8_0 weights by Q8_0-quantised activations with int8 dot products, as llama.cpp
     /// does (off by default: the exact f32 path; 6 % slower on an H200).
     #[arg(long)]
@@ -126,7 +126,7 @@ fn main() -> anyhow::Result<()> {
     opts.direct_io = args.direct_io;
     opts.readers = args.readers;
     opts.int8_prefill = args.int8_prefill;
-    opts.tensor_prefill = !args.no_tensor_prefill;
+    opts.tensor_prefill = args.tensor_prefill;
     opts.int8_decode = args.int8_decode;
 
     let model = match &args.model {

@@ -16,8 +16,8 @@
 # .device/bench-NAME over AB_ROUNDS rounds of the resident row (after an AB_PROMPT-token prompt, 16 by default),
 # then (unless AB_RESIDENT_ONLY=1) one 4 GB page-cache row each, and the 16 GB and 8 GB rows of .device/bench;
 # each binary first runs once unrecorded (AB_WARMUP=0 skips that). REUSE=1 keeps a model and store that a call
-# on the same machine left behind. TENSOR=1: resident prefill after a 512-token prompt with f32
-# (--no-tensor-prefill), int8 and tensor-core chunks (the default) in turn (TENSOR_ROUNDS), then 4 GB rows. EXPERTS=q4_0 makes the synthetic model's experts Q4_0 (default q8_0).
+# on the same machine left behind. TENSOR=1: resident prefill after a 512-token prompt with f32, int8 and
+# tensor-core chunks in turn (TENSOR_ROUNDS), then 4 GB rows. EXPERTS=q4_0 makes the synthetic model's experts Q4_0 (default q8_0).
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -166,12 +166,12 @@ elif [ -n "${TENSOR:-}" ]; then
 # over TENSOR_ROUNDS rounds, after one unrecorded run.
 timeout 200 $D/bench --model $G --store $S --budget 100g --prompt-tokens 64 --decode-tokens 8 > /dev/null 2>&1
 for round in $(seq ${TENSOR_ROUNDS:-2}); do
-    run resident-f32-r$round warm --budget 100g --prompt-tokens 512 --no-tensor-prefill
+    run resident-f32-r$round warm --budget 100g --prompt-tokens 512
     run resident-int8-r$round warm --budget 100g --prompt-tokens 512 --int8-prefill
-    run resident-tensor-r$round warm --budget 100g --prompt-tokens 512
+    run resident-tensor-r$round warm --budget 100g --prompt-tokens 512 --tensor-prefill
 done
-run b4g-tensor warm --budget 4g --no-prefetch --prompt-tokens 512
-run b4g-f32 warm --budget 4g --no-prefetch --prompt-tokens 512 --no-tensor-prefill
+run b4g-tensor warm --budget 4g --no-prefetch --prompt-tokens 512 --tensor-prefill
+run b4g-f32 warm --budget 4g --no-prefetch --prompt-tokens 512
 elif [ -n "${RESIDENT_ONLY:-}" ]; then
 run resident warm --budget 100g --prompt-tokens 512
 run resident-no-run-ahead warm --budget 100g --prompt-tokens 16 --no-run-ahead

@@ -86,10 +86,7 @@ pub struct EngineOptions {
     /// Chunks run their Q8_0 GEMMs on tensor cores where the device has cooperative matrices
     /// (`Kernels::cooperative_matrix`; elsewhere this does nothing): each weight `q · d` and each
     /// activation rounded to f16, the products summed in f32, finer than `int8_prefill`'s quantised
-    /// activations (which go first when both are set). Q4_0 experts keep their kernels. Default on: on
-    /// the H200 a 512-token prompt prefilled 1.7× faster than with f32 chunks, and on the golden
-    /// fixtures the log-probabilities lie within 8.5e-3 of llama.cpp's F32 twins, where `int8_prefill`'s
-    /// lie 0.07–0.25 from them (BENCHMARKS.md; off gives the f32 chunks, within 2e-3).
+    /// activations (which go first when both are set). Q4_0 experts keep their kernels.
     pub tensor_prefill: bool,
     /// One-token steps multiply Q8_0 weights (dense, experts, lm head) by Q8_0-quantised activations with
     /// int8 dot products, each 32-value block quantised as the GEMV reads it, or for gate‖up by the router
@@ -129,7 +126,7 @@ impl Default for EngineOptions {
             gpu_routing: true,
             run_ahead: true,
             int8_prefill: false,
-            tensor_prefill: true,
+            tensor_prefill: false,
             int8_decode: false,
             route_ahead: 2,
         }

@@ -35,17 +35,8 @@ fn model(name: &str, shape: SynthShape, seed: u64) -> Model {
     Model { dir, store }
 }
 
-/// The options these tests start from: the defaults with f32 chunks, which they compare with one-token
-/// steps at f32 tolerances (`tensor_prefill`, on by default where the device has tensor cores, rounds to
-/// f16; its own test asks for it).
-fn f32_options() -> EngineOptions {
-    let mut opts = EngineOptions::default();
-    opts.tensor_prefill = false;
-    opts
-}
-
 fn open(m: &Model, f: impl FnOnce(&mut EngineOptions)) -> Engine {
-    let mut opts = f32_options();
+    let mut opts = EngineOptions::default();
     f(&mut opts);
     Engine::open(&m.store, &opts, &mut |_| {}).unwrap()
 }
@@ -203,7 +194,7 @@ fn batched_prefill_pool_sizes_and_prefix_reuse_agree() {
     // A device whose largest buffer holds 3 slots: the 16 resident experts live in 6 pool parts.
     let mut ctx = diskformer_kernels::Context::new().unwrap();
     ctx.limits.max_buffer_size = 3 * 2 * 32 * 64;
-    let mut split = Engine::open_on(ctx, &m.store, &f32_options(), &mut |_| {}).unwrap();
+    let mut split = Engine::open_on(ctx, &m.store, &EngineOptions::default(), &mut |_| {}).unwrap();
     assert!(split.routes_on_gpu());
     for batched in [false, true] {
         let got = split.prefill(&PROMPT, batched).unwrap();
