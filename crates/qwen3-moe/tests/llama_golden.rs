@@ -28,10 +28,11 @@ const NEAR_TIE: f64 = 2e-3;
 /// and each activation rounded to f16 (2^-11 relative) in every Q8_0 GEMM of the prompt, whose K and V the
 /// steps then read. Measured on the H200: 1.2e-3–2.3e-3 on three goldens, 1.7e-3–8.4e-3 from the F32 twins
 /// after the q8prompt prompts, but 0.22 on golden-qwen3vocab (from its step 1, where the f32 chunks lie
-/// 1.1e-3 from it; probably a prompt token moved across a routing near-tie, which the goldens do not
-/// record for prompt tokens): as far as llama.cpp's own Q8_0 run lies from its F32 twin (0.05–0.27). The
-/// tolerance catches a wrong index or scale (O(1)); the greedy ids must match all the same.
-const TENSOR_LOGPROB_TOL: f64 = 0.3;
+/// 1.1e-3 from it): its prompt token 5 has a routing near-tie in layer 0 (6.5e-4), where the f16 rounding
+/// swaps an expert, which `scripts/qwen3moe/emulate_f16_prompt.py` reproduces (0.22 at step 1, 0.29 at
+/// worst). That is as far as llama.cpp's own Q8_0 run lies from its F32 twin (0.05–0.27). The tolerance
+/// catches a wrong index or scale (O(1)); the greedy ids must match all the same.
+const TENSOR_LOGPROB_TOL: f64 = 0.5;
 /// The near-tie margins (greedy and routing) for those runs: f16 rounding moves logits and router logits
 /// by more than the f32 path's rounding.
 const TENSOR_NEAR_TIE: f64 = 5e-3;
