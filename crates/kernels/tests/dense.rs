@@ -231,8 +231,8 @@ fn q8_gemv_add_onto_y() {
 fn q8_gemm_token_blocks() {
     let g = gpu_or_skip!();
     for k in [&g.kernels, &g.plain] {
-        // Token counts around the tiled kernels' 32-token block (1, 8, 9, 19, 32, 33, 70) and rows around
-        // their 128-row block.
+        // Token counts around the tiled kernels' 32-token block (1, 8, 9, 19, 32, 33, 70, 130) and rows
+        // around their 128-row block.
         check_q8_gemm(g, k, 512, 2048, 1, 20, 1);
         check_q8_gemm(g, k, 512, 2048, 8, 21, 1);
         check_q8_gemm(g, k, 300, 2048, 9, 22, 1);
@@ -240,6 +240,8 @@ fn q8_gemm_token_blocks() {
         check_q8_gemm(g, k, 65, 256, 33, 26, 1);
         check_q8_gemm(g, k, 128, 64, 32, 27, 1);
         check_q8_gemm(g, k, 129, 64, 70, 28, 1);
+        // The tensor-core GEMM's 64-token tiles: three, the last partial, over an odd block count.
+        check_q8_gemm(g, k, 160, 352, 130, 29, 1);
     }
     // Real projection shape over a chunk, and the split.
     check_q8_gemm(g, &g.kernels, 4096, 2048, 12, 24, 1);

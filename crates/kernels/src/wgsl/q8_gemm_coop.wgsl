@@ -4,10 +4,10 @@
 // takes 128 rows x 64 tokens, twice the tokens of expert_q8_gemm_coop's tiles (q8_tile_coop.wgsl), so each
 // weight is decoded into workgroup memory once per 64 tokens. A stage is two Q8_0 blocks (64 columns), staged
 // as q8_tile_coop.wgsl stages them (columns contiguous, 4 halves a write, rows padded by 8 halves, tile
-// offsets and strides in vec4<f16>): lane li decodes row li's 64 weights (coop_w, B column-major) and 32
-// inputs of token li % 64 (coop_x, A row-major); subgroup s then multiplies its rows 32s..32s + 31 by the 64
-// tokens as eight 16 x 16 x 16 products a 16-column step. The products go out through coop_c, one 16 x 16 a
-// subgroup at a time. 31 KB of workgroup memory (Kernel::workgroup_storage: 32 KiB).
+// offsets and strides in vec4<f16>): lane li decodes row li's 64 weights (coop_w, B column-major) and brings
+// 8 vec4s of inputs (coop_x, A row-major; x_load says which); subgroup s then multiplies its rows
+// 32s..32s + 31 by the 64 tokens as eight 16 x 16 x 16 products a 16-column step. The products go out
+// through coop_c, one 16 x 16 a subgroup at a time. 31 KB of workgroup memory (Kernel::workgroup_storage: 32 KiB).
 enable f16;
 
 struct Params {
@@ -47,6 +47,23 @@ fn put_block(at: u32, w0: vec4<u32>, w1: vec4<u32>, s: f32) {
     coop_w[at + 7u] = vec4<f16>(i8x4(w1.w) * s);
 }
 
+// Input vec4 m (0..7) of lane li for the stage of blocks kb, kb + 1: vec4 li % 8 of block kb + m / 4 of
+// token 16 (m % 4) + li / 8, so 8 lanes read a token's block (128 contiguous bytes) and a subgroup load
+// touches 4 token rows (a lane walking one token's 32 inputs made it touch 32). Zeros past the tokens and
+// past an odd block count.
+fn x_load(t0: u32, kb: u32, m: u32, li: u32) -> vec4<f32> {
+    let nblk = p.cols / 32u;
+    let t = t0 + 16u * (m % 4u) + li / 8u;
+    let b = kb + m / 4u;
+    let i = min(t, p.tokens - 1u) * (p.cols / 4u) + 8u * min(b, nblk - 1u) + li % 8u;
+    return select(vec4<f32>(0.0), x[i], t < p.tokens && b < nblk);
+}
+
+// Where x_load's vec4 m goes in coop_x.
+fn x_at(m: u32, li: u32) -> u32 {
+    return (16u * (m % 4u) + li / 8u) * S + 8u * (m / 4u) + li % 8u;
+}
+
 // Subgroup sg's product `c` (tokens 16i.., rows 32sg + 16j..) out to y: lane l of the subgroup writes row
 // l / 2, tokens 8 (l % 2).. of it. Call from uniform control flow.
 fn put_out(c: coop_mat16x16<f32, C>, li: u32, r0: u32, t0: u32, i: u32, j: u32) {
@@ -73,15 +90,10 @@ fn q8_gemm_coop(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id)
     let nblk = p.cols / 32u;
     let nstage = (nblk + 1u) / 2u;
     let sg = li / 32u;
-    // Lane li stages row li (clamped: rows past the end are decoded but never written out) and token
-    // li % 64's inputs of block 2st + li / 64 (zeros for tokens past the end and the block past an odd
-    // count, whose weights get scale 0).
+    // Lane li stages row li (clamped: rows past the end are decoded but never written out; the block past
+    // an odd count gets scale 0) and x_load's inputs.
     let lrow = min(r0 + li, p.rows - 1u);
     let wrow = lrow * nblk * 2u;
-    let lt = li % 64u;
-    let xb = li / 64u;
-    let live = t0 + lt < p.tokens;
-    let xrow = min(t0 + lt, p.tokens - 1u) * (p.cols / 4u);
     var c00 = coop_mat16x16<f32, C>(); // tokens 16i.. x rows 32sg + 16j..: c{i}{j}
     var c01 = coop_mat16x16<f32, C>();
     var c10 = coop_mat16x16<f32, C>();
@@ -97,29 +109,26 @@ fn q8_gemm_coop(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id)
     var w3 = q[wrow + 2u * kb1 + 1u];
     var s0 = f32(scales[lrow * nblk]);
     var s1 = select(0.0, f32(scales[lrow * nblk + kb1]), 1u < nblk);
-    var xlive = live && xb < nblk;
-    var xk = xrow + 8u * min(xb, nblk - 1u);
-    var x0 = select(vec4<f32>(0.0), x[xk], xlive);
-    var x1 = select(vec4<f32>(0.0), x[xk + 1u], xlive);
-    var x2 = select(vec4<f32>(0.0), x[xk + 2u], xlive);
-    var x3 = select(vec4<f32>(0.0), x[xk + 3u], xlive);
-    var x4 = select(vec4<f32>(0.0), x[xk + 4u], xlive);
-    var x5 = select(vec4<f32>(0.0), x[xk + 5u], xlive);
-    var x6 = select(vec4<f32>(0.0), x[xk + 6u], xlive);
-    var x7 = select(vec4<f32>(0.0), x[xk + 7u], xlive);
+    var x0 = x_load(t0, 0u, 0u, li);
+    var x1 = x_load(t0, 0u, 1u, li);
+    var x2 = x_load(t0, 0u, 2u, li);
+    var x3 = x_load(t0, 0u, 3u, li);
+    var x4 = x_load(t0, 0u, 4u, li);
+    var x5 = x_load(t0, 0u, 5u, li);
+    var x6 = x_load(t0, 0u, 6u, li);
+    var x7 = x_load(t0, 0u, 7u, li);
     for (var st = 0u; st < nstage; st++) {
         workgroupBarrier(); // the last stage's products have read the tiles
         put_block(li * S, w0, w1, s0);
         put_block(li * S + 8u, w2, w3, s1);
-        let xa = lt * S + 8u * xb;
-        coop_x[xa] = vec4<f16>(x0);
-        coop_x[xa + 1u] = vec4<f16>(x1);
-        coop_x[xa + 2u] = vec4<f16>(x2);
-        coop_x[xa + 3u] = vec4<f16>(x3);
-        coop_x[xa + 4u] = vec4<f16>(x4);
-        coop_x[xa + 5u] = vec4<f16>(x5);
-        coop_x[xa + 6u] = vec4<f16>(x6);
-        coop_x[xa + 7u] = vec4<f16>(x7);
+        coop_x[x_at(0u, li)] = vec4<f16>(x0);
+        coop_x[x_at(1u, li)] = vec4<f16>(x1);
+        coop_x[x_at(2u, li)] = vec4<f16>(x2);
+        coop_x[x_at(3u, li)] = vec4<f16>(x3);
+        coop_x[x_at(4u, li)] = vec4<f16>(x4);
+        coop_x[x_at(5u, li)] = vec4<f16>(x5);
+        coop_x[x_at(6u, li)] = vec4<f16>(x6);
+        coop_x[x_at(7u, li)] = vec4<f16>(x7);
         workgroupBarrier();
         // The next stage's loads, issued before this one's products (the last stage loads itself again).
         let kb0 = 2u * min(st + 1u, nstage - 1u);
@@ -130,16 +139,14 @@ fn q8_gemm_coop(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id)
         w3 = q[wrow + 2u * kb1 + 1u];
         s0 = f32(scales[lrow * nblk + kb0]);
         s1 = select(0.0, f32(scales[lrow * nblk + kb1]), kb0 + 1u < nblk);
-        xlive = live && kb0 + xb < nblk;
-        xk = xrow + 8u * min(kb0 + xb, nblk - 1u);
-        x0 = select(vec4<f32>(0.0), x[xk], xlive);
-        x1 = select(vec4<f32>(0.0), x[xk + 1u], xlive);
-        x2 = select(vec4<f32>(0.0), x[xk + 2u], xlive);
-        x3 = select(vec4<f32>(0.0), x[xk + 3u], xlive);
-        x4 = select(vec4<f32>(0.0), x[xk + 4u], xlive);
-        x5 = select(vec4<f32>(0.0), x[xk + 5u], xlive);
-        x6 = select(vec4<f32>(0.0), x[xk + 6u], xlive);
-        x7 = select(vec4<f32>(0.0), x[xk + 7u], xlive);
+        x0 = x_load(t0, kb0, 0u, li);
+        x1 = x_load(t0, kb0, 1u, li);
+        x2 = x_load(t0, kb0, 2u, li);
+        x3 = x_load(t0, kb0, 3u, li);
+        x4 = x_load(t0, kb0, 4u, li);
+        x5 = x_load(t0, kb0, 5u, li);
+        x6 = x_load(t0, kb0, 6u, li);
+        x7 = x_load(t0, kb0, 7u, li);
         for (var h = 0u; h < 4u; h++) {
             // A (token m, column k) at coop_x[m * S + k / 4]: row-major; B (column k, row n) at
             // coop_w[n * S + k / 4]: column-major.
