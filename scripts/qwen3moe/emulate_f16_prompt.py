@@ -18,12 +18,7 @@ L, NH, NKV, HD = f("block_count"), f("attention.head_count"), f("attention.head_
 K, eps, base = f("expert_used_count"), f("attention.layer_norm_rms_epsilon"), f("rope.freq_base")
 rms = lambda x, w: x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 h16 = lambda a: a.astype(np.float16).astype(np.float64)
-def rope(x, pos):
-    half = HD // 2
-    ang = pos[:, None] * (base ** (-np.arange(half) * 2 / HD))[None]
-    c, s = np.cos(ang)[:, None], np.sin(ang)[:, None]
-    a, b = x[..., :half], x[..., half:]
-    return np.concatenate([a * c - b * s, a * s + b * c], -1)
+rope = lambda x, pos: lg.neox_rope(x, pos, base)
 P = len(gold["prompt_ids"]); toks = gold["prompt_ids"] + gold["ids"][:-1]; T = len(toks)
 def mm(h, wt, tensor):  # rows < P on tensor cores when asked
     out = h @ wt.T
@@ -52,7 +47,7 @@ def forward(tensor):
             top = np.argsort(-pr[t], kind="stable")[:K]
             lsets.append(frozenset(top.tolist()))
             tc = tensor and t < P
-            g = (lambda a: h16(a)) if tc else (lambda a: a)
+            g = h16 if tc else (lambda a: a)
             for e, wt in zip(top, pr[t, top] / pr[t, top].sum()):
                 a, u = g(w("ffn_gate_exps")[e]) @ g(h[t]), g(w("ffn_up_exps")[e]) @ g(h[t])
                 out[t] += wt * (g(w("ffn_down_exps")[e]) @ g(a / (1 + np.exp(-a)) * u))

@@ -133,6 +133,15 @@ def run_llama(twin: str, prompt: list, n: int, top: int, seed: int):
     return llama_cpp.__version__, ids, tops, margins
 
 
+def neox_rope(x: np.ndarray, pos: np.ndarray, base: float) -> np.ndarray:
+    """NeoX RoPE of x [T, heads, head_dim] at positions pos [T]: pairs (i, i + head_dim / 2)."""
+    half = x.shape[-1] // 2
+    ang = pos[:, None] * (base ** (-np.arange(half) * 2 / x.shape[-1]))[None]
+    c, s = np.cos(ang)[:, None], np.sin(ang)[:, None]
+    a, b = x[..., :half], x[..., half:]
+    return np.concatenate([a * c - b * s, a * s + b * c], -1)
+
+
 def reference_router_margins(model: str, prompt: list, ids: list, tops: list) -> list:
     """An independent float64 numpy forward pass over gguf-py's dequantised weights (llama.cpp's op order:
     RMSNorm, per-head QK-norm, NeoX RoPE, GQA softmax attention, softmax router, top-k renormalised, SiLU
@@ -146,12 +155,7 @@ def reference_router_margins(model: str, prompt: list, ids: list, tops: list) ->
     K, eps, base = f("expert_used_count"), f("attention.layer_norm_rms_epsilon"), f("rope.freq_base")
     rms = lambda x, w: x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 
-    def rope(x, pos):
-        half = HD // 2
-        ang = pos[:, None] * (base ** (-np.arange(half) * 2 / HD))[None]
-        c, s = np.cos(ang)[:, None], np.sin(ang)[:, None]
-        a, b = x[..., :half], x[..., half:]
-        return np.concatenate([a * c - b * s, a * s + b * c], -1)
+    rope = lambda x, pos: neox_rope(x, pos, base)
 
     def forward(toks):
         T, gaps = len(toks), []

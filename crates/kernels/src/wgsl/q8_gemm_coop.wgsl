@@ -7,7 +7,8 @@
 // offsets and strides in vec4<f16>): lane li decodes row li's 64 weights (coop_w, B column-major) and brings
 // 8 vec4s of inputs (coop_x, A row-major; x_load says which); subgroup s then multiplies its rows
 // 32s..32s + 31 by the 64 tokens as eight 16 x 16 x 16 products a 16-column step. The products go out
-// through coop_c, one 16 x 16 a subgroup at a time. 31 KB of workgroup memory (Kernel::workgroup_storage: 32 KiB).
+// through coop_c, one 16 x 16 a subgroup at a time. 31 KB of workgroup memory (Kernel::workgroup_storage:
+// 32 KiB).
 enable f16;
 
 struct Params {
