@@ -85,6 +85,10 @@ struct Args {
     /// 0 reads each layer's picks back first; default: the engine's, EngineOptions::route_ahead).
     #[arg(long)]
     route_ahead: Option<u32>,
+    /// With route-ahead: host record buffers that guessed misses are read into while a layer's loads run
+    /// (EngineOptions::speculative_reads; default: the engine's, 16; 0 off).
+    #[arg(long)]
+    speculative_reads: Option<usize>,
     /// How records reach the pool: ring (mapped staging, read into directly) or write (queue.write_buffer).
     #[arg(long, default_value = "ring")]
     upload: String,
@@ -164,6 +168,7 @@ fn main() -> anyhow::Result<()> {
     opts.tensor_prefill = args.tensor_prefill;
     opts.int8_decode = args.int8_decode;
     opts.route_ahead = args.route_ahead.unwrap_or(opts.route_ahead);
+    opts.speculative_reads = args.speculative_reads.unwrap_or(opts.speculative_reads);
     opts.read_split = args.read_split.unwrap_or(opts.read_split);
     opts.readers = args.readers.or(opts.readers);
     opts.upload = match args.upload.as_str() {
@@ -281,6 +286,20 @@ fn main() -> anyhow::Result<()> {
     out["route_ahead"] = serde_json::json!({
         "layers": engine.route_ahead(), "stood": d.layers_routed_ahead, "rerun": d.layers_rerun,
     });
+    // The store's reads (demand and speculative): time with one in flight, the bytes, and their rate then.
+    let busy_s = d.disk.busy.as_secs_f64();
+    out["disk"] = serde_json::json!({
+        "busy_ms_per_token": busy_s * 1e3 / tokens, "bytes_per_token": d.disk.bytes as f64 / tokens,
+        "busy_fraction": busy_s / decode_wall_s, "gb_per_s_busy": d.disk.bytes as f64 / busy_s.max(1e-9) / 1e9,
+    });
+    if let Some(spec) = &d.speculative {
+        out["speculative"] = serde_json::json!({
+            "buffers": opts.speculative_reads, "started": spec.started, "read": spec.read, "used": spec.used,
+            "waited": spec.waited, "dropped": spec.dropped, "wasted": spec.wasted, "failed": spec.failed,
+            "bytes_per_token": spec.bytes as f64 / tokens,
+            "yielded_ms_per_token": spec.yielded.as_secs_f64() * 1e3 / tokens,
+        });
+    }
     // The engine's decode_tok_s counts its own steps; sampling on the CPU lies between them.
     out["sampling"] = serde_json::json!({
         "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,

@@ -16,7 +16,8 @@
 # .device/bench-NAME over AB_ROUNDS rounds of the resident row (after an AB_PROMPT-token prompt, 16 by default),
 # then (unless AB_RESIDENT_ONLY=1) one 4 GB page-cache row each, and the 16 GB and 8 GB rows of .device/bench;
 # each binary first runs once unrecorded (AB_WARMUP=0 skips that). REUSE=1 keeps a model and store that a call
-# on the same machine left behind. TENSOR=1: resident prefill after a 512-token prompt with f32, int8 and
+# on the same machine left behind. SPEC=1: speculative reads against none, warm rows then cold 4 GB rows bracketed
+# by disk reads. TENSOR=1: resident prefill after a 512-token prompt with f32, int8 and
 # tensor-core chunks in turn (TENSOR_ROUNDS), then 4 GB rows. EXPERTS=q4_0 makes the synthetic model's experts Q4_0 (default q8_0).
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
@@ -121,6 +122,50 @@ for ra in ${ROUTE_COLD:-0 2 0 2}; do
 done
 sync; echo 3 > /proc/sys/vm/drop_caches
 $D/record-read $S --threads 1 --pieces 1 --records 384 | tee -a "$OUT/disk.txt"
+elif [ -n "${SPEC:-}" ]; then
+# Speculative reads (EngineOptions::speculative_reads) against none, route-ahead 2, one reader: page-cache
+# rows at SPEC_BUDGETS, then cold 4 GB rows alternating, each between two disk reads of the same kind (as
+# BRACKET=1). SPEC_AB: the warm rows' buffer counts alternated (0 is off).
+for round in $(seq ${SPEC_ROUNDS:-2}); do
+    for b in ${SPEC_BUDGETS:-8 4}; do
+        for n in ${SPEC_AB:-0 16}; do
+            run b${b}g-ra2-spec$n-r$round warm --budget ${b}g --no-prefetch --prompt-tokens 16 --route-ahead 2 --speculative-reads $n
+        done
+    done
+done
+# SPEC_COLD: the cold rows' route-ahead windows and buffer counts, window:buffers.
+for round in $(seq ${SPEC_COLD_ROUNDS:-4}); do
+    for wn in ${SPEC_COLD:-2:0 2:16}; do
+        w=${wn%%:*} n=${wn#*:}
+        sync; echo 3 > /proc/sys/vm/drop_caches
+        $D/record-read $S --threads 1 --pieces 1 --records 384 | tee -a "$OUT/disk.txt"
+        DECODE=32 run b4g-direct-r1-ra$w-spec$n-r$round cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 --readers 1 --route-ahead $w --speculative-reads $n
+    done
+done
+sync; echo 3 > /proc/sys/vm/drop_caches
+$D/record-read $S --threads 1 --pieces 1 --records 384 | tee -a "$OUT/disk.txt"
+# Each cold row's I/O bound: the bytes its demands needed a token over the mean disk rate around it.
+python3 - "$OUT/bench.jsonl" "$OUT/disk.txt" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [d for d in rows if d["cache"] == "cold"]
+disk = [json.loads(l)["gb_per_s"] for l in open(sys.argv[2]) if l.startswith("{")][-len(rows) - 1:]
+for i, d in enumerate(rows):
+    r = d["run"]
+    if r is None or i + 1 >= len(disk):
+        print(d["label"], "no run"); continue
+    rate = (disk[i] + disk[i + 1]) / 2
+    bound = rate * 1e9 / r["bytes_read_per_token"]
+    sp = r.get("speculative") or {}
+    # The same bound from the rate the disk served the row's own reads at while it had one in flight.
+    dk = r.get("disk") or {}
+    inrun = dk.get("gb_per_s_busy", 0) * 1e9 / r["bytes_read_per_token"]
+    print(f"{d['label']:26} {r['decode_tok_s']:6.2f} tok/s, disk {disk[i]:.3f} -> {disk[i+1]:.3f} GB/s, bound {bound:6.2f}, "
+          f"{100 * r['decode_tok_s'] / bound:5.1f} % | in-run {dk.get('gb_per_s_busy', 0):.3f} GB/s busy "
+          f"{100 * dk.get('busy_fraction', 0):5.1f} %, bound {inrun:6.2f}, {100 * r['decode_tok_s'] / max(inrun, 1e-9):5.1f} % | "
+          f"stall {r['stall_ms_per_token']:6.1f} gpu {r['gpu_wait_ms_per_token']:5.1f} host {r['host_ms_per_token']:5.1f} ms/tok, "
+          f"spec used {sp.get('used', '-')}/{sp.get('read', '-')}")
+PY
 elif [ -n "${KERNELS:-}" ]; then
 run resident warm --budget 100g --prompt-tokens 512
 run b4g-cyc-off-p512 warm --budget 4g --no-prefetch --prompt-tokens 512
@@ -243,6 +288,10 @@ for l in open(sys.argv[1]):
           f"{r.get('record_ms_per_token', 0):6.2f} {r.get('submit_ms_per_token', 0):6.2f} "
           f"{r.get('loads_per_token', 0):6.1f} {r.get('read_ms_per_load', 0):6.2f} {r.get('upload_ms_per_load', 0):6.2f} {r['gpu_bytes']['total']/1e9:6.2f} {r.get('readers', 0):4} "
           f"{r.get('route_ahead', {}).get('layers', 0):3} {r.get('route_ahead', {}).get('rerun', 0) / max(r.get('decode_tokens', 1), 1):9.2f}")
+    sp = r.get("speculative")
+    if sp:
+        print(f"{'':22} speculative: {sp['used']}/{sp['read']} used ({sp['waited']} waited), {sp['wasted']} wasted, "
+              f"{sp['dropped']} dropped, disk MB/tok {sp['disk_bytes_per_token']/1e6:.1f}, yielded ms/tok {sp['yielded_ms_per_token']:.2f}")
     if r.get("reader_probe_gb_s"):
         print(f"{'':22} disk probe (threads, GB/s): " + ", ".join(f"{t}: {g:.2f}" for t, g in r["reader_probe_gb_s"]))
 PY

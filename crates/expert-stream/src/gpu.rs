@@ -26,9 +26,9 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::task::{Poll, Waker};
 
 use diskformer_kernels::Context;
-use diskformer_store::{ExpertLayout, RecordBuf, RecordReader, Region};
+use diskformer_store::{ExpertLayout, RecordBuf, RecordReader, Region, part_bytes};
 
-use crate::{Backend, BackendError, Error, ExpertKey, Result, Slot};
+use crate::{Backend, BackendError, Error, ExpertKey, Result, Slot, SpeculativeReads};
 
 /// One of the four planes of the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -594,11 +594,14 @@ pub enum UploadMethod {
 #[derive(Debug)]
 pub struct GpuBackend {
     pool: GpuPool,
-    reader: RecordReader,
+    /// Shared with the speculative reads, so that its activity counts every read of the disk.
+    reader: Arc<RecordReader>,
     method: UploadMethod,
     read_split: usize,
     /// Page-cache loads running now (their pieces go on threads of their own only while few run).
     page_cache_loads: AtomicUsize,
+    /// Guessed records read into host memory ahead of demand ([`GpuBackend::with_speculation`]).
+    speculation: Option<SpeculativeReads>,
 }
 
 /// Page-cache loads that may each put their pieces on threads of their own; past this many at once (a
@@ -626,10 +629,11 @@ impl GpuBackend {
         }
         Ok(Self {
             pool,
-            reader,
+            reader: Arc::new(reader),
             method: UploadMethod::default(),
             read_split: 1,
             page_cache_loads: AtomicUsize::new(0),
+            speculation: None,
         })
     }
 
@@ -648,6 +652,30 @@ impl GpuBackend {
     pub fn with_method(mut self, method: UploadMethod) -> Self {
         self.method = method;
         self
+    }
+
+    /// Reads guessed records ([`SpeculativeReads`], `buffers` of host memory, each guess read in `parts`
+    /// pieces of whole pages) through this backend's reader, and stages a load from there when the record
+    /// was guessed (waiting for the guess's read if it runs); every other load's read is a demand read,
+    /// which guesses wait for.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpeculativeReads::new`].
+    pub fn with_speculation(mut self, buffers: usize, parts: usize) -> Result<Self> {
+        let reader = Arc::clone(&self.reader);
+        let read = Arc::new(move |key, start, dst: &mut [u8]| {
+            let len = dst.len();
+            reader.read_part_into(key, start, dst, len).map_err(Into::into)
+        });
+        let record = self.pool.record_bytes;
+        self.speculation = Some(SpeculativeReads::new(read, record, buffers, part_bytes(record, parts))?);
+        Ok(self)
+    }
+
+    /// The speculative reads, if any.
+    pub fn speculation(&self) -> Option<&SpeculativeReads> {
+        self.speculation.as_ref()
     }
 
     /// The upload method.
@@ -683,6 +711,28 @@ impl GpuStaging {
     }
 }
 
+impl GpuBackend {
+    /// Stages a record that a host copy fills (from the page cache or host memory) through `ring`'s pieces:
+    /// at once while few such loads run, one after another in a burst.
+    fn host_copy_pieces<F>(&self, slot: Slot, ring: &mut StagingRing, fill: F) -> Result<(), BackendError>
+    where
+        F: Fn(usize, &mut [u8]) -> Result<(), BackendError> + Sync,
+    {
+        let running = self.page_cache_loads.fetch_add(1, Ordering::Relaxed);
+        let result = self.pool.upload_pieces(slot, ring, running < PARALLEL_LOADS, fill);
+        self.page_cache_loads.fetch_sub(1, Ordering::Relaxed);
+        result
+    }
+
+    /// Stages `record`, in host memory, through `ring`'s pieces.
+    fn copy_pieces(&self, slot: Slot, ring: &mut StagingRing, record: &[u8]) -> Result<(), BackendError> {
+        self.host_copy_pieces(slot, ring, |start, dst| {
+            dst.copy_from_slice(&record[start..start + dst.len()]);
+            Ok(())
+        })
+    }
+}
+
 impl Backend for GpuBackend {
     type Staging = GpuStaging;
 
@@ -703,6 +753,16 @@ impl Backend for GpuBackend {
 
     fn read(&self, key: ExpertKey, slot: Slot, staging: &mut GpuStaging) -> Result<usize, BackendError> {
         let GpuStaging { record, ring } = staging;
+        let speculation = self.speculation.as_ref();
+        if let Some(held) = speculation.and_then(|s| s.take(key)) {
+            match ring {
+                None => record.as_mut_slice()[..self.pool.record_bytes].copy_from_slice(held.bytes()),
+                // A copy out of host memory, as from the page cache.
+                Some(ring) => self.copy_pieces(slot, ring, held.bytes())?,
+            }
+            return Ok(self.pool.record_bytes);
+        }
+        let _demand = speculation.map(SpeculativeReads::demand);
         let Some(ring) = ring else {
             self.reader.read(key, record)?;
             return Ok(self.pool.record_bytes);
@@ -716,12 +776,8 @@ impl Backend for GpuBackend {
             // at a time, each staged and uploaded while the next is read.
             self.pool.upload_read_ahead(slot, ring, record.as_mut_slice(), read)?;
         } else {
-            // Through the page cache, straight into mapped staging memory (one host copy): the pieces at once
-            // while few loads run, one after another in a burst.
-            let running = self.page_cache_loads.fetch_add(1, Ordering::Relaxed);
-            let result = self.pool.upload_pieces(slot, ring, running < PARALLEL_LOADS, read);
-            self.page_cache_loads.fetch_sub(1, Ordering::Relaxed);
-            result?;
+            // Through the page cache, straight into mapped staging memory (one host copy).
+            self.host_copy_pieces(slot, ring, read)?;
         }
         Ok(self.pool.record_bytes)
     }

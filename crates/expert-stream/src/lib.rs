@@ -15,6 +15,9 @@
 //!   store's [`RecordReader`](diskformer_store::RecordReader), uploading with `queue.write_buffer` or a
 //!   per-thread ring of mapped staging buffers ([`UploadMethod`]), a record in pieces that each go to the
 //!   device as soon as they are read ([`GpuPool::upload_pieces`], [`GpuPool::upload_read_ahead`]).
+//! - [`SpeculativeReads`] reads guessed records into host memory while the disk would idle (a demand read
+//!   goes first); [`GpuBackend::with_speculation`] then stages a guessed miss from there. Guesses touch no
+//!   slot, so they are safe while the engine queues layers ahead of its checks.
 //! - [`GpuBudget::expert_slots`] turns a GPU budget into a slot count, refusing one under `2 × top-k` records.
 //! - [`MemoryBackend`] keeps records and slots in RAM, with hooks to hold, fail and watch loads.
 //!
@@ -48,6 +51,7 @@ mod heat;
 mod key;
 mod memory;
 mod pool;
+mod speculative;
 mod stats;
 
 pub use backend::Backend;
@@ -59,4 +63,5 @@ pub use gpu::{GpuBackend, GpuPool, GpuStaging, Plane, PoolPart, StagingRing, Upl
 pub use key::{ExpertKey, LoadId, Slot};
 pub use memory::{Event, Fault, Gate, MemoryBackend, MemoryStaging};
 pub use pool::ExpertPool;
+pub use speculative::{DemandRead, Held, ReadPart, SpeculativeReads, SpeculativeStats};
 pub use stats::Stats;

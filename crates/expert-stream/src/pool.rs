@@ -99,12 +99,23 @@ impl<B: Backend> ExpertPool<B> {
     ///   record when a load it needed failed; the failed slot is free and nothing stays pinned.
     /// - [`Error::Cleared`] when [`clear`](Self::clear) ran while it waited.
     pub fn ensure(&self, layer: u32, ids: &[u32]) -> Result<Pinned> {
+        self.ensure_meanwhile(layer, ids, || {})
+    }
+
+    /// As [`ensure`](Self::ensure), and when it has loads to wait for, runs `meanwhile` once those are
+    /// handed to the readers, without the pool's lock (it may call the pool), before waiting.
+    ///
+    /// # Errors
+    ///
+    /// As [`ensure`](Self::ensure).
+    pub fn ensure_meanwhile(&self, layer: u32, ids: &[u32], meanwhile: impl FnOnce()) -> Result<Pinned> {
         let mut inner = self.shared.lock();
         let (mut ticket, jobs) = inner.core.demand(layer, ids)?;
         let demand_tx = self.demand_tx.as_ref().expect("senders live until drop");
         for job in jobs {
             let _ = demand_tx.send(job);
         }
+        let mut meanwhile = Some(meanwhile);
         let mut blocked = None;
         loop {
             match inner.core.poll(ticket) {
@@ -117,6 +128,12 @@ impl<B: Backend> ExpertPool<B> {
                 Progress::Waiting(t) => {
                     ticket = t;
                     blocked.get_or_insert_with(Instant::now);
+                    if let Some(f) = meanwhile.take() {
+                        drop(inner);
+                        f();
+                        inner = self.shared.lock();
+                        continue;
+                    }
                     inner = self.shared.wait(inner);
                 }
             }

@@ -4,7 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use diskformer_expert_stream::Stats as PoolStats;
+use diskformer_expert_stream::{SpeculativeStats, Stats as PoolStats};
+use diskformer_store::ReadActivity;
 
 /// Engine-side counters (the pool keeps its own).
 #[derive(Debug, Default, Clone)]
@@ -81,6 +82,10 @@ pub struct Stats {
     pub layers_rerun: u64,
     /// The pool's counters (hits, late hits, misses, bytes, read and upload times, prefetch, by layer).
     pub pool: PoolStats,
+    /// The speculative reads' counters ([`crate::EngineOptions::speculative_reads`]), when they run.
+    pub speculative: Option<SpeculativeStats>,
+    /// The store's expert reads, demand and speculative: time with one in flight, and bytes.
+    pub disk: ReadActivity,
     /// Expert slots.
     pub pool_slots: usize,
     /// GPU memory by category.
@@ -88,7 +93,14 @@ pub struct Stats {
 }
 
 impl Stats {
-    pub(crate) fn new(e: &EngineStats, pool: PoolStats, gpu_bytes: GpuBytes, pool_slots: usize) -> Self {
+    pub(crate) fn new(
+        e: &EngineStats,
+        pool: PoolStats,
+        speculative: Option<SpeculativeStats>,
+        disk: ReadActivity,
+        gpu_bytes: GpuBytes,
+        pool_slots: usize,
+    ) -> Self {
         Stats {
             decode_tokens: e.decode_tokens,
             decode_time: e.decode_time,
@@ -102,6 +114,8 @@ impl Stats {
             layers_routed_ahead: e.layers_routed_ahead,
             layers_rerun: e.layers_rerun,
             pool,
+            speculative,
+            disk,
             pool_slots,
             gpu_bytes,
         }
@@ -178,6 +192,19 @@ impl fmt::Display for Stats {
                 f,
                 "route-ahead: {} layers stood, {} run again after a load",
                 self.layers_routed_ahead, self.layers_rerun
+            )?;
+        }
+        if let Some(spec) = &self.speculative {
+            writeln!(f, "{spec}")?;
+        }
+        if self.disk.bytes > 0 {
+            let busy = self.disk.busy.as_secs_f64();
+            writeln!(
+                f,
+                "store reads: {:.1} MB in {:.1} ms busy ({:.2} GB/s while busy)",
+                self.disk.bytes as f64 / 1e6,
+                busy * 1e3,
+                self.disk.bytes as f64 / busy.max(1e-9) / 1e9
             )?;
         }
         let by_layer: Vec<String> = (0..p.hits_by_layer.len()).map(|l| pct(p.layer_hit_rate(l))).collect();

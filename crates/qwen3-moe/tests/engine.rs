@@ -596,21 +596,23 @@ fn route_ahead_gives_the_logits_of_checking_every_layer_first() {
         ..SamplingOptions::default()
     };
     for slots in [4, 12, 40] {
-        let open_with = |route_ahead| {
+        let open_with = |route_ahead, speculative| {
             open(&m, |o| {
                 o.pool_slots = Some(slots);
                 o.prefetch = false;
                 o.route_ahead = route_ahead;
+                o.speculative_reads = speculative;
             })
         };
-        let mut checks = open_with(0);
+        let mut checks = open_with(0, 0);
         assert_eq!(checks.route_ahead(), 0);
         checks.prefill(&PROMPT, true).unwrap();
         let want: Vec<Vec<f32>> = ids.iter().map(|&id| checks.step(id).unwrap()).collect();
         let greedy = greedy_chain(&mut checks, 70, 6);
         let draws = sampled_chain(&mut checks, &mut Sampler::new(sampled), 71, 6);
-        for window in [1, 3, 9] {
-            let mut e = open_with(window);
+        // Speculative reads (guessed misses read into host memory while a layer loads) change no logit.
+        for (window, speculative) in [(1, 0), (3, 0), (9, 0), (2, 4)] {
+            let mut e = open_with(window, speculative);
             assert_eq!(e.route_ahead(), window);
             e.prefill(&PROMPT, true).unwrap();
             e.reset_stats();
@@ -626,6 +628,12 @@ fn route_ahead_gives_the_logits_of_checking_every_layer_first() {
                 40 => assert!(st.layers_routed_ahead > layers / 2, "{st}"),
                 _ => assert!(st.layers_rerun > 0 && st.layers_routed_ahead > 0, "{st}"),
             }
+            match &st.speculative {
+                None => assert_eq!(speculative, 0),
+                // A pool that misses most layers guesses, and its guesses are demanded.
+                Some(spec) if slots == 4 => assert!(spec.used > 0, "{st}"),
+                Some(_) => {}
+            }
             assert_eq!(greedy_chain(&mut e, 70, 6), greedy, "{slots} slots, window {window}");
             // Draws on the GPU, penalised: the head may run more than once a step.
             let mut s = Sampler::new(sampled);
@@ -635,4 +643,10 @@ fn route_ahead_gives_the_logits_of_checking_every_layer_first() {
     // It applies only while experts stream with prefetch off.
     assert_eq!(open(&m, |o| o.pool_slots = Some(12)).route_ahead(), 0);
     assert_eq!(open(&m, |o| o.prefetch = false).route_ahead(), 0);
+    // Speculative reads ride on route-ahead only.
+    let prefetching = open(&m, |o| {
+        o.pool_slots = Some(12);
+        o.speculative_reads = 4;
+    });
+    assert!(prefetching.stats().speculative.is_none());
 }

@@ -56,4 +56,4 @@ pub use layout::{
 };
 pub use manifest::{Checkpoint, FORMAT, FORMAT_VERSION, MANIFEST, Manifest, SourceInfo};
 pub use probe::{ReaderProbe, ThreadsRate};
-pub use store::{BUFFER_ALIGN, RecordBuf, RecordReader, Store, part_bytes};
+pub use store::{BUFFER_ALIGN, ReadActivity, RecordBuf, RecordReader, Store, part_bytes};

@@ -4,6 +4,8 @@ use std::alloc::{self, Layout as AllocLayout};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use diskformer_gguf::Header;
 
@@ -158,7 +160,7 @@ impl Store {
         } else {
             File::open(&path).map_err(Error::io(&path))?
         };
-        Ok(RecordReader { file, path, layout, direct: direct_active })
+        Ok(RecordReader { file, path, layout, direct: direct_active, activity: Mutex::default() })
     }
 }
 
@@ -169,6 +171,26 @@ pub struct RecordReader {
     path: PathBuf,
     layout: ExpertLayout,
     direct: bool,
+    activity: Mutex<Activity>,
+}
+
+/// What a [`RecordReader`] did: the time it had a read in flight (on any thread) and the bytes read. Over
+/// a run, `bytes / busy` is the rate the disk served its reads at, and `busy` over the run's time how much
+/// of it the disk worked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadActivity {
+    /// Time with at least one read in flight.
+    pub busy: Duration,
+    /// Bytes read.
+    pub bytes: u64,
+}
+
+#[derive(Debug, Default)]
+struct Activity {
+    done: ReadActivity,
+    in_flight: usize,
+    /// When `in_flight` last rose from 0.
+    since: Option<Instant>,
 }
 
 /// Alignment of record buffers (O_DIRECT's granularity).
@@ -189,6 +211,43 @@ impl RecordReader {
     /// The record layout.
     pub fn layout(&self) -> &ExpertLayout {
         &self.layout
+    }
+
+    /// The reads since the reader opened or [`reset_activity`](Self::reset_activity), the one in flight
+    /// counted up to now.
+    pub fn activity(&self) -> ReadActivity {
+        let a = self.activity.lock().unwrap_or_else(PoisonError::into_inner);
+        let running = a.since.map_or(Duration::ZERO, |t| t.elapsed());
+        ReadActivity { busy: a.done.busy + running, bytes: a.done.bytes }
+    }
+
+    /// Zeroes the activity (a read in flight counts from now).
+    pub fn reset_activity(&self) {
+        let mut a = self.activity.lock().unwrap_or_else(PoisonError::into_inner);
+        a.done = ReadActivity::default();
+        a.since = a.since.map(|_| Instant::now());
+    }
+
+    /// Marks a read of `len` bytes in flight until `f` returns (its bytes count if it succeeded).
+    fn timed(&self, len: usize, f: impl FnOnce() -> Result<()>) -> Result<()> {
+        let lock = || self.activity.lock().unwrap_or_else(PoisonError::into_inner);
+        {
+            let mut a = lock();
+            a.in_flight += 1;
+            a.since.get_or_insert_with(Instant::now);
+        }
+        let out = f();
+        let mut a = lock();
+        a.in_flight -= 1;
+        if out.is_ok() {
+            a.done.bytes += len as u64;
+        }
+        if a.in_flight == 0
+            && let Some(since) = a.since.take()
+        {
+            a.done.busy += since.elapsed();
+        }
+        out
     }
 
     /// Reads the record of `key` into `buf` (at least one record long).
@@ -241,6 +300,12 @@ impl RecordReader {
         }
         let dst = &mut dst[..len];
         let offset = x.record_offset(key) + start as u64;
+        self.timed(len, || self.pread(key, dst, offset))
+    }
+
+    /// Reads all of `dst` from `offset`, naming `key` in a short read.
+    fn pread(&self, key: ExpertKey, dst: &mut [u8], offset: u64) -> Result<()> {
+        let len = dst.len();
         let mut got = 0usize;
         while got < len {
             match self.file.read_at(&mut dst[got..], offset + got as u64) {

@@ -54,3 +54,34 @@ fn read_rate_reads_whole_records_or_pieces_and_refuses_zero_counts() {
         assert!(matches!(err, Error::BadProbe { .. }), "{err}");
     }
 }
+
+#[test]
+fn activity_counts_the_bytes_read_and_overlapping_reads_once() {
+    let (_dir, store) = store("activity");
+    let reader = store.record_reader(true).unwrap();
+    let x = reader.layout().clone();
+    assert_eq!(reader.activity(), Default::default());
+    let started = std::time::Instant::now();
+    std::thread::scope(|scope| {
+        for t in 0..4 {
+            let (reader, x) = (&reader, &x);
+            scope.spawn(move || {
+                let mut buf = diskformer_store::RecordBuf::new(x.record_bytes as usize);
+                for i in 0..x.n_records() {
+                    reader.read(x.key((i + t) % x.n_records()), &mut buf).unwrap();
+                }
+            });
+        }
+    });
+    let wall = started.elapsed();
+    let a = reader.activity();
+    assert_eq!(a.bytes, 4 * x.n_records() as u64 * x.record_bytes);
+    // Busy time is a union of intervals inside the wall time, never their sum over threads.
+    assert!(a.busy > std::time::Duration::ZERO && a.busy <= wall, "{a:?} in {wall:?}");
+    // A record past the store reads nothing and counts nothing.
+    let mut buf = diskformer_store::RecordBuf::new(x.record_bytes as usize);
+    assert!(reader.read(diskformer_store::ExpertKey { layer: 99, expert: 0 }, &mut buf).is_err());
+    assert_eq!(reader.activity().bytes, a.bytes);
+    reader.reset_activity();
+    assert_eq!(reader.activity(), Default::default());
+}
