@@ -1,6 +1,7 @@
 //! Protects the pool under concurrency, with reads held open by gates (no sleeps): late hits are read once,
 //! demand is never held up by guesses and drops queued ones, `clear()` during reads leaves every slot free
-//! exactly once, and a failed load frees its slot and names the record to every caller that waited for it.
+//! exactly once, a failed load frees its slot and names the record to every caller that waited for it, and
+//! `ensure_meanwhile` runs its closure once while loads run.
 
 mod common;
 
@@ -38,6 +39,28 @@ fn a_late_hit_on_a_prefetch_waits_and_is_not_read_again() {
     let s = pool.stats();
     assert_eq!((s.hits, s.late_hits, s.misses, s.prefetch_used), (0, 1, 0, 1));
     assert!(s.wait_time > std::time::Duration::ZERO);
+}
+
+#[test]
+fn ensure_meanwhile_runs_once_while_its_loads_run_and_not_for_hits() {
+    let pool = pool(8, 1, 8, |_| {});
+    let events = pool.backend().events();
+    let gate = pool.backend().hold(key(0, 4));
+    let mut ran = 0;
+    let pinned = pool
+        .ensure_meanwhile(0, &[4, 5], || {
+            // The pool's lock is free: it can be asked about, and the held read is still running.
+            assert_eq!(recv_read(&events, key(0, 4)), key(0, 4));
+            assert_eq!(pool.slot_of(key(0, 4)), None);
+            ran += 1;
+            gate.open();
+        })
+        .unwrap();
+    assert_eq!(ran, 1);
+    assert_eq!(pool.backend().slot_bytes(pinned[0]), pool.backend().record(key(0, 4)));
+    pool.release(pinned);
+    let hits = pool.ensure_meanwhile(0, &[5, 4], || panic!("nothing to wait for")).unwrap();
+    pool.release(hits);
 }
 
 #[test]
