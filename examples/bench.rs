@@ -86,7 +86,7 @@ struct Args {
     #[arg(long)]
     route_ahead: Option<u32>,
     /// With route-ahead: host record buffers that guessed misses are read into while a layer's loads run
-    /// (EngineOptions::speculative_reads; default: the engine's, 16; 0 off).
+    /// (EngineOptions::speculative_reads; default: the engine's, 32; 0 off).
     #[arg(long)]
     speculative_reads: Option<usize>,
     /// How records reach the pool: ring (mapped staging, read into directly) or write (queue.write_buffer).

@@ -98,12 +98,13 @@ pub struct EngineOptions {
     /// of 16); other shapes' steps stay f32.
     pub int8_decode: bool,
     /// While experts stream, a one-token step queues up to this many layers past the last one whose picks
-    /// the host has checked (default 2; 0 reads each layer's picks back before its experts run). The GPU
+    /// the host has checked (default 4; 0 reads each layer's picks back before its experts run). The GPU
     /// turns the picks into slots through a table of what the pool holds; a layer that needs an expert the
     /// pool lacks runs again from its router once the expert is loaded, and the layers queued after it
     /// with it. Layers whose experts are all resident then cost no round trip to the host (with 1 the next
-    /// layer is only recorded while this one is checked, and submitted after; on the H200 at 8 GB, 2 to 4
-    /// did best, and wider windows queue more layers that a miss makes run again: BENCHMARKS.md). Applies
+    /// layer is only recorded while this one is checked, and submitted after; on the H200 from the page
+    /// cache 2 to 4 did best, wider windows queue more layers that a miss makes run again, and from a cold
+    /// disk 4 lets `speculative_reads` guess further ahead: BENCHMARKS.md). Applies
     /// with prefetch off (`lookahead` 0: a guess loaded meanwhile could replace an expert a queued layer
     /// reads) and the fused decode layer (top-k ≤ 64, expert FFN a multiple of 16).
     pub route_ahead: u32,
@@ -111,10 +112,11 @@ pub struct EngineOptions {
     /// shape) that guessed misses are read into while a layer's loads run, so that the disk goes on while
     /// the GPU runs the layer again and the ones after it. The guesses are the experts the queued layers
     /// picked and the pool lacks (they ran on a state without the missing experts, so most of their picks
-    /// stand); each waits for demand reads between its pieces, and none evicts a slot (default 16; 0 off).
-    /// On the H200 at 4 GB from a cold disk, 16 decoded 7.30 tok/s against 6.32 without (means of six
-    /// alternating pairs; 99 % of the guesses read were taken), and the same within noise from the page
-    /// cache (BENCHMARKS.md).
+    /// stand); each waits for demand reads between its pieces, and none evicts a slot (default 32, 160 MB
+    /// at that shape; 0 off). On the H200 at 4 GB from a cold disk, 32 buffers with a route-ahead window
+    /// of 4 decoded 8.98 tok/s, 16 with a window of 2 7.55, none with 2 6.71 (means of 6-10 alternating
+    /// rows; 98-99 % of the guesses read were taken), the disk then busy 85-88 %, 75-77 % and 67-71 % of
+    /// the time; the same within noise from the page cache (BENCHMARKS.md).
     pub speculative_reads: usize,
 }
 
@@ -137,8 +139,8 @@ impl Default for EngineOptions {
             int8_prefill: false,
             tensor_prefill: false,
             int8_decode: false,
-            route_ahead: 2,
-            speculative_reads: 16,
+            route_ahead: 4,
+            speculative_reads: 32,
         }
     }
 }
