@@ -692,26 +692,7 @@ impl GpuBackend {
     pub fn reader(&self) -> &RecordReader {
         &self.reader
     }
-}
 
-/// One reader thread's staging of [`GpuBackend`]: an O_DIRECT-aligned record buffer (what a record is read
-/// into, or with [`UploadMethod::StagingRing`] and O_DIRECT the bounce buffer of its pieces), and the thread's
-/// ring of mapped staging buffers with [`UploadMethod::StagingRing`].
-#[derive(Debug)]
-pub struct GpuStaging {
-    record: RecordBuf,
-    ring: Option<StagingRing>,
-}
-
-impl GpuStaging {
-    /// The record buffer: the bytes last read with [`UploadMethod::WriteBuffer`] (a whole record, padded to
-    /// the alignment).
-    pub fn bytes(&self) -> &[u8] {
-        self.record.as_slice()
-    }
-}
-
-impl GpuBackend {
     /// Stages a record that a host copy fills (from the page cache or host memory) through `ring`'s pieces:
     /// at once while few such loads run, one after another in a burst.
     fn host_copy_pieces<F>(&self, slot: Slot, ring: &mut StagingRing, fill: F) -> Result<(), BackendError>
@@ -730,6 +711,23 @@ impl GpuBackend {
             dst.copy_from_slice(&record[start..start + dst.len()]);
             Ok(())
         })
+    }
+}
+
+/// One reader thread's staging of [`GpuBackend`]: an O_DIRECT-aligned record buffer (what a record is read
+/// into, or with [`UploadMethod::StagingRing`] and O_DIRECT the bounce buffer of its pieces), and the thread's
+/// ring of mapped staging buffers with [`UploadMethod::StagingRing`].
+#[derive(Debug)]
+pub struct GpuStaging {
+    record: RecordBuf,
+    ring: Option<StagingRing>,
+}
+
+impl GpuStaging {
+    /// The record buffer: the bytes last read with [`UploadMethod::WriteBuffer`] (a whole record, padded to
+    /// the alignment).
+    pub fn bytes(&self) -> &[u8] {
+        self.record.as_slice()
     }
 }
 

@@ -432,7 +432,8 @@ impl Engine {
         let gpu_pool = GpuPool::new(&ctx, &experts, slots)?;
         let mut backend =
             GpuBackend::new(gpu_pool, reader)?.with_method(opts.upload).with_read_split(opts.read_split);
-        if route_ahead > 0 && !resident && opts.speculative_reads > 0 {
+        // route_ahead is 0 when resident: nothing streams.
+        if route_ahead > 0 && opts.speculative_reads > 0 {
             backend = backend.with_speculation(opts.speculative_reads, opts.read_split)?;
         }
         let mut pc = PoolConfig::new(slots, config.block_count, config.expert_count);
