@@ -166,7 +166,9 @@ for i, d in enumerate(rows):
           f"{100 * r['decode_tok_s'] / bound:5.1f} % | in-run {dk.get('gb_per_s_busy', 0):.3f} GB/s busy "
           f"{100 * dk.get('busy_fraction', 0):5.1f} %, bound {inrun:6.2f}, {100 * r['decode_tok_s'] / max(inrun, 1e-9):5.1f} % | "
           f"stall {r['stall_ms_per_token']:6.1f} gpu {r['gpu_wait_ms_per_token']:5.1f} host {r['host_ms_per_token']:5.1f} ms/tok, "
-          f"spec used {sp.get('used', '-')}/{sp.get('read', '-')}")
+          f"spec used {sp.get('used', '-')}/{sp.get('read', '-')}, dropped {sp.get('dropped', '-')}, "
+          # The share of the demand loads a guess had read or was reading.
+          f"{100 * sp.get('used', 0) / max(r['loads_per_token'] * r['decode_tokens'], 1):.0f} % of loads")
 PY
 elif [ -n "${KERNELS:-}" ]; then
 run resident warm --budget 100g --prompt-tokens 512
