@@ -135,13 +135,14 @@ for round in $(seq ${SPEC_ROUNDS:-2}); do
         done
     done
 done
-# SPEC_COLD: the cold rows' route-ahead windows, buffer counts and read splits, window:buffers[:split].
+# SPEC_COLD: the cold rows' route-ahead windows, buffer counts, read splits and bench binaries,
+# window:buffers[:split[:NAME]] (NAME runs .device/bench-NAME).
 for round in $(seq ${SPEC_COLD_ROUNDS:-4}); do
     for wns in ${SPEC_COLD:-2:0 2:16}; do
-        IFS=: read -r w n split <<< "$wns"
+        IFS=: read -r w n split name <<< "$wns"
         sync; echo 3 > /proc/sys/vm/drop_caches
         $D/record-read $S --threads 1 --pieces 1 --records 384 | tee -a "$OUT/disk.txt"
-        DECODE=32 run b4g-direct-r1-ra$w-spec$n-s${split:-4}-r$round cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 --readers 1 --route-ahead $w --speculative-reads $n --read-split ${split:-4}
+        BIN=$D/bench${name:+-$name} DECODE=32 run b4g-direct-r1-ra$w-spec$n-s${split:-4}${name:+-$name}-r$round cold --budget 4g --no-prefetch --direct-io --prompt-tokens 4 --readers 1 --route-ahead $w --speculative-reads $n --read-split ${split:-4}
     done
 done
 sync; echo 3 > /proc/sys/vm/drop_caches

@@ -99,23 +99,30 @@ impl<B: Backend> ExpertPool<B> {
     ///   record when a load it needed failed; the failed slot is free and nothing stays pinned.
     /// - [`Error::Cleared`] when [`clear`](Self::clear) ran while it waited.
     pub fn ensure(&self, layer: u32, ids: &[u32]) -> Result<Pinned> {
-        self.ensure_meanwhile(layer, ids, || {})
+        self.ensure_meanwhile(layer, ids, || false)
     }
 
-    /// As [`ensure`](Self::ensure), and when it has loads to wait for, runs `meanwhile` once those are
-    /// handed to the readers, without the pool's lock (it may call the pool), before waiting.
+    /// As [`ensure`](Self::ensure), and when it has loads to wait for, calls `meanwhile` once those are
+    /// handed to the readers, without the pool's lock (it may call the pool), and again while they run
+    /// until it returns `false` (it has nothing more to do); not once the loads are done. So work done in
+    /// steps (one readback each) stops holding up the caller when the loads are.
     ///
     /// # Errors
     ///
     /// As [`ensure`](Self::ensure).
-    pub fn ensure_meanwhile(&self, layer: u32, ids: &[u32], meanwhile: impl FnOnce()) -> Result<Pinned> {
+    pub fn ensure_meanwhile(
+        &self,
+        layer: u32,
+        ids: &[u32],
+        mut meanwhile: impl FnMut() -> bool,
+    ) -> Result<Pinned> {
         let mut inner = self.shared.lock();
         let (mut ticket, jobs) = inner.core.demand(layer, ids)?;
         let demand_tx = self.demand_tx.as_ref().expect("senders live until drop");
         for job in jobs {
             let _ = demand_tx.send(job);
         }
-        let mut meanwhile = Some(meanwhile);
+        let mut more = true;
         let mut blocked = None;
         loop {
             match inner.core.poll(ticket) {
@@ -128,9 +135,9 @@ impl<B: Backend> ExpertPool<B> {
                 Progress::Waiting(t) => {
                     ticket = t;
                     blocked.get_or_insert_with(Instant::now);
-                    if let Some(f) = meanwhile.take() {
+                    if more {
                         drop(inner);
-                        f();
+                        more = meanwhile();
                         inner = self.shared.lock();
                         continue;
                     }

@@ -1,7 +1,7 @@
 //! Protects the pool under concurrency, with reads held open by gates (no sleeps): late hits are read once,
 //! demand is never held up by guesses and drops queued ones, `clear()` during reads leaves every slot free
 //! exactly once, a failed load frees its slot and names the record to every caller that waited for it, and
-//! `ensure_meanwhile` runs its closure once while loads run.
+//! `ensure_meanwhile` calls its closure while loads run, until it has nothing more to do or they are done.
 
 mod common;
 
@@ -42,10 +42,10 @@ fn a_late_hit_on_a_prefetch_waits_and_is_not_read_again() {
 }
 
 #[test]
-fn ensure_meanwhile_runs_once_while_its_loads_run_and_not_for_hits() {
+fn ensure_meanwhile_runs_once_when_it_says_so_and_not_for_hits() {
     let pool = pool(8, 1, 8, |_| {});
     let events = pool.backend().events();
-    let gate = pool.backend().hold(key(0, 4));
+    let mut gate = Some(pool.backend().hold(key(0, 4)));
     let mut ran = 0;
     let pinned = pool
         .ensure_meanwhile(0, &[4, 5], || {
@@ -53,7 +53,8 @@ fn ensure_meanwhile_runs_once_while_its_loads_run_and_not_for_hits() {
             assert_eq!(recv_read(&events, key(0, 4)), key(0, 4));
             assert_eq!(pool.slot_of(key(0, 4)), None);
             ran += 1;
-            gate.open();
+            gate.take().expect("called once").open();
+            false
         })
         .unwrap();
     assert_eq!(ran, 1);
@@ -61,6 +62,42 @@ fn ensure_meanwhile_runs_once_while_its_loads_run_and_not_for_hits() {
     pool.release(pinned);
     let hits = pool.ensure_meanwhile(0, &[5, 4], || panic!("nothing to wait for")).unwrap();
     pool.release(hits);
+}
+
+#[test]
+fn ensure_meanwhile_calls_again_while_its_loads_run_and_stops_once_they_are_done() {
+    let pool = pool(8, 1, 8, |_| {});
+    let gate = std::sync::Mutex::new(Some(pool.backend().hold(key(0, 2))));
+    let finished = std::sync::atomic::AtomicBool::new(false);
+    let mut calls = 0;
+    thread::scope(|s| {
+        // Only a pool that stops calling too early needs this: it lets the held read go, so the test fails
+        // on the count below instead of hanging.
+        s.spawn(|| {
+            let started = std::time::Instant::now();
+            while !finished.load(std::sync::atomic::Ordering::Relaxed) {
+                if started.elapsed() > std::time::Duration::from_secs(30) {
+                    drop(gate.lock().unwrap().take());
+                    break;
+                }
+                thread::yield_now();
+            }
+        });
+        let pinned = pool
+            .ensure_meanwhile(0, &[2], || {
+                calls += 1;
+                if calls == 3 {
+                    drop(gate.lock().unwrap().take());
+                    wait_until(|| pool.slot_of(key(0, 2)).is_some());
+                }
+                true // always more to do: only the finished load stops the calls
+            })
+            .unwrap();
+        finished.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(calls, 3, "called until the load was done, and not after");
+        assert_eq!(pool.backend().slot_bytes(pinned[0]), pool.backend().record(key(0, 2)));
+        pool.release(pinned);
+    });
 }
 
 #[test]

@@ -920,13 +920,21 @@ impl Engine {
             let read = readback(&self.ctx.device, rb, 8 * k as u64, copied, &mut self.stats.gpu_wait)?;
             let (picks, found) = read.split_at(k);
             let started = Instant::now();
-            let (device, s, copied) = (&self.ctx.device, &self.scratch, &units.copied[..layers]);
+            let (device, s) = (&self.ctx.device, &self.scratch);
+            let (copied, lacked) = (&units.copied[..layers], &mut units.lacked[..]);
             let mut guessed = Ok(());
             let pinned = match self.pool.backend().speculation() {
                 // While this layer's loads run, the disk may as well read what the layers queued after it lack.
-                Some(spec) => self.pool.ensure_meanwhile(l as u32, picks, || {
-                    guessed = guess_misses(device, s, copied, l + 1..l + 1 + window, k, spec);
-                }),
+                Some(spec) => {
+                    let (units, next) = (l + 1..l + 1 + window, l + 1);
+                    let mut guesses = MissGuesses { device, s, copied, lacked, units, next, k, spec };
+                    self.pool.ensure_meanwhile(l as u32, picks, || {
+                        guesses.step().unwrap_or_else(|e| {
+                            guessed = Err(e);
+                            false
+                        })
+                    })
+                }
                 None => self.pool.ensure(l as u32, picks),
             };
             self.stats.ensure_time += started.elapsed();
@@ -1135,11 +1143,17 @@ struct RoutedUnits {
     copied: Vec<Option<wgpu::SubmissionIndex>>,
     /// Units recorded ahead of their submission ([`Engine::prepare_routed`]).
     prepared: Vec<Option<wgpu::CommandBuffer>>,
+    /// The experts each unit last read back picked and the route table lacked ([`MissGuesses`]).
+    lacked: Vec<Vec<ExpertKey>>,
 }
 
 impl RoutedUnits {
     fn new(layers: usize) -> Self {
-        RoutedUnits { copied: vec![None; layers + 1], prepared: (0..=layers).map(|_| None).collect() }
+        RoutedUnits {
+            copied: vec![None; layers + 1],
+            prepared: (0..=layers).map(|_| None).collect(),
+            lacked: vec![Vec::new(); layers],
+        }
     }
 }
 
@@ -1353,30 +1367,46 @@ fn readback(
     Ok(out)
 }
 
-/// Hands `spec` the experts that route-ahead units `units` (those queued already, nearest first) picked
-/// and the route table lacked. They ran on a state without the missing experts of the layer before, so
-/// most of their picks stand once it runs again. The wait for their readbacks overlaps the loads.
-fn guess_misses(
-    device: &wgpu::Device,
-    s: &Scratch,
-    copied: &[Option<wgpu::SubmissionIndex>],
+/// Hands a [`SpeculativeReads`] the experts that route-ahead units (those queued already, nearest first)
+/// picked and the route table lacked, one unit's readback a step while a layer's loads run. They ran on a
+/// state without the missing experts of the layer before, so most of their picks stand once it runs again.
+/// Each step hands every unit's latest known misses at once (a unit not read back yet this layer keeps
+/// those of its last readback), so the nearest reads start while the farther units still run, and a
+/// step cut short by the loads drops no guess still likely.
+struct MissGuesses<'a> {
+    device: &'a wgpu::Device,
+    s: &'a Scratch,
+    copied: &'a [Option<wgpu::SubmissionIndex>],
+    lacked: &'a mut [Vec<ExpertKey>],
+    /// The units to guess for; `next` the next to read back.
     units: std::ops::Range<usize>,
+    next: usize,
     k: usize,
-    spec: &SpeculativeReads,
-) -> Result<()> {
-    let mut keys = Vec::new();
-    let mut overlapped = Duration::ZERO;
-    let queued = copied.iter().enumerate().take(units.end).skip(units.start);
-    for (unit, submission) in queued {
-        let Some(submission) = submission.clone() else { break };
-        let rb = &s.route_readback[unit];
-        let read = readback(device, rb, 8 * k as u64, Some(submission), &mut overlapped)?;
-        let (picks, found) = read.split_at(k);
-        let lacked = picks.iter().zip(found).filter(|&(_, &slot)| slot == ABSENT);
-        keys.extend(lacked.map(|(&expert, _)| ExpertKey::new(unit as u32, expert)));
+    spec: &'a SpeculativeReads,
+}
+
+impl MissGuesses<'_> {
+    /// Reads the next queued unit's picks back (waiting for the GPU to run it; the wait overlaps the
+    /// loads) and hands the guesses. Returns whether a unit is left.
+    fn step(&mut self) -> Result<bool> {
+        let end = self.units.end.min(self.copied.len());
+        if let Some(submission) = self.copied.get(self.next).filter(|_| self.next < end).cloned().flatten() {
+            let mut overlapped = Duration::ZERO;
+            let rb = &self.s.route_readback[self.next];
+            let k = self.k;
+            let read = readback(self.device, rb, 8 * k as u64, Some(submission), &mut overlapped)?;
+            let (picks, found) = read.split_at(k);
+            let lacked = picks.iter().zip(found).filter(|&(_, &slot)| slot == ABSENT);
+            let unit = self.next as u32;
+            self.lacked[self.next] = lacked.map(|(&expert, _)| ExpertKey::new(unit, expert)).collect();
+            self.next += 1;
+        } else {
+            self.next = end;
+        }
+        let keys: Vec<ExpertKey> = self.lacked[self.units.start.min(end)..end].concat();
+        self.spec.guess(&keys);
+        Ok(self.next < end)
     }
-    spec.guess(&keys);
-    Ok(())
 }
 
 /// Loads every expert into the pool (all fit), returning the `[layers · experts]` slot table.
