@@ -167,7 +167,7 @@ fn main() -> anyhow::Result<()> {
     opts.int8_prefill = args.int8_prefill;
     opts.tensor_prefill = args.tensor_prefill;
     opts.int8_decode = args.int8_decode;
-    opts.route_ahead = args.route_ahead.unwrap_or(opts.route_ahead);
+    opts.route_ahead = args.route_ahead.or(opts.route_ahead);
     opts.speculative_reads = args.speculative_reads.unwrap_or(opts.speculative_reads);
     opts.read_split = args.read_split.unwrap_or(opts.read_split);
     opts.readers = args.readers.or(opts.readers);

@@ -98,16 +98,17 @@ pub struct EngineOptions {
     /// of 16); other shapes' steps stay f32.
     pub int8_decode: bool,
     /// While experts stream, a one-token step queues up to this many layers past the last one whose picks
-    /// the host has checked (default 4; 0 reads each layer's picks back before its experts run). The GPU
-    /// turns the picks into slots through a table of what the pool holds; a layer that needs an expert the
-    /// pool lacks runs again from its router once the expert is loaded, and the layers queued after it
-    /// with it. Layers whose experts are all resident then cost no round trip to the host (with 1 the next
-    /// layer is only recorded while this one is checked, and submitted after; on the H200 from the page
-    /// cache 2 to 4 did best, wider windows queue more layers that a miss makes run again, and from a cold
-    /// disk 4 lets `speculative_reads` guess further ahead: BENCHMARKS.md). Applies
-    /// with prefetch off (`lookahead` 0: a guess loaded meanwhile could replace an expert a queued layer
-    /// reads) and the fused decode layer (top-k ≤ 64, expert FFN a multiple of 16).
-    pub route_ahead: u32,
+    /// the host has checked (0 reads each layer's picks back before its experts run; `None`, the default,
+    /// picks [`ROUTE_AHEAD_DIRECT`] with `direct_io`, else [`ROUTE_AHEAD_PAGE_CACHE`]). The GPU turns the
+    /// picks into slots through a table of what the pool holds; a layer that needs an expert the pool lacks
+    /// runs again from its router once the expert is loaded, and the layers queued after it with it. Layers
+    /// whose experts are all resident then cost no round trip to the host (with 1 the next layer is only
+    /// recorded while this one is checked, and submitted after). A wider window queues more layers that a
+    /// miss makes run again, and lets `speculative_reads` guess further ahead: from the page cache the
+    /// first costs more than the second gains, from a cold disk the other way round (BENCHMARKS.md).
+    /// Applies with prefetch off (`lookahead` 0: a guess loaded meanwhile could replace an expert a queued
+    /// layer reads) and the fused decode layer (top-k ≤ 64, expert FFN a multiple of 16).
+    pub route_ahead: Option<u32>,
     /// With route-ahead while experts stream: records of host memory (5 MB each at the Qwen3-30B-A3B
     /// shape) that guessed misses are read into while a layer's loads run, so that the disk goes on while
     /// the GPU runs the layer again and the ones after it. The guesses are the experts the queued layers
@@ -139,7 +140,7 @@ impl Default for EngineOptions {
             int8_prefill: false,
             tensor_prefill: false,
             int8_decode: false,
-            route_ahead: 4,
+            route_ahead: None,
             speculative_reads: 32,
         }
     }
@@ -355,7 +356,12 @@ impl Engine {
         let top_k = config.expert_used_count;
         let all = (config.block_count * config.expert_count) as usize;
         let mut lookahead = if opts.prefetch { opts.lookahead.min(config.block_count - 1) } else { 0 };
-        let mut route_ahead = if lookahead == 0 && fused_decode(&config) { opts.route_ahead } else { 0 };
+        let window = opts.route_ahead.unwrap_or(if opts.direct_io {
+            ROUTE_AHEAD_DIRECT
+        } else {
+            ROUTE_AHEAD_PAGE_CACHE
+        });
+        let mut route_ahead = if lookahead == 0 && fused_decode(&config) { window } else { 0 };
         let vocab = store.layout().dense_tensor("token_embd.weight").map_or(0, |t| t.dims[1] as u32);
 
         // Size everything but the pool, then the pool from what the budget leaves.
@@ -1160,6 +1166,14 @@ impl RoutedUnits {
 /// The route table's entry for an expert the pool does not hold (no pool part binds it, so the expert
 /// kernels skip the pick).
 const ABSENT: u32 = u32::MAX;
+
+/// [`EngineOptions::route_ahead`]'s window through the page cache: on the H200 at 4 GB, 4 layers decoded
+/// 39.7-46.6 tok/s against 36.7-37.2 with 8, the host recording the layers a miss runs again.
+pub const ROUTE_AHEAD_PAGE_CACHE: u32 = 4;
+/// [`EngineOptions::route_ahead`]'s window with O_DIRECT: on the H200 at 4 GB from a cold disk, 8 layers
+/// kept the disk reading 92 % of the time against 88 % with 4, and decoded 9.2 tok/s against 8.4 (means
+/// of 8 alternating rows).
+pub const ROUTE_AHEAD_DIRECT: u32 = 8;
 
 /// Demand readers when [`EngineOptions::readers`] is `None` and reads go through the page cache.
 const DEFAULT_READERS: usize = 8;

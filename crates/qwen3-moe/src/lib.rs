@@ -54,7 +54,9 @@ pub mod synthetic;
 mod weights;
 
 pub use config::{ARCHITECTURE, Config};
-pub use engine::{Engine, EngineOptions, LoadProgress, default_store_dir};
+pub use engine::{
+    Engine, EngineOptions, LoadProgress, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, default_store_dir,
+};
 pub use error::{Error, Result};
 pub use generate::{EndReason, Event, GenerateOptions, Generation};
 pub use sampling::{Sampler, SamplingOptions, log_softmax, top_n};

@@ -9,8 +9,8 @@ use std::sync::atomic::AtomicBool;
 use diskformer_bpe::chat::Message;
 use diskformer_qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
 use diskformer_qwen3_moe::{
-    EndReason, Engine, EngineOptions, Error, Event, GenerateOptions, Sampler, SamplingOptions, log_softmax,
-    top_n,
+    EndReason, Engine, EngineOptions, Error, Event, GenerateOptions, ROUTE_AHEAD_DIRECT,
+    ROUTE_AHEAD_PAGE_CACHE, Sampler, SamplingOptions, log_softmax, top_n,
 };
 
 struct Model {
@@ -129,7 +129,7 @@ fn int8_decode_streams_as_it_runs_resident() {
                 o.int8_decode = true;
                 o.pool_slots = slots;
                 o.prefetch = false;
-                o.route_ahead = route_ahead;
+                o.route_ahead = Some(route_ahead);
             });
             assert_eq!(e.routes_on_gpu(), slots.is_none());
             e.prefill(&PROMPT, false).unwrap()
@@ -600,7 +600,7 @@ fn route_ahead_gives_the_logits_of_checking_every_layer_first() {
             open(&m, |o| {
                 o.pool_slots = Some(slots);
                 o.prefetch = false;
-                o.route_ahead = route_ahead;
+                o.route_ahead = Some(route_ahead);
                 o.speculative_reads = speculative;
             })
         };
@@ -640,6 +640,16 @@ fn route_ahead_gives_the_logits_of_checking_every_layer_first() {
             assert_eq!(sampled_chain(&mut e, &mut s, 71, 6), draws, "{slots} slots, window {window}");
         }
     }
+    // By default its window follows how records are read: wider past the page cache.
+    let default_window = |direct_io| {
+        let e = open(&m, |o| {
+            o.pool_slots = Some(12);
+            o.prefetch = false;
+            o.direct_io = direct_io;
+        });
+        e.route_ahead()
+    };
+    assert_eq!((default_window(false), default_window(true)), (ROUTE_AHEAD_PAGE_CACHE, ROUTE_AHEAD_DIRECT));
     // It applies only while experts stream with prefetch off.
     assert_eq!(open(&m, |o| o.pool_slots = Some(12)).route_ahead(), 0);
     assert_eq!(open(&m, |o| o.prefetch = false).route_ahead(), 0);
