@@ -1171,8 +1171,8 @@ const ABSENT: u32 = u32::MAX;
 /// 39.7-46.6 tok/s against 36.7-37.2 with 8, the host recording the layers a miss runs again.
 pub const ROUTE_AHEAD_PAGE_CACHE: u32 = 4;
 /// [`EngineOptions::route_ahead`]'s window with O_DIRECT: on the H200 at 4 GB from a cold disk, 8 layers
-/// kept the disk reading 92 % of the time against 88 % with 4, and decoded 9.2 tok/s against 8.4 (means
-/// of 8 alternating rows).
+/// kept the disk reading 90-93 % of the time against 86-89 % with 4, and decoded 8.9 tok/s against 8.2
+/// (means of 12 alternating rows over two calls).
 pub const ROUTE_AHEAD_DIRECT: u32 = 8;
 
 /// Demand readers when [`EngineOptions::readers`] is `None` and reads go through the page cache.
