@@ -82,7 +82,8 @@ struct Args {
     #[arg(long)]
     int8_decode: bool,
     /// While experts stream, layers a one-token step queues past the last one checked (with prefetch off;
-    /// 0 reads each layer's picks back first; default: the engine's, EngineOptions::route_ahead).
+    /// 0 reads each layer's picks back first; default: the engine's, EngineOptions::route_ahead: 8 with
+    /// --direct-io, else 4).
     #[arg(long)]
     route_ahead: Option<u32>,
     /// With route-ahead: host record buffers that guessed misses are read into while a layer's loads run
