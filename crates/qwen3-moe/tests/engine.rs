@@ -611,7 +611,7 @@ fn route_ahead_gives_the_logits_of_checking_every_layer_first() {
         let greedy = greedy_chain(&mut checks, 70, 6);
         let draws = sampled_chain(&mut checks, &mut Sampler::new(sampled), 71, 6);
         // Speculative reads (guessed misses read into host memory while a layer loads) change no logit.
-        for (window, speculative) in [(1, 0), (3, 0), (9, 0), (2, 4)] {
+        for (window, speculative) in [(1, 0), (3, 0), (9, 0), (2, 4), (8, 4)] {
             let mut e = open_with(window, speculative);
             assert_eq!(e.route_ahead(), window);
             e.prefill(&PROMPT, true).unwrap();
