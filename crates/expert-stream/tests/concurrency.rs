@@ -6,7 +6,10 @@
 mod common;
 
 use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use common::{pool, wait_until};
 use diskformer_expert_stream::{Error, Event, ExpertKey, Fault, Slot, SlotView};
@@ -38,7 +41,7 @@ fn a_late_hit_on_a_prefetch_waits_and_is_not_read_again() {
     assert_eq!(pool.backend().reads(key(1, 3)), 1);
     let s = pool.stats();
     assert_eq!((s.hits, s.late_hits, s.misses, s.prefetch_used), (0, 1, 0, 1));
-    assert!(s.wait_time > std::time::Duration::ZERO);
+    assert!(s.wait_time > Duration::ZERO);
 }
 
 #[test]
@@ -67,16 +70,16 @@ fn ensure_meanwhile_runs_once_when_it_says_so_and_not_for_hits() {
 #[test]
 fn ensure_meanwhile_calls_again_while_its_loads_run_and_stops_once_they_are_done() {
     let pool = pool(8, 1, 8, |_| {});
-    let gate = std::sync::Mutex::new(Some(pool.backend().hold(key(0, 2))));
-    let finished = std::sync::atomic::AtomicBool::new(false);
+    let gate = Mutex::new(Some(pool.backend().hold(key(0, 2))));
+    let finished = AtomicBool::new(false);
     let mut calls = 0;
     thread::scope(|s| {
         // Only a pool that stops calling too early needs this: it lets the held read go, so the test fails
         // on the count below instead of hanging.
         s.spawn(|| {
-            let started = std::time::Instant::now();
-            while !finished.load(std::sync::atomic::Ordering::Relaxed) {
-                if started.elapsed() > std::time::Duration::from_secs(30) {
+            let started = Instant::now();
+            while !finished.load(Ordering::Relaxed) {
+                if started.elapsed() > Duration::from_secs(30) {
                     drop(gate.lock().unwrap().take());
                     break;
                 }
@@ -93,7 +96,7 @@ fn ensure_meanwhile_calls_again_while_its_loads_run_and_stops_once_they_are_done
                 true // always more to do: only the finished load stops the calls
             })
             .unwrap();
-        finished.store(true, std::sync::atomic::Ordering::Relaxed);
+        finished.store(true, Ordering::Relaxed);
         assert_eq!(calls, 3, "called until the load was done, and not after");
         assert_eq!(pool.backend().slot_bytes(pinned[0]), pool.backend().record(key(0, 2)));
         pool.release(pinned);

@@ -932,7 +932,7 @@ impl Engine {
             let pinned = match self.pool.backend().speculation() {
                 // While this layer's loads run, the disk may as well read what the layers queued after it lack.
                 Some(spec) => {
-                    let (units, next) = (l + 1..l + 1 + window, l + 1);
+                    let (units, next) = (l + 1..(l + 1 + window).min(layers), l + 1);
                     let mut guesses = MissGuesses { device, s, copied, lacked, units, next, k, spec };
                     self.pool.ensure_meanwhile(l as u32, picks, || {
                         guesses.step().unwrap_or_else(|e| {
@@ -1392,7 +1392,7 @@ struct MissGuesses<'a> {
     s: &'a Scratch,
     copied: &'a [Option<wgpu::SubmissionIndex>],
     lacked: &'a mut [Vec<ExpertKey>],
-    /// The units to guess for; `next` the next to read back.
+    /// The units to guess for (layers only, not the head); `next` the next to read back.
     units: std::ops::Range<usize>,
     next: usize,
     k: usize,
@@ -1403,8 +1403,8 @@ impl MissGuesses<'_> {
     /// Reads the next queued unit's picks back (waiting for the GPU to run it; the wait overlaps the
     /// loads) and hands the guesses. Returns whether a unit is left.
     fn step(&mut self) -> Result<bool> {
-        let end = self.units.end.min(self.copied.len());
-        if let Some(submission) = self.copied.get(self.next).filter(|_| self.next < end).cloned().flatten() {
+        let queued = self.units.contains(&self.next).then(|| self.copied[self.next].clone()).flatten();
+        if let Some(submission) = queued {
             let mut overlapped = Duration::ZERO;
             let rb = &self.s.route_readback[self.next];
             let k = self.k;
@@ -1415,11 +1415,10 @@ impl MissGuesses<'_> {
             self.lacked[self.next] = lacked.map(|(&expert, _)| ExpertKey::new(unit, expert)).collect();
             self.next += 1;
         } else {
-            self.next = end;
+            self.next = self.units.end;
         }
-        let keys: Vec<ExpertKey> = self.lacked[self.units.start.min(end)..end].concat();
-        self.spec.guess(&keys);
-        Ok(self.next < end)
+        self.spec.guess(&self.lacked[self.units.clone()].concat());
+        Ok(self.next < self.units.end)
     }
 }
 
