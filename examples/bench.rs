@@ -93,7 +93,8 @@ struct Args {
     /// How records reach the pool: ring (mapped staging, read into directly) or write (queue.write_buffer).
     #[arg(long, default_value = "ring")]
     upload: String,
-    /// Pieces a record is read, staged and uploaded in (ring upload; default: the engine's).
+    /// Pieces a record is read, staged and uploaded in (ring upload; default: the engine's, EngineOptions::
+    /// read_split: whole records with --direct-io, else 4).
     #[arg(long)]
     read_split: Option<usize>,
     /// Threads reading demand misses (default: the engine's, 8, or with --direct-io the count a probe of the
@@ -170,7 +171,7 @@ fn main() -> anyhow::Result<()> {
     opts.int8_decode = args.int8_decode;
     opts.route_ahead = args.route_ahead.or(opts.route_ahead);
     opts.speculative_reads = args.speculative_reads.unwrap_or(opts.speculative_reads);
-    opts.read_split = args.read_split.unwrap_or(opts.read_split);
+    opts.read_split = args.read_split.or(opts.read_split);
     opts.readers = args.readers.or(opts.readers);
     opts.upload = match args.upload.as_str() {
         "ring" => UploadMethod::StagingRing(2),
@@ -253,7 +254,7 @@ fn main() -> anyhow::Result<()> {
         "policy": args.policy,
         "direct_io": args.direct_io,
         "upload": args.upload,
-        "read_split": opts.read_split,
+        "read_split": engine.read_split(),
         "readers": engine.readers(),
         "warmup_tokens": args.warmup_tokens,
         "load_s": load_s,

@@ -56,12 +56,14 @@ pub struct EngineOptions {
     /// How records reach the pool (default: each reader's ring of 2 mapped staging buffers, read into
     /// directly through the page cache).
     pub upload: UploadMethod,
-    /// Pieces a demand miss's record is read, staged and uploaded in, each copied to the device as soon as it
-    /// is staged (default 4; prefetch loads read whole records): through the page cache on as many threads
-    /// while at most two loads run, with O_DIRECT one after another while the previous piece is staged. On the
-    /// H200 at a 4 GB budget in the page cache, 4 pieces decoded 11-20 % faster than whole records and
-    /// prefilled 13 % slower (BENCHMARKS.md).
-    pub read_split: usize,
+    /// Pieces a demand miss's record (and a speculative read's) is read, staged and uploaded in, each copied
+    /// to the device as soon as it is staged (prefetch loads read whole records): through the page cache on as
+    /// many threads while at most two loads run, with O_DIRECT one after another while the previous piece is
+    /// staged. `None`, the default, picks [`READ_SPLIT_DIRECT`] (whole records) with `direct_io`, else
+    /// [`READ_SPLIT_PAGE_CACHE`]: on the H200 at a 4 GB budget, 4 pieces decoded 11-20 % faster than whole
+    /// records through the page cache (and prefilled 13 % slower), whole records 11 % faster than 4 pieces
+    /// from a cold disk, which served them at a higher rate (BENCHMARKS.md).
+    pub read_split: Option<usize>,
     /// Most tokens per prefill chunk (default 512: a chunk reads each picked expert once per 32 of its pairs
     /// (Q4_0: 8) and each dense weight once per 32 tokens, and at 128 experts and top-8 a 512-token chunk
     /// gives an expert 32 pairs on average, one full tile; on the H200 a 512-token prompt prefilled 1,395
@@ -133,7 +135,7 @@ impl Default for EngineOptions {
             readers: None,
             direct_io: false,
             upload: UploadMethod::StagingRing(2),
-            read_split: 4,
+            read_split: None,
             max_batch: 512,
             gpu_routing: true,
             run_ahead: true,
@@ -224,6 +226,8 @@ pub struct Engine {
     route_table: Option<(wgpu::Buffer, Vec<u32>)>,
     /// [`EngineOptions::route_ahead`] where it applies, else 0.
     route_ahead: u32,
+    /// [`EngineOptions::read_split`], resolved.
+    read_split: usize,
     lookahead: u32,
     max_batch: u32,
     /// What the disk probe measured, when it chose the readers.
@@ -361,6 +365,8 @@ impl Engine {
         } else {
             ROUTE_AHEAD_PAGE_CACHE
         });
+        let read_split =
+            opts.read_split.unwrap_or(if opts.direct_io { READ_SPLIT_DIRECT } else { READ_SPLIT_PAGE_CACHE });
         let mut route_ahead = if lookahead == 0 && fused_decode(&config) { window } else { 0 };
         let vocab = store.layout().dense_tensor("token_embd.weight").map_or(0, |t| t.dims[1] as u32);
 
@@ -375,7 +381,7 @@ impl Engine {
         let staging = match opts.upload {
             UploadMethod::StagingRing(len) => {
                 let record = experts.record_bytes as usize;
-                let demand = StagingRing::bytes(record, len, opts.read_split);
+                let demand = StagingRing::bytes(record, len, read_split);
                 readers as u64 * demand + prefetch_threads as u64 * StagingRing::bytes(record, len, 1)
             }
             _ => 0,
@@ -437,10 +443,10 @@ impl Engine {
         let scratch = Scratch::new(&device, &config, sizes);
         let gpu_pool = GpuPool::new(&ctx, &experts, slots)?;
         let mut backend =
-            GpuBackend::new(gpu_pool, reader)?.with_method(opts.upload).with_read_split(opts.read_split);
+            GpuBackend::new(gpu_pool, reader)?.with_method(opts.upload).with_read_split(read_split);
         // route_ahead is 0 when resident: nothing streams.
         if route_ahead > 0 && opts.speculative_reads > 0 {
-            backend = backend.with_speculation(opts.speculative_reads, opts.read_split)?;
+            backend = backend.with_speculation(opts.speculative_reads, read_split)?;
         }
         let mut pc = PoolConfig::new(slots, config.block_count, config.expert_count);
         pc.policy = opts.policy;
@@ -491,6 +497,7 @@ impl Engine {
             resident_table,
             route_table,
             route_ahead,
+            read_split,
             lookahead,
             max_batch,
             reader_probe,
@@ -567,6 +574,11 @@ impl Engine {
     /// else 0.
     pub fn route_ahead(&self) -> u32 {
         self.route_ahead
+    }
+
+    /// Pieces a demand miss's record is read in ([`EngineOptions::read_split`], its default resolved).
+    pub fn read_split(&self) -> usize {
+        self.read_split
     }
 
     /// Most tokens one prefill chunk runs.
@@ -1174,6 +1186,14 @@ pub const ROUTE_AHEAD_PAGE_CACHE: u32 = 4;
 /// kept the disk reading 90-93 % of the time against 86-89 % with 4, and decoded 8.9 tok/s against 8.2
 /// (means of 12 alternating rows over two calls).
 pub const ROUTE_AHEAD_DIRECT: u32 = 8;
+
+/// [`EngineOptions::read_split`] through the page cache: on the H200 at 4 GB, 4 pieces a record decoded
+/// 11-20 % faster than whole records (each piece read on its own thread while few loads run).
+pub const READ_SPLIT_PAGE_CACHE: usize = 4;
+/// [`EngineOptions::read_split`] with O_DIRECT, whole records: on the H200 at 4 GB from a cold disk, with a
+/// route-ahead window of 8, they decoded 9.9 tok/s against 8.9 in 4 pieces (means of 10 alternating rows),
+/// the disk serving them at 1.88 GB/s while it had one in flight against 1.61.
+pub const READ_SPLIT_DIRECT: usize = 1;
 
 /// Demand readers when [`EngineOptions::readers`] is `None` and reads go through the page cache.
 const DEFAULT_READERS: usize = 8;

@@ -9,8 +9,9 @@ use std::sync::atomic::AtomicBool;
 use diskformer_bpe::chat::Message;
 use diskformer_qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
 use diskformer_qwen3_moe::{
-    EndReason, Engine, EngineOptions, Error, Event, GenerateOptions, ROUTE_AHEAD_DIRECT,
-    ROUTE_AHEAD_PAGE_CACHE, Sampler, SamplingOptions, log_softmax, top_n,
+    EndReason, Engine, EngineOptions, Error, Event, GenerateOptions, READ_SPLIT_DIRECT,
+    READ_SPLIT_PAGE_CACHE, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, Sampler, SamplingOptions, log_softmax,
+    top_n,
 };
 
 struct Model {
@@ -172,8 +173,16 @@ fn batched_prefill_pool_sizes_and_prefix_reuse_agree() {
     // Streaming through 5 slots with records read in pieces (O_DIRECT: read ahead, one piece at a time;
     // page cache: pieces on their own threads while few loads run) or whole, by one reader or several; with
     // O_DIRECT and no count given, as many as a probe of the disk picks.
-    let cases =
-        [(true, 4, Some(8)), (true, 1, Some(1)), (false, 4, Some(1)), (false, 1, Some(2)), (true, 4, None)];
+    // `None` pieces: the default, which follows how records are read.
+    let cases = [
+        (true, Some(4), Some(8)),
+        (true, Some(1), Some(1)),
+        (false, Some(4), Some(1)),
+        (false, Some(1), Some(2)),
+        (true, Some(4), None),
+        (true, None, Some(1)),
+        (false, None, Some(2)),
+    ];
     for (direct_io, read_split, readers) in cases {
         let mut e = open(&m, |o| {
             o.pool_slots = Some(5);
@@ -181,13 +190,15 @@ fn batched_prefill_pool_sizes_and_prefix_reuse_agree() {
             o.read_split = read_split;
             o.readers = readers;
         });
+        let default_split = if direct_io { READ_SPLIT_DIRECT } else { READ_SPLIT_PAGE_CACHE };
+        assert_eq!(e.read_split(), read_split.unwrap_or(default_split));
         match readers {
             Some(n) => assert_eq!(e.readers(), n),
             None => assert!([1, 2, 4, 8].contains(&e.readers()), "probed {} readers", e.readers()),
         }
         let got = e.prefill(&PROMPT, false).unwrap();
         let d = max_diff(&got, &want);
-        assert!(d < 1e-4, "O_DIRECT {direct_io}, {read_split} pieces, {readers:?} readers: {d}");
+        assert!(d < 1e-4, "O_DIRECT {direct_io}, {read_split:?} pieces, {readers:?} readers: {d}");
         assert!(e.stats().pool.misses > 0, "the pool streamed");
     }
 
