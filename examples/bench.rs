@@ -287,6 +287,7 @@ fn main() -> anyhow::Result<()> {
     out["int8_decode"] = args.int8_decode.into();
     out["route_ahead"] = serde_json::json!({
         "layers": engine.route_ahead(), "stood": d.layers_routed_ahead, "rerun": d.layers_rerun,
+        "recorded_ahead": d.units_recorded_ahead,
     });
     // The store's reads (demand and speculative): time with one in flight, the bytes, and their rate then.
     let busy_s = d.disk.busy.as_secs_f64();

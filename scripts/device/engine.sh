@@ -125,13 +125,13 @@ $D/record-read $S --threads 1 --pieces 1 --records 384 | tee -a "$OUT/disk.txt"
 elif [ -n "${SPEC:-}" ]; then
 # Speculative reads (EngineOptions::speculative_reads) against none, route-ahead 2, one reader: page-cache
 # rows at SPEC_BUDGETS, then cold 4 GB rows alternating, each between two disk reads of the same kind (as
-# BRACKET=1). SPEC_WARM: the warm rows' route-ahead windows and buffer counts alternated, window:buffers (0 is
-# off).
+# BRACKET=1). SPEC_WARM: the warm rows' route-ahead windows and buffer counts alternated, window:buffers[:NAME]
+# (0 is off; NAME runs .device/bench-NAME).
 for round in $(seq ${SPEC_ROUNDS:-2}); do
     for b in ${SPEC_BUDGETS:-8 4}; do
         for wn in ${SPEC_WARM:-2:0 2:16}; do
-            w=${wn%%:*} n=${wn#*:}
-            run b${b}g-ra$w-spec$n-r$round warm --budget ${b}g --no-prefetch --prompt-tokens 16 --route-ahead $w --speculative-reads $n
+            IFS=: read -r w n name <<< "$wn"
+            BIN=$D/bench${name:+-$name} run b${b}g-ra$w-spec$n${name:+-$name}-r$round warm --budget ${b}g --no-prefetch --prompt-tokens 16 --route-ahead $w --speculative-reads $n
         done
     done
 done

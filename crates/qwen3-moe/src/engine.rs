@@ -22,8 +22,9 @@ use diskformer_kernels::{
 };
 use diskformer_store::{IngestOptions, ReaderProbe, Store};
 
-use crate::graph::{Bindings, Graph, KvCache, Scratch, ScratchSizes, fused_decode, gemm_groups_len};
+use crate::graph::{Bindings, Graph, KvCache, Scratch, ScratchSizes, fused_decode, gemm_groups_len, record};
 use crate::stats::{EngineStats, GpuBytes};
+use crate::unit_stock::{UnitBuffers, UnitKind, UnitStock};
 use crate::weights::Weights;
 use crate::{Config, Error, Result, Sampler, SamplingOptions};
 
@@ -217,7 +218,8 @@ pub struct Engine {
     kv: KvCache,
     scratch: Scratch,
     pool: ExpertPool<GpuBackend>,
-    graphs: HashMap<u32, Graph>,
+    /// Shared with the route-ahead unit stock's thread.
+    graphs: HashMap<u32, Arc<Graph>>,
     /// `[layers · experts]` pool slots when every expert is resident and routing stays on the GPU (on the
     /// device for one-token steps, on the host for chunks).
     resident_table: Option<(wgpu::Buffer, Vec<u32>)>,
@@ -226,6 +228,9 @@ pub struct Engine {
     route_table: Option<(wgpu::Buffer, Vec<u32>)>,
     /// [`EngineOptions::route_ahead`] where it applies, else 0.
     route_ahead: u32,
+    /// With route-ahead, once a one-token step ran: what its layer units copy between, and the stock of
+    /// them a thread keeps recorded (`None` if that thread could not start: the host then records them all).
+    route_units: Option<(UnitBuffers, Option<UnitStock<wgpu::CommandBuffer>>)>,
     /// [`EngineOptions::read_split`], resolved.
     read_split: usize,
     lookahead: u32,
@@ -497,6 +502,7 @@ impl Engine {
             resident_table,
             route_table,
             route_ahead,
+            route_units: None,
             read_split,
             lookahead,
             max_batch,
@@ -782,7 +788,7 @@ impl Engine {
                 embedding: self.weights.gpu_embedding.as_ref().map(|e| e.m()),
             };
             let g = Graph::build(&b, t)?;
-            self.graphs.insert(t, g);
+            self.graphs.insert(t, Arc::new(g));
         }
         Ok(&self.graphs[&t])
     }
@@ -927,6 +933,13 @@ impl Engine {
         let layers = self.graphs[&1].layers.len();
         let k = self.config.expert_used_count as usize;
         let window = self.route_ahead as usize;
+        if self.route_units.is_none() {
+            let hidden = self.config.embedding_length;
+            let buffers = UnitBuffers::new(&self.scratch, hidden, k as u32);
+            let (graph, device, b) = (self.graphs[&1].clone(), self.ctx.device.clone(), buffers.clone());
+            let stock = UnitStock::start(layers, move |kind, l| b.commands(&device, &graph, kind, l));
+            self.route_units = Some((buffers, stock.ok()));
+        }
         self.sync_route_table();
         let mut units = RoutedUnits::new(layers);
         let mut next = self.queue_routed(0, window, want, None, &mut units);
@@ -979,23 +992,18 @@ impl Engine {
         read_output(device, s, want, shape, 0, units.copied[layers].clone(), &mut self.stats.gpu_wait)
     }
 
-    /// Records route-ahead unit `unit` (plain, no run again) for a later [`Engine::queue_routed`], unless
-    /// it is past the head or recorded already.
+    /// Takes route-ahead unit `unit` (plain, no run again) ahead of a later [`Engine::queue_routed`],
+    /// unless it is past the head or taken already: recorded while the GPU runs what is queued.
     fn prepare_routed(&mut self, unit: usize, want: Want, units: &mut RoutedUnits) {
         if units.prepared.get(unit).is_some_and(Option::is_none) {
-            let (shape, k) = (self.head_shape(1), u64::from(self.config.expert_used_count));
-            let (device, graph, s) = (&self.ctx.device, &self.graphs[&1], &self.scratch);
-            let commands = timed(&mut self.stats.record_time, || {
-                record_routed(device, graph, s, None, unit, (want, shape, k))
-            });
-            units.prepared[unit] = Some(commands);
+            units.prepared[unit] = Some(self.routed_unit(UnitKind::Layer, unit, want));
         }
     }
 
     /// Submits route-ahead units `from..upto` (at most through unit `layers`, the head), each on its own
-    /// ([`record_routed`], or as [`Engine::prepare_routed`] recorded it; `rerun`, a layer to run again from
-    /// its router, rides in the first), noting the submission each one copies out by. Returns where it
-    /// stopped.
+    /// (as [`Engine::prepare_routed`] took it, else [`Engine::routed_unit`]; `rerun`, a layer to run again
+    /// from its router, goes in the first's submission), noting the submission each one copies out by.
+    /// Returns where it stopped.
     fn queue_routed(
         &mut self,
         from: usize,
@@ -1005,19 +1013,38 @@ impl Engine {
         units: &mut RoutedUnits,
     ) -> usize {
         let end = upto.min(units.copied.len()).max(from + usize::from(rerun.is_some()));
-        let (shape, k) = (self.head_shape(1), u64::from(self.config.expert_used_count));
         for unit in from..end {
-            let prepared = units.prepared[unit].take().filter(|_| rerun.is_none());
-            let (device, graph, s) = (&self.ctx.device, &self.graphs[&1], &self.scratch);
-            let commands = prepared.unwrap_or_else(|| {
-                timed(&mut self.stats.record_time, || {
-                    record_routed(device, graph, s, rerun.take(), unit, (want, shape, k))
-                })
-            });
-            units.copied[unit] =
-                Some(timed(&mut self.stats.submit_time, || self.ctx.queue.submit([commands])));
+            let again = rerun.take().map(|l| self.routed_unit(UnitKind::Rerun, l, want));
+            let commands = match units.prepared[unit].take() {
+                Some(commands) => commands,
+                None => self.routed_unit(UnitKind::Layer, unit, want),
+            };
+            let submit = || self.ctx.queue.submit(again.into_iter().chain([commands]));
+            units.copied[unit] = Some(timed(&mut self.stats.submit_time, submit));
         }
         end
+    }
+
+    /// Route-ahead unit `unit`'s commands (see [`Engine::route_ahead_step`]): a layer's, whole or run again,
+    /// from the stock when it holds one, else recorded here; the head's (unit `layers`, `kind` ignored),
+    /// recorded here for `want`.
+    fn routed_unit(&mut self, kind: UnitKind, unit: usize, want: Want) -> wgpu::CommandBuffer {
+        let shape = self.head_shape(1);
+        let (device, graph, s) = (&self.ctx.device, &self.graphs[&1], &self.scratch);
+        let (buffers, stock) = self.route_units.as_ref().expect("route_ahead_step starts the stock");
+        let stocked = stock.as_ref().filter(|_| unit < graph.layers.len());
+        if let Some(commands) = stocked.and_then(|stock| stock.take(kind, unit)) {
+            self.stats.units_recorded_ahead += 1;
+            return commands;
+        }
+        timed(&mut self.stats.record_time, || {
+            if unit < graph.layers.len() {
+                return buffers.commands(device, graph, kind, unit);
+            }
+            let mut enc = device.create_command_encoder(&Default::default());
+            record_head(&mut enc, graph, s, want, shape, 0);
+            enc.finish()
+        })
     }
 
     /// Writes the route table again where the pool changed since it was last written.
@@ -1262,41 +1289,6 @@ fn record_resident_step(
     enc.finish()
 }
 
-/// Records route-ahead unit `unit` of a one-token step (see `Engine::route_ahead_step`): layer `unit`
-/// whole, saving the residual stream its router reads and copying its picks and slots out; unit `layers`
-/// is the head. First, `rerun`: a layer again from its router on its saved stream, then its experts (one
-/// submission fewer than running it alone). `k`: picks a token.
-fn record_routed(
-    device: &wgpu::Device,
-    graph: &Graph,
-    s: &Scratch,
-    rerun: Option<usize>,
-    unit: usize,
-    (want, shape, k): (Want, HeadShape, u64),
-) -> wgpu::CommandBuffer {
-    let mut enc = device.create_command_encoder(&Default::default());
-    let x_bytes = 4 * u64::from(shape.hidden);
-    if let Some(l) = rerun {
-        let lg = &graph.layers[l];
-        let from = lg.router_from.expect("route-ahead runs the fused decode layer");
-        enc.copy_buffer_to_buffer(&s.routed_x, l as u64 * x_bytes, &s.x, 0, x_bytes);
-        record(&mut enc, &lg.attention[from..]);
-        record(&mut enc, &lg.experts);
-    }
-    match graph.layers.get(unit) {
-        None => record_head(&mut enc, graph, s, want, shape, 0),
-        Some(lg) => {
-            record(&mut enc, &lg.attention);
-            let rb = &s.route_readback[unit];
-            enc.copy_buffer_to_buffer(&s.x, 0, &s.routed_x, unit as u64 * x_bytes, x_bytes);
-            enc.copy_buffer_to_buffer(&s.pick_ids, 0, rb, 0, 4 * k);
-            enc.copy_buffer_to_buffer(&s.slot_idx[unit], 0, rb, 4 * k, 4 * k);
-            record(&mut enc, &lg.experts);
-        }
-    }
-    enc.finish()
-}
-
 /// Records what a step returns after its last layer: for logits or a pick, the last token's normed row, the
 /// head, the argmax or the draw, and the copy into the readback buffer (for a pick, argmax readback
 /// `slot`); nothing for [`Want::Nothing`].
@@ -1364,14 +1356,6 @@ fn timed<T>(total: &mut Duration, f: impl FnOnce() -> T) -> T {
     let out = f();
     *total += started.elapsed();
     out
-}
-
-/// Records `dispatches` into one compute pass.
-fn record(enc: &mut wgpu::CommandEncoder, dispatches: &[diskformer_kernels::Dispatch]) {
-    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-    for d in dispatches {
-        d.record(&mut pass);
-    }
 }
 
 /// Maps the first `bytes` of `buffer`, waits for the GPU to finish `submission` (else everything

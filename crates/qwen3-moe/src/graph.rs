@@ -691,6 +691,14 @@ impl Graph {
     }
 }
 
+/// Records `dispatches` into one compute pass.
+pub(crate) fn record(enc: &mut wgpu::CommandEncoder, dispatches: &[Dispatch]) {
+    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+    for d in dispatches {
+        d.record(&mut pass);
+    }
+}
+
 /// Whether one-token steps run the fused decode layer (see the module docs): at most [`FUSED_MAX_PICKS`]
 /// picks, and an expert FFN whose gate and up rows gate‖up pairs 16 at a time.
 pub(crate) fn fused_decode(c: &Config) -> bool {

@@ -51,6 +51,7 @@ mod graph;
 pub mod sampling;
 mod stats;
 pub mod synthetic;
+mod unit_stock;
 mod weights;
 
 pub use config::{ARCHITECTURE, Config};

@@ -28,6 +28,8 @@ pub(crate) struct EngineStats {
     pub layers_routed_ahead: u64,
     /// Route-ahead: layers run again from their router after a load.
     pub layers_rerun: u64,
+    /// Route-ahead: layer units (whole or run again) submitted as the unit stock's thread recorded them.
+    pub units_recorded_ahead: u64,
 }
 
 /// GPU memory by category, in bytes.
@@ -80,6 +82,9 @@ pub struct Stats {
     pub layers_routed_ahead: u64,
     /// Route-ahead: layers run again from their router once their experts were loaded.
     pub layers_rerun: u64,
+    /// Route-ahead: layer units (a layer whole, or again from its router) submitted as a thread had
+    /// recorded them ahead; the host recorded the rest.
+    pub units_recorded_ahead: u64,
     /// The pool's counters (hits, late hits, misses, bytes, read and upload times, prefetch, by layer).
     pub pool: PoolStats,
     /// The speculative reads' counters ([`crate::EngineOptions::speculative_reads`]), when they run.
@@ -113,6 +118,7 @@ impl Stats {
             submit_time: e.submit_time,
             layers_routed_ahead: e.layers_routed_ahead,
             layers_rerun: e.layers_rerun,
+            units_recorded_ahead: e.units_recorded_ahead,
             pool,
             speculative,
             disk,
@@ -190,8 +196,8 @@ impl fmt::Display for Stats {
         if self.layers_routed_ahead + self.layers_rerun > 0 {
             writeln!(
                 f,
-                "route-ahead: {} layers stood, {} run again after a load",
-                self.layers_routed_ahead, self.layers_rerun
+                "route-ahead: {} layers stood, {} run again after a load, {} units recorded ahead",
+                self.layers_routed_ahead, self.layers_rerun, self.units_recorded_ahead
             )?;
         }
         if let Some(spec) = &self.speculative {
