@@ -1207,7 +1207,8 @@ impl RoutedUnits {
 const ABSENT: u32 = u32::MAX;
 
 /// [`EngineOptions::route_ahead`]'s window through the page cache: on the H200 at 4 GB, 4 layers decoded
-/// 39.7-46.6 tok/s against 36.7-37.2 with 8, the host recording the layers a miss runs again.
+/// 42.0 tok/s against 40.6 with 8 (means of 3 alternating rows, the layers a miss runs again recorded
+/// ahead on a thread; with the host recording them, 38.5 against 32.2).
 pub const ROUTE_AHEAD_PAGE_CACHE: u32 = 4;
 /// [`EngineOptions::route_ahead`]'s window with O_DIRECT: on the H200 at 4 GB from a cold disk, 8 layers
 /// kept the disk reading 90-93 % of the time against 86-89 % with 4, and decoded 8.9 tok/s against 8.2
