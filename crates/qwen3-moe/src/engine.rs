@@ -946,6 +946,10 @@ impl Engine {
         for l in 0..layers {
             // The next unit to queue is recorded while the GPU runs what is queued.
             self.prepare_routed(next, want, &mut units);
+            // The stock records what was taken while the host waits for this layer's picks and loads.
+            if let Some((_, Some(stock))) = &self.route_units {
+                stock.refill();
+            }
             let rb = &self.scratch.route_readback[l];
             let copied = units.copied[l].clone();
             let read = readback(&self.ctx.device, rb, 8 * k as u64, copied, &mut self.stats.gpu_wait)?;

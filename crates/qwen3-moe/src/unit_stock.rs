@@ -101,7 +101,7 @@ const RERUN_DEPTH: usize = 1;
 
 struct Shared<U> {
     state: Mutex<State<U>>,
-    /// Signalled when a unit is taken, or to stop.
+    /// Signalled to refill, or to stop.
     taken: Condvar,
 }
 
@@ -176,13 +176,18 @@ impl<U: Send + 'static> UnitStock<U> {
         Ok(UnitStock { shared, thread: Some(thread) })
     }
 
-    /// A recorded `kind` unit of layer `l`, if the stock has one.
+    /// A recorded `kind` unit of layer `l`, if the stock has one. The thread records its replacement at
+    /// the next [`UnitStock::refill`].
     pub fn take(&self, kind: UnitKind, l: usize) -> Option<U> {
         let mut state = lock(&self.shared.state);
         state.near = l;
-        let unit = state.units(kind)[l].pop();
+        state.units(kind)[l].pop()
+    }
+
+    /// Lets the thread record what was taken: the host calls it before it waits (for the GPU or the
+    /// disk), so that the recording does not compete with its submits.
+    pub fn refill(&self) {
         self.shared.taken.notify_one();
-        unit
     }
 }
 
@@ -239,6 +244,7 @@ mod tests {
             if let Some(unit) = stock.take(kind, l) {
                 return unit;
             }
+            stock.refill();
             assert!(Instant::now() < deadline, "the stock never recorded {kind:?} {l}");
             std::thread::sleep(Duration::from_millis(1));
         }
