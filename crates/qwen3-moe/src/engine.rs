@@ -106,9 +106,11 @@ pub struct EngineOptions {
     /// picks into slots through a table of what the pool holds; a layer that needs an expert the pool lacks
     /// runs again from its router once the expert is loaded, and the layers queued after it with it. Layers
     /// whose experts are all resident then cost no round trip to the host (with 1 the next layer is only
-    /// recorded while this one is checked, and submitted after). A wider window queues more layers that a
-    /// miss makes run again, and lets `speculative_reads` guess further ahead: from the page cache the
-    /// first costs more than the second gains, from a cold disk the other way round (BENCHMARKS.md).
+    /// made ready while this one is checked, and submitted after); a thread keeps each layer's commands
+    /// recorded ahead, so queueing a layer again costs the host a submit. A wider window queues more
+    /// layers that a miss makes run again, and lets `speculative_reads` guess further ahead: from the page
+    /// cache the first costs more than the second gains, from a cold disk the other way round
+    /// (BENCHMARKS.md).
     /// Applies with prefetch off (`lookahead` 0: a guess loaded meanwhile could replace an expert a queued
     /// layer reads) and the fused decode layer (top-k ≤ 64, expert FFN a multiple of 16).
     pub route_ahead: Option<u32>,
