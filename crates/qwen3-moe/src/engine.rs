@@ -57,10 +57,10 @@ pub struct EngineOptions {
     /// How records reach the pool (default: each reader's ring of 2 mapped staging buffers, read into
     /// directly through the page cache).
     pub upload: UploadMethod,
-    /// Pieces a demand miss's record (and a speculative read's) is read, staged and uploaded in, each copied
-    /// to the device as soon as it is staged (prefetch loads read whole records): through the page cache on as
-    /// many threads while at most two loads run, with O_DIRECT one after another while the previous piece is
-    /// staged. `None`, the default, picks [`READ_SPLIT_DIRECT`] (whole records) with `direct_io`, else
+    /// Pieces a demand miss's record (and a speculative read's) is read, staged and uploaded in, each
+    /// copied to the device as soon as it is staged (prefetch loads read whole records): through the page
+    /// cache on as many threads while at most two loads run, with O_DIRECT one after another while the
+    /// previous piece is staged. `None`, the default, picks [`READ_SPLIT_DIRECT`] (whole records) with `direct_io`, else
     /// [`READ_SPLIT_PAGE_CACHE`]: on the H200 at a 4 GB budget, 4 pieces decoded 11-20 % faster than whole
     /// records through the page cache (and prefilled 13 % slower), whole records 11 % faster than 4 pieces
     /// from a cold disk, which served them at a higher rate (BENCHMARKS.md).
