@@ -60,10 +60,10 @@ pub struct EngineOptions {
     /// Pieces a demand miss's record (and a speculative read's) is read, staged and uploaded in, each
     /// copied to the device as soon as it is staged (prefetch loads read whole records): through the page
     /// cache on as many threads while at most two loads run, with O_DIRECT one after another while the
-    /// previous piece is staged. `None`, the default, picks [`READ_SPLIT_DIRECT`] (whole records) with `direct_io`, else
-    /// [`READ_SPLIT_PAGE_CACHE`]: on the H200 at a 4 GB budget, 4 pieces decoded 11-20 % faster than whole
-    /// records through the page cache (and prefilled 13 % slower), whole records 11 % faster than 4 pieces
-    /// from a cold disk, which served them at a higher rate (BENCHMARKS.md).
+    /// previous piece is staged. `None`, the default, picks [`READ_SPLIT_DIRECT`] (whole records) with
+    /// `direct_io`, else [`READ_SPLIT_PAGE_CACHE`]: on the H200 at a 4 GB budget, 4 pieces decoded 11-20 %
+    /// faster than whole records through the page cache (and prefilled 13 % slower), whole records 11 %
+    /// faster than 4 pieces from a cold disk, which served them at a higher rate (BENCHMARKS.md).
     pub read_split: Option<usize>,
     /// Most tokens per prefill chunk (default 512: a chunk reads each picked expert once per 32 of its pairs
     /// (Q4_0: 8) and each dense weight once per 32 tokens, and at 128 experts and top-8 a 512-token chunk
@@ -110,9 +110,8 @@ pub struct EngineOptions {
     /// recorded ahead, so queueing a layer again costs the host a submit. A wider window queues more
     /// layers that a miss makes run again, and lets `speculative_reads` guess further ahead: from the page
     /// cache the first costs more than the second gains, from a cold disk the other way round
-    /// (BENCHMARKS.md).
-    /// Applies with prefetch off (`lookahead` 0: a guess loaded meanwhile could replace an expert a queued
-    /// layer reads) and the fused decode layer (top-k ≤ 64, expert FFN a multiple of 16).
+    /// (BENCHMARKS.md). Applies with prefetch off (`lookahead` 0: a guess loaded meanwhile could replace an
+    /// expert a queued layer reads) and the fused decode layer (top-k ≤ 64, expert FFN a multiple of 16).
     pub route_ahead: Option<u32>,
     /// With route-ahead while experts stream: records of host memory (5 MB each at the Qwen3-30B-A3B
     /// shape) that guessed misses are read into while a layer's loads run, so that the disk goes on while
@@ -946,7 +945,8 @@ impl Engine {
         let mut units = RoutedUnits::new(layers);
         let mut next = self.queue_routed(0, window, want, None, &mut units);
         for l in 0..layers {
-            // The next unit to queue is recorded while the GPU runs what is queued.
+            // The next unit to queue is made ready (from the stock, or recorded) while the GPU runs what is
+            // queued.
             self.prepare_routed(next, want, &mut units);
             // The stock records what was taken while the host waits for this layer's picks and loads.
             if let Some((_, Some(stock))) = &self.route_units {
@@ -1038,19 +1038,18 @@ impl Engine {
         let shape = self.head_shape(1);
         let (device, graph, s) = (&self.ctx.device, &self.graphs[&1], &self.scratch);
         let (buffers, stock) = self.route_units.as_ref().expect("route_ahead_step starts the stock");
-        let stocked = stock.as_ref().filter(|_| unit < graph.layers.len());
-        if let Some(commands) = stocked.and_then(|stock| stock.take(kind, unit)) {
+        if unit == graph.layers.len() {
+            return timed(&mut self.stats.record_time, || {
+                let mut enc = device.create_command_encoder(&Default::default());
+                record_head(&mut enc, graph, s, want, shape, 0);
+                enc.finish()
+            });
+        }
+        if let Some(commands) = stock.as_ref().and_then(|stock| stock.take(kind, unit)) {
             self.stats.units_recorded_ahead += 1;
             return commands;
         }
-        timed(&mut self.stats.record_time, || {
-            if unit < graph.layers.len() {
-                return buffers.commands(device, graph, kind, unit);
-            }
-            let mut enc = device.create_command_encoder(&Default::default());
-            record_head(&mut enc, graph, s, want, shape, 0);
-            enc.finish()
-        })
+        timed(&mut self.stats.record_time, || buffers.commands(device, graph, kind, unit))
     }
 
     /// Writes the route table again where the pool changed since it was last written.
