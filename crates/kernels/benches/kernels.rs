@@ -6,6 +6,14 @@
 //! dispatches read different copies of the weights (at least 256 MiB in rotation), so the GPU's L2
 //! (50 MB on an H200) cannot serve them.
 //!
+//! Barriers: wgpu puts one before a dispatch that writes a buffer an earlier dispatch of the same command
+//! buffer wrote (a read-write storage use is never "ordered"), and on Vulkan that barrier waits for all
+//! earlier compute work. The outputs rotate with the weight copies, fewer than a command buffer's
+//! dispatches, so most entries time each dispatch after a barrier: the ramp and drain that decode's chain
+//! of dependent dispatches pays. Entries named `independent` give each dispatch of a command buffer its
+//! own output ([`OUTPUTS`]): no barrier, so the GPU may overlap one dispatch's tail with the next one's
+//! start, and the figure is the kernel's streaming bandwidth.
+//!
 //! Run: `cargo bench -p diskformer-kernels --bench kernels` (filter by name after `--`); on lavapipe add
 //! `-- --warm-up-time 1 --measurement-time 3 --sample-size 10` to keep it short.
 
@@ -19,6 +27,9 @@ use diskformer_kernels::{
 use wgpu::util::DeviceExt;
 
 const ROTATION_BYTES: u64 = 256 << 20;
+
+/// Dispatches a command buffer of [`time`], and so the outputs of an `independent` entry.
+const OUTPUTS: usize = 512;
 
 struct Gpu {
     ctx: Context,
@@ -98,15 +109,15 @@ fn run_recorded(
     start.elapsed()
 }
 
-/// Records `iters` dispatches cycling through `ds` (512 per submit), waits, returns the wall time.
+/// Records `iters` dispatches cycling through `ds` ([`OUTPUTS`] per submit), waits, returns the wall time.
 fn time(g: &Gpu, ds: &[Dispatch], iters: u64) -> Duration {
-    run_recorded(g, iters, 512, true, |pass, i| ds[i % ds.len()].record(pass))
+    run_recorded(g, iters, OUTPUTS as u64, true, |pass, i| ds[i % ds.len()].record(pass))
 }
 
 /// Like [`time`] but only records and finishes the command buffers, never submits: the CPU's cost per
 /// dispatch, the floor under any time [`time`] reports.
 fn encode_only(g: &Gpu, ds: &[Dispatch], iters: u64) -> Duration {
-    run_recorded(g, iters, 512, false, |pass, i| ds[i % ds.len()].record(pass))
+    run_recorded(g, iters, OUTPUTS as u64, false, |pass, i| ds[i % ds.len()].record(pass))
 }
 
 fn copies(bytes: u64) -> usize {
@@ -126,8 +137,8 @@ fn bench_q8_gemv(c: &mut Criterion, g: &Gpu) {
         let planes: Vec<(wgpu::Buffer, wgpu::Buffer)> =
             (0..n).map(|i| (buffer(g, qbytes, i as u64), buffer(g, sbytes, 99 + i as u64))).collect();
         let x = buffer(g, 4 * u64::from(cols), 7);
-        // One output per copy: consecutive dispatches share no written buffer, so wgpu puts no barrier
-        // between them and the bench sees the kernel, not the pipeline drain.
+        // One output per copy: consecutive dispatches share no written buffer, but a dispatch reuses the
+        // output of the one `n` before it, which puts a barrier before it (the module's docs).
         let ys: Vec<wgpu::Buffer> = (0..n).map(|i| buffer(g, 4 * u64::from(rows), 8 + i as u64)).collect();
         group.throughput(Throughput::Bytes(qbytes + sbytes));
         // `_rows2` / `_rows4`: q8_gemv_rows2 / q8_gemv_rows4, two / four rows a lane group, beside the
@@ -245,16 +256,28 @@ fn bench_expert(c: &mut Criterion, g: &Gpu) {
                 b
             })
             .collect();
+        // `independent`: the kernels that write only `y`, each dispatch of a command buffer into its own.
+        let independent = op != Combine;
+        let outs: Vec<wgpu::Buffer> = if independent && g.sg.subgroups() {
+            (0..OUTPUTS).map(|i| buffer(g, 4 * u64::from(k_picks * rows), 400 + i as u64)).collect()
+        } else {
+            Vec::new()
+        };
         group.throughput(Throughput::Bytes(u64::from(k_picks) * (slot_q + slot_s)));
-        for (variant, k) in [("subgroup", &g.sg), ("plain", &g.plain)] {
-            if variant == "subgroup" && !k.subgroups() {
+        for (variant, k) in [("subgroup", &g.sg), ("plain", &g.plain), ("independent", &g.sg)] {
+            if variant != "plain" && !k.subgroups() || variant == "independent" && !independent {
                 continue;
             }
             let planes =
                 ExpertPlanes { q: (&q).into(), scales: (&s).into(), slots, first_slot: 0, rows, cols };
-            let ds: Result<Vec<Dispatch>, _> = idx
-                .iter()
-                .zip(&ys)
+            // (slot ids, output) of each dispatch: one output a weight copy, or one a dispatch.
+            let targets: Vec<(&wgpu::Buffer, &wgpu::Buffer)> = if variant == "independent" {
+                outs.iter().enumerate().map(|(j, y)| (&idx[j % idx.len()], y)).collect()
+            } else {
+                idx.iter().zip(&ys).collect()
+            };
+            let ds: Result<Vec<Dispatch>, _> = targets
+                .into_iter()
                 .map(|(i, y)| {
                     let (x, i, y) = ((&x).into(), i.into(), y.into());
                     // The combine adds onto `y` (one residual row a set).
@@ -476,16 +499,17 @@ fn wgsl_pipeline(g: &Gpu, source: &str, entry: &str) -> wgpu::ComputePipeline {
     })
 }
 
-/// Records `iters` dispatches of `pipeline` over `dims` workgroups, cycling through `groups` (64 per submit),
-/// waits, returns the wall time.
+/// Records `iters` dispatches of `pipeline` over `dims` workgroups, cycling through `groups` (`per_buffer`
+/// per submit), waits, returns the wall time.
 fn time_rotating(
     g: &Gpu,
     pipeline: &wgpu::ComputePipeline,
     groups: &[wgpu::BindGroup],
     dims: [u32; 2],
     iters: u64,
+    per_buffer: u64,
 ) -> Duration {
-    run_recorded(g, iters, 64, true, |pass, i| {
+    run_recorded(g, iters, per_buffer, true, |pass, i| {
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &groups[i % groups.len()], &[]);
         pass.dispatch_workgroups(dims[0], dims[1], 1);
@@ -532,7 +556,8 @@ fn bench_copy(c: &mut Criterion, g: &Gpu) {
     }
     // The whole buffer, and 8 MiB (the K + V that decode attention reads at 4,096 positions) from 32
     // different places into 32 different outputs, so that L2 never holds the source and consecutive
-    // dispatches share no written buffer (no barrier): the HBM reference at attention's size.
+    // dispatches share no written buffer (but each writes the one the dispatch 32 earlier wrote, a
+    // barrier): the HBM reference at attention's size.
     let small_dsts: Vec<wgpu::Buffer> =
         (0..cbytes / (8 << 20)).map(|i| buffer(g, 8 << 20, 200 + i)).collect();
     for size in [cbytes, 8 << 20] {
@@ -554,7 +579,7 @@ fn bench_copy(c: &mut Criterion, g: &Gpu) {
         assert_eq!(gx * gy, wgs, "copy size must tile the grid");
         group.throughput(Throughput::Bytes(2 * size));
         group.bench_function(format!("compute_vec4_{}MiB", size >> 20), |b| {
-            b.iter_custom(|iters| time_rotating(g, &pipeline, &groups, [gx, gy], iters))
+            b.iter_custom(|iters| time_rotating(g, &pipeline, &groups, [gx, gy], iters, 64))
         });
     }
     bench_read_only(&mut group, g, &src, cbytes);
@@ -562,7 +587,8 @@ fn bench_copy(c: &mut Criterion, g: &Gpu) {
 }
 
 /// `READ_WGSL` over windows of the expert GEMVs' byte counts (8 picks' planes and scales), each dispatch from
-/// another place of `src` and into another output (no barrier between them), as `bench_expert` runs.
+/// another place of `src` and into another output, as `bench_expert` runs: one output a window (so each
+/// writes the one a dispatch `windows` earlier wrote: a barrier), or one a dispatch (`_independent`: none).
 fn bench_read_only(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     g: &Gpu,
@@ -576,30 +602,37 @@ fn bench_read_only(
         let wgs = size / (16 << 10);
         assert_eq!(wgs * (16 << 10), size, "the window must tile workgroups of 16 KiB");
         let windows = src_bytes / size;
-        let groups: Vec<wgpu::BindGroup> = (0..windows)
-            .map(|i| {
-                let out = buffer(g, 4 * wgs, 300 + i);
-                device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some("read_vec4"),
-                    layout: &pipeline.get_bind_group_layout(0),
-                    entries: &[
-                        wgpu::BindGroupEntry {
-                            binding: 0,
-                            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                                buffer: src,
-                                offset: i * size,
-                                size: std::num::NonZeroU64::new(size),
-                            }),
-                        },
-                        wgpu::BindGroupEntry { binding: 1, resource: out.as_entire_binding() },
-                    ],
+        // One output a window, or (`_independent`) one a dispatch of a command buffer: no barrier.
+        for (suffix, outputs) in [("", windows), ("_independent", OUTPUTS as u64)] {
+            let groups: Vec<wgpu::BindGroup> = (0..outputs)
+                .map(|i| {
+                    let out = buffer(g, 4 * wgs, 300 + i);
+                    device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some("read_vec4"),
+                        layout: &pipeline.get_bind_group_layout(0),
+                        entries: &[
+                            wgpu::BindGroupEntry {
+                                binding: 0,
+                                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                    buffer: src,
+                                    offset: i % windows * size,
+                                    size: std::num::NonZeroU64::new(size),
+                                }),
+                            },
+                            wgpu::BindGroupEntry { binding: 1, resource: out.as_entire_binding() },
+                        ],
+                    })
                 })
-            })
-            .collect();
-        group.throughput(Throughput::Bytes(size));
-        group.bench_function(format!("read_only_{name}"), |b| {
-            b.iter_custom(|iters| time_rotating(g, &pipeline, &groups, [wgs as u32, 1], iters))
-        });
+                .collect();
+            // 64 dispatches a command buffer as before, or one an output for `_independent`.
+            let per_buffer = if suffix.is_empty() { 64 } else { OUTPUTS as u64 };
+            group.throughput(Throughput::Bytes(size));
+            group.bench_function(format!("read_only_{name}{suffix}"), |b| {
+                b.iter_custom(|iters| {
+                    time_rotating(g, &pipeline, &groups, [wgs as u32, 1], iters, per_buffer)
+                })
+            });
+        }
     }
 }
 
