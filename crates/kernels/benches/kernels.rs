@@ -1063,11 +1063,24 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
         let one = std::slice::from_ref(d);
         group.bench_function(*name, |b| b.iter_custom(|iters| time(g, one, iters)));
     }
+    // Resident decode's layer less one of its dispatches (the others then read stale inputs: a timing, not
+    // a result), for each: what folding that dispatch into a neighbour could save at most in the chain.
+    let routed_less: Vec<(String, Vec<Dispatch>)> = routed
+        .iter()
+        .map(|(name, _)| {
+            let rest = layer_of(k, true, false, true).into_iter().filter(|(n, _)| n != name);
+            (format!("all_routed_less_{name}"), rest.map(|(_, d)| d).collect())
+        })
+        .collect();
     let (all, all_unfused, all_routed) = (whole(layer), whole(unfused), whole(routed));
     let n = all.len() as u64;
     let n_routed = all_routed.len() as u64;
     group.bench_function("all", |b| b.iter_custom(|iters| time(g, &all, n * iters)));
     group.bench_function("all_routed", |b| b.iter_custom(|iters| time(g, &all_routed, n_routed * iters)));
+    for (name, rest) in &routed_less {
+        let n_rest = rest.len() as u64;
+        group.bench_function(name, |b| b.iter_custom(|iters| time(g, rest, n_rest * iters)));
+    }
     group.bench_function("all_i8", |b| b.iter_custom(|iters| time(g, &all_i8, n * iters)));
     group.bench_function("all_i8_routed", |b| {
         b.iter_custom(|iters| time(g, &all_i8_routed, n_routed * iters))
