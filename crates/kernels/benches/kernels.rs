@@ -1072,11 +1072,29 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
             (format!("all_routed_less_{name}"), rest.map(|(_, d)| d).collect())
         })
         .collect();
+    // The streaming layer (`all`) with the prefetch guesses of the per-layer path (lookahead 2: the next
+    // two layers' routers on this layer's normed state, and their top-k) after its own top-k.
+    let guess_w = [f32s(e * h, 60), f32s(e * h, 61)];
+    let guess_out =
+        [(f32s(e, 62), f32s(top, 63), f32s(top, 64)), (f32s(e, 65), f32s(top, 66), f32s(top, 67))];
+    let mut with_guesses = whole(layer_of(k, true, false, false));
+    let after_topk =
+        layer.iter().position(|(n, _)| *n == "router_topk_slots").expect("the layer's top-k") + 1;
+    for (j, (w, (gl, gi, gw))) in guess_w.iter().zip(&guess_out).enumerate() {
+        let guess = [
+            k.f32_gemv(v(w), e, h, v(&xn), v(gl), 1).expect("bind"),
+            k.router_topk(v(gl), v(gi), v(gw), e, top, 1).expect("bind"),
+        ];
+        with_guesses.splice(after_topk + 2 * j..after_topk + 2 * j, guess);
+    }
     let (all, all_unfused, all_routed) = (whole(layer), whole(unfused), whole(routed));
     let n = all.len() as u64;
     let n_routed = all_routed.len() as u64;
     group.bench_function("all", |b| b.iter_custom(|iters| time(g, &all, n * iters)));
     group.bench_function("all_routed", |b| b.iter_custom(|iters| time(g, &all_routed, n_routed * iters)));
+    let n_guesses = with_guesses.len() as u64;
+    group
+        .bench_function("all_guesses2", |b| b.iter_custom(|iters| time(g, &with_guesses, n_guesses * iters)));
     for (name, rest) in &routed_less {
         let n_rest = rest.len() as u64;
         group.bench_function(name, |b| b.iter_custom(|iters| time(g, rest, n_rest * iters)));
