@@ -860,18 +860,31 @@ impl Engine {
             timed(&mut self.stats.record_time, || record(&mut enc, &lg.attention));
             let guesses = lookahead.min(layers - 1 - l);
             enc.copy_buffer_to_buffer(&s.pick_ids, 0, &s.readback, 0, 4 * pairs as u64);
-            for j in 0..guesses {
-                let at = 4 * (pairs + j as usize * k) as u64;
-                enc.copy_buffer_to_buffer(&s.guess_ids[j as usize], 0, &s.readback, at, 4 * k as u64);
+            let picked = timed(&mut self.stats.submit_time, || queue.submit([enc.finish()]));
+            // The guesses in a submission of their own, so that the host maps the picks and loads the
+            // layer's misses while the GPU runs them (each of their 2 · lookahead dependent dispatches costs
+            // several µs in the chain).
+            if guesses > 0 {
+                let mut enc = device.create_command_encoder(&Default::default());
+                timed(&mut self.stats.record_time, || record(&mut enc, &lg.guesses));
+                for j in 0..guesses {
+                    let at = 4 * (j as usize * k) as u64;
+                    enc.copy_buffer_to_buffer(
+                        &s.guess_ids[j as usize],
+                        0,
+                        &s.guess_readback,
+                        at,
+                        4 * k as u64,
+                    );
+                }
+                timed(&mut self.stats.submit_time, || queue.submit([enc.finish()]));
             }
-            timed(&mut self.stats.submit_time, || queue.submit([enc.finish()]));
             if let Some(p) = self.held.take() {
                 self.pool.release(p);
             }
-            let words = pairs + guesses as usize * k;
             let read: Vec<u32> =
-                readback(device, &s.readback, 4 * words as u64, None, &mut self.stats.gpu_wait)?;
-            let picks = &read[..pairs];
+                readback(device, &s.readback, 4 * pairs as u64, Some(picked), &mut self.stats.gpu_wait)?;
+            let picks = &read[..];
 
             let ensure_started = Instant::now();
             let (pinned, slots) = if let Some((_, table)) = &self.resident_table {
@@ -901,9 +914,13 @@ impl Engine {
                 queue.write_buffer(&s.gemm_groups[l as usize], 0, bytemuck::cast_slice(&groups));
                 queue.write_buffer(&s.gemm_order[l as usize], 0, bytemuck::cast_slice(&order));
             }
-            for j in 0..guesses {
-                let at = pairs + j as usize * k;
-                self.pool.prefetch(l + 1 + j, &read[at..at + k])?;
+            if guesses > 0 {
+                let words = guesses as usize * k;
+                let guessed =
+                    readback(device, &s.guess_readback, 4 * words as u64, None, &mut self.stats.gpu_wait)?;
+                for (j, ids) in guessed.chunks(k).enumerate() {
+                    self.pool.prefetch(l + 1 + j as u32, ids)?;
+                }
             }
             self.held = pinned;
             enc = device.create_command_encoder(&Default::default());
@@ -1283,7 +1300,7 @@ fn record_resident_step(
     {
         let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
         for lg in &graph.layers {
-            for d in lg.attention.iter().chain(&lg.experts) {
+            for d in lg.attention.iter().chain(&lg.guesses).chain(&lg.experts) {
                 d.record(&mut pass);
             }
         }

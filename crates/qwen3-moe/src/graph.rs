@@ -127,8 +127,11 @@ pub(crate) struct ScratchOf<B> {
     pub recent: B,
     /// The step's pick: the greedy or the sampled token.
     pub argmax: B,
-    /// Where picks, guesses or logits are copied to be mapped.
+    /// Where picks or logits are copied to be mapped.
     pub readback: B,
+    /// Where the prefetch guesses are copied to be mapped (`[lookahead, k]`): a buffer of their own, so
+    /// that the host can map the picks while the GPU still runs the guesses.
+    pub guess_readback: B,
     /// Route-ahead ([`crate::EngineOptions::route_ahead`]): per layer `[layers, H]`, the residual stream its
     /// router read, so that the layer can run again from its router once its experts are loaded.
     pub routed_x: B,
@@ -165,7 +168,7 @@ impl<B> ScratchOf<B> {
         let per_guess = |what: &'static str, floats: u64, u: Use| {
             (0..lookahead).map(|_| alloc(what, 4 * floats, u)).collect()
         };
-        let readback_words = (t * k + u64::from(lookahead) * k).max(u64::from(vocab)).max(1);
+        let readback_words = (t * k).max(u64::from(vocab)).max(1);
         ScratchOf {
             positions: b("positions", t),
             rope: b("rope", t * u64::from(c.key_length)),
@@ -208,6 +211,7 @@ impl<B> ScratchOf<B> {
             recent: b("recent tokens", u64::from(PENALTY_MAX_N)),
             argmax: out("argmax", 1),
             readback: alloc("readback", 4 * readback_words, Use::Readback),
+            guess_readback: alloc("guess readback", 4 * (u64::from(lookahead) * k).max(1), Use::Readback),
             routed_x: out("routed x", if route_ahead { u64::from(c.block_count) * h } else { 1 }),
             route_readback: (0..if route_ahead { c.block_count } else { 0 })
                 .map(|_| alloc("route readback", 8 * k, Use::Readback))
@@ -246,6 +250,7 @@ impl<B> ScratchOf<B> {
             &self.recent,
             &self.argmax,
             &self.readback,
+            &self.guess_readback,
             &self.routed_x,
         ]
         .into_iter()
@@ -318,6 +323,9 @@ pub(crate) fn attention_shape(c: &Config, tokens: u32, ctx: u32) -> AttentionSha
 #[derive(Debug)]
 pub(crate) struct LayerGraph {
     pub attention: Vec<Dispatch>,
+    /// Prefetch: the next layers' routers on this layer's normed state and their top-k, after
+    /// `attention` (nothing in `experts` reads them; the per-layer path submits them on their own).
+    pub guesses: Vec<Dispatch>,
     pub experts: Vec<Dispatch>,
     /// Fused decode: where in `attention` the router starts (the FFN norm with the router, then the top-k).
     /// Those read only the residual stream `x`, which nothing after them changes before the experts, so a
@@ -559,10 +567,11 @@ impl Graph {
             }
             // Prefetch guesses: the next layers' routers applied to this layer's normed state.
             let next = w.layers.iter().skip(l + 1).take(b.lookahead as usize);
+            let mut guesses = Vec::with_capacity(2 * b.lookahead as usize);
             for (j, nw) in next.enumerate() {
-                attention.push(k.f32_gemv(v(&nw.router), experts, h, v(&s.xn), v(&s.guess_logits[j]), 1)?);
+                guesses.push(k.f32_gemv(v(&nw.router), experts, h, v(&s.xn), v(&s.guess_logits[j]), 1)?);
                 let (gl, gi, gw) = (v(&s.guess_logits[j]), v(&s.guess_ids[j]), v(&s.guess_weights[j]));
-                attention.push(k.router_topk(gl, gi, gw, experts, top_k, 1)?);
+                guesses.push(k.router_topk(gl, gi, gw, experts, top_k, 1)?);
             }
             let mut experts_dispatches = Vec::with_capacity(5);
             // The pool this layer's experts can be in: all of it while experts stream.
@@ -669,7 +678,7 @@ impl Graph {
                     cp,
                 )?);
             }
-            layers.push(LayerGraph { attention, experts: experts_dispatches, router_from });
+            layers.push(LayerGraph { attention, guesses, experts: experts_dispatches, router_from });
         }
         let (head_w, last_n, logits) = (w.head.m(), v(&s.last_n), v(&s.logits));
         // The head's rows (151,936) make enough workgroups for four rows a lane group (BENCHMARKS.md).

@@ -62,6 +62,7 @@ impl UnitBuffers {
         let from = lg.router_from.expect("route-ahead runs the fused decode layer");
         enc.copy_buffer_to_buffer(&self.routed_x, l as u64 * self.x_bytes, &self.x, 0, self.x_bytes);
         record(enc, &lg.attention[from..]);
+        record(enc, &lg.guesses);
         record(enc, &lg.experts);
     }
 
@@ -71,6 +72,7 @@ impl UnitBuffers {
         let lg = &graph.layers[l];
         let (rb, k) = (&self.route_readback[l], self.k);
         record(enc, &lg.attention);
+        record(enc, &lg.guesses);
         enc.copy_buffer_to_buffer(&self.x, 0, &self.routed_x, l as u64 * self.x_bytes, self.x_bytes);
         enc.copy_buffer_to_buffer(&self.pick_ids, 0, rb, 0, 4 * k);
         enc.copy_buffer_to_buffer(&self.slot_idx[l], 0, rb, 4 * k, 4 * k);

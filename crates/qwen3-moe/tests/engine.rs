@@ -145,6 +145,23 @@ fn int8_decode_streams_as_it_runs_resident() {
     }
 }
 
+/// The per-layer streaming path with prefetch (the default, lookahead 2): its guesses run in a
+/// submission of their own after the picks are copied out, and still arrive (prefetches issued and used),
+/// with the same logits as resident, token by token.
+#[test]
+fn streaming_with_prefetch_guesses_and_runs_as_resident() {
+    let m = model("prefetch", SynthShape::tiny(), 5);
+    let want = open(&m, |_| {}).prefill(&PROMPT, false).unwrap();
+    let mut e = open(&m, |o| o.pool_slots = Some(5));
+    assert!(!e.routes_on_gpu());
+    assert_eq!(e.route_ahead(), 0, "prefetch on: the per-layer path");
+    let got = e.prefill(&PROMPT, false).unwrap();
+    let d = max_diff(&got, &want);
+    assert!(d < 1e-4, "streaming with prefetch against resident: {d}");
+    let pool = e.pool_stats();
+    assert!(pool.prefetch_issued > 0 && pool.prefetch_used > 0, "guesses arrive: {pool:?}");
+}
+
 #[test]
 fn batched_prefill_pool_sizes_and_prefix_reuse_agree() {
     let m = model("agree", SynthShape::tiny(), 3);
