@@ -864,7 +864,7 @@ impl Engine {
             // The guesses in a submission of their own, so that the host maps the picks and loads the
             // layer's misses while the GPU runs them (each of their 2 · lookahead dependent dispatches costs
             // several µs in the chain).
-            if guesses > 0 {
+            let guessed_by = (guesses > 0).then(|| {
                 let mut enc = device.create_command_encoder(&Default::default());
                 timed(&mut self.stats.record_time, || record(&mut enc, &lg.guesses));
                 for j in 0..guesses {
@@ -877,8 +877,8 @@ impl Engine {
                         4 * k as u64,
                     );
                 }
-                timed(&mut self.stats.submit_time, || queue.submit([enc.finish()]));
-            }
+                timed(&mut self.stats.submit_time, || queue.submit([enc.finish()]))
+            });
             if let Some(p) = self.held.take() {
                 self.pool.release(p);
             }
@@ -914,10 +914,9 @@ impl Engine {
                 queue.write_buffer(&s.gemm_groups[l as usize], 0, bytemuck::cast_slice(&groups));
                 queue.write_buffer(&s.gemm_order[l as usize], 0, bytemuck::cast_slice(&order));
             }
-            if guesses > 0 {
-                let words = guesses as usize * k;
-                let guessed =
-                    readback(device, &s.guess_readback, 4 * words as u64, None, &mut self.stats.gpu_wait)?;
+            if let Some(submission) = guessed_by {
+                let (bytes, wait) = (4 * (guesses as usize * k) as u64, &mut self.stats.gpu_wait);
+                let guessed = readback(device, &s.guess_readback, bytes, Some(submission), wait)?;
                 for (j, ids) in guessed.chunks(k).enumerate() {
                     self.pool.prefetch(l + 1 + j as u32, ids)?;
                 }
