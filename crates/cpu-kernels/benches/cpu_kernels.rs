@@ -1,0 +1,157 @@
+//! CPU expert kernel benches in GB/s of weight bytes read, at Qwen3-30B-A3B's expert shape (hidden 2,048,
+//! ffn 768, top-8), beside the host's own read bandwidth on the same threads.
+//!
+//! Weights are one layer's 128 experts (641 MB in Q8_0, past any L3), each iteration the next 8, so they come
+//! from memory as a decode step's would from the page cache. Groups:
+//! - `read/floor`: every thread summing its share of the same experts' bytes (the bound the kernels chase);
+//! - `moe/{q8_0,q4_0}/{f32,q8}/{isa}/t{1,4}`: [`CpuExperts::moe`] for 1 token (8 experts) or 4 tokens (32
+//!   assignments over their union), every available path.
+//!
+//! `DISKFORMER_CPU_THREADS` sets the thread count (default: every core); `cargo bench -p
+//! diskformer-cpu-kernels -- moe/q8_0/q8` runs a subset.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use diskformer_cpu_kernels::{Assignment, CpuExperts, ExpertWeights, Isa, Math, QuantMatrix, WorkerPool};
+use diskformer_gguf::TensorType;
+
+const HIDDEN: usize = 2048;
+const FFN: usize = 768;
+const EXPERTS: usize = 128;
+const TOP_K: usize = 8;
+
+/// A seeded xorshift, so every run reads the same bytes.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// One layer's experts in planes: per expert gate, up, down quants then scales.
+struct Layer {
+    ty: TensorType,
+    quants: Vec<Vec<u8>>,
+    scales: Vec<Vec<u8>>,
+}
+
+impl Layer {
+    fn new(ty: TensorType, rng: &mut Rng) -> Self {
+        let qb = if ty == TensorType::Q8_0 { 32 } else { 16 };
+        let blocks = 3 * FFN * HIDDEN / 32;
+        let quants = (0..EXPERTS).map(|_| (0..blocks * qb).map(|_| rng.next() as u8).collect()).collect();
+        // Scales 2^-8 .. 2^-6 (f16 exponent 7..9): finite, nothing overflows.
+        let scales = (0..EXPERTS)
+            .map(|_| {
+                (0..blocks)
+                    .flat_map(|_| {
+                        (((7 + rng.next() % 3) << 10) | (rng.next() % 1024)).to_le_bytes()[..2].to_vec()
+                    })
+                    .collect()
+            })
+            .collect();
+        Self { ty, quants, scales }
+    }
+
+    fn expert(&self, e: usize) -> ExpertWeights<'_> {
+        let qb = if self.ty == TensorType::Q8_0 { 32 } else { 16 };
+        let n = FFN * HIDDEN / 32;
+        let (q, s) = (&self.quants[e], &self.scales[e]);
+        let m = |i: usize, shape| {
+            QuantMatrix::planes("w", self.ty, shape, &q[i * n * qb..][..n * qb], &s[i * n * 2..][..n * 2])
+                .unwrap()
+        };
+        ExpertWeights::new(m(0, (FFN, HIDDEN)), m(1, (FFN, HIDDEN)), m(2, (HIDDEN, FFN))).unwrap()
+    }
+}
+
+fn threads() -> usize {
+    std::env::var("DISKFORMER_CPU_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+fn benches(c: &mut Criterion) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let threads = threads();
+    let mut group = c.benchmark_group("cpu");
+    group.sample_size(20).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+    for ty in [TensorType::Q8_0, TensorType::Q4_0] {
+        let layer = Layer::new(ty, &mut rng);
+        let experts: Vec<ExpertWeights<'_>> = (0..EXPERTS).map(|e| layer.expert(e)).collect();
+        let bytes_per_expert = experts[0].weight_bytes();
+        let tname = if ty == TensorType::Q8_0 { "q8_0" } else { "q4_0" };
+
+        // The floor: the same 8 experts' bytes summed as u64 words on as many threads.
+        let pool = WorkerPool::new(threads);
+        group.throughput(Throughput::Bytes((TOP_K * bytes_per_expert) as u64));
+        let mut next = 0;
+        group.bench_function(format!("read/floor/{tname}"), |b| {
+            b.iter(|| {
+                let picks: Vec<usize> = (0..TOP_K).map(|i| (next + i) % EXPERTS).collect();
+                next = (next + TOP_K) % EXPERTS;
+                let parts = 4 * threads;
+                let sums: Vec<std::sync::atomic::AtomicU64> =
+                    (0..parts).map(|_| Default::default()).collect();
+                pool.run(parts, &|task| {
+                    let mut s = 0u64;
+                    for &e in &picks {
+                        for plane in [&layer.quants[e], &layer.scales[e]] {
+                            let chunk = plane.len().div_ceil(parts);
+                            let part = plane.chunks(chunk).nth(task).unwrap_or(&[]);
+                            s = part
+                                .chunks_exact(8)
+                                .fold(s, |s, w| s.wrapping_add(u64::from_le_bytes(w.try_into().unwrap())));
+                        }
+                    }
+                    sums[task].store(s, std::sync::atomic::Ordering::Relaxed);
+                });
+                black_box(&sums);
+            })
+        });
+        drop(pool);
+
+        for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+            let cpu = CpuExperts::new(threads, isa).unwrap();
+            for math in [Math::F32, Math::Q8] {
+                let mname = if math == Math::F32 { "f32" } else { "q8" };
+                for tokens in [1usize, 4] {
+                    let x: Vec<f32> =
+                        (0..tokens * HIDDEN).map(|_| (rng.next() % 2001) as f32 / 1000.0 - 1.0).collect();
+                    let mut out = vec![0f32; tokens * HIDDEN];
+                    // Token t picks 8 consecutive experts from a base 4·t past the step's: overlapping unions.
+                    let union = TOP_K + 4 * (tokens - 1);
+                    group.throughput(Throughput::Bytes((union * bytes_per_expert) as u64));
+                    let mut base = 0;
+                    group.bench_function(format!("moe/{tname}/{mname}/{isa}/t{tokens}"), |b| {
+                        b.iter(|| {
+                            let assignments: Vec<Assignment> = (0..tokens)
+                                .flat_map(|t| {
+                                    (0..TOP_K).map(move |k| Assignment {
+                                        token: t,
+                                        expert: (base + 4 * t + k) % EXPERTS,
+                                        weight: 1.0 / TOP_K as f32,
+                                    })
+                                })
+                                .collect();
+                            base = (base + union) % EXPERTS;
+                            cpu.moe(math, &experts, &x, &assignments, &mut out).unwrap();
+                            black_box(&out);
+                        })
+                    });
+                }
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(cpu, benches);
+criterion_main!(cpu);

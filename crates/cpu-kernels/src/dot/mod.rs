@@ -1,0 +1,31 @@
+//! One weight row times one input row: the inner loop of every CPU matmul, a path per instruction set.
+//!
+//! Every path sums the same terms: per block `d_w · Σ q·x` (f32 input) or `Σ_int q·xq · (d_w · d_x)` (Q8
+//! input); they differ only in the order of the f32 sums across blocks, so they agree to rounding.
+
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use crate::matrix::{RowRef, WeightType};
+use crate::{Input, Isa};
+
+/// `row · x`. `isa` must be available (the public callers check).
+#[inline]
+pub(crate) fn dot(isa: Isa, ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f32 {
+    debug_assert!(isa.available());
+    match isa {
+        Isa::Scalar => scalar::dot(ty, row, x),
+        #[cfg(target_arch = "x86_64")]
+        // Safety: the callers only pass an `isa` whose `available()` is true, so its target features are
+        // present; the row's strides and block count lie within its slices (`QuantMatrix::row`).
+        Isa::Avx2 => unsafe { x86::dot_avx2(ty, row, x) },
+        #[cfg(target_arch = "x86_64")]
+        // Safety: as above.
+        Isa::Avx512Vnni => unsafe { x86::dot_avx512(ty, row, x) },
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => scalar::dot(ty, row, x),
+    }
+}
+
+pub(crate) use scalar::dot as dot_scalar;

@@ -1,0 +1,271 @@
+//! The routed experts' FFN on the host: `out[t] = Σ_a w_a · down_a(silu(gate_a · x_t) ⊙ (up_a · x_t))` over
+//! the assignments `a` of token `t`, in assignment order, for one token or a few.
+//!
+//! Two jobs on the pool. gate‖up: a task is 32 rows of one expert for every token assigned to it (each
+//! weight row read once, while it is in L1, for all of them), its SwiGLU written and, for Q8 math,
+//! quantised as a block. down: a task is 32 output rows, every assignment's row in turn, each token's sum
+//! kept in assignment order, so the result does not depend on the thread count.
+
+use crate::dot::dot;
+use crate::gemv::check_input;
+use crate::{BLOCK, Error, Input, Isa, Q8Row, QuantMatrix, Result, WorkerPool};
+
+/// Rows a task takes: one Q8_0 block of the activation, so a task quantises what it wrote.
+const TASK_ROWS: usize = BLOCK;
+
+/// One expert's three matrices: gate and up `[ffn, hidden]`, down `[hidden, ffn]` (rows × values a row).
+#[derive(Clone, Copy, Debug)]
+pub struct ExpertWeights<'a> {
+    gate: QuantMatrix<'a>,
+    up: QuantMatrix<'a>,
+    down: QuantMatrix<'a>,
+}
+
+impl<'a> ExpertWeights<'a> {
+    /// The expert, its shapes checked.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when gate and up differ or down is not their transpose's shape.
+    pub fn new(gate: QuantMatrix<'a>, up: QuantMatrix<'a>, down: QuantMatrix<'a>) -> Result<Self> {
+        let (ffn, hidden) = (gate.rows(), gate.cols());
+        if (up.rows(), up.cols()) != (ffn, hidden) || (down.rows(), down.cols()) != (hidden, ffn) {
+            return Err(Error::ShapeMismatch {
+                what: "expert",
+                detail: format!(
+                    "gate [{ffn}, {hidden}], up [{}, {}], down [{}, {}]; down must be [{hidden}, {ffn}]",
+                    up.rows(),
+                    up.cols(),
+                    down.rows(),
+                    down.cols()
+                ),
+            });
+        }
+        Ok(Self { gate, up, down })
+    }
+
+    /// Model width.
+    pub fn hidden(&self) -> usize {
+        self.gate.cols()
+    }
+
+    /// Expert FFN width.
+    pub fn ffn(&self) -> usize {
+        self.gate.rows()
+    }
+
+    /// Bytes of weights one pass reads.
+    pub fn weight_bytes(&self) -> usize {
+        self.gate.weight_bytes() + self.up.weight_bytes() + self.down.weight_bytes()
+    }
+}
+
+/// How the matmuls take their inputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Math {
+    /// f32 inputs, weights dequantised exactly: the GPU path's numerics (the goldens' tolerance).
+    #[default]
+    F32,
+    /// Inputs quantised to Q8_0 first (the token row before gate‖up, the activation before down), as
+    /// llama.cpp's CPU backend does: integer dot products, less to read from cache, faster.
+    Q8,
+}
+
+/// One token's use of one expert.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Assignment {
+    /// Row of the input.
+    pub token: usize,
+    /// Index into the experts given.
+    pub expert: usize,
+    /// Its routing weight.
+    pub weight: f32,
+}
+
+/// A pointer through which tasks write disjoint parts of one buffer.
+struct Shared<T>(*mut T, usize);
+
+// Safety: tasks only write disjoint ranges (each method's caller guarantees it) of a buffer that outlives
+// the job.
+unsafe impl<T: Send> Sync for Shared<T> {}
+
+impl<T> Shared<T> {
+    fn new(v: &mut [T]) -> Self {
+        Self(v.as_mut_ptr(), v.len())
+    }
+
+    /// # Safety
+    /// No other live reference overlaps `start..start + len`.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn range(&self, start: usize, len: usize) -> &mut [T] {
+        assert!(start + len <= self.1, "task range past its buffer");
+        // Safety: in bounds (checked) and unaliased (the caller's guarantee).
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
+    }
+}
+
+/// The experts' FFN on a worker pool, with one SIMD path for all of it.
+#[derive(Debug)]
+pub struct CpuExperts {
+    pool: WorkerPool,
+    isa: Isa,
+}
+
+impl CpuExperts {
+    /// `threads` threads in all (the caller's included), the `isa` path.
+    ///
+    /// # Errors
+    /// [`Error::IsaUnavailable`] when this CPU lacks `isa`.
+    pub fn new(threads: usize, isa: Isa) -> Result<Self> {
+        if !isa.available() {
+            return Err(Error::IsaUnavailable { isa });
+        }
+        Ok(Self { pool: WorkerPool::new(threads), isa })
+    }
+
+    /// The path it runs.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// Threads, the caller's included.
+    pub fn threads(&self) -> usize {
+        self.pool.threads()
+    }
+
+    /// `out[t · hidden..][..hidden] = Σ_a w_a · FFN_{expert_a}(x[t])` over the assignments of each token `t`,
+    /// summed in the order given; a token without assignments gets zeros. `x` and `out` are `[T, hidden]`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfRange`] for an assignment past `experts` or the tokens; [`Error::ShapeMismatch`] when the
+    /// experts differ in shape or `x` and `out` are not whole rows of their width; nothing is computed then.
+    pub fn moe(
+        &self,
+        math: Math,
+        experts: &[ExpertWeights<'_>],
+        x: &[f32],
+        assignments: &[Assignment],
+        out: &mut [f32],
+    ) -> Result<()> {
+        let Some(first) = experts.first() else {
+            out.fill(0.0);
+            return match assignments.first() {
+                Some(a) => Err(Error::OutOfRange { index: 0, what: "expert", value: a.expert, len: 0 }),
+                None => Ok(()),
+            };
+        };
+        let (hidden, ffn) = (first.hidden(), first.ffn());
+        if let Some(e) = experts.iter().find(|e| (e.hidden(), e.ffn()) != (hidden, ffn)) {
+            let detail = format!("[{ffn}, {hidden}] and [{}, {}]", e.ffn(), e.hidden());
+            return Err(Error::ShapeMismatch { what: "experts of one call", detail });
+        }
+        if !x.len().is_multiple_of(hidden) || x.len() != out.len() || !ffn.is_multiple_of(TASK_ROWS) {
+            let detail =
+                format!("input {} and output {} values, hidden {hidden}, ffn {ffn}", x.len(), out.len());
+            return Err(Error::ShapeMismatch { what: "moe", detail });
+        }
+        let tokens = x.len() / hidden;
+        for (index, a) in assignments.iter().enumerate() {
+            if a.token >= tokens {
+                return Err(Error::OutOfRange { index, what: "token", value: a.token, len: tokens });
+            }
+            if a.expert >= experts.len() {
+                return Err(Error::OutOfRange { index, what: "expert", value: a.expert, len: experts.len() });
+            }
+        }
+
+        // Each expert's assignments, experts in order of first use.
+        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, a) in assignments.iter().enumerate() {
+            match groups.iter_mut().find(|(e, _)| *e == a.expert) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((a.expert, vec![i])),
+            }
+        }
+        let rows: Vec<&[f32]> = x.chunks_exact(hidden).collect();
+        let quantised: Vec<Q8Row> = match math {
+            Math::Q8 => rows.iter().map(|r| Q8Row::quantize(r)).collect(),
+            Math::F32 => Vec::new(),
+        };
+        let input = |t: usize| match math {
+            Math::F32 => Input::F32(rows[t]),
+            Math::Q8 => Input::Q8(&quantised[t]),
+        };
+        check_input("token row", hidden, input(0))?;
+
+        // gate‖up and SwiGLU: act[a] = silu(gate · x) ⊙ (up · x), [A, ffn].
+        let n = assignments.len();
+        let mut act = vec![0f32; n * ffn];
+        let mut act_q = match math {
+            Math::Q8 => vec![0i8; n * ffn],
+            Math::F32 => Vec::new(),
+        };
+        let mut act_s = vec![0f32; if math == Math::Q8 { n * ffn / BLOCK } else { 0 }];
+        let chunks = ffn / TASK_ROWS;
+        {
+            let (act_w, q_w, s_w) = (Shared::new(&mut act), Shared::new(&mut act_q), Shared::new(&mut act_s));
+            let isa = self.isa;
+            self.pool.run(groups.len() * chunks, &|task| {
+                let (expert, members) = &groups[task / chunks];
+                let e = &experts[*expert];
+                let r0 = task % chunks * TASK_ROWS;
+                let ty = (e.gate.weight_type(), e.up.weight_type());
+                for &a in members {
+                    let xt = input(assignments[a].token);
+                    // Safety: task (expert, chunk) alone writes rows r0..r0 + 32 of its experts' assignments.
+                    let out = unsafe { act_w.range(a * ffn + r0, TASK_ROWS) };
+                    for (i, o) in out.iter_mut().enumerate() {
+                        let g = dot(isa, ty.0, e.gate.row(r0 + i), xt);
+                        let u = dot(isa, ty.1, e.up.row(r0 + i), xt);
+                        *o = g / (1.0 + (-g).exp()) * u;
+                    }
+                    if math == Math::Q8 {
+                        // Safety: as above, one block of the quantised activation.
+                        let (q, s) = unsafe {
+                            (q_w.range(a * ffn + r0, TASK_ROWS), s_w.range((a * ffn + r0) / BLOCK, 1))
+                        };
+                        s[0] = crate::activation::quantize_block(out, q);
+                    }
+                }
+            });
+        }
+
+        // down and the weighted sum, 32 output rows a task.
+        out.fill(0.0);
+        let act_rows: Vec<Q8Row> = match math {
+            Math::Q8 => (0..n)
+                .map(|a| Q8Row {
+                    quants: act_q[a * ffn..][..ffn].to_vec(),
+                    scales: act_s[a * ffn / BLOCK..][..ffn / BLOCK].to_vec(),
+                })
+                .collect(),
+            Math::F32 => Vec::new(),
+        };
+        let act_input = |a: usize| match math {
+            Math::F32 => Input::F32(&act[a * ffn..][..ffn]),
+            Math::Q8 => Input::Q8(&act_rows[a]),
+        };
+        let out_w = Shared::new(out);
+        let isa = self.isa;
+        let row_chunks = hidden.div_ceil(TASK_ROWS);
+        self.pool.run(row_chunks, &|task| {
+            let r0 = task * TASK_ROWS;
+            let rows = TASK_ROWS.min(hidden - r0);
+            let mut ys = vec![0f32; n];
+            for r in r0..r0 + rows {
+                for (expert, members) in &groups {
+                    let down = &experts[*expert].down;
+                    let row = down.row(r);
+                    for &a in members {
+                        ys[a] = dot(isa, down.weight_type(), row, act_input(a));
+                    }
+                }
+                for (a, y) in assignments.iter().zip(&ys) {
+                    // Safety: task `task` alone writes rows r0..r0 + rows of every token.
+                    let o = unsafe { out_w.range(a.token * hidden + r, 1) };
+                    o[0] += a.weight * y;
+                }
+            }
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,36 @@
+//! A whole matrix times one input row on the calling thread: what the tests and benches check paths with.
+
+use crate::dot::dot;
+use crate::{Error, Input, Isa, QuantMatrix, Result};
+
+/// `out[r] = m[r] · x` for every row, with the `isa` path.
+///
+/// # Errors
+/// [`Error::IsaUnavailable`] when this CPU lacks `isa`; [`Error::BadLength`] when `x` is not `m.cols()`
+/// values or `out` not `m.rows()`.
+pub fn gemv(isa: Isa, m: &QuantMatrix<'_>, x: Input<'_>, out: &mut [f32]) -> Result<()> {
+    if !isa.available() {
+        return Err(Error::IsaUnavailable { isa });
+    }
+    check_input("input", m.cols(), x)?;
+    if out.len() != m.rows() {
+        return Err(Error::BadLength { what: "output", expected: m.rows(), got: out.len() });
+    }
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = dot(isa, m.weight_type(), m.row(r), x);
+    }
+    Ok(())
+}
+
+/// Checks that `x` holds `cols` values (and, quantised, `cols / 32` scales).
+pub(crate) fn check_input(what: &'static str, cols: usize, x: Input<'_>) -> Result<()> {
+    if x.len() != cols {
+        return Err(Error::BadLength { what, expected: cols, got: x.len() });
+    }
+    if let Input::Q8(q) = x
+        && q.scales.len() != cols / crate::BLOCK
+    {
+        return Err(Error::BadLength { what, expected: cols / crate::BLOCK, got: q.scales.len() });
+    }
+    Ok(())
+}

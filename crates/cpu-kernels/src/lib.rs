@@ -1,0 +1,54 @@
+//! The routed experts' FFN computed on the host CPU, from weights where they lie.
+//!
+//! - [`QuantMatrix`] borrows a Q8_0 or Q4_0 matrix as a store record's planes or a GGUF tensor's
+//!   interleaved blocks (a memory map of either: nothing is copied or re-quantised).
+//! - [`gemv`] and [`CpuExperts::moe`] multiply it, in f32 or on inputs quantised to Q8_0 as llama.cpp does
+//!   ([`Math`]), with the fastest SIMD path the CPU runs ([`Isa::detect`]: AVX-512 VNNI, AVX2, else
+//!   scalar), on a persistent [`WorkerPool`].
+//!
+//! It does not choose which experts run here (the expert-stream crate's tier policy does), and does not
+//! yet read K-quants or IQ types, nor use NEON or AMX: on aarch64 it runs the scalar path.
+//!
+//! ```
+//! use diskformer_cpu_kernels::{Assignment, CpuExperts, ExpertWeights, Isa, Math, QuantMatrix};
+//! use diskformer_gguf::TensorType;
+//!
+//! // One Q8_0 expert, hidden 64, ffn 32: every block scale 1.0 (f16 0x3c00), every weight 1.
+//! let block = |n: usize| [0x00, 0x3c].into_iter().chain([1u8; 32]).cycle().take(34 * n).collect::<Vec<u8>>();
+//! let (gate, up, down) = (block(64), block(64), block(64));
+//! let expert = ExpertWeights::new(
+//!     QuantMatrix::blocks("gate", TensorType::Q8_0, (32, 64), &gate)?,
+//!     QuantMatrix::blocks("up", TensorType::Q8_0, (32, 64), &up)?,
+//!     QuantMatrix::blocks("down", TensorType::Q8_0, (64, 32), &down)?,
+//! )?;
+//! let cpu = CpuExperts::new(2, Isa::detect())?;
+//! let x = vec![0.01f32; 64];
+//! let mut out = vec![0f32; 64];
+//! cpu.moe(Math::F32, &[expert], &x, &[Assignment { token: 0, expert: 0, weight: 0.5 }], &mut out)?;
+//! // gate = up = 0.64; down sums 32 activations of silu(0.64) · 0.64.
+//! let act = 0.64 / (1.0 + (-0.64f32).exp()) * 0.64;
+//! assert!((out[0] - 0.5 * 32.0 * act).abs() < 1e-4);
+//! # Ok::<(), diskformer_cpu_kernels::Error>(())
+//! ```
+
+mod activation;
+mod dot;
+mod error;
+mod ffn;
+mod gemv;
+mod isa;
+mod matrix;
+mod pool;
+
+pub use activation::{Input, Q8Row};
+pub use error::{Error, Result};
+pub use ffn::{Assignment, CpuExperts, ExpertWeights, Math};
+pub use gemv::gemv;
+pub use isa::Isa;
+pub use matrix::{BLOCK, QuantMatrix};
+pub use pool::WorkerPool;
+
+/// The scalar path's `row · x` for row `r` of `m`: the reference the SIMD paths are tested against.
+pub fn dot_reference(m: &QuantMatrix<'_>, r: usize, x: Input<'_>) -> f32 {
+    dot::dot_scalar(m.weight_type(), m.row(r), x)
+}

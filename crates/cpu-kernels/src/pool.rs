@@ -1,0 +1,228 @@
+//! A persistent worker pool: `run(n, f)` calls `f(0..n)` across the pool's threads and the caller's, and
+//! returns when every call has. Threads spin a while between jobs (a decode step hands out two jobs a layer,
+//! tens of microseconds apart) and then sleep.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long an idle worker spins before it sleeps.
+const SPIN: Duration = Duration::from_micros(200);
+
+/// A task function whose borrow the pool erases; see [`WorkerPool::run`]'s safety argument.
+#[derive(Clone, Copy)]
+struct TaskFn(*const (dyn Fn(usize) + Sync + 'static));
+
+// Safety: the pointee is `Sync`, and it is only called while the `run` that lent it waits (below).
+unsafe impl Send for TaskFn {}
+// Safety: as above.
+unsafe impl Sync for TaskFn {}
+
+/// One `run`: its function, the next task to hand out, and how many have finished.
+struct Job {
+    f: TaskFn,
+    tasks: usize,
+    next: AtomicUsize,
+    done: AtomicUsize,
+    panicked: AtomicBool,
+}
+
+impl Job {
+    /// Claims and runs tasks until none are left.
+    fn work(&self) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if i >= self.tasks {
+                return;
+            }
+            // Safety: task `i < tasks` is unfinished, so the `run` that lent `f` is still waiting for it.
+            let f = unsafe { &*self.f.0 };
+            if catch_unwind(AssertUnwindSafe(|| f(i))).is_err() {
+                self.panicked.store(true, Ordering::Relaxed);
+            }
+            self.done.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+struct Shared {
+    /// Bumped for every job; workers spin on it.
+    generation: AtomicU64,
+    job: Mutex<Option<Arc<Job>>>,
+    wake: Condvar,
+    shutdown: AtomicBool,
+}
+
+/// Threads that run the CPU kernels' tasks. Dropping it stops them.
+pub struct WorkerPool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl WorkerPool {
+    /// A pool of `threads` threads in all, the caller's included (so `threads − 1` workers; at least 1).
+    pub fn new(threads: usize) -> Self {
+        let shared = Arc::new(Shared {
+            generation: AtomicU64::new(0),
+            job: Mutex::new(None),
+            wake: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+        });
+        let workers = (1..threads.max(1))
+            .map(|i| {
+                let shared = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(format!("cpu-experts-{i}"))
+                    .spawn(move || worker(&shared))
+                    .expect("spawning a CPU expert worker thread")
+            })
+            .collect();
+        Self { shared, workers }
+    }
+
+    /// A pool as wide as the machine (`std::thread::available_parallelism`).
+    pub fn with_all_cores() -> Self {
+        Self::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// Threads in all, the caller's included.
+    pub fn threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Calls `f(i)` for every `i` in `0..tasks`, on the pool's threads and this one, and returns when all
+    /// have returned. A panic in `f` is raised again here, after every task has finished.
+    pub fn run(&self, tasks: usize, f: &(dyn Fn(usize) + Sync)) {
+        if tasks == 0 {
+            return;
+        }
+        // Safety: the lifetime is erased so workers can hold the pointer. `Job::work` calls it only for a
+        // claimed task below `tasks`, and this function returns only once `done == tasks`, after every
+        // such call has returned; a worker still holding the `Job` afterwards can claim no task.
+        let f: &'static (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(f) };
+        let job = Arc::new(Job {
+            f: TaskFn(f),
+            tasks,
+            next: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+        });
+        if !self.workers.is_empty() && tasks > 1 {
+            // Published and bumped under the lock that a worker holds between its last check and its
+            // sleep, so it cannot miss the wake-up.
+            let mut slot = self.shared.job.lock().unwrap_or_else(|e| e.into_inner());
+            *slot = Some(Arc::clone(&job));
+            self.shared.generation.fetch_add(1, Ordering::Release);
+            self.shared.wake.notify_all();
+        }
+        job.work();
+        let start = Instant::now();
+        while job.done.load(Ordering::Acquire) < tasks {
+            if start.elapsed() < SPIN {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        if job.panicked.load(Ordering::Relaxed) {
+            panic!("a CPU expert task panicked");
+        }
+    }
+}
+
+fn worker(shared: &Shared) {
+    let mut seen = 0;
+    loop {
+        let idle = Instant::now();
+        loop {
+            if shared.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            if shared.generation.load(Ordering::Acquire) != seen {
+                break;
+            }
+            if idle.elapsed() < SPIN {
+                std::hint::spin_loop();
+                continue;
+            }
+            let guard = shared.job.lock().unwrap_or_else(|e| e.into_inner());
+            // Checked again under the lock the publisher takes, so a wake-up cannot be missed.
+            if shared.generation.load(Ordering::Acquire) == seen && !shared.shutdown.load(Ordering::Acquire) {
+                drop(shared.wake.wait(guard).unwrap_or_else(|e| e.into_inner()));
+            }
+        }
+        let (generation, job) = {
+            let guard = shared.job.lock().unwrap_or_else(|e| e.into_inner());
+            (shared.generation.load(Ordering::Acquire), guard.clone())
+        };
+        seen = generation;
+        if let Some(job) = job {
+            job.work();
+        }
+    }
+}
+
+impl Drop for WorkerPool {
+    fn drop(&mut self) {
+        {
+            let _guard = self.shared.job.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.shutdown.store(true, Ordering::Release);
+            self.shared.wake.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for WorkerPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerPool").field("threads", &self.threads()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_task_runs_once_over_many_jobs() {
+        let pool = WorkerPool::new(4);
+        for tasks in [0, 1, 2, 3, 17, 256] {
+            let counts: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+            pool.run(tasks, &|i| {
+                counts[i].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1), "{tasks} tasks");
+        }
+    }
+
+    #[test]
+    fn a_panicking_task_is_raised_in_the_caller_and_the_pool_still_works() {
+        let pool = WorkerPool::new(3);
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            pool.run(8, &|i| {
+                assert_ne!(i, 5, "task 5 fails");
+            })
+        }));
+        assert!(caught.is_err());
+        let sum = AtomicUsize::new(0);
+        pool.run(10, &|i| {
+            sum.fetch_add(i, Ordering::Relaxed);
+        });
+        assert_eq!(sum.load(Ordering::Relaxed), 45);
+    }
+
+    #[test]
+    fn workers_wake_after_sleeping() {
+        let pool = WorkerPool::new(3);
+        std::thread::sleep(SPIN * 5);
+        let sum = AtomicUsize::new(0);
+        pool.run(64, &|i| {
+            sum.fetch_add(i, Ordering::Relaxed);
+        });
+        assert_eq!(sum.load(Ordering::Relaxed), 64 * 63 / 2);
+    }
+}
