@@ -122,6 +122,16 @@ struct Args {
     /// Sample on the CPU from the logits even where the GPU could draw (for comparison).
     #[arg(long)]
     cpu_sampling: bool,
+    /// Compute each layer's misses on the CPU while the GPU computes the hits (EngineOptions::cpu_experts).
+    #[arg(long)]
+    cpu_experts: bool,
+    /// Threads of the CPU tier (default: every core).
+    #[arg(long)]
+    cpu_threads: Option<usize>,
+    /// The CPU tier admits a miss into the pool when it was picked within this many tokens before (0:
+    /// never; default: the engine's, TierConfig::default).
+    #[arg(long)]
+    cpu_reuse_window: Option<u32>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -173,6 +183,11 @@ fn main() -> anyhow::Result<()> {
     opts.speculative_reads = args.speculative_reads.unwrap_or(opts.speculative_reads);
     opts.read_split = args.read_split.or(opts.read_split);
     opts.readers = args.readers.or(opts.readers);
+    opts.cpu_experts = args.cpu_experts;
+    opts.cpu_threads = args.cpu_threads;
+    if let Some(w) = args.cpu_reuse_window {
+        opts.cpu_tiers.reuse_window = w;
+    }
     opts.upload = match args.upload.as_str() {
         "ring" => UploadMethod::StagingRing(2),
         "write" => UploadMethod::WriteBuffer,
@@ -295,6 +310,14 @@ fn main() -> anyhow::Result<()> {
         "busy_ms_per_token": busy_s * 1e3 / tokens, "bytes_per_token": d.disk.bytes as f64 / tokens,
         "busy_fraction": busy_s / decode_wall_s, "gb_per_s_busy": d.disk.bytes as f64 / busy_s.max(1e-9) / 1e9,
     });
+    if let Some((isa, threads)) = d.cpu_isa {
+        out["cpu_experts"] = serde_json::json!({
+            "isa": isa.name(), "threads": threads, "per_token": d.cpu_experts as f64 / tokens,
+            "share": d.cpu_share(), "ms_per_token": d.cpu_time.as_secs_f64() * 1e3 / tokens,
+            "admitted_per_token": d.cpu_admitted as f64 / tokens,
+            "reuse_window": opts.cpu_tiers.reuse_window,
+        });
+    }
     if let Some(spec) = &d.speculative {
         out["speculative"] = serde_json::json!({
             "buffers": opts.speculative_reads, "started": spec.started, "read": spec.read, "used": spec.used,

@@ -42,6 +42,10 @@ struct Args {
     /// Turn prefetch off.
     #[arg(long)]
     no_prefetch: bool,
+    /// Compute the misses of one-token steps on the CPU (EngineOptions::cpu_experts), admitting none into
+    /// the pool, so every miss is the CPU's.
+    #[arg(long)]
+    cpu_experts: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -50,6 +54,10 @@ fn main() -> anyhow::Result<()> {
     opts.pool_slots = args.pool_slots;
     opts.int8_prefill = args.int8_prefill;
     opts.prefetch = !args.no_prefetch;
+    opts.cpu_experts = args.cpu_experts;
+    if args.cpu_experts {
+        opts.cpu_tiers.reuse_window = 0;
+    }
     let mut engine = if args.model.is_dir() {
         Engine::open(&args.model, &opts, &mut |_| {})?
     } else {

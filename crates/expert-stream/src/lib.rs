@@ -18,6 +18,8 @@
 //! - [`SpeculativeReads`] reads guessed records into host memory while the disk would idle (a demand read
 //!   goes first); [`GpuBackend::with_speculation`] then stages a guessed miss from there. Guesses touch no
 //!   slot, so they are safe while the engine queues layers ahead of its checks.
+//! - [`TierPolicy`] says where each of a layer's picks runs when the host computes experts too: hits on the
+//!   GPU, misses on the CPU, and a miss seen again within a few tokens uploaded in the background.
 //! - [`GpuBudget::expert_slots`] turns a GPU budget into a slot count, refusing one under `2 × top-k` records.
 //! - [`MemoryBackend`] keeps records and slots in RAM, with hooks to hold, fail and watch loads.
 //!
@@ -53,6 +55,7 @@ mod memory;
 mod pool;
 mod speculative;
 mod stats;
+mod tiers;
 
 pub use backend::Backend;
 pub use budget::GpuBudget;
@@ -65,3 +68,4 @@ pub use memory::{Event, Fault, Gate, MemoryBackend, MemoryStaging};
 pub use pool::ExpertPool;
 pub use speculative::{DemandRead, Held, ReadPart, SpeculativeReads, SpeculativeStats};
 pub use stats::Stats;
+pub use tiers::{LayerPlan, Tier, TierConfig, TierPolicy};

@@ -15,13 +15,14 @@ use std::time::{Duration, Instant};
 use diskformer_bpe::Tokenizer;
 use diskformer_expert_stream::{
     EvictionPolicy, ExpertKey, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, PoolConfig, SlotView,
-    SpeculativeReads, StagingRing, Stats as PoolStats, UploadMethod,
+    SpeculativeReads, StagingRing, Stats as PoolStats, Tier, TierConfig, UploadMethod,
 };
 use diskformer_kernels::{
     Context, EXPERT_GEMM_TILED_GROUP, Kernels, PENALTY_MAX_N, SampleStep, cpu, expert_gemm_groups,
 };
 use diskformer_store::{IngestOptions, ReaderProbe, Store};
 
+use crate::cpu_tier::CpuTier;
 use crate::graph::{Bindings, Graph, KvCache, Scratch, ScratchSizes, fused_decode, gemm_groups_len, record};
 use crate::stats::{EngineStats, GpuBytes};
 use crate::unit_stock::{UnitBuffers, UnitKind, UnitStock};
@@ -123,6 +124,16 @@ pub struct EngineOptions {
     /// rows; 98-99 % of the guesses read were taken), the disk then busy 85-88 %, 75-77 % and 67-71 % of
     /// the time; the same within noise from the page cache (BENCHMARKS.md).
     pub speculative_reads: usize,
+    /// While experts stream, one-token steps compute each layer's misses on the CPU from their records in
+    /// host memory (the store mapped from the page cache) while the GPU computes the hits, instead of
+    /// waiting for their upload; a miss picked again within a few tokens is also uploaded in the
+    /// background ([`TierConfig`]). Steps then read each layer's picks back (no route-ahead). Chunks still
+    /// upload their experts. Default off.
+    pub cpu_experts: bool,
+    /// Threads of the CPU tier, the stepping thread's included (`None`: every core).
+    pub cpu_threads: Option<usize>,
+    /// The CPU tier's admission rules.
+    pub cpu_tiers: TierConfig,
 }
 
 impl Default for EngineOptions {
@@ -146,6 +157,9 @@ impl Default for EngineOptions {
             int8_decode: false,
             route_ahead: None,
             speculative_reads: 32,
+            cpu_experts: false,
+            cpu_threads: None,
+            cpu_tiers: TierConfig::default(),
         }
     }
 }
@@ -263,6 +277,8 @@ pub struct Engine {
     stats: EngineStats,
     gpu_bytes: GpuBytes,
     store_dir: PathBuf,
+    /// [`EngineOptions::cpu_experts`] while experts stream.
+    cpu_tier: Option<CpuTier>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -373,7 +389,9 @@ impl Engine {
         });
         let read_split =
             opts.read_split.unwrap_or(if opts.direct_io { READ_SPLIT_DIRECT } else { READ_SPLIT_PAGE_CACHE });
-        let mut route_ahead = if lookahead == 0 && fused_decode(&config) { window } else { 0 };
+        // The CPU tier reads every layer's picks back: no route-ahead with it.
+        let mut route_ahead =
+            if lookahead == 0 && fused_decode(&config) && !opts.cpu_experts { window } else { 0 };
         let vocab = store.layout().dense_tensor("token_embd.weight").map_or(0, |t| t.dims[1] as u32);
 
         // Size everything but the pool, then the pool from what the budget leaves.
@@ -487,6 +505,9 @@ impl Engine {
             // Written before each step from the pool (`sync_route_table`).
             (buffer, Vec::new())
         });
+        let cpu_tier = (opts.cpu_experts && !resident)
+            .then(|| CpuTier::open(&store, &experts, opts.cpu_threads, opts.cpu_tiers))
+            .transpose()?;
         let kernels = Kernels::new(&ctx);
         let kernels_coop = kernels.cooperative_matrix();
         let mut engine = Engine {
@@ -522,6 +543,7 @@ impl Engine {
             stats: EngineStats::default(),
             gpu_bytes,
             store_dir: store_dir.to_owned(),
+            cpu_tier,
         };
         engine.graph(1)?;
         Ok(engine)
@@ -622,6 +644,7 @@ impl Engine {
             disk,
             self.gpu_bytes,
             self.pool_slots(),
+            self.cpu_tier.as_ref().map(|t| (t.isa(), t.threads())),
         )
     }
 
@@ -855,11 +878,26 @@ impl Engine {
         let mut enc = device.create_command_encoder(&Default::default());
         debug_assert!(self.held.is_none());
         let pairs = t as usize * k;
+        let hidden = self.config.embedding_length as usize;
+        if let Some(tier) = self.cpu_tier.as_mut().filter(|_| t == 1) {
+            tier.next_token();
+        }
         for l in 0..layers {
             let lg = &graph.layers[l as usize];
             timed(&mut self.stats.record_time, || record(&mut enc, &lg.attention));
             let guesses = lookahead.min(layers - 1 - l);
-            enc.copy_buffer_to_buffer(&s.pick_ids, 0, &s.readback, 0, 4 * pairs as u64);
+            // The CPU tier reads the picks with their weights and the layer's normed state.
+            let on_cpu = t == 1 && self.cpu_tier.is_some() && lg.cpu_join.is_some();
+            let (rb, rb_bytes) = if on_cpu {
+                let (w, x) = (4 * k as u64, 4 * hidden as u64);
+                enc.copy_buffer_to_buffer(&s.pick_ids, 0, &s.cpu_readback, 0, w);
+                enc.copy_buffer_to_buffer(&s.pick_weights, 0, &s.cpu_readback, w, w);
+                enc.copy_buffer_to_buffer(s.xn(), 0, &s.cpu_readback, 2 * w, x);
+                (&s.cpu_readback, 2 * w + x)
+            } else {
+                enc.copy_buffer_to_buffer(&s.pick_ids, 0, &s.readback, 0, 4 * pairs as u64);
+                (&s.readback, 4 * pairs as u64)
+            };
             let picked = timed(&mut self.stats.submit_time, || queue.submit([enc.finish()]));
             // The guesses in a submission of their own, so that the host maps the picks and loads the
             // layer's misses while the GPU runs them (each of their 2 · lookahead dependent dispatches costs
@@ -882,12 +920,43 @@ impl Engine {
             if let Some(p) = self.held.take() {
                 self.pool.release(p);
             }
-            let read: Vec<u32> =
-                readback(device, &s.readback, 4 * pairs as u64, Some(picked), &mut self.stats.gpu_wait)?;
-            let picks = &read[..];
+            let read: Vec<u32> = readback(device, rb, rb_bytes, Some(picked), &mut self.stats.gpu_wait)?;
+            let picks = &read[..pairs];
 
             let ensure_started = Instant::now();
-            let (pinned, slots) = if let Some((_, table)) = &self.resident_table {
+            let mut cpu_work = None;
+            let (pinned, slots) = if let Some(tier) = self.cpu_tier.as_mut().filter(|_| on_cpu) {
+                // Hits run on the GPU, misses on the CPU (their slots absent: the expert kernels skip them).
+                let may_admit = self.pool.inspect(|core| core.queued() == 0);
+                let pool = &self.pool;
+                let plan =
+                    tier.plan(l, picks, may_admit, |e| pool.slot_of(ExpertKey::new(l, e)).is_some())?;
+                let hits: Vec<u32> = picks
+                    .iter()
+                    .zip(&plan.tiers)
+                    .filter(|(_, t)| **t == Tier::Gpu)
+                    .map(|(&e, _)| e)
+                    .collect();
+                let pinned = self.pool.ensure(l, &hits)?;
+                let mut hit_slots = pinned.slots().iter();
+                let slots: Vec<u32> = (plan.tiers.iter())
+                    .map(|t| match t {
+                        Tier::Gpu => hit_slots.next().expect("a slot for every hit").0,
+                        Tier::Cpu => ABSENT,
+                    })
+                    .collect();
+                if !plan.admit.is_empty() {
+                    self.stats.cpu_admitted += self.pool.prefetch(l, &plan.admit)? as u64;
+                }
+                let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
+                let (weights, xn) = (floats(&read[k..2 * k]), floats(&read[2 * k..2 * k + hidden]));
+                let ids: Vec<u32> = plan.cpu_picks().map(|i| picks[i]).collect();
+                let weights: Vec<f32> = plan.cpu_picks().map(|i| weights[i]).collect();
+                if !ids.is_empty() {
+                    cpu_work = Some((ids, weights, xn));
+                }
+                (Some(pinned), slots)
+            } else if let Some((_, table)) = &self.resident_table {
                 let base = (l * self.config.expert_count) as usize;
                 (None, picks.iter().map(|&id| table[base + id as usize]).collect::<Vec<u32>>())
             } else if t == 1 {
@@ -923,7 +992,26 @@ impl Engine {
             }
             self.held = pinned;
             enc = device.create_command_encoder(&Default::default());
-            timed(&mut self.stats.record_time, || record(&mut enc, &lg.experts));
+            match (cpu_work, &lg.cpu_join) {
+                (Some((ids, weights, xn)), Some((down_from, join))) => {
+                    // gate‖up of the hits runs while the host computes the misses; their sum joins the
+                    // residual stream before the GPU's down and combine add the hits'.
+                    timed(&mut self.stats.record_time, || record(&mut enc, &lg.experts[..*down_from]));
+                    timed(&mut self.stats.submit_time, || queue.submit([enc.finish()]));
+                    let tier = self.cpu_tier.as_ref().expect("CPU work comes from the tier");
+                    let (sum, took) = tier.compute(l, &ids, &weights, &xn)?;
+                    self.stats.cpu_experts += ids.len() as u64;
+                    self.stats.cpu_time += took;
+                    queue.write_buffer(&s.cpu_sum, 0, bytemuck::cast_slice(&sum));
+                    enc = device.create_command_encoder(&Default::default());
+                    timed(&mut self.stats.record_time, || {
+                        record(&mut enc, std::slice::from_ref(join));
+                        enc.copy_buffer_to_buffer(&s.cpu_joined, 0, &s.x, 0, 4 * hidden as u64);
+                        record(&mut enc, &lg.experts[*down_from..]);
+                    });
+                }
+                _ => timed(&mut self.stats.record_time, || record(&mut enc, &lg.experts)),
+            }
         }
 
         timed(&mut self.stats.record_time, || record_head(&mut enc, graph, s, want, shape, 0));

@@ -71,6 +71,9 @@ pub enum Error {
     /// The expert pool failed (budget, read, upload).
     #[error(transparent)]
     Pool(#[from] diskformer_expert_stream::Error),
+    /// The host's expert kernels refused their input.
+    #[error(transparent)]
+    CpuExperts(#[from] diskformer_cpu_kernels::Error),
     /// The device failed (out of memory, lost, a readback that did not map).
     #[error("GPU: {0}")]
     Gpu(String),

@@ -93,7 +93,7 @@ pub(crate) struct ScratchOf<B> {
     /// `[T, k]` picked expert ids (read back every layer, unless every expert is resident: one-token steps
     /// turn them into slots on the GPU, chunks group them there).
     pub pick_ids: B,
-    pick_weights: B,
+    pub pick_weights: B,
     /// Per layer `[T·k]` pool slots of the picks, written by the engine after `ensure` (or by the router
     /// through a slot table: every expert resident, or route-ahead).
     pub slot_idx: Vec<B>,
@@ -141,6 +141,13 @@ pub(crate) struct ScratchOf<B> {
     /// Two buffers the argmax is copied to, so that one step's pick can be mapped while the next step,
     /// already queued, copies its own pick to the other.
     pub argmax_readback: [B; 2],
+    /// The CPU tier ([`crate::EngineOptions::cpu_experts`]): a one-token layer's picks, their weights and
+    /// its normed state (`[k] u32, [k] f32, [H] f32`), copied out for the host's experts.
+    pub cpu_readback: B,
+    /// The CPU tier: the host's weighted sum of its experts (`[H]`, written by the host), and the residual
+    /// stream with it added (`[H]`, copied back into `x` before the GPU's experts add theirs).
+    pub cpu_sum: B,
+    pub cpu_joined: B,
 }
 
 /// The scratch buffers on the device.
@@ -185,7 +192,7 @@ impl<B> ScratchOf<B> {
             h: b("h", t * h),
             router_logits: b("router logits", t * e),
             pick_ids: out("pick ids", t * k),
-            pick_weights: b("pick weights", t * k),
+            pick_weights: out("pick weights", t * k),
             slot_idx: (0..c.block_count).map(|_| out("slot idx", t * k)).collect(),
             gemm_groups: per_layer("gemm groups", 4 * u64::from(gemm_groups_len(c, max_t))),
             gemm_order: per_layer("gemm order", t * k),
@@ -217,6 +224,9 @@ impl<B> ScratchOf<B> {
                 .map(|_| alloc("route readback", 8 * k, Use::Readback))
                 .collect(),
             argmax_readback: [(); 2].map(|()| alloc("argmax readback", 4, Use::Readback)),
+            cpu_readback: alloc("cpu readback", 4 * (2 * k + h), Use::Readback),
+            cpu_sum: b("cpu sum", h),
+            cpu_joined: out("cpu joined", h),
         }
     }
 
@@ -252,6 +262,9 @@ impl<B> ScratchOf<B> {
             &self.readback,
             &self.guess_readback,
             &self.routed_x,
+            &self.cpu_readback,
+            &self.cpu_sum,
+            &self.cpu_joined,
         ]
         .into_iter()
         .chain(&self.argmax_readback)
@@ -327,6 +340,9 @@ pub(crate) struct LayerGraph {
     /// `attention` (nothing in `experts` reads them; the per-layer path submits them on their own).
     pub guesses: Vec<Dispatch>,
     pub experts: Vec<Dispatch>,
+    /// Fused decode: where in `experts` down and the combine start (gate‖up before), and the dispatch that
+    /// adds the CPU tier's sum to the residual stream between them (into `cpu_joined`, copied to `x`).
+    pub cpu_join: Option<(usize, Dispatch)>,
     /// Fused decode: where in `attention` the router starts (the FFN norm with the router, then the top-k).
     /// Those read only the residual stream `x`, which nothing after them changes before the experts, so a
     /// layer runs again from here on a saved `x` (route-ahead).
@@ -613,7 +629,10 @@ impl Graph {
             }
             // The next layer's attention norm, or after the last layer the output norm.
             let next_norm = w.layers.get(l + 1).map_or(&w.out_norm, |next| &next.attn_norm);
+            let mut cpu_join = None;
             if fused {
+                let join = k.add(v(&s.x), v(&s.cpu_sum), v(&s.cpu_joined), h)?;
+                cpu_join = Some((experts_dispatches.len(), join));
                 let parts = in_layer(&down, (Plane::DownQ, Plane::DownScales));
                 let last_layer = l + 1 == w.layers.len();
                 for (i, &part) in parts.iter().enumerate() {
@@ -678,7 +697,13 @@ impl Graph {
                     cp,
                 )?);
             }
-            layers.push(LayerGraph { attention, guesses, experts: experts_dispatches, router_from });
+            layers.push(LayerGraph {
+                attention,
+                guesses,
+                experts: experts_dispatches,
+                cpu_join,
+                router_from,
+            });
         }
         let (head_w, last_n, logits) = (w.head.m(), v(&s.last_n), v(&s.logits));
         // The head's rows (151,936) make enough workgroups for four rows a lane group (BENCHMARKS.md).

@@ -44,6 +44,7 @@
 //! ```
 
 mod config;
+mod cpu_tier;
 mod engine;
 mod error;
 mod generate;

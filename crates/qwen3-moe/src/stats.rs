@@ -30,6 +30,10 @@ pub(crate) struct EngineStats {
     pub layers_rerun: u64,
     /// Route-ahead: layer units (whole or run again) submitted as the unit stock's thread recorded them.
     pub units_recorded_ahead: u64,
+    /// The CPU tier: picks computed on the host, the time they took, and misses admitted into the pool.
+    pub cpu_experts: u64,
+    pub cpu_time: Duration,
+    pub cpu_admitted: u64,
 }
 
 /// GPU memory by category, in bytes.
@@ -85,6 +89,14 @@ pub struct Stats {
     /// Route-ahead: layer units (a layer whole, or again from its router) submitted as a thread had
     /// recorded them ahead; the host recorded the rest.
     pub units_recorded_ahead: u64,
+    /// The CPU tier ([`crate::EngineOptions::cpu_experts`]): picks computed on the host.
+    pub cpu_experts: u64,
+    /// The CPU tier: time the host spent computing them.
+    pub cpu_time: Duration,
+    /// The CPU tier: misses also uploaded into the pool in the background.
+    pub cpu_admitted: u64,
+    /// The CPU tier's SIMD path and threads, when it runs.
+    pub cpu_isa: Option<(diskformer_cpu_kernels::Isa, usize)>,
     /// The pool's counters (hits, late hits, misses, bytes, read and upload times, prefetch, by layer).
     pub pool: PoolStats,
     /// The speculative reads' counters ([`crate::EngineOptions::speculative_reads`]), when they run.
@@ -105,6 +117,7 @@ impl Stats {
         disk: ReadActivity,
         gpu_bytes: GpuBytes,
         pool_slots: usize,
+        cpu_isa: Option<(diskformer_cpu_kernels::Isa, usize)>,
     ) -> Self {
         Stats {
             decode_tokens: e.decode_tokens,
@@ -119,6 +132,10 @@ impl Stats {
             layers_routed_ahead: e.layers_routed_ahead,
             layers_rerun: e.layers_rerun,
             units_recorded_ahead: e.units_recorded_ahead,
+            cpu_experts: e.cpu_experts,
+            cpu_time: e.cpu_time,
+            cpu_admitted: e.cpu_admitted,
+            cpu_isa,
             pool,
             speculative,
             disk,
@@ -145,6 +162,13 @@ impl Stats {
     /// Milliseconds per token of `d`, over every token run.
     pub fn ms_per_token(&self, d: Duration) -> f64 {
         if self.tokens() == 0 { 0.0 } else { d.as_secs_f64() * 1e3 / self.tokens() as f64 }
+    }
+
+    /// The share of the picks the CPU tier computed (`None` before any pick).
+    pub fn cpu_share(&self) -> Option<f64> {
+        let p = &self.pool;
+        let all = self.cpu_experts + p.hits + p.late_hits + p.misses;
+        (all > 0).then(|| self.cpu_experts as f64 / all as f64)
     }
 
     /// Expert bytes read from the store per token.
@@ -198,6 +222,16 @@ impl fmt::Display for Stats {
                 f,
                 "route-ahead: {} layers stood, {} run again after a load, {} units recorded ahead",
                 self.layers_routed_ahead, self.layers_rerun, self.units_recorded_ahead
+            )?;
+        }
+        if let Some((isa, threads)) = self.cpu_isa {
+            writeln!(
+                f,
+                "CPU experts ({isa}, {threads} threads): {:.1} a token ({} of picks), {:.2} ms a token, {} admitted to the pool",
+                self.cpu_experts as f64 / self.tokens().max(1) as f64,
+                pct(self.cpu_share()),
+                self.ms_per_token(self.cpu_time),
+                self.cpu_admitted
             )?;
         }
         if let Some(spec) = &self.speculative {

@@ -151,11 +151,18 @@ fn rebuild(name: &str, synth_args: &str, sha256: &str) -> (tempdir::TempDir, Pat
 /// Runs the golden's prompt and steps (feeding the golden's ids) and checks every step. `tensor`: the
 /// prompt's chunks on tensor cores (`EngineOptions::tensor_prefill`), checked to their own tolerance; on a
 /// device without them this returns at once, as the same run with `tensor` off covers the f32 chunks.
-fn check(f: &Fixture, pool_slots: Option<usize>, batched: bool, tensor: bool) {
+/// `cpu`: one-token steps compute every miss on the CPU (`EngineOptions::cpu_experts`, prefetch off and
+/// no admissions, so the pool never loads for them).
+fn check(f: &Fixture, pool_slots: Option<usize>, batched: bool, tensor: bool, cpu: bool) {
     let g = &f.golden;
     let mut opts = EngineOptions::default();
     opts.pool_slots = pool_slots;
     opts.tensor_prefill = tensor;
+    if cpu {
+        opts.cpu_experts = true;
+        opts.prefetch = false;
+        opts.cpu_tiers.reuse_window = 0;
+    }
     let mut engine = Engine::open(&f.store, &opts, &mut |_| {}).unwrap();
     if let Some(n) = pool_slots {
         assert_eq!(engine.pool_slots(), n);
@@ -166,7 +173,10 @@ fn check(f: &Fixture, pool_slots: Option<usize>, batched: bool, tensor: bool) {
     let on_tensor_cores = batched && engine.tensor_prefill();
     let (tol, near_tie) =
         if on_tensor_cores { (TENSOR_LOGPROB_TOL, TENSOR_NEAR_TIE) } else { (LOGPROB_TOL, NEAR_TIE) };
-    let what = format!("{} (pool {pool_slots:?}, batched {batched}, tensor cores {on_tensor_cores})", f.name);
+    let what = format!(
+        "{} (pool {pool_slots:?}, batched {batched}, tensor cores {on_tensor_cores}, cpu {cpu})",
+        f.name
+    );
     let mut logits = engine.prefill(&g.prompt_ids, batched).unwrap();
     let (mut worst, mut near_ties) = (0f64, Vec::<String>::new());
     for (step, want) in g.ids.iter().enumerate() {
@@ -205,12 +215,20 @@ fn check(f: &Fixture, pool_slots: Option<usize>, batched: bool, tensor: bool) {
     }
     let stats = engine.stats();
     eprintln!(
-        "{what}: {} steps, worst |Δ logprob| {worst:.2e}, near-ties at {near_ties:?}; hits {} late {} misses {}",
+        "{what}: {} steps, worst |Δ logprob| {worst:.2e}, near-ties at {near_ties:?}; hits {} late {} misses {} \
+         on the CPU {}",
         g.ids.len(),
         stats.pool.hits,
         stats.pool.late_hits,
-        stats.pool.misses
+        stats.pool.misses,
+        stats.cpu_experts
     );
+    if cpu && pool_slots.is_some() {
+        assert!(stats.cpu_experts > 0, "{what}: no pick ran on the CPU");
+        if !batched {
+            assert_eq!(stats.pool.misses, 0, "{what}: one-token steps loaded experts");
+        }
+    }
 }
 
 /// Greedy steps on the GPU's own picks (with every expert resident: run-ahead, each step queued on the pick
@@ -255,9 +273,11 @@ fn matches_llama_cpp_on_every_golden() {
             spec.shape.top_k as usize
         };
         for slots in [None, Some(2 * k)] {
-            check(&f, slots, false, false);
-            check(&f, slots, true, false);
-            check(&f, slots, true, true);
+            check(&f, slots, false, false, false);
+            check(&f, slots, true, false, false);
+            check(&f, slots, true, true, false);
+            check(&f, slots, false, false, true);
+            check(&f, slots, true, false, true);
         }
         check_greedy(&f);
     }

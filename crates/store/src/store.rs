@@ -92,6 +92,11 @@ impl Store {
         self.dir.join(DENSE_FILE)
     }
 
+    /// Path of `experts.bin` (one record per expert at [`ExpertLayout::record_offset`]).
+    pub fn experts_path(&self) -> PathBuf {
+        self.dir.join(EXPERTS_FILE)
+    }
+
     /// Recomputes every checksum and names the first dense tensor or record that does not match.
     ///
     /// # Errors

@@ -1,0 +1,144 @@
+//! The host tier of a streaming step: the misses of a layer's picks computed on the CPU from their store
+//! records, mapped from the page cache where they lie, while the GPU computes the hits
+//! ([`EngineOptions::cpu_experts`](crate::EngineOptions::cpu_experts)). Which pick runs where, and which
+//! misses are also uploaded for next time, is [`TierPolicy`]'s to say.
+
+use std::fs::File;
+use std::time::{Duration, Instant};
+
+use diskformer_cpu_kernels::{Assignment, CpuExperts, ExpertWeights, Isa, Math, QuantMatrix};
+use diskformer_expert_stream::{ExpertKey, LayerPlan, TierConfig, TierPolicy};
+use diskformer_gguf::TensorType;
+use diskformer_store::{ExpertLayout, Region, Store};
+use memmap2::Mmap;
+
+use crate::{Error, Result};
+
+/// The host's expert kernels over the store's mapped records, and the tier rules' state.
+pub(crate) struct CpuTier {
+    kernels: CpuExperts,
+    records: Mmap,
+    layout: ExpertLayout,
+    ty: TensorType,
+    policy: TierPolicy,
+    math: Math,
+}
+
+impl std::fmt::Debug for CpuTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuTier")
+            .field("isa", &self.kernels.isa())
+            .field("threads", &self.kernels.threads())
+            .finish()
+    }
+}
+
+impl CpuTier {
+    /// Maps the store's `experts.bin` and starts `threads` CPU threads (`None`: every core) on the best
+    /// SIMD path the CPU has.
+    pub fn open(
+        store: &Store,
+        layout: &ExpertLayout,
+        threads: Option<usize>,
+        config: TierConfig,
+    ) -> Result<Self> {
+        let ty = match layout.quant_type.as_str() {
+            "q8_0" => TensorType::Q8_0,
+            "q4_0" => TensorType::Q4_0,
+            other => {
+                return Err(Error::BadOption {
+                    option: "cpu_experts",
+                    what: format!("the store's experts are {other}; the CPU tier computes Q8_0 and Q4_0"),
+                });
+            }
+        };
+        let path = store.experts_path();
+        let file = File::open(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
+        // Safety: the store is complete and read-only (ingest never rewrites a complete store), so the
+        // mapping's bytes do not change while it lives; a file truncated under it by another process would
+        // fault, as any reader of a store would fail.
+        let records = unsafe { Mmap::map(&file) }.map_err(|source| Error::Io { path, source })?;
+        if (records.len() as u64) < layout.file_bytes() {
+            return Err(Error::BadOption {
+                option: "cpu_experts",
+                what: format!(
+                    "experts.bin holds {} bytes, its layout {}",
+                    records.len(),
+                    layout.file_bytes()
+                ),
+            });
+        }
+        let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        Ok(CpuTier {
+            kernels: CpuExperts::new(threads, Isa::detect())?,
+            records,
+            layout: layout.clone(),
+            ty,
+            policy: TierPolicy::new(config, layout.n_layers, layout.n_experts),
+            math: Math::F32,
+        })
+    }
+
+    /// The SIMD path the kernels run.
+    pub fn isa(&self) -> Isa {
+        self.kernels.isa()
+    }
+
+    /// Threads, the caller's included.
+    pub fn threads(&self) -> usize {
+        self.kernels.threads()
+    }
+
+    /// Starts the next token's plans.
+    pub fn next_token(&mut self) {
+        self.policy.next_token();
+    }
+
+    /// Where `layer`'s picks run (see [`TierPolicy::plan`]).
+    pub fn plan(
+        &mut self,
+        layer: u32,
+        picks: &[u32],
+        may_admit: bool,
+        resident: impl Fn(u32) -> bool,
+    ) -> Result<LayerPlan> {
+        Ok(self.policy.plan(layer, picks, may_admit, resident)?)
+    }
+
+    /// `Σ w · FFN_e(xn)` over `layer`'s experts `ids` with routing weights `weights`, and the time it took.
+    pub fn compute(
+        &self,
+        layer: u32,
+        ids: &[u32],
+        weights: &[f32],
+        xn: &[f32],
+    ) -> Result<(Vec<f32>, Duration)> {
+        let started = Instant::now();
+        let experts =
+            ids.iter().map(|&e| self.expert(ExpertKey::new(layer, e))).collect::<Result<Vec<_>>>()?;
+        let assignments: Vec<Assignment> = weights
+            .iter()
+            .enumerate()
+            .map(|(expert, &weight)| Assignment { token: 0, expert, weight })
+            .collect();
+        let mut out = vec![0f32; xn.len()];
+        self.kernels.moe(self.math, &experts, xn, &assignments, &mut out)?;
+        Ok((out, started.elapsed()))
+    }
+
+    /// The record of `key` as its three matrices, borrowed from the mapping.
+    fn expert(&self, key: ExpertKey) -> Result<ExpertWeights<'_>> {
+        let l = &self.layout;
+        let record = &self.records[l.record_offset(key) as usize..][..l.record_bytes as usize];
+        let at = |r: Region| &record[r.offset as usize..r.end() as usize];
+        let (gate_up_q, gate_up_s) = (at(l.gate_up_quants), at(l.gate_up_scales));
+        let (gate_q, up_q) = gate_up_q.split_at(gate_up_q.len() / 2);
+        let (gate_s, up_s) = gate_up_s.split_at(gate_up_s.len() / 2);
+        let (h, f) = (l.hidden as usize, l.ffn as usize);
+        Ok(ExpertWeights::new(
+            QuantMatrix::planes("ffn_gate_exps", self.ty, (f, h), gate_q, gate_s)?,
+            QuantMatrix::planes("ffn_up_exps", self.ty, (f, h), up_q, up_s)?,
+            QuantMatrix::planes("ffn_down_exps", self.ty, (h, f), at(l.down_quants), at(l.down_scales))?,
+        )?)
+    }
+}
