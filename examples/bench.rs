@@ -17,7 +17,7 @@ use clap::Parser;
 mod common;
 use diskformer::expert_stream::{EvictionPolicy, UploadMethod};
 use diskformer::qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
-use diskformer::qwen3_moe::{Engine, EngineOptions, Sampler, SamplingOptions};
+use diskformer::qwen3_moe::{Engine, EngineOptions, Routing, Sampler, SamplingOptions};
 
 /// End-to-end tokens per second.
 #[derive(Parser)]
@@ -122,6 +122,20 @@ struct Args {
     /// Sample on the CPU from the logits even where the GPU could draw (for comparison).
     #[arg(long)]
     cpu_sampling: bool,
+    /// Force the experts' picks: `router` (the router's own top-k, the default) or `uniform` (seeded i.i.d.
+    /// picks; ROUTING.md). See also --routing-trace.
+    #[arg(long, default_value = "router")]
+    routing: String,
+    /// Seed of `--routing uniform`.
+    #[arg(long, default_value_t = 1)]
+    routing_seed: u64,
+    /// Force the picks from a routing trace (one `{"picks": [[…], …]}` line a token; the routing-trace
+    /// example writes calibrated ones).
+    #[arg(long, conflicts_with = "routing")]
+    routing_trace: Option<PathBuf>,
+    /// Record every step's picks to this file as a routing trace.
+    #[arg(long)]
+    record_routing: Option<PathBuf>,
     /// Compute each layer's misses on the CPU while the GPU computes the hits (EngineOptions::cpu_experts).
     #[arg(long)]
     cpu_experts: bool,
@@ -183,6 +197,15 @@ fn main() -> anyhow::Result<()> {
     opts.speculative_reads = args.speculative_reads.unwrap_or(opts.speculative_reads);
     opts.read_split = args.read_split.or(opts.read_split);
     opts.readers = args.readers.or(opts.readers);
+    opts.routing = match (&args.routing_trace, args.routing.as_str()) {
+        (Some(path), _) => Routing::Trace(path.clone()),
+        (None, "router") => Routing::Router,
+        (None, "uniform") => Routing::Uniform { seed: args.routing_seed },
+        (None, other) => {
+            anyhow::bail!("unknown routing {other:?}; use router or uniform (or --routing-trace FILE)")
+        }
+    };
+    opts.record_routing = args.record_routing.clone();
     opts.cpu_experts = args.cpu_experts;
     opts.cpu_threads = args.cpu_threads;
     if let Some(w) = args.cpu_reuse_window {
@@ -297,6 +320,10 @@ fn main() -> anyhow::Result<()> {
     });
     // Beside the rest: more fields would pass json!'s recursion limit.
     out["reader_probe_gb_s"] = serde_json::json!(reader_probe);
+    out["routing"] = match &args.routing_trace {
+        Some(path) => serde_json::json!({"trace": path.display().to_string()}),
+        None => serde_json::json!({"kind": args.routing, "seed": args.routing_seed}),
+    };
     out["int8_prefill"] = args.int8_prefill.into();
     out["tensor_prefill"] = engine.tensor_prefill().into();
     out["int8_decode"] = args.int8_decode.into();

@@ -5,6 +5,7 @@
 //! This crate is a facade: each module re-exports one workspace crate.
 
 pub use diskformer_bpe as bpe;
+pub use diskformer_cpu_kernels as cpu_kernels;
 pub use diskformer_expert_stream as expert_stream;
 pub use diskformer_gguf as gguf;
 pub use diskformer_kernels as kernels;

@@ -21,6 +21,32 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A routing trace line that is not a token's picks for this model.
+    #[error("routing trace {path}, line {line}: {what}")]
+    Trace {
+        /// The trace file.
+        path: std::path::PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with it and what was expected.
+        what: String,
+    },
+    /// A routing trace with fewer tokens than the run asked for.
+    #[error("routing trace {path} ended after {tokens} tokens; the run needs more (write a longer trace)")]
+    TraceEnded {
+        /// The trace file.
+        path: std::path::PathBuf,
+        /// Tokens it held.
+        tokens: usize,
+    },
+    /// A routing trace could not be read or written.
+    #[error("routing trace {path}: {source}")]
+    TraceIo {
+        /// The trace file.
+        path: std::path::PathBuf,
+        /// The cause.
+        source: Arc<std::io::Error>,
+    },
     /// Every slot is pinned or loading, so a demand miss has nowhere to go.
     #[error(
         "expert pool exhausted: all {slots} slots are pinned ({pinned}) or loading ({loading}) and {needed} more \

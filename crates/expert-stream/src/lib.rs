@@ -20,6 +20,8 @@
 //!   slot, so they are safe while the engine queues layers ahead of its checks.
 //! - [`TierPolicy`] says where each of a layer's picks runs when the host computes experts too: hits on the
 //!   GPU, misses on the CPU, and a miss seen again within a few tokens uploaded in the background.
+//! - Routing workloads ([`UniformRoutes`], [`TraceRoutes`], [`TraceWriter`]): forced picks for measuring
+//!   streaming on routing like a trained model's, whatever the weights (ROUTING.md).
 //! - [`GpuBudget::expert_slots`] turns a GPU budget into a slot count, refusing one under `2 × top-k` records.
 //! - [`MemoryBackend`] keeps records and slots in RAM, with hooks to hold, fail and watch loads.
 //!
@@ -56,6 +58,7 @@ mod pool;
 mod speculative;
 mod stats;
 mod tiers;
+mod workload;
 
 pub use backend::Backend;
 pub use budget::GpuBudget;
@@ -69,3 +72,4 @@ pub use pool::ExpertPool;
 pub use speculative::{DemandRead, Held, ReadPart, SpeculativeReads, SpeculativeStats};
 pub use stats::Stats;
 pub use tiers::{LayerPlan, Tier, TierConfig, TierPolicy};
+pub use workload::{RouteShape, RouteSource, SeededRng, TokenPicks, TraceRoutes, TraceWriter, UniformRoutes};

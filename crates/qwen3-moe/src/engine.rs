@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use diskformer_bpe::Tokenizer;
 use diskformer_expert_stream::{
-    EvictionPolicy, ExpertKey, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, PoolConfig, SlotView,
-    SpeculativeReads, StagingRing, Stats as PoolStats, Tier, TierConfig, UploadMethod,
+    EvictionPolicy, ExpertKey, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, PoolConfig, RouteShape,
+    SlotView, SpeculativeReads, StagingRing, Stats as PoolStats, Tier, TierConfig, UploadMethod,
 };
 use diskformer_kernels::{
     Context, EXPERT_GEMM_TILED_GROUP, Kernels, PENALTY_MAX_N, SampleStep, cpu, expert_gemm_groups,
@@ -24,6 +24,7 @@ use diskformer_store::{IngestOptions, ReaderProbe, Store};
 
 use crate::cpu_tier::CpuTier;
 use crate::graph::{Bindings, Graph, KvCache, Scratch, ScratchSizes, fused_decode, gemm_groups_len, record};
+use crate::routing::{ForcedRoutes, RouteRecorder, Routing};
 use crate::stats::{EngineStats, GpuBytes};
 use crate::unit_stock::{UnitBuffers, UnitKind, UnitStock};
 use crate::weights::Weights;
@@ -134,6 +135,14 @@ pub struct EngineOptions {
     pub cpu_threads: Option<usize>,
     /// The CPU tier's admission rules.
     pub cpu_tiers: TierConfig,
+    /// Where the experts' picks come from: the router's own top-k (default), or forced from a workload for
+    /// measuring streaming on routing like a trained model's whatever the weights (ROUTING.md). Forced
+    /// picks turn run-ahead off (a step queued ahead would take the next token's picks).
+    pub routing: Routing,
+    /// Writes every step's picks to this file as a routing trace (one line a token), so a run on real
+    /// weights can be measured and shared as a workload. Steps then read every layer's picks back (no
+    /// routing on the GPU, no route-ahead, no run-ahead).
+    pub record_routing: Option<PathBuf>,
 }
 
 impl Default for EngineOptions {
@@ -160,6 +169,8 @@ impl Default for EngineOptions {
             cpu_experts: false,
             cpu_threads: None,
             cpu_tiers: TierConfig::default(),
+            routing: Routing::Router,
+            record_routing: None,
         }
     }
 }
@@ -279,6 +290,10 @@ pub struct Engine {
     store_dir: PathBuf,
     /// [`EngineOptions::cpu_experts`] while experts stream.
     cpu_tier: Option<CpuTier>,
+    /// [`EngineOptions::routing`] when forced.
+    forced: Option<ForcedRoutes>,
+    /// [`EngineOptions::record_routing`].
+    recorder: Option<RouteRecorder>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -390,8 +405,18 @@ impl Engine {
         let read_split =
             opts.read_split.unwrap_or(if opts.direct_io { READ_SPLIT_DIRECT } else { READ_SPLIT_PAGE_CACHE });
         // The CPU tier reads every layer's picks back: no route-ahead with it.
-        let mut route_ahead =
-            if lookahead == 0 && fused_decode(&config) && !opts.cpu_experts { window } else { 0 };
+        let recording = opts.record_routing.is_some();
+        let mut route_ahead = if lookahead == 0 && fused_decode(&config) && !opts.cpu_experts && !recording {
+            window
+        } else {
+            0
+        };
+        let shape = RouteShape {
+            layers: config.block_count,
+            experts: config.expert_count,
+            top_k: config.expert_used_count,
+        };
+        let forced = ForcedRoutes::open(&opts.routing, shape)?;
         let vocab = store.layout().dense_tensor("token_embd.weight").map_or(0, |t| t.dims[1] as u32);
 
         // Size everything but the pool, then the pool from what the budget leaves.
@@ -415,7 +440,14 @@ impl Engine {
         // buffers of prefetch guesses and route-ahead (else as every expert resident needs).
         let slots_for_dense = |batch: u32, streams: bool, dense: u64| -> Result<usize> {
             let (lookahead, route_ahead) = if streams { (lookahead, route_ahead > 0) } else { (0, false) };
-            let sizes = ScratchSizes { vocab, ctx: ctx_len, max_t: batch, lookahead, route_ahead };
+            let sizes = ScratchSizes {
+                vocab,
+                ctx: ctx_len,
+                max_t: batch,
+                lookahead,
+                route_ahead,
+                forced: forced.is_some(),
+            };
             let scratch = Scratch::estimate(&config, sizes) + staging;
             let budget = GpuBudget { budget: opts.gpu_budget, dense, kv_cache: kv_bytes, scratch };
             Ok(budget.expert_slots(experts.record_bytes, top_k)?.min(all))
@@ -442,6 +474,7 @@ impl Engine {
         // Resident routing also puts the embedding on the GPU (see `Weights`): all must fit with it.
         let with_embedding = Weights::device_bytes(&store, true);
         let resident = opts.gpu_routing
+            && !recording
             && slots == all
             && (opts.pool_slots.is_some() || slots_for_dense(sized_batch, false, with_embedding)? == all);
         if resident {
@@ -462,8 +495,14 @@ impl Engine {
             });
         }
         let kv = KvCache::new(&device, &config, ctx_len);
-        let sizes =
-            ScratchSizes { vocab, ctx: ctx_len, max_t: max_batch, lookahead, route_ahead: route_ahead > 0 };
+        let sizes = ScratchSizes {
+            vocab,
+            ctx: ctx_len,
+            max_t: max_batch,
+            lookahead,
+            route_ahead: route_ahead > 0,
+            forced: forced.is_some(),
+        };
         let scratch = Scratch::new(&device, &config, sizes);
         let gpu_pool = GpuPool::new(&ctx, &experts, slots)?;
         let mut backend =
@@ -533,7 +572,7 @@ impl Engine {
             held: None,
             next_step: None,
             run_ahead: None,
-            run_ahead_enabled: opts.run_ahead,
+            run_ahead_enabled: opts.run_ahead && forced.is_none() && !recording,
             draw: None,
             next_draw: None,
             q4_experts: experts.quant_type == "q4_0",
@@ -544,6 +583,8 @@ impl Engine {
             gpu_bytes,
             store_dir: store_dir.to_owned(),
             cpu_tier,
+            forced,
+            recorder: opts.record_routing.as_deref().map(|p| RouteRecorder::create(p, top_k)).transpose()?,
         };
         engine.graph(1)?;
         Ok(engine)
@@ -810,6 +851,7 @@ impl Engine {
                 tensor_prefill: self.tensor_prefill,
                 int8_decode: self.int8_decode,
                 embedding: self.weights.gpu_embedding.as_ref().map(|e| e.m()),
+                forced: self.forced.is_some(),
             };
             let g = Graph::build(&b, t)?;
             self.graphs.insert(t, Arc::new(g));
@@ -841,6 +883,10 @@ impl Engine {
 
     fn run_inner(&mut self, ids: &[u32], want: Want) -> Result<Output> {
         let t = ids.len() as u32;
+        if let Some(forced) = &mut self.forced {
+            let mask = forced.next_mask(t)?;
+            self.ctx.queue.write_buffer(&self.scratch.route_mask, 0, bytemuck::cast_slice(&mask));
+        }
         let queued = self.run_ahead.take();
         if self.resident_table.is_some() && t == 1 {
             return self.resident_step(ids[0], want, queued);
@@ -882,6 +928,7 @@ impl Engine {
         if let Some(tier) = self.cpu_tier.as_mut().filter(|_| t == 1) {
             tier.next_token();
         }
+        let mut recorded = Vec::with_capacity(if self.recorder.is_some() { layers as usize } else { 0 });
         for l in 0..layers {
             let lg = &graph.layers[l as usize];
             timed(&mut self.stats.record_time, || record(&mut enc, &lg.attention));
@@ -922,6 +969,9 @@ impl Engine {
             }
             let read: Vec<u32> = readback(device, rb, rb_bytes, Some(picked), &mut self.stats.gpu_wait)?;
             let picks = &read[..pairs];
+            if self.recorder.is_some() {
+                recorded.push(picks.to_vec());
+            }
 
             let ensure_started = Instant::now();
             let mut cpu_work = None;
@@ -1016,6 +1066,9 @@ impl Engine {
 
         timed(&mut self.stats.record_time, || record_head(&mut enc, graph, s, want, shape, 0));
         timed(&mut self.stats.submit_time, || queue.submit([enc.finish()]));
+        if let Some(recorder) = &mut self.recorder {
+            recorder.write_step(&recorded)?;
+        }
         let out = read_output(device, s, want, shape, 0, None, &mut self.stats.gpu_wait)?;
         // Writes for the next step (ids, positions, slots, uploads into freed slots) are ordered after
         // this submit by the queue, so nothing waits here.

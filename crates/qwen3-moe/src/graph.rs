@@ -21,6 +21,7 @@ use diskformer_kernels::{
     expert_gemm_group_bound, q8_row_bytes, sample_partial_len,
 };
 
+use crate::routing::layer_stride;
 use crate::weights::{Weights, storage, storage_size};
 use crate::{Config, Result};
 
@@ -148,6 +149,11 @@ pub(crate) struct ScratchOf<B> {
     /// stream with it added (`[H]`, copied back into `x` before the GPU's experts add theirs).
     pub cpu_sum: B,
     pub cpu_joined: B,
+    /// Forced routing ([`crate::EngineOptions::routing`]): per layer the step's `[T, E]` mask added to the
+    /// router logits (0 on a forced pick, −1e30 elsewhere; layers [`layer_stride`] floats apart, written by
+    /// the host), and the logits with it, which the top-k reads.
+    pub route_mask: B,
+    forced_logits: B,
 }
 
 /// The scratch buffers on the device.
@@ -156,7 +162,7 @@ pub(crate) type Scratch = ScratchOf<wgpu::Buffer>;
 impl<B> ScratchOf<B> {
     /// The layout: every buffer with its byte size and use, made by `alloc`.
     fn layout(c: &Config, sizes: ScratchSizes, alloc: impl Fn(&'static str, u64, Use) -> B) -> Self {
-        let ScratchSizes { vocab, ctx, max_t, lookahead, route_ahead } = sizes;
+        let ScratchSizes { vocab, ctx, max_t, lookahead, route_ahead, forced } = sizes;
         let t = u64::from(max_t);
         let (h, q, kv) = (
             u64::from(c.embedding_length),
@@ -227,6 +233,11 @@ impl<B> ScratchOf<B> {
             cpu_readback: alloc("cpu readback", 4 * (2 * k + h), Use::Readback),
             cpu_sum: b("cpu sum", h),
             cpu_joined: out("cpu joined", h),
+            route_mask: b(
+                "route mask",
+                if forced { u64::from(c.block_count) * layer_stride(max_t, c.expert_count) } else { 1 },
+            ),
+            forced_logits: b("forced logits", if forced { t * e } else { 1 }),
         }
     }
 
@@ -265,6 +276,8 @@ impl<B> ScratchOf<B> {
             &self.cpu_readback,
             &self.cpu_sum,
             &self.cpu_joined,
+            &self.route_mask,
+            &self.forced_logits,
         ]
         .into_iter()
         .chain(&self.argmax_readback)
@@ -292,6 +305,8 @@ pub(crate) struct ScratchSizes {
     pub lookahead: u32,
     /// Whether one-token steps route ahead ([`crate::EngineOptions::route_ahead`]).
     pub route_ahead: bool,
+    /// Whether picks are forced ([`crate::EngineOptions::routing`]).
+    pub forced: bool,
 }
 
 impl Scratch {
@@ -398,6 +413,8 @@ pub(crate) struct Bindings<'a> {
     pub int8_decode: bool,
     /// The token embedding on the GPU: one-token steps then embed `token_ids` themselves.
     pub embedding: Option<Q8Matrix<'a>>,
+    /// Forced routing: each layer's top-k reads the router logits plus the step's mask.
+    pub forced: bool,
 }
 
 impl Graph {
@@ -536,7 +553,15 @@ impl Graph {
                     },
                 ]);
             }
-            let (logits, ids, weights) = (v(&s.router_logits), v(&s.pick_ids), v(&s.pick_weights));
+            let logits = if b.forced {
+                let stride = layer_stride(t, experts);
+                let mask = View::at(&s.route_mask, 4 * l as u64 * stride);
+                attention.push(k.add(v(&s.router_logits), mask, v(&s.forced_logits), t * experts)?);
+                v(&s.forced_logits)
+            } else {
+                v(&s.router_logits)
+            };
+            let (ids, weights) = (v(&s.pick_ids), v(&s.pick_weights));
             // The layer's row of the `[layers · experts]` slot table.
             let table_range = (l as u32 * experts, w.layers.len() as u32 * experts);
             let route = b.resident_table.filter(|_| routed).map(|table| Route {
@@ -949,7 +974,8 @@ mod tests {
         for (max_t, lookahead, route_ahead) in
             [(1, 0, false), (1, 1, false), (1, 0, true), (7, 0, false), (256, 0, true)]
         {
-            let sizes = ScratchSizes { vocab: 261, ctx: 512, max_t, lookahead, route_ahead };
+            let sizes =
+                ScratchSizes { vocab: 261, ctx: 512, max_t, lookahead, route_ahead, forced: route_ahead };
             let scratch = Scratch::new(&ctx.device, &c, sizes);
             assert_eq!(Scratch::estimate(&c, sizes), scratch.bytes(), "{sizes:?}");
         }

@@ -49,6 +49,7 @@ mod engine;
 mod error;
 mod generate;
 mod graph;
+mod routing;
 pub mod sampling;
 mod stats;
 pub mod synthetic;
@@ -62,5 +63,6 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use generate::{EndReason, Event, GenerateOptions, Generation};
+pub use routing::Routing;
 pub use sampling::{Sampler, SamplingOptions, log_softmax, top_n};
 pub use stats::{GpuBytes, Stats};
