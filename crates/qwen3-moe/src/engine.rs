@@ -71,7 +71,8 @@ pub struct EngineOptions {
     /// (Q4_0: 8) and each dense weight once per 32 tokens, and at 128 experts and top-8 a 512-token chunk
     /// gives an expert 32 pairs on average, one full tile; on the H200 a 512-token prompt prefilled 1,395
     /// tok/s against 1,277 in chunks of 256, before the tiled chunk attention. While experts stream, also
-    /// bounded by the pool: chunk × top-k ≤ slots).
+    /// bounded by the pool: chunk × top-k ≤ slots, unless the pool holds two layers' experts, which any
+    /// chunk's union of a layer's picks fits).
     pub max_batch: u32,
     /// When every expert fits, load them all at start and route on the GPU: no readback or `ensure` per
     /// layer (default on; off keeps the streaming path for comparison). The token embedding then goes to the
@@ -463,7 +464,7 @@ impl Engine {
             Some(s) => (s.min(all), probe_batch),
             None => {
                 let first = slots_for(probe_batch)?;
-                let streamed_batch = probe_batch.min((first / top_k as usize) as u32).max(1);
+                let streamed_batch = probe_batch.min(chunk_bound(first, &config)).max(1);
                 if first == all || streamed_batch == probe_batch {
                     (first, probe_batch)
                 } else {
@@ -481,7 +482,7 @@ impl Engine {
             lookahead = 0;
             route_ahead = 0;
         }
-        let pool_bound = if resident { u32::MAX } else { (slots / top_k as usize) as u32 };
+        let pool_bound = if resident { u32::MAX } else { chunk_bound(slots, &config) };
         let max_batch = sized_batch.min(pool_bound).min(ctx_len).max(1);
 
         let device = ctx.device.clone();
@@ -1586,6 +1587,19 @@ impl MissGuesses<'_> {
         }
         self.spec.guess(&self.lacked[self.units.clone()].concat());
         Ok(self.next < self.units.end)
+    }
+}
+
+/// The most tokens a chunk may have while experts stream through `slots` slots: a chunk pins the union of
+/// a layer's picks, at most `chunk · top-k` experts and at most the layer's `expert_count`. A pool of two
+/// layers' experts holds any union with room to spare, so chunks are then bounded only by
+/// [`EngineOptions::max_batch`] (each layer's experts read once a chunk, not once every `slots / top-k`
+/// tokens); a smaller pool bounds them by `slots / top-k`.
+fn chunk_bound(slots: usize, config: &Config) -> u32 {
+    if slots >= 2 * config.expert_count as usize {
+        u32::MAX
+    } else {
+        (slots / config.expert_used_count as usize) as u32
     }
 }
 

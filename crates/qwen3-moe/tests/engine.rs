@@ -688,3 +688,21 @@ fn route_ahead_gives_the_logits_of_checking_every_layer_first() {
     });
     assert!(prefetching.stats().speculative.is_none());
 }
+
+/// While experts stream, a chunk pins the union of a layer's picks: at most the layer's experts. A pool of
+/// two layers' experts holds any union, so chunks are bounded only by `max_batch`; a smaller one bounds
+/// them by slots / top-k. Both give the same logits.
+#[test]
+fn chunks_are_bounded_by_the_pool_only_when_it_cannot_hold_a_layer() {
+    let m = model("chunks", SynthShape::tiny(), 5);
+    let mut logits = Vec::new();
+    for (slots, want) in [(15, 15 / 2), (16, 512)] {
+        let mut e = open(&m, |o| {
+            o.pool_slots = Some(slots);
+            o.gpu_routing = false;
+        });
+        assert_eq!(e.max_batch(), want, "{slots} slots");
+        logits.push(e.prefill(&PROMPT, true).unwrap());
+    }
+    assert!(max_diff(&logits[0], &logits[1]) < 1e-4);
+}
