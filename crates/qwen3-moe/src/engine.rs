@@ -426,8 +426,12 @@ impl Engine {
         let probe_batch = opts.max_batch.clamp(1, 1024);
         // Each reader (and, with prefetch, each prefetch thread) keeps a ring of mapped staging buffers. They
         // may be device memory (resizable BAR), so they count against the budget.
-        let prefetch_threads =
-            if opts.prefetch { PoolConfig::new(1, 1, 1).max_prefetch_in_flight } else { 0 };
+        // The CPU tier admits misses into the pool through the same background loads as prefetch.
+        let prefetch_threads = if opts.prefetch || opts.cpu_experts {
+            PoolConfig::new(1, 1, 1).max_prefetch_in_flight
+        } else {
+            0
+        };
         let staging = match opts.upload {
             UploadMethod::StagingRing(len) => {
                 let record = experts.record_bytes as usize;

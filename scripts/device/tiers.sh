@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The three tiers on the H200 (issue #32): a Qwen3-30B-A3B-shaped synthetic Q8_0 GGUF in /dev/shm, its store on
+# /tmp, then in one call the CPU expert kernels' bandwidth beside the host's read floor, examples/bench at a
+# 4 GB budget with the store in the page cache under forced routing workloads (uniform; the calibrated trace
+# .device/calibrated.jsonl, written here by `routing-trace`), and llama.cpp CUDA's best 4 GB configurations on
+# the same GGUF. Binaries in .device/ (built here, gzipped: bench, synth-gguf, ingest, cpu-bench), llama.cpp's
+# source in .llama/ (scripts/device/llama-cuda.sh pack). Writes JSON lines to $OUT/tiers.jsonl and prints a
+# table last. PHASES picks what runs (default "cpu rows llama"); REUSE=1 keeps a model and store a call on the
+# same machine left; ROWS and LLAMA_ROWS override the row lists; DECODE the decode tokens of a row.
+set -uo pipefail
+for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+D=.device
+for z in $D/*.gz; do [ -e "$z" ] && gunzip -f "$z"; done
+chmod +x $D/* 2>/dev/null
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+G=/dev/shm/q3.gguf
+S=/tmp/q3.store
+DECODE=${DECODE:-64}
+PHASES=${PHASES:-cpu rows llama}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+lscpu | grep -E "^Model name|^CPU\(s\)" | tee "$OUT/cpu.txt"
+
+# llama.cpp builds in the background (~5.5 min) while the model is written and the rows run.
+if [[ $PHASES == *llama* ]] && [ ! -x /tmp/ll/build/bin/llama-bench ] && [ ! -d /tmp/ll ]; then
+    bash scripts/device/llama-cuda.sh build
+fi
+SECONDS=0
+if [ -n "${REUSE:-}" ] && [ -s $G ] && [ -s $S/experts.bin ]; then
+    echo "reusing $G and $S"
+else
+    $D/synth-gguf --shape qwen3-30b-a3b --out $G | tail -1
+    $D/ingest $G --store $S | tail -1
+fi
+echo "synth + ingest: $SECONDS s"
+
+if [[ $PHASES == *cpu* ]]; then
+    # One layer's 128 experts rotating (641 MB, past the 300 MiB L3): the floor and the FFN on every path.
+    $D/cpu-bench --bench "${CPU_BENCH:-floor|/t1|q8_0/q8/avx512vnni/t4}" --warm-up-time 1 --measurement-time 3 \
+        2>&1 | grep -E "^cpu/|thrpt:" | tee "$OUT/cpu-bench.txt"
+fi
+
+run() { # label, bench args...
+    local label=$1; shift
+    cat $S/experts.bin > /dev/null # the store in the page cache
+    local line
+    line=$(timeout 300 $D/bench --model $G --store $S --decode-tokens "$DECODE" "$@" 2> "/tmp/$label.err")
+    if [ -z "$line" ]; then tail -3 "/tmp/$label.err"; line=null; fi
+    echo "{\"label\":\"$label\",\"run\":$line}" >> "$OUT/tiers.jsonl"
+    echo "$label: $(echo "$line" | cut -c1-100)"
+}
+T=$D/calibrated.jsonl
+if [[ $PHASES == *rows* ]]; then
+    # label:args (commas for spaces); every row a 512-token prompt at a 4 GB budget.
+    for row in ${ROWS:-uni-default:--routing,uniform uni-ra:--routing,uniform,--no-prefetch \
+        uni-cpu:--routing,uniform,--cpu-experts,--no-prefetch uni-cpu-noadmit:--routing,uniform,--cpu-experts,--no-prefetch,--cpu-reuse-window,0 \
+        cal-default:--routing-trace,$T cal-ra:--routing-trace,$T,--no-prefetch cal-cpu:--routing-trace,$T,--cpu-experts,--no-prefetch \
+        cal-cpu-pf:--routing-trace,$T,--cpu-experts resident:--budget,100g,--prompt-tokens,512}; do
+        label=${row%%:*}; IFS=, read -r -a a <<< "${row#*:}"
+        run "$label" --budget 4g --prompt-tokens 512 "${a[@]}"
+    done
+fi
+
+if [[ $PHASES == *llama* ]]; then
+    bash scripts/device/llama-cuda.sh wait || { tail -5 /tmp/llama-build.log; }
+    LB=/tmp/ll/build/bin/llama-bench
+    for row in ${LLAMA_ROWS:-exps-cpu:-ot,exps=CPU cpu-moe-44:--n-cpu-moe,44}; do
+        label=${row%%:*}; IFS=, read -r -a a <<< "${row#*:}"
+        timeout 400 $LB -m $G -ngl 99 "${a[@]}" -p 512 -n "$DECODE" -r 2 -t 16 -o json > "$OUT/llama-$label.json" 2> "/tmp/llama-$label.err" ||
+            tail -3 "/tmp/llama-$label.err"
+        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); [print(sys.argv[2], 'pp' if x['n_prompt'] else 'tg', round(x['avg_ts'],2), '+-', round(x['stddev_ts'],2)) for x in r]" \
+            "$OUT/llama-$label.json" "llama-$label" | tee -a "$OUT/llama.txt"
+    done
+fi
+
+echo "== table (4 GB, store in the page cache; decode and prefill tok/s)"
+[ -s "$OUT/tiers.jsonl" ] && python3 - "$OUT/tiers.jsonl" <<'PY'
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l); b = r["run"]
+    if not b: print(r["label"], "failed"); continue
+    c = b.get("cpu_experts") or {}
+    print(f'{r["label"]:18} decode {b["decode_tok_s"]:7.2f} prefill {b["prefill_tok_s"]:8.1f} hits {100*(b["hit_rate"] or 0):5.1f}% '
+          f'cpu/tok {c.get("per_token", 0):6.1f} cpu ms/tok {c.get("ms_per_token", 0):6.2f} GB read/tok {b["bytes_read_per_token"]/1e9:5.2f} '
+          f'wait {b["gpu_wait_ms_per_token"]:5.2f} ensure {b["ensure_ms_per_token"]:5.2f}')
+PY
+[ -s "$OUT/llama.txt" ] && cat "$OUT/llama.txt"
+grep -E "^cpu/|thrpt" "$OUT/cpu-bench.txt" 2>/dev/null | paste - - | awk '{print $1, $(NF-3), $(NF-2)}'
