@@ -35,10 +35,17 @@ else
 fi
 echo "synth + ingest: $SECONDS s"
 
+# Measurements wait for llama.cpp's build: its 15 compilers would share the host with them.
+[[ $PHASES == *llama* ]] && { bash scripts/device/llama-cuda.sh wait || tail -5 /tmp/llama-build.log; }
+echo "llama.cpp built: $SECONDS s"
 if [[ $PHASES == *cpu* ]]; then
-    # One layer's 128 experts rotating (641 MB, past the 300 MiB L3): the floor and the FFN on every path.
-    $D/cpu-bench --bench "${CPU_BENCH:-floor|/t1|q8_0/q8/avx512vnni/t4}" --warm-up-time 1 --measurement-time 3 \
-        2>&1 | grep -E "^cpu/|thrpt:" | tee "$OUT/cpu-bench.txt"
+    # One layer's 128 experts rotating (641 MB, past the 300 MiB L3): the floor and the FFN on every path, on
+    # each thread count of CPU_THREADS.
+    for t in ${CPU_THREADS:-16}; do
+        echo "threads $t" | tee -a "$OUT/cpu-bench.txt"
+        DISKFORMER_CPU_THREADS=$t $D/cpu-bench --bench "${CPU_BENCH:-floor|/t1|q8_0/q8/avx512vnni/t4}" \
+            --warm-up-time 1 --measurement-time 3 2>&1 | grep -E "^cpu/|thrpt:" | tee -a "$OUT/cpu-bench.txt"
+    done
 fi
 
 run() { # label, bench args...
@@ -52,13 +59,16 @@ run() { # label, bench args...
 }
 T=$D/calibrated.jsonl
 if [[ $PHASES == *rows* ]]; then
-    # label:args (commas for spaces); every row a 512-token prompt at a 4 GB budget.
-    for row in ${ROWS:-uni-default:--routing,uniform uni-ra:--routing,uniform,--no-prefetch \
-        uni-cpu:--routing,uniform,--cpu-experts,--no-prefetch uni-cpu-noadmit:--routing,uniform,--cpu-experts,--no-prefetch,--cpu-reuse-window,0 \
-        cal-default:--routing-trace,$T cal-ra:--routing-trace,$T,--no-prefetch cal-cpu:--routing-trace,$T,--cpu-experts,--no-prefetch \
-        cal-cpu-pf:--routing-trace,$T,--cpu-experts resident:--budget,100g,--prompt-tokens,512}; do
+    # label:args (commas for spaces); $B: a 512-token prompt at a 4 GB budget.
+    B=--budget,4g,--prompt-tokens,512
+    for row in ${ROWS:-uni-default:$B,--routing,uniform uni-ra:$B,--routing,uniform,--no-prefetch \
+        uni-cpu:$B,--routing,uniform,--cpu-experts,--no-prefetch \
+        uni-cpu-noadmit:$B,--routing,uniform,--cpu-experts,--no-prefetch,--cpu-reuse-window,0 \
+        cal-default:$B,--routing-trace,$T cal-ra:$B,--routing-trace,$T,--no-prefetch \
+        cal-cpu:$B,--routing-trace,$T,--cpu-experts,--no-prefetch cal-cpu-pf:$B,--routing-trace,$T,--cpu-experts \
+        resident:--budget,100g,--prompt-tokens,512}; do
         label=${row%%:*}; IFS=, read -r -a a <<< "${row#*:}"
-        run "$label" --budget 4g --prompt-tokens 512 "${a[@]}"
+        run "$label" "${a[@]}"
     done
 fi
 
@@ -86,4 +96,13 @@ for l in open(sys.argv[1]):
           f'wait {b["gpu_wait_ms_per_token"]:5.2f} ensure {b["ensure_ms_per_token"]:5.2f}')
 PY
 [ -s "$OUT/llama.txt" ] && cat "$OUT/llama.txt"
-grep -E "^cpu/|thrpt" "$OUT/cpu-bench.txt" 2>/dev/null | paste - - | awk '{print $1, $(NF-3), $(NF-2)}'
+[ -s "$OUT/cpu-bench.txt" ] && python3 - "$OUT/cpu-bench.txt" <<'PY'
+import re, sys
+name = None
+for l in open(sys.argv[1]):
+    if l.startswith("threads"): print(l.strip())
+    m = re.match(r"(cpu/\S+)", l)
+    if m: name = m.group(1)
+    t = re.search(r"thrpt:\s*\[\S+ \S+ (\S+ \S+)", l)
+    if t and name and "%" not in l: print(" ", name, t.group(1)); name = None
+PY

@@ -1,6 +1,7 @@
 //! A persistent worker pool: `run(n, f)` calls `f(0..n)` across the pool's threads and the caller's, and
-//! returns when every call has. Threads spin a while between jobs (a decode step hands out two jobs a layer,
-//! tens of microseconds apart) and then sleep.
+//! returns when every call has. Threads spin a while between jobs and then sleep: a decode step hands out
+//! two jobs a layer, the GPU's part of the layer (a few hundred microseconds) between them, and a sleeping
+//! thread takes tens of microseconds to wake.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -9,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long an idle worker spins before it sleeps.
-const SPIN: Duration = Duration::from_micros(200);
+const SPIN: Duration = Duration::from_millis(2);
 
 /// A task function whose borrow the pool erases; see [`WorkerPool::run`]'s safety argument.
 #[derive(Clone, Copy)]
