@@ -47,6 +47,7 @@
 
 mod backend;
 mod budget;
+mod calibrated;
 mod config;
 mod core;
 mod error;
@@ -62,6 +63,10 @@ mod workload;
 
 pub use backend::Backend;
 pub use budget::GpuBudget;
+pub use calibrated::{
+    CalibratedRoutes, LruReplay, Popularity, ReuseStats, TraceFigures, lru_hit_rate, lru_replay, popularity,
+    reuse_stats, static_hot_hit_rate,
+};
 pub use config::{EvictionPolicy, PoolConfig};
 pub use core::{LoadJob, LoadReport, Pinned, PoolCore, Progress, SlotView, Ticket};
 pub use error::{BackendError, Error, Result, SharedError};

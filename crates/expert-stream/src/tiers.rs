@@ -20,7 +20,9 @@ pub enum Tier {
     Cpu,
 }
 
-/// The rules' knobs.
+/// The rules' knobs. The default admits a miss picked at the token before, one a layer: under uniform
+/// routing on the H200 every admission slowed decode (BENCHMARKS.md), and a trained router repeats 45 %
+/// of its picks at the next token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TierConfig {
     /// A CPU pick is admitted into the pool when the same expert was picked within this many tokens
@@ -32,7 +34,7 @@ pub struct TierConfig {
 
 impl Default for TierConfig {
     fn default() -> Self {
-        TierConfig { reuse_window: 8, max_admit: 2 }
+        TierConfig { reuse_window: 1, max_admit: 1 }
     }
 }
 

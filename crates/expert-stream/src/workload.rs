@@ -6,7 +6,8 @@
 //!   hit rate then equals the cache fraction, and no predictor helps: the floor every design must survive.
 //! - [`TraceRoutes`]: a trace file, one JSON object a line, one line a token,
 //!   `{"picks": [[e, e, …], …]}` (one list of `top_k` distinct expert ids a layer, in layer order), checked
-//!   line by line against the model; the `routing-trace` example writes such traces to
+//!   line by line against the model; the `routing-trace` example writes such traces from
+//!   [`CalibratedRoutes`](crate::CalibratedRoutes), synthetic picks calibrated to
 //!   the published statistics of trained Qwen routers, and [`TraceWriter`] records a run's own picks.
 
 use std::fs::File;
