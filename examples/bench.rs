@@ -136,9 +136,13 @@ struct Args {
     /// Record every step's picks to this file as a routing trace.
     #[arg(long)]
     record_routing: Option<PathBuf>,
-    /// Compute each layer's misses on the CPU while the GPU computes the hits (EngineOptions::cpu_experts).
+    /// Compute each layer's misses on the CPU while the GPU computes the hits (EngineOptions::cpu_experts;
+    /// default: on through the page cache, off with --direct-io).
     #[arg(long)]
     cpu_experts: bool,
+    /// Turn the CPU tier off (uploads every miss, as before it).
+    #[arg(long, conflicts_with = "cpu_experts")]
+    no_cpu_experts: bool,
     /// Threads of the CPU tier (default: every core).
     #[arg(long)]
     cpu_threads: Option<usize>,
@@ -206,7 +210,11 @@ fn main() -> anyhow::Result<()> {
         }
     };
     opts.record_routing = args.record_routing.clone();
-    opts.cpu_experts = args.cpu_experts;
+    opts.cpu_experts = match (args.cpu_experts, args.no_cpu_experts) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
+    };
     opts.cpu_threads = args.cpu_threads;
     if let Some(w) = args.cpu_reuse_window {
         opts.cpu_tiers.reuse_window = w;

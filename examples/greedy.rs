@@ -77,7 +77,7 @@ fn main() -> anyhow::Result<()> {
         }
     };
     opts.record_routing = args.record_routing.clone();
-    opts.cpu_experts = args.cpu_experts;
+    opts.cpu_experts = args.cpu_experts.then_some(true);
     if args.cpu_experts {
         opts.cpu_tiers.reuse_window = 0;
     }

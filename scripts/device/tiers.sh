@@ -27,7 +27,9 @@ if [[ $PHASES == *llama* ]] && [ ! -x /tmp/ll/build/bin/llama-bench ] && [ ! -d 
     bash scripts/device/llama-cuda.sh build
 fi
 SECONDS=0
-if [ -n "${REUSE:-}" ] && [ -s $G ] && [ -s $S/experts.bin ]; then
+if [[ $PHASES != *rows* ]] && [[ $PHASES != *llama* ]]; then
+    echo "no model needed"
+elif [ -n "${REUSE:-}" ] && [ -s $G ] && [ -s $S/experts.bin ]; then
     echo "reusing $G and $S"
 else
     $D/synth-gguf --shape qwen3-30b-a3b --out $G | tail -1
@@ -41,10 +43,14 @@ echo "llama.cpp built: $SECONDS s"
 if [[ $PHASES == *cpu* ]]; then
     # One layer's 128 experts rotating (641 MB, past the 300 MiB L3): the floor and the FFN on every path, on
     # each thread count of CPU_THREADS.
+    # .device/cpu-bench-NAME: the bench built from a variant, run after the main one on each count.
     for t in ${CPU_THREADS:-16}; do
-        echo "threads $t" | tee -a "$OUT/cpu-bench.txt"
-        DISKFORMER_CPU_THREADS=$t $D/cpu-bench --bench "${CPU_BENCH:-floor|/t1|q8_0/q8/avx512vnni/t4}" \
-            --warm-up-time 1 --measurement-time 3 2>&1 | grep -E "^cpu/|thrpt:" | tee -a "$OUT/cpu-bench.txt"
+        for bin in $D/cpu-bench $D/cpu-bench-*; do
+            [ -x "$bin" ] || continue
+            echo "threads $t ${bin#$D/}" | tee -a "$OUT/cpu-bench.txt"
+            DISKFORMER_CPU_THREADS=$t $bin --bench "${CPU_BENCH:-floor|/t1|q8_0/q8/avx512vnni/t4}" \
+                --warm-up-time 1 --measurement-time 3 2>&1 | grep -E "^cpu/|thrpt:" | tee -a "$OUT/cpu-bench.txt"
+        done
     done
 fi
 

@@ -37,8 +37,8 @@ impl std::fmt::Debug for CpuTier {
 }
 
 impl CpuTier {
-    /// Maps the store's `experts.bin` and starts `threads` CPU threads (`None`: every core) on the best
-    /// SIMD path the CPU has.
+    /// Maps the store's `experts.bin` and starts `threads` CPU threads (`None`: every core but one) on the
+    /// best SIMD path the CPU has.
     pub fn open(
         store: &Store,
         layout: &ExpertLayout,
@@ -71,7 +71,11 @@ impl CpuTier {
                 ),
             });
         }
-        let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        // One core is left to the stepping thread's GPU driver work and the pool's readers: on the H200 (16
+        // cores) 15 threads decoded faster than 16 (BENCHMARKS.md).
+        let threads = threads.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1)).max(1)
+        });
         Ok(CpuTier {
             kernels: CpuExperts::new(threads, Isa::detect())?,
             records,

@@ -36,8 +36,11 @@ fn model(name: &str, shape: SynthShape, seed: u64) -> Model {
     Model { dir, store }
 }
 
+/// The engine with `f`'s options, the CPU tier off unless `f` turns it on: these tests protect the GPU's
+/// streaming paths (tests/routing.rs and the goldens cover the tier).
 fn open(m: &Model, f: impl FnOnce(&mut EngineOptions)) -> Engine {
     let mut opts = EngineOptions::default();
+    opts.cpu_experts = Some(false);
     f(&mut opts);
     Engine::open(&m.store, &opts, &mut |_| {}).unwrap()
 }
@@ -705,4 +708,20 @@ fn chunks_are_bounded_by_the_pool_only_when_it_cannot_hold_a_layer() {
         logits.push(e.prefill(&PROMPT, true).unwrap());
     }
     assert!(max_diff(&logits[0], &logits[1]) < 1e-4);
+}
+
+/// While experts stream, the CPU tier is on by default through the page cache and off with O_DIRECT; with
+/// every expert resident there is nothing for it to do.
+#[test]
+fn the_cpu_tier_is_on_by_default_only_through_the_page_cache() {
+    let m = model("tier-default", SynthShape::tiny(), 5);
+    for (direct_io, slots, on) in [(false, Some(4), true), (true, Some(4), false), (false, None, false)] {
+        let mut opts = EngineOptions::default();
+        (opts.direct_io, opts.pool_slots, opts.readers) = (direct_io, slots, Some(1));
+        let mut e = Engine::open(&m.store, &opts, &mut |_| {}).unwrap();
+        e.prefill(&PROMPT[..3], false).unwrap();
+        let stats = e.stats();
+        assert_eq!(stats.cpu_isa.is_some(), on, "direct_io {direct_io}, slots {slots:?}");
+        assert_eq!(stats.cpu_experts > 0, on, "direct_io {direct_io}, slots {slots:?}");
+    }
 }

@@ -158,8 +158,8 @@ fn check(f: &Fixture, pool_slots: Option<usize>, batched: bool, tensor: bool, cp
     let mut opts = EngineOptions::default();
     opts.pool_slots = pool_slots;
     opts.tensor_prefill = tensor;
+    opts.cpu_experts = Some(cpu);
     if cpu {
-        opts.cpu_experts = true;
         opts.prefetch = false;
         opts.cpu_tiers.reuse_window = 0;
     }

@@ -77,11 +77,14 @@ fn a_recorded_trace_forced_again_gives_the_same_logits() {
     let m = model("replay");
     let trace = m.dir.join("recorded.jsonl");
     let paths: [(&str, Tweak); 4] = [
-        ("prefetch on", |_| {}),
-        ("prefetch off (route-ahead)", |o| o.prefetch = false),
-        ("CPU tier", |o| o.cpu_experts = true),
+        ("prefetch on", |o| o.cpu_experts = Some(false)),
+        ("prefetch off (route-ahead)", |o| {
+            o.cpu_experts = Some(false);
+            o.prefetch = false
+        }),
+        ("CPU tier", |o| o.cpu_experts = Some(true)),
         ("CPU tier, prefetch off", |o| {
-            o.cpu_experts = true;
+            o.cpu_experts = Some(true);
             o.prefetch = false
         }),
     ];
