@@ -10,7 +10,7 @@
 // them): down as tasks of 128 rows of one expert into each assignment's own output, summed in assignment
 // order afterwards, ran 6 % faster than tasks of 32 output rows over every assignment (17.5 against 16.4
 // GiB/s, f32 AVX2, one token); and a dot of 4 rows at once (each input block loaded once for the 4, their
-// sums side by side) ran 35 % slower than one row at a time (10.3 GiB/s). Neither kept untried on the H200.
+// sums side by side) ran 35 % slower than one row at a time (10.3 GiB/s). Neither is kept: untried on the H200.
 use crate::dot::dot;
 use crate::gemv::check_input;
 use crate::{BLOCK, Error, Input, Isa, Q8Row, QuantMatrix, Result, WorkerPool};
