@@ -41,7 +41,8 @@ pub struct EngineOptions {
     pub pool_slots: Option<usize>,
     /// KV-cache positions (default min(4096, the model's context length)).
     pub max_context: Option<u32>,
-    /// Start loading the next layers' likely experts while this layer computes (default on).
+    /// Start loading the next layers' likely experts while this layer computes (default on; no guesses with
+    /// the CPU tier, see `cpu_experts`).
     pub prefetch: bool,
     /// Layers ahead whose routers guess (default 2).
     pub lookahead: u32,
@@ -130,7 +131,8 @@ pub struct EngineOptions {
     /// host memory (the store mapped from the page cache) while the GPU computes the hits, instead of
     /// waiting for their upload; a miss picked again within a few tokens is also uploaded in the
     /// background ([`TierConfig`]). Steps then read each layer's picks back (no route-ahead). Chunks still
-    /// upload their experts. `None`, the default, turns it on through the page cache and off with
+    /// upload their experts. With it the routers' prefetch guesses are off (its admissions use the pool's
+    /// background loads either way). `None`, the default, turns it on through the page cache and off with
     /// `direct_io` (a store larger than RAM would be read through the page cache a page at a time): on the
     /// H200 at a 4 GB budget it decoded 2.4× the prefetch path and 1.7× route-ahead under a calibrated
     /// routing trace, 2.4× under uniform routing (BENCHMARKS.md).
@@ -400,7 +402,11 @@ impl Engine {
         };
         let top_k = config.expert_used_count;
         let all = (config.block_count * config.expert_count) as usize;
-        let mut lookahead = if opts.prefetch { opts.lookahead.min(config.block_count - 1) } else { 0 };
+        let cpu_experts = opts.cpu_experts.unwrap_or(!opts.direct_io);
+        // The CPU tier runs without the routers' guesses: its admissions take the pool's background loads
+        // (the configuration measured, BENCHMARKS.md).
+        let mut lookahead =
+            if opts.prefetch && !cpu_experts { opts.lookahead.min(config.block_count - 1) } else { 0 };
         let window = opts.route_ahead.unwrap_or(if opts.direct_io {
             ROUTE_AHEAD_DIRECT
         } else {
@@ -410,7 +416,6 @@ impl Engine {
             opts.read_split.unwrap_or(if opts.direct_io { READ_SPLIT_DIRECT } else { READ_SPLIT_PAGE_CACHE });
         // The CPU tier reads every layer's picks back: no route-ahead with it.
         let recording = opts.record_routing.is_some();
-        let cpu_experts = opts.cpu_experts.unwrap_or(!opts.direct_io);
         let mut route_ahead =
             if lookahead == 0 && fused_decode(&config) && !cpu_experts && !recording { window } else { 0 };
         let shape = RouteShape {
@@ -418,7 +423,9 @@ impl Engine {
             experts: config.expert_count,
             top_k: config.expert_used_count,
         };
+        // Both before anything is uploaded: a bad path fails the open at once.
         let forced = ForcedRoutes::open(&opts.routing, shape)?;
+        let recorder = opts.record_routing.as_deref().map(|p| RouteRecorder::create(p, top_k)).transpose()?;
         let vocab = store.layout().dense_tensor("token_embd.weight").map_or(0, |t| t.dims[1] as u32);
 
         // Size everything but the pool, then the pool from what the budget leaves.
@@ -587,7 +594,7 @@ impl Engine {
             store_dir: store_dir.to_owned(),
             cpu_tier,
             forced,
-            recorder: opts.record_routing.as_deref().map(|p| RouteRecorder::create(p, top_k)).transpose()?,
+            recorder,
         };
         engine.graph(1)?;
         Ok(engine)
