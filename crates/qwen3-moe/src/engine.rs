@@ -134,8 +134,8 @@ pub struct EngineOptions {
     /// upload their experts. With it the routers' prefetch guesses are off (its admissions use the pool's
     /// background loads either way). `None`, the default, turns it on through the page cache and off with
     /// `direct_io` (a store larger than RAM would be read through the page cache a page at a time): on the
-    /// H200 at a 4 GB budget it decoded 2.4× the prefetch path and 1.7× route-ahead under a calibrated
-    /// routing trace, 2.4× under uniform routing (BENCHMARKS.md).
+    /// H200 at a 4 GB budget it decoded faster than the prefetch path and route-ahead under both a
+    /// calibrated routing trace and uniform routing (BENCHMARKS.md).
     pub cpu_experts: Option<bool>,
     /// Threads of the CPU tier, the stepping thread's included (`None`: every core but one).
     pub cpu_threads: Option<usize>,
