@@ -9,6 +9,9 @@
 //! Random weights route almost uniformly, so hit rates on a synthetic model are a pessimistic bound for a
 //! trained one.
 
+#[path = "common/routing.rs"]
+mod routing_args;
+
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -17,7 +20,7 @@ use clap::Parser;
 mod common;
 use diskformer::expert_stream::{EvictionPolicy, UploadMethod};
 use diskformer::qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
-use diskformer::qwen3_moe::{Engine, EngineOptions, Routing, Sampler, SamplingOptions};
+use diskformer::qwen3_moe::{Engine, EngineOptions, Sampler, SamplingOptions};
 
 /// End-to-end tokens per second.
 #[derive(Parser)]
@@ -122,20 +125,8 @@ struct Args {
     /// Sample on the CPU from the logits even where the GPU could draw (for comparison).
     #[arg(long)]
     cpu_sampling: bool,
-    /// Force the experts' picks: `router` (the router's own top-k, the default) or `uniform` (seeded i.i.d.
-    /// picks; ROUTING.md). See also --routing-trace.
-    #[arg(long, default_value = "router")]
-    routing: String,
-    /// Seed of `--routing uniform`.
-    #[arg(long, default_value_t = 1)]
-    routing_seed: u64,
-    /// Force the picks from a routing trace (one `{"picks": [[…], …]}` line a token; the routing-trace
-    /// example writes calibrated ones).
-    #[arg(long, conflicts_with = "routing")]
-    routing_trace: Option<PathBuf>,
-    /// Record every step's picks to this file as a routing trace.
-    #[arg(long)]
-    record_routing: Option<PathBuf>,
+    #[command(flatten)]
+    routing: routing_args::RoutingArgs,
     /// Compute each layer's misses on the CPU while the GPU computes the hits (EngineOptions::cpu_experts;
     /// default: on through the page cache, off with --direct-io).
     #[arg(long)]
@@ -143,7 +134,7 @@ struct Args {
     /// Turn the CPU tier off (uploads every miss, as before it).
     #[arg(long, conflicts_with = "cpu_experts")]
     no_cpu_experts: bool,
-    /// Threads of the CPU tier (default: every core).
+    /// Threads of the CPU tier (default: every core but one).
     #[arg(long)]
     cpu_threads: Option<usize>,
     /// The CPU tier admits a miss into the pool when it was picked within this many tokens before (0:
@@ -201,15 +192,7 @@ fn main() -> anyhow::Result<()> {
     opts.speculative_reads = args.speculative_reads.unwrap_or(opts.speculative_reads);
     opts.read_split = args.read_split.or(opts.read_split);
     opts.readers = args.readers.or(opts.readers);
-    opts.routing = match (&args.routing_trace, args.routing.as_str()) {
-        (Some(path), _) => Routing::Trace(path.clone()),
-        (None, "router") => Routing::Router,
-        (None, "uniform") => Routing::Uniform { seed: args.routing_seed },
-        (None, other) => {
-            anyhow::bail!("unknown routing {other:?}; use router or uniform (or --routing-trace FILE)")
-        }
-    };
-    opts.record_routing = args.record_routing.clone();
+    args.routing.apply(&mut opts)?;
     opts.cpu_experts = match (args.cpu_experts, args.no_cpu_experts) {
         (true, _) => Some(true),
         (_, true) => Some(false),
@@ -328,9 +311,9 @@ fn main() -> anyhow::Result<()> {
     });
     // Beside the rest: more fields would pass json!'s recursion limit.
     out["reader_probe_gb_s"] = serde_json::json!(reader_probe);
-    out["routing"] = match &args.routing_trace {
+    out["routing"] = match &args.routing.routing_trace {
         Some(path) => serde_json::json!({"trace": path.display().to_string()}),
-        None => serde_json::json!({"kind": args.routing, "seed": args.routing_seed}),
+        None => serde_json::json!({"kind": args.routing.routing, "seed": args.routing.routing_seed}),
     };
     out["int8_prefill"] = args.int8_prefill.into();
     out["tensor_prefill"] = engine.tensor_prefill().into();

@@ -8,10 +8,13 @@
 //! Prints `{"ids": [...], "tops": [[{"id": i, "logprob": x}, ...], ...]}`; `tops[i]` ranks the logits that
 //! chose `ids[i]`.
 
+#[path = "common/routing.rs"]
+mod routing_args;
+
 use std::path::PathBuf;
 
 use clap::Parser;
-use diskformer::qwen3_moe::{Engine, EngineOptions, Routing, log_softmax, top_n};
+use diskformer::qwen3_moe::{Engine, EngineOptions, log_softmax, top_n};
 
 /// Greedy decode from token ids.
 #[derive(Parser)]
@@ -42,20 +45,8 @@ struct Args {
     /// Turn prefetch off.
     #[arg(long)]
     no_prefetch: bool,
-    /// Force the experts' picks: `router` (the router's own top-k, the default) or `uniform` (seeded i.i.d.
-    /// picks; ROUTING.md). See also --routing-trace.
-    #[arg(long, default_value = "router")]
-    routing: String,
-    /// Seed of `--routing uniform`.
-    #[arg(long, default_value_t = 1)]
-    routing_seed: u64,
-    /// Force the picks from a routing trace (one `{"picks": [[…], …]}` line a token; the routing-trace
-    /// example writes calibrated ones).
-    #[arg(long, conflicts_with = "routing")]
-    routing_trace: Option<PathBuf>,
-    /// Record every step's picks to this file as a routing trace.
-    #[arg(long)]
-    record_routing: Option<PathBuf>,
+    #[command(flatten)]
+    routing: routing_args::RoutingArgs,
     /// Compute the misses of one-token steps on the CPU (EngineOptions::cpu_experts), admitting none into
     /// the pool, so every miss is the CPU's.
     #[arg(long)]
@@ -68,15 +59,7 @@ fn main() -> anyhow::Result<()> {
     opts.pool_slots = args.pool_slots;
     opts.int8_prefill = args.int8_prefill;
     opts.prefetch = !args.no_prefetch;
-    opts.routing = match (&args.routing_trace, args.routing.as_str()) {
-        (Some(path), _) => Routing::Trace(path.clone()),
-        (None, "router") => Routing::Router,
-        (None, "uniform") => Routing::Uniform { seed: args.routing_seed },
-        (None, other) => {
-            anyhow::bail!("unknown routing {other:?}; use router or uniform (or --routing-trace FILE)")
-        }
-    };
-    opts.record_routing = args.record_routing.clone();
+    args.routing.apply(&mut opts)?;
     opts.cpu_experts = args.cpu_experts.then_some(true);
     if args.cpu_experts {
         opts.cpu_tiers.reuse_window = 0;

@@ -2,39 +2,19 @@
 //! against token-by-token, pools of every size giving one answer, clear refusals (bad token, full context,
 //! small budget, bad options), and generation's stop tokens, stop strings, limits and cancellation.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use diskformer_bpe::chat::Message;
-use diskformer_qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
+use diskformer_qwen3_moe::synthetic::SynthShape;
+
+mod common;
+use common::{Model, model};
 use diskformer_qwen3_moe::{
     EndReason, Engine, EngineOptions, Error, Event, GenerateOptions, READ_SPLIT_DIRECT,
     READ_SPLIT_PAGE_CACHE, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, Sampler, SamplingOptions, log_softmax,
     top_n,
 };
-
-struct Model {
-    dir: PathBuf,
-    store: PathBuf,
-}
-
-impl Drop for Model {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn model(name: &str, shape: SynthShape, seed: u64) -> Model {
-    let dir = std::env::temp_dir().join(format!("diskformer-engine-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let gguf = dir.join("m.gguf");
-    write_synthetic(&SynthSpec { shape, vocab: SynthVocab::Bytes, seed }, &gguf).unwrap();
-    let store = dir.join("store");
-    diskformer_store::ingest(&gguf, &store, &Default::default(), &mut |_| {}).unwrap();
-    Model { dir, store }
-}
 
 /// The engine with `f`'s options, the CPU tier off unless `f` turns it on: these tests protect the GPU's
 /// streaming paths (tests/routing.rs and the goldens cover the tier).

@@ -3,33 +3,17 @@
 //! picks are the seeded generator's; the CPU tier gives the GPU's logits under forced picks; a bad trace
 //! line or a trace too short is a clear error naming it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use diskformer_expert_stream::{RouteShape, RouteSource, TraceRoutes, UniformRoutes};
-use diskformer_qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
+use diskformer_qwen3_moe::synthetic::SynthShape;
+
+mod common;
+use common::Model;
 use diskformer_qwen3_moe::{Engine, EngineOptions, Error, Routing};
 
-struct Model {
-    dir: PathBuf,
-    store: PathBuf,
-}
-
-impl Drop for Model {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 fn model(name: &str) -> Model {
-    let dir = std::env::temp_dir().join(format!("diskformer-routing-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let gguf = dir.join("m.gguf");
-    write_synthetic(&SynthSpec { shape: SynthShape::tiny(), vocab: SynthVocab::Bytes, seed: 11 }, &gguf)
-        .unwrap();
-    let store = dir.join("store");
-    diskformer_store::ingest(&gguf, &store, &Default::default(), &mut |_| {}).unwrap();
-    Model { dir, store }
+    common::model(&format!("routing-{name}"), SynthShape::tiny(), 11)
 }
 
 fn open(m: &Model, f: impl FnOnce(&mut EngineOptions)) -> Result<Engine, Error> {
