@@ -987,10 +987,14 @@ impl Engine {
             let mut cpu_work = None;
             let (pinned, slots) = if let Some(tier) = self.cpu_tier.as_mut().filter(|_| on_cpu) {
                 // Hits run on the GPU, misses on the CPU (their slots absent: the expert kernels skip them).
-                let may_admit = self.pool.inspect(|core| core.queued() == 0);
-                let pool = &self.pool;
-                let plan =
-                    tier.plan(l, picks, may_admit, |e| pool.slot_of(ExpertKey::new(l, e)).is_some())?;
+                // One look under the pool's lock: which picks it holds ready, and whether loads are queued.
+                let (may_admit, ready) = self.pool.inspect(|core| {
+                    let ready: Vec<bool> =
+                        picks.iter().map(|&e| core.slot_of(ExpertKey::new(l, e)).is_some()).collect();
+                    (core.queued() == 0, ready)
+                });
+                let resident = |e: u32| picks.iter().zip(&ready).any(|(&p, &r)| p == e && r);
+                let plan = tier.plan(l, picks, may_admit, resident)?;
                 let hits: Vec<u32> = picks
                     .iter()
                     .zip(&plan.tiers)
