@@ -1,22 +1,24 @@
 //! The routed experts' FFN on the host: `out[t] = Σ_a w_a · down_a(silu(gate_a · x_t) ⊙ (up_a · x_t))` over
 //! the assignments `a` of token `t`, in assignment order, for one token or a few.
 //!
-//! Two jobs on the pool. gate‖up: a task is 32 rows of one expert for every token assigned to it (each
+//! One job on the pool. gate‖up: a task is 32 rows of one expert for every token assigned to it (each
 //! weight row read once, while it is in L1, for all of them), its SwiGLU written and, for Q8 math,
-//! quantised as a block. down: a task is 32 output rows, every assignment's row in turn, each token's sum
-//! kept in assignment order, so the result does not depend on the thread count.
+//! quantised as a block. down: a task is 64 output rows of one expert for each of its assignments, into
+//! the assignment's own output; the outputs are summed in assignment order at the end, so the result
+//! does not depend on the thread count.
 
-// Performance notes (2026-12-04, on the 2-core development machine only; no H200 time was left to measure
-// them): down as tasks of 128 rows of one expert into each assignment's own output, summed in assignment
-// order afterwards, ran 6 % faster than tasks of 32 output rows over every assignment (17.5 against 16.4
-// GiB/s, f32 AVX2, one token); and a dot of 4 rows at once (each input block loaded once for the 4, their
-// sums side by side) ran 35 % slower than one row at a time (10.3 GiB/s). Neither is kept: untried on the H200.
+// Performance note (2026-12-04, on the 2-core development machine): a dot of 4 rows at once (each input
+// block loaded once for the 4, their sums side by side) ran 35 % slower than one row at a time.
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use crate::dot::dot;
 use crate::gemv::check_input;
 use crate::{BLOCK, Error, Input, Isa, Q8Row, QuantMatrix, Result, WorkerPool};
 
-/// Rows a task takes: one Q8_0 block of the activation, so a task quantises what it wrote.
+/// Rows a gate‖up task takes: one Q8_0 block of the activation, so a task quantises what it wrote.
 const TASK_ROWS: usize = BLOCK;
+/// Output rows a down task takes (of one expert: 52 KB of Q8_0 weights at ffn 768).
+const DOWN_ROWS: usize = 64;
 
 /// One expert's three matrices: gate and up `[ffn, hidden]`, down `[hidden, ffn]` (rows × values a row).
 #[derive(Clone, Copy, Debug)]
@@ -99,6 +101,14 @@ impl<T> Shared<T> {
     }
 
     /// # Safety
+    /// No live mutable reference overlaps `start..start + len`.
+    unsafe fn read(&self, start: usize, len: usize) -> &[T] {
+        assert!(start + len <= self.1, "task range past its buffer");
+        // Safety: in bounds (checked) and not written meanwhile (the caller's guarantee).
+        unsafe { std::slice::from_raw_parts(self.0.add(start), len) }
+    }
+
+    /// # Safety
     /// No other live reference overlaps `start..start + len`.
     #[allow(clippy::mut_from_ref)]
     unsafe fn range(&self, start: usize, len: usize) -> &mut [T] {
@@ -151,32 +161,38 @@ impl CpuExperts {
         assignments: &[Assignment],
         out: &mut [f32],
     ) -> Result<()> {
+        self.moe_while(math, experts, x, assignments, out, || ())
+    }
+
+    /// [`CpuExperts::moe`], with the calling thread running `meanwhile` while the pool's threads start on
+    /// the experts, then joining them; `meanwhile` runs even when the arguments are refused.
+    ///
+    /// # Errors
+    /// As [`CpuExperts::moe`].
+    pub fn moe_while<R>(
+        &self,
+        math: Math,
+        experts: &[ExpertWeights<'_>],
+        x: &[f32],
+        assignments: &[Assignment],
+        out: &mut [f32],
+        meanwhile: impl FnOnce() -> R,
+    ) -> Result<R> {
         let Some(first) = experts.first() else {
             out.fill(0.0);
+            let r = meanwhile();
             return match assignments.first() {
                 Some(a) => Err(Error::OutOfRange { index: 0, what: "expert", value: a.expert, len: 0 }),
-                None => Ok(()),
+                None => Ok(r),
             };
         };
         let (hidden, ffn) = (first.hidden(), first.ffn());
-        if let Some(e) = experts.iter().find(|e| (e.hidden(), e.ffn()) != (hidden, ffn)) {
-            let detail = format!("[{ffn}, {hidden}] and [{}, {}]", e.ffn(), e.hidden());
-            return Err(Error::ShapeMismatch { what: "experts of one call", detail });
-        }
-        if !x.len().is_multiple_of(hidden) || x.len() != out.len() || !ffn.is_multiple_of(TASK_ROWS) {
-            let detail =
-                format!("input {} and output {} values, hidden {hidden}, ffn {ffn}", x.len(), out.len());
-            return Err(Error::ShapeMismatch { what: "moe", detail });
+        let checked = check_shapes(experts, x, assignments, out, (hidden, ffn));
+        if let Err(e) = checked {
+            meanwhile();
+            return Err(e);
         }
         let tokens = x.len() / hidden;
-        for (index, a) in assignments.iter().enumerate() {
-            if a.token >= tokens {
-                return Err(Error::OutOfRange { index, what: "token", value: a.token, len: tokens });
-            }
-            if a.expert >= experts.len() {
-                return Err(Error::OutOfRange { index, what: "expert", value: a.expert, len: experts.len() });
-            }
-        }
 
         // Each expert's assignments, experts in order of first use.
         let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
@@ -195,9 +211,17 @@ impl CpuExperts {
             Math::F32 => Input::F32(rows[t]),
             Math::Q8 => Input::Q8(&quantised[t]),
         };
-        check_input("token row", hidden, input(0))?;
+        if let Err(e) = check_input("token row", hidden, input(0)) {
+            meanwhile();
+            return Err(e);
+        }
+        debug_assert!(tokens > 0);
 
-        // gate‖up and SwiGLU: act[a] = silu(gate · x) ⊙ (up · x), [A, ffn].
+        // One job: first every expert's gate‖up and SwiGLU, act[a] = silu(gate · x) ⊙ (up · x) ([A, ffn]),
+        // TASK_ROWS rows a task; then every expert's down, DOWN_ROWS output rows a task, into each
+        // assignment's own row of `ys` ([A, hidden]). A down task waits for its expert's gate‖up tasks,
+        // which were all claimed before it (tasks are claimed in order), so the wait is at most one
+        // task's length, and the job has no barrier between its halves.
         let n = assignments.len();
         let mut act = vec![0f32; n * ffn];
         let mut act_q = match math {
@@ -205,72 +229,121 @@ impl CpuExperts {
             Math::F32 => Vec::new(),
         };
         let mut act_s = vec![0f32; if math == Math::Q8 { n * ffn / BLOCK } else { 0 }];
-        let chunks = ffn / TASK_ROWS;
-        {
-            let (act_w, q_w, s_w) = (Shared::new(&mut act), Shared::new(&mut act_q), Shared::new(&mut act_s));
-            let isa = self.isa;
-            self.pool.run(groups.len() * chunks, &|task| {
-                let (expert, members) = &groups[task / chunks];
-                let e = &experts[*expert];
-                let r0 = task % chunks * TASK_ROWS;
-                let ty = (e.gate.weight_type(), e.up.weight_type());
-                for &a in members {
-                    let xt = input(assignments[a].token);
-                    // Safety: task (expert, chunk) alone writes rows r0..r0 + 32 of its experts' assignments.
-                    let out = unsafe { act_w.range(a * ffn + r0, TASK_ROWS) };
-                    for (i, o) in out.iter_mut().enumerate() {
-                        let g = dot(isa, ty.0, e.gate.row(r0 + i), xt);
-                        let u = dot(isa, ty.1, e.up.row(r0 + i), xt);
-                        *o = g / (1.0 + (-g).exp()) * u;
-                    }
-                    if math == Math::Q8 {
-                        // Safety: as above, one block of the quantised activation.
-                        let (q, s) = unsafe {
-                            (q_w.range(a * ffn + r0, TASK_ROWS), s_w.range((a * ffn + r0) / BLOCK, 1))
-                        };
-                        s[0] = crate::activation::quantize_block(out, q);
-                    }
-                }
-            });
-        }
-
-        // down and the weighted sum, 32 output rows a task.
-        out.fill(0.0);
-        let act_rows: Vec<Q8Row> = match math {
-            Math::Q8 => (0..n)
-                .map(|a| Q8Row {
-                    quants: act_q[a * ffn..][..ffn].to_vec(),
-                    scales: act_s[a * ffn / BLOCK..][..ffn / BLOCK].to_vec(),
-                })
-                .collect(),
-            Math::F32 => Vec::new(),
-        };
-        let act_input = |a: usize| match math {
-            Math::F32 => Input::F32(&act[a * ffn..][..ffn]),
-            Math::Q8 => Input::Q8(&act_rows[a]),
-        };
-        let out_w = Shared::new(out);
+        let mut ys = vec![0f32; n * hidden];
+        let up_chunks = ffn / TASK_ROWS;
+        let down_chunks = hidden.div_ceil(DOWN_ROWS);
+        let up_tasks = groups.len() * up_chunks;
+        let finished: Vec<AtomicUsize> = groups.iter().map(|_| AtomicUsize::new(0)).collect();
         let isa = self.isa;
-        let row_chunks = hidden.div_ceil(TASK_ROWS);
-        self.pool.run(row_chunks, &|task| {
-            let r0 = task * TASK_ROWS;
-            let rows = TASK_ROWS.min(hidden - r0);
-            let mut ys = vec![0f32; n];
-            for r in r0..r0 + rows {
-                for (expert, members) in &groups {
-                    let down = &experts[*expert].down;
-                    let row = down.row(r);
+        let result = {
+            let (act_w, q_w, s_w) = (Shared::new(&mut act), Shared::new(&mut act_q), Shared::new(&mut act_s));
+            let ys_w = Shared::new(&mut ys);
+            let task = |task: usize| {
+                if task < up_tasks {
+                    let group = task / up_chunks;
+                    // Counted even if the task panics, so no down task waits forever (the job then panics).
+                    let _count = Finished(&finished[group]);
+                    let (expert, members) = &groups[group];
+                    let e = &experts[*expert];
+                    let r0 = task % up_chunks * TASK_ROWS;
+                    let ty = (e.gate.weight_type(), e.up.weight_type());
                     for &a in members {
-                        ys[a] = dot(isa, down.weight_type(), row, act_input(a));
+                        let xt = input(assignments[a].token);
+                        // Safety: task (expert, chunk) alone writes rows r0..r0 + 32 of its assignments.
+                        let out = unsafe { act_w.range(a * ffn + r0, TASK_ROWS) };
+                        for (i, o) in out.iter_mut().enumerate() {
+                            let g = dot(isa, ty.0, e.gate.row(r0 + i), xt);
+                            let u = dot(isa, ty.1, e.up.row(r0 + i), xt);
+                            *o = g / (1.0 + (-g).exp()) * u;
+                        }
+                        if math == Math::Q8 {
+                            // Safety: as above, one block of the quantised activation.
+                            let (q, s) = unsafe {
+                                (q_w.range(a * ffn + r0, TASK_ROWS), s_w.range((a * ffn + r0) / BLOCK, 1))
+                            };
+                            s[0] = crate::activation::quantize_block(out, q);
+                        }
+                    }
+                    return;
+                }
+                let task = task - up_tasks;
+                let group = task / down_chunks;
+                while finished[group].load(Ordering::Acquire) < up_chunks {
+                    std::hint::spin_loop();
+                }
+                let (expert, members) = &groups[group];
+                let down = &experts[*expert].down;
+                let r0 = task % down_chunks * DOWN_ROWS;
+                let count = DOWN_ROWS.min(hidden - r0);
+                for &a in members {
+                    // Safety: the expert's gate‖up tasks have finished (the Acquire above), and nothing
+                    // writes these rows again during the job.
+                    let act_row = unsafe { act_w.read(a * ffn, ffn) };
+                    let q8;
+                    let x = match math {
+                        Math::F32 => Input::F32(act_row),
+                        Math::Q8 => {
+                            // Safety: as above.
+                            let (q, s) =
+                                unsafe { (q_w.read(a * ffn, ffn), s_w.read(a * ffn / BLOCK, ffn / BLOCK)) };
+                            q8 = Q8Row { quants: q.to_vec(), scales: s.to_vec() };
+                            Input::Q8(&q8)
+                        }
+                    };
+                    // Safety: task (expert, chunk) alone writes these rows of its assignments' outputs.
+                    let y = unsafe { ys_w.range(a * hidden + r0, count) };
+                    for (i, y) in y.iter_mut().enumerate() {
+                        *y = dot(isa, down.weight_type(), down.row(r0 + i), x);
                     }
                 }
-                for (a, y) in assignments.iter().zip(&ys) {
-                    // Safety: task `task` alone writes rows r0..r0 + rows of every token.
-                    let o = unsafe { out_w.range(a.token * hidden + r, 1) };
-                    o[0] += a.weight * y;
-                }
+            };
+            self.pool.run_while(up_tasks + groups.len() * down_chunks, &task, meanwhile)
+        };
+
+        // The weighted sum, in assignment order.
+        out.fill(0.0);
+        for (a, y) in assignments.iter().zip(ys.chunks_exact(hidden)) {
+            for (o, y) in out[a.token * hidden..][..hidden].iter_mut().zip(y) {
+                *o += a.weight * y;
             }
-        });
-        Ok(())
+        }
+        Ok(result)
     }
+}
+
+/// Counts one finished gate‖up task of an expert when dropped (also when the task unwinds).
+struct Finished<'a>(&'a AtomicUsize);
+
+impl Drop for Finished<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// The checks of [`CpuExperts::moe`]'s arguments, `experts` non-empty and its first `(hidden, ffn)`.
+fn check_shapes(
+    experts: &[ExpertWeights<'_>],
+    x: &[f32],
+    assignments: &[Assignment],
+    out: &[f32],
+    (hidden, ffn): (usize, usize),
+) -> Result<()> {
+    if let Some(e) = experts.iter().find(|e| (e.hidden(), e.ffn()) != (hidden, ffn)) {
+        let detail = format!("[{ffn}, {hidden}] and [{}, {}]", e.ffn(), e.hidden());
+        return Err(Error::ShapeMismatch { what: "experts of one call", detail });
+    }
+    if !x.len().is_multiple_of(hidden) || x.len() != out.len() || !ffn.is_multiple_of(TASK_ROWS) {
+        let detail = format!("input {} and output {} values, hidden {hidden}, ffn {ffn}", x.len(), out.len());
+        return Err(Error::ShapeMismatch { what: "moe", detail });
+    }
+    let tokens = x.len() / hidden;
+    for (index, a) in assignments.iter().enumerate() {
+        if a.token >= tokens {
+            return Err(Error::OutOfRange { index, what: "token", value: a.token, len: tokens });
+        }
+        if a.expert >= experts.len() {
+            return Err(Error::OutOfRange { index, what: "expert", value: a.expert, len: experts.len() });
+        }
+    }
+    Ok(())
 }

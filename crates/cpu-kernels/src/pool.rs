@@ -1,6 +1,6 @@
 //! A persistent worker pool: `run(n, f)` calls `f(0..n)` across the pool's threads and the caller's, and
 //! returns when every call has. Threads spin a while between jobs and then sleep: a decode step hands out
-//! two jobs a layer, the GPU's part of the layer (a few hundred microseconds) between them, and a sleeping
+//! a job a layer, the GPU's part of the layer (a few hundred microseconds) between them, and a sleeping
 //! thread takes tens of microseconds to wake.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -96,8 +96,16 @@ impl WorkerPool {
     /// Calls `f(i)` for every `i` in `0..tasks`, on the pool's threads and this one, and returns when all
     /// have returned. A panic in `f` is raised again here, after every task has finished.
     pub fn run(&self, tasks: usize, f: &(dyn Fn(usize) + Sync)) {
+        self.run_while(tasks, f, || ());
+    }
+
+    /// [`WorkerPool::run`], with this thread calling `meanwhile` first while the pool's threads start on
+    /// the tasks; it joins them once `meanwhile` returns (a decode step records the GPU's next commands
+    /// while the host computes the layer's experts). A panic in `meanwhile` is raised again after every
+    /// task has finished.
+    pub fn run_while<R>(&self, tasks: usize, f: &(dyn Fn(usize) + Sync), meanwhile: impl FnOnce() -> R) -> R {
         if tasks == 0 {
-            return;
+            return meanwhile();
         }
         // Safety: the lifetime is erased so workers can hold the pointer. `Job::work` calls it only for a
         // claimed task below `tasks`, and this function returns only once `done == tasks`, after every
@@ -118,6 +126,8 @@ impl WorkerPool {
             self.shared.generation.fetch_add(1, Ordering::Release);
             self.shared.wake.notify_all();
         }
+        // Caught, so that this function still waits for every task before unwinding (the safety above).
+        let result = catch_unwind(AssertUnwindSafe(meanwhile));
         job.work();
         let start = Instant::now();
         while job.done.load(Ordering::Acquire) < tasks {
@@ -127,9 +137,11 @@ impl WorkerPool {
                 std::thread::yield_now();
             }
         }
+        let result = result.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         if job.panicked.load(Ordering::Relaxed) {
             panic!("a CPU expert task panicked");
         }
+        result
     }
 }
 
@@ -214,6 +226,39 @@ mod tests {
             sum.fetch_add(i, Ordering::Relaxed);
         });
         assert_eq!(sum.load(Ordering::Relaxed), 45);
+    }
+
+    #[test]
+    fn run_while_runs_the_callers_work_and_every_task() {
+        for threads in [1, 4] {
+            let pool = WorkerPool::new(threads);
+            let sum = AtomicUsize::new(0);
+            let got = pool.run_while(
+                100,
+                &|i| {
+                    sum.fetch_add(i, Ordering::Relaxed);
+                },
+                || 7,
+            );
+            assert_eq!((got, sum.load(Ordering::Relaxed)), (7, 4950), "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn a_panic_meanwhile_is_raised_after_the_tasks_finish() {
+        let pool = WorkerPool::new(3);
+        let count = AtomicUsize::new(0);
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            pool.run_while(
+                50,
+                &|_| {
+                    count.fetch_add(1, Ordering::Relaxed);
+                },
+                || panic!("meanwhile fails"),
+            )
+        }));
+        assert!(caught.is_err());
+        assert_eq!(count.load(Ordering::Relaxed), 50, "every task ran before the panic was raised");
     }
 
     #[test]

@@ -245,3 +245,25 @@ fn a_token_without_assignments_gets_zeros() {
     assert!(out[..64].iter().all(|&v| v == 0.0));
     assert!(out[64..].iter().any(|&v| v != 0.0));
 }
+
+#[test]
+fn moe_while_runs_the_callers_work_and_computes_what_moe_does() {
+    let experts = Experts::random(TensorType::Q4_0, 256, 128, 8, 11);
+    let x: Vec<f32> = (0..256).map(|i| (i as f32 * 0.21).cos()).collect();
+    let assignments: Vec<Assignment> =
+        (0..5).map(|k| Assignment { token: 0, expert: 7 - k, weight: 0.3 - k as f32 / 30.0 }).collect();
+    let cpu = CpuExperts::new(4, Isa::detect()).unwrap();
+    let (mut plain, mut overlapped) = (vec![0f32; 256], vec![0f32; 256]);
+    cpu.moe(Math::F32, &experts.weights(), &x, &assignments, &mut plain).unwrap();
+    let got = cpu
+        .moe_while(Math::F32, &experts.weights(), &x, &assignments, &mut overlapped, || "recorded")
+        .unwrap();
+    assert_eq!(got, "recorded");
+    assert_eq!(plain, overlapped);
+    // Refused arguments still run the caller's work, and compute nothing.
+    let mut ran = false;
+    let refused = cpu.moe_while(Math::F32, &experts.weights(), &x[..100], &[], &mut overlapped[..100], || {
+        ran = true;
+    });
+    assert!(matches!(refused, Err(Error::ShapeMismatch { .. })) && ran);
+}
