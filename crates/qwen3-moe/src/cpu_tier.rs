@@ -38,12 +38,13 @@ impl std::fmt::Debug for CpuTier {
 
 impl CpuTier {
     /// Maps the store's `experts.bin` and starts `threads` CPU threads (`None`: every core but one) on the
-    /// best SIMD path the CPU has.
+    /// best SIMD path the CPU has, multiplying on Q8_0-quantised inputs when `int8` (else f32).
     pub fn open(
         store: &Store,
         layout: &ExpertLayout,
         threads: Option<usize>,
         config: TierConfig,
+        int8: bool,
     ) -> Result<Self> {
         let ty = match layout.quant_type.as_str() {
             "q8_0" => TensorType::Q8_0,
@@ -82,7 +83,7 @@ impl CpuTier {
             layout: layout.clone(),
             ty,
             policy: TierPolicy::new(config, layout.n_layers, layout.n_experts),
-            math: Math::F32,
+            math: if int8 { Math::Q8 } else { Math::F32 },
             populated: (0..layout.n_records()).map(|_| AtomicBool::new(false)).collect(),
         })
     }
@@ -113,14 +114,17 @@ impl CpuTier {
         Ok(self.policy.plan(layer, picks, may_admit, resident)?)
     }
 
-    /// `Σ w · FFN_e(xn)` over `layer`'s experts `ids` with routing weights `weights`, and the time it took.
-    pub fn compute(
+    /// `Σ w · FFN_e(xn)` over `layer`'s experts `ids` with routing weights `weights`, the time from start to
+    /// finish, and what `meanwhile` returned: this thread runs it while the pool's threads start on the
+    /// experts (see [`CpuExperts::moe_while`]).
+    pub fn compute_while<R>(
         &self,
         layer: u32,
         ids: &[u32],
         weights: &[f32],
         xn: &[f32],
-    ) -> Result<(Vec<f32>, Duration)> {
+        meanwhile: impl FnOnce() -> R,
+    ) -> Result<(Vec<f32>, Duration, R)> {
         let started = Instant::now();
         let experts =
             ids.iter().map(|&e| self.expert(ExpertKey::new(layer, e))).collect::<Result<Vec<_>>>()?;
@@ -130,8 +134,8 @@ impl CpuTier {
             .map(|(expert, &weight)| Assignment { token: 0, expert, weight })
             .collect();
         let mut out = vec![0f32; xn.len()];
-        self.kernels.moe(self.math, &experts, xn, &assignments, &mut out)?;
-        Ok((out, started.elapsed()))
+        let r = self.kernels.moe_while(self.math, &experts, xn, &assignments, &mut out, meanwhile)?;
+        Ok((out, started.elapsed(), r))
     }
 
     /// The record of `key` as its three matrices, borrowed from the mapping. The first use of a record maps

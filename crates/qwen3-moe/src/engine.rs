@@ -23,7 +23,9 @@ use diskformer_kernels::{
 use diskformer_store::{IngestOptions, ReaderProbe, Store};
 
 use crate::cpu_tier::CpuTier;
-use crate::graph::{Bindings, Graph, KvCache, Scratch, ScratchSizes, fused_decode, gemm_groups_len, record};
+use crate::graph::{
+    Bindings, Graph, KvCache, LayerGraph, Scratch, ScratchSizes, fused_decode, gemm_groups_len, record,
+};
 use crate::routing::{ForcedRoutes, RouteRecorder, Routing};
 use crate::stats::{EngineStats, GpuBytes};
 use crate::unit_stock::{UnitBuffers, UnitKind, UnitStock};
@@ -102,7 +104,8 @@ pub struct EngineOptions {
     /// 0.05-0.27; default off: the f32 steps match llama.cpp's F32 twins to 2e-3; on the H200 int8 steps
     /// decoded 6 % slower before gate‖up took the router's quantised row, BENCHMARKS.md; not measured
     /// since). Q4_0 experts keep f32. Applies to the fused decode layer (top-k ≤ 64, expert FFN a multiple
-    /// of 16); other shapes' steps stay f32.
+    /// of 16); other shapes' steps stay f32. The CPU tier's experts (`cpu_experts`) then multiply on
+    /// Q8_0-quantised inputs too, as llama.cpp's CPU backend does, Q4_0 ones included.
     pub int8_decode: bool,
     /// While experts stream, a one-token step queues up to this many layers past the last one whose picks
     /// the host has checked (0 reads each layer's picks back before its experts run; `None`, the default,
@@ -555,7 +558,7 @@ impl Engine {
             (buffer, Vec::new())
         });
         let cpu_tier = (cpu_experts && !resident)
-            .then(|| CpuTier::open(&store, &experts, opts.cpu_threads, opts.cpu_tiers))
+            .then(|| CpuTier::open(&store, &experts, opts.cpu_threads, opts.cpu_tiers, opts.int8_decode))
             .transpose()?;
         let kernels = Kernels::new(&ctx);
         let kernels_coop = kernels.cooperative_matrix();
@@ -939,23 +942,24 @@ impl Engine {
             tier.next_token();
         }
         let mut recorded = Vec::with_capacity(if self.recorder.is_some() { layers as usize } else { 0 });
+        let tier_on = t == 1 && self.cpu_tier.is_some();
+        let cpu_layer = |lg: &LayerGraph| tier_on && lg.cpu_join.is_some();
+        // A layer's attention and router, recorded and finished while the host computed the experts of
+        // the layer before (the CPU tier); else recorded into `enc` at the layer's start.
+        let mut head_ready: Option<wgpu::CommandBuffer> = None;
         for l in 0..layers {
             let lg = &graph.layers[l as usize];
-            timed(&mut self.stats.record_time, || record(&mut enc, &lg.attention));
             let guesses = lookahead.min(layers - 1 - l);
-            // The CPU tier reads the picks with their weights and the layer's normed state.
-            let on_cpu = t == 1 && self.cpu_tier.is_some() && lg.cpu_join.is_some();
-            let (rb, rb_bytes) = if on_cpu {
-                let (w, x) = (4 * k as u64, 4 * hidden as u64);
-                enc.copy_buffer_to_buffer(&s.pick_ids, 0, &s.cpu_readback, 0, w);
-                enc.copy_buffer_to_buffer(&s.pick_weights, 0, &s.cpu_readback, w, w);
-                enc.copy_buffer_to_buffer(s.xn(), 0, &s.cpu_readback, 2 * w, x);
-                (&s.cpu_readback, 2 * w + x)
-            } else {
-                enc.copy_buffer_to_buffer(&s.pick_ids, 0, &s.readback, 0, 4 * pairs as u64);
-                (&s.readback, 4 * pairs as u64)
+            let on_cpu = cpu_layer(lg);
+            let (rb, rb_bytes) = readback_of_picks(s, on_cpu, k, hidden, pairs);
+            let commands = match head_ready.take() {
+                Some(commands) => commands,
+                None => timed(&mut self.stats.record_time, || {
+                    record_layer_head(&mut enc, lg, s, on_cpu, k, hidden, pairs);
+                    std::mem::replace(&mut enc, device.create_command_encoder(&Default::default())).finish()
+                }),
             };
-            let picked = timed(&mut self.stats.submit_time, || queue.submit([enc.finish()]));
+            let picked = timed(&mut self.stats.submit_time, || queue.submit([commands]));
             // The guesses in a submission of their own, so that the host maps the picks and loads the
             // layer's misses while the GPU runs them (each of their 2 · lookahead dependent dispatches costs
             // several µs in the chain).
@@ -1055,24 +1059,42 @@ impl Engine {
                 }
             }
             self.held = pinned;
-            enc = device.create_command_encoder(&Default::default());
             match (cpu_work, &lg.cpu_join) {
                 (Some((ids, weights, xn)), Some((down_from, join))) => {
                     // gate‖up of the hits runs while the host computes the misses; their sum joins the
-                    // residual stream before the GPU's down and combine add the hits'.
-                    timed(&mut self.stats.record_time, || record(&mut enc, &lg.experts[..*down_from]));
-                    timed(&mut self.stats.submit_time, || queue.submit([enc.finish()]));
+                    // residual stream before the GPU's down and combine add the hits'. Meanwhile this
+                    // thread submits the hits' gate‖up and records (and finishes: most of wgpu's encoding
+                    // cost) what follows the sum: down, the combine, and the next layer up to its picks.
+                    let (record_time, submit_time) =
+                        (&mut self.stats.record_time, &mut self.stats.submit_time);
+                    let next = graph.layers.get(l as usize + 1);
+                    let meanwhile = || {
+                        let gate_up = timed(record_time, || {
+                            record(&mut enc, &lg.experts[..*down_from]);
+                            std::mem::replace(&mut enc, device.create_command_encoder(&Default::default()))
+                                .finish()
+                        });
+                        timed(submit_time, || queue.submit([gate_up]));
+                        timed(record_time, || {
+                            record(&mut enc, std::slice::from_ref(join));
+                            enc.copy_buffer_to_buffer(&s.cpu_joined, 0, &s.x, 0, 4 * hidden as u64);
+                            record(&mut enc, &lg.experts[*down_from..]);
+                            next.map(|next| {
+                                record_layer_head(&mut enc, next, s, cpu_layer(next), k, hidden, pairs);
+                                std::mem::replace(
+                                    &mut enc,
+                                    device.create_command_encoder(&Default::default()),
+                                )
+                                .finish()
+                            })
+                        })
+                    };
                     let tier = self.cpu_tier.as_ref().expect("CPU work comes from the tier");
-                    let (sum, took) = tier.compute(l, &ids, &weights, &xn)?;
+                    let (sum, took, next_head) = tier.compute_while(l, &ids, &weights, &xn, meanwhile)?;
+                    head_ready = next_head;
                     self.stats.cpu_experts += ids.len() as u64;
                     self.stats.cpu_time += took;
                     queue.write_buffer(&s.cpu_sum, 0, bytemuck::cast_slice(&sum));
-                    enc = device.create_command_encoder(&Default::default());
-                    timed(&mut self.stats.record_time, || {
-                        record(&mut enc, std::slice::from_ref(join));
-                        enc.copy_buffer_to_buffer(&s.cpu_joined, 0, &s.x, 0, 4 * hidden as u64);
-                        record(&mut enc, &lg.experts[*down_from..]);
-                    });
                 }
                 _ => timed(&mut self.stats.record_time, || record(&mut enc, &lg.experts)),
             }
@@ -1535,6 +1557,44 @@ fn timed<T>(total: &mut Duration, f: impl FnOnce() -> T) -> T {
     out
 }
 
+/// Records layer `lg`'s attention and router, and the copies of what the host reads back after them
+/// (see [`readback_of_picks`]).
+fn record_layer_head(
+    enc: &mut wgpu::CommandEncoder,
+    lg: &LayerGraph,
+    s: &Scratch,
+    on_cpu: bool,
+    k: usize,
+    hidden: usize,
+    pairs: usize,
+) {
+    record(enc, &lg.attention);
+    let (rb, _) = readback_of_picks(s, on_cpu, k, hidden, pairs);
+    if on_cpu {
+        let (w, x) = (4 * k as u64, 4 * hidden as u64);
+        enc.copy_buffer_to_buffer(&s.pick_ids, 0, rb, 0, w);
+        enc.copy_buffer_to_buffer(&s.pick_weights, 0, rb, w, w);
+        enc.copy_buffer_to_buffer(s.xn(), 0, rb, 2 * w, x);
+    } else {
+        enc.copy_buffer_to_buffer(&s.pick_ids, 0, rb, 0, 4 * pairs as u64);
+    }
+}
+
+/// Where a layer's picks are read back from, and how many bytes: the picks of the step's `pairs`, or for
+/// the CPU tier the token's `k` picks with their weights and the layer's normed state (`hidden` values).
+fn readback_of_picks(
+    s: &Scratch,
+    on_cpu: bool,
+    k: usize,
+    hidden: usize,
+    pairs: usize,
+) -> (&wgpu::Buffer, u64) {
+    if on_cpu { (&s.cpu_readback, 4 * (2 * k + hidden) as u64) } else { (&s.readback, 4 * pairs as u64) }
+}
+
+/// How long [`readback`] polls before it blocks.
+const SPIN_FOR_READBACK: Duration = Duration::from_millis(1);
+
 /// Maps the first `bytes` of `buffer`, waits for the GPU to finish `submission` (else everything
 /// submitted; adding the wait to `wait`), and copies them out.
 fn readback(
@@ -1550,12 +1610,21 @@ fn readback(
     slice.map_async(wgpu::MapMode::Read, move |r| {
         let _ = tx.send(r);
     });
-    device
-        .poll(wgpu::PollType::Wait { submission_index: submission, timeout: None })
-        .map_err(|e| Error::Gpu(e.to_string()))?;
-    rx.recv()
-        .map_err(|_| Error::Gpu("the readback was dropped before it mapped".into()))?
-        .map_err(|e| Error::Gpu(format!("readback did not map: {e}")))?;
+    // Polled without blocking for a while first: a blocking wait wakes ~25 µs later than a spinning one
+    // (H200, `submit-latency` in the kernels crate), once a layer in a streaming step.
+    let mapped = loop {
+        if let Ok(mapped) = rx.try_recv() {
+            break mapped;
+        }
+        if started.elapsed() > SPIN_FOR_READBACK {
+            device
+                .poll(wgpu::PollType::Wait { submission_index: submission, timeout: None })
+                .map_err(|e| Error::Gpu(e.to_string()))?;
+            break rx.recv().map_err(|_| Error::Gpu("the readback was dropped before it mapped".into()))?;
+        }
+        device.poll(wgpu::PollType::Poll).map_err(|e| Error::Gpu(e.to_string()))?;
+    };
+    mapped.map_err(|e| Error::Gpu(format!("readback did not map: {e}")))?;
     let out = bytemuck::pod_collect_to_vec(&slice.get_mapped_range().expect("mapped just now"));
     buffer.unmap();
     *wait += started.elapsed();

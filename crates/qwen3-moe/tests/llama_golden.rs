@@ -336,9 +336,26 @@ fn int8_prefill_matches_llama_cpp_on_q8_0_fixtures() {
         let d_twin = worst(&f32, |t| t.twin_logprob);
         let (step_int8, step_f32) = (run(false, true), run(false, false));
         let (d_step_int8, d_step_f32) = (worst(&step_int8, |t| t.logprob), worst(&step_f32, |t| t.logprob));
+        // Token by token again with a pool of 2 × top-k and every miss on the CPU tier, whose experts then
+        // multiply on quantised inputs as llama.cpp's CPU backend does.
+        let step_cpu = {
+            let mut opts = EngineOptions::default();
+            (opts.int8_prefill, opts.int8_decode, opts.cpu_experts) = (true, true, Some(true));
+            (opts.prefetch, opts.cpu_tiers.reuse_window) = (false, 0);
+            opts.pool_slots = Some(2 * spec_from_args(&g.synth_args).shape.top_k as usize);
+            let mut engine = Engine::open(&store, &opts, &mut |_| {}).unwrap();
+            let lp = log_softmax(&engine.prefill(&g.prompt_ids, false).unwrap());
+            assert!(engine.stats().cpu_experts > 0, "{name}: no pick ran on the CPU");
+            lp
+        };
+        let d_step_cpu = worst(&step_cpu, |t| t.logprob);
         eprintln!(
             "{name}: against llama.cpp on Q8_0 int8 {d_int8:.2e}, f32 {d_f32:.2e}; f32 against its twin \
-             {d_twin:.2e}; token by token int8 {d_step_int8:.2e}, f32 {d_step_f32:.2e}"
+             {d_twin:.2e}; token by token int8 {d_step_int8:.2e} (CPU tier {d_step_cpu:.2e}), f32 {d_step_f32:.2e}"
+        );
+        assert!(
+            d_step_cpu <= INT8_LOGPROB_TOL && d_step_cpu < d_step_f32,
+            "{name}: int8 decode with the CPU tier {d_step_cpu:.2e} from llama.cpp's Q8_0 (f32 {d_step_f32:.2e})"
         );
         assert!(d_int8 <= INT8_LOGPROB_TOL, "{name}: int8 prefill {d_int8:.2e} from llama.cpp's Q8_0 run");
         assert!(
