@@ -54,11 +54,13 @@ if [[ $PHASES == *cpu* ]]; then
     done
 fi
 
-run() { # label, bench args...
+run() { # label, bench args... (a label old-* runs .device/bench-old, a build of an earlier commit)
     local label=$1; shift
+    local bin=$D/bench
+    [[ $label == old-* ]] && bin=$D/bench-old
     cat $S/experts.bin > /dev/null # the store in the page cache
     local line
-    line=$(timeout 300 $D/bench --model $G --store $S --decode-tokens "$DECODE" "$@" 2> "/tmp/$label.err")
+    line=$(timeout 300 $bin --model $G --store $S --decode-tokens "$DECODE" "$@" 2> "/tmp/$label.err")
     if [ -z "$line" ]; then tail -3 "/tmp/$label.err"; line=null; fi
     echo "{\"label\":\"$label\",\"run\":$line}" >> "$OUT/tiers.jsonl"
     echo "$label: $(echo "$line" | cut -c1-100)"
@@ -99,7 +101,8 @@ for l in open(sys.argv[1]):
     c = b.get("cpu_experts") or {}
     print(f'{r["label"]:18} decode {b["decode_tok_s"]:7.2f} prefill {b["prefill_tok_s"]:8.1f} hits {100*(b["hit_rate"] or 0):5.1f}% '
           f'cpu/tok {c.get("per_token", 0):6.1f} cpu ms/tok {c.get("ms_per_token", 0):6.2f} GB read/tok {b["bytes_read_per_token"]/1e9:5.2f} '
-          f'wait {b["gpu_wait_ms_per_token"]:5.2f} ensure {b["ensure_ms_per_token"]:5.2f}')
+          f'wait {b["gpu_wait_ms_per_token"]:5.2f} ensure {b["ensure_ms_per_token"]:5.2f} '
+          f'host {b["host_ms_per_token"]:5.2f} record {b["record_ms_per_token"]:5.2f} submit {b["submit_ms_per_token"]:5.2f}')
 PY
 [ -s "$OUT/llama.txt" ] && cat "$OUT/llama.txt"
 [ -s "$OUT/cpu-bench.txt" ] && python3 - "$OUT/cpu-bench.txt" <<'PY'
