@@ -262,8 +262,9 @@ fn moe_while_runs_the_callers_work_and_computes_what_moe_does() {
     assert_eq!(plain, overlapped);
     // Refused arguments still run the caller's work, and compute nothing.
     let mut ran = false;
-    let refused = cpu.moe_while(Math::F32, &experts.weights(), &x[..100], &[], &mut overlapped[..100], || {
-        ran = true;
-    });
+    let refused =
+        cpu.moe_while(Math::F32, &experts.weights(), &x[..100], &[], &mut overlapped[..100], || {
+            ran = true;
+        });
     assert!(matches!(refused, Err(Error::ShapeMismatch { .. })) && ran);
 }

@@ -7,6 +7,24 @@ use core::arch::x86_64::*;
 use crate::matrix::{RowRef, WeightType};
 use crate::{BLOCK, Input};
 
+/// How far ahead of the block being multiplied its row's quants are prefetched (0: none).
+const PREFETCH_BYTES: usize = 512;
+
+/// Asks for the quants `PREFETCH_BYTES` past block `b`'s into L1 (rows lie one after another in a
+/// matrix, so near a row's end this reaches into the next row's).
+#[inline(always)]
+fn prefetch_ahead(row: &RowRef<'_>, b: usize) {
+    if PREFETCH_BYTES > 0 {
+        // Safety: a prefetch reads nothing architecturally and cannot fault; the address may lie past the
+        // slice (hence `wrapping_add`).
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(
+                row.quants.as_ptr().wrapping_add(b * row.quant_stride + PREFETCH_BYTES).cast(),
+            )
+        };
+    }
+}
+
 /// An f16 scale as f32.
 #[target_feature(enable = "f16c")]
 fn f16_to_f32(bits: u16) -> f32 {
@@ -66,6 +84,7 @@ pub(super) fn dot_avx2(ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f32 {
     match x {
         Input::F32(x) => {
             for b in 0..row.blocks {
+                prefetch_ahead(&row, b);
                 let inner = block_f32_avx2(load_weights(ty, &row, b), &x[b * BLOCK..]);
                 acc = _mm256_fmadd_ps(inner, _mm256_set1_ps(f16_to_f32(row.scale_bits(b))), acc);
             }
@@ -73,6 +92,7 @@ pub(super) fn dot_avx2(ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f32 {
         Input::Q8(x) => {
             let ones = _mm256_set1_epi16(1);
             for b in 0..row.blocks {
+                prefetch_ahead(&row, b);
                 let w = load_weights(ty, &row, b);
                 let xq = &x.quants[b * BLOCK..][..BLOCK];
                 // Safety: `xq` holds 32 bytes.
@@ -103,6 +123,7 @@ pub(super) fn dot_avx512(ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f32 {
     match x {
         Input::F32(x) => {
             for b in 0..row.blocks {
+                prefetch_ahead(&row, b);
                 let w = load_weights(ty, &row, b);
                 let xb = &x[b * BLOCK..][..BLOCK];
                 let mut inner = _mm512_setzero_ps();
@@ -120,6 +141,7 @@ pub(super) fn dot_avx512(ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f32 {
         Input::Q8(x) => {
             for p in 0..pairs {
                 let b = 2 * p;
+                prefetch_ahead(&row, b);
                 let w = _mm512_inserti64x4::<1>(
                     _mm512_castsi256_si512(load_weights(ty, &row, b)),
                     load_weights(ty, &row, b + 1),
