@@ -54,10 +54,10 @@ if [[ $PHASES == *cpu* ]]; then
     done
 fi
 
-run() { # label, bench args... (a label old-* runs .device/bench-old, a build of an earlier commit)
+run() { # label, bench args... (a label NAME-* runs .device/bench-NAME where it exists: a variant's build)
     local label=$1; shift
     local bin=$D/bench
-    [[ $label == old-* ]] && bin=$D/bench-old
+    [ -x "$D/bench-${label%%-*}" ] && bin=$D/bench-${label%%-*}
     cat $S/experts.bin > /dev/null # the store in the page cache
     local line
     line=$(timeout 300 $bin --model $G --store $S --decode-tokens "$DECODE" "$@" 2> "/tmp/$label.err")

@@ -5,7 +5,10 @@
 //! from memory as a decode step's would from the page cache. Groups:
 //! - `read/floor`: every thread summing its share of the same experts' bytes (the bound the kernels chase);
 //! - `moe/{q8_0,q4_0}/{f32,q8}/{isa}/t{1,4}`: [`CpuExperts::moe`] for 1 token (8 experts) or 4 tokens (32
-//!   assignments over their union), every available path.
+//!   assignments over their union), every available path;
+//! - `moe-mapped/q8_0/{f32,q8}/{isa}/t1`: the same experts written to a file in the temporary directory and
+//!   mapped from the page cache (4 KiB pages, where the heap's may be huge), as the engine's CPU tier reads
+//!   a store, on the fastest path.
 //!
 //! `DISKFORMER_CPU_THREADS` sets the thread count (default: every core); `cargo bench -p
 //! diskformer-cpu-kernels -- moe/q8_0/q8` runs a subset.
@@ -149,8 +152,75 @@ fn benches(c: &mut Criterion) {
                 }
             }
         }
+        if ty == TensorType::Q8_0 {
+            mapped(&mut group, &layer, threads, &mut rng);
+        }
     }
     group.finish();
+}
+
+/// `moe-mapped/…`: `layer` written to a temporary file, mapped and read once into the page cache.
+fn mapped(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    layer: &Layer,
+    threads: usize,
+    rng: &mut Rng,
+) {
+    use std::io::Write;
+    let path = std::env::temp_dir().join(format!("diskformer-cpu-bench-{}.bin", std::process::id()));
+    let mut file = std::fs::File::create(&path).unwrap();
+    for e in 0..EXPERTS {
+        file.write_all(&layer.quants[e]).unwrap();
+        file.write_all(&layer.scales[e]).unwrap();
+    }
+    drop(file);
+    let file = std::fs::File::open(&path).unwrap();
+    // Safety: the file is this process's own, unlinked below and written by no one while mapped.
+    let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+    std::fs::remove_file(&path).unwrap();
+    black_box(map.chunks(4096).map(|page| page[0]).fold(0u8, u8::wrapping_add));
+    let (q, s) = (layer.quants[0].len(), layer.scales[0].len());
+    let n = FFN * HIDDEN / 32;
+    let experts: Vec<ExpertWeights<'_>> = (0..EXPERTS)
+        .map(|e| {
+            let record = &map[e * (q + s)..][..q + s];
+            let (quants, scales) = record.split_at(q);
+            let m = |i: usize, shape| {
+                QuantMatrix::planes(
+                    "w",
+                    layer.ty,
+                    shape,
+                    &quants[i * n * 32..][..n * 32],
+                    &scales[i * n * 2..][..n * 2],
+                )
+                .unwrap()
+            };
+            ExpertWeights::new(m(0, (FFN, HIDDEN)), m(1, (FFN, HIDDEN)), m(2, (HIDDEN, FFN))).unwrap()
+        })
+        .collect();
+    let isa = Isa::detect();
+    let cpu = CpuExperts::new(threads, isa).unwrap();
+    group.throughput(Throughput::Bytes((TOP_K * experts[0].weight_bytes()) as u64));
+    let x: Vec<f32> = (0..HIDDEN).map(|_| (rng.next() % 2001) as f32 / 1000.0 - 1.0).collect();
+    let mut out = vec![0f32; HIDDEN];
+    for math in [Math::F32, Math::Q8] {
+        let mname = if math == Math::F32 { "f32" } else { "q8" };
+        let mut base = 0;
+        group.bench_function(format!("moe-mapped/q8_0/{mname}/{isa}/t1"), |b| {
+            b.iter(|| {
+                let assignments: Vec<Assignment> = (0..TOP_K)
+                    .map(|k| Assignment {
+                        token: 0,
+                        expert: (base + k) % EXPERTS,
+                        weight: 1.0 / TOP_K as f32,
+                    })
+                    .collect();
+                base = (base + TOP_K) % EXPERTS;
+                cpu.moe(math, &experts, &x, &assignments, &mut out).unwrap();
+                black_box(&out);
+            })
+        });
+    }
 }
 
 criterion_group!(cpu, benches);

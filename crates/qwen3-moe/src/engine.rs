@@ -981,7 +981,8 @@ impl Engine {
             if let Some(p) = self.held.take() {
                 self.pool.release(p);
             }
-            let read: Vec<u32> = readback(device, rb, rb_bytes, Some(picked), &mut self.stats.gpu_wait)?;
+            let read: Vec<u32> =
+                readback(device, rb, rb_bytes, Some(picked), SPIN_FOR_PICKS, &mut self.stats.gpu_wait)?;
             let picks = &read[..pairs];
             if self.recorder.is_some() {
                 recorded.push(picks.to_vec());
@@ -1053,7 +1054,8 @@ impl Engine {
             }
             if let Some(submission) = guessed_by {
                 let (bytes, wait) = (4 * (guesses as usize * k) as u64, &mut self.stats.gpu_wait);
-                let guessed = readback(device, &s.guess_readback, bytes, Some(submission), wait)?;
+                let guessed =
+                    readback(device, &s.guess_readback, bytes, Some(submission), Duration::ZERO, wait)?;
                 for (j, ids) in guessed.chunks(k).enumerate() {
                     self.pool.prefetch(l + 1 + j as u32, ids)?;
                 }
@@ -1147,7 +1149,14 @@ impl Engine {
             }
             let rb = &self.scratch.route_readback[l];
             let copied = units.copied[l].clone();
-            let read = readback(&self.ctx.device, rb, 8 * k as u64, copied, &mut self.stats.gpu_wait)?;
+            let read = readback(
+                &self.ctx.device,
+                rb,
+                8 * k as u64,
+                copied,
+                Duration::ZERO,
+                &mut self.stats.gpu_wait,
+            )?;
             let (picks, found) = read.split_at(k);
             let started = Instant::now();
             let (device, s) = (&self.ctx.device, &self.scratch);
@@ -1542,7 +1551,7 @@ fn read_output(
     wait: &mut Duration,
 ) -> Result<Output> {
     let Some(bytes) = shape.output_bytes(want) else { return Ok(Output::Nothing) };
-    let read = readback(device, output_buffers(s, want, slot).1, bytes, submission, wait)?;
+    let read = readback(device, output_buffers(s, want, slot).1, bytes, submission, Duration::ZERO, wait)?;
     Ok(match want {
         Want::Argmax | Want::Sample(_) => Output::Pick(read[0]),
         _ => Output::Logits(bytemuck::cast_slice(&read).to_vec()),
@@ -1592,16 +1601,20 @@ fn readback_of_picks(
     if on_cpu { (&s.cpu_readback, 4 * (2 * k + hidden) as u64) } else { (&s.readback, 4 * pairs as u64) }
 }
 
-/// How long [`readback`] polls before it blocks.
-const SPIN_FOR_READBACK: Duration = Duration::from_millis(1);
+/// How long the per-layer path's readback of a layer's picks polls before it blocks: a blocking wait wakes
+/// ~25 µs later than a spinning one (H200, `submit-latency` in the kernels crate), once a layer. Other
+/// readbacks block at once: they wait for a whole step, and polling beside the pool's loads slowed them.
+const SPIN_FOR_PICKS: Duration = Duration::from_millis(1);
 
 /// Maps the first `bytes` of `buffer`, waits for the GPU to finish `submission` (else everything
-/// submitted; adding the wait to `wait`), and copies them out.
+/// submitted; polling without blocking for up to `spin` first; adding the wait to `wait`), and copies them
+/// out.
 fn readback(
     device: &wgpu::Device,
     buffer: &wgpu::Buffer,
     bytes: u64,
     submission: Option<wgpu::SubmissionIndex>,
+    spin: Duration,
     wait: &mut Duration,
 ) -> Result<Vec<u32>> {
     let started = Instant::now();
@@ -1610,13 +1623,11 @@ fn readback(
     slice.map_async(wgpu::MapMode::Read, move |r| {
         let _ = tx.send(r);
     });
-    // Polled without blocking for a while first: a blocking wait wakes ~25 µs later than a spinning one
-    // (H200, `submit-latency` in the kernels crate), once a layer in a streaming step.
     let mapped = loop {
         if let Ok(mapped) = rx.try_recv() {
             break mapped;
         }
-        if started.elapsed() > SPIN_FOR_READBACK {
+        if started.elapsed() >= spin {
             device
                 .poll(wgpu::PollType::Wait { submission_index: submission, timeout: None })
                 .map_err(|e| Error::Gpu(e.to_string()))?;
@@ -1658,7 +1669,8 @@ impl MissGuesses<'_> {
             let mut overlapped = Duration::ZERO;
             let rb = &self.s.route_readback[self.next];
             let k = self.k;
-            let read = readback(self.device, rb, 8 * k as u64, Some(submission), &mut overlapped)?;
+            let read =
+                readback(self.device, rb, 8 * k as u64, Some(submission), Duration::ZERO, &mut overlapped)?;
             let (picks, found) = read.split_at(k);
             let lacked = picks.iter().zip(found).filter(|&(_, &slot)| slot == ABSENT);
             let unit = self.next as u32;
