@@ -4,7 +4,9 @@
 //! misses are also uploaded for next time, is [`TierPolicy`]'s to say.
 
 use std::fs::File;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use diskformer_cpu_kernels::{Assignment, CpuExperts, ExpertWeights, Isa, Math, QuantMatrix};
@@ -18,13 +20,24 @@ use crate::{Error, Result};
 /// The host's expert kernels over the store's mapped records, and the tier rules' state.
 pub(crate) struct CpuTier {
     kernels: CpuExperts,
-    records: Mmap,
+    records: Arc<Mmap>,
     layout: ExpertLayout,
     ty: TensorType,
     policy: TierPolicy,
     math: Math,
     /// Per record: whether its pages are mapped in yet (see [`CpuTier::expert`]).
-    populated: Vec<AtomicBool>,
+    populated: Arc<[AtomicBool]>,
+    /// The thread mapping in the records already in the page cache, and its stop flag.
+    mapper: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
+}
+
+impl Drop for CpuTier {
+    fn drop(&mut self) {
+        if let Some((thread, stop)) = self.mapper.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = thread.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for CpuTier {
@@ -77,6 +90,19 @@ impl CpuTier {
         let threads = threads.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1)).max(1)
         });
+        let records = Arc::new(records);
+        let populated: Arc<[AtomicBool]> = (0..layout.n_records()).map(|_| AtomicBool::new(false)).collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mapper = {
+            let (records, populated, stop) =
+                (Arc::clone(&records), Arc::clone(&populated), Arc::clone(&stop));
+            let record_bytes = layout.record_bytes as usize;
+            // Without the thread, each record is mapped in at its first use all the same.
+            std::thread::Builder::new()
+                .name("cpu-tier-map".into())
+                .spawn(move || map_cached_records(&records, record_bytes, &populated, &stop))
+                .ok()
+        };
         Ok(CpuTier {
             kernels: CpuExperts::new(threads, Isa::detect())?,
             records,
@@ -84,7 +110,8 @@ impl CpuTier {
             ty,
             policy: TierPolicy::new(config, layout.n_layers, layout.n_experts),
             math: if int8 { Math::Q8 } else { Math::F32 },
-            populated: (0..layout.n_records()).map(|_| AtomicBool::new(false)).collect(),
+            populated,
+            mapper: mapper.map(|thread| (thread, stop)),
         })
     }
 
@@ -145,13 +172,7 @@ impl CpuTier {
         let l = &self.layout;
         let index = (key.layer * l.n_experts + key.expert) as usize;
         if !self.populated[index].swap(true, Ordering::Relaxed) {
-            // Best effort: kernels before Linux 5.14 refuse the advice, and the pages then fault in as read.
-            #[cfg(target_os = "linux")]
-            let _ = self.records.advise_range(
-                memmap2::Advice::PopulateRead,
-                l.record_offset(key) as usize,
-                l.record_bytes as usize,
-            );
+            populate(&self.records, l.record_offset(key) as usize, l.record_bytes as usize);
         }
         let record = &self.records[l.record_offset(key) as usize..][..l.record_bytes as usize];
         let at = |r: Region| &record[r.offset as usize..r.end() as usize];
@@ -164,5 +185,79 @@ impl CpuTier {
             QuantMatrix::planes("ffn_up_exps", self.ty, (f, h), up_q, up_s)?,
             QuantMatrix::planes("ffn_down_exps", self.ty, (h, f), at(l.down_quants), at(l.down_scales))?,
         )?)
+    }
+}
+
+/// Maps in the pages of `records[offset..][..len]` in one call (`MADV_POPULATE_READ`). Best effort: kernels
+/// before Linux 5.14 refuse the advice, and the pages then fault in as read.
+fn populate(records: &Mmap, offset: usize, len: usize) {
+    #[cfg(target_os = "linux")]
+    let _ = records.advise_range(memmap2::Advice::PopulateRead, offset, len);
+    #[cfg(not(target_os = "linux"))]
+    let _ = (records, offset, len);
+}
+
+/// Maps in, record by record, every record whose pages are all in the page cache already, so that a
+/// step's first use of a record does not pay for it (1,220 pages a 5 MB record, up to 384 records a
+/// step). A record not cached is left to its first use: mapping it here would read it from the disk, and
+/// a store larger than the host's memory would push out the records in use.
+fn map_cached_records(records: &Mmap, record_bytes: usize, populated: &[AtomicBool], stop: &AtomicBool) {
+    let mut resident = Vec::new();
+    for (index, done) in populated.iter().enumerate() {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let offset = index * record_bytes;
+        if done.load(Ordering::Relaxed) || !cached(records, offset, record_bytes, &mut resident) {
+            continue;
+        }
+        if !done.swap(true, Ordering::Relaxed) {
+            populate(records, offset, record_bytes);
+        }
+    }
+}
+
+/// Whether every page of `records[offset..][..len]` (page-aligned: records are multiples of 4,096 bytes)
+/// is in the page cache (`mincore`; `false` where it cannot tell).
+fn cached(records: &Mmap, offset: usize, len: usize, resident: &mut Vec<u8>) -> bool {
+    #[cfg(unix)]
+    {
+        // Safety: `sysconf` has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
+        let start = records.as_ptr() as usize + offset;
+        if !start.is_multiple_of(page) || offset + len > records.len() {
+            return false;
+        }
+        resident.resize(len.div_ceil(page), 0);
+        // Safety: the range lies inside the live mapping (checked), page-aligned, and `resident` holds a
+        // byte for each of its pages.
+        let rc = unsafe { libc::mincore(start as *mut libc::c_void, len, resident.as_mut_ptr().cast()) };
+        rc == 0 && resident.iter().all(|r| r & 1 == 1)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (records, offset, len, resident);
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_just_written_is_cached_and_a_misaligned_range_is_not_claimed() {
+        let path = std::env::temp_dir().join(format!("diskformer-cached-{}", std::process::id()));
+        std::fs::write(&path, vec![7u8; 3 * 4096]).unwrap();
+        let file = File::open(&path).unwrap();
+        // Safety: this test's own file, unchanged while mapped.
+        let map = unsafe { Mmap::map(&file) }.unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let mut resident = Vec::new();
+        if cfg!(target_os = "linux") {
+            assert!(cached(&map, 0, 3 * 4096, &mut resident));
+        }
+        assert!(!cached(&map, 100, 4096, &mut resident), "misaligned");
+        assert!(!cached(&map, 4096, 3 * 4096, &mut resident), "past the mapping");
     }
 }
