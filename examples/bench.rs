@@ -134,7 +134,7 @@ struct Args {
     /// Turn the CPU tier off (uploads every miss, as before it).
     #[arg(long, conflicts_with = "cpu_experts")]
     no_cpu_experts: bool,
-    /// Threads of the CPU tier (default: every core but one).
+    /// Threads of the CPU tier (default: every core but two).
     #[arg(long)]
     cpu_threads: Option<usize>,
     /// The CPU tier admits a miss into the pool when it was picked within this many tokens before (0:

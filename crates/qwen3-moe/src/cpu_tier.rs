@@ -50,7 +50,7 @@ impl std::fmt::Debug for CpuTier {
 }
 
 impl CpuTier {
-    /// Maps the store's `experts.bin` and starts `threads` CPU threads (`None`: every core but one) on the
+    /// Maps the store's `experts.bin` and starts `threads` CPU threads (`None`: every core but two) on the
     /// best SIMD path the CPU has, multiplying on Q8_0-quantised inputs when `int8` (else f32).
     pub fn open(
         store: &Store,
@@ -85,10 +85,11 @@ impl CpuTier {
                 ),
             });
         }
-        // One core is left to the stepping thread's GPU driver work and the pool's readers: on the H200 (16
-        // cores) 15 threads decoded faster than 16 (BENCHMARKS.md).
+        // Two cores are left to the stepping thread (it records the GPU's next commands while the others
+        // compute, then joins them), the pool's loaders and the mapping thread: on the H200 (16 cores) 14
+        // threads decoded faster than 15, and 15 than 16 (BENCHMARKS.md).
         let threads = threads.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1)).max(1)
+            std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(2)).max(1)
         });
         let records = Arc::new(records);
         let populated: Arc<[AtomicBool]> = (0..layout.n_records()).map(|_| AtomicBool::new(false)).collect();

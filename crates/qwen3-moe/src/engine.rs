@@ -140,7 +140,7 @@ pub struct EngineOptions {
     /// H200 at a 4 GB budget it decoded faster than the prefetch path and route-ahead under both a
     /// calibrated routing trace and uniform routing (BENCHMARKS.md).
     pub cpu_experts: Option<bool>,
-    /// Threads of the CPU tier, the stepping thread's included (`None`: every core but one).
+    /// Threads of the CPU tier, the stepping thread's included (`None`: every core but two).
     pub cpu_threads: Option<usize>,
     /// The CPU tier's admission rules.
     pub cpu_tiers: TierConfig,
