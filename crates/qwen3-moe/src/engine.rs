@@ -1603,7 +1603,8 @@ fn readback_of_picks(
 
 /// How long the per-layer path's readback of a layer's picks polls before it blocks: a blocking wait wakes
 /// ~25 µs later than a spinning one (H200, `submit-latency` in the kernels crate), once a layer. Other
-/// readbacks block at once: they wait for a whole step, and polling beside the pool's loads slowed them.
+/// readbacks block at once: they wait for a whole step, and with them polling too resident decode ran
+/// slower on the H200 (BENCHMARKS.md).
 const SPIN_FOR_PICKS: Duration = Duration::from_millis(1);
 
 /// Maps the first `bytes` of `buffer`, waits for the GPU to finish `submission` (else everything
