@@ -98,7 +98,8 @@ impl Bench {
             self.device.poll(wgpu::PollType::wait_indefinitely()).expect("poll");
             rx.recv().expect("callback").expect("mapped");
         }
-        let _sum: f32 = bytemuck::cast_slice::<u8, f32>(&slice.get_mapped_range().expect("mapped")).iter().sum();
+        let _sum: f32 =
+            bytemuck::cast_slice::<u8, f32>(&slice.get_mapped_range().expect("mapped")).iter().sum();
         self.readback.unmap();
     }
 
