@@ -6,7 +6,8 @@ use half::f16;
 use crate::{Error, Result, TensorType};
 
 /// Dequantises `data` (whole blocks of `ty`) into `out`, which must hold exactly the values it encodes.
-/// Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K.
+/// Supported: every type but Q8_K (an activation format no file stores): F32, F16, BF16, Q4_0, Q4_1, Q5_0,
+/// Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS.
 ///
 /// # Errors
 /// [`Error::UnsupportedType`] for other types; [`Error::BadLength`] when the sizes disagree.
@@ -30,8 +31,16 @@ pub fn dequantize(ty: TensorType, data: &[u8], out: &mut [f32]) -> Result<()> {
         }
         TensorType::Q8_0 => blocks.for_each(|(b, y)| q8_0_block(f16_at(b, 0), &b[2..], y)),
         TensorType::Q4_0 => blocks.for_each(|(b, y)| q4_0_block(f16_at(b, 0), &b[2..], y)),
+        TensorType::Q4_1 => blocks.for_each(|(b, y)| q4_1_block(b, y)),
+        TensorType::Q5_0 => blocks.for_each(|(b, y)| q5_block(b, false, y)),
+        TensorType::Q5_1 => blocks.for_each(|(b, y)| q5_block(b, true, y)),
+        TensorType::Q2K => blocks.for_each(|(b, y)| q2_k_block(b, y)),
+        TensorType::Q3K => blocks.for_each(|(b, y)| q3_k_block(b, y)),
         TensorType::Q4K => blocks.for_each(|(b, y)| q4_k_block(b, y)),
+        TensorType::Q5K => blocks.for_each(|(b, y)| q5_k_block(b, y)),
         TensorType::Q6K => blocks.for_each(|(b, y)| q6_k_block(b, y)),
+        TensorType::IQ4NL => blocks.for_each(|(b, y)| iq4_nl_block(b, y)),
+        TensorType::IQ4XS => blocks.for_each(|(b, y)| iq4_xs_block(b, y)),
         _ => return Err(Error::UnsupportedType { operation: "dequantize", ty }),
     }
     Ok(())
@@ -84,6 +93,68 @@ fn q4_0_block(d: f32, qs: &[u8], y: &mut [f32]) {
     }
 }
 
+/// `block_q4_1 { ggml_half d, m; uint8_t qs[16]; }`: `q · d + m`, low nibbles the first 16 values.
+fn q4_1_block(b: &[u8], y: &mut [f32]) {
+    let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+    for (j, &q) in b[4..20].iter().enumerate() {
+        y[j] = f32::from(q & 0xF) * d + m;
+        y[j + 16] = f32::from(q >> 4) * d + m;
+    }
+}
+
+/// `block_q5_0 { ggml_half d; uint8_t qh[4]; uint8_t qs[16]; }` (`(q - 16) · d`) and `block_q5_1 { ggml_half
+/// d, m; uint8_t qh[4]; uint8_t qs[16]; }` (`q · d + m`, `with_min`): bit k of the little-endian `qh` is
+/// value k's fifth bit.
+fn q5_block(b: &[u8], with_min: bool, y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let (m, rest) = if with_min { (f16_at(b, 2), &b[4..]) } else { (0.0, &b[2..]) };
+    let qh = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
+    for (j, &q) in rest[4..20].iter().enumerate() {
+        let x0 = u32::from(q & 0xF) | ((qh >> j) & 1) << 4;
+        let x1 = u32::from(q >> 4) | ((qh >> (j + 16)) & 1) << 4;
+        if with_min {
+            y[j] = x0 as f32 * d + m;
+            y[j + 16] = x1 as f32 * d + m;
+        } else {
+            y[j] = (x0 as i32 - 16) as f32 * d;
+            y[j + 16] = (x1 as i32 - 16) as f32 * d;
+        }
+    }
+}
+
+/// `block_q2_K { uint8_t scales[16]; uint8_t qs[64]; ggml_half d, dmin; }`: 16 sub-blocks of 16, each
+/// scale byte a 4-bit scale (low) and min (high); `(d · sc) · q - dmin · m`.
+fn q2_k_block(b: &[u8], y: &mut [f32]) {
+    let (scales, qs) = (&b[..16], &b[16..80]);
+    let (d, dmin) = (f16_at(b, 80), f16_at(b, 82));
+    for (v, y) in y.iter_mut().enumerate() {
+        let (h, k, l) = (v / 128, (v % 128) / 32, v % 32);
+        let q = (qs[32 * h + l] >> (2 * k)) & 3;
+        let sc = scales[v / 16];
+        let (dl, ml) = (d * f32::from(sc & 0xF), dmin * f32::from(sc >> 4));
+        *y = dl * f32::from(q) - ml;
+    }
+}
+
+/// `block_q3_K { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; ggml_half d; }`: a 2-bit quant,
+/// its high bit in `hmask` (set: no -4), and 16 signed 6-bit scales; `(d · s) · q`.
+fn q3_k_block(b: &[u8], y: &mut [f32]) {
+    let (hmask, qs, scales) = (&b[..32], &b[32..96], &b[96..108]);
+    let d = f16_at(b, 108);
+    let scale = |j: usize| {
+        let low = if j < 8 { scales[j] & 0xF } else { scales[j - 8] >> 4 };
+        let high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+        i32::from(low | high << 4) - 32
+    };
+    for (v, y) in y.iter_mut().enumerate() {
+        let (h, k, l) = (v / 128, (v % 128) / 32, v % 32);
+        let low = i32::from((qs[32 * h + l] >> (2 * k)) & 3);
+        let high = (hmask[l] >> (v / 32)) & 1;
+        let q = low - if high == 1 { 0 } else { 4 };
+        *y = (d * scale(v / 16) as f32) * q as f32;
+    }
+}
+
 /// ggml's `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` packed in 12 bytes.
 fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
@@ -107,6 +178,50 @@ fn q4_k_block(b: &[u8], y: &mut [f32]) {
         for l in 0..32 {
             y[l] = d1 * f32::from(q[l] & 0xF) - m1;
             y[l + 32] = d2 * f32::from(q[l] >> 4) - m2;
+        }
+    }
+}
+
+/// `block_q5_K { ggml_half d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; }`: Q4_K's scales
+/// and nibbles, with value v's fifth bit at bit v / 32 of `qh[v % 32]`.
+fn q5_k_block(b: &[u8], y: &mut [f32]) {
+    let (d, min) = (f16_at(b, 0), f16_at(b, 2));
+    let (scales, qh, qs) = (&b[4..16], &b[16..48], &b[48..176]);
+    for (v, y) in y.iter_mut().enumerate() {
+        let (sub, l) = (v / 32, v % 32);
+        let byte = qs[32 * (v / 64) + l];
+        let nibble = if sub % 2 == 0 { byte & 0xF } else { byte >> 4 };
+        let q = nibble | ((qh[l] >> sub) & 1) << 4;
+        let (sc, m) = scale_min_k4(sub, scales);
+        *y = d * f32::from(sc) * f32::from(q) - min * f32::from(m);
+    }
+}
+
+/// IQ4_NL's codebook (`kvalues_iq4nl`, ggml-common.h).
+const IQ4_VALUES: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+
+/// `block_iq4_nl { ggml_half d; uint8_t qs[16]; }`: `d · codebook[nibble]`, low nibbles first.
+fn iq4_nl_block(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    for (j, &q) in b[2..18].iter().enumerate() {
+        y[j] = d * f32::from(IQ4_VALUES[usize::from(q & 0xF)]);
+        y[j + 16] = d * f32::from(IQ4_VALUES[usize::from(q >> 4)]);
+    }
+}
+
+/// `block_iq4_xs { ggml_half d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t qs[128]; }`: 8 sub-blocks of
+/// 32 with 6-bit scales (offset 32), each IQ4_NL's layout.
+fn iq4_xs_block(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let scales_h = u16::from_le_bytes([b[2], b[3]]);
+    let (scales_l, qs) = (&b[4..8], &b[8..136]);
+    for (sub, (q, y)) in qs.chunks_exact(16).zip(y.chunks_exact_mut(32)).enumerate() {
+        let low = (scales_l[sub / 2] >> (4 * (sub % 2))) & 0xF;
+        let high = ((scales_h >> (2 * sub)) & 3) as u8;
+        let dl = d * f32::from(i16::from(low | high << 4) - 32);
+        for (j, &q) in q.iter().enumerate() {
+            y[j] = dl * f32::from(IQ4_VALUES[usize::from(q & 0xF)]);
+            y[j + 16] = dl * f32::from(IQ4_VALUES[usize::from(q >> 4)]);
         }
     }
 }
@@ -162,8 +277,9 @@ mod tests {
     #[test]
     fn unsupported_and_mis_sized_inputs_are_errors() {
         let mut out = [0.0; 32];
+        let mut k_out = [0.0; 256];
         assert!(matches!(
-            dequantize(TensorType::Q5_0, &[0; 22], &mut out),
+            dequantize(TensorType::Q8K, &[0; 292], &mut k_out),
             Err(Error::UnsupportedType { .. })
         ));
         assert!(matches!(dequantize(TensorType::Q8_0, &[0; 33], &mut out), Err(Error::BadLength { .. })));

@@ -36,11 +36,15 @@ pub enum TensorType {
     Q6K,
     /// 256-value super-block, 8-bit with f32 scale (used for activations).
     Q8K,
+    /// 32 values: f16 scale, 16 bytes of 4-bit indices into a non-linear codebook.
+    IQ4NL,
+    /// 256-value super-block of IQ4_NL's codebook, 6-bit sub-block scales.
+    IQ4XS,
 }
 
 impl TensorType {
     /// Every known type.
-    pub const ALL: [TensorType; 14] = [
+    pub const ALL: [TensorType; 16] = [
         TensorType::F32,
         TensorType::F16,
         TensorType::BF16,
@@ -55,6 +59,8 @@ impl TensorType {
         TensorType::Q5K,
         TensorType::Q6K,
         TensorType::Q8K,
+        TensorType::IQ4NL,
+        TensorType::IQ4XS,
     ];
 
     /// The type for a ggml type id, if known.
@@ -78,6 +84,8 @@ impl TensorType {
             TensorType::Q5K => 13,
             TensorType::Q6K => 14,
             TensorType::Q8K => 15,
+            TensorType::IQ4NL => 20,
+            TensorType::IQ4XS => 23,
             TensorType::BF16 => 30,
         }
     }
@@ -86,15 +94,19 @@ impl TensorType {
     pub fn block_size(self) -> u64 {
         match self {
             TensorType::F32 | TensorType::F16 | TensorType::BF16 => 1,
-            TensorType::Q4_0 | TensorType::Q4_1 | TensorType::Q5_0 | TensorType::Q5_1 | TensorType::Q8_0 => {
-                32
-            }
+            TensorType::Q4_0
+            | TensorType::Q4_1
+            | TensorType::Q5_0
+            | TensorType::Q5_1
+            | TensorType::Q8_0
+            | TensorType::IQ4NL => 32,
             TensorType::Q2K
             | TensorType::Q3K
             | TensorType::Q4K
             | TensorType::Q5K
             | TensorType::Q6K
-            | TensorType::Q8K => 256,
+            | TensorType::Q8K
+            | TensorType::IQ4XS => 256,
         }
     }
 
@@ -114,6 +126,8 @@ impl TensorType {
             TensorType::Q5K => 176,
             TensorType::Q6K => 210,
             TensorType::Q8K => 292,
+            TensorType::IQ4NL => 18,
+            TensorType::IQ4XS => 136,
         }
     }
 
@@ -134,6 +148,8 @@ impl TensorType {
             TensorType::Q5K => "q5_K",
             TensorType::Q6K => "q6_K",
             TensorType::Q8K => "q8_K",
+            TensorType::IQ4NL => "iq4_nl",
+            TensorType::IQ4XS => "iq4_xs",
         }
     }
 
