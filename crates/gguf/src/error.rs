@@ -135,8 +135,20 @@ pub enum Error {
         /// Its dims, `ne` order.
         dims: Vec<u64>,
     },
-    /// A tensor type id this crate does not know.
-    #[error("tensor {name:?} has unknown or unsupported ggml type id {type_id}")]
+    /// A gguf-split set that cannot be opened as one model (`path`: the shard given).
+    #[error("gguf-split set {path}: {problem}")]
+    Split {
+        /// The shard the set was opened from.
+        path: PathBuf,
+        /// What is wrong, and what to do.
+        problem: String,
+    },
+    /// A tensor type id this crate does not read.
+    #[error(
+        "tensor {name:?} is {} (ggml type {type_id}), which diskformer does not read; use a file quantised to \
+         F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K…Q6_K, IQ4_NL or IQ4_XS",
+        crate::tensor_type::ggml_type_name(*type_id).unwrap_or("an unknown type")
+    )]
     UnknownTensorType {
         /// The tensor.
         name: String,

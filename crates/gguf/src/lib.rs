@@ -6,6 +6,7 @@
 //! - Every check of ggml's `gguf.cpp` is made, each failure a typed [`Error`]; counts are checked against the
 //!   bytes left before allocating, so no input panics, hangs or allocates more than a few times its size.
 //! - [`GgufWriter`] writes metadata and tensors with the alignment honoured (tensor data may be streamed).
+//! - [`GgufModel`] opens a model as one file or a gguf-split set of shards, checked as llama.cpp checks them.
 //! - [`split_planes`] / [`join_planes`] turn Q8_0 and Q4_0 blocks into a quant plane and an f16 scale plane
 //!   and back, bit-exact; [`dequantize`] and [`dequantize_planes`] compute f32 values as ggml does.
 //!
@@ -36,6 +37,7 @@ mod layout;
 mod metadata;
 mod planes;
 mod reader;
+mod split;
 mod tensor_type;
 mod value;
 mod writer;
@@ -46,6 +48,7 @@ pub use layout::{DEFAULT_ALIGNMENT, MAX_DIMS};
 pub use metadata::Metadata;
 pub use planes::{join_planes, plane_sizes, split_planes};
 pub use reader::{Gguf, GgufFile, Header, MAGIC, MAX_ARRAY_DEPTH, PrefixParse, TensorInfo};
+pub use split::{GgufModel, SPLIT_COUNT, SPLIT_NO, SPLIT_TENSORS_COUNT, shard_paths};
 pub use tensor_type::TensorType;
 pub use value::{Array, Value, ValueType};
 pub use writer::{GgufWriter, TensorFill};

@@ -163,6 +163,32 @@ impl TensorType {
     }
 }
 
+/// ggml's name for type id `id` (ggml.h's `ggml_type`), read or not; `None` for ids ggml does not use.
+pub(crate) fn ggml_type_name(id: u32) -> Option<&'static str> {
+    if let Some(t) = TensorType::from_id(id) {
+        return Some(t.name());
+    }
+    Some(match id {
+        9 => "q8_1",
+        16 => "iq2_xxs",
+        17 => "iq2_xs",
+        18 => "iq3_xxs",
+        19 => "iq1_s",
+        21 => "iq3_s",
+        22 => "iq2_s",
+        24 => "i8",
+        25 => "i16",
+        26 => "i32",
+        27 => "i64",
+        28 => "f64",
+        29 => "iq1_m",
+        34 => "tq1_0",
+        35 => "tq2_0",
+        39 => "mxfp4",
+        _ => return None,
+    })
+}
+
 impl fmt::Display for TensorType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -184,6 +210,16 @@ mod tests {
         assert_eq!(ids.len(), TensorType::ALL.len());
         assert_eq!(TensorType::from_id(4), None, "ids 4 and 5 were removed from ggml");
         assert_eq!(TensorType::from_id(9), None, "q8_1 is not stored in files");
+    }
+
+    #[test]
+    fn a_type_not_read_is_named_in_the_error() {
+        let e = crate::Error::UnknownTensorType { name: "blk.0.ffn_down_exps.weight".into(), type_id: 16 };
+        let message = e.to_string();
+        assert!(message.contains("is iq2_xxs (ggml type 16)") && message.contains("IQ4_XS"), "{message}");
+        let e = crate::Error::UnknownTensorType { name: "x".into(), type_id: 77 };
+        assert!(e.to_string().contains("an unknown type (ggml type 77)"));
+        assert_eq!(ggml_type_name(23), Some("iq4_xs"));
     }
 
     #[test]
