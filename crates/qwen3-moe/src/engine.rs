@@ -17,6 +17,7 @@ use diskformer_expert_stream::{
     EvictionPolicy, ExpertKey, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, PoolConfig, RouteShape,
     SlotView, SpeculativeReads, StagingRing, Stats as PoolStats, Tier, TierConfig, UploadMethod,
 };
+use diskformer_gguf::GgufModel;
 use diskformer_kernels::{
     Context, EXPERT_GEMM_TILED_GROUP, Kernels, PENALTY_MAX_N, SampleStep, cpu, expert_gemm_groups,
 };
@@ -318,16 +319,21 @@ impl std::fmt::Debug for Engine {
 
 impl Engine {
     /// Loads the model of `gguf`, ingesting it into `store_dir` first when the store is missing, stale or
-    /// incomplete (resuming an interrupted ingest). `store_dir` defaults to [`default_store_dir`].
+    /// incomplete (resuming an interrupted ingest). `store_dir` defaults to [`default_store_dir`]. The
+    /// GGUF's architecture and hyperparameters are checked before anything is copied.
     ///
     /// # Errors
-    /// Any ingest error, then as [`Engine::open`].
+    /// [`Error::Gguf`] for a file that does not parse or a broken gguf-split set;
+    /// [`Error::WrongArchitecture`], [`Error::MissingKeys`] or [`Error::BadValue`] for a model this engine
+    /// does not run; any ingest error (a gguf-split set is refused there, with what to do); then as
+    /// [`Engine::open`].
     pub fn open_gguf(
         gguf: &Path,
         store_dir: Option<&Path>,
         opts: &EngineOptions,
         progress: &mut dyn FnMut(LoadProgress),
     ) -> Result<Engine> {
+        Config::from_metadata(GgufModel::open(gguf)?.metadata())?;
         let dir = store_dir.map_or_else(|| default_store_dir(gguf), Path::to_owned);
         diskformer_store::ingest(gguf, &dir, &IngestOptions::default(), &mut |p| {
             progress(LoadProgress::Ingest { done: p.done, total: p.total, bytes_per_sec: p.bytes_per_sec })

@@ -1,5 +1,5 @@
-//! Config from metadata: the real Qwen3-30B-A3B values, the architecture checked first, every missing key
-//! named at once, bad values refused.
+//! Config from metadata: the real Qwen3-30B-A3B values, the architecture checked first (before a GGUF is
+//! copied into a store), every missing key named at once, bad values refused.
 
 use diskformer_gguf::{Metadata, Value};
 use diskformer_qwen3_moe::{Config, Error};
@@ -75,4 +75,29 @@ fn bad_values_are_refused() {
         m.insert(key, value);
         assert!(matches!(Config::from_metadata(&m), Err(Error::BadValue { .. })), "{key}");
     }
+}
+
+#[test]
+fn open_gguf_refuses_another_architecture_before_copying_anything() {
+    let dir = std::env::temp_dir().join(format!("diskformer-test-arch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let gguf = dir.join("qwen35.gguf");
+    let mut w = diskformer_gguf::GgufWriter::new();
+    w.add_metadata("general.architecture", Value::String("qwen35moe".into())).unwrap();
+    w.add_tensor("output.weight", diskformer_gguf::TensorType::F32, &[32], vec![0; 128]).unwrap();
+    w.write_file(&gguf).unwrap();
+    let store = dir.join("store");
+    let result = diskformer_qwen3_moe::Engine::open_gguf(
+        &gguf,
+        Some(&store),
+        &diskformer_qwen3_moe::EngineOptions::default(),
+        &mut |_| {},
+    );
+    assert!(
+        matches!(&result, Err(Error::WrongArchitecture { found }) if found == "qwen35moe"),
+        "{:?}",
+        result.err()
+    );
+    assert!(!store.exists(), "no store is written for a model the engine refuses");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -34,6 +34,20 @@ pub enum Error {
         /// The file's size.
         size: u64,
     },
+    /// One shard of a gguf-split set, which a store cannot be made from yet.
+    #[error(
+        "{path} is shard {} of a gguf-split set of {count}; a store is made from one whole GGUF: merge the \
+         shards first (llama.cpp's `llama-gguf-split --merge FIRST-SHARD OUT.gguf`)",
+        u32::from(*no) + 1
+    )]
+    SplitShard {
+        /// The shard given.
+        path: PathBuf,
+        /// Its `split.no` (0-based).
+        no: u16,
+        /// The set's `split.count`.
+        count: u16,
+    },
     /// The GGUF header claims to be larger than any real one.
     #[error("{path}: its header claims at least {needed} bytes (more than {max}); the file is corrupt")]
     HeaderTooLarge {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Instant, UNIX_EPOCH};
 
-use diskformer_gguf::{Header, PrefixParse, TensorType};
+use diskformer_gguf::{Header, PrefixParse, SPLIT_COUNT, SPLIT_NO, TensorType, Value};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::checksum::{Sha256State, combine};
@@ -265,6 +265,13 @@ pub fn ingest(
         });
     }
     let (header, header_bytes) = read_header(source, &file, size)?;
+    if let Some(Value::U16(count @ 2..)) = header.metadata.get(SPLIT_COUNT) {
+        let no = match header.metadata.get(SPLIT_NO) {
+            Some(Value::U16(no)) => *no,
+            _ => 0,
+        };
+        return Err(Error::SplitShard { path: source.to_owned(), no, count: *count });
+    }
     let needed = header.data_offset + header.data_len();
     if size < needed {
         return Err(Error::SourceTruncated { path: source.to_owned(), needed, size });

@@ -6,7 +6,7 @@ mod common;
 use std::io::Write;
 
 use common::{Shape, TempDir, write_model};
-use diskformer_gguf::{GgufWriter, Header, TensorType};
+use diskformer_gguf::{GgufWriter, Header, TensorType, Value};
 use diskformer_store::{Error, ExpertKey, IngestOptions, Layout, Manifest, Pin, RecordBuf, Store, ingest};
 
 fn ingest_default(dir: &TempDir) -> std::path::PathBuf {
@@ -188,6 +188,23 @@ fn unsupported_types_name_the_tensor() {
     let err =
         ingest(&dir.path().join("b.gguf"), &dir.path().join("s"), &IngestOptions::default(), &mut |_| {});
     assert!(matches!(err, Err(Error::UnsupportedDenseType { name, .. }) if name == "output.weight"));
+}
+
+#[test]
+fn a_gguf_split_shard_is_refused_before_writing() {
+    let dir = TempDir::new("split");
+    let mut w = GgufWriter::new();
+    w.add_metadata("split.no", Value::U16(1)).unwrap();
+    w.add_metadata("split.count", Value::U16(3)).unwrap();
+    w.add_tensor("output.weight", TensorType::F32, &[32], vec![0; 128]).unwrap();
+    let src = dir.path().join("m-00002-of-00003.gguf");
+    w.write_file(&src).unwrap();
+    let err = ingest(&src, &dir.path().join("s"), &IngestOptions::default(), &mut |_| {}).unwrap_err();
+    assert!(matches!(err, Error::SplitShard { no: 1, count: 3, .. }), "{err}");
+    assert!(
+        err.to_string().contains("shard 2 of a gguf-split set of 3") && err.to_string().contains("--merge")
+    );
+    assert!(!dir.path().join("s").exists(), "nothing written");
 }
 
 #[test]
