@@ -6,9 +6,20 @@ use diskformer_gguf::TensorType;
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A weight type these kernels do not multiply yet.
-    #[error("{what} is {ty}; the CPU expert kernels multiply Q8_0 and Q4_0 (keep such experts on the GPU)")]
+    /// A weight type (or layout) these kernels do not multiply yet.
+    #[error(
+        "{what} is {ty}; the CPU expert kernels multiply Q8_0 and Q4_0 (as planes or a GGUF's blocks) and \
+         Q4_K, Q5_K and Q6_K (as a GGUF's blocks); keep such experts on the GPU"
+    )]
     UnsupportedType {
+        /// Which matrix.
+        what: &'static str,
+        /// Its type.
+        ty: TensorType,
+    },
+    /// Q8_0-quantised inputs ([`Math::Q8`](crate::Math::Q8)) for K-quant weights, which multiply f32.
+    #[error("{what} is {ty}, which multiplies f32 inputs; Math::Q8 is for Q8_0 and Q4_0 weights")]
+    QuantisedInput {
         /// Which matrix.
         what: &'static str,
         /// Its type.

@@ -152,7 +152,8 @@ impl CpuExperts {
     ///
     /// # Errors
     /// [`Error::OutOfRange`] for an assignment past `experts` or the tokens; [`Error::ShapeMismatch`] when the
-    /// experts differ in shape or `x` and `out` are not whole rows of their width; nothing is computed then.
+    /// experts differ in shape or `x` and `out` are not whole rows of their width; [`Error::QuantisedInput`]
+    /// for [`Math::Q8`] with K-quant experts; nothing is computed then.
     pub fn moe(
         &self,
         math: Math,
@@ -187,7 +188,14 @@ impl CpuExperts {
             };
         };
         let (hidden, ffn) = (first.hidden(), first.ffn());
-        let checked = check_shapes(experts, x, assignments, out, (hidden, ffn));
+        let checked = check_shapes(experts, x, assignments, out, (hidden, ffn)).and_then(|()| match experts
+            .iter()
+            .flat_map(|e| [e.gate, e.up, e.down])
+            .find(|m| m.weight_type().is_k_quant())
+        {
+            Some(k) if math == Math::Q8 => Err(Error::QuantisedInput { what: "expert", ty: k.tensor_type() }),
+            _ => Ok(()),
+        });
         if let Err(e) = checked {
             meanwhile();
             return Err(e);

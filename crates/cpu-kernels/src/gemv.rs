@@ -7,12 +7,15 @@ use crate::{Error, Input, Isa, QuantMatrix, Result};
 ///
 /// # Errors
 /// [`Error::IsaUnavailable`] when this CPU lacks `isa`; [`Error::BadLength`] when `x` is not `m.cols()`
-/// values or `out` not `m.rows()`.
+/// values or `out` not `m.rows()`; [`Error::QuantisedInput`] for a quantised `x` and K-quant weights.
 pub fn gemv(isa: Isa, m: &QuantMatrix<'_>, x: Input<'_>, out: &mut [f32]) -> Result<()> {
     if !isa.available() {
         return Err(Error::IsaUnavailable { isa });
     }
     check_input("input", m.cols(), x)?;
+    if m.weight_type().is_k_quant() && matches!(x, Input::Q8(_)) {
+        return Err(Error::QuantisedInput { what: "matrix", ty: m.tensor_type() });
+    }
     if out.len() != m.rows() {
         return Err(Error::BadLength { what: "output", expected: m.rows(), got: out.len() });
     }

@@ -1,13 +1,15 @@
 //! The routed experts' FFN computed on the host CPU, from weights where they lie.
 //!
 //! - [`QuantMatrix`] borrows a Q8_0 or Q4_0 matrix as a store record's planes or a GGUF tensor's
-//!   interleaved blocks (a memory map of either: nothing is copied or re-quantised).
+//!   interleaved blocks (a memory map of either: nothing is copied or re-quantised), or a Q4_K, Q5_K or
+//!   Q6_K one as a GGUF's super-blocks (multiplied in f32 on a portable path, without hand-written SIMD).
 //! - [`gemv`] and [`CpuExperts::moe`] multiply it, in f32 or on inputs quantised to Q8_0 as llama.cpp does
 //!   ([`Math`]), with the fastest SIMD path the CPU runs ([`Isa::detect`]: AVX-512 VNNI, AVX2, else
 //!   scalar), on a persistent [`WorkerPool`].
 //!
 //! It does not choose which experts run here (the expert-stream crate's tier policy does), and does not
-//! yet read K-quants or IQ types, nor use NEON or AMX: on aarch64 it runs the scalar path.
+//! yet read Q2_K, Q3_K or IQ types, multiply K-quants on quantised inputs, nor use NEON or AMX: on aarch64
+//! it runs the scalar path.
 //!
 //! ```
 //! use diskformer_cpu_kernels::{Assignment, CpuExperts, ExpertWeights, Isa, Math, QuantMatrix};
@@ -45,7 +47,7 @@ pub use error::{Error, Result};
 pub use ffn::{Assignment, CpuExperts, ExpertWeights, Math};
 pub use gemv::gemv;
 pub use isa::Isa;
-pub use matrix::{BLOCK, QuantMatrix};
+pub use matrix::{BLOCK, K_BLOCK, QuantMatrix};
 pub use pool::WorkerPool;
 
 /// The scalar path's `row · x` for row `r` of `m`: the reference the SIMD paths are tested against.

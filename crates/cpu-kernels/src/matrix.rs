@@ -7,6 +7,8 @@ use crate::{Error, Result};
 
 /// Values a quant block holds (Q8_0 and Q4_0).
 pub const BLOCK: usize = 32;
+/// Values a K-quant super-block holds.
+pub const K_BLOCK: usize = 256;
 /// Bytes of a block's f16 scale.
 const SCALE_BYTES: usize = 2;
 
@@ -17,6 +19,12 @@ pub(crate) enum WeightType {
     Q8_0,
     /// 32 4-bit values (offset 8; byte j holds value j low and j + 16 high) and an f16 scale a block.
     Q4_0,
+    /// K-quants: 256-value super-blocks with their scales inside (ggml-common.h), read whole.
+    Q4K,
+    /// See [`WeightType::Q4K`].
+    Q5K,
+    /// See [`WeightType::Q4K`].
+    Q6K,
 }
 
 impl WeightType {
@@ -24,22 +32,44 @@ impl WeightType {
         match ty {
             TensorType::Q8_0 => Ok(WeightType::Q8_0),
             TensorType::Q4_0 => Ok(WeightType::Q4_0),
+            TensorType::Q4K => Ok(WeightType::Q4K),
+            TensorType::Q5K => Ok(WeightType::Q5K),
+            TensorType::Q6K => Ok(WeightType::Q6K),
             _ => Err(Error::UnsupportedType { what, ty }),
         }
     }
 
-    /// Bytes of quants a block.
+    /// Whether blocks are K-quant super-blocks (scales inside; f32 inputs only).
+    pub(crate) fn is_k_quant(self) -> bool {
+        matches!(self, WeightType::Q4K | WeightType::Q5K | WeightType::Q6K)
+    }
+
+    /// Values a block.
+    pub(crate) fn block_values(self) -> usize {
+        if self.is_k_quant() { K_BLOCK } else { BLOCK }
+    }
+
+    /// Bytes of quants a block (for K-quants the whole super-block, scales included).
     pub(crate) fn quant_bytes(self) -> usize {
         match self {
             WeightType::Q8_0 => 32,
             WeightType::Q4_0 => 16,
+            k => k.tensor_type().block_bytes() as usize,
         }
     }
 
-    fn tensor_type(self) -> TensorType {
+    /// Bytes a block takes in a GGUF's interleaved layout.
+    fn block_bytes(self) -> usize {
+        if self.is_k_quant() { self.quant_bytes() } else { self.quant_bytes() + SCALE_BYTES }
+    }
+
+    pub(crate) fn tensor_type(self) -> TensorType {
         match self {
             WeightType::Q8_0 => TensorType::Q8_0,
             WeightType::Q4_0 => TensorType::Q4_0,
+            WeightType::Q4K => TensorType::Q4K,
+            WeightType::Q5K => TensorType::Q5K,
+            WeightType::Q6K => TensorType::Q6K,
         }
     }
 }
@@ -83,7 +113,8 @@ enum Data<'a> {
     Blocks(&'a [u8]),
 }
 
-/// A `[rows, cols]` Q8_0 or Q4_0 matrix borrowed where it lies (ggml order: `cols` values a row).
+/// A `[rows, cols]` Q8_0, Q4_0, Q4_K, Q5_K or Q6_K matrix borrowed where it lies (ggml order: `cols` values
+/// a row). K-quants come only as a GGUF holds them ([`QuantMatrix::blocks`]) and multiply f32 inputs.
 #[derive(Clone, Copy, Debug)]
 pub struct QuantMatrix<'a> {
     ty: WeightType,
@@ -106,18 +137,21 @@ impl<'a> QuantMatrix<'a> {
         quants: &'a [u8],
         scales: &'a [u8],
     ) -> Result<Self> {
-        let ty = WeightType::of(ty, what)?;
-        let blocks = blocks(what, rows, cols)?;
+        let ty = match WeightType::of(ty, what)? {
+            k if k.is_k_quant() => return Err(Error::UnsupportedType { what, ty }),
+            t => t,
+        };
+        let blocks = blocks(what, ty, rows, cols)?;
         check_len(what, blocks.saturating_mul(ty.quant_bytes()), quants.len())?;
         check_len(what, blocks.saturating_mul(SCALE_BYTES), scales.len())?;
         Ok(Self { ty, rows, cols, data: Data::Planes { quants, scales } })
     }
 
     /// A matrix of interleaved blocks, as a GGUF tensor holds it (`block_q8_0 { f16 d; int8 qs[32]; }`,
-    /// `block_q4_0 { f16 d; uint8 qs[16]; }`, ggml-common.h).
+    /// `block_q4_0 { f16 d; uint8 qs[16]; }`, the K-quants' super-blocks; ggml-common.h).
     ///
     /// # Errors
-    /// As [`QuantMatrix::planes`].
+    /// As [`QuantMatrix::planes`], with Q4_K, Q5_K and Q6_K also taken (rows a multiple of 256 values).
     pub fn blocks(
         what: &'static str,
         ty: TensorType,
@@ -125,8 +159,8 @@ impl<'a> QuantMatrix<'a> {
         data: &'a [u8],
     ) -> Result<Self> {
         let ty = WeightType::of(ty, what)?;
-        let blocks = blocks(what, rows, cols)?;
-        check_len(what, blocks.saturating_mul(SCALE_BYTES + ty.quant_bytes()), data.len())?;
+        let blocks = blocks(what, ty, rows, cols)?;
+        check_len(what, blocks.saturating_mul(ty.block_bytes()), data.len())?;
         Ok(Self { ty, rows, cols, data: Data::Blocks(data) })
     }
 
@@ -147,7 +181,7 @@ impl<'a> QuantMatrix<'a> {
 
     /// Bytes of weights (quants and scales) the kernels read for the whole matrix.
     pub fn weight_bytes(&self) -> usize {
-        self.rows * self.cols / BLOCK * (self.ty.quant_bytes() + SCALE_BYTES)
+        self.rows * self.cols / self.ty.block_values() * self.ty.block_bytes()
     }
 
     pub(crate) fn weight_type(&self) -> WeightType {
@@ -157,9 +191,17 @@ impl<'a> QuantMatrix<'a> {
     /// Row `r`'s blocks.
     #[inline]
     pub(crate) fn row(&self, r: usize) -> RowRef<'a> {
-        let nb = self.cols / BLOCK;
+        let nb = self.cols / self.ty.block_values();
         let qb = self.ty.quant_bytes();
         match self.data {
+            // Super-blocks: `quants` is the row's bytes, a block each `qb`; their scales lie inside.
+            Data::Blocks(data) if self.ty.is_k_quant() => RowRef {
+                quants: &data[r * nb * qb..][..nb * qb],
+                quant_stride: qb,
+                scales: &[],
+                scale_stride: 0,
+                blocks: nb,
+            },
             Data::Planes { quants, scales } => RowRef {
                 quants: &quants[r * nb * qb..][..nb * qb],
                 quant_stride: qb,
@@ -181,9 +223,16 @@ impl<'a> QuantMatrix<'a> {
         }
     }
 
-    /// Row `r` as f32, as ggml dequantises it (`d · q`, Q4_0 `d · (q − 8)`).
+    /// Row `r` as f32, as ggml dequantises it (`d · q`, Q4_0 `d · (q − 8)`, K-quants as
+    /// [`diskformer_gguf::dequantize`]).
     pub fn dequantize_row(&self, r: usize) -> Vec<f32> {
         let row = self.row(r);
+        if self.ty.is_k_quant() {
+            let mut out = vec![0f32; self.cols];
+            diskformer_gguf::dequantize(self.ty.tensor_type(), row.quants, &mut out)
+                .expect("a row of whole super-blocks (checked at construction)");
+            return out;
+        }
         let mut out = Vec::with_capacity(self.cols);
         for b in 0..row.blocks {
             let d = row.scale(b);
@@ -196,17 +245,19 @@ impl<'a> QuantMatrix<'a> {
                     out.extend(qs.iter().map(|&q| d * (f32::from(q & 0x0f) - 8.0)));
                     out.extend(qs.iter().map(|&q| d * (f32::from(q >> 4) - 8.0)));
                 }
+                WeightType::Q4K | WeightType::Q5K | WeightType::Q6K => unreachable!("returned above"),
             }
         }
         out
     }
 }
 
-fn blocks(what: &'static str, rows: usize, cols: usize) -> Result<usize> {
-    if !cols.is_multiple_of(BLOCK) {
-        return Err(Error::PartialBlock { what, cols, block: BLOCK });
+fn blocks(what: &'static str, ty: WeightType, rows: usize, cols: usize) -> Result<usize> {
+    let block = ty.block_values();
+    if !cols.is_multiple_of(block) {
+        return Err(Error::PartialBlock { what, cols, block });
     }
-    rows.checked_mul(cols / BLOCK).ok_or(Error::BadLength { what, expected: usize::MAX, got: 0 })
+    rows.checked_mul(cols / block).ok_or(Error::BadLength { what, expected: usize::MAX, got: 0 })
 }
 
 fn check_len(what: &'static str, expected: usize, got: usize) -> Result<()> {

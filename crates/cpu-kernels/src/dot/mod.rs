@@ -3,6 +3,7 @@
 //! Every path sums the same terms: per block `d_w · Σ q·x` (f32 input) or `Σ_int q·xq · (d_w · d_x)` (Q8
 //! input); they differ only in the order of the f32 sums across blocks, so they agree to rounding.
 
+mod k_quant;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -14,6 +15,9 @@ use crate::{Input, Isa};
 #[inline]
 pub(crate) fn dot(isa: Isa, ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f32 {
     debug_assert!(isa.available());
+    if ty.is_k_quant() {
+        return k_quant::dot(ty, row, x);
+    }
     match isa {
         Isa::Scalar => scalar::dot(ty, row, x),
         #[cfg(target_arch = "x86_64")]
@@ -28,4 +32,7 @@ pub(crate) fn dot(isa: Isa, ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f3
     }
 }
 
-pub(crate) use scalar::dot as dot_scalar;
+/// The reference of `row · x`: the scalar path (K-quants have only their portable one).
+pub(crate) fn dot_scalar(ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f32 {
+    if ty.is_k_quant() { k_quant::dot(ty, row, x) } else { scalar::dot(ty, row, x) }
+}

@@ -1,0 +1,192 @@
+//! K-quant weights (Q4_K, Q5_K, Q6_K, as a GGUF holds them) on the CPU: every path's GEMV and the experts'
+//! FFN against an f64 reference on values dequantised by diskformer-gguf (itself bit-exact against PyPI
+//! gguf), on random super-blocks; and what they refuse.
+
+use diskformer_cpu_kernels::{
+    Assignment, CpuExperts, Error, ExpertWeights, Input, Isa, K_BLOCK, Math, Q8Row, QuantMatrix, gemv,
+};
+use diskformer_gguf::{TensorType, dequantize};
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+
+/// Bytes of a super-block and where its f16 scales lie in it.
+fn layout(ty: TensorType) -> (usize, &'static [usize]) {
+    match ty {
+        TensorType::Q4K => (144, &[0, 2]),
+        TensorType::Q5K => (176, &[0, 2]),
+        _ => (210, &[208]),
+    }
+}
+
+/// `blocks` random super-blocks of `ty`: any bytes, the f16 scales finite, 2^-10 .. 2^-2, of either sign.
+fn arbitrary_blocks(ty: TensorType, blocks: usize) -> impl Strategy<Value = Vec<u8>> {
+    let (bytes, scales) = layout(ty);
+    let scale =
+        (any::<bool>(), 5u16..13, 0u16..1024).prop_map(|(neg, e, m)| (u16::from(neg) << 15) | (e << 10) | m);
+    (
+        proptest::collection::vec(any::<u8>(), blocks * bytes),
+        proptest::collection::vec(scale, blocks * scales.len()),
+    )
+        .prop_map(move |(mut data, s)| {
+            for (b, block) in data.chunks_exact_mut(bytes).enumerate() {
+                for (i, &at) in scales.iter().enumerate() {
+                    block[at..at + 2].copy_from_slice(&s[b * scales.len() + i].to_le_bytes());
+                }
+            }
+            data
+        })
+}
+
+fn any_k_type() -> impl Strategy<Value = TensorType> {
+    prop_oneof![Just(TensorType::Q4K), Just(TensorType::Q5K), Just(TensorType::Q6K)]
+}
+
+fn values(ty: TensorType, data: &[u8], n: usize) -> Vec<f32> {
+    let mut out = vec![0f32; n];
+    dequantize(ty, data, &mut out).unwrap();
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn gemv_matches_the_dequantised_reference(
+        (ty, rows, per_row, data, x) in (any_k_type(), 1usize..4, 1usize..3).prop_flat_map(|(ty, rows, per_row)| {
+            (Just(ty), Just(rows), Just(per_row), arbitrary_blocks(ty, rows * per_row),
+             proptest::collection::vec(-4f32..4f32, per_row * K_BLOCK))
+        })
+    ) {
+        let cols = per_row * K_BLOCK;
+        let m = QuantMatrix::blocks("w", ty, (rows, cols), &data).unwrap();
+        let w = values(ty, &data, rows * cols);
+        for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+            let mut got = vec![0f32; rows];
+            gemv(isa, &m, Input::F32(&x), &mut got).unwrap();
+            for r in 0..rows {
+                let row = &w[r * cols..][..cols];
+                prop_assert_eq!(&m.dequantize_row(r), &row.to_vec());
+                let want: f64 = row.iter().zip(&x).map(|(w, x)| f64::from(*w) * f64::from(*x)).sum();
+                let size: f64 = row.iter().zip(&x).map(|(w, x)| (f64::from(*w) * f64::from(*x)).abs()).sum();
+                prop_assert!(
+                    (f64::from(got[r]) - want).abs() <= 1e-5 * size + 1e-30,
+                    "{} {} row {}: {} vs {}", ty, isa, r, got[r], want
+                );
+            }
+        }
+    }
+}
+
+/// Σ_a w_a · down(silu(gate · x) ⊙ (up · x)) in f64 over dequantised experts `(gate, up, down)`.
+fn moe_reference(
+    experts: &[(Vec<f32>, Vec<f32>, Vec<f32>)],
+    hidden: usize,
+    ffn: usize,
+    x: &[f32],
+    picks: &[(usize, f32)],
+) -> Vec<f64> {
+    let mut out = vec![0f64; hidden];
+    for &(e, weight) in picks {
+        let (gate, up, down) = &experts[e];
+        let dot = |m: &[f32], r: usize, v: &[f64]| -> f64 {
+            m[r * v.len()..][..v.len()].iter().zip(v).map(|(w, v)| f64::from(*w) * v).sum()
+        };
+        let xs: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+        let act: Vec<f64> = (0..ffn)
+            .map(|r| {
+                let g = dot(gate, r, &xs);
+                g / (1.0 + (-g).exp()) * dot(up, r, &xs)
+            })
+            .collect();
+        for (r, o) in out.iter_mut().enumerate() {
+            *o += f64::from(weight) * dot(down, r, &act);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_experts_ffn_on_k_quants_matches_the_reference() {
+    let (hidden, ffn) = (512, 256);
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    for ty in [TensorType::Q4K, TensorType::Q5K, TensorType::Q6K] {
+        let n = |rows: usize, cols: usize| rows * cols / K_BLOCK;
+        let draw = |blocks: usize, runner: &mut proptest::test_runner::TestRunner| {
+            arbitrary_blocks(ty, blocks).new_tree(runner).unwrap().current()
+        };
+        let raw: Vec<[Vec<u8>; 3]> = (0..4)
+            .map(|_| {
+                [
+                    draw(n(ffn, hidden), &mut runner),
+                    draw(n(ffn, hidden), &mut runner),
+                    draw(n(hidden, ffn), &mut runner),
+                ]
+            })
+            .collect();
+        let experts: Vec<ExpertWeights<'_>> = raw
+            .iter()
+            .map(|[g, u, d]| {
+                ExpertWeights::new(
+                    QuantMatrix::blocks("gate", ty, (ffn, hidden), g).unwrap(),
+                    QuantMatrix::blocks("up", ty, (ffn, hidden), u).unwrap(),
+                    QuantMatrix::blocks("down", ty, (hidden, ffn), d).unwrap(),
+                )
+                .unwrap()
+            })
+            .collect();
+        let dequantised: Vec<_> = raw
+            .iter()
+            .map(|[g, u, d]| {
+                (values(ty, g, ffn * hidden), values(ty, u, ffn * hidden), values(ty, d, hidden * ffn))
+            })
+            .collect();
+        let x: Vec<f32> = (0..hidden).map(|i| ((i as f32) * 0.37).sin() * 0.5).collect();
+        let picks = [(2usize, 0.5f32), (0, 0.3), (3, 0.2)];
+        let assignments: Vec<Assignment> =
+            picks.iter().map(|&(expert, weight)| Assignment { token: 0, expert, weight }).collect();
+        let want = moe_reference(&dequantised, hidden, ffn, &x, &picks);
+        let size = want.iter().map(|v| v.abs()).fold(0f64, f64::max).max(1e-12);
+        for threads in [1, 3] {
+            let cpu = CpuExperts::new(threads, Isa::detect()).unwrap();
+            let mut out = vec![0f32; hidden];
+            cpu.moe(Math::F32, &experts, &x, &assignments, &mut out).unwrap();
+            let worst = out.iter().zip(&want).map(|(g, w)| (f64::from(*g) - w).abs()).fold(0f64, f64::max);
+            assert!(worst <= 1e-4 * size, "{ty}, {threads} threads: worst {worst:e} against {size:e}");
+        }
+    }
+}
+
+#[test]
+fn k_quants_are_refused_as_planes_with_quantised_inputs_or_partial_blocks() {
+    let block = vec![0u8; 144];
+    assert!(matches!(
+        QuantMatrix::planes("w", TensorType::Q4K, (1, 256), &block, &[]),
+        Err(Error::UnsupportedType { .. })
+    ));
+    assert!(matches!(
+        QuantMatrix::blocks("w", TensorType::Q4K, (1, 128), &block[..72]),
+        Err(Error::PartialBlock { block: 256, .. })
+    ));
+    assert!(matches!(
+        QuantMatrix::blocks("w", TensorType::Q3K, (1, 256), &[0; 110]),
+        Err(Error::UnsupportedType { .. })
+    ));
+    let m = QuantMatrix::blocks("w", TensorType::Q4K, (1, 256), &block).unwrap();
+    let xq = Q8Row::quantize(&[0.5; 256]);
+    assert!(matches!(gemv(Isa::Scalar, &m, Input::Q8(&xq), &mut [0.0]), Err(Error::QuantisedInput { .. })));
+    let (gate_up, down) = (vec![0u8; 144 * 256], vec![0u8; 144 * 256]);
+    let e = ExpertWeights::new(
+        QuantMatrix::blocks("gate", TensorType::Q4K, (256, 256), &gate_up).unwrap(),
+        QuantMatrix::blocks("up", TensorType::Q4K, (256, 256), &gate_up).unwrap(),
+        QuantMatrix::blocks("down", TensorType::Q4K, (256, 256), &down).unwrap(),
+    )
+    .unwrap();
+    let cpu = CpuExperts::new(2, Isa::detect()).unwrap();
+    let mut out = vec![0f32; 256];
+    let one = [Assignment { token: 0, expert: 0, weight: 1.0 }];
+    assert!(matches!(
+        cpu.moe(Math::Q8, &[e], &[0.1; 256], &one, &mut out),
+        Err(Error::QuantisedInput { .. })
+    ));
+    cpu.moe(Math::F32, &[e], &[0.1; 256], &one, &mut out).unwrap();
+}
