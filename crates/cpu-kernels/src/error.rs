@@ -9,7 +9,7 @@ pub enum Error {
     /// A weight type (or layout) these kernels do not multiply yet.
     #[error(
         "{what} is {ty}; the CPU expert kernels multiply Q8_0 and Q4_0 (as planes or a GGUF's blocks) and \
-         Q4_K, Q5_K and Q6_K (as a GGUF's blocks); keep such experts on the GPU"
+         every other type a GGUF stores but q8_K (as a GGUF's blocks); keep such experts on the GPU"
     )]
     UnsupportedType {
         /// Which matrix.
@@ -17,7 +17,8 @@ pub enum Error {
         /// Its type.
         ty: TensorType,
     },
-    /// Q8_0-quantised inputs ([`Math::Q8`](crate::Math::Q8)) for K-quant weights, which multiply f32.
+    /// Q8_0-quantised inputs ([`Math::Q8`](crate::Math::Q8)) for weights other than Q8_0 and Q4_0, which
+    /// multiply f32.
     #[error("{what} is {ty}, which multiplies f32 inputs; Math::Q8 is for Q8_0 and Q4_0 weights")]
     QuantisedInput {
         /// Which matrix.

@@ -153,7 +153,7 @@ impl CpuExperts {
     /// # Errors
     /// [`Error::OutOfRange`] for an assignment past `experts` or the tokens; [`Error::ShapeMismatch`] when the
     /// experts differ in shape or `x` and `out` are not whole rows of their width; [`Error::QuantisedInput`]
-    /// for [`Math::Q8`] with K-quant experts; nothing is computed then.
+    /// for [`Math::Q8`] with experts other than Q8_0 and Q4_0; nothing is computed then.
     pub fn moe(
         &self,
         math: Math,
@@ -191,7 +191,7 @@ impl CpuExperts {
         let checked = check_shapes(experts, x, assignments, out, (hidden, ffn)).and_then(|()| match experts
             .iter()
             .flat_map(|e| [e.gate, e.up, e.down])
-            .find(|m| m.weight_type().is_k_quant())
+            .find(|m| m.weight_type().is_dequantised())
         {
             Some(k) if math == Math::Q8 => Err(Error::QuantisedInput { what: "expert", ty: k.tensor_type() }),
             _ => Ok(()),

@@ -7,13 +7,13 @@ use crate::{Error, Input, Isa, QuantMatrix, Result};
 ///
 /// # Errors
 /// [`Error::IsaUnavailable`] when this CPU lacks `isa`; [`Error::BadLength`] when `x` is not `m.cols()`
-/// values or `out` not `m.rows()`; [`Error::QuantisedInput`] for a quantised `x` and K-quant weights.
+/// values or `out` not `m.rows()`; [`Error::QuantisedInput`] for a quantised `x` and weights other than Q8_0 and Q4_0.
 pub fn gemv(isa: Isa, m: &QuantMatrix<'_>, x: Input<'_>, out: &mut [f32]) -> Result<()> {
     if !isa.available() {
         return Err(Error::IsaUnavailable { isa });
     }
     check_input("input", m.cols(), x)?;
-    if m.weight_type().is_k_quant() && matches!(x, Input::Q8(_)) {
+    if m.weight_type().is_dequantised() && matches!(x, Input::Q8(_)) {
         return Err(Error::QuantisedInput { what: "matrix", ty: m.tensor_type() });
     }
     if out.len() != m.rows() {

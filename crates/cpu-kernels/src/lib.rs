@@ -1,15 +1,16 @@
 //! The routed experts' FFN computed on the host CPU, from weights where they lie.
 //!
 //! - [`QuantMatrix`] borrows a Q8_0 or Q4_0 matrix as a store record's planes or a GGUF tensor's
-//!   interleaved blocks (a memory map of either: nothing is copied or re-quantised), or a Q4_K, Q5_K or
-//!   Q6_K one as a GGUF's super-blocks (multiplied in f32 on a portable path, without hand-written SIMD).
+//!   interleaved blocks (a memory map of either: nothing is copied or re-quantised), or one of any other
+//!   type a GGUF stores but Q8_K as its blocks (K-quants, IQ4, Q4_1, Q5_0/1, F16, BF16, F32: multiplied in
+//!   f32 on a portable path, each block dequantised as ggml does, without hand-written SIMD).
 //! - [`gemv`] and [`CpuExperts::moe`] multiply it, in f32 or on inputs quantised to Q8_0 as llama.cpp does
 //!   ([`Math`]), with the fastest SIMD path the CPU runs ([`Isa::detect`]: AVX-512 VNNI, AVX2, else
 //!   scalar), on a persistent [`WorkerPool`].
 //!
 //! It does not choose which experts run here (the expert-stream crate's tier policy does), and does not
-//! yet read Q2_K, Q3_K or IQ types, multiply K-quants on quantised inputs, nor use NEON or AMX: on aarch64
-//! it runs the scalar path.
+//! yet multiply types other than Q8_0 and Q4_0 on quantised inputs (llama.cpp's Q8_K), nor use NEON or
+//! AMX: on aarch64 it runs the scalar path.
 //!
 //! ```
 //! use diskformer_cpu_kernels::{Assignment, CpuExperts, ExpertWeights, Isa, Math, QuantMatrix};

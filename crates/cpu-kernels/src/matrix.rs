@@ -7,7 +7,7 @@ use crate::{Error, Result};
 
 /// Values a quant block holds (Q8_0 and Q4_0).
 pub const BLOCK: usize = 32;
-/// Values a K-quant super-block holds.
+/// Values a K-quant super-block holds: a multiple of every type's block.
 pub const K_BLOCK: usize = 256;
 /// Bytes of a block's f16 scale.
 const SCALE_BYTES: usize = 2;
@@ -19,12 +19,9 @@ pub(crate) enum WeightType {
     Q8_0,
     /// 32 4-bit values (offset 8; byte j holds value j low and j + 16 high) and an f16 scale a block.
     Q4_0,
-    /// K-quants: 256-value super-blocks with their scales inside (ggml-common.h), read whole.
-    Q4K,
-    /// See [`WeightType::Q4K`].
-    Q5K,
-    /// See [`WeightType::Q4K`].
-    Q6K,
+    /// Any other type a GGUF stores but Q8_K: blocks read whole as ggml lays them out (ggml-common.h),
+    /// dequantised as ggml does and multiplied in f32.
+    Dequantised(TensorType),
 }
 
 impl WeightType {
@@ -32,44 +29,40 @@ impl WeightType {
         match ty {
             TensorType::Q8_0 => Ok(WeightType::Q8_0),
             TensorType::Q4_0 => Ok(WeightType::Q4_0),
-            TensorType::Q4K => Ok(WeightType::Q4K),
-            TensorType::Q5K => Ok(WeightType::Q5K),
-            TensorType::Q6K => Ok(WeightType::Q6K),
-            _ => Err(Error::UnsupportedType { what, ty }),
+            TensorType::Q8K => Err(Error::UnsupportedType { what, ty }),
+            other => Ok(WeightType::Dequantised(other)),
         }
     }
 
-    /// Whether blocks are K-quant super-blocks (scales inside; f32 inputs only).
-    pub(crate) fn is_k_quant(self) -> bool {
-        matches!(self, WeightType::Q4K | WeightType::Q5K | WeightType::Q6K)
+    /// Whether blocks are dequantised to f32 before they are multiplied (f32 inputs only).
+    pub(crate) fn is_dequantised(self) -> bool {
+        matches!(self, WeightType::Dequantised(_))
     }
 
     /// Values a block.
     pub(crate) fn block_values(self) -> usize {
-        if self.is_k_quant() { K_BLOCK } else { BLOCK }
+        self.tensor_type().block_size() as usize
     }
 
-    /// Bytes of quants a block (for K-quants the whole super-block, scales included).
+    /// Bytes of quants a block (for the dequantised types the whole block, scales included).
     pub(crate) fn quant_bytes(self) -> usize {
         match self {
             WeightType::Q8_0 => 32,
             WeightType::Q4_0 => 16,
-            k => k.tensor_type().block_bytes() as usize,
+            WeightType::Dequantised(ty) => ty.block_bytes() as usize,
         }
     }
 
     /// Bytes a block takes in a GGUF's interleaved layout.
     fn block_bytes(self) -> usize {
-        if self.is_k_quant() { self.quant_bytes() } else { self.quant_bytes() + SCALE_BYTES }
+        self.tensor_type().block_bytes() as usize
     }
 
     pub(crate) fn tensor_type(self) -> TensorType {
         match self {
             WeightType::Q8_0 => TensorType::Q8_0,
             WeightType::Q4_0 => TensorType::Q4_0,
-            WeightType::Q4K => TensorType::Q4K,
-            WeightType::Q5K => TensorType::Q5K,
-            WeightType::Q6K => TensorType::Q6K,
+            WeightType::Dequantised(ty) => ty,
         }
     }
 }
@@ -113,8 +106,10 @@ enum Data<'a> {
     Blocks(&'a [u8]),
 }
 
-/// A `[rows, cols]` Q8_0, Q4_0, Q4_K, Q5_K or Q6_K matrix borrowed where it lies (ggml order: `cols` values
-/// a row). K-quants come only as a GGUF holds them ([`QuantMatrix::blocks`]) and multiply f32 inputs.
+/// A `[rows, cols]` matrix of any type a GGUF stores but Q8_K, borrowed where it lies (ggml order: `cols`
+/// values a row). Q8_0 and Q4_0 come as planes or blocks and multiply f32 or Q8_0-quantised inputs with
+/// integer dot products; the other types come as a GGUF holds them ([`QuantMatrix::blocks`]) and multiply
+/// f32 inputs, each block dequantised as ggml does.
 #[derive(Clone, Copy, Debug)]
 pub struct QuantMatrix<'a> {
     ty: WeightType,
@@ -138,7 +133,7 @@ impl<'a> QuantMatrix<'a> {
         scales: &'a [u8],
     ) -> Result<Self> {
         let ty = match WeightType::of(ty, what)? {
-            k if k.is_k_quant() => return Err(Error::UnsupportedType { what, ty }),
+            t if t.is_dequantised() => return Err(Error::UnsupportedType { what, ty }),
             t => t,
         };
         let blocks = blocks(what, ty, rows, cols)?;
@@ -148,10 +143,10 @@ impl<'a> QuantMatrix<'a> {
     }
 
     /// A matrix of interleaved blocks, as a GGUF tensor holds it (`block_q8_0 { f16 d; int8 qs[32]; }`,
-    /// `block_q4_0 { f16 d; uint8 qs[16]; }`, the K-quants' super-blocks; ggml-common.h).
+    /// `block_q4_0 { f16 d; uint8 qs[16]; }`, and every other type's blocks; ggml-common.h).
     ///
     /// # Errors
-    /// As [`QuantMatrix::planes`], with Q4_K, Q5_K and Q6_K also taken (rows a multiple of 256 values).
+    /// As [`QuantMatrix::planes`], with every type a GGUF stores but Q8_K taken (rows of whole blocks).
     pub fn blocks(
         what: &'static str,
         ty: TensorType,
@@ -194,8 +189,8 @@ impl<'a> QuantMatrix<'a> {
         let nb = self.cols / self.ty.block_values();
         let qb = self.ty.quant_bytes();
         match self.data {
-            // Super-blocks: `quants` is the row's bytes, a block each `qb`; their scales lie inside.
-            Data::Blocks(data) if self.ty.is_k_quant() => RowRef {
+            // Blocks read whole: `quants` is the row's bytes, a block each `qb`; their scales lie inside.
+            Data::Blocks(data) if self.ty.is_dequantised() => RowRef {
                 quants: &data[r * nb * qb..][..nb * qb],
                 quant_stride: qb,
                 scales: &[],
@@ -223,14 +218,14 @@ impl<'a> QuantMatrix<'a> {
         }
     }
 
-    /// Row `r` as f32, as ggml dequantises it (`d · q`, Q4_0 `d · (q − 8)`, K-quants as
+    /// Row `r` as f32, as ggml dequantises it (`d · q`, Q4_0 `d · (q − 8)`, the other types as
     /// [`diskformer_gguf::dequantize`]).
     pub fn dequantize_row(&self, r: usize) -> Vec<f32> {
         let row = self.row(r);
-        if self.ty.is_k_quant() {
+        if self.ty.is_dequantised() {
             let mut out = vec![0f32; self.cols];
             diskformer_gguf::dequantize(self.ty.tensor_type(), row.quants, &mut out)
-                .expect("a row of whole super-blocks (checked at construction)");
+                .expect("a row of whole blocks (checked at construction)");
             return out;
         }
         let mut out = Vec::with_capacity(self.cols);
@@ -245,7 +240,7 @@ impl<'a> QuantMatrix<'a> {
                     out.extend(qs.iter().map(|&q| d * (f32::from(q & 0x0f) - 8.0)));
                     out.extend(qs.iter().map(|&q| d * (f32::from(q >> 4) - 8.0)));
                 }
-                WeightType::Q4K | WeightType::Q5K | WeightType::Q6K => unreachable!("returned above"),
+                WeightType::Dequantised(_) => unreachable!("returned above"),
             }
         }
         out

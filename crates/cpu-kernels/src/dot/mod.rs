@@ -3,7 +3,7 @@
 //! Every path sums the same terms: per block `d_w · Σ q·x` (f32 input) or `Σ_int q·xq · (d_w · d_x)` (Q8
 //! input); they differ only in the order of the f32 sums across blocks, so they agree to rounding.
 
-mod k_quant;
+mod dequantised;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -15,8 +15,8 @@ use crate::{Input, Isa};
 #[inline]
 pub(crate) fn dot(isa: Isa, ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f32 {
     debug_assert!(isa.available());
-    if ty.is_k_quant() {
-        return k_quant::dot(ty, row, x);
+    if ty.is_dequantised() {
+        return dequantised::dot(ty, row, x);
     }
     match isa {
         Isa::Scalar => scalar::dot(ty, row, x),
@@ -32,7 +32,7 @@ pub(crate) fn dot(isa: Isa, ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f3
     }
 }
 
-/// The reference of `row · x`: the scalar path (K-quants have only their portable one).
+/// The reference of `row · x`: the scalar path (the dequantised types have only their portable one).
 pub(crate) fn dot_scalar(ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f32 {
-    if ty.is_k_quant() { k_quant::dot(ty, row, x) } else { scalar::dot(ty, row, x) }
+    if ty.is_dequantised() { dequantised::dot(ty, row, x) } else { scalar::dot(ty, row, x) }
 }

@@ -18,7 +18,7 @@ fn block_ints(ty: WeightType, row: &RowRef<'_>, b: usize) -> [i32; BLOCK] {
                 w[j + 16] = i32::from(q >> 4) - 8;
             }
         }
-        WeightType::Q4K | WeightType::Q5K | WeightType::Q6K => unreachable!("K-quants take dot::k_quant"),
+        WeightType::Dequantised(_) => unreachable!("dequantised types take dot::dequantised"),
     }
     w
 }

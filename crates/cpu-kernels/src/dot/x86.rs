@@ -49,7 +49,7 @@ fn load_weights(ty: WeightType, row: &RowRef<'_>, b: usize) -> __m256i {
             let hi = _mm_and_si128(_mm_srli_epi16::<4>(q), m);
             _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8))
         }
-        WeightType::Q4K | WeightType::Q5K | WeightType::Q6K => unreachable!("K-quants take dot::k_quant"),
+        WeightType::Dequantised(_) => unreachable!("dequantised types take dot::dequantised"),
     }
 }
 

@@ -1,6 +1,6 @@
-//! K-quant weights (Q4_K, Q5_K, Q6_K, as a GGUF holds them) on the CPU: every path's GEMV and the experts'
-//! FFN against an f64 reference on values dequantised by diskformer-gguf (itself bit-exact against PyPI
-//! gguf), on random super-blocks; and what they refuse.
+//! Weights of every type but Q8_0 and Q4_0 (K-quants, IQ4, Q4_1, Q5_0/1, F16, BF16, F32, as a GGUF holds
+//! them) on the CPU: every path's GEMV and the experts' FFN against an f64 reference on values dequantised
+//! by diskformer-gguf (itself bit-exact against PyPI gguf), on random blocks; and what they refuse.
 
 use diskformer_cpu_kernels::{
     Assignment, CpuExperts, Error, ExpertWeights, Input, Isa, K_BLOCK, Math, Q8Row, QuantMatrix, gemv,
@@ -9,16 +9,25 @@ use diskformer_gguf::{TensorType, dequantize};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
-/// Bytes of a super-block and where its f16 scales lie in it.
+/// Bytes of a block and where its f16 scales lie in it (for F16 and BF16 the value itself).
 fn layout(ty: TensorType) -> (usize, &'static [usize]) {
     match ty {
+        TensorType::F16 | TensorType::BF16 => (2, &[0]),
+        TensorType::Q4_1 => (20, &[0, 2]),
+        TensorType::Q5_0 => (22, &[0]),
+        TensorType::Q5_1 => (24, &[0, 2]),
+        TensorType::Q2K => (84, &[80, 82]),
+        TensorType::Q3K => (110, &[108]),
         TensorType::Q4K => (144, &[0, 2]),
         TensorType::Q5K => (176, &[0, 2]),
-        _ => (210, &[208]),
+        TensorType::Q6K => (210, &[208]),
+        TensorType::IQ4NL => (18, &[0]),
+        TensorType::IQ4XS => (136, &[0]),
+        other => panic!("no layout for {other} here"),
     }
 }
 
-/// `blocks` random super-blocks of `ty`: any bytes, the f16 scales finite, 2^-10 .. 2^-2, of either sign.
+/// `blocks` random blocks of `ty`: any bytes, the f16 scales finite, 2^-10 .. 2^-2, of either sign.
 fn arbitrary_blocks(ty: TensorType, blocks: usize) -> impl Strategy<Value = Vec<u8>> {
     let (bytes, scales) = layout(ty);
     let scale =
@@ -37,8 +46,24 @@ fn arbitrary_blocks(ty: TensorType, blocks: usize) -> impl Strategy<Value = Vec<
         })
 }
 
-fn any_k_type() -> impl Strategy<Value = TensorType> {
-    prop_oneof![Just(TensorType::Q4K), Just(TensorType::Q5K), Just(TensorType::Q6K)]
+/// Every type taken here but F32 (random bytes would be NaN; `f32_rows_multiply_exactly` covers it).
+const TYPES: [TensorType; 12] = [
+    TensorType::F16,
+    TensorType::BF16,
+    TensorType::Q4_1,
+    TensorType::Q5_0,
+    TensorType::Q5_1,
+    TensorType::Q2K,
+    TensorType::Q3K,
+    TensorType::Q4K,
+    TensorType::Q5K,
+    TensorType::Q6K,
+    TensorType::IQ4NL,
+    TensorType::IQ4XS,
+];
+
+fn any_type() -> impl Strategy<Value = TensorType> {
+    proptest::sample::select(TYPES.to_vec())
 }
 
 fn values(ty: TensorType, data: &[u8], n: usize) -> Vec<f32> {
@@ -48,12 +73,13 @@ fn values(ty: TensorType, data: &[u8], n: usize) -> Vec<f32> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(128))]
 
     #[test]
     fn gemv_matches_the_dequantised_reference(
-        (ty, rows, per_row, data, x) in (any_k_type(), 1usize..4, 1usize..3).prop_flat_map(|(ty, rows, per_row)| {
-            (Just(ty), Just(rows), Just(per_row), arbitrary_blocks(ty, rows * per_row),
+        (ty, rows, per_row, data, x) in (any_type(), 1usize..4, 1usize..3).prop_flat_map(|(ty, rows, per_row)| {
+            let blocks = rows * per_row * K_BLOCK / ty.block_size() as usize;
+            (Just(ty), Just(rows), Just(per_row), arbitrary_blocks(ty, blocks),
              proptest::collection::vec(-4f32..4f32, per_row * K_BLOCK))
         })
     ) {
@@ -106,11 +132,11 @@ fn moe_reference(
 }
 
 #[test]
-fn the_experts_ffn_on_k_quants_matches_the_reference() {
+fn the_experts_ffn_matches_the_reference_on_every_type() {
     let (hidden, ffn) = (512, 256);
     let mut runner = proptest::test_runner::TestRunner::deterministic();
-    for ty in [TensorType::Q4K, TensorType::Q5K, TensorType::Q6K] {
-        let n = |rows: usize, cols: usize| rows * cols / K_BLOCK;
+    for ty in TYPES {
+        let n = |rows: usize, cols: usize| rows * cols / ty.block_size() as usize;
         let draw = |blocks: usize, runner: &mut proptest::test_runner::TestRunner| {
             arbitrary_blocks(ty, blocks).new_tree(runner).unwrap().current()
         };
@@ -157,7 +183,7 @@ fn the_experts_ffn_on_k_quants_matches_the_reference() {
 }
 
 #[test]
-fn k_quants_are_refused_as_planes_with_quantised_inputs_or_partial_blocks() {
+fn these_types_are_refused_as_planes_with_quantised_inputs_or_partial_blocks() {
     let block = vec![0u8; 144];
     assert!(matches!(
         QuantMatrix::planes("w", TensorType::Q4K, (1, 256), &block, &[]),
@@ -168,7 +194,7 @@ fn k_quants_are_refused_as_planes_with_quantised_inputs_or_partial_blocks() {
         Err(Error::PartialBlock { block: 256, .. })
     ));
     assert!(matches!(
-        QuantMatrix::blocks("w", TensorType::Q3K, (1, 256), &[0; 110]),
+        QuantMatrix::blocks("w", TensorType::Q8K, (1, 256), &[0; 292]),
         Err(Error::UnsupportedType { .. })
     ));
     let m = QuantMatrix::blocks("w", TensorType::Q4K, (1, 256), &block).unwrap();
@@ -189,4 +215,19 @@ fn k_quants_are_refused_as_planes_with_quantised_inputs_or_partial_blocks() {
         Err(Error::QuantisedInput { .. })
     ));
     cpu.moe(Math::F32, &[e], &[0.1; 256], &one, &mut out).unwrap();
+}
+
+#[test]
+fn f32_rows_multiply_exactly() {
+    let w: Vec<f32> = (0..512).map(|i| (i % 7) as f32 - 3.0).collect();
+    let data: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let m = QuantMatrix::blocks("w", TensorType::F32, (2, 256), &data).unwrap();
+    let x: Vec<f32> = (0..256).map(|i| (i % 5) as f32).collect();
+    let want: Vec<f32> =
+        (0..2).map(|r| w[r * 256..][..256].iter().zip(&x).map(|(a, b)| a * b).sum()).collect();
+    for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+        let mut got = [0f32; 2];
+        gemv(isa, &m, Input::F32(&x), &mut got).unwrap();
+        assert_eq!(got.to_vec(), want, "{isa}: small integers sum exactly in any order");
+    }
 }
