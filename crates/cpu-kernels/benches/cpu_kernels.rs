@@ -6,6 +6,7 @@
 //! - `read/floor`: every thread summing its share of the same experts' bytes (the bound the kernels chase);
 //! - `moe/{q8_0,q4_0}/{f32,q8}/{isa}/t{1,4}`: [`CpuExperts::moe`] for 1 token (8 experts) or 4 tokens (32
 //!   assignments over their union), every available path;
+//! - `moe-blocks/{q4_K,q6_K}/f32/t1`: K-quant experts as a GGUF's blocks, on their portable path;
 //! - `moe-mapped/q8_0/{f32,q8}/{isa}/t1`: the same experts written to a file in the temporary directory and
 //!   mapped from the page cache (4 KiB pages, where the heap's may be huge), as the engine's CPU tier reads
 //!   a store, on the fastest path.
@@ -156,7 +157,59 @@ fn benches(c: &mut Criterion) {
             mapped(&mut group, &layer, threads, &mut rng);
         }
     }
+    for ty in [TensorType::Q4K, TensorType::Q6K] {
+        dequantised(&mut group, ty, threads, &mut rng);
+    }
     group.finish();
+}
+
+/// `moe-blocks/{q4_K,q6_K}/f32/t1`: one layer's experts as a GGUF's K-quant blocks (random quants, finite
+/// scales), one token, on the portable dequantise-then-multiply path.
+fn dequantised(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    ty: TensorType,
+    threads: usize,
+    rng: &mut Rng,
+) {
+    let (bytes, scales): (usize, &[usize]) =
+        if ty == TensorType::Q4K { (144, &[0, 2]) } else { (210, &[208]) };
+    let blocks = 3 * FFN * HIDDEN / 256;
+    let data: Vec<Vec<u8>> = (0..EXPERTS)
+        .map(|_| {
+            let mut d: Vec<u8> = (0..blocks * bytes).map(|_| rng.next() as u8).collect();
+            for block in d.chunks_exact_mut(bytes) {
+                for &at in scales {
+                    // 2^-8 .. 2^-6, as the planes' scales above.
+                    let s = ((7 + rng.next() % 3) << 10) | (rng.next() % 1024);
+                    block[at..at + 2].copy_from_slice(&(s as u16).to_le_bytes());
+                }
+            }
+            d
+        })
+        .collect();
+    let n = FFN * HIDDEN / 256 * bytes;
+    let experts: Vec<ExpertWeights<'_>> = data
+        .iter()
+        .map(|d| {
+            let m = |i: usize, shape| QuantMatrix::blocks("w", ty, shape, &d[i * n..][..n]).unwrap();
+            ExpertWeights::new(m(0, (FFN, HIDDEN)), m(1, (FFN, HIDDEN)), m(2, (HIDDEN, FFN))).unwrap()
+        })
+        .collect();
+    let cpu = CpuExperts::new(threads, Isa::detect()).unwrap();
+    group.throughput(Throughput::Bytes((TOP_K * experts[0].weight_bytes()) as u64));
+    let x: Vec<f32> = (0..HIDDEN).map(|_| (rng.next() % 2001) as f32 / 1000.0 - 1.0).collect();
+    let mut out = vec![0f32; HIDDEN];
+    let mut base = 0;
+    group.bench_function(format!("moe-blocks/{}/f32/t1", ty.name()), |b| {
+        b.iter(|| {
+            let assignments: Vec<Assignment> = (0..TOP_K)
+                .map(|k| Assignment { token: 0, expert: (base + k) % EXPERTS, weight: 1.0 / TOP_K as f32 })
+                .collect();
+            base = (base + TOP_K) % EXPERTS;
+            cpu.moe(Math::F32, &experts, &x, &assignments, &mut out).unwrap();
+            black_box(&out);
+        })
+    });
 }
 
 /// `moe-mapped/…`: `layer` written to a temporary file, mapped and read once into the page cache.
