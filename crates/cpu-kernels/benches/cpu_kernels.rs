@@ -6,7 +6,8 @@
 //! - `read/floor`: every thread summing its share of the same experts' bytes (the bound the kernels chase);
 //! - `moe/{q8_0,q4_0}/{f32,q8}/{isa}/t{1,4}`: [`CpuExperts::moe`] for 1 token (8 experts) or 4 tokens (32
 //!   assignments over their union), every available path;
-//! - `moe-blocks/{q4_K,q6_K}/f32/t1`: K-quant experts as a GGUF's blocks, on their portable path;
+//! - `moe-blocks/{q4_K,q6_K}/f32/t1`: K-quant experts as a GGUF's blocks (their AVX2 kernels where the CPU
+//!   has AVX2);
 //! - `moe-mapped/q8_0/{f32,q8}/{isa}/t1`: the same experts written to a file in the temporary directory and
 //!   mapped from the page cache (4 KiB pages, where the heap's may be huge), as the engine's CPU tier reads
 //!   a store, on the fastest path.
@@ -164,7 +165,7 @@ fn benches(c: &mut Criterion) {
 }
 
 /// `moe-blocks/{q4_K,q6_K}/f32/t1`: one layer's experts as a GGUF's K-quant blocks (random quants, finite
-/// scales), one token, on the portable dequantise-then-multiply path.
+/// scales), one token.
 fn dequantised(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     ty: TensorType,

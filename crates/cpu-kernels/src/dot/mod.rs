@@ -7,8 +7,12 @@ mod dequantised;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_k_quant;
 
 use crate::matrix::{RowRef, WeightType};
+use diskformer_gguf::TensorType;
+
 use crate::{Input, Isa};
 
 /// `row · x`. `isa` must be available (the public callers check).
@@ -16,6 +20,16 @@ use crate::{Input, Isa};
 pub(crate) fn dot(isa: Isa, ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f32 {
     debug_assert!(isa.available());
     if ty.is_dequantised() {
+        #[cfg(target_arch = "x86_64")]
+        if let (Isa::Avx2 | Isa::Avx512Vnni, Input::F32(x)) = (isa, x) {
+            // Safety: both paths' `available()` include AVX2, FMA and F16C; the row is whole super-blocks
+            // and `x` its length (checked by the callers).
+            match ty.tensor_type() {
+                TensorType::Q4K => return unsafe { x86_k_quant::dot_q4_k(row, x) },
+                TensorType::Q6K => return unsafe { x86_k_quant::dot_q6_k(row, x) },
+                _ => {}
+            }
+        }
         return dequantised::dot(ty, row, x);
     }
     match isa {

@@ -1,0 +1,115 @@
+//! AVX2 Q4_K and Q6_K rows times f32 inputs (the AVX2 and AVX-512 paths both take them): each
+//! super-block's quants widened to f32 eight at a time and multiplied as they are unpacked, one scale a
+//! sub-block, without writing the dequantised values out. The layouts are ggml-common.h's (KQUANTS.md
+//! §1.6, §1.8).
+
+use core::arch::x86_64::*;
+
+use crate::matrix::{K_BLOCK, RowRef};
+
+#[target_feature(enable = "f16c")]
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(u16::from_le_bytes([b[at], b[at + 1]])))))
+}
+
+#[target_feature(enable = "avx2")]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// The 32 bytes of `v` as four groups of 8, each widened to i32.
+#[target_feature(enable = "avx2")]
+fn widen(v: __m256i) -> [__m256i; 4] {
+    let (lo, hi) = (_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    [
+        _mm256_cvtepu8_epi32(lo),
+        _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(lo)),
+        _mm256_cvtepu8_epi32(hi),
+        _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(hi)),
+    ]
+}
+
+/// ggml's `get_scale_min_k4`.
+fn scale_min(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+    }
+}
+
+/// A Q4_K row times `x`: per sub-block `(d · sc) · Σ q·x − (dmin · m) · Σ x`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q4_k(row: RowRef<'_>, x: &[f32]) -> f32 {
+    let bytes = row.quant_stride;
+    let mask = _mm256_set1_epi8(0x0F);
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..row.blocks {
+        let block = &row.quants[b * bytes..][..bytes];
+        let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
+        let (scales, qs) = (&block[4..16], &block[16..144]);
+        let xb = &x[b * K_BLOCK..][..K_BLOCK];
+        for chunk in 0..4 {
+            // Safety: `qs` holds 128 bytes; this reads 32 at 32 · chunk.
+            let q = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * chunk).cast()) };
+            let nibbles = [_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16::<4>(q), mask)];
+            for (half, nibbles) in nibbles.into_iter().enumerate() {
+                let sub = 2 * chunk + half;
+                let xs = &xb[32 * sub..][..32];
+                let (mut qx, mut sx) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                for (g, q) in widen(nibbles).into_iter().enumerate() {
+                    // Safety: `xs` holds 32 values; this reads 8 at 8 · g.
+                    let xv = unsafe { _mm256_loadu_ps(xs.as_ptr().add(8 * g)) };
+                    qx = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), xv, qx);
+                    sx = _mm256_add_ps(sx, xv);
+                }
+                let (sc, m) = scale_min(sub, scales);
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * f32::from(sc)), qx, acc);
+                acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * f32::from(m)), sx, acc);
+            }
+        }
+    }
+    hsum(acc)
+}
+
+/// A Q6_K row times `x`: per 16 values `(d · sc) · Σ (q − 32)·x`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q6_k(row: RowRef<'_>, x: &[f32]) -> f32 {
+    let bytes = row.quant_stride;
+    let (low4, low2, offset) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03), _mm256_set1_epi32(32));
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..row.blocks {
+        let block = &row.quants[b * bytes..][..bytes];
+        let d = f16_at(block, 208);
+        let (ql, qh, scales) = (&block[..128], &block[128..192], &block[192..208]);
+        let xb = &x[b * K_BLOCK..][..K_BLOCK];
+        for half in 0..2 {
+            // Safety: `qh` holds 64 bytes; this reads 32 at 32 · half.
+            let high = unsafe { _mm256_loadu_si256(qh.as_ptr().add(32 * half).cast()) };
+            for k in 0..4 {
+                // Value 128 · half + 32 · k + l: low nibble of ql[64 · half + 32 · (k & 1) + l] (k < 2) or its
+                // high one, upper two bits (qh[32 · half + l] >> 2k) & 3.
+                // Safety: `ql` holds 128 bytes; this reads 32 at 64 · half + 32 · (k & 1).
+                let low = unsafe { _mm256_loadu_si256(ql.as_ptr().add(64 * half + 32 * (k & 1)).cast()) };
+                let low = if k < 2 { low } else { _mm256_srli_epi16::<4>(low) };
+                let up = _mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(2 * k as i32)), low2);
+                let q = _mm256_or_si256(_mm256_and_si256(low, low4), _mm256_slli_epi16::<4>(up));
+                let xs = &xb[128 * half + 32 * k..][..32];
+                let mut sums = [_mm256_setzero_ps(); 2];
+                for (g, q) in widen(q).into_iter().enumerate() {
+                    // Safety: `xs` holds 32 values; this reads 8 at 8 · g.
+                    let xv = unsafe { _mm256_loadu_ps(xs.as_ptr().add(8 * g)) };
+                    let q = _mm256_cvtepi32_ps(_mm256_sub_epi32(q, offset));
+                    sums[g / 2] = _mm256_fmadd_ps(q, xv, sums[g / 2]);
+                }
+                for (i, s) in sums.into_iter().enumerate() {
+                    let sc = scales[8 * half + 2 * k + i] as i8;
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(d * f32::from(sc)), s, acc);
+                }
+            }
+        }
+    }
+    hsum(acc)
+}
