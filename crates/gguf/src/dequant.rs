@@ -155,8 +155,9 @@ fn q3_k_block(b: &[u8], y: &mut [f32]) {
     }
 }
 
-/// ggml's `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` packed in 12 bytes.
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+/// ggml's `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` (0..8) of a Q4_K or Q5_K block, packed
+/// in its 12 scale bytes `q` (for kernels that unpack those blocks themselves).
+pub fn q4_k_scale_min(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
@@ -171,8 +172,8 @@ fn q4_k_block(b: &[u8], y: &mut [f32]) {
     let scales = &b[4..16];
     let qs = &b[16..144];
     for (chunk, (q, y)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
-        let (sc1, m1) = scale_min_k4(2 * chunk, scales);
-        let (sc2, m2) = scale_min_k4(2 * chunk + 1, scales);
+        let (sc1, m1) = q4_k_scale_min(2 * chunk, scales);
+        let (sc2, m2) = q4_k_scale_min(2 * chunk + 1, scales);
         let (d1, m1) = (d * f32::from(sc1), min * f32::from(m1));
         let (d2, m2) = (d * f32::from(sc2), min * f32::from(m2));
         for l in 0..32 {
@@ -192,7 +193,7 @@ fn q5_k_block(b: &[u8], y: &mut [f32]) {
         let byte = qs[32 * (v / 64) + l];
         let nibble = if sub % 2 == 0 { byte & 0xF } else { byte >> 4 };
         let q = nibble | ((qh[l] >> sub) & 1) << 4;
-        let (sc, m) = scale_min_k4(sub, scales);
+        let (sc, m) = q4_k_scale_min(sub, scales);
         *y = d * f32::from(sc) * f32::from(q) - min * f32::from(m);
     }
 }

@@ -136,40 +136,23 @@ fn main() {
     let host = vec![1f32; VALUES as usize];
     let mut rows: Vec<(&str, (f64, f64))> = Vec::new();
 
-    rows.push((
-        "submit: empty encoder",
+    // A submit of `dispatches` recorded and finished before, after an 8 KB write when `write`; timed alone.
+    let submit = |dispatches: usize, write: bool| {
         measure(iters, || {
-            let cb = b.encoder(0, false).finish();
+            let cb = b.encoder(dispatches, false).finish();
             let t = Instant::now();
+            if write {
+                b.queue.write_buffer(&b.data, 0, bytemuck::cast_slice(&host));
+            }
             b.queue.submit([cb]);
             let took = t.elapsed();
             b.idle();
             took
-        }),
-    ));
-    rows.push((
-        "submit: 10 dispatches",
-        measure(iters, || {
-            let cb = b.encoder(10, false).finish();
-            let t = Instant::now();
-            b.queue.submit([cb]);
-            let took = t.elapsed();
-            b.idle();
-            took
-        }),
-    ));
-    rows.push((
-        "write 8 KB + submit: empty",
-        measure(iters, || {
-            let cb = b.encoder(0, false).finish();
-            let t = Instant::now();
-            b.queue.write_buffer(&b.data, 0, bytemuck::cast_slice(&host));
-            b.queue.submit([cb]);
-            let took = t.elapsed();
-            b.idle();
-            took
-        }),
-    ));
+        })
+    };
+    rows.push(("submit: empty encoder", submit(0, false)));
+    rows.push(("submit: 10 dispatches", submit(10, false)));
+    rows.push(("write 8 KB + submit: empty", submit(0, true)));
     rows.push((
         "record 10 dispatches",
         measure(iters, || {

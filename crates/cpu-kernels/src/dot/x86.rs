@@ -27,7 +27,7 @@ fn prefetch_ahead(row: &RowRef<'_>, b: usize) {
 
 /// An f16 scale as f32.
 #[target_feature(enable = "f16c")]
-fn f16_to_f32(bits: u16) -> f32 {
+pub(super) fn f16_to_f32(bits: u16) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
 }
 
@@ -54,7 +54,7 @@ fn load_weights(ty: WeightType, row: &RowRef<'_>, b: usize) -> __m256i {
 }
 
 #[target_feature(enable = "avx2")]
-fn hsum256(v: __m256) -> f32 {
+pub(super) fn hsum256(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_movehdup_ps(s));

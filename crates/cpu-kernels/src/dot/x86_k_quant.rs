@@ -5,18 +5,14 @@
 
 use core::arch::x86_64::*;
 
+use diskformer_gguf::q4_k_scale_min;
+
+use super::x86::{f16_to_f32, hsum256};
 use crate::matrix::{K_BLOCK, RowRef};
 
 #[target_feature(enable = "f16c")]
 fn f16_at(b: &[u8], at: usize) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(u16::from_le_bytes([b[at], b[at + 1]])))))
-}
-
-#[target_feature(enable = "avx2")]
-fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
 }
 
 /// The 32 bytes of `v` as four groups of 8, each widened to i32.
@@ -29,15 +25,6 @@ fn widen(v: __m256i) -> [__m256i; 4] {
         _mm256_cvtepu8_epi32(hi),
         _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(hi)),
     ]
-}
-
-/// ggml's `get_scale_min_k4`.
-fn scale_min(j: usize, q: &[u8]) -> (u8, u8) {
-    if j < 4 {
-        (q[j] & 63, q[j + 4] & 63)
-    } else {
-        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
-    }
 }
 
 /// A Q4_K row times `x`: per sub-block `(d · sc) · Σ q·x − (dmin · m) · Σ x`.
@@ -65,13 +52,13 @@ pub(super) fn dot_q4_k(row: RowRef<'_>, x: &[f32]) -> f32 {
                     qx = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), xv, qx);
                     sx = _mm256_add_ps(sx, xv);
                 }
-                let (sc, m) = scale_min(sub, scales);
+                let (sc, m) = q4_k_scale_min(sub, scales);
                 acc = _mm256_fmadd_ps(_mm256_set1_ps(d * f32::from(sc)), qx, acc);
                 acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * f32::from(m)), sx, acc);
             }
         }
     }
-    hsum(acc)
+    hsum256(acc)
 }
 
 /// A Q6_K row times `x`: per 16 values `(d · sc) · Σ (q − 32)·x`.
@@ -111,5 +98,5 @@ pub(super) fn dot_q6_k(row: RowRef<'_>, x: &[f32]) -> f32 {
             }
         }
     }
-    hsum(acc)
+    hsum256(acc)
 }
