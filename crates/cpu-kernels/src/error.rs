@@ -9,7 +9,7 @@ pub enum Error {
     /// A weight type (or layout) these kernels do not multiply yet.
     #[error(
         "{what} is {ty}; the CPU expert kernels multiply Q8_0 and Q4_0 (as planes or a GGUF's blocks) and \
-         every other type a GGUF stores but q8_K (as a GGUF's blocks); keep such experts on the GPU"
+         the other types diskformer-gguf dequantises (as a GGUF's blocks); keep such experts on the GPU"
     )]
     UnsupportedType {
         /// Which matrix.

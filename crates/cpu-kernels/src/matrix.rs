@@ -19,8 +19,8 @@ pub(crate) enum WeightType {
     Q8_0,
     /// 32 4-bit values (offset 8; byte j holds value j low and j + 16 high) and an f16 scale a block.
     Q4_0,
-    /// Any other type a GGUF stores but Q8_K: blocks read whole as ggml lays them out (ggml-common.h),
-    /// dequantised as ggml does and multiplied in f32.
+    /// Any other type diskformer-gguf dequantises ([`TensorType::dequantizable`]): blocks read whole as
+    /// ggml lays them out (ggml-common.h), dequantised as ggml does and multiplied in f32.
     Dequantised(TensorType),
 }
 
@@ -29,8 +29,8 @@ impl WeightType {
         match ty {
             TensorType::Q8_0 => Ok(WeightType::Q8_0),
             TensorType::Q4_0 => Ok(WeightType::Q4_0),
-            TensorType::Q8K => Err(Error::UnsupportedType { what, ty }),
-            other => Ok(WeightType::Dequantised(other)),
+            other if other.dequantizable() => Ok(WeightType::Dequantised(other)),
+            _ => Err(Error::UnsupportedType { what, ty }),
         }
     }
 
@@ -106,10 +106,10 @@ enum Data<'a> {
     Blocks(&'a [u8]),
 }
 
-/// A `[rows, cols]` matrix of any type a GGUF stores but Q8_K, borrowed where it lies (ggml order: `cols`
-/// values a row). Q8_0 and Q4_0 come as planes or blocks and multiply f32 or Q8_0-quantised inputs with
-/// integer dot products; the other types come as a GGUF holds them ([`QuantMatrix::blocks`]) and multiply
-/// f32 inputs, each block dequantised as ggml does.
+/// A `[rows, cols]` matrix of any type diskformer-gguf dequantises, borrowed where it lies (ggml order:
+/// `cols` values a row). Q8_0 and Q4_0 come as planes or blocks and multiply f32 or Q8_0-quantised inputs
+/// with integer dot products; the other types come as a GGUF holds them ([`QuantMatrix::blocks`]) and
+/// multiply f32 inputs, each block dequantised as ggml does.
 #[derive(Clone, Copy, Debug)]
 pub struct QuantMatrix<'a> {
     ty: WeightType,
@@ -146,7 +146,8 @@ impl<'a> QuantMatrix<'a> {
     /// `block_q4_0 { f16 d; uint8 qs[16]; }`, and every other type's blocks; ggml-common.h).
     ///
     /// # Errors
-    /// As [`QuantMatrix::planes`], with every type a GGUF stores but Q8_K taken (rows of whole blocks).
+    /// As [`QuantMatrix::planes`], with every [`TensorType::dequantizable`] type taken (rows of whole
+    /// blocks).
     pub fn blocks(
         what: &'static str,
         ty: TensorType,

@@ -6,8 +6,8 @@ use half::f16;
 use crate::{Error, Result, TensorType};
 
 /// Dequantises `data` (whole blocks of `ty`) into `out`, which must hold exactly the values it encodes.
-/// Supported: every type but Q8_K (an activation format no file stores): F32, F16, BF16, Q4_0, Q4_1, Q5_0,
-/// Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS.
+/// Supported: the types [`TensorType::dequantizable`] lists (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+/// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS).
 ///
 /// # Errors
 /// [`Error::UnsupportedType`] for other types; [`Error::BadLength`] when the sizes disagree.
@@ -276,13 +276,25 @@ mod tests {
     }
 
     #[test]
+    fn every_type_said_dequantizable_is_and_no_other() {
+        for ty in TensorType::ALL {
+            let mut out = vec![0f32; ty.block_size() as usize];
+            let ok = dequantize(ty, &vec![0; ty.block_bytes() as usize], &mut out).is_ok();
+            assert_eq!(ok, ty.dequantizable(), "{ty}");
+        }
+    }
+
+    #[test]
     fn unsupported_and_mis_sized_inputs_are_errors() {
         let mut out = [0.0; 32];
         let mut k_out = [0.0; 256];
-        assert!(matches!(
-            dequantize(TensorType::Q8K, &[0; 292], &mut k_out),
-            Err(Error::UnsupportedType { .. })
-        ));
+        for (ty, bytes) in [(TensorType::Q8K, 292), (TensorType::IQ2XXS, 66), (TensorType::TQ1_0, 54)] {
+            assert!(!ty.dequantizable());
+            assert!(matches!(
+                dequantize(ty, &vec![0; bytes], &mut k_out),
+                Err(Error::UnsupportedType { .. })
+            ));
+        }
         assert!(matches!(dequantize(TensorType::Q8_0, &[0; 33], &mut out), Err(Error::BadLength { .. })));
         assert!(matches!(
             dequantize_planes(TensorType::Q8_0, &[0; 31], &[0; 2], &mut out),

@@ -40,11 +40,41 @@ pub enum TensorType {
     IQ4NL,
     /// 256-value super-block of IQ4_NL's codebook, 6-bit sub-block scales.
     IQ4XS,
+    /// 256-value i-quant, 2.06 bits a weight (read and sized; not dequantised).
+    IQ2XXS,
+    /// 256-value i-quant, 2.31 bits a weight (read and sized; not dequantised).
+    IQ2XS,
+    /// 256-value i-quant, 2.5 bits a weight (read and sized; not dequantised).
+    IQ2S,
+    /// 256-value i-quant, 3.06 bits a weight (read and sized; not dequantised).
+    IQ3XXS,
+    /// 256-value i-quant, 3.44 bits a weight (read and sized; not dequantised).
+    IQ3S,
+    /// 256-value i-quant, 1.56 bits a weight (read and sized; not dequantised).
+    IQ1S,
+    /// 256-value i-quant, 1.75 bits a weight (read and sized; not dequantised).
+    IQ1M,
+    /// 256-value ternary, 1.69 bits a weight (read and sized; not dequantised).
+    TQ1_0,
+    /// 256-value ternary, 2.06 bits a weight (read and sized; not dequantised).
+    TQ2_0,
+    /// 32 FP4 (E2M1) values and a shared E8M0 exponent (read and sized; not dequantised).
+    MXFP4,
+    /// 8-bit integers (read and sized; not dequantised).
+    I8,
+    /// 16-bit integers (read and sized; not dequantised).
+    I16,
+    /// 32-bit integers (read and sized; not dequantised).
+    I32,
+    /// 64-bit integers (read and sized; not dequantised).
+    I64,
+    /// 64-bit floats (read and sized; not dequantised).
+    F64,
 }
 
 impl TensorType {
     /// Every known type.
-    pub const ALL: [TensorType; 16] = [
+    pub const ALL: [TensorType; 31] = [
         TensorType::F32,
         TensorType::F16,
         TensorType::BF16,
@@ -61,6 +91,21 @@ impl TensorType {
         TensorType::Q8K,
         TensorType::IQ4NL,
         TensorType::IQ4XS,
+        TensorType::IQ2XXS,
+        TensorType::IQ2XS,
+        TensorType::IQ2S,
+        TensorType::IQ3XXS,
+        TensorType::IQ3S,
+        TensorType::IQ1S,
+        TensorType::IQ1M,
+        TensorType::TQ1_0,
+        TensorType::TQ2_0,
+        TensorType::MXFP4,
+        TensorType::I8,
+        TensorType::I16,
+        TensorType::I32,
+        TensorType::I64,
+        TensorType::F64,
     ];
 
     /// The type for a ggml type id, if known.
@@ -84,29 +129,61 @@ impl TensorType {
             TensorType::Q5K => 13,
             TensorType::Q6K => 14,
             TensorType::Q8K => 15,
+            TensorType::IQ2XXS => 16,
+            TensorType::IQ2XS => 17,
+            TensorType::IQ3XXS => 18,
+            TensorType::IQ1S => 19,
             TensorType::IQ4NL => 20,
+            TensorType::IQ3S => 21,
+            TensorType::IQ2S => 22,
             TensorType::IQ4XS => 23,
+            TensorType::I8 => 24,
+            TensorType::I16 => 25,
+            TensorType::I32 => 26,
+            TensorType::I64 => 27,
+            TensorType::F64 => 28,
+            TensorType::IQ1M => 29,
             TensorType::BF16 => 30,
+            TensorType::TQ1_0 => 34,
+            TensorType::TQ2_0 => 35,
+            TensorType::MXFP4 => 39,
         }
     }
 
     /// Values per block.
     pub fn block_size(self) -> u64 {
         match self {
-            TensorType::F32 | TensorType::F16 | TensorType::BF16 => 1,
+            TensorType::F32
+            | TensorType::F16
+            | TensorType::BF16
+            | TensorType::I8
+            | TensorType::I16
+            | TensorType::I32
+            | TensorType::I64
+            | TensorType::F64 => 1,
             TensorType::Q4_0
             | TensorType::Q4_1
             | TensorType::Q5_0
             | TensorType::Q5_1
             | TensorType::Q8_0
-            | TensorType::IQ4NL => 32,
+            | TensorType::IQ4NL
+            | TensorType::MXFP4 => 32,
             TensorType::Q2K
             | TensorType::Q3K
             | TensorType::Q4K
             | TensorType::Q5K
             | TensorType::Q6K
             | TensorType::Q8K
-            | TensorType::IQ4XS => 256,
+            | TensorType::IQ4XS
+            | TensorType::IQ2XXS
+            | TensorType::IQ2XS
+            | TensorType::IQ2S
+            | TensorType::IQ3XXS
+            | TensorType::IQ3S
+            | TensorType::IQ1S
+            | TensorType::IQ1M
+            | TensorType::TQ1_0
+            | TensorType::TQ2_0 => 256,
         }
     }
 
@@ -128,6 +205,20 @@ impl TensorType {
             TensorType::Q8K => 292,
             TensorType::IQ4NL => 18,
             TensorType::IQ4XS => 136,
+            TensorType::IQ2XXS => 66,
+            TensorType::IQ2XS => 74,
+            TensorType::IQ2S => 82,
+            TensorType::IQ3XXS => 98,
+            TensorType::IQ3S => 110,
+            TensorType::IQ1S => 50,
+            TensorType::IQ1M => 56,
+            TensorType::TQ1_0 => 54,
+            TensorType::TQ2_0 => 66,
+            TensorType::MXFP4 => 17,
+            TensorType::I8 => 1,
+            TensorType::I16 => 2,
+            TensorType::I32 => 4,
+            TensorType::I64 | TensorType::F64 => 8,
         }
     }
 
@@ -150,7 +241,45 @@ impl TensorType {
             TensorType::Q8K => "q8_K",
             TensorType::IQ4NL => "iq4_nl",
             TensorType::IQ4XS => "iq4_xs",
+            TensorType::IQ2XXS => "iq2_xxs",
+            TensorType::IQ2XS => "iq2_xs",
+            TensorType::IQ2S => "iq2_s",
+            TensorType::IQ3XXS => "iq3_xxs",
+            TensorType::IQ3S => "iq3_s",
+            TensorType::IQ1S => "iq1_s",
+            TensorType::IQ1M => "iq1_m",
+            TensorType::TQ1_0 => "tq1_0",
+            TensorType::TQ2_0 => "tq2_0",
+            TensorType::MXFP4 => "mxfp4",
+            TensorType::I8 => "i8",
+            TensorType::I16 => "i16",
+            TensorType::I32 => "i32",
+            TensorType::I64 => "i64",
+            TensorType::F64 => "f64",
         }
+    }
+
+    /// Whether [`crate::dequantize`] reads it: every type but the activation format Q8_K, the i-quants
+    /// other than IQ4, the ternary and FP4 ones, and the integer and f64 types.
+    pub fn dequantizable(self) -> bool {
+        matches!(
+            self,
+            TensorType::F32
+                | TensorType::F16
+                | TensorType::BF16
+                | TensorType::Q4_0
+                | TensorType::Q4_1
+                | TensorType::Q5_0
+                | TensorType::Q5_1
+                | TensorType::Q8_0
+                | TensorType::Q2K
+                | TensorType::Q3K
+                | TensorType::Q4K
+                | TensorType::Q5K
+                | TensorType::Q6K
+                | TensorType::IQ4NL
+                | TensorType::IQ4XS
+        )
     }
 
     /// Bytes for `n_elements` values, or `None` when `n_elements` is not a whole number of blocks or the
@@ -163,28 +292,16 @@ impl TensorType {
     }
 }
 
-/// ggml's name for type id `id` (ggml.h's `ggml_type`), read or not; `None` for ids ggml does not use.
+/// ggml's name for type id `id` (ggml.h's `ggml_type`, and gguf-py's newer ones), known here or not; `None`
+/// for ids neither uses.
 pub(crate) fn ggml_type_name(id: u32) -> Option<&'static str> {
     if let Some(t) = TensorType::from_id(id) {
         return Some(t.name());
     }
     Some(match id {
         9 => "q8_1",
-        16 => "iq2_xxs",
-        17 => "iq2_xs",
-        18 => "iq3_xxs",
-        19 => "iq1_s",
-        21 => "iq3_s",
-        22 => "iq2_s",
-        24 => "i8",
-        25 => "i16",
-        26 => "i32",
-        27 => "i64",
-        28 => "f64",
-        29 => "iq1_m",
-        34 => "tq1_0",
-        35 => "tq2_0",
-        39 => "mxfp4",
+        40 => "nvfp4",
+        41 => "q1_0",
         _ => return None,
     })
 }
@@ -214,12 +331,13 @@ mod tests {
 
     #[test]
     fn a_type_not_read_is_named_in_the_error() {
-        let e = crate::Error::UnknownTensorType { name: "blk.0.ffn_down_exps.weight".into(), type_id: 16 };
+        let e = crate::Error::UnknownTensorType { name: "blk.0.ffn_down_exps.weight".into(), type_id: 40 };
         let message = e.to_string();
-        assert!(message.contains("is iq2_xxs (ggml type 16)") && message.contains("IQ4_XS"), "{message}");
+        assert!(message.contains("is nvfp4 (ggml type 40)") && message.contains("IQ4_XS"), "{message}");
         let e = crate::Error::UnknownTensorType { name: "x".into(), type_id: 77 };
         assert!(e.to_string().contains("an unknown type (ggml type 77)"));
         assert_eq!(ggml_type_name(23), Some("iq4_xs"));
+        assert_eq!(TensorType::from_id(16), Some(TensorType::IQ2XXS));
     }
 
     #[test]

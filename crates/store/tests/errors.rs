@@ -182,6 +182,15 @@ fn unsupported_types_name_the_tensor() {
     assert!(
         matches!(err, Err(Error::UnsupportedExpertType { name, .. }) if name == "blk.0.ffn_gate_exps.weight")
     );
+    // An i-quant parses (gguf-dump lists it) and is refused here, named.
+    let mut w = GgufWriter::new();
+    w.add_tensor("blk.0.ffn_down_exps.weight", TensorType::IQ2XXS, &[256, 32, 2], vec![0; 66 * 64]).unwrap();
+    w.write_file(dir.path().join("c.gguf")).unwrap();
+    let err =
+        ingest(&dir.path().join("c.gguf"), &dir.path().join("s"), &IngestOptions::default(), &mut |_| {});
+    assert!(
+        matches!(&err, Err(Error::UnsupportedExpertType { name, ty }) if name == "blk.0.ffn_down_exps.weight" && ty == "iq2_xxs")
+    );
     let mut w = GgufWriter::new();
     w.add_tensor("output.weight", TensorType::Q6K, &[256], vec![0; 210]).unwrap();
     w.write_file(dir.path().join("b.gguf")).unwrap();
