@@ -26,7 +26,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail, ensure};
 use clap::Parser;
-use diskformer_expert_stream::{EvictionPolicy, ExpertKey, LoadReport, PoolConfig, PoolCore, Progress};
+use diskformer_expert_stream::{
+    EvictionPolicy, ExpertKey, LoadReport, PoolConfig, PoolCore, Progress, SeededRng,
+};
 use serde::{Deserialize, Serialize};
 
 #[derive(Parser, Debug)]
@@ -266,16 +268,12 @@ fn read_trace(path: &PathBuf) -> anyhow::Result<(Vec<Step>, u32, u32)> {
     Ok((trace, layers, experts))
 }
 
-/// SplitMix64: a small, seeded, good-enough generator (the workspace has no `rand`).
-struct Rng(u64);
+/// The crate's seeded generator, with the draws this simulator makes.
+struct Rng(SeededRng);
 
 impl Rng {
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in [0, 1).
@@ -296,7 +294,7 @@ impl Rng {
 
 /// The synthetic trace described in the crate docs of this example.
 fn synthesize(args: &Args) -> Vec<Step> {
-    let mut rng = Rng(args.seed);
+    let mut rng = Rng(SeededRng::new(args.seed));
     let experts = args.experts as usize;
     // Cumulative Zipf weights over ranks.
     let mut cdf: Vec<f64> = (0..experts).map(|r| 1.0 / ((r + 1) as f64).powf(args.zipf)).collect();

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, ensure};
 use clap::Parser;
 use diskformer_expert_stream::{
-    Backend, ExpertKey, ExpertPool, GpuBackend, GpuPool, PoolConfig, Slot, UploadMethod,
+    Backend, ExpertKey, ExpertPool, GpuBackend, GpuPool, PoolConfig, SeededRng, Slot, UploadMethod,
 };
 use diskformer_kernels::Context;
 use diskformer_store::{ExpertLayout, RecordBuf, Store};
@@ -67,16 +67,15 @@ struct Args {
     ffn: u64,
 }
 
-/// SplitMix64, for record contents and key choice.
-struct Rng(u64);
+/// The crate's seeded generator, for record contents and key choice.
+struct Rng(SeededRng);
 
 impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(SeededRng::new(seed))
+    }
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n
@@ -107,7 +106,7 @@ fn upload(
 ) -> anyhow::Result<serde_json::Value> {
     let rb = pool.record_bytes();
     let slot_bytes = pool.device_bytes() / pool.slots() as u64;
-    let mut rng = Rng(threads as u64);
+    let mut rng = Rng::new(threads as u64);
     let data: Vec<Vec<u8>> = (0..threads).map(|_| (0..rb).map(|_| rng.next_u64() as u8).collect()).collect();
     let per_thread = records.div_ceil(threads);
     let run = || -> anyhow::Result<Duration> {
@@ -171,7 +170,7 @@ fn random_key(rng: &mut Rng, layout: &ExpertLayout) -> ExpertKey {
 /// the record piece by piece).
 fn misses(ctx: &Context, backend: &GpuBackend, n: usize, pieces: usize) -> anyhow::Result<serde_json::Value> {
     let layout = backend.reader().layout().clone();
-    let mut rng = Rng(42);
+    let mut rng = Rng::new(42);
     let mut staging = backend.staging(false);
     let (mut read_us, mut upload_us, mut total_us) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..n {
@@ -206,7 +205,7 @@ fn reads(backend: &GpuBackend, threads: usize, records: usize) -> anyhow::Result
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 s.spawn(move || -> anyhow::Result<()> {
-                    let mut rng = Rng(1000 + t as u64);
+                    let mut rng = Rng::new(1000 + t as u64);
                     let mut buf = RecordBuf::new(layout.record_bytes as usize);
                     for _ in 0..per_thread {
                         backend.reader().read(random_key(&mut rng, layout), &mut buf)?;
@@ -240,7 +239,7 @@ fn stream(
     let mut config = PoolConfig::new(args.slots, layout.n_layers, layout.n_experts);
     config.readers = readers;
     let pool = ExpertPool::new(backend, config)?;
-    let mut rng = Rng(7 + readers as u64);
+    let mut rng = Rng::new(7 + readers as u64);
     let k = args.top_k.min(layout.n_experts);
     let calls = args.records.div_ceil(k as usize);
     let start = Instant::now();

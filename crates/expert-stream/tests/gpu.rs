@@ -241,7 +241,7 @@ fn expert_kernels_read_the_pool_planes() {
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
         })
     };
-    let mut rng = common::gpu::Rng(5);
+    let mut rng = common::gpu::Rng::new(5);
     let mut xs = |n: u64| -> Vec<f32> {
         (0..n).map(|_| (rng.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0).collect()
     };

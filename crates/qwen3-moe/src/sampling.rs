@@ -21,6 +21,7 @@
 
 use std::cmp::Ordering;
 
+use diskformer_expert_stream::SeededRng;
 use diskformer_kernels::cpu;
 pub use diskformer_kernels::{PENALTY_MAX_N, SAMPLE_MAX_K, SampleStep};
 
@@ -126,7 +127,7 @@ impl Sampler {
     /// A sampler for `opts`, which should have passed [`SamplingOptions::validate`].
     pub fn new(opts: SamplingOptions) -> Self {
         debug_assert!(opts.validate().is_ok(), "{:?}", opts.validate());
-        Self { opts, rng: SplitMix64(opts.seed), logits: vec![], candidates: vec![] }
+        Self { opts, rng: SplitMix64::new(opts.seed), logits: vec![], candidates: vec![] }
     }
 
     /// Picks the next token from `logits` given the recent tokens the penalties look at (`recent`, oldest
@@ -347,15 +348,17 @@ fn argmax(logits: &[f32]) -> u32 {
 
 /// SplitMix64 (Steele, Lea & Flood 2014; constants from <https://prng.di.unimi.it/splitmix64.c>): one u64 of
 /// state, passes BigCrush, plenty for drawing tokens, and reproducible without a crate.
+/// The expert-stream crate's [`SeededRng`] is that generator; this adds the draws sampling makes.
 #[derive(Clone, Debug)]
-struct SplitMix64(u64);
+struct SplitMix64(SeededRng);
 
 impl SplitMix64 {
+    fn new(seed: u64) -> Self {
+        SplitMix64(SeededRng::new(seed))
+    }
+
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let z = (self.0 ^ (self.0 >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        let z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in [0, 1) from the top 53 bits.
@@ -380,7 +383,7 @@ mod tests {
 
     /// Seeded logits in [-4, 4), never zeros.
     fn random_logits(n: usize, seed: u64) -> Vec<f32> {
-        let mut rng = SplitMix64(seed);
+        let mut rng = SplitMix64::new(seed);
         (0..n).map(|_| (rng.next_f64() * 8.0 - 4.0) as f32).collect()
     }
 
@@ -522,7 +525,7 @@ mod tests {
 
     /// Seeded logits with many ties (a few dozen distinct values), NaN and -inf among them.
     fn tied_logits(n: usize, seed: u64) -> Vec<f32> {
-        let mut rng = SplitMix64(seed);
+        let mut rng = SplitMix64::new(seed);
         (0..n)
             .map(|_| match rng.next_u64() % 50 {
                 0 => f32::NAN,
@@ -757,7 +760,7 @@ mod tests {
             ..opts(0.9, 21)
         };
         let (mut on_cpu, mut for_gpu) = (Sampler::new(o), Sampler::new(o));
-        let mut rng = SplitMix64(5);
+        let mut rng = SplitMix64::new(5);
         for t in 0..40 {
             let logits = random_logits(300, 500 + t);
             // Recent tokens drawn from the likeliest ids, so that the penalties change the draw.

@@ -8,6 +8,7 @@
 use std::io::{self, Write};
 use std::path::Path;
 
+use diskformer_expert_stream::SeededRng;
 use diskformer_gguf::{Array, GgufWriter, Metadata, TensorType, Value};
 use half::f16;
 
@@ -182,7 +183,7 @@ pub fn synthetic_writer(spec: &SynthSpec) -> Result<GgufWriter<'static>> {
     let seed = spec.seed;
     let mut next = || {
         index += 1;
-        SplitMix64(seed.wrapping_mul(0x1000_0000_01B3).wrapping_add(index))
+        SplitMix64::new(seed.wrapping_mul(0x1000_0000_01B3).wrapping_add(index))
     };
     let mut quant = |w: &mut GgufWriter<'static>, name: String, ty: TensorType, dims: &[u64]| -> Result<()> {
         let (n, row, mut rng) = (dims.iter().product::<u64>(), dims[0], next());
@@ -196,7 +197,7 @@ pub fn synthetic_writer(spec: &SynthSpec) -> Result<GgufWriter<'static>> {
     let mut f32_index = 0u64;
     let mut f32s = |w: &mut GgufWriter<'static>, name: String, dims: &[u64], around: f32, spread: f32| {
         f32_index += 1;
-        let mut rng = SplitMix64(seed.wrapping_mul(0x9E37).wrapping_add(f32_index << 32));
+        let mut rng = SplitMix64::new(seed.wrapping_mul(0x9E37).wrapping_add(f32_index << 32));
         let n = dims.iter().product::<u64>();
         w.add_tensor_fill(name, TensorType::F32, dims, move |out| write_f32(out, n, around, spread, &mut rng))
     };
@@ -268,16 +269,16 @@ fn tokenizer_metadata(vocab: &SynthVocab, rows: u32) -> Result<Vec<(String, Valu
     }
 }
 
-/// SplitMix64: small, fast and fully specified, so fixtures are the same on every machine.
-struct SplitMix64(u64);
+/// SplitMix64 ([`SeededRng`]): small, fast and fully specified, so fixtures are the same on every machine.
+struct SplitMix64(SeededRng);
 
 impl SplitMix64 {
+    fn new(seed: u64) -> Self {
+        SplitMix64(SeededRng::new(seed))
+    }
+
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in [-0.5, 0.5).

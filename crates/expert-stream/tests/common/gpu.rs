@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use diskformer_expert_stream::SeededRng;
 use diskformer_gguf::{GgufWriter, TensorType, Value};
 use diskformer_kernels::Context;
 use diskformer_store::{IngestOptions, Store, ingest};
@@ -41,16 +42,15 @@ macro_rules! gpu_or_skip {
     };
 }
 
-/// SplitMix64.
-pub struct Rng(pub u64);
+/// The crate's seeded generator, with random record contents.
+pub struct Rng(SeededRng);
 
 impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(SeededRng::new(seed))
+    }
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     /// Random bytes for `n_values` values of `ty`, with finite f16 scales for Q8_0.
     pub fn blocks(&mut self, ty: TensorType, n_values: u64) -> Vec<u8> {
@@ -71,7 +71,7 @@ pub struct TempDir(pub PathBuf);
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-        let n = Rng(nanos as u64).next_u64();
+        let n = Rng::new(nanos as u64).next_u64();
         let p = std::env::temp_dir().join(format!("diskformer-xs-{tag}-{}-{n:x}", std::process::id()));
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)
@@ -90,7 +90,7 @@ impl Drop for TempDir {
 /// Writes a qwen3moe-shaped GGUF (`layers` layers of `experts` Q8_0 experts, hidden `h`, expert FFN `f`, a
 /// router and norms, experts in GGUF order down, gate, up) and ingests it into a store under `dir`.
 pub fn store(dir: &Path, layers: u32, experts: u64, h: u64, f: u64, seed: u64) -> Store {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut w = GgufWriter::new();
     w.add_metadata("general.architecture", Value::String("qwen3moe".into())).unwrap();
     w.add_metadata("qwen3moe.block_count", Value::U32(layers)).unwrap();
