@@ -137,6 +137,10 @@ struct Args {
     /// Threads of the CPU tier (default: every core but two).
     #[arg(long)]
     cpu_threads: Option<usize>,
+    /// The host tier (EngineOptions::ram_budget): host memory for expert records read with O_DIRECT, for
+    /// stores larger than RAM (e.g. 16g; default: none, the CPU tier maps the store from the page cache).
+    #[arg(long, value_parser = common::parse_bytes)]
+    ram_budget: Option<u64>,
     /// The CPU tier admits a miss into the pool when it was picked within this many tokens before (0:
     /// never; default: the engine's, TierConfig::default).
     #[arg(long)]
@@ -199,6 +203,7 @@ fn main() -> anyhow::Result<()> {
         _ => None,
     };
     opts.cpu_threads = args.cpu_threads;
+    opts.ram_budget = args.ram_budget;
     if let Some(w) = args.cpu_reuse_window {
         opts.cpu_tiers.reuse_window = w;
     }
@@ -334,6 +339,14 @@ fn main() -> anyhow::Result<()> {
             "share": d.cpu_share(), "ms_per_token": d.cpu_time.as_secs_f64() * 1e3 / tokens,
             "admitted_per_token": d.cpu_admitted as f64 / tokens,
             "reuse_window": opts.cpu_tiers.reuse_window,
+        });
+    }
+    if let Some(h) = &d.host {
+        let read_s = h.read_time.as_secs_f64();
+        out["host_tier"] = serde_json::json!({
+            "budget": args.ram_budget, "held_per_token": h.hits as f64 / tokens,
+            "reads_per_token": h.reads as f64 / tokens, "bytes_per_token": h.bytes as f64 / tokens,
+            "read_ms_per_token": read_s * 1e3 / tokens, "gb_per_s_reading": h.bytes as f64 / read_s.max(1e-9) / 1e9,
         });
     }
     if let Some(spec) = &d.speculative {

@@ -77,6 +77,10 @@ struct Args {
     /// other work).
     #[arg(long)]
     direct_io: bool,
+    /// Keep expert records in this much host memory, read with O_DIRECT, for a store larger than RAM (e.g.
+    /// 64GB; the CPU then computes the layers' misses from there; default: the page cache holds them).
+    #[arg(long, value_parser = common::parse_bytes)]
+    ram_budget: Option<u64>,
     /// Threads reading expert misses (default: 8, or with --direct-io as many as a probe of the disk finds
     /// fastest while the model loads).
     #[arg(long)]
@@ -124,6 +128,7 @@ fn main() -> anyhow::Result<()> {
     opts.max_context = args.ctx;
     opts.prefetch = !args.no_prefetch;
     opts.direct_io = args.direct_io;
+    opts.ram_budget = args.ram_budget;
     opts.readers = args.readers;
     opts.int8_prefill = args.int8_prefill;
     opts.tensor_prefill = args.tensor_prefill;

@@ -189,6 +189,14 @@ pub enum Error {
         /// The device's error.
         detail: String,
     },
+    /// The host tier's RAM budget cannot work (see [`host_slots`](crate::host_slots)).
+    #[error("RAM budget {} for the host tier: {what}", gb(*.budget))]
+    HostBudget {
+        /// The budget asked for, in bytes.
+        budget: u64,
+        /// What is wrong, with the numbers, and what to do.
+        what: String,
+    },
     /// The store's record layout cannot be uploaded into pool planes.
     #[error("expert record layout unsupported by the GPU pool: {reason}")]
     BadLayout {

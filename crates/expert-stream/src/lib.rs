@@ -22,6 +22,9 @@
 //!   GPU, misses on the CPU, and a miss seen again within a few tokens uploaded in the background.
 //! - Routing workloads ([`UniformRoutes`], [`TraceRoutes`], [`TraceWriter`]): forced picks for measuring
 //!   streaming on routing like a trained model's, whatever the weights (ROUTING.md).
+//! - [`HostRecords`] is the host tier for stores larger than RAM: whole records read with O_DIRECT into a
+//!   fixed budget of host memory, the least recently used leaving first ([`HostLru`]); the CPU tier
+//!   computes from them.
 //! - [`GpuBudget::expert_slots`] turns a GPU budget into a slot count, refusing one under `2 × top-k` records.
 //! - [`MemoryBackend`] keeps records and slots in RAM, with hooks to hold, fail and watch loads.
 //!
@@ -53,6 +56,7 @@ mod core;
 mod error;
 mod gpu;
 mod heat;
+mod host;
 mod key;
 mod memory;
 mod pool;
@@ -71,6 +75,7 @@ pub use config::{EvictionPolicy, PoolConfig};
 pub use core::{LoadJob, LoadReport, Pinned, PoolCore, Progress, SlotView, Ticket};
 pub use error::{BackendError, Error, Result, SharedError};
 pub use gpu::{GpuBackend, GpuPool, GpuStaging, Plane, PoolPart, StagingRing, UploadMethod};
+pub use host::{HostLru, HostPlan, HostRecords, HostStats, available_memory, host_slots};
 pub use key::{ExpertKey, LoadId, Slot};
 pub use memory::{Event, Fault, Gate, MemoryBackend, MemoryStaging};
 pub use pool::ExpertPool;

@@ -1,5 +1,6 @@
 //! The host tier of a streaming step: the misses of a layer's picks computed on the CPU from their store
-//! records, mapped from the page cache where they lie, while the GPU computes the hits
+//! records, mapped from the page cache where they lie (or, for stores larger than RAM, read whole into a
+//! budget of host memory: [`HostRecords`]), while the GPU computes the hits
 //! ([`EngineOptions::cpu_experts`](crate::EngineOptions::cpu_experts)). Which pick runs where, and which
 //! misses are also uploaded for next time, is [`TierPolicy`]'s to say.
 
@@ -10,30 +11,53 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use diskformer_cpu_kernels::{Assignment, CpuExperts, ExpertWeights, Isa, Math, QuantMatrix};
-use diskformer_expert_stream::{ExpertKey, LayerPlan, TierConfig, TierPolicy};
+use diskformer_expert_stream::{ExpertKey, HostRecords, HostStats, LayerPlan, TierConfig, TierPolicy};
 use diskformer_gguf::TensorType;
 use diskformer_store::{ExpertLayout, Region, Store};
 use memmap2::Mmap;
 
 use crate::{Error, Result};
 
-/// The host's expert kernels over the store's mapped records, and the tier rules' state.
+/// The host's expert kernels over the store's records, and the tier rules' state.
 pub(crate) struct CpuTier {
     kernels: CpuExperts,
-    records: Arc<Mmap>,
+    records: Records,
     layout: ExpertLayout,
     ty: TensorType,
     policy: TierPolicy,
     math: Math,
-    /// Per record: whether its pages are mapped in yet (see [`CpuTier::expert`]).
-    populated: Arc<[AtomicBool]>,
-    /// The thread mapping in the records already in the page cache, and its stop flag.
-    mapper: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
+}
+
+/// Where the tier's records lie.
+enum Records {
+    /// The store mapped from the page cache.
+    Mapped {
+        map: Arc<Mmap>,
+        /// Per record: whether its pages are mapped in yet (see [`CpuTier::record`]).
+        populated: Arc<[AtomicBool]>,
+        /// The thread mapping in the records already in the page cache, and its stop flag.
+        mapper: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
+    },
+    /// The host tier: whole records read with O_DIRECT into a budget of host memory.
+    Host(HostRecords),
+}
+
+/// The host tier's knobs ([`EngineOptions::ram_budget`](crate::EngineOptions::ram_budget)).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HostTier {
+    /// Bytes of host memory for records.
+    pub budget: u64,
+    /// The fewest records it must hold: a layer's picks.
+    pub min_records: usize,
+    /// Threads reading one layer's records at once.
+    pub readers: usize,
 }
 
 impl Drop for CpuTier {
     fn drop(&mut self) {
-        if let Some((thread, stop)) = self.mapper.take() {
+        if let Records::Mapped { mapper, .. } = &mut self.records
+            && let Some((thread, stop)) = mapper.take()
+        {
             stop.store(true, Ordering::Relaxed);
             let _ = thread.join();
         }
@@ -50,14 +74,16 @@ impl std::fmt::Debug for CpuTier {
 }
 
 impl CpuTier {
-    /// Maps the store's `experts.bin` and starts `threads` CPU threads (`None`: every core but two) on the
-    /// best SIMD path the CPU has, multiplying on Q8_0-quantised inputs when `int8` (else f32).
+    /// Maps the store's `experts.bin` (or, with `host`, sets up the host tier over it) and starts `threads`
+    /// CPU threads (`None`: every core but two) on the best SIMD path the CPU has, multiplying on
+    /// Q8_0-quantised inputs when `int8` (else f32).
     pub fn open(
         store: &Store,
         layout: &ExpertLayout,
         threads: Option<usize>,
         config: TierConfig,
         int8: bool,
+        host: Option<HostTier>,
     ) -> Result<Self> {
         let ty = match layout.quant_type.as_str() {
             "q8_0" => TensorType::Q8_0,
@@ -69,41 +95,19 @@ impl CpuTier {
                 });
             }
         };
-        let path = store.experts_path();
-        let file = File::open(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
-        // Safety: the store is complete and read-only (ingest never rewrites a complete store), so the
-        // mapping's bytes do not change while it lives; a file truncated under it by another process would
-        // fault, as any reader of a store would fail.
-        let records = unsafe { Mmap::map(&file) }.map_err(|source| Error::Io { path, source })?;
-        if (records.len() as u64) < layout.file_bytes() {
-            return Err(Error::BadOption {
-                option: "cpu_experts",
-                what: format!(
-                    "experts.bin holds {} bytes, its layout {}",
-                    records.len(),
-                    layout.file_bytes()
-                ),
-            });
-        }
+        let records = match host {
+            Some(host) => {
+                let reader = Arc::new(store.record_reader(true)?);
+                Records::Host(HostRecords::new(reader, host.budget, host.min_records, host.readers)?)
+            }
+            None => map_records(store, layout)?,
+        };
         // Two cores are left to the stepping thread (it records the GPU's next commands while the others
         // compute, then joins them), the pool's loaders and the mapping thread: on the H200 (16 cores) 14
         // threads decoded faster than 15, and 15 than 16 (BENCHMARKS.md).
         let threads = threads.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(2)).max(1)
         });
-        let records = Arc::new(records);
-        let populated: Arc<[AtomicBool]> = (0..layout.n_records()).map(|_| AtomicBool::new(false)).collect();
-        let stop = Arc::new(AtomicBool::new(false));
-        let mapper = {
-            let (records, populated, stop) =
-                (Arc::clone(&records), Arc::clone(&populated), Arc::clone(&stop));
-            let record_bytes = layout.record_bytes as usize;
-            // Without the thread, each record is mapped in at its first use all the same.
-            std::thread::Builder::new()
-                .name("cpu-tier-map".into())
-                .spawn(move || map_cached_records(&records, record_bytes, &populated, &stop))
-                .ok()
-        };
         Ok(CpuTier {
             kernels: CpuExperts::new(threads, Isa::detect())?,
             records,
@@ -111,9 +115,22 @@ impl CpuTier {
             ty,
             policy: TierPolicy::new(config, layout.n_layers, layout.n_experts),
             math: if int8 { Math::Q8 } else { Math::F32 },
-            populated,
-            mapper: mapper.map(|thread| (thread, stop)),
         })
+    }
+
+    /// The host tier's counters, when it runs.
+    pub fn host_stats(&self) -> Option<HostStats> {
+        match &self.records {
+            Records::Host(host) => Some(host.stats()),
+            Records::Mapped { .. } => None,
+        }
+    }
+
+    /// Zeroes the host tier's counters.
+    pub fn reset_host_stats(&mut self) {
+        if let Records::Host(host) = &mut self.records {
+            host.reset_stats();
+        }
     }
 
     /// The SIMD path the kernels run.
@@ -144,9 +161,9 @@ impl CpuTier {
 
     /// `Σ w · FFN_e(xn)` over `layer`'s experts `ids` with routing weights `weights`, the time from start to
     /// finish, and what `meanwhile` returned: this thread runs it while the pool's threads start on the
-    /// experts (see [`CpuExperts::moe_while`]).
+    /// experts (see [`CpuExperts::moe_while`]). The host tier first reads the records it lacks.
     pub fn compute_while<R>(
-        &self,
+        &mut self,
         layer: u32,
         ids: &[u32],
         weights: &[f32],
@@ -154,8 +171,16 @@ impl CpuTier {
         meanwhile: impl FnOnce() -> R,
     ) -> Result<(Vec<f32>, Duration, R)> {
         let started = Instant::now();
-        let experts =
-            ids.iter().map(|&e| self.expert(ExpertKey::new(layer, e))).collect::<Result<Vec<_>>>()?;
+        let keys: Vec<ExpertKey> = ids.iter().map(|&e| ExpertKey::new(layer, e)).collect();
+        let host_slots = match &mut self.records {
+            Records::Host(host) => Some(host.ensure(&keys)?),
+            Records::Mapped { .. } => None,
+        };
+        let experts = keys
+            .iter()
+            .enumerate()
+            .map(|(i, &key)| self.expert(self.record(key, host_slots.as_ref().map(|s| s[i]))))
+            .collect::<Result<Vec<_>>>()?;
         let assignments: Vec<Assignment> = weights
             .iter()
             .enumerate()
@@ -166,16 +191,28 @@ impl CpuTier {
         Ok((out, started.elapsed(), r))
     }
 
-    /// The record of `key` as its three matrices, borrowed from the mapping. The first use of a record maps
-    /// its pages in one call (`MADV_POPULATE_READ`): touched one by one, a 5 MB record's 1,220 page faults
-    /// cost more than reading it (on the H200 the tier then read 20 GB/s where its kernels run at 55).
-    fn expert(&self, key: ExpertKey) -> Result<ExpertWeights<'_>> {
+    /// The record of `key`: in the host tier's slot `host_slot`, or borrowed from the mapping. A mapped
+    /// record's first use maps its pages in one call (`MADV_POPULATE_READ`): touched one by one, a 5 MB
+    /// record's 1,220 page faults cost more than reading it (on the H200 the tier then read 20 GB/s where its
+    /// kernels run at 55).
+    fn record(&self, key: ExpertKey, host_slot: Option<usize>) -> &[u8] {
         let l = &self.layout;
-        let index = (key.layer * l.n_experts + key.expert) as usize;
-        if !self.populated[index].swap(true, Ordering::Relaxed) {
-            populate(&self.records, l.record_offset(key) as usize, l.record_bytes as usize);
+        match (&self.records, host_slot) {
+            (Records::Host(host), Some(slot)) => host.record(slot),
+            (Records::Mapped { map, populated, .. }, _) => {
+                let index = (key.layer * l.n_experts + key.expert) as usize;
+                if !populated[index].swap(true, Ordering::Relaxed) {
+                    populate(map, l.record_offset(key) as usize, l.record_bytes as usize);
+                }
+                &map[l.record_offset(key) as usize..][..l.record_bytes as usize]
+            }
+            (Records::Host(_), None) => unreachable!("the host tier names a slot for every record"),
         }
-        let record = &self.records[l.record_offset(key) as usize..][..l.record_bytes as usize];
+    }
+
+    /// A record as its three matrices.
+    fn expert<'a>(&self, record: &'a [u8]) -> Result<ExpertWeights<'a>> {
+        let l = &self.layout;
         let at = |r: Region| &record[r.offset as usize..r.end() as usize];
         let (gate_up_q, gate_up_s) = (at(l.gate_up_quants), at(l.gate_up_scales));
         let (gate_q, up_q) = gate_up_q.split_at(gate_up_q.len() / 2);
@@ -187,6 +224,35 @@ impl CpuTier {
             QuantMatrix::planes("ffn_down_exps", self.ty, (h, f), at(l.down_quants), at(l.down_scales))?,
         )?)
     }
+}
+
+/// Maps the store's `experts.bin` and starts the thread mapping in the records already in the page cache.
+fn map_records(store: &Store, layout: &ExpertLayout) -> Result<Records> {
+    let path = store.experts_path();
+    let file = File::open(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
+    // Safety: the store is complete and read-only (ingest never rewrites a complete store), so the
+    // mapping's bytes do not change while it lives; a file truncated under it by another process would
+    // fault, as any reader of a store would fail.
+    let map = unsafe { Mmap::map(&file) }.map_err(|source| Error::Io { path, source })?;
+    if (map.len() as u64) < layout.file_bytes() {
+        return Err(Error::BadOption {
+            option: "cpu_experts",
+            what: format!("experts.bin holds {} bytes, its layout {}", map.len(), layout.file_bytes()),
+        });
+    }
+    let map = Arc::new(map);
+    let populated: Arc<[AtomicBool]> = (0..layout.n_records()).map(|_| AtomicBool::new(false)).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mapper = {
+        let (map, populated, stop) = (Arc::clone(&map), Arc::clone(&populated), Arc::clone(&stop));
+        let record_bytes = layout.record_bytes as usize;
+        // Without the thread, each record is mapped in at its first use all the same.
+        std::thread::Builder::new()
+            .name("cpu-tier-map".into())
+            .spawn(move || map_cached_records(&map, record_bytes, &populated, &stop))
+            .ok()
+    };
+    Ok(Records::Mapped { map, populated, mapper: mapper.map(|thread| (thread, stop)) })
 }
 
 /// Maps in the pages of `records[offset..][..len]` in one call (`MADV_POPULATE_READ`). Best effort: kernels

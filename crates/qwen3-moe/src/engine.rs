@@ -23,7 +23,7 @@ use diskformer_kernels::{
 };
 use diskformer_store::{IngestOptions, ReaderProbe, Store};
 
-use crate::cpu_tier::CpuTier;
+use crate::cpu_tier::{CpuTier, HostTier};
 use crate::graph::{
     Bindings, Graph, KvCache, LayerGraph, Scratch, ScratchSizes, fused_decode, gemm_groups_len, record,
 };
@@ -141,6 +141,13 @@ pub struct EngineOptions {
     /// H200 at a 4 GB budget it decoded faster than the prefetch path and route-ahead under both a
     /// calibrated routing trace and uniform routing (BENCHMARKS.md).
     pub cpu_experts: Option<bool>,
+    /// The host tier, for stores larger than RAM: the CPU tier keeps its records in this many bytes of host
+    /// memory, each read whole with O_DIRECT when first picked and the least recently used leaving first
+    /// ([`HostRecords`](diskformer_expert_stream::HostRecords)), instead of mapping the store from the page
+    /// cache. Turns the CPU tier on; its reads use `readers` threads (with none given, the count a probe
+    /// of the disk finds, as for `direct_io`). Refused when it holds fewer records than top-k, exceeds the
+    /// host's available memory, or comes with `cpu_experts` off (default: none).
+    pub ram_budget: Option<u64>,
     /// Threads of the CPU tier, the stepping thread's included (`None`: every core but two).
     pub cpu_threads: Option<usize>,
     /// The CPU tier's admission rules.
@@ -177,6 +184,7 @@ impl Default for EngineOptions {
             route_ahead: None,
             speculative_reads: 32,
             cpu_experts: None,
+            ram_budget: None,
             cpu_threads: None,
             cpu_tiers: TierConfig::default(),
             routing: Routing::Router,
@@ -399,9 +407,20 @@ impl Engine {
         }
         // The disk probe runs once the options are known good (it reads ~0.6 GB); the staging rings are sized
         // by the readers it picks.
+        if opts.ram_budget.is_some() && opts.cpu_experts == Some(false) {
+            return Err(Error::BadOption {
+                option: "ram_budget",
+                what: "the host tier feeds the CPU tier, which cpu_experts turns off; drop one of them"
+                    .into(),
+            });
+        }
         let reader = store.record_reader(opts.direct_io)?;
         let reader_probe = match opts.readers {
             None if reader.is_direct() => Some(reader.probe_readers(&PROBE_READERS, PROBE_RECORDS)?),
+            // The host tier reads with O_DIRECT whatever the pool does.
+            None if opts.ram_budget.is_some() => {
+                Some(store.record_reader(true)?.probe_readers(&PROBE_READERS, PROBE_RECORDS)?)
+            }
             _ => None,
         };
         let readers = match (opts.readers, &reader_probe) {
@@ -411,7 +430,7 @@ impl Engine {
         };
         let top_k = config.expert_used_count;
         let all = (config.block_count * config.expert_count) as usize;
-        let cpu_experts = opts.cpu_experts.unwrap_or(!opts.direct_io);
+        let cpu_experts = opts.cpu_experts.unwrap_or(!opts.direct_io || opts.ram_budget.is_some());
         // The CPU tier runs without the routers' guesses: its admissions take the pool's background loads
         // (the configuration measured, BENCHMARKS.md).
         let mut lookahead =
@@ -563,8 +582,11 @@ impl Engine {
             // Written before each step from the pool (`sync_route_table`).
             (buffer, Vec::new())
         });
+        let host = opts.ram_budget.map(|budget| HostTier { budget, min_records: top_k as usize, readers });
         let cpu_tier = (cpu_experts && !resident)
-            .then(|| CpuTier::open(&store, &experts, opts.cpu_threads, opts.cpu_tiers, opts.int8_decode))
+            .then(|| {
+                CpuTier::open(&store, &experts, opts.cpu_threads, opts.cpu_tiers, opts.int8_decode, host)
+            })
             .transpose()?;
         let kernels = Kernels::new(&ctx);
         let kernels_coop = kernels.cooperative_matrix();
@@ -697,21 +719,26 @@ impl Engine {
         let backend = self.pool.backend();
         let speculative = backend.speculation().map(SpeculativeReads::stats);
         let disk = backend.reader().activity();
-        crate::Stats::new(
+        let mut stats = crate::Stats::new(
             &self.stats,
             self.pool.stats(),
             speculative,
             disk,
             self.gpu_bytes,
             self.pool_slots(),
-            self.cpu_tier.as_ref().map(|t| (t.isa(), t.threads())),
-        )
+        );
+        stats.cpu_isa = self.cpu_tier.as_ref().map(|t| (t.isa(), t.threads()));
+        stats.host = self.cpu_tier.as_ref().and_then(CpuTier::host_stats);
+        stats
     }
 
     /// Zeroes the counters.
     pub fn reset_stats(&mut self) {
         self.stats = EngineStats::default();
         self.pool.reset_stats();
+        if let Some(tier) = self.cpu_tier.as_mut() {
+            tier.reset_host_stats();
+        }
         let backend = self.pool.backend();
         backend.reader().reset_activity();
         if let Some(spec) = backend.speculation() {
@@ -1097,7 +1124,7 @@ impl Engine {
                             })
                         })
                     };
-                    let tier = self.cpu_tier.as_ref().expect("CPU work comes from the tier");
+                    let tier = self.cpu_tier.as_mut().expect("CPU work comes from the tier");
                     let (sum, took, next_head) = tier.compute_while(l, &ids, &weights, &xn, meanwhile)?;
                     head_ready = next_head;
                     self.stats.cpu_experts += ids.len() as u64;

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use diskformer_expert_stream::{SpeculativeStats, Stats as PoolStats};
+use diskformer_expert_stream::{HostStats, SpeculativeStats, Stats as PoolStats};
 use diskformer_store::ReadActivity;
 
 /// Engine-side counters (the pool keeps its own).
@@ -97,6 +97,8 @@ pub struct Stats {
     pub cpu_admitted: u64,
     /// The CPU tier's SIMD path and threads, when it runs.
     pub cpu_isa: Option<(diskformer_cpu_kernels::Isa, usize)>,
+    /// The host tier's counters ([`crate::EngineOptions::ram_budget`]), when it runs.
+    pub host: Option<HostStats>,
     /// The pool's counters (hits, late hits, misses, bytes, read and upload times, prefetch, by layer).
     pub pool: PoolStats,
     /// The speculative reads' counters ([`crate::EngineOptions::speculative_reads`]), when they run.
@@ -117,7 +119,6 @@ impl Stats {
         disk: ReadActivity,
         gpu_bytes: GpuBytes,
         pool_slots: usize,
-        cpu_isa: Option<(diskformer_cpu_kernels::Isa, usize)>,
     ) -> Self {
         Stats {
             decode_tokens: e.decode_tokens,
@@ -135,7 +136,8 @@ impl Stats {
             cpu_experts: e.cpu_experts,
             cpu_time: e.cpu_time,
             cpu_admitted: e.cpu_admitted,
-            cpu_isa,
+            cpu_isa: None,
+            host: None,
             pool,
             speculative,
             disk,
@@ -232,6 +234,18 @@ impl fmt::Display for Stats {
                 pct(self.cpu_share()),
                 self.ms_per_token(self.cpu_time),
                 self.cpu_admitted
+            )?;
+        }
+        if let Some(h) = &self.host {
+            let secs = h.read_time.as_secs_f64();
+            writeln!(
+                f,
+                "host tier: {} held, {} read ({:.1} MB in {:.1} ms, {:.2} GB/s while reading)",
+                h.hits,
+                h.reads,
+                h.bytes as f64 / 1e6,
+                secs * 1e3,
+                h.bytes as f64 / secs.max(1e-9) / 1e9
             )?;
         }
         if let Some(spec) = &self.speculative {

@@ -705,3 +705,45 @@ fn the_cpu_tier_is_on_by_default_only_through_the_page_cache() {
         assert_eq!(stats.cpu_experts > 0, on, "direct_io {direct_io}, slots {slots:?}");
     }
 }
+
+/// The host tier (`ram_budget`) turns the CPU tier on and gives the mapped tier's logits, reading records
+/// again as they leave its few slots; a budget under a layer's picks, or one with the CPU tier off, is
+/// refused naming the option.
+#[test]
+fn the_host_tier_gives_the_mapped_tiers_logits() {
+    let m = model("host-tier", SynthShape::tiny(), 5);
+    let store = diskformer_store::Store::open(&m.store).unwrap();
+    let record = store.layout().experts.as_ref().unwrap().record_bytes.next_multiple_of(4096);
+    let top_k = u64::from(SynthShape::tiny().top_k);
+    let run = |ram_budget: Option<u64>| {
+        let mut opts = EngineOptions::default();
+        (opts.pool_slots, opts.readers, opts.prefetch) = (Some(4), Some(2), false);
+        opts.ram_budget = ram_budget;
+        let mut e = Engine::open(&m.store, &opts, &mut |_| {}).unwrap();
+        let mut logits = vec![e.prefill(&PROMPT[..3], false).unwrap()];
+        for &t in &PROMPT[3..9] {
+            logits.push(e.step(t).unwrap());
+        }
+        (logits, e.stats())
+    };
+    let (mapped, stats) = run(None);
+    assert!(stats.host.is_none() && stats.cpu_experts > 0, "{stats}");
+    let (host, stats) = run(Some((top_k + 1) * record));
+    let h = stats.host.expect("the host tier ran");
+    assert!(stats.cpu_experts > 0 && h.reads > 0, "{stats}");
+    assert_eq!(h.hits + h.reads, stats.cpu_experts, "{stats}");
+    for (a, b) in mapped.iter().zip(&host) {
+        assert!(max_diff(a, b) < 1e-5, "host tier against the mapped one: {}", max_diff(a, b));
+    }
+
+    let refused = |f: fn(&mut EngineOptions)| {
+        let mut opts = EngineOptions::default();
+        opts.pool_slots = Some(4);
+        f(&mut opts);
+        Engine::open(&m.store, &opts, &mut |_| {}).unwrap_err().to_string()
+    };
+    let small = refused(|o| o.ram_budget = Some(4096));
+    assert!(small.contains("RAM budget") && small.contains("holds 0 records"), "{small}");
+    let off = refused(|o| (o.ram_budget, o.cpu_experts) = (Some(1 << 30), Some(false)));
+    assert!(off.contains("ram_budget") && off.contains("cpu_experts"), "{off}");
+}

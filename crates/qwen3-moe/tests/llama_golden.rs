@@ -148,20 +148,36 @@ fn rebuild(name: &str, synth_args: &str, sha256: &str) -> (tempdir::TempDir, Pat
     (dir, store)
 }
 
+/// Where the CPU tier's records lie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CpuRecords {
+    /// The store mapped from the page cache.
+    Mapped,
+    /// The host tier (`EngineOptions::ram_budget`).
+    Host,
+}
+
 /// Runs the golden's prompt and steps (feeding the golden's ids) and checks every step. `tensor`: the
 /// prompt's chunks on tensor cores (`EngineOptions::tensor_prefill`), checked to their own tolerance; on a
 /// device without them this returns at once, as the same run with `tensor` off covers the f32 chunks.
 /// `cpu`: one-token steps compute every miss on the CPU (`EngineOptions::cpu_experts`, prefetch off and
-/// no admissions, so the pool never loads for them).
-fn check(f: &Fixture, pool_slots: Option<usize>, batched: bool, tensor: bool, cpu: bool) {
+/// no admissions, so the pool never loads for them), from the store mapped or through the host tier.
+fn check(f: &Fixture, pool_slots: Option<usize>, batched: bool, tensor: bool, cpu: Option<CpuRecords>) {
     let g = &f.golden;
     let mut opts = EngineOptions::default();
     opts.pool_slots = pool_slots;
     opts.tensor_prefill = tensor;
-    opts.cpu_experts = Some(cpu);
-    if cpu {
+    opts.cpu_experts = Some(cpu.is_some());
+    if cpu.is_some() {
         opts.prefetch = false;
         opts.cpu_tiers.reuse_window = 0;
+    }
+    if cpu == Some(CpuRecords::Host) {
+        // Room for one more record than a layer's picks: nearly every record is read again.
+        let store = diskformer_store::Store::open(&f.store).unwrap();
+        let record = store.layout().experts.as_ref().unwrap().record_bytes;
+        let k = spec_from_args(&g.synth_args).shape.top_k as u64;
+        opts.ram_budget = Some((k + 1) * record.next_multiple_of(4096));
     }
     let mut engine = Engine::open(&f.store, &opts, &mut |_| {}).unwrap();
     if let Some(n) = pool_slots {
@@ -174,7 +190,7 @@ fn check(f: &Fixture, pool_slots: Option<usize>, batched: bool, tensor: bool, cp
     let (tol, near_tie) =
         if on_tensor_cores { (TENSOR_LOGPROB_TOL, TENSOR_NEAR_TIE) } else { (LOGPROB_TOL, NEAR_TIE) };
     let what = format!(
-        "{} (pool {pool_slots:?}, batched {batched}, tensor cores {on_tensor_cores}, cpu {cpu})",
+        "{} (pool {pool_slots:?}, batched {batched}, tensor cores {on_tensor_cores}, cpu {cpu:?})",
         f.name
     );
     let mut logits = engine.prefill(&g.prompt_ids, batched).unwrap();
@@ -223,7 +239,8 @@ fn check(f: &Fixture, pool_slots: Option<usize>, batched: bool, tensor: bool, cp
         stats.pool.misses,
         stats.cpu_experts
     );
-    if cpu && pool_slots.is_some() {
+    assert_eq!(stats.host.is_some(), cpu == Some(CpuRecords::Host) && pool_slots.is_some(), "{what}");
+    if cpu.is_some() && pool_slots.is_some() {
         assert!(stats.cpu_experts > 0, "{what}: no pick ran on the CPU");
         if !batched {
             assert_eq!(stats.pool.misses, 0, "{what}: one-token steps loaded experts");
@@ -273,11 +290,12 @@ fn matches_llama_cpp_on_every_golden() {
             spec.shape.top_k as usize
         };
         for slots in [None, Some(2 * k)] {
-            check(&f, slots, false, false, false);
-            check(&f, slots, true, false, false);
-            check(&f, slots, true, true, false);
-            check(&f, slots, false, false, true);
-            check(&f, slots, true, false, true);
+            check(&f, slots, false, false, None);
+            check(&f, slots, true, false, None);
+            check(&f, slots, true, true, None);
+            check(&f, slots, false, false, Some(CpuRecords::Mapped));
+            check(&f, slots, true, false, Some(CpuRecords::Mapped));
+            check(&f, slots, false, false, Some(CpuRecords::Host));
         }
         check_greedy(&f);
     }
