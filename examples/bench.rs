@@ -128,7 +128,7 @@ struct Args {
     #[command(flatten)]
     routing: routing_args::RoutingArgs,
     /// Compute each layer's misses on the CPU while the GPU computes the hits (EngineOptions::cpu_experts;
-    /// default: on through the page cache, off with --direct-io).
+    /// default: on, through the page cache or with --direct-io the host tier).
     #[arg(long)]
     cpu_experts: bool,
     /// Turn the CPU tier off (uploads every miss, as before it).
@@ -138,7 +138,8 @@ struct Args {
     #[arg(long)]
     cpu_threads: Option<usize>,
     /// The host tier (EngineOptions::ram_budget): host memory for expert records read with O_DIRECT, for
-    /// stores larger than RAM (e.g. 16g; default: none, the CPU tier maps the store from the page cache).
+    /// stores larger than RAM (e.g. 16g; default: with --direct-io half the available memory, else none:
+    /// the CPU tier maps the store from the page cache).
     #[arg(long, value_parser = common::parse_bytes)]
     ram_budget: Option<u64>,
     /// The CPU tier admits a miss into the pool when it was picked within this many tokens before (0:

@@ -74,11 +74,12 @@ struct Args {
     #[arg(long)]
     no_prefetch: bool,
     /// Read experts with O_DIRECT, past the page cache (for stores larger than RAM, or to keep the cache for
-    /// other work).
+    /// other work), into a budget of host memory the CPU computes misses from (--ram-budget).
     #[arg(long)]
     direct_io: bool,
     /// Keep expert records in this much host memory, read with O_DIRECT, for a store larger than RAM (e.g.
-    /// 64GB; the CPU then computes the layers' misses from there; default: the page cache holds them).
+    /// 64GB; the CPU then computes the layers' misses from there; default: with --direct-io half the
+    /// available memory, else none: the page cache holds them).
     #[arg(long, value_parser = common::parse_bytes)]
     ram_budget: Option<u64>,
     /// Threads reading expert misses (default: 8, or with --direct-io as many as a probe of the disk finds

@@ -6,7 +6,9 @@
 # the same GGUF. Binaries in .device/ (built here, gzipped: bench, synth-gguf, ingest, cpu-bench), llama.cpp's
 # source in .llama/ (scripts/device/llama-cuda.sh pack). Writes JSON lines to $OUT/tiers.jsonl and prints a
 # table last. PHASES picks what runs (default "cpu rows llama"); REUSE=1 keeps a model and store a call on the
-# same machine left; ROWS and LLAMA_ROWS override the row lists; DECODE the decode tokens of a row.
+# same machine left; ROWS and LLAMA_ROWS override the row lists; DECODE the decode tokens of a row. A row
+# labelled cold-* runs with the page cache dropped (COLD_DECODE tokens), between two reads of 384 whole
+# records with O_DIRECT (record-read), whose mean rate over the bytes the row read a token is its bound.
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -18,6 +20,7 @@ mkdir -p "$OUT"
 G=/dev/shm/q3.gguf
 S=/tmp/q3.store
 DECODE=${DECODE:-64}
+COLD_DECODE=${COLD_DECODE:-32}
 PHASES=${PHASES:-cpu rows llama}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 lscpu | grep -E "^Model name|^CPU\(s\)" | tee "$OUT/cpu.txt"
@@ -54,15 +57,28 @@ if [[ $PHASES == *cpu* ]]; then
     done
 fi
 
+disk_rate() { # the disk's rate now: one thread, O_DIRECT, whole records, page cache dropped (GB/s)
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    $D/record-read $S --threads 1 --pieces 1 --records 384 | tee -a "$OUT/disk.txt" |
+        python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['gb_per_s'])"
+}
 run() { # label, bench args... (a label NAME-* runs .device/bench-NAME where it exists: a variant's build)
     local label=$1; shift
     local bin=$D/bench
     [ -x "$D/bench-${label%%-*}" ] && bin=$D/bench-${label%%-*}
-    cat $S/experts.bin > /dev/null # the store in the page cache
-    local line
-    line=$(timeout 300 $bin --model $G --store $S --decode-tokens "$DECODE" "$@" 2> "/tmp/$label.err")
+    local line decode=$DECODE before=null after=null
+    if [[ $label == cold-* ]]; then
+        # A cold row: the page cache dropped, between two disk reads of the same kind (the bound's rate).
+        decode=$COLD_DECODE
+        before=$(disk_rate)
+        sync; echo 3 > /proc/sys/vm/drop_caches
+    else
+        cat $S/experts.bin > /dev/null # the store in the page cache
+    fi
+    line=$(timeout 300 $bin --model $G --store $S --decode-tokens "$decode" "$@" 2> "/tmp/$label.err")
     if [ -z "$line" ]; then tail -3 "/tmp/$label.err"; line=null; fi
-    echo "{\"label\":\"$label\",\"run\":$line}" >> "$OUT/tiers.jsonl"
+    [[ $label == cold-* ]] && after=$(disk_rate)
+    echo "{\"label\":\"$label\",\"disk_before\":$before,\"disk_after\":$after,\"run\":$line}" >> "$OUT/tiers.jsonl"
     echo "$label: $(echo "$line" | cut -c1-100)"
 }
 T=$D/calibrated.jsonl
@@ -99,6 +115,16 @@ for l in open(sys.argv[1]):
     r = json.loads(l); b = r["run"]
     if not b: print(r["label"], "failed"); continue
     c = b.get("cpu_experts") or {}
+    if r.get("disk_before"):
+        # Every byte read from the disk: the pool's reader (demand and speculative) and the host tier's.
+        per_token = b["disk"]["bytes_per_token"] + (b.get("host_tier") or {}).get("bytes_per_token", 0)
+        rate = (r["disk_before"] + r["disk_after"]) / 2
+        bound = rate * 1e9 / max(per_token, 1)
+        print(f'{r["label"]:18} decode {b["decode_tok_s"]:7.2f} disk {r["disk_before"]:.2f} -> {r["disk_after"]:.2f} GB/s '
+              f'read/tok {per_token/1e9:5.2f} GB bound {bound:6.2f} tok/s = {100*b["decode_tok_s"]/bound:5.1f}% '
+              f'host-tier held/read per tok {(b.get("host_tier") or {}).get("held_per_token", 0):6.1f} / '
+              f'{(b.get("host_tier") or {}).get("reads_per_token", 0):6.1f} cpu ms/tok {c.get("ms_per_token", 0):6.2f}')
+        continue
     print(f'{r["label"]:18} decode {b["decode_tok_s"]:7.2f} prefill {b["prefill_tok_s"]:8.1f} hits {100*(b["hit_rate"] or 0):5.1f}% '
           f'cpu/tok {c.get("per_token", 0):6.1f} cpu ms/tok {c.get("ms_per_token", 0):6.2f} GB read/tok {b["bytes_read_per_token"]/1e9:5.2f} '
           f'wait {b["gpu_wait_ms_per_token"]:5.2f} ensure {b["ensure_ms_per_token"]:5.2f} '

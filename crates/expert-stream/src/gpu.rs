@@ -28,7 +28,7 @@ use std::task::{Poll, Waker};
 use diskformer_kernels::Context;
 use diskformer_store::{ExpertLayout, RecordBuf, RecordReader, Region, part_bytes};
 
-use crate::{Backend, BackendError, Error, ExpertKey, Result, Slot, SpeculativeReads};
+use crate::{Backend, BackendError, Error, ExpertKey, HostHandoff, Result, Slot, SpeculativeReads};
 
 /// One of the four planes of the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -602,6 +602,8 @@ pub struct GpuBackend {
     page_cache_loads: AtomicUsize,
     /// Guessed records read into host memory ahead of demand ([`GpuBackend::with_speculation`]).
     speculation: Option<SpeculativeReads>,
+    /// Records the host tier hands to loads ([`GpuBackend::with_handoff`]).
+    handoff: Option<Arc<HostHandoff>>,
 }
 
 /// Page-cache loads that may each put their pieces on threads of their own; past this many at once (a
@@ -634,6 +636,7 @@ impl GpuBackend {
             read_split: 1,
             page_cache_loads: AtomicUsize::new(0),
             speculation: None,
+            handoff: None,
         })
     }
 
@@ -673,6 +676,13 @@ impl GpuBackend {
         Ok(self)
     }
 
+    /// Loads a record offered in `handoff` (by the host tier, which holds it) from there instead of the
+    /// disk.
+    pub fn with_handoff(mut self, handoff: Arc<HostHandoff>) -> Self {
+        self.handoff = Some(handoff);
+        self
+    }
+
     /// The speculative reads, if any.
     pub fn speculation(&self) -> Option<&SpeculativeReads> {
         self.speculation.as_ref()
@@ -703,6 +713,22 @@ impl GpuBackend {
         let result = self.pool.upload_pieces(slot, ring, running < PARALLEL_LOADS, fill);
         self.page_cache_loads.fetch_sub(1, Ordering::Relaxed);
         result
+    }
+
+    /// Stages a record already in host memory (handed off or guessed): into the record buffer, or through
+    /// `ring`'s pieces, a copy out of host memory as from the page cache.
+    fn stage_from_host(
+        &self,
+        slot: Slot,
+        record: &mut RecordBuf,
+        ring: &mut Option<StagingRing>,
+        held: &[u8],
+    ) -> Result<(), BackendError> {
+        match ring {
+            None => record.as_mut_slice()[..self.pool.record_bytes].copy_from_slice(held),
+            Some(ring) => self.copy_pieces(slot, ring, held)?,
+        }
+        Ok(())
     }
 
     /// Stages `record`, in host memory, through `ring`'s pieces.
@@ -751,13 +777,13 @@ impl Backend for GpuBackend {
 
     fn read(&self, key: ExpertKey, slot: Slot, staging: &mut GpuStaging) -> Result<usize, BackendError> {
         let GpuStaging { record, ring } = staging;
+        if let Some(held) = self.handoff.as_ref().and_then(|h| h.take(key)) {
+            self.stage_from_host(slot, record, ring, &held.as_slice()[..self.pool.record_bytes])?;
+            return Ok(self.pool.record_bytes);
+        }
         let speculation = self.speculation.as_ref();
         if let Some(held) = speculation.and_then(|s| s.take(key)) {
-            match ring {
-                None => record.as_mut_slice()[..self.pool.record_bytes].copy_from_slice(held.bytes()),
-                // A copy out of host memory, as from the page cache.
-                Some(ring) => self.copy_pieces(slot, ring, held.bytes())?,
-            }
+            self.stage_from_host(slot, record, ring, held.bytes())?;
             return Ok(self.pool.record_bytes);
         }
         let _demand = speculation.map(SpeculativeReads::demand);

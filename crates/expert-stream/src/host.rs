@@ -5,10 +5,10 @@
 //! most recently used ones ([`HostLru`]). The CPU tier computes from them.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use diskformer_store::{BUFFER_ALIGN, RecordReader};
+use diskformer_store::{BUFFER_ALIGN, RecordBuf, RecordReader};
 
 use crate::budget::gb;
 use crate::{Error, ExpertKey, Result};
@@ -149,13 +149,72 @@ pub struct HostStats {
 pub struct HostRecords {
     reader: Arc<RecordReader>,
     lru: HostLru,
-    /// `capacity × stride` bytes, page-aligned (anonymous memory: a page costs RAM once it is written).
-    arena: memmap2::MmapMut,
+    /// Per slot, its buffer once first used (host memory grows with the records read, up to the budget).
+    /// Shared with the GPU's loads of records handed off ([`HostHandoff`]): a slot whose buffer a load still
+    /// holds is read into a new one.
+    buffers: Vec<Option<Arc<RecordBuf>>>,
+    fresh: FreshBuffers,
     record_bytes: usize,
-    /// A slot's bytes: the record rounded up to whole O_DIRECT blocks.
-    stride: usize,
     readers: usize,
     stats: HostStats,
+}
+
+/// New record buffers made ahead on a thread of their own: a new buffer's first touch (1,224 page faults
+/// and 5 MB zeroed at the Qwen3-30B-A3B shape) cost more than reading a record into it, so reads take
+/// buffers already touched. The thread makes one buffer a slot, a few ahead of use.
+struct FreshBuffers {
+    ready: crossbeam_channel::Receiver<RecordBuf>,
+    len: usize,
+}
+
+/// Buffers the thread keeps made ahead of use.
+const FRESH_AHEAD: usize = 16;
+
+impl FreshBuffers {
+    /// Up to `total` buffers of `len` bytes; the thread stops when it made them or the receiver is gone.
+    fn new(len: usize, total: usize) -> Self {
+        let (tx, ready) = crossbeam_channel::bounded(FRESH_AHEAD);
+        // Without the thread, buffers are made as they are needed.
+        let _ = std::thread::Builder::new().name("host-tier-buffers".into()).spawn(move || {
+            for _ in 0..total {
+                if tx.send(RecordBuf::new(len)).is_err() {
+                    return;
+                }
+            }
+        });
+        FreshBuffers { ready, len }
+    }
+
+    /// A buffer made ahead, or a new one when none waits.
+    fn take(&self) -> RecordBuf {
+        self.ready.try_recv().unwrap_or_else(|_| RecordBuf::new(self.len))
+    }
+}
+
+/// Records the host tier holds that the GPU pool is about to load: its loads copy them from host memory
+/// instead of reading the disk again ([`GpuBackend::with_handoff`](crate::GpuBackend::with_handoff)).
+#[derive(Debug, Default)]
+pub struct HostHandoff {
+    records: Mutex<HashMap<ExpertKey, Arc<RecordBuf>>>,
+}
+
+/// Records a handoff holds at most: one not taken (its load was dropped) leaves when this many wait.
+const HANDOFF_MAX: usize = 64;
+
+impl HostHandoff {
+    /// Offers `record` (the bytes of `key`, in a buffer of at least one record) to the next load of `key`.
+    pub fn put(&self, key: ExpertKey, record: Arc<RecordBuf>) {
+        let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        if records.len() >= HANDOFF_MAX {
+            records.clear();
+        }
+        records.insert(key, record);
+    }
+
+    /// The record offered for `key`, if any (taken: a later load reads the disk).
+    pub fn take(&self, key: ExpertKey) -> Option<Arc<RecordBuf>> {
+        self.records.lock().unwrap_or_else(PoisonError::into_inner).remove(&key)
+    }
 }
 
 impl std::fmt::Debug for HostRecords {
@@ -212,24 +271,19 @@ impl HostRecords {
     /// A host tier of `budget` bytes over `reader`'s records, holding at least `min_records`.
     ///
     /// # Errors
-    /// [`Error::HostBudget`] (see [`host_slots`]), also when the host refuses the memory.
+    /// [`Error::HostBudget`] (see [`host_slots`]).
     pub fn new(reader: Arc<RecordReader>, budget: u64, min_records: usize, readers: usize) -> Result<Self> {
         let record_bytes = reader.layout().record_bytes as usize;
         let stride = record_bytes.next_multiple_of(BUFFER_ALIGN);
         let capacity = host_slots(budget, stride as u64, min_records.max(1), available_memory())?;
         // Never more slots than records.
         let capacity = capacity.min(reader.layout().n_records());
-        let bytes = capacity * stride;
-        let arena = memmap2::MmapMut::map_anon(bytes).map_err(|e| Error::HostBudget {
-            budget,
-            what: format!("the host could not map {} for it: {e}", gb(bytes as u64)),
-        })?;
         Ok(HostRecords {
             reader,
             lru: HostLru::new(capacity),
-            arena,
+            buffers: vec![None; capacity],
+            fresh: FreshBuffers::new(record_bytes, capacity),
             record_bytes,
-            stride,
             readers: readers.max(1),
             stats: HostStats::default(),
         })
@@ -250,65 +304,169 @@ impl HostRecords {
         self.stats = HostStats::default();
     }
 
-    /// The slots holding `keys` (distinct), reading the ones not in host memory, in parallel.
+    /// The slots holding `keys` (distinct), reading the ones not in host memory, in parallel: [`begin`],
+    /// [`HostFetch::read`] and [`finish`] in one.
     ///
     /// # Errors
-    /// [`Error::Read`] naming the first record that failed (every failed slot is emptied);
-    /// [`Error::InvalidConfig`] as [`HostLru::plan`].
+    /// As [`begin`] and [`finish`].
+    ///
+    /// [`begin`]: Self::begin
+    /// [`finish`]: Self::finish
     pub fn ensure(&mut self, keys: &[ExpertKey]) -> Result<Vec<usize>> {
+        let mut fetch = self.begin(keys)?;
+        fetch.read();
+        let slots = fetch.slots.clone();
+        self.finish(fetch)?;
+        Ok(slots)
+    }
+
+    /// Starts a call for `keys` (distinct): the records held are shared at once, and each of the others
+    /// gets its slot and a buffer (taken out of the slot) for [`HostFetch::read`], which may run on
+    /// another thread while the held ones are used; [`finish`](Self::finish) puts the buffers back.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] as [`HostLru::plan`].
+    pub fn begin(&mut self, keys: &[ExpertKey]) -> Result<HostFetch> {
         let plan = self.lru.plan(keys)?;
         self.stats.hits += (keys.len() - plan.reads.len()) as u64;
-        if plan.reads.is_empty() {
-            return Ok(plan.slots);
+        let mut records: Vec<Option<Arc<RecordBuf>>> = vec![None; keys.len()];
+        let mut reads = Vec::with_capacity(plan.reads.len());
+        let mut next_read = plan.reads.iter().peekable();
+        for (i, (&key, &slot)) in keys.iter().zip(&plan.slots).enumerate() {
+            // A slot without its buffer (a call never finished) is read again.
+            if next_read.next_if_eq(&&i).is_some() || self.buffers[slot].is_none() {
+                // A buffer a handed-off load still holds stays with it; the slot gets a new one.
+                let buffer = match self.buffers[slot].take().map(Arc::try_unwrap) {
+                    Some(Ok(buffer)) => buffer,
+                    _ => self.fresh.take(),
+                };
+                reads.push(PendingRead { index: i, key, slot, buffer, result: None });
+            } else {
+                records[i] = self.buffers[slot].clone();
+            }
         }
-        let started = Instant::now();
-        let jobs: Vec<(ExpertKey, usize)> = plan.reads.iter().map(|&i| (keys[i], plan.slots[i])).collect();
-        let failed = self.read_all(&jobs);
-        self.stats.read_time += started.elapsed();
+        Ok(HostFetch {
+            reader: Arc::clone(&self.reader),
+            readers: self.readers,
+            slots: plan.slots,
+            records,
+            reads,
+            read_time: Duration::ZERO,
+        })
+    }
+
+    /// Ends a call: each read buffer goes back to its slot, and the call's records come back in key order.
+    ///
+    /// # Errors
+    /// [`Error::Read`] naming the first record that failed or was not read (every such slot is emptied).
+    pub fn finish(&mut self, fetch: HostFetch) -> Result<Vec<Arc<RecordBuf>>> {
+        let HostFetch { mut records, reads, read_time, .. } = fetch;
+        self.stats.read_time += read_time;
         let mut first = None;
-        for ((key, slot), result) in jobs.iter().zip(failed) {
-            match result {
-                Ok(()) => {
+        for read in reads {
+            match read.result {
+                Some(Ok(())) => {
                     self.stats.reads += 1;
                     self.stats.bytes += self.record_bytes as u64;
+                    let buffer = Arc::new(read.buffer);
+                    self.buffers[read.slot] = Some(Arc::clone(&buffer));
+                    records[read.index] = Some(buffer);
                 }
-                Err(e) => {
-                    self.lru.forget(*slot);
-                    first.get_or_insert(Error::Read { key: *key, source: Arc::new(e) });
+                failed => {
+                    self.lru.forget(read.slot);
+                    self.buffers[read.slot] = Some(Arc::new(read.buffer));
+                    let source: Arc<dyn std::error::Error + Send + Sync> = match failed {
+                        Some(Err(e)) => Arc::new(e),
+                        _ => Arc::from(Box::<dyn std::error::Error + Send + Sync>::from("it was never read")),
+                    };
+                    first.get_or_insert(Error::Read { key: read.key, source });
                 }
             }
         }
-        first.map_or(Ok(plan.slots), Err)
+        match first {
+            Some(e) => Err(e),
+            None => Ok(records.into_iter().map(|r| r.expect("every record held or read")).collect()),
+        }
     }
 
     /// The record in `slot` (as [`ensure`](Self::ensure) returned it).
     pub fn record(&self, slot: usize) -> &[u8] {
-        &self.arena[slot * self.stride..][..self.record_bytes]
+        &self.shared(slot).as_slice()[..self.record_bytes]
     }
 
-    /// Reads each `(key, slot)`, spread over up to `readers` threads; one result a job.
-    fn read_all(&mut self, jobs: &[(ExpertKey, usize)]) -> Vec<diskformer_store::Result<()>> {
-        let (reader, stride) = (&self.reader, self.stride);
-        // Each job's slot as its own slice: the slots of one call are distinct.
-        let mut slices: Vec<Option<&mut [u8]>> = self.arena.chunks_exact_mut(stride).map(Some).collect();
-        let mut work: Vec<(ExpertKey, &mut [u8])> =
-            jobs.iter().map(|&(key, slot)| (key, slices[slot].take().expect("distinct slots"))).collect();
+    /// The buffer of `slot` (as [`ensure`](Self::ensure) returned it): a slot whose buffer is shared when
+    /// its next record is read gets a new one.
+    pub fn shared(&self, slot: usize) -> &Arc<RecordBuf> {
+        self.buffers[slot].as_ref().expect("a slot ensure returned holds a record")
+    }
+}
+
+/// One call of the host tier between [`HostRecords::begin`] and [`HostRecords::finish`]: the records it
+/// holds already, and the ones to read, each into a buffer of its own.
+pub struct HostFetch {
+    reader: Arc<RecordReader>,
+    readers: usize,
+    /// Per key, its slot.
+    slots: Vec<usize>,
+    /// Per key, its record's buffer when held (the read ones join at `finish`).
+    records: Vec<Option<Arc<RecordBuf>>>,
+    reads: Vec<PendingRead>,
+    read_time: Duration,
+}
+
+struct PendingRead {
+    /// The key's index in the call.
+    index: usize,
+    key: ExpertKey,
+    slot: usize,
+    buffer: RecordBuf,
+    result: Option<diskformer_store::Result<()>>,
+}
+
+impl std::fmt::Debug for HostFetch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostFetch").field("slots", &self.slots).field("reads", &self.reads.len()).finish()
+    }
+}
+
+impl HostFetch {
+    /// The records held already: (key index, buffer), shared for as long as the caller keeps them.
+    pub fn held_records(&self) -> Vec<(usize, Arc<RecordBuf>)> {
+        let held = self.records.iter().enumerate();
+        held.filter_map(|(i, r)| r.as_ref().map(|r| (i, Arc::clone(r)))).collect()
+    }
+
+    /// The buffer of key `index` when held already (to hand off).
+    pub fn held_buffer(&self, index: usize) -> Option<&Arc<RecordBuf>> {
+        self.records.get(index).and_then(Option::as_ref)
+    }
+
+    /// Whether any record must be read.
+    pub fn needs_reads(&self) -> bool {
+        self.reads.iter().any(|r| r.result.is_none())
+    }
+
+    /// Reads the records not held, spread over up to `readers` threads (the call's own included).
+    pub fn read(&mut self) {
+        let started = Instant::now();
+        let reader = &self.reader;
+        let mut work: Vec<&mut PendingRead> = self.reads.iter_mut().filter(|r| r.result.is_none()).collect();
+        if work.is_empty() {
+            return;
+        }
+        let read = |r: &mut &mut PendingRead| r.result = Some(reader.read(r.key, &mut r.buffer));
         let threads = self.readers.min(work.len());
         if threads <= 1 {
-            return work.iter_mut().map(|(key, dst)| reader.read_into(*key, dst)).collect();
+            work.iter_mut().for_each(read);
+        } else {
+            let per = work.len().div_ceil(threads);
+            std::thread::scope(|scope| {
+                for chunk in work.chunks_mut(per) {
+                    scope.spawn(move || chunk.iter_mut().for_each(read));
+                }
+            });
         }
-        let per = work.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = work
-                .chunks_mut(per)
-                .map(|chunk| {
-                    scope.spawn(move || {
-                        chunk.iter_mut().map(|(key, dst)| reader.read_into(*key, dst)).collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            handles.into_iter().flat_map(|h| h.join().expect("a record read does not panic")).collect()
-        })
+        self.read_time += started.elapsed();
     }
 }
 

@@ -24,7 +24,7 @@
 //!   streaming on routing like a trained model's, whatever the weights (ROUTING.md).
 //! - [`HostRecords`] is the host tier for stores larger than RAM: whole records read with O_DIRECT into a
 //!   fixed budget of host memory, the least recently used leaving first ([`HostLru`]); the CPU tier
-//!   computes from them.
+//!   computes from them, and the GPU pool loads the ones it admits from there ([`HostHandoff`]).
 //! - [`GpuBudget::expert_slots`] turns a GPU budget into a slot count, refusing one under `2 × top-k` records.
 //! - [`MemoryBackend`] keeps records and slots in RAM, with hooks to hold, fail and watch loads.
 //!
@@ -75,7 +75,9 @@ pub use config::{EvictionPolicy, PoolConfig};
 pub use core::{LoadJob, LoadReport, Pinned, PoolCore, Progress, SlotView, Ticket};
 pub use error::{BackendError, Error, Result, SharedError};
 pub use gpu::{GpuBackend, GpuPool, GpuStaging, Plane, PoolPart, StagingRing, UploadMethod};
-pub use host::{HostLru, HostPlan, HostRecords, HostStats, available_memory, host_slots};
+pub use host::{
+    HostFetch, HostHandoff, HostLru, HostPlan, HostRecords, HostStats, available_memory, host_slots,
+};
 pub use key::{ExpertKey, LoadId, Slot};
 pub use memory::{Event, Fault, Gate, MemoryBackend, MemoryStaging};
 pub use pool::ExpertPool;

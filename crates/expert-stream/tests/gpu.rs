@@ -5,10 +5,11 @@
 mod common;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use common::gpu::{TempDir, read_back, store};
 use diskformer_expert_stream::{
-    Error, ExpertKey, ExpertPool, GpuBackend, GpuPool, Plane, PoolConfig, Slot, UploadMethod,
+    Error, ExpertKey, ExpertPool, GpuBackend, GpuPool, HostHandoff, Plane, PoolConfig, Slot, UploadMethod,
 };
 use diskformer_store::{RecordBuf, RecordReader};
 
@@ -125,6 +126,44 @@ fn land_through_misses_and_evictions(method: UploadMethod, parts: usize, direct:
     let a = record(&reader, ExpertKey::new(0, 5));
     let b = record(&reader, ExpertKey::new(0, 6));
     assert_ne!(a, b);
+}
+
+/// A record the host tier hands off is loaded from host memory, not the disk: the slot holds the handed
+/// bytes (here another record's, so that a read of the disk could not pass) and the reader read nothing;
+/// a record not handed off is read as before, and a handoff serves one load only.
+#[test]
+fn handed_off_records_load_from_host_memory() {
+    let ctx = gpu_or_skip!();
+    for method in [UploadMethod::WriteBuffer, UploadMethod::StagingRing(2)] {
+        let dir = TempDir::new("gpu-handoff");
+        let store = store(dir.path(), 2, 8, 64, 96, 9);
+        let layout = store.layout().experts.clone().unwrap();
+        let gpu = GpuPool::with_device(&ctx.device, &ctx.queue, &ctx.limits, &layout, 4).unwrap();
+        let handoff = Arc::new(HostHandoff::default());
+        let backend = GpuBackend::new(gpu, store.record_reader(false).unwrap())
+            .unwrap()
+            .with_method(method)
+            .with_handoff(Arc::clone(&handoff));
+        let pool = ExpertPool::new(backend, PoolConfig::new(4, 2, 8)).unwrap();
+        let reader = store.record_reader(false).unwrap();
+        let (handed, other, read) = (ExpertKey::new(0, 3), ExpertKey::new(1, 4), ExpertKey::new(0, 5));
+        let mut buf = RecordBuf::new(layout.record_bytes as usize);
+        reader.read(other, &mut buf).unwrap();
+        handoff.put(handed, Arc::new(buf));
+        let pinned = pool.ensure(0, &[3]).unwrap();
+        pool.release(pinned);
+        assert_eq!(pool.backend().reader().activity().bytes, 0, "{method:?}");
+        assert!(handoff.take(handed).is_none(), "a handoff serves one load");
+        let pinned = pool.ensure(0, &[5]).unwrap();
+        pool.release(pinned);
+        pool.drain();
+        assert_eq!(pool.backend().reader().activity().bytes, layout.record_bytes, "{method:?}");
+        let gpu = pool.backend().pool();
+        let planes = read_planes(ctx, gpu);
+        let slot = pool.slot_of(handed).unwrap();
+        assert_slot_holds(gpu, &planes, slot, handed, &record(&reader, other));
+        assert_slot_holds(gpu, &planes, pool.slot_of(read).unwrap(), read, &record(&reader, read));
+    }
 }
 
 #[test]

@@ -77,3 +77,19 @@ fn a_budget_under_a_layers_picks_is_refused_with_the_numbers() {
     assert!(matches!(err, Error::HostBudget { .. }), "{err:?}");
     assert!(err.to_string().contains("holds 3 records"), "{err}");
 }
+
+/// A slot whose buffer was handed off is read into a new buffer: the handed bytes stay the record they were.
+#[test]
+fn a_handed_off_buffer_keeps_its_record_when_the_slot_is_reused() {
+    let dir = TempDir::new("host-shared");
+    let store = store(dir.path(), 1, 8, 64, 32, 14);
+    let reader = Arc::new(store.record_reader(false).unwrap());
+    let record_bytes = reader.layout().record_bytes;
+    let mut host = HostRecords::new(Arc::clone(&reader), record_bytes, 1, 1).unwrap();
+    let (a, b) = (ExpertKey::new(0, 1), ExpertKey::new(0, 2));
+    let slot = host.ensure(&[a]).unwrap()[0];
+    let handed = Arc::clone(host.shared(slot));
+    assert_eq!(host.ensure(&[b]).unwrap(), vec![slot], "one slot, reused");
+    assert_eq!(host.record(slot), record(&reader, b));
+    assert_eq!(&handed.as_slice()[..record_bytes as usize], record(&reader, a));
+}

@@ -11,7 +11,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use diskformer_cpu_kernels::{Assignment, CpuExperts, ExpertWeights, Isa, Math, QuantMatrix};
-use diskformer_expert_stream::{ExpertKey, HostRecords, HostStats, LayerPlan, TierConfig, TierPolicy};
+use diskformer_expert_stream::{
+    ExpertKey, HostFetch, HostHandoff, HostRecords, HostStats, LayerPlan, TierConfig, TierPolicy,
+};
 use diskformer_gguf::TensorType;
 use diskformer_store::{ExpertLayout, Region, Store};
 use memmap2::Mmap;
@@ -26,6 +28,8 @@ pub(crate) struct CpuTier {
     ty: TensorType,
     policy: TierPolicy,
     math: Math,
+    /// The host tier's call [`CpuTier::fetch`] began for (layer, ids), which the next compute finishes.
+    pending: Option<(u32, Vec<u32>, HostFetch)>,
 }
 
 /// Where the tier's records lie.
@@ -38,12 +42,13 @@ enum Records {
         /// The thread mapping in the records already in the page cache, and its stop flag.
         mapper: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
     },
-    /// The host tier: whole records read with O_DIRECT into a budget of host memory.
-    Host(HostRecords),
+    /// The host tier: whole records read with O_DIRECT into a budget of host memory, and where it offers
+    /// the records it admits to the GPU pool's loads.
+    Host(HostRecords, Arc<HostHandoff>),
 }
 
 /// The host tier's knobs ([`EngineOptions::ram_budget`](crate::EngineOptions::ram_budget)).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct HostTier {
     /// Bytes of host memory for records.
     pub budget: u64,
@@ -51,6 +56,8 @@ pub(crate) struct HostTier {
     pub min_records: usize,
     /// Threads reading one layer's records at once.
     pub readers: usize,
+    /// Where admitted records are offered to the GPU pool's loads (its backend takes them from there).
+    pub handoff: Arc<HostHandoff>,
 }
 
 impl Drop for CpuTier {
@@ -98,7 +105,8 @@ impl CpuTier {
         let records = match host {
             Some(host) => {
                 let reader = Arc::new(store.record_reader(true)?);
-                Records::Host(HostRecords::new(reader, host.budget, host.min_records, host.readers)?)
+                let records = HostRecords::new(reader, host.budget, host.min_records, host.readers)?;
+                Records::Host(records, host.handoff)
             }
             None => map_records(store, layout)?,
         };
@@ -115,20 +123,21 @@ impl CpuTier {
             ty,
             policy: TierPolicy::new(config, layout.n_layers, layout.n_experts),
             math: if int8 { Math::Q8 } else { Math::F32 },
+            pending: None,
         })
     }
 
     /// The host tier's counters, when it runs.
     pub fn host_stats(&self) -> Option<HostStats> {
         match &self.records {
-            Records::Host(host) => Some(host.stats()),
+            Records::Host(host, _) => Some(host.stats()),
             Records::Mapped { .. } => None,
         }
     }
 
     /// Zeroes the host tier's counters.
     pub fn reset_host_stats(&mut self) {
-        if let Records::Host(host) = &mut self.records {
+        if let Records::Host(host, _) = &mut self.records {
             host.reset_stats();
         }
     }
@@ -159,9 +168,33 @@ impl CpuTier {
         Ok(self.policy.plan(layer, picks, may_admit, resident)?)
     }
 
+    /// Starts bringing `layer`'s experts `ids` into host memory (the host tier plans them; mapped records
+    /// need nothing) and offers those of `admit` it holds already to the GPU pool's loads, so that an
+    /// admission does not read the disk again. Call it before the pool loads `admit`; the compute that
+    /// follows reads the records the host tier lacks.
+    pub fn fetch(&mut self, layer: u32, ids: &[u32], admit: &[u32]) -> Result<()> {
+        let Records::Host(host, handoff) = &mut self.records else {
+            return Ok(());
+        };
+        if let Some((_, _, stale)) = self.pending.take() {
+            // A call never computed (its step failed): its buffers go back to their slots.
+            let _ = host.finish(stale);
+        }
+        let keys: Vec<ExpertKey> = ids.iter().map(|&e| ExpertKey::new(layer, e)).collect();
+        let fetch = host.begin(&keys)?;
+        for (i, key) in keys.iter().enumerate().filter(|(_, k)| admit.contains(&k.expert)) {
+            if let Some(buffer) = fetch.held_buffer(i) {
+                handoff.put(*key, Arc::clone(buffer));
+            }
+        }
+        self.pending = Some((layer, ids.to_vec(), fetch));
+        Ok(())
+    }
+
     /// `Σ w · FFN_e(xn)` over `layer`'s experts `ids` with routing weights `weights`, the time from start to
     /// finish, and what `meanwhile` returned: this thread runs it while the pool's threads start on the
-    /// experts (see [`CpuExperts::moe_while`]). The host tier first reads the records it lacks.
+    /// experts (see [`CpuExperts::moe_while`]). Through the host tier, the experts it holds are computed
+    /// while a thread reads the others, which are computed next.
     pub fn compute_while<R>(
         &mut self,
         layer: u32,
@@ -171,43 +204,73 @@ impl CpuTier {
         meanwhile: impl FnOnce() -> R,
     ) -> Result<(Vec<f32>, Duration, R)> {
         let started = Instant::now();
-        let keys: Vec<ExpertKey> = ids.iter().map(|&e| ExpertKey::new(layer, e)).collect();
-        let host_slots = match &mut self.records {
-            Records::Host(host) => Some(host.ensure(&keys)?),
-            Records::Mapped { .. } => None,
-        };
-        let experts = keys
-            .iter()
-            .enumerate()
-            .map(|(i, &key)| self.expert(self.record(key, host_slots.as_ref().map(|s| s[i]))))
-            .collect::<Result<Vec<_>>>()?;
+        let mut out = vec![0f32; xn.len()];
+        if !matches!(self.records, Records::Host(..)) {
+            let records: Vec<&[u8]> = ids.iter().map(|&e| self.mapped(ExpertKey::new(layer, e))).collect();
+            let r = self.moe_while(&records, weights, xn, &mut out, meanwhile)?;
+            return Ok((out, started.elapsed(), r));
+        }
+        if !self.pending.as_ref().is_some_and(|(l, pending, _)| *l == layer && pending == ids) {
+            self.fetch(layer, ids, &[])?;
+        }
+        let (_, _, mut fetch) = self.pending.take().expect("fetch left a call");
+        let len = self.layout.record_bytes as usize;
+        let held = fetch.held_records();
+        let held_weights: Vec<f32> = held.iter().map(|(i, _)| weights[*i]).collect();
+        let held_bytes: Vec<&[u8]> = held.iter().map(|(_, b)| &b.as_slice()[..len]).collect();
+        let computed = std::thread::scope(|scope| {
+            let reading = fetch.needs_reads().then(|| scope.spawn(|| fetch.read()));
+            let r = self.moe_while(&held_bytes, &held_weights, xn, &mut out, meanwhile);
+            if let Some(reading) = reading {
+                let _ = reading.join();
+            }
+            r
+        });
+        let Records::Host(host, _) = &mut self.records else { unreachable!("checked above") };
+        let records = host.finish(fetch)?;
+        let r = computed?;
+        let read: Vec<usize> = (0..ids.len()).filter(|i| !held.iter().any(|(h, _)| h == i)).collect();
+        if !read.is_empty() {
+            let bytes: Vec<&[u8]> = read.iter().map(|&i| &records[i].as_slice()[..len]).collect();
+            let read_weights: Vec<f32> = read.iter().map(|&i| weights[i]).collect();
+            let mut more = vec![0f32; xn.len()];
+            self.moe_while(&bytes, &read_weights, xn, &mut more, || ())?;
+            out.iter_mut().zip(&more).for_each(|(o, m)| *o += m);
+        }
+        Ok((out, started.elapsed(), r))
+    }
+
+    /// `out = Σ w · FFN(xn)` over `records` with `weights`, running `meanwhile` on this thread meanwhile.
+    fn moe_while<R>(
+        &self,
+        records: &[&[u8]],
+        weights: &[f32],
+        xn: &[f32],
+        out: &mut [f32],
+        meanwhile: impl FnOnce() -> R,
+    ) -> Result<R> {
+        let experts = records.iter().map(|r| self.expert(r)).collect::<Result<Vec<_>>>()?;
         let assignments: Vec<Assignment> = weights
             .iter()
             .enumerate()
             .map(|(expert, &weight)| Assignment { token: 0, expert, weight })
             .collect();
-        let mut out = vec![0f32; xn.len()];
-        let r = self.kernels.moe_while(self.math, &experts, xn, &assignments, &mut out, meanwhile)?;
-        Ok((out, started.elapsed(), r))
+        Ok(self.kernels.moe_while(self.math, &experts, xn, &assignments, out, meanwhile)?)
     }
 
-    /// The record of `key`: in the host tier's slot `host_slot`, or borrowed from the mapping. A mapped
-    /// record's first use maps its pages in one call (`MADV_POPULATE_READ`): touched one by one, a 5 MB
-    /// record's 1,220 page faults cost more than reading it (on the H200 the tier then read 20 GB/s where its
-    /// kernels run at 55).
-    fn record(&self, key: ExpertKey, host_slot: Option<usize>) -> &[u8] {
+    /// The mapped record of `key`. Its first use maps its pages in one call (`MADV_POPULATE_READ`): touched
+    /// one by one, a 5 MB record's 1,220 page faults cost more than reading it (on the H200 the tier then
+    /// read 20 GB/s where its kernels run at 55).
+    fn mapped(&self, key: ExpertKey) -> &[u8] {
+        let Records::Mapped { map, populated, .. } = &self.records else {
+            unreachable!("only mapped records are looked up here")
+        };
         let l = &self.layout;
-        match (&self.records, host_slot) {
-            (Records::Host(host), Some(slot)) => host.record(slot),
-            (Records::Mapped { map, populated, .. }, _) => {
-                let index = (key.layer * l.n_experts + key.expert) as usize;
-                if !populated[index].swap(true, Ordering::Relaxed) {
-                    populate(map, l.record_offset(key) as usize, l.record_bytes as usize);
-                }
-                &map[l.record_offset(key) as usize..][..l.record_bytes as usize]
-            }
-            (Records::Host(_), None) => unreachable!("the host tier names a slot for every record"),
+        let index = (key.layer * l.n_experts + key.expert) as usize;
+        if !populated[index].swap(true, Ordering::Relaxed) {
+            populate(map, l.record_offset(key) as usize, l.record_bytes as usize);
         }
+        &map[l.record_offset(key) as usize..][..l.record_bytes as usize]
     }
 
     /// A record as its three matrices.

@@ -14,14 +14,14 @@ use std::time::{Duration, Instant};
 
 use diskformer_bpe::Tokenizer;
 use diskformer_expert_stream::{
-    EvictionPolicy, ExpertKey, ExpertPool, GpuBackend, GpuBudget, GpuPool, Pinned, PoolConfig, RouteShape,
-    SlotView, SpeculativeReads, StagingRing, Stats as PoolStats, Tier, TierConfig, UploadMethod,
+    EvictionPolicy, ExpertKey, ExpertPool, GpuBackend, GpuBudget, GpuPool, HostHandoff, Pinned, PoolConfig,
+    RouteShape, SlotView, SpeculativeReads, StagingRing, Stats as PoolStats, Tier, TierConfig, UploadMethod,
 };
 use diskformer_gguf::GgufModel;
 use diskformer_kernels::{
     Context, EXPERT_GEMM_TILED_GROUP, Kernels, PENALTY_MAX_N, SampleStep, cpu, expert_gemm_groups,
 };
-use diskformer_store::{IngestOptions, ReaderProbe, Store};
+use diskformer_store::{ExpertLayout, IngestOptions, ReaderProbe, Store};
 
 use crate::cpu_tier::{CpuTier, HostTier};
 use crate::graph::{
@@ -136,17 +136,22 @@ pub struct EngineOptions {
     /// waiting for their upload; a miss picked again within a few tokens is also uploaded in the
     /// background ([`TierConfig`]). Steps then read each layer's picks back (no route-ahead). Chunks still
     /// upload their experts. With it the routers' prefetch guesses are off (its admissions use the pool's
-    /// background loads either way). `None`, the default, turns it on through the page cache and off with
-    /// `direct_io` (a store larger than RAM would be read through the page cache a page at a time): on the
-    /// H200 at a 4 GB budget it decoded faster than the prefetch path and route-ahead under both a
-    /// calibrated routing trace and uniform routing (BENCHMARKS.md).
+    /// background loads either way). `None`, the default, turns it on: through the page cache, or with
+    /// `direct_io` through the host tier (`ram_budget`); off with `direct_io` where the host tier has no
+    /// budget. On the H200 at a 4 GB budget it decoded faster than the prefetch path and route-ahead under
+    /// both a calibrated routing trace and uniform routing, from the page cache and from a cold disk
+    /// (BENCHMARKS.md).
     pub cpu_experts: Option<bool>,
     /// The host tier, for stores larger than RAM: the CPU tier keeps its records in this many bytes of host
     /// memory, each read whole with O_DIRECT when first picked and the least recently used leaving first
     /// ([`HostRecords`](diskformer_expert_stream::HostRecords)), instead of mapping the store from the page
-    /// cache. Turns the CPU tier on; its reads use `readers` threads (with none given, the count a probe
-    /// of the disk finds, as for `direct_io`). Refused when it holds fewer records than top-k, exceeds the
-    /// host's available memory, or comes with `cpu_experts` off (default: none).
+    /// cache; the misses it admits into the GPU pool load from there, not from the disk again. Turns the
+    /// CPU tier on; its reads use `readers` threads (with none given, the count a probe of the disk finds).
+    /// Refused when it holds fewer records than top-k, exceeds the host's available memory, or comes with
+    /// `cpu_experts` off. `None`, the default: with `direct_io` (and the CPU tier not turned off) half the
+    /// host's available memory, at most the store's records; else no host tier (the page cache holds the
+    /// records). From a cold disk on the H200 at a 4 GB budget it decoded several times faster than
+    /// uploading every miss (BENCHMARKS.md).
     pub ram_budget: Option<u64>,
     /// Threads of the CPU tier, the stepping thread's included (`None`: every core but two).
     pub cpu_threads: Option<usize>,
@@ -414,11 +419,17 @@ impl Engine {
                     .into(),
             });
         }
+        let top_k = config.expert_used_count;
+        let ram_budget = opts.ram_budget.or_else(|| {
+            (opts.direct_io && opts.cpu_experts != Some(false))
+                .then(|| default_ram_budget(&experts, top_k as usize))
+                .flatten()
+        });
         let reader = store.record_reader(opts.direct_io)?;
         let reader_probe = match opts.readers {
             None if reader.is_direct() => Some(reader.probe_readers(&PROBE_READERS, PROBE_RECORDS)?),
             // The host tier reads with O_DIRECT whatever the pool does.
-            None if opts.ram_budget.is_some() => {
+            None if ram_budget.is_some() => {
                 Some(store.record_reader(true)?.probe_readers(&PROBE_READERS, PROBE_RECORDS)?)
             }
             _ => None,
@@ -428,9 +439,8 @@ impl Engine {
             (None, Some(probe)) => probe.best,
             (None, None) => DEFAULT_READERS,
         };
-        let top_k = config.expert_used_count;
         let all = (config.block_count * config.expert_count) as usize;
-        let cpu_experts = opts.cpu_experts.unwrap_or(!opts.direct_io || opts.ram_budget.is_some());
+        let cpu_experts = opts.cpu_experts.unwrap_or(!opts.direct_io || ram_budget.is_some());
         // The CPU tier runs without the routers' guesses: its admissions take the pool's background loads
         // (the configuration measured, BENCHMARKS.md).
         let mut lookahead =
@@ -545,6 +555,10 @@ impl Engine {
         let gpu_pool = GpuPool::new(&ctx, &experts, slots)?;
         let mut backend =
             GpuBackend::new(gpu_pool, reader)?.with_method(opts.upload).with_read_split(read_split);
+        let handoff = Arc::new(HostHandoff::default());
+        if ram_budget.is_some() {
+            backend = backend.with_handoff(Arc::clone(&handoff));
+        }
         // route_ahead is 0 when resident: nothing streams.
         if route_ahead > 0 && opts.speculative_reads > 0 {
             backend = backend.with_speculation(opts.speculative_reads, read_split)?;
@@ -582,7 +596,8 @@ impl Engine {
             // Written before each step from the pool (`sync_route_table`).
             (buffer, Vec::new())
         });
-        let host = opts.ram_budget.map(|budget| HostTier { budget, min_records: top_k as usize, readers });
+        let host =
+            ram_budget.map(|budget| HostTier { budget, min_records: top_k as usize, readers, handoff });
         let cpu_tier = (cpu_experts && !resident)
             .then(|| {
                 CpuTier::open(&store, &experts, opts.cpu_threads, opts.cpu_tiers, opts.int8_decode, host)
@@ -1047,12 +1062,14 @@ impl Engine {
                         Tier::Cpu => ABSENT,
                     })
                     .collect();
+                let ids: Vec<u32> = plan.cpu_picks().map(|i| picks[i]).collect();
+                // The host tier reads what it lacks first, so that the admissions load from host memory.
+                tier.fetch(l, &ids, &plan.admit)?;
                 if !plan.admit.is_empty() {
                     self.stats.cpu_admitted += self.pool.prefetch(l, &plan.admit)? as u64;
                 }
                 let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
                 let (weights, xn) = (floats(&read[k..2 * k]), floats(&read[2 * k..2 * k + hidden]));
-                let ids: Vec<u32> = plan.cpu_picks().map(|i| picks[i]).collect();
                 let weights: Vec<f32> = plan.cpu_picks().map(|i| weights[i]).collect();
                 if !ids.is_empty() {
                     cpu_work = Some((ids, weights, xn));
@@ -1716,6 +1733,14 @@ impl MissGuesses<'_> {
         self.spec.guess(&self.lacked[self.units.clone()].concat());
         Ok(self.next < self.units.end)
     }
+}
+
+/// The host tier's budget when `direct_io` asks for none: half the host's available memory, at most the
+/// whole store's records (`None` where the host does not say, or half holds fewer than `min_records`).
+fn default_ram_budget(experts: &ExpertLayout, min_records: usize) -> Option<u64> {
+    let half = diskformer_expert_stream::available_memory()? / 2;
+    let stride = experts.record_bytes.next_multiple_of(diskformer_store::BUFFER_ALIGN as u64);
+    (half / stride >= min_records as u64).then(|| half.min(experts.file_bytes().next_multiple_of(stride)))
 }
 
 /// The most tokens a chunk may have while experts stream through `slots` slots: a chunk pins the union of

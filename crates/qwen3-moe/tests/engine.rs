@@ -690,24 +690,34 @@ fn chunks_are_bounded_by_the_pool_only_when_it_cannot_hold_a_layer() {
     assert!(max_diff(&logits[0], &logits[1]) < 1e-4);
 }
 
-/// While experts stream, the CPU tier is on by default through the page cache and off with O_DIRECT; with
-/// every expert resident there is nothing for it to do.
+/// While experts stream, the CPU tier is on by default: through the page cache, and with O_DIRECT through
+/// the host tier (a default budget of host memory); with every expert resident there is nothing for it
+/// to do. Turned off, O_DIRECT uploads every miss.
 #[test]
-fn the_cpu_tier_is_on_by_default_only_through_the_page_cache() {
+fn the_cpu_tier_is_on_by_default_while_experts_stream() {
     let m = model("tier-default", SynthShape::tiny(), 5);
-    for (direct_io, slots, on) in [(false, Some(4), true), (true, Some(4), false), (false, None, false)] {
+    let cases = [
+        (false, Some(4), None, true),
+        (true, Some(4), None, true),
+        (true, Some(4), Some(false), false),
+        (false, None, None, false),
+    ];
+    for (direct_io, slots, cpu_experts, on) in cases {
         let mut opts = EngineOptions::default();
         (opts.direct_io, opts.pool_slots, opts.readers) = (direct_io, slots, Some(1));
+        opts.cpu_experts = cpu_experts;
         let mut e = Engine::open(&m.store, &opts, &mut |_| {}).unwrap();
         e.prefill(&PROMPT[..3], false).unwrap();
         let stats = e.stats();
-        assert_eq!(stats.cpu_isa.is_some(), on, "direct_io {direct_io}, slots {slots:?}");
-        assert_eq!(stats.cpu_experts > 0, on, "direct_io {direct_io}, slots {slots:?}");
+        let what = format!("direct_io {direct_io}, slots {slots:?}, cpu_experts {cpu_experts:?}");
+        assert_eq!(stats.cpu_isa.is_some(), on, "{what}");
+        assert_eq!(stats.cpu_experts > 0, on, "{what}");
+        assert_eq!(stats.host.is_some(), on && direct_io, "{what}");
     }
 }
 
 /// The host tier (`ram_budget`) turns the CPU tier on and gives the mapped tier's logits, reading records
-/// again as they leave its few slots; a budget under a layer's picks, or one with the CPU tier off, is
+/// again as they leave its few slots and handing admitted ones to the pool's loads; a budget under a layer's picks, or one with the CPU tier off, is
 /// refused naming the option.
 #[test]
 fn the_host_tier_gives_the_mapped_tiers_logits() {
@@ -728,12 +738,21 @@ fn the_host_tier_gives_the_mapped_tiers_logits() {
     };
     let (mapped, stats) = run(None);
     assert!(stats.host.is_none() && stats.cpu_experts > 0, "{stats}");
-    let (host, stats) = run(Some((top_k + 1) * record));
-    let h = stats.host.expect("the host tier ran");
-    assert!(stats.cpu_experts > 0 && h.reads > 0, "{stats}");
-    assert_eq!(h.hits + h.reads, stats.cpu_experts, "{stats}");
-    for (a, b) in mapped.iter().zip(&host) {
-        assert!(max_diff(a, b) < 1e-5, "host tier against the mapped one: {}", max_diff(a, b));
+    // Room for one record more than a layer's picks (records leave and are read again), and for all.
+    let all = u64::from(SynthShape::tiny().layers * SynthShape::tiny().experts);
+    for records in [top_k + 1, all] {
+        let (host, stats) = run(Some(records * record));
+        let h = stats.host.expect("the host tier ran");
+        assert!(stats.cpu_experts > 0 && h.reads > 0, "{records} records: {stats}");
+        assert_eq!(h.hits + h.reads, stats.cpu_experts, "{records} records: {stats}");
+        if records == all {
+            // Admissions load from the host tier's memory: the pool's reader reads nothing.
+            assert!(h.reads <= all && stats.cpu_admitted > 0 && stats.disk.bytes == 0, "{stats}");
+        }
+        for (a, b) in mapped.iter().zip(&host) {
+            let d = max_diff(a, b);
+            assert!(d < 1e-5, "{records} records: host tier against the mapped one: {d}");
+        }
     }
 
     let refused = |f: fn(&mut EngineOptions)| {
