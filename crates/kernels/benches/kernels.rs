@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use diskformer_kernels::{
-    AttentionShape, Context, Dispatch, EXPERT_GEMM_TILED_GROUP, ExpertPlanes, Kernels, Q8Matrix,
-    expert_gemm_group_bound, expert_gemm_groups, q8_row_bytes,
+    AttentionShape, BlockMatrix, Context, Dispatch, EXPERT_GEMM_TILED_GROUP, ExpertPlanes, KQuant, Kernels,
+    Q8Matrix, expert_gemm_group_bound, expert_gemm_groups, q8_row_bytes,
 };
 use wgpu::util::DeviceExt;
 
@@ -174,6 +174,46 @@ fn bench_q8_gemv(c: &mut Criterion, g: &Gpu) {
                 })
                 .collect();
             group.bench_function(format!("{name}/{variant}"), |b| b.iter_custom(|iters| time(g, &ds, iters)));
+        }
+    }
+    group.finish();
+}
+
+/// The K-quant GEMVs on GGUF blocks (Q4_K, Q6_K) at Qwen3-30B-A3B's shapes: an expert's gate‖up and down as
+/// one dense matrix each (what issue 33's goal compares with the copy bandwidth), the attention's Q and
+/// the lm head (Q6_K in llama.cpp's Q4_K_M files). Throughput counts the blocks' bytes.
+fn bench_kquant_gemv(c: &mut Criterion, g: &Gpu) {
+    let mut group = c.benchmark_group("kquant_gemv");
+    for quant in [KQuant::Q4K, KQuant::Q6K] {
+        for (name, rows, cols) in [
+            ("expert_gate_up_1536x2048", 1536u32, 2048u32),
+            ("expert_down_2048x768", 2048, 768),
+            ("attn_q_4096x2048", 4096, 2048),
+            ("lm_head_151936x2048", 151_936, 2048),
+        ] {
+            let bytes = u64::from(rows) * u64::from(cols) / 256 * quant.block_bytes();
+            let n = copies(bytes);
+            let blocks: Vec<wgpu::Buffer> =
+                (0..n).map(|i| buffer(g, bytes.next_multiple_of(4), 31 + i as u64)).collect();
+            let x = buffer(g, 4 * u64::from(cols), 7);
+            let ys: Vec<wgpu::Buffer> =
+                (0..n).map(|i| buffer(g, 4 * u64::from(rows), 8 + i as u64)).collect();
+            group.throughput(Throughput::Bytes(bytes));
+            for (variant, k) in [("subgroup", &g.sg), ("plain", &g.plain)] {
+                if variant == "subgroup" && !k.subgroups() {
+                    continue;
+                }
+                let ds: Vec<Dispatch> = blocks
+                    .iter()
+                    .zip(&ys)
+                    .map(|(w, y)| {
+                        let w = BlockMatrix { data: w.into(), quant, rows, cols };
+                        k.kquant_gemv(w, (&x).into(), y.into(), 1).expect("bind")
+                    })
+                    .collect();
+                let id = format!("{}/{name}/{variant}", quant.name());
+                group.bench_function(id, |b| b.iter_custom(|iters| time(g, &ds, iters)));
+            }
         }
     }
     group.finish();
@@ -650,6 +690,7 @@ fn benches(c: &mut Criterion) {
     let g = Gpu { ctx, sg, plain };
     bench_copy(c, &g);
     bench_q8_gemv(c, &g);
+    bench_kquant_gemv(c, &g);
     bench_expert(c, &g);
     bench_small(c, &g);
     bench_layer(c, &g);

@@ -47,6 +47,55 @@ pub fn q8_gemv(q: &[i8], scales: &[f16], rows: usize, cols: usize, x: &[f32]) ->
     q8_gemv_as(q, scales, rows, cols, x, f64::from)
 }
 
+/// Value `v` (0..256) of a K-quant super-block, value by value as ggml's `dequantize_row_q4_K` and
+/// `dequantize_row_q6_K` lay them out (the GPU kernels' reference; the gguf crate's dequantiser, checked
+/// bit for bit against ggml's, is the tests' reference for this).
+pub fn kquant_value(quant: crate::KQuant, block: &[u8], v: usize) -> f32 {
+    let f16_at = |i: usize| f16::from_le_bytes([block[i], block[i + 1]]).to_f32();
+    match quant {
+        crate::KQuant::Q4K => {
+            // Sub-block j = v / 32 of chunk v / 64: the low nibbles, then the high ones.
+            let (j, l) = (v / 32, v % 32);
+            let q = block[16 + 32 * (v / 64) + l];
+            let q = if j % 2 == 0 { q & 0xF } else { q >> 4 };
+            let s = &block[4..16];
+            let (sc, m) = if j < 4 {
+                (s[j] & 63, s[j + 4] & 63)
+            } else {
+                ((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4))
+            };
+            f16_at(0) * f32::from(sc) * f32::from(q) - f16_at(2) * f32::from(m)
+        }
+        crate::KQuant::Q6K => {
+            // Half h, then l and the quarter k: value 128h + 32k + l.
+            let (h, k, l) = (v / 128, (v % 128) / 32, v % 32);
+            let low = block[64 * h + l + 32 * (k % 2)];
+            let low = if k < 2 { low & 0xF } else { low >> 4 };
+            let high = (block[128 + 32 * h + l] >> (2 * k)) & 3;
+            let q = i32::from(low | (high << 4)) - 32;
+            let sc = block[192 + 8 * h + l / 16 + 2 * k] as i8;
+            f16_at(208) * f32::from(sc) * q as f32
+        }
+    }
+}
+
+/// K-quant GEMV over T inputs: `y[t, r] = Σ_c W[r, c] · x[t, c]` for `W [rows, cols]` given as GGUF blocks
+/// ([`kquant_value`]), summed in f64.
+pub fn kquant_gemv(quant: crate::KQuant, w: &[u8], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
+    let block = quant.block_bytes() as usize;
+    let dequantised: Vec<f32> = w[..rows * cols / 256 * block]
+        .chunks_exact(block)
+        .flat_map(|b| (0..256).map(move |v| kquant_value(quant, b, v)))
+        .collect();
+    x.chunks(cols)
+        .flat_map(|x| {
+            dequantised.chunks(cols).map(move |row| {
+                row.iter().zip(x).map(|(&w, &x)| f64::from(w) * f64::from(x)).sum::<f64>() as f32
+            })
+        })
+        .collect()
+}
+
 /// [`q8_gemv`] as the cooperative-matrix GEMMs compute it (`Kernels::q8_gemm_coop`): each weight
 /// `q · d` rounded once to f16 (the product is exact in f32), each input rounded to f16, the products
 /// summed (here in f64).

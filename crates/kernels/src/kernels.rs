@@ -19,6 +19,10 @@ pub enum Kernel {
     RmsNorm,
     /// Q8_0 GEMV over T inputs.
     Q8Gemv,
+    /// Q4_K GEMV over T inputs on GGUF blocks.
+    Q4KGemv,
+    /// Q6_K GEMV over T inputs on GGUF blocks (`kquant_gemv.wgsl`, the Q4_K kernel's file).
+    Q6KGemv,
     /// Q8_0 GEMV over T inputs, two rows per lane (the variant under comparison in the bench).
     Q8GemvRows2,
     /// Q8_0 GEMM over T tokens through workgroup-memory tiles of 128 rows x 32 tokens (prefill).
@@ -130,14 +134,18 @@ const RMS_SCALE: &str = include_str!("wgsl/rms_scale.wgsl");
 const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
 const EXPERT_Q8_PAIR_ROWS: &str = include_str!("wgsl/expert_q8_pair_rows.wgsl");
 const SAMPLE_STEP: &str = include_str!("wgsl/sample_step.wgsl");
+const KQUANT_Q4_K: &str = include_str!("wgsl/kquant_q4_k.wgsl");
+const KQUANT_Q6_K: &str = include_str!("wgsl/kquant_q6_k.wgsl");
 const Q8_TILE_COOP: &str = include_str!("wgsl/q8_tile_coop.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 45] = [
+    pub const ALL: [Kernel; 47] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
+        Kernel::Q4KGemv,
+        Kernel::Q6KGemv,
         Kernel::Q8GemvRows2,
         Kernel::Q8GemmTiled,
         Kernel::Q8GemmI8,
@@ -188,6 +196,8 @@ impl Kernel {
             Kernel::EmbedQ8 => "embed_q8",
             Kernel::RmsNorm => "rms_norm",
             Kernel::Q8Gemv => "q8_gemv",
+            Kernel::Q4KGemv => "q4_k_gemv",
+            Kernel::Q6KGemv => "q6_k_gemv",
             Kernel::Q8GemvRows2 => "q8_gemv_rows2",
             Kernel::Q8GemmTiled => "q8_gemm_tiled",
             Kernel::Q8GemmI8 => "q8_gemm_i8",
@@ -267,6 +277,8 @@ impl Kernel {
         matches!(
             self,
             Kernel::Q8Gemv
+                | Kernel::Q4KGemv
+                | Kernel::Q6KGemv
                 | Kernel::AttentionSplit
                 | Kernel::Q8GemvRows2
                 | Kernel::ExpertQ8Gemv
@@ -292,6 +304,7 @@ impl Kernel {
             Kernel::Q8Gemv | Kernel::Q8GemvRows2 | Kernel::Q8GemvRows4 | Kernel::Q8GemvI8 => {
                 size_of::<Q8GemvParams>()
             }
+            Kernel::Q4KGemv | Kernel::Q6KGemv => size_of::<KQuantGemvParams>(),
             Kernel::Q8GemmTiled | Kernel::Q8GemmI8 | Kernel::Q8GemmCoop => size_of::<Q8GemmParams>(),
             Kernel::QuantizeQ8 => size_of::<QuantizeQ8Params>(),
             Kernel::F32Gemv => size_of::<F32GemvParams>(),
@@ -337,6 +350,8 @@ impl Kernel {
             Kernel::EmbedQ8 => include_str!("wgsl/embed_q8.wgsl"),
             Kernel::RmsNorm => include_str!("wgsl/rms_norm.wgsl"),
             Kernel::Q8Gemv => include_str!("wgsl/q8_gemv.wgsl"),
+            Kernel::Q4KGemv => include_str!("wgsl/kquant_gemv.wgsl"),
+            Kernel::Q6KGemv => Kernel::Q4KGemv.file(),
             Kernel::Q8GemvRows2 => include_str!("wgsl/q8_gemv_rows2.wgsl"),
             Kernel::Q8GemvRows4 => include_str!("wgsl/q8_gemv_rows4.wgsl"),
             Kernel::Q8GemvI8 => Kernel::Q8GemvRows4.file(),
@@ -391,9 +406,10 @@ impl Kernel {
     /// `pair_max` helper, plain or subgroup; `q8_tile.wgsl` and its weights' helper, Q8_0 or Q4_0, for the
     /// tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), `q8_helpers.wgsl` alone for `quantize_q8` and
     /// `f32_gemv` (whose norm may quantise), the row helpers (plain or subgroup) for the split attention,
-    /// `attention_tile_load.wgsl` for the chunk attention kernels, `rms_scale.wgsl` for the norm kernels,
-    /// `router_topk_core.wgsl` for the routers, `sample_step.wgsl` (the per-step struct) for the sampler's
-    /// two kernels. `subgroups` is ignored by kernels without a variant.
+    /// `attention_tile_load.wgsl` for the chunk attention kernels, the K-quant block helper
+    /// (`kquant_q4_k.wgsl`, `kquant_q6_k.wgsl`) and the row sums for the K-quant GEMVs, `rms_scale.wgsl`
+    /// for the norm kernels, `router_topk_core.wgsl` for the routers, `sample_step.wgsl` (the per-step
+    /// struct) for the sampler's two kernels. `subgroups` is ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
         let mut body = Cow::Borrowed(self.file());
         if let Some(shared) = self.entry_renamed_from() {
@@ -433,11 +449,12 @@ impl Kernel {
 
     /// The kernel whose file this one shares, with its entry point renamed to this one's name: the int8
     /// GEMMs and GEMVs and the Q4_0 expert kernels run the Q8_0 kernels' files with other helpers appended
-    /// (tiles, or a row walk).
+    /// (tiles, or a row walk), the Q6_K GEMV the Q4_K one's with its block helper.
     fn entry_renamed_from(self) -> Option<Kernel> {
         match self {
             Kernel::Q8GemmI8 => Some(Kernel::Q8GemmTiled),
             Kernel::Q8GemvI8 => Some(Kernel::Q8GemvRows4),
+            Kernel::Q6KGemv => Some(Kernel::Q4KGemv),
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ4Gemm | Kernel::ExpertQ8GemmCoop => {
                 Some(Kernel::ExpertQ8GemmTiled)
             }
@@ -467,6 +484,10 @@ impl Kernel {
             Kernel::Q8GemmCoop => &[Q8_HELPERS],
             Kernel::QuantizeQ8 | Kernel::F32Gemv => &[Q8_HELPERS],
             Kernel::AttentionTiled | Kernel::AttentionFlash => &[ATTENTION_TILE_LOAD],
+            Kernel::Q4KGemv if subgroups => &[KQUANT_Q4_K, ROW_SUM_SUBGROUP],
+            Kernel::Q4KGemv => &[KQUANT_Q4_K, ROW_SUM_PLAIN],
+            Kernel::Q6KGemv if subgroups => &[KQUANT_Q6_K, ROW_SUM_SUBGROUP],
+            Kernel::Q6KGemv => &[KQUANT_Q6_K, ROW_SUM_PLAIN],
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
             Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],
             Kernel::ExpertQ8Gemv if subgroups => {

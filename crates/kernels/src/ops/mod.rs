@@ -18,6 +18,7 @@ mod expert_q8_gemv_i8;
 mod expert_slots;
 mod f32_gemm;
 mod f32_gemv;
+mod kquant_gemv;
 mod kv_store;
 mod moe_combine;
 mod moe_combine_norm;
@@ -52,6 +53,7 @@ pub use expert_q8_gemv::{
 pub use expert_slots::ExpertSlotsParams;
 pub use f32_gemm::F32GemmParams;
 pub use f32_gemv::{F32GemvParams, InputNorm};
+pub use kquant_gemv::{BlockMatrix, KQuant, KQuantGemvParams};
 pub use kv_store::KvStoreParams;
 pub use moe_combine::MoeCombineParams;
 pub use moe_combine_norm::MoeCombineNormParams;

@@ -1,0 +1,130 @@
+use super::q8_gemv::Q8GemvParams;
+use crate::error::Result;
+use crate::kernels::{Kernel, Kernels, View};
+use crate::{Dispatch, ops::*};
+
+/// Params of `kquant_gemv.wgsl`: those of the Q8_0 GEMV (`cols` a multiple of 256).
+pub type KQuantGemvParams = Q8GemvParams;
+
+/// The K-quant a [`BlockMatrix`] holds: 256 values a super-block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KQuant {
+    /// `block_q4_K`, 144 bytes: 4.5 bits a value.
+    Q4K,
+    /// `block_q6_K`, 210 bytes: 6.5625 bits a value.
+    Q6K,
+}
+
+impl KQuant {
+    /// Bytes of one 256-value super-block.
+    pub const fn block_bytes(self) -> u64 {
+        match self {
+            KQuant::Q4K => 144,
+            KQuant::Q6K => 210,
+        }
+    }
+
+    /// ggml's name of the type.
+    pub const fn name(self) -> &'static str {
+        match self {
+            KQuant::Q4K => "q4_K",
+            KQuant::Q6K => "q6_K",
+        }
+    }
+
+    fn gemv(self) -> Kernel {
+        match self {
+            KQuant::Q4K => Kernel::Q4KGemv,
+            KQuant::Q6K => Kernel::Q6KGemv,
+        }
+    }
+}
+
+/// A dense matrix as GGUF stores it: `rows` rows of `cols / 256` super-blocks of `quant`, one after another
+/// from the view's start (a buffer holding it must be padded to whole 4-byte words).
+#[derive(Clone, Copy, Debug)]
+pub struct BlockMatrix<'a> {
+    /// The blocks, `rows * cols / 256 * quant.block_bytes()` bytes.
+    pub data: View<'a>,
+    /// Their type.
+    pub quant: KQuant,
+    /// Rows (output length of a GEMV).
+    pub rows: u32,
+    /// Columns (input length), a multiple of 256.
+    pub cols: u32,
+}
+
+impl BlockMatrix<'_> {
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> u64 {
+        u64::from(self.cols) / 256 * self.quant.block_bytes()
+    }
+}
+
+impl Kernels {
+    /// K-quant GEMV over T inputs on the blocks as they lie in the file: `y[t] = W x[t]`
+    /// ([`cpu::kquant_gemv`](crate::cpu::kquant_gemv)). The matrix is split by rows over several dispatches
+    /// when it is larger than one binding. Shapes: `x [T, cols] f32`, `w [rows, cols]` blocks, `y [T,
+    /// rows] f32`.
+    ///
+    /// # Errors
+    /// Shape errors for `cols` not a multiple of 256 or zero sizes; buffer errors for views too small or
+    /// misaligned.
+    pub fn kquant_gemv(&self, w: BlockMatrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
+        self.kquant_gemv_with(w, x, y, tokens, false)
+    }
+
+    /// [`Kernels::kquant_gemv`] adding its product onto `y`: `y[t] += W x[t]`.
+    ///
+    /// # Errors
+    /// As [`Kernels::kquant_gemv`].
+    pub fn kquant_gemv_add(
+        &self,
+        w: BlockMatrix<'_>,
+        x: View<'_>,
+        y: View<'_>,
+        tokens: u32,
+    ) -> Result<Dispatch> {
+        self.kquant_gemv_with(w, x, y, tokens, true)
+    }
+
+    fn kquant_gemv_with(
+        &self,
+        w: BlockMatrix<'_>,
+        x: View<'_>,
+        y: View<'_>,
+        tokens: u32,
+        accumulate: bool,
+    ) -> Result<Dispatch> {
+        const ROWS_PER_GROUP: u64 = 8;
+        let b = self.binder(w.quant.gemv());
+        let (rows, cols, t) = (u64::from(w.rows), u64::from(w.cols), u64::from(tokens));
+        b.ensure(cols > 0 && cols.is_multiple_of(256) && rows > 0, || {
+            format!(
+                "needs rows > 0 and cols a multiple of 256 ({}); got rows {rows}, cols {cols}",
+                w.quant.name()
+            )
+        })?;
+        let gy = b.groups("tokens", t)?;
+        let row_bytes = w.row_bytes();
+        let mut out = Vec::new();
+        for (begin, end) in b.split_rows("w", rows, row_bytes, row_bytes, ROWS_PER_GROUP)? {
+            let n = end - begin;
+            let bound = vec![
+                b.storage("x", x, 0, f32s(t * cols))?,
+                b.storage("w", w.data, begin * row_bytes, n * row_bytes)?,
+                b.storage("y", y, 0, f32s(t * rows))?,
+            ];
+            let p = KQuantGemvParams {
+                rows: n as u32,
+                cols: w.cols,
+                row_begin: begin as u32,
+                out_rows: w.rows,
+                accumulate: u32::from(accumulate),
+                _pad: [0; 3],
+            };
+            out.push((p, bound, [b.groups("row groups", n.div_ceil(ROWS_PER_GROUP))?, gy, 1]));
+        }
+        Ok(b.finish(out))
+    }
+}

@@ -1,0 +1,67 @@
+// K-quant GEMV over T inputs on GGUF blocks as they lie in the file: y[t, row_begin + r] = sum_c W[r, c] *
+// x[t, c], W's rows of cols / 256 super-blocks of BLOCK_BYTES each. With accumulate = 1 the result is added
+// to y. 8 rows per workgroup, 32 lanes per row; LANES_PER_BLOCK lanes share a super-block, each summing its
+// part of it (`block_part`), so one step of a lane covers 32 / LANES_PER_BLOCK super-blocks. The block
+// helper appended after this file (kquant_q4_k.wgsl, kquant_q6_k.wgsl) defines BLOCK_BYTES,
+// LANES_PER_BLOCK and `block_part`; the row sum (`row_sum`) comes from row_sum_plain.wgsl or
+// row_sum_subgroup.wgsl. A block need not start on a 4-byte boundary (Q6_K's are 210 bytes): `byte_word`
+// reads any 4 bytes. One dispatch per row part when the matrix is split over bindings.
+enable f16;
+
+struct Params {
+    rows: u32,       // rows in this part
+    cols: u32,       // input length, a multiple of 256
+    row_begin: u32,  // first output row of this part
+    out_rows: u32,   // rows of the whole matrix (stride of y)
+    accumulate: u32, // 1: y += W x
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;      // [T, cols] f32
+@group(0) @binding(2) var<storage, read> w: array<u32>;            // [rows, cols/256] blocks (this part)
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;      // [T, out_rows] f32
+
+// The 4 bytes of w from byte `b` on, little-endian, whatever b's alignment.
+fn byte_word(b: u32) -> u32 {
+    let i = b >> 2u;
+    let shift = (b & 3u) * 8u;
+    if (shift == 0u) {
+        return w[i];
+    }
+    return (w[i] >> shift) | (w[i + 1u] << (32u - shift));
+}
+
+// The byte at `b` of w.
+fn byte_at(b: u32) -> u32 {
+    return (w[b >> 2u] >> ((b & 3u) * 8u)) & 255u;
+}
+
+// workgroup_id.x = block of 8 rows, workgroup_id.y = token.
+@compute @workgroup_size(256)
+fn q4_k_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {
+    let lane = li % 32u;
+    let r = wg.x * 8u + li / 32u;
+    let t = wg.y;
+    var acc = 0.0;
+    if (r < p.rows) {
+        let blocks = p.cols / 256u;
+        let per_step = 32u / LANES_PER_BLOCK;
+        let row = r * blocks * BLOCK_BYTES;
+        let xrow = t * (p.cols / 4u);
+        for (var sb = lane / LANES_PER_BLOCK; sb < blocks; sb += per_step) {
+            acc += block_part(row + sb * BLOCK_BYTES, lane % LANES_PER_BLOCK, xrow + sb * 64u);
+        }
+    }
+    let total = row_sum(acc, li/*SG_CALL*/);
+    if (lane == 0u && r < p.rows) {
+        let at = t * p.out_rows + p.row_begin + r;
+        if (p.accumulate != 0u) {
+            y[at] += total;
+        } else {
+            y[at] = total;
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Protects the K-quant GEMVs (Q4_K, Q6_K on GGUF blocks as they lie in the file) against their CPU
+//! reference on a real device, with both row-sum variants, `y +=` and rows whose blocks start mid-word
+//! (Q6_K's 210 bytes); and the reference's dequantisation against the gguf crate's, which matches ggml's
+//! bit for bit.
+
+mod common;
+
+use common::{Gpu, Rng, assert_close, poisoned, read_n, run, upload};
+use diskformer_kernels::{BlockMatrix, KQuant, Kernels, cpu};
+use half::f16;
+
+/// `n` random blocks of `quant` with finite scales of a realistic size (the rest of each block random).
+fn blocks(rng: &mut Rng, quant: KQuant, n: usize) -> Vec<u8> {
+    let size = quant.block_bytes() as usize;
+    let mut out: Vec<u8> = (0..n * size).map(|_| rng.next_u64() as u8).collect();
+    for b in out.chunks_exact_mut(size) {
+        let mut scale = |at: usize, rng: &mut Rng| {
+            b[at..at + 2].copy_from_slice(&f16::from_f32(rng.f32(1e-3, 2e-2)).to_le_bytes());
+        };
+        match quant {
+            KQuant::Q4K => {
+                scale(0, rng);
+                scale(2, rng);
+            }
+            KQuant::Q6K => scale(208, rng),
+        }
+    }
+    // Padded to whole words, as a buffer holding blocks must be.
+    out.resize(out.len().next_multiple_of(4), 0);
+    out
+}
+
+/// Σ|w·x| per output: the scale of f32 rounding in the GPU's sums.
+fn magnitudes(quant: KQuant, w: &[u8], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
+    let size = quant.block_bytes() as usize;
+    let abs: Vec<f32> = x.iter().map(|v| v.abs()).collect();
+    (0..x.len() / cols)
+        .flat_map(|t| {
+            let abs = &abs[t * cols..][..cols];
+            (0..rows).map(move |r| {
+                (0..cols)
+                    .map(|c| {
+                        let block = &w[(r * cols / 256 + c / 256) * size..][..size];
+                        (cpu::kquant_value(quant, block, c % 256) * abs[c]).abs()
+                    })
+                    .sum()
+            })
+        })
+        .collect()
+}
+
+fn check(g: &Gpu, k: &Kernels, quant: KQuant, (rows, cols, tokens): (usize, usize, usize), seed: u64) {
+    let mut rng = Rng::new(seed);
+    let w = blocks(&mut rng, quant, rows * cols / 256);
+    let x = rng.vec_f32(tokens * cols, -1.0, 1.0);
+    let (wb, xb) = (upload(g, &w), upload(g, &x));
+    let want = cpu::kquant_gemv(quant, &w, rows, cols, &x);
+    let scale = magnitudes(quant, &w, rows, cols, &x);
+    let m = BlockMatrix { data: (&wb).into(), quant, rows: rows as u32, cols: cols as u32 };
+    let what = format!("{} gemv {rows}x{cols}, {tokens} tokens", quant.name());
+
+    let y = poisoned(g, 4 * tokens * rows);
+    run(g, &[&k.kquant_gemv(m, (&xb).into(), (&y).into(), tokens as u32).unwrap()]);
+    assert_close(&what, &read_n::<f32>(g, &y, tokens * rows), &want, &scale, 1e-6, 1e-5);
+
+    // y += W x onto a known y.
+    let base = rng.vec_f32(tokens * rows, -1.0, 1.0);
+    let y = upload(g, &base);
+    run(g, &[&k.kquant_gemv_add(m, (&xb).into(), (&y).into(), tokens as u32).unwrap()]);
+    let want_add: Vec<f32> = base.iter().zip(&want).map(|(a, b)| a + b).collect();
+    let scale_add: Vec<f32> = base.iter().zip(&scale).map(|(a, s)| a.abs() + s).collect();
+    assert_close(
+        &format!("{what}, y +="),
+        &read_n::<f32>(g, &y, tokens * rows),
+        &want_add,
+        &scale_add,
+        1e-6,
+        1e-5,
+    );
+}
+
+#[test]
+fn kquant_gemvs_match_the_cpu_reference() {
+    let g = gpu_or_skip!();
+    for quant in [KQuant::Q4K, KQuant::Q6K] {
+        // One block a row (Q6_K rows then start 2 bytes into a word every other row), a Qwen3 row of 8,
+        // a row of 3 (lanes past the blocks), several tokens.
+        for (i, shape) in [(37, 256, 1), (20, 2048, 1), (9, 768, 3), (64, 512, 2)].into_iter().enumerate() {
+            check(g, &g.kernels, quant, shape, 10 + i as u64);
+            check(g, &g.plain, quant, shape, 20 + i as u64);
+        }
+    }
+}
+
+#[test]
+fn a_kquant_gemv_refuses_a_row_that_is_not_whole_blocks() {
+    let g = gpu_or_skip!();
+    let w = upload(g, &[0u8; 1024]);
+    let x = upload(g, &[0f32; 128]);
+    let y = poisoned(g, 64);
+    let m = BlockMatrix { data: (&w).into(), quant: KQuant::Q4K, rows: 1, cols: 128 };
+    let e = g.kernels.kquant_gemv(m, (&x).into(), (&y).into(), 1).unwrap_err().to_string();
+    assert!(e.contains("multiple of 256") && e.contains("cols 128"), "{e}");
+}
+
+/// The reference's values are ggml's: the gguf crate's dequantiser (bit-exact against PyPI gguf's) on the
+/// same random blocks, every value bit for bit.
+#[test]
+fn the_reference_dequantises_as_ggml() {
+    let mut rng = Rng::new(7);
+    for (quant, ty) in
+        [(KQuant::Q4K, diskformer_gguf::TensorType::Q4K), (KQuant::Q6K, diskformer_gguf::TensorType::Q6K)]
+    {
+        let size = quant.block_bytes() as usize;
+        let w = blocks(&mut rng, quant, 16);
+        let mut want = vec![0f32; 16 * 256];
+        diskformer_gguf::dequantize(ty, &w[..16 * size], &mut want).unwrap();
+        let got: Vec<f32> = w[..16 * size]
+            .chunks_exact(size)
+            .flat_map(|b| (0..256).map(|v| cpu::kquant_value(quant, b, v)))
+            .collect();
+        assert_eq!(got.len(), want.len());
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "{}: value {i}: {a} against gguf's {b}", quant.name());
+        }
+    }
+}
