@@ -1,36 +1,53 @@
 // Q4_K blocks for kquant_gemv.wgsl (appended after it): `block_q4_K { f16 d, dmin; u8 scales[12]; u8
 // qs[128]; }`, 256 values in 4 chunks of 64; chunk c's byte j holds value 64c + j in its low nibble and
 // 64c + 32 + j in its high one, value = d * sc * q - dmin * m with the 6-bit (sc, m) of sub-blocks 2c and
-// 2c + 1 packed in `scales` (ggml's get_scale_min_k4). 32 lanes a block: lane l takes chunk l / 8, bytes
-// 4 (l % 8) .. + 4 (one word: blocks are 144 bytes, so words stay aligned).
+// 2c + 1 packed in `scales` (ggml's get_scale_min_k4). 8 lanes a block: lane l takes chunk l / 2, bytes
+// 16 (l % 2) .. + 16 of it (four words: blocks are 144 bytes, so words stay aligned), and decodes its two
+// (sc, m) pairs once for its 32 values.
 
 const BLOCK_BYTES: u32 = 144u;
-const LANES_PER_BLOCK: u32 = 32u;
+const LANES_PER_BLOCK: u32 = 8u;
 
-// (scale, min) of sub-block j of the block at byte `b`.
-fn scale_min(b: u32, j: u32) -> vec2<f32> {
-    let s = b + 4u;
+// Byte k (0..12) of the scales, given as their three words.
+fn scale_byte(s: vec3<u32>, k: u32) -> u32 {
+    return (s[k / 4u] >> ((k % 4u) * 8u)) & 255u;
+}
+
+// (scale, min) of sub-block j.
+fn scale_min(s: vec3<u32>, j: u32) -> vec2<f32> {
     if (j < 4u) {
-        return vec2<f32>(f32(byte_at(s + j) & 63u), f32(byte_at(s + j + 4u) & 63u));
+        return vec2<f32>(f32(scale_byte(s, j) & 63u), f32(scale_byte(s, j + 4u) & 63u));
     }
-    let hi = byte_at(s + j + 4u);
-    let sc = (hi & 15u) | ((byte_at(s + j - 4u) >> 6u) << 4u);
-    let m = (hi >> 4u) | ((byte_at(s + j) >> 6u) << 4u);
+    let hi = scale_byte(s, j + 4u);
+    let sc = (hi & 15u) | ((scale_byte(s, j - 4u) >> 6u) << 4u);
+    let m = (hi >> 4u) | ((scale_byte(s, j) >> 6u) << 4u);
     return vec2<f32>(f32(sc), f32(m));
 }
 
 // Lane `lane`'s part of the block at byte `b` against x from vec4 `x4` (the block's first value) on.
 fn block_part(b: u32, lane: u32, x4: u32) -> f32 {
-    let dm = unpack2x16float(w[b / 4u]);
-    let c = lane / 8u;
-    let j = lane % 8u;
-    let qs = vec4<u32>(w[b / 4u + 4u + c * 8u + j]) >> vec4<u32>(0u, 8u, 16u, 24u);
-    let lo = vec4<f32>(qs & vec4<u32>(15u));
-    let hi = vec4<f32>((qs >> vec4<u32>(4u)) & vec4<u32>(15u));
-    let xl = x[x4 + c * 16u + j];
-    let xh = x[x4 + c * 16u + 8u + j];
-    let a = scale_min(b, 2u * c);
-    let h = scale_min(b, 2u * c + 1u);
+    let bw = b / 4u;
+    let dm = unpack2x16float(w[bw]);
+    let s = vec3<u32>(w[bw + 1u], w[bw + 2u], w[bw + 3u]);
+    let c = lane / 2u;
+    let half = lane % 2u;
+    let q0 = bw + 4u + c * 8u + half * 4u;
+    let xl0 = x4 + c * 16u + half * 4u;
     let ones = vec4<f32>(1.0);
-    return dm.x * (a.x * dot(lo, xl) + h.x * dot(hi, xh)) - dm.y * (a.y * dot(ones, xl) + h.y * dot(ones, xh));
+    var lo = 0.0;
+    var hi = 0.0;
+    var lo_x = 0.0;
+    var hi_x = 0.0;
+    for (var i = 0u; i < 4u; i++) {
+        let qs = vec4<u32>(w[q0 + i]) >> vec4<u32>(0u, 8u, 16u, 24u);
+        let xl = x[xl0 + i];
+        let xh = x[xl0 + 8u + i];
+        lo += dot(vec4<f32>(qs & vec4<u32>(15u)), xl);
+        hi += dot(vec4<f32>((qs >> vec4<u32>(4u)) & vec4<u32>(15u)), xh);
+        lo_x += dot(ones, xl);
+        hi_x += dot(ones, xh);
+    }
+    let a = scale_min(s, 2u * c);
+    let h = scale_min(s, 2u * c + 1u);
+    return dm.x * (a.x * lo + h.x * hi) - dm.y * (a.y * lo_x + h.y * hi_x);
 }

@@ -2,11 +2,12 @@
 // scales[16]; f16 d; }`, 210 bytes (a block may start 2 bytes into a word: `byte_word`), 256 values in two
 // halves of 128. In half h, for l in 0..32, with is = l / 16, ql = ql[64h..], qh = qh[32h..], sc =
 // scales[8h..]: value 128h + l + 32k (k = 0..3) is d * sc[is + 2k] * (q - 32), its low 4 bits the low (k
-// even) or high (k odd) nibble of ql[l + 32 (k % 2)], its high 2 bits bits 2k..2k+1 of qh[l]. 16 lanes a
-// block: lane l takes half l / 8 and l = 4 (l % 8) .. + 4.
+// even) or high (k odd) nibble of ql[l + 32 (k % 2)], its high 2 bits bits 2k..2k+1 of qh[l]. 8 lanes a
+// block: lane l takes half l / 4 and l = 8 (l % 4) .. + 8 (one `is`), and loads its 4 scales and d once
+// for its 32 values.
 
 const BLOCK_BYTES: u32 = 210u;
-const LANES_PER_BLOCK: u32 = 16u;
+const LANES_PER_BLOCK: u32 = 8u;
 
 // Bytes 0 and 2 of a word as signed values.
 fn i8_pair(v: u32) -> vec2<f32> {
@@ -14,23 +15,33 @@ fn i8_pair(v: u32) -> vec2<f32> {
 }
 
 fn block_part(b: u32, lane: u32, x4: u32) -> f32 {
-    let h = lane / 8u;
-    let l = (lane % 8u) * 4u;
+    let h = lane / 4u;
+    let l0 = (lane % 4u) * 8u;
     let bytes = vec4<u32>(0u, 8u, 16u, 24u);
-    let lo = vec4<u32>(byte_word(b + 64u * h + l)) >> bytes;
-    let hi = vec4<u32>(byte_word(b + 64u * h + 32u + l)) >> bytes;
-    let qh = vec4<u32>(byte_word(b + 128u + 32u * h + l)) >> bytes;
     let m4 = vec4<u32>(15u);
     let m2 = vec4<u32>(3u);
-    let q0 = vec4<f32>((lo & m4) | ((qh & m2) << vec4<u32>(4u))) - 32.0;
-    let q1 = vec4<f32>((hi & m4) | (((qh >> vec4<u32>(2u)) & m2) << vec4<u32>(4u))) - 32.0;
-    let q2 = vec4<f32>(((lo >> vec4<u32>(4u)) & m4) | (((qh >> vec4<u32>(4u)) & m2) << vec4<u32>(4u))) - 32.0;
-    let q3 = vec4<f32>(((hi >> vec4<u32>(4u)) & m4) | (((qh >> vec4<u32>(6u)) & m2) << vec4<u32>(4u))) - 32.0;
-    let s = b + 192u + 8u * h + l / 16u;
-    let s02 = i8_pair(byte_word(s));
-    let s46 = i8_pair(byte_word(s + 4u));
+    var s0 = 0.0;
+    var s1 = 0.0;
+    var s2 = 0.0;
+    var s3 = 0.0;
+    for (var i = 0u; i < 2u; i++) {
+        let l = l0 + 4u * i;
+        let lo = vec4<u32>(byte_word(b + 64u * h + l)) >> bytes;
+        let hi = vec4<u32>(byte_word(b + 64u * h + 32u + l)) >> bytes;
+        let qh = vec4<u32>(byte_word(b + 128u + 32u * h + l)) >> bytes;
+        let q0 = vec4<f32>((lo & m4) | ((qh & m2) << vec4<u32>(4u))) - 32.0;
+        let q1 = vec4<f32>((hi & m4) | (((qh >> vec4<u32>(2u)) & m2) << vec4<u32>(4u))) - 32.0;
+        let q2 = vec4<f32>(((lo >> vec4<u32>(4u)) & m4) | (((qh >> vec4<u32>(4u)) & m2) << vec4<u32>(4u))) - 32.0;
+        let q3 = vec4<f32>(((hi >> vec4<u32>(4u)) & m4) | (((qh >> vec4<u32>(6u)) & m2) << vec4<u32>(4u))) - 32.0;
+        let xv = x4 + 32u * h + l / 4u;
+        s0 += dot(q0, x[xv]);
+        s1 += dot(q1, x[xv + 8u]);
+        s2 += dot(q2, x[xv + 16u]);
+        s3 += dot(q3, x[xv + 24u]);
+    }
+    let sc = b + 192u + 8u * h + l0 / 16u;
+    let s02 = i8_pair(byte_word(sc));
+    let s46 = i8_pair(byte_word(sc + 4u));
     let d = unpack2x16float(byte_word(b + 208u)).x;
-    let xv = x4 + 32u * h + l / 4u;
-    return d * (s02.x * dot(q0, x[xv]) + s02.y * dot(q1, x[xv + 8u]) + s46.x * dot(q2, x[xv + 16u])
-        + s46.y * dot(q3, x[xv + 24u]));
+    return d * (s02.x * s0 + s02.y * s1 + s46.x * s2 + s46.y * s3);
 }
