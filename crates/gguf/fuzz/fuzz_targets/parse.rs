@@ -1,5 +1,6 @@
 //! Fuzzes the GGUF reader: any input must give a header or a typed error, never a panic, hang or huge
-//! allocation (libFuzzer's -rss_limit_mb and -timeout catch the last two).
+//! allocation (libFuzzer's -rss_limit_mb and -timeout catch the last two); every tensor of a type the
+//! engine dequantises must dequantise.
 #![no_main]
 
 use diskformer_gguf::{Gguf, Header, PrefixParse};
@@ -10,6 +11,11 @@ fuzz_target!(|data: &[u8]| {
         for t in gguf.tensors() {
             let bytes = gguf.tensor_data(&t.name).expect("listed tensor has data");
             assert_eq!(bytes.len() as u64, t.n_bytes);
+            // Every type the engine dequantises takes any bytes of a listed tensor.
+            if t.ty.dequantizable() {
+                let mut out = vec![0f32; t.n_elements as usize];
+                diskformer_gguf::dequantize(t.ty, bytes, &mut out).expect("a listed tensor dequantises");
+            }
         }
         // A parsed header's own bytes must parse as a complete header.
         let header_len = (gguf.header().data_offset as usize).min(data.len());
