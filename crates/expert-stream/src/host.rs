@@ -198,8 +198,9 @@ pub struct HostHandoff {
     records: Mutex<HashMap<ExpertKey, Arc<RecordBuf>>>,
 }
 
-/// Records a handoff holds at most: one not taken (its load was dropped) leaves when this many wait.
-const HANDOFF_MAX: usize = 64;
+/// Records a handoff holds at most: one not taken (its load was dropped) leaves when this many wait. A
+/// prompt chunk offers a layer's misses at once (up to its experts: 128 for Qwen3-30B-A3B).
+const HANDOFF_MAX: usize = 512;
 
 impl HostHandoff {
     /// Offers `record` (the bytes of `key`, in a buffer of at least one record) to the next load of `key`.

@@ -37,7 +37,7 @@ enum Records {
     /// The store mapped from the page cache.
     Mapped {
         map: Arc<Mmap>,
-        /// Per record: whether its pages are mapped in yet (see [`CpuTier::record`]).
+        /// Per record: whether its pages are mapped in yet (see [`CpuTier::mapped`]).
         populated: Arc<[AtomicBool]>,
         /// The thread mapping in the records already in the page cache, and its stop flag.
         mapper: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
@@ -188,6 +188,27 @@ impl CpuTier {
             }
         }
         self.pending = Some((layer, ids.to_vec(), fetch));
+        Ok(())
+    }
+
+    /// Reads `layer`'s experts `ids` into the host tier (those it lacks, in parallel) and offers them all
+    /// to the GPU pool's loads that follow, which then copy them from host memory: what a prompt chunk's
+    /// misses go through, so that its records are read from the disk once for the chunk and the steps
+    /// after it. Nothing without the host tier, or when `ids` are more records than it holds.
+    pub fn stage_for_pool(&mut self, layer: u32, ids: &[u32]) -> Result<()> {
+        let Records::Host(host, handoff) = &mut self.records else {
+            return Ok(());
+        };
+        if ids.is_empty() || ids.len() > host.capacity() {
+            return Ok(());
+        }
+        if let Some((_, _, stale)) = self.pending.take() {
+            let _ = host.finish(stale);
+        }
+        let keys: Vec<ExpertKey> = ids.iter().map(|&e| ExpertKey::new(layer, e)).collect();
+        for (key, slot) in keys.iter().zip(host.ensure(&keys)?) {
+            handoff.put(*key, Arc::clone(host.shared(slot)));
+        }
         Ok(())
     }
 

@@ -410,8 +410,6 @@ impl Engine {
                 ),
             });
         }
-        // The disk probe runs once the options are known good (it reads ~0.6 GB); the staging rings are sized
-        // by the readers it picks.
         if opts.ram_budget.is_some() && opts.cpu_experts == Some(false) {
             return Err(Error::BadOption {
                 option: "ram_budget",
@@ -425,6 +423,8 @@ impl Engine {
                 .then(|| default_ram_budget(&experts, top_k as usize))
                 .flatten()
         });
+        // The disk probe runs once the options are known good (it reads ~0.6 GB); the staging rings are sized
+        // by the readers it picks.
         let reader = store.record_reader(opts.direct_io)?;
         let reader_probe = match opts.readers {
             None if reader.is_direct() => Some(reader.probe_readers(&PROBE_READERS, PROBE_RECORDS)?),
@@ -1086,6 +1086,17 @@ impl Engine {
                 let mut union = picks.to_vec();
                 union.sort_unstable();
                 union.dedup();
+                if let Some(tier) = self.cpu_tier.as_mut() {
+                    // Through the host tier, a chunk's misses are read into host memory once and loaded from
+                    // there: the steps after the prompt find them held instead of reading them again.
+                    let pool = &self.pool;
+                    let missing: Vec<u32> = union
+                        .iter()
+                        .copied()
+                        .filter(|&e| pool.slot_of(ExpertKey::new(l, e)).is_none())
+                        .collect();
+                    tier.stage_for_pool(l, &missing)?;
+                }
                 let pinned = self.pool.ensure(l, &union)?;
                 let slots = picks
                     .iter()

@@ -734,6 +734,9 @@ fn the_host_tier_gives_the_mapped_tiers_logits() {
         for &t in &PROMPT[3..9] {
             logits.push(e.step(t).unwrap());
         }
+        // A prompt in chunks: their misses go through the host tier too.
+        e.reset();
+        logits.push(e.prefill(&PROMPT, true).unwrap());
         (logits, e.stats())
     };
     let (mapped, stats) = run(None);
@@ -744,9 +747,10 @@ fn the_host_tier_gives_the_mapped_tiers_logits() {
         let (host, stats) = run(Some(records * record));
         let h = stats.host.expect("the host tier ran");
         assert!(stats.cpu_experts > 0 && h.reads > 0, "{records} records: {stats}");
-        assert_eq!(h.hits + h.reads, stats.cpu_experts, "{records} records: {stats}");
+        assert!(h.hits + h.reads >= stats.cpu_experts, "{records} records: {stats}");
         if records == all {
-            // Admissions load from the host tier's memory: the pool's reader reads nothing.
+            // Admissions and the chunks' misses load from the host tier's memory: the pool's reader reads
+            // nothing, and the host tier reads each record once.
             assert!(h.reads <= all && stats.cpu_admitted > 0 && stats.disk.bytes == 0, "{stats}");
         }
         for (a, b) in mapped.iter().zip(&host) {
