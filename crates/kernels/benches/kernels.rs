@@ -199,8 +199,14 @@ fn bench_kquant_gemv(c: &mut Criterion, g: &Gpu) {
             let ys: Vec<wgpu::Buffer> =
                 (0..n).map(|i| buffer(g, 4 * u64::from(rows), 8 + i as u64)).collect();
             group.throughput(Throughput::Bytes(bytes));
-            for (variant, k) in [("subgroup", &g.sg), ("plain", &g.plain)] {
-                if variant == "subgroup" && !k.subgroups() {
+            // `_rows4`: kquant_gemv_rows4, four rows a lane group.
+            for (variant, k) in [
+                ("subgroup", &g.sg),
+                ("plain", &g.plain),
+                ("subgroup_rows4", &g.sg),
+                ("plain_rows4", &g.plain),
+            ] {
+                if variant.starts_with("subgroup") && !k.subgroups() {
                     continue;
                 }
                 let ds: Vec<Dispatch> = blocks
@@ -208,7 +214,12 @@ fn bench_kquant_gemv(c: &mut Criterion, g: &Gpu) {
                     .zip(&ys)
                     .map(|(w, y)| {
                         let w = BlockMatrix { data: w.into(), quant, rows, cols };
-                        k.kquant_gemv(w, (&x).into(), y.into(), 1).expect("bind")
+                        let d = if variant.ends_with("rows4") {
+                            k.kquant_gemv_rows4(w, (&x).into(), y.into(), 1)
+                        } else {
+                            k.kquant_gemv(w, (&x).into(), y.into(), 1)
+                        };
+                        d.expect("bind")
                     })
                     .collect();
                 let id = format!("{}/{name}/{variant}", quant.name());

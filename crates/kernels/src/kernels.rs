@@ -23,6 +23,10 @@ pub enum Kernel {
     Q4KGemv,
     /// Q6_K GEMV over T inputs on GGUF blocks (`kquant_gemv.wgsl`, the Q4_K kernel's file).
     Q6KGemv,
+    /// [`Kernel::Q4KGemv`] with 4 rows a lane group.
+    Q4KGemvRows4,
+    /// [`Kernel::Q6KGemv`] with 4 rows a lane group.
+    Q6KGemvRows4,
     /// Q8_0 GEMV over T inputs, two rows per lane (the variant under comparison in the bench).
     Q8GemvRows2,
     /// Q8_0 GEMM over T tokens through workgroup-memory tiles of 128 rows x 32 tokens (prefill).
@@ -140,12 +144,14 @@ const Q8_TILE_COOP: &str = include_str!("wgsl/q8_tile_coop.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 47] = [
+    pub const ALL: [Kernel; 49] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
         Kernel::Q4KGemv,
         Kernel::Q6KGemv,
+        Kernel::Q4KGemvRows4,
+        Kernel::Q6KGemvRows4,
         Kernel::Q8GemvRows2,
         Kernel::Q8GemmTiled,
         Kernel::Q8GemmI8,
@@ -198,6 +204,8 @@ impl Kernel {
             Kernel::Q8Gemv => "q8_gemv",
             Kernel::Q4KGemv => "q4_k_gemv",
             Kernel::Q6KGemv => "q6_k_gemv",
+            Kernel::Q4KGemvRows4 => "q4_k_gemv_rows4",
+            Kernel::Q6KGemvRows4 => "q6_k_gemv_rows4",
             Kernel::Q8GemvRows2 => "q8_gemv_rows2",
             Kernel::Q8GemmTiled => "q8_gemm_tiled",
             Kernel::Q8GemmI8 => "q8_gemm_i8",
@@ -279,6 +287,8 @@ impl Kernel {
             Kernel::Q8Gemv
                 | Kernel::Q4KGemv
                 | Kernel::Q6KGemv
+                | Kernel::Q4KGemvRows4
+                | Kernel::Q6KGemvRows4
                 | Kernel::AttentionSplit
                 | Kernel::Q8GemvRows2
                 | Kernel::ExpertQ8Gemv
@@ -304,7 +314,9 @@ impl Kernel {
             Kernel::Q8Gemv | Kernel::Q8GemvRows2 | Kernel::Q8GemvRows4 | Kernel::Q8GemvI8 => {
                 size_of::<Q8GemvParams>()
             }
-            Kernel::Q4KGemv | Kernel::Q6KGemv => size_of::<KQuantGemvParams>(),
+            Kernel::Q4KGemv | Kernel::Q6KGemv | Kernel::Q4KGemvRows4 | Kernel::Q6KGemvRows4 => {
+                size_of::<KQuantGemvParams>()
+            }
             Kernel::Q8GemmTiled | Kernel::Q8GemmI8 | Kernel::Q8GemmCoop => size_of::<Q8GemmParams>(),
             Kernel::QuantizeQ8 => size_of::<QuantizeQ8Params>(),
             Kernel::F32Gemv => size_of::<F32GemvParams>(),
@@ -351,7 +363,7 @@ impl Kernel {
             Kernel::RmsNorm => include_str!("wgsl/rms_norm.wgsl"),
             Kernel::Q8Gemv => include_str!("wgsl/q8_gemv.wgsl"),
             Kernel::Q4KGemv => include_str!("wgsl/kquant_gemv.wgsl"),
-            Kernel::Q6KGemv => Kernel::Q4KGemv.file(),
+            Kernel::Q6KGemv | Kernel::Q4KGemvRows4 | Kernel::Q6KGemvRows4 => Kernel::Q4KGemv.file(),
             Kernel::Q8GemvRows2 => include_str!("wgsl/q8_gemv_rows2.wgsl"),
             Kernel::Q8GemvRows4 => include_str!("wgsl/q8_gemv_rows4.wgsl"),
             Kernel::Q8GemvI8 => Kernel::Q8GemvRows4.file(),
@@ -449,12 +461,13 @@ impl Kernel {
 
     /// The kernel whose file this one shares, with its entry point renamed to this one's name: the int8
     /// GEMMs and GEMVs and the Q4_0 expert kernels run the Q8_0 kernels' files with other helpers appended
-    /// (tiles, or a row walk), the Q6_K GEMV the Q4_K one's with its block helper.
+    /// (tiles, or a row walk), the Q6_K GEMVs the Q4_K ones' with its block helper.
     fn entry_renamed_from(self) -> Option<Kernel> {
         match self {
             Kernel::Q8GemmI8 => Some(Kernel::Q8GemmTiled),
             Kernel::Q8GemvI8 => Some(Kernel::Q8GemvRows4),
             Kernel::Q6KGemv => Some(Kernel::Q4KGemv),
+            Kernel::Q6KGemvRows4 => Some(Kernel::Q4KGemvRows4),
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ4Gemm | Kernel::ExpertQ8GemmCoop => {
                 Some(Kernel::ExpertQ8GemmTiled)
             }
@@ -484,10 +497,10 @@ impl Kernel {
             Kernel::Q8GemmCoop => &[Q8_HELPERS],
             Kernel::QuantizeQ8 | Kernel::F32Gemv => &[Q8_HELPERS],
             Kernel::AttentionTiled | Kernel::AttentionFlash => &[ATTENTION_TILE_LOAD],
-            Kernel::Q4KGemv if subgroups => &[KQUANT_Q4_K, ROW_SUM_SUBGROUP],
-            Kernel::Q4KGemv => &[KQUANT_Q4_K, ROW_SUM_PLAIN],
-            Kernel::Q6KGemv if subgroups => &[KQUANT_Q6_K, ROW_SUM_SUBGROUP],
-            Kernel::Q6KGemv => &[KQUANT_Q6_K, ROW_SUM_PLAIN],
+            Kernel::Q4KGemv | Kernel::Q4KGemvRows4 if subgroups => &[KQUANT_Q4_K, ROW_SUM_SUBGROUP],
+            Kernel::Q4KGemv | Kernel::Q4KGemvRows4 => &[KQUANT_Q4_K, ROW_SUM_PLAIN],
+            Kernel::Q6KGemv | Kernel::Q6KGemvRows4 if subgroups => &[KQUANT_Q6_K, ROW_SUM_SUBGROUP],
+            Kernel::Q6KGemv | Kernel::Q6KGemvRows4 => &[KQUANT_Q6_K, ROW_SUM_PLAIN],
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
             Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],
             Kernel::ExpertQ8Gemv if subgroups => {

@@ -25,7 +25,8 @@
 //!
 //! K-quant matrices ([`BlockMatrix`]: Q4_K, Q6_K) stay GGUF blocks as they lie in the file: `q4_k_gemv`
 //! and `q6_k_gemv` (`kquant_gemv.wgsl` with the type's block helper; launcher `Kernels::kquant_gemv`) run
-//! one over T inputs. The engine does not call them yet (its store keeps Q8_0 dense weights).
+//! one over T inputs, `_rows4` (`Kernels::kquant_gemv_rows4`) with four rows a lane group. The engine
+//! does not call them yet (its store keeps Q8_0 dense weights).
 //!
 //! Values that change every step (token ids, positions, the RoPE table, slot indices) are read from
 //! buffers, so a [`Dispatch`] is bound once and recorded every step.

@@ -1,5 +1,6 @@
-//! Protects the K-quant GEMVs (Q4_K, Q6_K on GGUF blocks as they lie in the file) against their CPU
-//! reference on a real device, with both row-sum variants, `y +=` and rows whose blocks start mid-word
+//! Protects the K-quant GEMVs (Q4_K, Q6_K on GGUF blocks as they lie in the file, one or four rows a lane
+//! group) against their CPU reference on a real device, with both row-sum variants, `y +=`, row counts
+//! that do not fill a workgroup, and rows whose blocks start mid-word
 //! (Q6_K's 210 bytes); and the reference's dequantisation against the gguf crate's, which matches ggml's
 //! bit for bit.
 
@@ -59,9 +60,17 @@ fn check(g: &Gpu, k: &Kernels, quant: KQuant, (rows, cols, tokens): (usize, usiz
     let m = BlockMatrix { data: (&wb).into(), quant, rows: rows as u32, cols: cols as u32 };
     let what = format!("{} gemv {rows}x{cols}, {tokens} tokens", quant.name());
 
-    let y = poisoned(g, 4 * tokens * rows);
-    run(g, &[&k.kquant_gemv(m, (&xb).into(), (&y).into(), tokens as u32).unwrap()]);
-    assert_close(&what, &read_n::<f32>(g, &y, tokens * rows), &want, &scale, 1e-6, 1e-5);
+    for rows4 in [false, true] {
+        let y = poisoned(g, 4 * tokens * rows);
+        let d = if rows4 {
+            k.kquant_gemv_rows4(m, (&xb).into(), (&y).into(), tokens as u32)
+        } else {
+            k.kquant_gemv(m, (&xb).into(), (&y).into(), tokens as u32)
+        };
+        run(g, &[&d.unwrap()]);
+        let what = format!("{what}{}", if rows4 { ", 4 rows a lane group" } else { "" });
+        assert_close(&what, &read_n::<f32>(g, &y, tokens * rows), &want, &scale, 1e-6, 1e-5);
+    }
 
     // y += W x onto a known y.
     let base = rng.vec_f32(tokens * rows, -1.0, 1.0);

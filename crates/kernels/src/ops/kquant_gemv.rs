@@ -32,10 +32,12 @@ impl KQuant {
         }
     }
 
-    fn gemv(self) -> Kernel {
-        match self {
-            KQuant::Q4K => Kernel::Q4KGemv,
-            KQuant::Q6K => Kernel::Q6KGemv,
+    fn gemv(self, rows4: bool) -> Kernel {
+        match (self, rows4) {
+            (KQuant::Q4K, false) => Kernel::Q4KGemv,
+            (KQuant::Q6K, false) => Kernel::Q6KGemv,
+            (KQuant::Q4K, true) => Kernel::Q4KGemvRows4,
+            (KQuant::Q6K, true) => Kernel::Q6KGemvRows4,
         }
     }
 }
@@ -71,7 +73,22 @@ impl Kernels {
     /// Shape errors for `cols` not a multiple of 256 or zero sizes; buffer errors for views too small or
     /// misaligned.
     pub fn kquant_gemv(&self, w: BlockMatrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
-        self.kquant_gemv_with(w, x, y, tokens, false)
+        self.kquant_gemv_with(w, x, y, tokens, (false, false))
+    }
+
+    /// [`Kernels::kquant_gemv`] with four rows a lane group (32 rows a workgroup), each load of x used for
+    /// four rows: same contract and result. Kept beside it to compare the two in the bench.
+    ///
+    /// # Errors
+    /// As [`Kernels::kquant_gemv`].
+    pub fn kquant_gemv_rows4(
+        &self,
+        w: BlockMatrix<'_>,
+        x: View<'_>,
+        y: View<'_>,
+        tokens: u32,
+    ) -> Result<Dispatch> {
+        self.kquant_gemv_with(w, x, y, tokens, (true, false))
     }
 
     /// [`Kernels::kquant_gemv`] adding its product onto `y`: `y[t] += W x[t]`.
@@ -85,7 +102,7 @@ impl Kernels {
         y: View<'_>,
         tokens: u32,
     ) -> Result<Dispatch> {
-        self.kquant_gemv_with(w, x, y, tokens, true)
+        self.kquant_gemv_with(w, x, y, tokens, (false, true))
     }
 
     fn kquant_gemv_with(
@@ -94,10 +111,10 @@ impl Kernels {
         x: View<'_>,
         y: View<'_>,
         tokens: u32,
-        accumulate: bool,
+        (rows4, accumulate): (bool, bool),
     ) -> Result<Dispatch> {
-        const ROWS_PER_GROUP: u64 = 8;
-        let b = self.binder(w.quant.gemv());
+        let rows_per_group: u64 = if rows4 { 32 } else { 8 };
+        let b = self.binder(w.quant.gemv(rows4));
         let (rows, cols, t) = (u64::from(w.rows), u64::from(w.cols), u64::from(tokens));
         b.ensure(cols > 0 && cols.is_multiple_of(256) && rows > 0, || {
             format!(
@@ -108,7 +125,7 @@ impl Kernels {
         let gy = b.groups("tokens", t)?;
         let row_bytes = w.row_bytes();
         let mut out = Vec::new();
-        for (begin, end) in b.split_rows("w", rows, row_bytes, row_bytes, ROWS_PER_GROUP)? {
+        for (begin, end) in b.split_rows("w", rows, row_bytes, row_bytes, rows_per_group)? {
             let n = end - begin;
             let bound = vec![
                 b.storage("x", x, 0, f32s(t * cols))?,
@@ -123,7 +140,7 @@ impl Kernels {
                 accumulate: u32::from(accumulate),
                 _pad: [0; 3],
             };
-            out.push((p, bound, [b.groups("row groups", n.div_ceil(ROWS_PER_GROUP))?, gy, 1]));
+            out.push((p, bound, [b.groups("row groups", n.div_ceil(rows_per_group))?, gy, 1]));
         }
         Ok(b.finish(out))
     }

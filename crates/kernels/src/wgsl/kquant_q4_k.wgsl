@@ -24,15 +24,21 @@ fn scale_min(s: vec3<u32>, j: u32) -> vec2<f32> {
     return vec2<f32>(f32(sc), f32(m));
 }
 
-// Lane `lane`'s part of the block at byte `b` against x from vec4 `x4` (the block's first value) on.
-fn block_part(b: u32, lane: u32, x4: u32) -> f32 {
+// Lane `lane`'s values of x for a block whose first value is vec4 `x4`: its 16 low-nibble values, then
+// its 16 high-nibble ones.
+fn block_x(lane: u32, x4: u32) -> array<vec4<f32>, 8> {
+    let xl = x4 + (lane / 2u) * 16u + (lane % 2u) * 4u;
+    return array<vec4<f32>, 8>(x[xl], x[xl + 1u], x[xl + 2u], x[xl + 3u], x[xl + 8u], x[xl + 9u], x[xl + 10u],
+        x[xl + 11u]);
+}
+
+// Lane `lane`'s part of the block at byte `b` against its values of x (`block_x`).
+fn block_dot(b: u32, lane: u32, xs: array<vec4<f32>, 8>) -> f32 {
     let bw = b / 4u;
     let dm = unpack2x16float(w[bw]);
     let s = vec3<u32>(w[bw + 1u], w[bw + 2u], w[bw + 3u]);
     let c = lane / 2u;
-    let half = lane % 2u;
-    let q0 = bw + 4u + c * 8u + half * 4u;
-    let xl0 = x4 + c * 16u + half * 4u;
+    let q0 = bw + 4u + c * 8u + (lane % 2u) * 4u;
     let ones = vec4<f32>(1.0);
     var lo = 0.0;
     var hi = 0.0;
@@ -40,12 +46,10 @@ fn block_part(b: u32, lane: u32, x4: u32) -> f32 {
     var hi_x = 0.0;
     for (var i = 0u; i < 4u; i++) {
         let qs = vec4<u32>(w[q0 + i]) >> vec4<u32>(0u, 8u, 16u, 24u);
-        let xl = x[xl0 + i];
-        let xh = x[xl0 + 8u + i];
-        lo += dot(vec4<f32>(qs & vec4<u32>(15u)), xl);
-        hi += dot(vec4<f32>((qs >> vec4<u32>(4u)) & vec4<u32>(15u)), xh);
-        lo_x += dot(ones, xl);
-        hi_x += dot(ones, xh);
+        lo += dot(vec4<f32>(qs & vec4<u32>(15u)), xs[i]);
+        hi += dot(vec4<f32>((qs >> vec4<u32>(4u)) & vec4<u32>(15u)), xs[4u + i]);
+        lo_x += dot(ones, xs[i]);
+        hi_x += dot(ones, xs[4u + i]);
     }
     let a = scale_min(s, 2u * c);
     let h = scale_min(s, 2u * c + 1u);

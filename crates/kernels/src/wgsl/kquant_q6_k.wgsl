@@ -14,7 +14,16 @@ fn i8_pair(v: u32) -> vec2<f32> {
     return vec2<f32>(f32(i32(v << 24u) >> 24u), f32(i32(v << 8u) >> 24u));
 }
 
-fn block_part(b: u32, lane: u32, x4: u32) -> f32 {
+// Lane `lane`'s values of x for a block whose first value is vec4 `x4`: for each of its two runs of 4
+// l's, the 4 quarters' vec4s.
+fn block_x(lane: u32, x4: u32) -> array<vec4<f32>, 8> {
+    let xv = x4 + 32u * (lane / 4u) + 2u * (lane % 4u);
+    return array<vec4<f32>, 8>(x[xv], x[xv + 8u], x[xv + 16u], x[xv + 24u], x[xv + 1u], x[xv + 9u], x[xv + 17u],
+        x[xv + 25u]);
+}
+
+// Lane `lane`'s part of the block at byte `b` against its values of x (`block_x`).
+fn block_dot(b: u32, lane: u32, xs: array<vec4<f32>, 8>) -> f32 {
     let h = lane / 4u;
     let l0 = (lane % 4u) * 8u;
     let bytes = vec4<u32>(0u, 8u, 16u, 24u);
@@ -33,11 +42,10 @@ fn block_part(b: u32, lane: u32, x4: u32) -> f32 {
         let q1 = vec4<f32>((hi & m4) | (((qh >> vec4<u32>(2u)) & m2) << vec4<u32>(4u))) - 32.0;
         let q2 = vec4<f32>(((lo >> vec4<u32>(4u)) & m4) | (((qh >> vec4<u32>(4u)) & m2) << vec4<u32>(4u))) - 32.0;
         let q3 = vec4<f32>(((hi >> vec4<u32>(4u)) & m4) | (((qh >> vec4<u32>(6u)) & m2) << vec4<u32>(4u))) - 32.0;
-        let xv = x4 + 32u * h + l / 4u;
-        s0 += dot(q0, x[xv]);
-        s1 += dot(q1, x[xv + 8u]);
-        s2 += dot(q2, x[xv + 16u]);
-        s3 += dot(q3, x[xv + 24u]);
+        s0 += dot(q0, xs[4u * i]);
+        s1 += dot(q1, xs[4u * i + 1u]);
+        s2 += dot(q2, xs[4u * i + 2u]);
+        s3 += dot(q3, xs[4u * i + 3u]);
     }
     let sc = b + 192u + 8u * h + l0 / 16u;
     let s02 = i8_pair(byte_word(sc));
