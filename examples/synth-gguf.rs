@@ -1,8 +1,10 @@
-//! This example shows how to write a qwen3moe-shaped Q8_0 GGUF with seeded random weights using
-//! diskformer's synthetic-model writer (tensor data streamed, so a full-size 32 GB model never sits in memory).
+//! This example shows how to write a qwen3moe-shaped GGUF with seeded random weights using diskformer's
+//! synthetic-model writer (tensor data streamed, so a full-size 32 GB model never sits in memory): Q8_0, or
+//! a K-quant mix typed tensor by tensor as llama.cpp's quantizer would (`--ftype q4_k_m`).
 //!
 //! ```text
 //! cargo run --release --example synth-gguf -- --shape qwen3-30b-a3b --out /dev/shm/q3.gguf
+//! cargo run --release --example synth-gguf -- --shape qwen3-30b-a3b --ftype q4_k_m --out /dev/shm/q3-q4km.gguf
 //! cargo run --release --example synth-gguf -- --shape tiny --layers 3 --experts 16 --top-k 4 --out /tmp/t.gguf
 //! ```
 
@@ -10,7 +12,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use diskformer::gguf::{GgufFile, TensorType};
-use diskformer::qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
+use diskformer::qwen3_moe::synthetic::{SynthFtype, SynthShape, SynthSpec, SynthVocab, write_synthetic};
 
 /// Write a synthetic qwen3moe GGUF (random weights: for tests and benchmarks only).
 #[derive(Parser)]
@@ -51,9 +53,13 @@ struct Args {
     /// Copy the tokenizer of this GGUF (its vocabulary size becomes the model's).
     #[arg(long)]
     vocab_from: Option<PathBuf>,
-    /// Type of the routed experts: q8_0 or q4_0.
+    /// Type of the routed experts with the q8_0 file type: q8_0 or q4_0.
     #[arg(long, default_value = "q8_0")]
     expert_type: String,
+    /// File type: q8_0, or a K-quant mix as llama-quantize makes it (q2_k, q3_k_m, q4_k_s, q4_k_m, q5_k_m,
+    /// q6_k).
+    #[arg(long, default_value = "q8_0")]
+    ftype: String,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -79,6 +85,12 @@ fn main() -> anyhow::Result<()> {
         "q4_0" => TensorType::Q4_0,
         other => anyhow::bail!("unknown expert type {other:?}; use q8_0 or q4_0"),
     };
+    shape.ftype = SynthFtype::named(&args.ftype).ok_or_else(|| {
+        anyhow::anyhow!(
+            "unknown file type {:?}; use q8_0, q2_k, q3_k_m, q4_k_s, q4_k_m, q5_k_m or q6_k",
+            args.ftype
+        )
+    })?;
     let vocab = match &args.vocab_from {
         Some(path) => {
             let g = GgufFile::open(path)?;

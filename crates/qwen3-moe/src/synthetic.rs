@@ -37,8 +37,11 @@ pub struct SynthShape {
     pub vocab: u32,
     /// `context_length` written to the metadata.
     pub context_length: u32,
-    /// Type of the routed experts' tensors: Q8_0 (as every other matrix) or Q4_0.
+    /// Type of the routed experts' tensors: Q8_0 (as every other matrix) or Q4_0, with the Q8_0 file type.
     pub expert_type: TensorType,
+    /// Each matrix's type: Q8_0 throughout (experts of `expert_type`), or a K-quant mix as llama.cpp's
+    /// quantizer makes it.
+    pub ftype: SynthFtype,
 }
 
 impl SynthShape {
@@ -56,6 +59,7 @@ impl SynthShape {
             vocab: BYTE_VOCAB,
             context_length: 4096,
             expert_type: TensorType::Q8_0,
+            ftype: SynthFtype::Q8_0,
         }
     }
 
@@ -74,6 +78,7 @@ impl SynthShape {
             vocab: 151_936,
             context_length: 40_960,
             expert_type: TensorType::Q8_0,
+            ftype: SynthFtype::Q8_0,
         }
     }
 
@@ -84,6 +89,110 @@ impl SynthShape {
             "qwen3-30b-a3b" => Some(Self::qwen3_30b_a3b()),
             _ => None,
         }
+    }
+}
+
+/// The file types a synthetic model can have: what `llama-quantize` would make of an F32 model
+/// (`../shared/KQUANTS.md` §3-4), or this crate's Q8_0 layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SynthFtype {
+    /// Every matrix Q8_0, the experts of [`SynthShape::expert_type`].
+    Q8_0,
+    /// `LLAMA_FTYPE_MOSTLY_Q2_K`.
+    Q2K,
+    /// `LLAMA_FTYPE_MOSTLY_Q3_K_M`.
+    Q3KM,
+    /// `LLAMA_FTYPE_MOSTLY_Q4_K_S`.
+    Q4KS,
+    /// `LLAMA_FTYPE_MOSTLY_Q4_K_M`: the most downloaded.
+    Q4KM,
+    /// `LLAMA_FTYPE_MOSTLY_Q5_K_M`.
+    Q5KM,
+    /// `LLAMA_FTYPE_MOSTLY_Q6_K`.
+    Q6K,
+}
+
+/// A matrix of a qwen3moe model, as llama.cpp's quantizer tells them apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Matrix {
+    /// `token_embd.weight` (untied: the model has `output.weight`).
+    TokenEmbd,
+    /// `output.weight`.
+    Output,
+    /// `attn_q` or `attn_k`.
+    AttnQk,
+    /// `attn_v`.
+    AttnV,
+    /// `attn_output`.
+    AttnOutput,
+    /// `ffn_gate_exps` or `ffn_up_exps`.
+    FfnGateUp,
+    /// `ffn_down_exps`.
+    FfnDown,
+}
+
+impl SynthFtype {
+    /// The file type named as `llama-quantize` names it (`q4_k_m`), or `q8_0`.
+    pub fn named(name: &str) -> Option<Self> {
+        Some(match name.to_ascii_lowercase().as_str() {
+            "q8_0" => SynthFtype::Q8_0,
+            "q2_k" => SynthFtype::Q2K,
+            "q3_k_m" => SynthFtype::Q3KM,
+            "q4_k_s" => SynthFtype::Q4KS,
+            "q4_k_m" => SynthFtype::Q4KM,
+            "q5_k_m" => SynthFtype::Q5KM,
+            "q6_k" => SynthFtype::Q6K,
+            _ => return None,
+        })
+    }
+
+    /// The type of `matrix` of layer `layer` (of `layers`), its rows `row` values long, with `gqa` query
+    /// heads a key/value head: llama.cpp's `llama_tensor_get_type` for a qwen3moe of more than 8 experts
+    /// and an untied output (KQUANTS.md §3.2), then its fallback for rows that are not whole blocks (§4).
+    /// The Q8_0 file type gives Q8_0 (the experts' own type is the caller's).
+    pub fn tensor_type(self, matrix: Matrix, (layer, layers): (u32, u32), row: u64, gqa: u32) -> TensorType {
+        use TensorType as T;
+        let default = match self {
+            SynthFtype::Q8_0 => return T::Q8_0,
+            SynthFtype::Q2K => T::Q2K,
+            SynthFtype::Q3KM => T::Q3K,
+            SynthFtype::Q4KS | SynthFtype::Q4KM => T::Q4K,
+            SynthFtype::Q5KM => T::Q5K,
+            SynthFtype::Q6K => T::Q6K,
+        };
+        let (i, n) = (layer, layers);
+        // ggml's use_more_bits (i - n/8 is evaluated only once i >= n/8).
+        let more_bits = i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+        let chosen = match (matrix, self) {
+            (Matrix::Output, _) if !row.is_multiple_of(256) => T::Q8_0,
+            (Matrix::Output, _) => T::Q6K,
+            (Matrix::TokenEmbd | Matrix::AttnQk | Matrix::FfnGateUp, _) => default,
+            (Matrix::AttnV, SynthFtype::Q2K) => {
+                if gqa >= 4 {
+                    T::Q4K
+                } else {
+                    T::Q3K
+                }
+            }
+            (Matrix::AttnV, SynthFtype::Q3KM) if i < 2 => T::Q5K,
+            (Matrix::AttnV, SynthFtype::Q4KS) if i < 4 => T::Q5K,
+            (Matrix::AttnV | Matrix::FfnDown, SynthFtype::Q4KM | SynthFtype::Q5KM) if more_bits => T::Q6K,
+            (Matrix::AttnV, SynthFtype::Q3KM | SynthFtype::Q4KS | SynthFtype::Q4KM) => T::Q4K,
+            (Matrix::AttnOutput, SynthFtype::Q2K) | (Matrix::FfnDown, SynthFtype::Q2K) => T::Q3K,
+            (Matrix::AttnOutput, SynthFtype::Q3KM) => T::Q4K,
+            (Matrix::FfnDown, SynthFtype::Q3KM) if i < n / 16 => T::Q5K,
+            (Matrix::FfnDown, SynthFtype::Q4KS) if i < n / 8 => T::Q5K,
+            (Matrix::FfnDown, SynthFtype::Q3KM | SynthFtype::Q4KS | SynthFtype::Q4KM) => T::Q4K,
+            (Matrix::AttnV | Matrix::AttnOutput | Matrix::FfnDown, _) => default,
+        };
+        let fallback = match chosen {
+            _ if row.is_multiple_of(chosen.block_size()) => return chosen,
+            T::Q2K | T::Q3K => T::Q4_0,
+            T::Q4K => T::Q5_0,
+            T::Q5K => T::Q5_1,
+            _ => T::Q8_0,
+        };
+        if row.is_multiple_of(32) { fallback } else { T::F16 }
     }
 }
 
@@ -148,6 +257,9 @@ pub fn synthetic_writer(spec: &SynthSpec) -> Result<GgufWriter<'static>> {
     if !matches!(d.expert_type, TensorType::Q8_0 | TensorType::Q4_0) {
         return bad(format!("experts must be q8_0 or q4_0; got {}", d.expert_type.name()));
     }
+    if d.ftype != SynthFtype::Q8_0 && d.expert_type != TensorType::Q8_0 {
+        return bad(format!("expert_type {} applies to the q8_0 file type only", d.expert_type.name()));
+    }
     let mut w = GgufWriter::new();
     let a = ARCHITECTURE;
     let meta: Vec<(String, Value)> = vec![
@@ -189,11 +301,19 @@ pub fn synthetic_writer(spec: &SynthSpec) -> Result<GgufWriter<'static>> {
         let (n, row, mut rng) = (dims.iter().product::<u64>(), dims[0], next());
         w.add_tensor_fill(name, ty, dims, move |out| match ty {
             TensorType::Q4_0 => write_q4_0(out, n, row, &mut rng),
-            _ => write_q8_0(out, n, row, &mut rng),
+            TensorType::Q8_0 => write_q8_0(out, n, row, &mut rng),
+            _ => write_blocks(out, ty, n, row, &mut rng),
         })?;
         Ok(())
     };
-    quant(&mut w, "token_embd.weight".into(), TensorType::Q8_0, &[h, u64::from(d.vocab)])?;
+    let layers = d.layers;
+    let gqa = d.heads / d.kv_heads;
+    let ty = |m: Matrix, layer: u32, row: u64| d.ftype.tensor_type(m, (layer, layers), row, gqa);
+    let experts = |m: Matrix, layer: u32, row: u64| match d.ftype {
+        SynthFtype::Q8_0 => d.expert_type,
+        _ => ty(m, layer, row),
+    };
+    quant(&mut w, "token_embd.weight".into(), ty(Matrix::TokenEmbd, 0, h), &[h, u64::from(d.vocab)])?;
     let mut f32_index = 0u64;
     let mut f32s = |w: &mut GgufWriter<'static>, name: String, dims: &[u64], around: f32, spread: f32| {
         f32_index += 1;
@@ -204,21 +324,21 @@ pub fn synthetic_writer(spec: &SynthSpec) -> Result<GgufWriter<'static>> {
     for l in 0..d.layers {
         let t = |s: &str| format!("blk.{l}.{s}.weight");
         f32s(&mut w, t("attn_norm"), &[h], 1.0, 0.2)?;
-        quant(&mut w, t("attn_q"), TensorType::Q8_0, &[h, q])?;
-        quant(&mut w, t("attn_k"), TensorType::Q8_0, &[h, kv])?;
-        quant(&mut w, t("attn_v"), TensorType::Q8_0, &[h, kv])?;
-        quant(&mut w, t("attn_output"), TensorType::Q8_0, &[q, h])?;
+        quant(&mut w, t("attn_q"), ty(Matrix::AttnQk, l, h), &[h, q])?;
+        quant(&mut w, t("attn_k"), ty(Matrix::AttnQk, l, h), &[h, kv])?;
+        quant(&mut w, t("attn_v"), ty(Matrix::AttnV, l, h), &[h, kv])?;
+        quant(&mut w, t("attn_output"), ty(Matrix::AttnOutput, l, q), &[q, h])?;
         f32s(&mut w, t("attn_q_norm"), &[u64::from(d.head_dim)], 1.0, 0.2)?;
         f32s(&mut w, t("attn_k_norm"), &[u64::from(d.head_dim)], 1.0, 0.2)?;
         f32s(&mut w, t("ffn_norm"), &[h], 1.0, 0.2)?;
         // Router logits of spread ~1 (as llama.cpp-converted models at init scale); norms near 1 (±0.1).
         f32s(&mut w, t("ffn_gate_inp"), &[h, e], 0.0, 2.0 / (h as f32).sqrt())?;
-        quant(&mut w, t("ffn_gate_exps"), d.expert_type, &[h, f, e])?;
-        quant(&mut w, t("ffn_up_exps"), d.expert_type, &[h, f, e])?;
-        quant(&mut w, t("ffn_down_exps"), d.expert_type, &[f, h, e])?;
+        quant(&mut w, t("ffn_gate_exps"), experts(Matrix::FfnGateUp, l, h), &[h, f, e])?;
+        quant(&mut w, t("ffn_up_exps"), experts(Matrix::FfnGateUp, l, h), &[h, f, e])?;
+        quant(&mut w, t("ffn_down_exps"), experts(Matrix::FfnDown, l, f), &[f, h, e])?;
     }
     f32s(&mut w, "output_norm.weight".into(), &[h], 1.0, 0.2)?;
-    quant(&mut w, "output.weight".into(), TensorType::Q8_0, &[h, u64::from(d.vocab)])?;
+    quant(&mut w, "output.weight".into(), ty(Matrix::Output, 0, h), &[h, u64::from(d.vocab)])?;
     Ok(w)
 }
 
@@ -325,6 +445,60 @@ fn write_q4_0(out: &mut dyn Write, n_values: u64, row: u64, rng: &mut SplitMix64
     out.write_all(&buf)
 }
 
+/// `n_values` of any other block type (the K-quants, Q5_0, Q5_1, F16): random bytes, with each f16 scale
+/// (and min) set so that values keep about the magnitude of the Q8_0 tensors, 1/sqrt(row).
+fn write_blocks(
+    out: &mut dyn Write,
+    ty: TensorType,
+    n_values: u64,
+    row: u64,
+    rng: &mut SplitMix64,
+) -> io::Result<()> {
+    let base = 1.0 / (row as f32).sqrt();
+    // Where the block's f16 scale and min lie, and the scale giving values of about `base` (the largest
+    // quant times its sub-block scale, where it has one).
+    let (d_at, min_at, per_unit): (usize, Option<usize>, f32) = match ty {
+        TensorType::Q2K => (80, Some(82), 3.0 * 15.0),
+        TensorType::Q3K => (108, None, 4.0 * 32.0),
+        TensorType::Q4K | TensorType::Q5K => (0, Some(2), 16.0 * 63.0),
+        TensorType::Q6K => (208, None, 32.0 * 127.0),
+        TensorType::Q5_0 => (0, None, 16.0),
+        TensorType::Q5_1 => (0, Some(2), 32.0),
+        TensorType::F16 => {
+            let mut buf = Vec::with_capacity(2 * n_values as usize);
+            for _ in 0..n_values {
+                buf.extend_from_slice(&f16::from_f32(2.0 * base * rng.centered()).to_le_bytes());
+            }
+            return out.write_all(&buf);
+        }
+        other => {
+            let what = format!("no synthetic writer for {}", other.name());
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, what));
+        }
+    };
+    let size = ty.block_bytes() as usize;
+    let mut buf = Vec::with_capacity(1 << 20);
+    for _ in 0..n_values / ty.block_size() {
+        let start = buf.len();
+        while buf.len() < start + size {
+            buf.extend_from_slice(&rng.next().to_le_bytes());
+        }
+        buf.truncate(start + size);
+        let block = &mut buf[start..];
+        let d = f16::from_f32(base / per_unit * (1.5 + rng.centered()));
+        block[d_at..d_at + 2].copy_from_slice(&d.to_le_bytes());
+        if let Some(m) = min_at {
+            let min = f16::from_f32(base / per_unit * (0.5 + rng.centered()));
+            block[m..m + 2].copy_from_slice(&min.to_le_bytes());
+        }
+        if buf.len() >= (1 << 20) - size {
+            out.write_all(&buf)?;
+            buf.clear();
+        }
+    }
+    out.write_all(&buf)
+}
+
 fn write_f32(out: &mut dyn Write, n: u64, around: f32, spread: f32, rng: &mut SplitMix64) -> io::Result<()> {
     let mut buf = Vec::with_capacity(1 << 16);
     for _ in 0..n {
@@ -377,6 +551,114 @@ mod tests {
         let rms = (values.iter().map(|v| v * v).sum::<f32>() / values.len() as f32).sqrt();
         // Nibble values −8..7 times ~1.5/(8·sqrt(64)): an RMS near 0.08, as the Q8_0 tensors'.
         assert!((0.04..0.16).contains(&rms), "{rms}");
+    }
+
+    /// KQUANTS.md §3.3's worked table: 48 layers under Q4_K_M give Q6_K attn_v and ffn_down_exps on the
+    /// 24 layers `use_more_bits` picks, Q4_K for every other matrix, a Q6_K output; and the other file
+    /// types' rows of §3.2's table on a few layers.
+    #[test]
+    fn k_quant_file_types_choose_llama_cpps_types() {
+        use Matrix as M;
+        use TensorType as T;
+        let more_bits =
+            [0, 1, 2, 3, 4, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35, 38, 41, 42, 43, 44, 45, 46, 47];
+        let q4km = |m: Matrix, layer: u32| SynthFtype::Q4KM.tensor_type(m, (layer, 48), 2048, 8);
+        for layer in 0..48 {
+            let want = if more_bits.contains(&layer) { T::Q6K } else { T::Q4K };
+            assert_eq!((q4km(M::AttnV, layer), q4km(M::FfnDown, layer)), (want, want), "layer {layer}");
+            for m in [M::AttnQk, M::AttnOutput, M::FfnGateUp] {
+                assert_eq!(q4km(m, layer), T::Q4K, "{m:?}, layer {layer}");
+            }
+        }
+        assert_eq!((q4km(M::Output, 0), q4km(M::TokenEmbd, 0)), (T::Q6K, T::Q4K));
+        let ty = |f: SynthFtype, m: Matrix, layer: u32, gqa: u32| f.tensor_type(m, (layer, 48), 2048, gqa);
+        assert_eq!(
+            (ty(SynthFtype::Q2K, M::AttnV, 9, 8), ty(SynthFtype::Q2K, M::AttnV, 9, 2)),
+            (T::Q4K, T::Q3K)
+        );
+        assert_eq!(ty(SynthFtype::Q2K, M::FfnDown, 9, 8), T::Q3K);
+        assert_eq!(ty(SynthFtype::Q2K, M::FfnGateUp, 9, 8), T::Q2K);
+        assert_eq!(
+            (ty(SynthFtype::Q3KM, M::AttnV, 1, 8), ty(SynthFtype::Q3KM, M::AttnV, 2, 8)),
+            (T::Q5K, T::Q4K)
+        );
+        assert_eq!(
+            (ty(SynthFtype::Q3KM, M::FfnDown, 2, 8), ty(SynthFtype::Q3KM, M::FfnDown, 3, 8)),
+            (T::Q5K, T::Q4K)
+        );
+        assert_eq!(
+            (ty(SynthFtype::Q4KS, M::FfnDown, 5, 8), ty(SynthFtype::Q4KS, M::FfnDown, 6, 8)),
+            (T::Q5K, T::Q4K)
+        );
+        assert_eq!(
+            (ty(SynthFtype::Q5KM, M::AttnV, 0, 8), ty(SynthFtype::Q5KM, M::AttnV, 6, 8)),
+            (T::Q6K, T::Q5K)
+        );
+        assert_eq!(
+            (ty(SynthFtype::Q6K, M::AttnQk, 6, 8), ty(SynthFtype::Q6K, M::Output, 0, 8)),
+            (T::Q6K, T::Q6K)
+        );
+        assert_eq!(ty(SynthFtype::Q8_0, M::AttnV, 0, 8), T::Q8_0);
+        // §3.3's tiny-model sets: n = 2 gives {1}, n = 8 gives {0, 3, 6, 7}.
+        let down = |layer: u32, n: u32| SynthFtype::Q4KM.tensor_type(M::FfnDown, (layer, n), 256, 8);
+        assert_eq!([down(0, 2), down(1, 2)], [T::Q4K, T::Q6K]);
+        let picked: Vec<u32> = (0..8).filter(|&l| down(l, 8) == T::Q6K).collect();
+        assert_eq!(picked, [0, 3, 6, 7]);
+    }
+
+    /// §4: rows that are not whole 256-value blocks fall back (Q4_K to Q5_0, Q6_K to Q8_0, Q5_K to Q5_1,
+    /// Q2_K and Q3_K to Q4_0), and to F16 when not whole 32-value blocks either; a tiny Q4_K_M model so
+    /// made parses, and every matrix dequantises to values of the Q8_0 tensors' magnitude.
+    #[test]
+    fn rows_that_are_not_whole_blocks_fall_back_and_the_file_reads() {
+        use TensorType as T;
+        let f = |ftype: SynthFtype, m: Matrix, layer: u32, row: u64| ftype.tensor_type(m, (layer, 2), row, 2);
+        assert_eq!(f(SynthFtype::Q4KM, Matrix::FfnDown, 0, 64), T::Q5_0);
+        assert_eq!(f(SynthFtype::Q4KM, Matrix::FfnDown, 1, 64), T::Q8_0);
+        assert_eq!(f(SynthFtype::Q5KM, Matrix::AttnQk, 0, 64), T::Q5_1);
+        assert_eq!(f(SynthFtype::Q2K, Matrix::AttnQk, 0, 64), T::Q4_0);
+        assert_eq!(f(SynthFtype::Q4KM, Matrix::Output, 0, 64), T::Q8_0);
+        assert_eq!(f(SynthFtype::Q4KM, Matrix::AttnQk, 0, 48), T::F16);
+
+        for ftype in [SynthFtype::Q4KM, SynthFtype::Q2K, SynthFtype::Q3KM, SynthFtype::Q5KM, SynthFtype::Q6K]
+        {
+            // Rows of 256 (hidden) and 64 (expert FFN): K-quants and their fallbacks both.
+            let shape = SynthShape { hidden: 256, ffn: 64, ftype, ..SynthShape::tiny() };
+            let spec = SynthSpec { shape, vocab: SynthVocab::Bytes, seed: 5 };
+            let mut bytes = Vec::new();
+            synthetic_writer(&spec).unwrap().write_to(&mut bytes).unwrap();
+            let g = diskformer_gguf::Gguf::from_bytes(bytes).unwrap();
+            let mut types = std::collections::BTreeSet::new();
+            for t in g.tensors().iter().filter(|t| t.dims.len() >= 2 && !t.name.contains("ffn_gate_inp")) {
+                let mut values = vec![0f32; t.n_elements as usize];
+                diskformer_gguf::dequantize(t.ty, g.tensor_data(&t.name).unwrap(), &mut values).unwrap();
+                let rms = (values.iter().map(|v| v * v).sum::<f32>() / values.len() as f32).sqrt();
+                let row = t.dims[0] as f32;
+                // The Q8_0 tensors' values: about 1.5/sqrt(row) at most, an RMS near half that.
+                assert!(
+                    rms.is_finite() && (0.05..3.0).contains(&(rms * row.sqrt())),
+                    "{ftype:?} {}: {rms}",
+                    t.name
+                );
+                types.insert(t.ty.name());
+            }
+            let k_quant = match ftype {
+                SynthFtype::Q2K => "q2_K",
+                SynthFtype::Q3KM => "q3_K",
+                SynthFtype::Q5KM => "q5_K",
+                _ => "q6_K",
+            };
+            assert!(types.contains(k_quant), "{ftype:?}: {types:?}");
+        }
+    }
+
+    #[test]
+    fn q8_0_experts_of_another_type_need_the_q8_0_file_type() {
+        let shape =
+            SynthShape { expert_type: TensorType::Q4_0, ftype: SynthFtype::Q4KM, ..SynthShape::tiny() };
+        let spec = SynthSpec { shape, vocab: SynthVocab::Bytes, seed: 1 };
+        let err = synthetic_writer(&spec).err().expect("refused").to_string();
+        assert!(err.contains("q8_0 file type"), "{err}");
     }
 
     #[test]
