@@ -5,6 +5,7 @@
 //! ```text
 //! cargo run --release --example synth-gguf -- --shape qwen3-30b-a3b --out /dev/shm/q3.gguf
 //! cargo run --release --example synth-gguf -- --shape qwen3-30b-a3b --ftype q4_k_m --out /dev/shm/q3-q4km.gguf
+//! cargo run --release --example synth-gguf -- --shape qwen3-235b-a22b --ftype q4_k_m --layers 8 --out /tmp/big.gguf
 //! cargo run --release --example synth-gguf -- --shape tiny --layers 3 --experts 16 --top-k 4 --out /tmp/t.gguf
 //! ```
 
@@ -17,7 +18,7 @@ use diskformer::qwen3_moe::synthetic::{SynthFtype, SynthShape, SynthSpec, SynthV
 /// Write a synthetic qwen3moe GGUF (random weights: for tests and benchmarks only).
 #[derive(Parser)]
 struct Args {
-    /// Model shape: tiny or qwen3-30b-a3b.
+    /// Model shape: tiny, qwen3-30b-a3b, qwen3-coder-30b-a3b or qwen3-235b-a22b.
     #[arg(long, default_value = "tiny")]
     shape: String,
     /// Output path.
@@ -64,8 +65,9 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let mut shape = SynthShape::named(&args.shape)
-        .ok_or_else(|| anyhow::anyhow!("unknown shape {:?}; use tiny or qwen3-30b-a3b", args.shape))?;
+    let mut shape = SynthShape::named(&args.shape).ok_or_else(|| {
+        anyhow::anyhow!("unknown shape {:?}; use one of {:?}", args.shape, SynthShape::NAMES)
+    })?;
     for (field, v) in [
         (&mut shape.layers, args.layers),
         (&mut shape.hidden, args.hidden),

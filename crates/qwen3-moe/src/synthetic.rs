@@ -82,11 +82,27 @@ impl SynthShape {
         }
     }
 
-    /// A named shape: `tiny` or `qwen3-30b-a3b`.
+    /// Qwen3-Coder-30B-A3B: Qwen3-30B-A3B's dims with a context of 262,144.
+    pub fn qwen3_coder_30b_a3b() -> Self {
+        SynthShape { context_length: 262_144, ..Self::qwen3_30b_a3b() }
+    }
+
+    /// Qwen3-235B-A22B: 94 layers, 128 experts, top-8, hidden 4096, expert FFN 1536, 64/4 heads of 128,
+    /// vocab 151,936, context 40,960.
+    pub fn qwen3_235b_a22b() -> Self {
+        SynthShape { layers: 94, hidden: 4096, heads: 64, ffn: 1536, ..Self::qwen3_30b_a3b() }
+    }
+
+    /// The named shapes.
+    pub const NAMES: [&str; 4] = ["tiny", "qwen3-30b-a3b", "qwen3-coder-30b-a3b", "qwen3-235b-a22b"];
+
+    /// A named shape (one of [`SynthShape::NAMES`]).
     pub fn named(name: &str) -> Option<Self> {
         match name {
             "tiny" => Some(Self::tiny()),
             "qwen3-30b-a3b" => Some(Self::qwen3_30b_a3b()),
+            "qwen3-coder-30b-a3b" => Some(Self::qwen3_coder_30b_a3b()),
+            "qwen3-235b-a22b" => Some(Self::qwen3_235b_a22b()),
             _ => None,
         }
     }
@@ -659,6 +675,18 @@ mod tests {
         let spec = SynthSpec { shape, vocab: SynthVocab::Bytes, seed: 1 };
         let err = synthetic_writer(&spec).err().expect("refused").to_string();
         assert!(err.contains("q8_0 file type"), "{err}");
+    }
+
+    #[test]
+    fn every_named_shape_is_known_and_the_big_one_has_qwen3_235bs_dims() {
+        for name in SynthShape::NAMES {
+            assert!(SynthShape::named(name).is_some(), "{name}");
+        }
+        let s = SynthShape::named("qwen3-235b-a22b").unwrap();
+        let dims = (s.layers, s.hidden, s.heads, s.kv_heads, s.head_dim, s.experts, s.top_k, s.ffn);
+        assert_eq!(dims, (94, 4096, 64, 4, 128, 128, 8, 1536));
+        assert_eq!(SynthShape::named("qwen3-coder-30b-a3b").unwrap().context_length, 262_144);
+        assert!(SynthShape::named("qwen3-7b").is_none());
     }
 
     #[test]
