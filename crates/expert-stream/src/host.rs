@@ -329,7 +329,6 @@ impl HostRecords {
     /// [`Error::InvalidConfig`] as [`HostLru::plan`].
     pub fn begin(&mut self, keys: &[ExpertKey]) -> Result<HostFetch> {
         let plan = self.lru.plan(keys)?;
-        self.stats.hits += (keys.len() - plan.reads.len()) as u64;
         let mut records: Vec<Option<Arc<RecordBuf>>> = vec![None; keys.len()];
         let mut reads = Vec::with_capacity(plan.reads.len());
         let mut next_read = plan.reads.iter().peekable();
@@ -346,6 +345,7 @@ impl HostRecords {
                 records[i] = self.buffers[slot].clone();
             }
         }
+        self.stats.hits += (keys.len() - reads.len()) as u64;
         Ok(HostFetch {
             reader: Arc::clone(&self.reader),
             readers: self.readers,

@@ -176,10 +176,7 @@ impl CpuTier {
         let Records::Host(host, handoff) = &mut self.records else {
             return Ok(());
         };
-        if let Some((_, _, stale)) = self.pending.take() {
-            // A call never computed (its step failed): its buffers go back to their slots.
-            let _ = host.finish(stale);
-        }
+        finish_stale(host, &mut self.pending);
         let keys: Vec<ExpertKey> = ids.iter().map(|&e| ExpertKey::new(layer, e)).collect();
         let fetch = host.begin(&keys)?;
         for (i, key) in keys.iter().enumerate().filter(|(_, k)| admit.contains(&k.expert)) {
@@ -202,12 +199,12 @@ impl CpuTier {
         if ids.is_empty() || ids.len() > host.capacity() {
             return Ok(());
         }
-        if let Some((_, _, stale)) = self.pending.take() {
-            let _ = host.finish(stale);
-        }
+        finish_stale(host, &mut self.pending);
         let keys: Vec<ExpertKey> = ids.iter().map(|&e| ExpertKey::new(layer, e)).collect();
-        for (key, slot) in keys.iter().zip(host.ensure(&keys)?) {
-            handoff.put(*key, Arc::clone(host.shared(slot)));
+        let mut fetch = host.begin(&keys)?;
+        fetch.read();
+        for (key, record) in keys.iter().zip(host.finish(fetch)?) {
+            handoff.put(*key, record);
         }
         Ok(())
     }
@@ -307,6 +304,14 @@ impl CpuTier {
             QuantMatrix::planes("ffn_up_exps", self.ty, (f, h), up_q, up_s)?,
             QuantMatrix::planes("ffn_down_exps", self.ty, (h, f), at(l.down_quants), at(l.down_scales))?,
         )?)
+    }
+}
+
+/// Ends the host tier's call that `pending` holds, if a step failed before computing it: its buffers go back
+/// to their slots.
+fn finish_stale(host: &mut HostRecords, pending: &mut Option<(u32, Vec<u32>, HostFetch)>) {
+    if let Some((_, _, stale)) = pending.take() {
+        let _ = host.finish(stale);
     }
 }
 

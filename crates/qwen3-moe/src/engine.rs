@@ -555,9 +555,10 @@ impl Engine {
         let gpu_pool = GpuPool::new(&ctx, &experts, slots)?;
         let mut backend =
             GpuBackend::new(gpu_pool, reader)?.with_method(opts.upload).with_read_split(read_split);
-        let handoff = Arc::new(HostHandoff::default());
-        if ram_budget.is_some() {
-            backend = backend.with_handoff(Arc::clone(&handoff));
+        // The host tier's admissions and chunks hand their records to the pool's loads.
+        let handoff = ram_budget.map(|_| Arc::new(HostHandoff::default()));
+        if let Some(handoff) = &handoff {
+            backend = backend.with_handoff(Arc::clone(handoff));
         }
         // route_ahead is 0 when resident: nothing streams.
         if route_ahead > 0 && opts.speculative_reads > 0 {
@@ -596,8 +597,12 @@ impl Engine {
             // Written before each step from the pool (`sync_route_table`).
             (buffer, Vec::new())
         });
-        let host =
-            ram_budget.map(|budget| HostTier { budget, min_records: top_k as usize, readers, handoff });
+        let host = ram_budget.zip(handoff).map(|(budget, handoff)| HostTier {
+            budget,
+            min_records: top_k as usize,
+            readers,
+            handoff,
+        });
         let cpu_tier = (cpu_experts && !resident)
             .then(|| {
                 CpuTier::open(&store, &experts, opts.cpu_threads, opts.cpu_tiers, opts.int8_decode, host)
