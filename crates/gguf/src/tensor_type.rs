@@ -222,6 +222,11 @@ impl TensorType {
         }
     }
 
+    /// The type named `name` ([`TensorType::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
+
     /// ggml's name for the type (`"q8_0"`, `"q4_K"`, …).
     pub fn name(self) -> &'static str {
         match self {

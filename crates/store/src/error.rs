@@ -60,7 +60,8 @@ pub enum Error {
     },
     /// An expert tensor of a type the store cannot hold.
     #[error(
-        "expert tensor {name:?} is {ty}; the store holds Q8_0 or Q4_0 experts, with gate, up and down of one type"
+        "expert tensor {name:?} is {ty}; the store holds experts of the types diskformer-gguf dequantises \
+         (Q2_K-Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS, F16, BF16, F32)"
     )]
     UnsupportedExpertType {
         /// The tensor.
@@ -69,7 +70,10 @@ pub enum Error {
         ty: String,
     },
     /// A dense tensor of a type the store cannot hold.
-    #[error("dense tensor {name:?} is {ty}; the store holds Q8_0, F32, F16 and BF16 dense tensors")]
+    #[error(
+        "dense tensor {name:?} is {ty}; the store holds dense tensors of the types diskformer-gguf dequantises \
+         (Q2_K-Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS, F16, BF16, F32)"
+    )]
     UnsupportedDenseType {
         /// The tensor.
         name: String,

@@ -12,9 +12,9 @@ use diskformer_gguf::{Header, PrefixParse, SPLIT_COUNT, SPLIT_NO, TensorType, Va
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::checksum::{Sha256State, combine};
-use crate::layout::{ExpertPart, expert_tensor};
+use crate::layout::expert_tensor;
 use crate::manifest::{Checkpoint, FORMAT, FORMAT_VERSION, Manifest, SourceInfo};
-use crate::{DenseData, Error, Layout, Region, Result};
+use crate::{DenseData, Error, ExpertPart, Layout, Region, Result};
 
 /// File names inside a store directory.
 pub const HEADER_FILE: &str = "header.bin";
@@ -134,10 +134,16 @@ fn segments(header: &Header, layout: &Layout) -> Vec<Segment> {
             let slice = info.n_bytes / u64::from(x.n_experts);
             let half_q = x.gate_up_quants.len / 2;
             let half_s = x.gate_up_scales.len / 2;
-            let (q_at, s_at, q_part, s_part) = match which {
-                ExpertPart::Gate => (x.gate_up_quants.offset, x.gate_up_scales.offset, 0, 2),
-                ExpertPart::Up => (x.gate_up_quants.offset + half_q, x.gate_up_scales.offset + half_s, 1, 3),
-                ExpertPart::Down => (x.down_quants.offset, x.down_scales.offset, 4, 5),
+            // Records of blocks take each part as it is; records of planes split it.
+            let (q_at, s_at, q_part, s_part) = match (x.part(layer, which), which) {
+                (Some((_, r)), _) => (r.offset, None, [0, 1, 4][which as usize], None),
+                (None, ExpertPart::Gate) => {
+                    (x.gate_up_quants.offset, Some(x.gate_up_scales.offset), 0, Some(2))
+                }
+                (None, ExpertPart::Up) => {
+                    (x.gate_up_quants.offset + half_q, Some(x.gate_up_scales.offset + half_s), 1, Some(3))
+                }
+                (None, ExpertPart::Down) => (x.down_quants.offset, Some(x.down_scales.offset), 4, Some(5)),
             };
             for expert in 0..x.n_experts {
                 let key = crate::ExpertKey { layer, expert };
@@ -146,15 +152,25 @@ fn segments(header: &Header, layout: &Layout) -> Vec<Segment> {
                 out.push(Segment {
                     source: Region { offset: base + info.offset + u64::from(expert) * slice, len: slice },
                     target: Target::Experts,
-                    planar: Some(info.ty),
+                    planar: s_at.map(|_| info.ty),
                     first: (record + q_at, PartRef::Record { record: index, part: q_part }),
-                    second: Some((record + s_at, PartRef::Record { record: index, part: s_part })),
+                    second: s_at
+                        .zip(s_part)
+                        .map(|(at, part)| (record + at, PartRef::Record { record: index, part })),
                 });
             }
         }
     }
     out.sort_by_key(|s| s.source.offset);
     out
+}
+
+/// The part hashes of a store not yet written: none, but for records of blocks the three empty scale parts,
+/// which no segment writes.
+fn fresh_record_parts(experts: Option<&crate::ExpertLayout>) -> Vec<Option<u64>> {
+    let Some(x) = experts else { return Vec::new() };
+    let empty = x.blocks.is_some().then(|| Xxh3::new().digest());
+    (0..x.n_records()).flat_map(|_| [None, None, empty, empty, None, empty]).collect()
 }
 
 /// The largest GGUF header ingest reads (a 248,320-token vocabulary with its merges is ~16 MB).
@@ -299,7 +315,7 @@ pub fn ingest(
         segments_done: 0,
         source_offset: 0,
         sha256: Sha256State::default(),
-        record_parts: vec![None; n_records * 6],
+        record_parts: fresh_record_parts(layout.experts.as_ref()),
         dense_parts: layout.dense.iter().map(|t| vec![None; t.data.parts().len()]).collect(),
     };
     let (mut state, prior_seconds) = match previous.and_then(|m| m.checkpoint.map(|c| (c, m.ingest_seconds)))

@@ -1,10 +1,13 @@
 //! The store layout, planned from a GGUF header alone so ingest and load always agree.
 //!
-//! `experts.bin` holds one fixed-size record per (layer, expert) at `(layer · n_experts + expert) · record`:
-//! the gate‖up quant plane (gate rows, then up rows), the gate‖up f16 scales, the down quant plane, the down
-//! scales, each region 256-byte aligned and the record a multiple of 4096 bytes (so O_DIRECT can read it).
-//! `dense.bin` holds every other tensor: Q8_0 as a quant plane and a scale plane, F32/F16/BF16 as they are,
-//! every region 256-byte aligned.
+//! `experts.bin` holds one fixed-size record per (layer, expert) at `(layer · n_experts + expert) · record`.
+//! A model whose experts are all Q8_0 (or all Q4_0) has records of planes: the gate‖up quant plane (gate
+//! rows, then up rows), the gate‖up f16 scales, the down quant plane, the down scales. Any other mix of types
+//! (a K-quant file: Q4_K gate and up, Q6_K down on some layers) has records of blocks as the GGUF holds
+//! them, gate, up and down each of its own type, which may change from layer to layer ([`RecordBlocks`]);
+//! the record is sized for the largest layer. Every region is 256-byte aligned and the record a multiple of
+//! 4096 bytes (so O_DIRECT can read it). `dense.bin` holds every other tensor: Q8_0 as a quant plane and a
+//! scale plane, every other type as its GGUF bytes, every region 256-byte aligned.
 
 use diskformer_gguf::{Header, TensorInfo, TensorType};
 use serde::{Deserialize, Serialize};
@@ -59,10 +62,21 @@ impl std::fmt::Display for ExpertKey {
     }
 }
 
+/// Records of GGUF blocks: gate's blocks at the start of [`ExpertLayout::gate_up_quants`], up's `up_at`
+/// bytes into it, down's at the start of [`ExpertLayout::down_quants`] (the scale regions are empty), each
+/// part of the type its layer's tensor has.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordBlocks {
+    /// Per layer, the ggml type names of gate, up and down (`"q4_K"`, `"q6_K"`, …).
+    pub types: Vec<[String; 3]>,
+    /// Where up's blocks start in `gate_up_quants`: the largest gate over the layers, 256-byte aligned.
+    pub up_at: u64,
+}
+
 /// Where the planes of one expert sit inside its record, and the record's size.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExpertLayout {
-    /// Quant type of gate, up and down (`"q8_0"` or `"q4_0"`).
+    /// Quant type of gate, up and down: `"q8_0"` or `"q4_0"` (planes), or `"blocks"` ([`RecordBlocks`]).
     pub quant_type: String,
     /// Layers with experts (`blk.0` … `blk.{n_layers-1}`).
     pub n_layers: u32,
@@ -82,7 +96,12 @@ pub struct ExpertLayout {
     pub down_quants: Region,
     /// `[hidden, ffn/32]` f16 scales.
     pub down_scales: Region,
+    /// Records of blocks: each layer's part types (`None` for planes).
+    pub blocks: Option<RecordBlocks>,
 }
+
+/// The quant type of records of blocks ([`ExpertLayout::quant_type`]).
+pub const BLOCKS: &str = "blocks";
 
 impl ExpertLayout {
     /// The record's offset in `experts.bin`.
@@ -108,12 +127,43 @@ impl ExpertLayout {
         }
     }
 
-    /// The checksum parts of a record, in the order their hashes are combined: gate quants, up quants, gate
-    /// scales, up scales, down quants, down scales (record-relative).
-    pub fn record_parts(&self) -> [Region; 6] {
+    /// The checksum parts of a record of `layer`, in the order their hashes are combined: gate quants, up
+    /// quants, gate scales, up scales, down quants, down scales (record-relative; for records of blocks
+    /// the layer's gate, up and down blocks, and three empty regions).
+    pub fn record_parts(&self, layer: u32) -> [Region; 6] {
+        if self.blocks.is_some() {
+            let part = |p| self.part(layer, p).map_or(Region { offset: 0, len: 0 }, |(_, r)| r);
+            let empty = Region { offset: self.gate_up_scales.offset, len: 0 };
+            return [
+                part(ExpertPart::Gate),
+                part(ExpertPart::Up),
+                empty,
+                empty,
+                part(ExpertPart::Down),
+                empty,
+            ];
+        }
         let (gate_q, up_q) = self.gate_up_quants.split_at(self.gate_up_quants.len / 2);
         let (gate_s, up_s) = self.gate_up_scales.split_at(self.gate_up_scales.len / 2);
         [gate_q, up_q, gate_s, up_s, self.down_quants, self.down_scales]
+    }
+
+    /// Records of blocks: the type of `part` in `layer` and where its blocks lie in a record; `None` for
+    /// records of planes or a layer past the last.
+    pub fn part(&self, layer: u32, part: ExpertPart) -> Option<(TensorType, Region)> {
+        let blocks = self.blocks.as_ref()?;
+        let types = blocks.types.get(layer as usize)?;
+        let ty = TensorType::from_name(&types[part as usize])?;
+        let (rows, cols) = match part {
+            ExpertPart::Gate | ExpertPart::Up => (self.ffn, self.hidden),
+            ExpertPart::Down => (self.hidden, self.ffn),
+        };
+        let offset = match part {
+            ExpertPart::Gate => self.gate_up_quants.offset,
+            ExpertPart::Up => self.gate_up_quants.offset + blocks.up_at,
+            ExpertPart::Down => self.down_quants.offset,
+        };
+        Some((ty, Region { offset, len: matrix_bytes(ty, rows, cols) }))
     }
 }
 
@@ -173,10 +223,32 @@ pub struct Layout {
 
 /// Which of gate, up and down an expert tensor is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ExpertPart {
+pub enum ExpertPart {
+    /// `ffn_gate_exps`: `[ffn, hidden]` an expert.
     Gate,
+    /// `ffn_up_exps`: `[ffn, hidden]` an expert.
     Up,
+    /// `ffn_down_exps`: `[hidden, ffn]` an expert.
     Down,
+}
+
+impl ExpertPart {
+    /// The three, in record order.
+    pub const ALL: [ExpertPart; 3] = [ExpertPart::Gate, ExpertPart::Up, ExpertPart::Down];
+
+    /// The GGUF tensor name's part (`gate`, `up`, `down`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            ExpertPart::Gate => "gate",
+            ExpertPart::Up => "up",
+            ExpertPart::Down => "down",
+        }
+    }
+}
+
+/// Bytes of a `[rows, cols]` matrix of `ty` (`cols` whole blocks).
+fn matrix_bytes(ty: TensorType, rows: u64, cols: u64) -> u64 {
+    rows * cols / ty.block_size() * ty.block_bytes()
 }
 
 /// `blk.{layer}.ffn_{gate,up,down}_exps.weight` → (layer, part).
@@ -221,9 +293,7 @@ impl Layout {
                     let blocks = t.n_elements / 32;
                     DenseData::Planes { quants: place(blocks * 32), scales: place(blocks * 2) }
                 }
-                TensorType::F32 | TensorType::F16 | TensorType::BF16 => {
-                    DenseData::Raw { data: place(t.n_bytes) }
-                }
+                ty if ty.dequantizable() => DenseData::Raw { data: place(t.n_bytes) },
                 other => {
                     return Err(Error::UnsupportedDenseType {
                         name: t.name.clone(),
@@ -251,9 +321,8 @@ fn plan_experts(header: &Header) -> Result<Option<ExpertLayout>> {
     let found: Vec<(u32, ExpertPart, &TensorInfo)> =
         header.tensors.iter().filter_map(|t| expert_tensor(&t.name).map(|(l, p)| (l, p, t))).collect();
     let Some(&(_, _, first)) = found.first() else { return Ok(None) };
-    let ty = first.ty;
     for &(_, _, t) in &found {
-        if !matches!(t.ty, TensorType::Q8_0 | TensorType::Q4_0) || t.ty != ty {
+        if !t.ty.dequantizable() {
             return Err(Error::UnsupportedExpertType { name: t.name.clone(), ty: t.ty.name().to_owned() });
         }
     }
@@ -271,7 +340,9 @@ fn plan_experts(header: &Header) -> Result<Option<ExpertLayout>> {
             gate0.name, gate0.dims
         )));
     };
+    let mut types = Vec::with_capacity(n_layers as usize);
     for layer in 0..n_layers {
+        let mut layer_types = [first.ty; 3];
         for (part, dims) in [
             (ExpertPart::Gate, [hidden, ffn, n_experts]),
             (ExpertPart::Up, [hidden, ffn, n_experts]),
@@ -280,17 +351,35 @@ fn plan_experts(header: &Header) -> Result<Option<ExpertLayout>> {
             let t = found
                 .iter()
                 .find(|f| f.0 == layer && f.1 == part)
-                .ok_or_else(|| bad(format!("layer {layer} has no ffn_{part:?}_exps tensor").to_lowercase()))?
-                .2;
+                .ok_or_else(|| bad(format!("layer {layer} has no ffn_{}_exps tensor", part.name())))?;
+            let t = t.2;
             if t.dims != dims {
                 return Err(bad(format!("{} has dims {:?}, expected {dims:?}", t.name, t.dims)));
             }
+            if !dims[0].is_multiple_of(t.ty.block_size()) {
+                return Err(bad(format!(
+                    "{} is {} with rows of {} values, not whole {}-value blocks",
+                    t.name,
+                    t.ty.name(),
+                    dims[0],
+                    t.ty.block_size()
+                )));
+            }
+            layer_types[part as usize] = t.ty;
         }
+        types.push(layer_types);
     }
     if ffn % 32 != 0 || hidden % 32 != 0 || n_experts > u64::from(u32::MAX) {
         return Err(bad(format!("hidden {hidden} and ffn {ffn} must be multiples of 32")));
     }
-    Ok(Some(ExpertLayout::new(ty, n_layers, n_experts as u32, hidden, ffn)))
+    let n_experts = n_experts as u32;
+    let uniform = types.iter().flatten().all(|&t| t == first.ty);
+    Ok(Some(match first.ty {
+        TensorType::Q8_0 | TensorType::Q4_0 if uniform => {
+            ExpertLayout::new(first.ty, n_layers, n_experts, hidden, ffn)
+        }
+        _ => ExpertLayout::with_blocks(&types, n_experts, hidden, ffn),
+    }))
 }
 
 impl ExpertLayout {
@@ -319,6 +408,38 @@ impl ExpertLayout {
             gate_up_scales,
             down_quants,
             down_scales,
+            blocks: None,
+        }
+    }
+
+    /// The layout of records of blocks ([`RecordBlocks`]) for layers whose gate, up and down types are
+    /// `types` (each row whole blocks), `n_experts` a layer: each region sized for the layer where it is
+    /// largest.
+    pub fn with_blocks(types: &[[TensorType; 3]], n_experts: u32, hidden: u64, ffn: u64) -> ExpertLayout {
+        let largest = |part: ExpertPart, rows: u64, cols: u64| {
+            types.iter().map(|t| matrix_bytes(t[part as usize], rows, cols)).max().unwrap_or(0)
+        };
+        let up_at = align(largest(ExpertPart::Gate, ffn, hidden), REGION_ALIGN);
+        let gate_up_quants = Region { offset: 0, len: up_at + largest(ExpertPart::Up, ffn, hidden) };
+        let gate_up_scales = Region { offset: align(gate_up_quants.end(), REGION_ALIGN), len: 0 };
+        let down_quants =
+            Region { offset: gate_up_scales.offset, len: largest(ExpertPart::Down, hidden, ffn) };
+        let down_scales = Region { offset: align(down_quants.end(), REGION_ALIGN), len: 0 };
+        ExpertLayout {
+            quant_type: BLOCKS.to_owned(),
+            n_layers: types.len() as u32,
+            n_experts,
+            hidden,
+            ffn,
+            record_bytes: align(down_scales.offset, RECORD_ALIGN).max(RECORD_ALIGN),
+            gate_up_quants,
+            gate_up_scales,
+            down_quants,
+            down_scales,
+            blocks: Some(RecordBlocks {
+                types: types.iter().map(|t| t.map(|ty| ty.name().to_owned())).collect(),
+                up_at,
+            }),
         }
     }
 }

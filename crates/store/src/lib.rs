@@ -2,7 +2,9 @@
 //!
 //! - [`Layout::plan`] plans the store from a GGUF header alone (so ingest and load always agree): one
 //!   fixed-size record per (layer, expert) in `experts.bin` holding the gate‖up and down quant and scale
-//!   planes, and every dense tensor in `dense.bin` (Q8_0 as planes, F32/F16/BF16 raw), 256-byte aligned.
+//!   planes (Q8_0 or Q4_0 experts) or gate, up and down as GGUF blocks, each of its own type (any other mix,
+//!   such as a K-quant file's), and every dense tensor in `dense.bin` (Q8_0 as planes, the others as the
+//!   GGUF holds them), 256-byte aligned.
 //! - [`ingest`] makes a store from a local GGUF in one sequential pass with bounded memory, checkpointing at
 //!   least every GiB so an ingest killed at any moment resumes and ends byte-identical to a clean one; the
 //!   manifest records the source's size, mtime and sha256 and a checksum per record and tensor.
@@ -52,7 +54,8 @@ pub use ingest::{
     DENSE_FILE, EXPERTS_FILE, HEADER_FILE, IngestOptions, IngestSummary, Pin, Progress, ingest,
 };
 pub use layout::{
-    DenseData, DenseTensor, ExpertKey, ExpertLayout, Layout, RECORD_ALIGN, REGION_ALIGN, Region,
+    BLOCKS, DenseData, DenseTensor, ExpertKey, ExpertLayout, ExpertPart, Layout, RECORD_ALIGN, REGION_ALIGN,
+    RecordBlocks, Region,
 };
 pub use manifest::{Checkpoint, FORMAT, FORMAT_VERSION, MANIFEST, Manifest, SourceInfo};
 pub use probe::{ReaderProbe, ThreadsRate};

@@ -14,7 +14,7 @@ use crate::{Error, Layout, Result};
 /// The `format` field of every manifest.
 pub const FORMAT: &str = "diskformer-store";
 /// The layout version this crate reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// The manifest's file name.
 pub const MANIFEST: &str = "manifest.json";
 
@@ -93,7 +93,9 @@ impl Manifest {
         let version = probe.get("version").and_then(|v| v.as_u64());
         if version != Some(u64::from(FORMAT_VERSION)) {
             return Err(bad(format!(
-                "store format version {version:?}, this build reads version {FORMAT_VERSION}"
+                "store format version {}, this build reads version {FORMAT_VERSION}: ingest the GGUF again \
+                 into this directory (examples/ingest, or any run given the GGUF) to rebuild the store",
+                version.map_or("missing".to_owned(), |v| v.to_string())
             )));
         }
         serde_json::from_value(probe).map(Some).map_err(|e| bad(format!("malformed ({e})")))

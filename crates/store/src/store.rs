@@ -123,7 +123,7 @@ impl Store {
                 let key = x.key(i);
                 reader.read(key, &mut buf)?;
                 let hashes: Vec<u64> = x
-                    .record_parts()
+                    .record_parts(key.layer)
                     .iter()
                     .map(|p| part_hash(&buf.as_slice()[p.offset as usize..p.end() as usize]))
                     .collect();

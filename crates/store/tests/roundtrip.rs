@@ -1,11 +1,12 @@
 //! Ingest is lossless: every expert record joins back to exactly its GGUF slices, and every dense tensor to
-//! its source bytes, for arbitrary small qwen3moe-shaped GGUFs (Q8_0 and Q4_0 experts).
+//! its source bytes, for arbitrary small qwen3moe-shaped GGUFs (Q8_0 and Q4_0 experts in planes, and K-quant
+//! mixes in blocks: Q4_K gate and up, Q6_K down on odd layers).
 
 mod common;
 
 use common::{Shape, TempDir, write_model};
 use diskformer_gguf::{GgufFile, TensorType, join_planes};
-use diskformer_store::{DenseData, ExpertKey, IngestOptions, RecordBuf, Store, ingest};
+use diskformer_store::{DenseData, ExpertKey, ExpertPart, IngestOptions, RecordBuf, Store, ingest};
 use proptest::prelude::*;
 
 fn check_store(gguf: &GgufFile, store: &Store) -> Result<(), TestCaseError> {
@@ -31,7 +32,7 @@ fn check_store(gguf: &GgufFile, store: &Store) -> Result<(), TestCaseError> {
         }
     }
     let x = layout.experts.as_ref().unwrap();
-    let ty = if x.quant_type == "q8_0" { TensorType::Q8_0 } else { TensorType::Q4_0 };
+    let ty = TensorType::from_name(&x.quant_type);
     let reader = store.record_reader(false).unwrap();
     let mut buf = RecordBuf::new(x.record_bytes as usize);
     for layer in 0..x.n_layers {
@@ -44,6 +45,23 @@ fn check_store(gguf: &GgufFile, store: &Store) -> Result<(), TestCaseError> {
                 data[expert as usize * n..(expert as usize + 1) * n].to_vec()
             };
             let region = |r: diskformer_store::Region| &rec[r.offset as usize..r.end() as usize];
+            let Some(ty) = ty else {
+                // Records of blocks: each part as the GGUF holds it, of its own type.
+                for part in ExpertPart::ALL {
+                    let (part_ty, r) = x.part(layer, part).unwrap();
+                    let name = format!("blk.{layer}.ffn_{}_exps.weight", part.name());
+                    prop_assert_eq!(Some(part_ty), gguf.header().tensor(&name).map(|t| t.ty));
+                    prop_assert_eq!(
+                        region(r),
+                        &slice(part.name())[..],
+                        "layer {} expert {} {:?}",
+                        layer,
+                        expert,
+                        part
+                    );
+                }
+                continue;
+            };
             let (gq, gs) = (region(x.gate_up_quants), region(x.gate_up_scales));
             let (hq, hs) = (gq.len() / 2, gs.len() / 2);
             for (part, q, s) in [
@@ -70,13 +88,19 @@ proptest! {
         experts in 1u64..6,
         hidden in prop::sample::select(vec![32u64, 64, 96]),
         ffn in prop::sample::select(vec![32u64, 64]),
-        q4 in any::<bool>(),
+        types in 0..3u8,
         chunk_kib in prop::sample::select(vec![4usize, 7, 64]),
         seed in any::<u64>(),
     ) {
         let dir = TempDir::new("prop");
-        let expert_type = if q4 { TensorType::Q4_0 } else { TensorType::Q8_0 };
-        let shape = Shape { layers, experts, hidden, ffn, expert_type, vocab: 3 };
+        let (expert_type, odd_down) = [
+            (TensorType::Q8_0, None),
+            (TensorType::Q4_0, None),
+            (TensorType::Q4K, Some(TensorType::Q6K)),
+        ][types as usize];
+        // K-quant rows are whole 256-value super-blocks.
+        let (hidden, ffn) = if odd_down.is_some() { (hidden * 8, ffn * 8) } else { (hidden, ffn) };
+        let shape = Shape { layers, experts, hidden, ffn, expert_type, odd_down, vocab: 3 };
         let path = write_model(dir.path(), "m.gguf", &shape, seed);
         // Small chunks split tensors and expert slices across reads.
         let opts = IngestOptions { chunk_bytes: chunk_kib << 10, ..IngestOptions::default() };

@@ -41,19 +41,29 @@ pub struct Shape {
     pub hidden: u64,
     pub ffn: u64,
     pub expert_type: TensorType,
+    /// The odd layers' `ffn_down_exps` type, when it differs (a K-quant mix: Q6_K down on some layers).
+    pub odd_down: Option<TensorType>,
     pub vocab: u64,
 }
 
 impl Shape {
     pub fn small() -> Shape {
-        Shape { layers: 2, experts: 4, hidden: 64, ffn: 32, expert_type: TensorType::Q8_0, vocab: 10 }
+        Shape {
+            layers: 2,
+            experts: 4,
+            hidden: 64,
+            ffn: 32,
+            expert_type: TensorType::Q8_0,
+            odd_down: None,
+            vocab: 10,
+        }
     }
 }
 
 /// Writes a qwen3moe-shaped GGUF (dense attention tensors, norms, router, experts) and returns its path.
 pub fn write_model(dir: &Path, name: &str, shape: &Shape, seed: u64) -> PathBuf {
     let mut rng = Rng(seed);
-    let Shape { layers, experts, hidden: h, ffn: f, expert_type, vocab } = *shape;
+    let Shape { layers, experts, hidden: h, ffn: f, expert_type, odd_down, vocab } = *shape;
     let mut w = GgufWriter::new();
     w.add_metadata("general.architecture", Value::String("qwen3moe".into())).unwrap();
     w.add_metadata("qwen3moe.block_count", Value::U32(layers)).unwrap();
@@ -79,8 +89,12 @@ pub fn write_model(dir: &Path, name: &str, shape: &Shape, seed: u64) -> PathBuf 
             ("ffn_up_exps", [h, f, experts]),
         ];
         for (i, (n, dims)) in exps.iter().enumerate() {
-            let data = rng.blocks(expert_type, dims.iter().product());
-            w.add_tensor(t(n), expert_type, dims, data).unwrap();
+            let ty = match odd_down {
+                Some(down) if i == 0 && l % 2 == 1 => down,
+                _ => expert_type,
+            };
+            let data = rng.blocks(ty, dims.iter().product());
+            w.add_tensor(t(n), ty, dims, data).unwrap();
             if i == 0 {
                 w.add_tensor(t("ffn_norm"), TensorType::F32, &[h], rng.blocks(TensorType::F32, h)).unwrap();
             }
