@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::task::{Poll, Waker};
 
-use diskformer_kernels::Context;
-use diskformer_store::{ExpertLayout, RecordBuf, RecordReader, Region, part_bytes};
+use diskformer_kernels::{Context, KQuant};
+use diskformer_store::{ExpertLayout, ExpertPart, RecordBuf, RecordReader, Region, part_bytes};
 
 use crate::{Backend, BackendError, Error, ExpertKey, HostHandoff, Result, Slot, SpeculativeReads};
 
@@ -181,7 +181,8 @@ impl GpuPool {
                 let buffers = Plane::ALL.map(|plane| {
                     device.create_buffer(&wgpu::BufferDescriptor {
                         label: Some(plane.name()),
-                        size: count * regions[plane.index()].len,
+                        // Records of blocks leave the scale planes empty: a word keeps the buffer valid.
+                        size: (count * regions[plane.index()].len).max(4),
                         usage: wgpu::BufferUsages::STORAGE
                             | wgpu::BufferUsages::COPY_DST
                             | wgpu::BufferUsages::COPY_SRC,
@@ -272,7 +273,7 @@ impl GpuPool {
             return Err(format!("{slot} is past the GPU pool's {} slots", self.slots).into());
         }
         self.check_record(record)?;
-        for plane in Plane::ALL {
+        for plane in Plane::ALL.into_iter().filter(|&p| self.slot_bytes(p) > 0) {
             let r = self.region(plane);
             let src = &record[r.offset as usize..r.end() as usize];
             let (buffer, offset) = self.locate(plane, slot);
@@ -815,9 +816,13 @@ impl Backend for GpuBackend {
     }
 }
 
-/// Checks that `layout` holds Q8_0 planes the expert kernels read, returning the four regions.
+/// Checks that `layout` holds Q8_0 or Q4_0 planes, or blocks of the types the expert kernels read, returning
+/// the four regions.
 fn check_layout(layout: &ExpertLayout) -> Result<[Region; 4]> {
     let bad = |reason: String| Err(Error::BadLayout { reason });
+    if layout.blocks.is_some() {
+        return check_blocks(layout);
+    }
     // Quant-plane bytes per value ×2: Q8_0 one byte a value, Q4_0 half a byte; both one f16 scale per 32.
     let twice_bytes_per_value = match layout.quant_type.as_str() {
         "q8_0" => 2,
@@ -846,6 +851,39 @@ fn check_layout(layout: &ExpertLayout) -> Result<[Region; 4]> {
                 region.end(),
                 layout.record_bytes
             ));
+        }
+    }
+    Ok(regions)
+}
+
+/// [`check_layout`] for records of blocks: every layer's gate, up and down of a type the expert kernels
+/// read ([`KQuant`]), inside its region. The scale planes are empty.
+fn check_blocks(layout: &ExpertLayout) -> Result<[Region; 4]> {
+    let regions = Plane::ALL.map(|p| p.region(layout));
+    for layer in 0..layout.n_layers {
+        for (part, within) in
+            [(ExpertPart::Gate, regions[0]), (ExpertPart::Up, regions[0]), (ExpertPart::Down, regions[2])]
+        {
+            let Some((ty, r)) = layout.part(layer, part) else {
+                return Err(Error::BadLayout {
+                    reason: format!("layer {layer} has no {} type", part.name()),
+                });
+            };
+            if KQuant::from_name(ty.name()).is_none() {
+                return Err(Error::BadLayout {
+                    reason: format!(
+                        "blk.{layer}.ffn_{}_exps is {}; the GPU expert kernels read q4_K and q6_K blocks \
+                         (and Q8_0 or Q4_0 experts of one type throughout)",
+                        part.name(),
+                        ty.name()
+                    ),
+                });
+            }
+            if r.offset < within.offset || r.end() > within.end() || within.end() > layout.record_bytes {
+                return Err(Error::BadLayout {
+                    reason: format!("layer {layer}'s {} blocks {r:?} lie outside {within:?}", part.name()),
+                });
+            }
         }
     }
     Ok(regions)

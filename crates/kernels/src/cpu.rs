@@ -96,6 +96,33 @@ pub fn kquant_gemv(quant: crate::KQuant, w: &[u8], rows: usize, cols: usize, x: 
         .collect()
 }
 
+/// Expert K-quant GEMV (`Kernels::expert_kquant_gemv`): `y[pair] = W[slot_idx[pair]] · x[pair / x_div]`
+/// where slot s's matrix is `rows × cols` blocks of `quant` from byte `s · slot_bytes + offset` of `pool`;
+/// `[P, rows]` (a pair whose slot is past the pool gives zeros).
+#[allow(clippy::too_many_arguments)]
+pub fn expert_kquant_gemv(
+    quant: crate::KQuant,
+    pool: &[u8],
+    (slot_bytes, offset): (usize, usize),
+    (rows, cols): (usize, usize),
+    slot_idx: &[u32],
+    x: &[f32],
+    x_div: usize,
+) -> Vec<f32> {
+    let bytes = rows * cols / 256 * quant.block_bytes() as usize;
+    slot_idx
+        .iter()
+        .enumerate()
+        .flat_map(|(pair, &slot)| {
+            let at = slot as usize * slot_bytes + offset;
+            match pool.get(at..at + bytes) {
+                Some(w) => kquant_gemv(quant, w, rows, cols, &x[pair / x_div * cols..][..cols]),
+                None => vec![0.0; rows],
+            }
+        })
+        .collect()
+}
+
 /// [`q8_gemv`] as the cooperative-matrix GEMMs compute it (`Kernels::q8_gemm_coop`): each weight
 /// `q · d` rounded once to f16 (the product is exact in f32), each input rounded to f16, the products
 /// summed (here in f64).

@@ -99,6 +99,10 @@ pub enum Kernel {
     ExpertQ4Gemm,
     /// Expert Q8_0 GEMM over pairs grouped by slot on tensor cores, as [`Kernel::Q8GemmCoop`] (prefill).
     ExpertQ8GemmCoop,
+    /// Expert Q4_K GEMV on a pool of records of GGUF blocks, per pair or per group of pairs sharing a slot.
+    ExpertQ4KGemv,
+    /// [`Kernel::ExpertQ4KGemv`] on Q6_K blocks (its file, this entry point).
+    ExpertQ6KGemv,
     /// Pool slots of the picks from a resident table (routing on the GPU).
     ExpertSlots,
     /// A chunk's pairs grouped by expert for the tiled expert GEMMs (resident experts, no read-back).
@@ -144,7 +148,7 @@ const Q8_TILE_COOP: &str = include_str!("wgsl/q8_tile_coop.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 49] = [
+    pub const ALL: [Kernel; 51] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -186,6 +190,8 @@ impl Kernel {
         Kernel::ExpertQ8GemmI8,
         Kernel::ExpertQ4Gemm,
         Kernel::ExpertQ8GemmCoop,
+        Kernel::ExpertQ4KGemv,
+        Kernel::ExpertQ6KGemv,
         Kernel::ExpertSlots,
         Kernel::ExpertGroups,
         Kernel::SiluMul,
@@ -240,6 +246,8 @@ impl Kernel {
             Kernel::ExpertQ8GemmI8 => "expert_q8_gemm_i8",
             Kernel::ExpertQ4Gemm => "expert_q4_gemm",
             Kernel::ExpertQ8GemmCoop => "expert_q8_gemm_coop",
+            Kernel::ExpertQ4KGemv => "expert_q4_k_gemv",
+            Kernel::ExpertQ6KGemv => "expert_q6_k_gemv",
             Kernel::ExpertSlots => "expert_slots",
             Kernel::ExpertGroups => "expert_groups",
             Kernel::SiluMul => "silu_mul",
@@ -289,6 +297,8 @@ impl Kernel {
                 | Kernel::Q6KGemv
                 | Kernel::Q4KGemvRows4
                 | Kernel::Q6KGemvRows4
+                | Kernel::ExpertQ4KGemv
+                | Kernel::ExpertQ6KGemv
                 | Kernel::AttentionSplit
                 | Kernel::Q8GemvRows2
                 | Kernel::ExpertQ8Gemv
@@ -345,6 +355,7 @@ impl Kernel {
             | Kernel::ExpertQ8GemmTiled
             | Kernel::ExpertQ8GemmI8
             | Kernel::ExpertQ8GemmCoop => size_of::<ExpertQ8GemmParams>(),
+            Kernel::ExpertQ4KGemv | Kernel::ExpertQ6KGemv => size_of::<ExpertKQuantGemvParams>(),
             Kernel::ExpertSlots => size_of::<ExpertSlotsParams>(),
             Kernel::ExpertGroups => size_of::<ExpertGroupsParams>(),
             Kernel::SiluMul => size_of::<SiluMulParams>(),
@@ -395,6 +406,8 @@ impl Kernel {
             Kernel::ExpertQ4GemvCombine | Kernel::ExpertQ8GemvCombineI8 => Kernel::ExpertQ8GemvCombine.file(),
             Kernel::ExpertQ8GemmTiled => include_str!("wgsl/expert_q8_gemm_tiled.wgsl"),
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ8GemmCoop => Kernel::ExpertQ8GemmTiled.file(),
+            Kernel::ExpertQ4KGemv => include_str!("wgsl/expert_kquant_gemv.wgsl"),
+            Kernel::ExpertQ6KGemv => Kernel::ExpertQ4KGemv.file(),
             Kernel::ExpertQ4Gemm => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertSlots => include_str!("wgsl/expert_slots.wgsl"),
             Kernel::ExpertGroups => include_str!("wgsl/expert_groups.wgsl"),
@@ -468,6 +481,7 @@ impl Kernel {
             Kernel::Q8GemvI8 => Some(Kernel::Q8GemvRows4),
             Kernel::Q6KGemv => Some(Kernel::Q4KGemv),
             Kernel::Q6KGemvRows4 => Some(Kernel::Q4KGemvRows4),
+            Kernel::ExpertQ6KGemv => Some(Kernel::ExpertQ4KGemv),
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ4Gemm | Kernel::ExpertQ8GemmCoop => {
                 Some(Kernel::ExpertQ8GemmTiled)
             }
@@ -497,10 +511,14 @@ impl Kernel {
             Kernel::Q8GemmCoop => &[Q8_HELPERS],
             Kernel::QuantizeQ8 | Kernel::F32Gemv => &[Q8_HELPERS],
             Kernel::AttentionTiled | Kernel::AttentionFlash => &[ATTENTION_TILE_LOAD],
-            Kernel::Q4KGemv | Kernel::Q4KGemvRows4 if subgroups => &[KQUANT_Q4_K, ROW_SUM_SUBGROUP],
-            Kernel::Q4KGemv | Kernel::Q4KGemvRows4 => &[KQUANT_Q4_K, ROW_SUM_PLAIN],
-            Kernel::Q6KGemv | Kernel::Q6KGemvRows4 if subgroups => &[KQUANT_Q6_K, ROW_SUM_SUBGROUP],
-            Kernel::Q6KGemv | Kernel::Q6KGemvRows4 => &[KQUANT_Q6_K, ROW_SUM_PLAIN],
+            Kernel::Q4KGemv | Kernel::Q4KGemvRows4 | Kernel::ExpertQ4KGemv if subgroups => {
+                &[KQUANT_Q4_K, ROW_SUM_SUBGROUP]
+            }
+            Kernel::Q4KGemv | Kernel::Q4KGemvRows4 | Kernel::ExpertQ4KGemv => &[KQUANT_Q4_K, ROW_SUM_PLAIN],
+            Kernel::Q6KGemv | Kernel::Q6KGemvRows4 | Kernel::ExpertQ6KGemv if subgroups => {
+                &[KQUANT_Q6_K, ROW_SUM_SUBGROUP]
+            }
+            Kernel::Q6KGemv | Kernel::Q6KGemvRows4 | Kernel::ExpertQ6KGemv => &[KQUANT_Q6_K, ROW_SUM_PLAIN],
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
             Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],
             Kernel::ExpertQ8Gemv if subgroups => {

@@ -134,3 +134,111 @@ fn the_reference_dequantises_as_ggml() {
         }
     }
 }
+
+/// A pool of records of blocks: `slots` slots of `slot_bytes`, each holding one matrix of `quant` at byte
+/// `offset` and random bytes around it (another part of the record).
+fn block_pool(
+    rng: &mut Rng,
+    quant: KQuant,
+    (rows, cols): (usize, usize),
+    slots: usize,
+) -> (Vec<u8>, usize, usize) {
+    let matrix = rows * cols / 256 * quant.block_bytes() as usize;
+    let offset = 256;
+    let slot_bytes = (offset + matrix + 100).next_multiple_of(256);
+    let mut pool = Vec::with_capacity(slots * slot_bytes);
+    for _ in 0..slots {
+        let mut slot: Vec<u8> = (0..slot_bytes).map(|_| rng.next_u64() as u8).collect();
+        slot[offset..offset + matrix].copy_from_slice(&blocks(rng, quant, rows * cols / 256)[..matrix]);
+        pool.extend(slot);
+    }
+    (pool, slot_bytes, offset)
+}
+
+/// The pairs grouped by slot as a chunk groups them: `(slot, first, count, 0)` runs of `order` (at most
+/// 32 pairs a group), padded with an empty group.
+fn groups_of(slot_idx: &[u32]) -> (Vec<u32>, Vec<u32>, u32) {
+    let mut order: Vec<u32> = (0..slot_idx.len() as u32).collect();
+    order.sort_by_key(|&p| slot_idx[p as usize]);
+    let mut groups = Vec::new();
+    let mut first = 0;
+    while first < order.len() {
+        let slot = slot_idx[order[first] as usize];
+        let count = order[first..].iter().take(32).take_while(|&&p| slot_idx[p as usize] == slot).count();
+        groups.extend([slot, first as u32, count as u32, 0]);
+        first += count;
+    }
+    groups.extend([0, 0, 0, 0]);
+    let len = groups.len() as u32 / 4;
+    (groups, order, len)
+}
+
+/// The expert K-quant GEMV (per pair and per group of pairs) against its CPU reference: a matrix inside
+/// each slot at an offset, gate‖up-style output columns, slots past the pool, a pool split over bindings.
+#[test]
+fn expert_kquant_gemvs_match_the_cpu_reference() {
+    use diskformer_kernels::{ExpertBlocks, ExpertOut};
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(31);
+    for quant in [KQuant::Q4K, KQuant::Q6K] {
+        for (rows, cols, slots) in [(37, 256, 5), (64, 512, 3)] {
+            let (pool, slot_bytes, offset) = block_pool(&mut rng, quant, (rows, cols), slots);
+            let (k, tokens) = (2, 4);
+            let pairs = k * tokens;
+            // Slot `slots` is past the pool: that pair's output stays as it was.
+            let slot_idx: Vec<u32> = (0..pairs).map(|p| [0, 2, slots, 1, 2, 0, 2, 2][p] as u32).collect();
+            let x = rng.vec_f32(tokens * cols, -1.0, 1.0);
+            let want =
+                cpu::expert_kquant_gemv(quant, &pool, (slot_bytes, offset), (rows, cols), &slot_idx, &x, k);
+            let (pb, xb, sb) = (upload(g, &pool), upload(g, &x), upload(g, &slot_idx));
+            let (groups, order, len) = groups_of(&slot_idx);
+            let (gb, ob) = (upload(g, &groups), upload(g, &order));
+            // Two slots a binding splits the pool over bindings.
+            let split = Kernels::new(&g.ctx).with_max_binding((2 * slot_bytes) as u64);
+            for (kernels, split_name) in
+                [(&g.kernels, ""), (&g.plain, ", plain row sums"), (&split, ", split")]
+            {
+                for grouped in [false, true] {
+                    let stride = rows + 3;
+                    let y = upload(g, &vec![0f32; pairs * stride]);
+                    let w = ExpertBlocks {
+                        data: (&pb).into(),
+                        quant,
+                        slot_bytes: slot_bytes as u64,
+                        offset: offset as u64,
+                        slots: slots as u32,
+                        first_slot: 0,
+                        rows: rows as u32,
+                        cols: cols as u32,
+                    };
+                    let out = ExpertOut { y: (&y).into(), stride: stride as u32, offset: 3 };
+                    let d = if grouped {
+                        kernels.expert_kquant_gemm(
+                            w,
+                            (&xb).into(),
+                            (&gb).into(),
+                            (&ob).into(),
+                            out,
+                            (pairs as u32, len),
+                            k as u32,
+                        )
+                    } else {
+                        kernels.expert_kquant_gemv(w, (&xb).into(), (&sb).into(), out, pairs as u32, k as u32)
+                    };
+                    run(g, &[&d.unwrap()]);
+                    let got = read_n::<f32>(g, &y, pairs * stride);
+                    for p in 0..pairs {
+                        let row = &got[p * stride..][..stride];
+                        assert_eq!(&row[..3], &[0.0; 3], "columns before the offset stay untouched");
+                        let what = format!(
+                            "{} expert {rows}x{cols} pair {p}{split_name}, grouped {grouped}",
+                            quant.name()
+                        );
+                        let want = &want[p * rows..][..rows];
+                        assert_close(&what, &row[3..], want, &vec![cols as f32 * 0.05; rows], 1e-6, 1e-5);
+                    }
+                }
+            }
+        }
+    }
+}

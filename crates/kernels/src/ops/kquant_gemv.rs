@@ -24,6 +24,11 @@ impl KQuant {
         }
     }
 
+    /// The type of ggml's name `name` (`"q4_K"`, `"q6_K"`), if the kernels read it.
+    pub fn from_name(name: &str) -> Option<KQuant> {
+        [KQuant::Q4K, KQuant::Q6K].into_iter().find(|q| q.name() == name)
+    }
+
     /// ggml's name of the type.
     pub const fn name(self) -> &'static str {
         match self {

@@ -11,6 +11,7 @@ mod attention_combine;
 mod attention_split;
 mod embed_q8;
 mod expert_groups;
+mod expert_kquant_gemv;
 mod expert_q4_gemv;
 mod expert_q8_gemm;
 mod expert_q8_gemv;
@@ -42,6 +43,7 @@ pub use attention_split::AttentionSplitParams;
 pub(crate) use attention_split::{LONG_SPLIT_PASSES, SHORT_SPLIT_PASSES};
 pub use embed_q8::EmbedQ8Params;
 pub use expert_groups::{EXPERT_GROUPS_MAX_EXPERTS, ExpertGroupsParams};
+pub use expert_kquant_gemv::{ExpertBlocks, ExpertKQuantGemvParams, ExpertOut};
 pub use expert_q4_gemv::ExpertQ4GemvParams;
 pub use expert_q8_gemm::{
     EXPERT_GEMM_TILED_GROUP, ExpertQ8GemmParams, expert_gemm_group_bound, expert_gemm_groups,

@@ -1,0 +1,208 @@
+use crate::error::Result;
+use crate::kernels::{Kernel, Kernels, View};
+use crate::{Dispatch, KQuant, ops::*};
+
+/// Params of `expert_kquant_gemv.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ExpertKQuantGemvParams {
+    /// Rows of one slot's matrix.
+    pub rows: u32,
+    /// Input length, a multiple of 256.
+    pub cols: u32,
+    /// Pairs P.
+    pub pairs: u32,
+    /// Input row = pair / x_div.
+    pub x_div: u32,
+    /// First slot bound in this part.
+    pub slot_begin: u32,
+    /// One past the last slot bound in this part.
+    pub slot_end: u32,
+    /// Bytes a slot takes in the bound plane.
+    pub slot_bytes: u32,
+    /// Where the matrix starts in a slot.
+    pub part_bytes: u32,
+    /// Length of a row of y.
+    pub y_stride: u32,
+    /// First column of y written.
+    pub y_offset: u32,
+    /// 1: each workgroup row is a group of pairs sharing a slot; 0: a pair.
+    pub grouped: u32,
+    /// Padding.
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<ExpertKQuantGemvParams>() == 48);
+
+/// One matrix of a slot pool of records of GGUF blocks: in every slot of `data` (`slot_bytes` apart, from
+/// `first_slot`), `rows` rows of `cols / 256` super-blocks of `quant` from byte `offset` of the slot (gate,
+/// up or down of a record of blocks: each part of its own type, at its own offset).
+#[derive(Clone, Copy, Debug)]
+pub struct ExpertBlocks<'a> {
+    /// The pool plane holding the slots.
+    pub data: View<'a>,
+    /// The matrix's type.
+    pub quant: KQuant,
+    /// Bytes a slot takes in `data`.
+    pub slot_bytes: u64,
+    /// Where the matrix starts in a slot.
+    pub offset: u64,
+    /// Slots bound here (a pool split over several buffers passes one part at a time).
+    pub slots: u32,
+    /// The pool slot of the first slot bound here: pairs whose slot lies outside
+    /// `first_slot..first_slot + slots` are left to the other parts' dispatches.
+    pub first_slot: u32,
+    /// Rows of one slot's matrix.
+    pub rows: u32,
+    /// Columns, a multiple of 256.
+    pub cols: u32,
+}
+
+/// Where an expert K-quant GEMV writes: `y [P, stride] f32`, columns `offset .. offset + rows` of each
+/// pair's row (gate‖up: gate at 0 and up at F of rows of 2F).
+#[derive(Clone, Copy, Debug)]
+pub struct ExpertOut<'a> {
+    /// The output.
+    pub y: View<'a>,
+    /// Length of a row.
+    pub stride: u32,
+    /// First column written.
+    pub offset: u32,
+}
+
+/// How a dispatch's workgroup rows find their pairs' slots.
+#[derive(Clone, Copy, Debug)]
+enum PairIndex<'a> {
+    /// `[P] u32` pool slots, one workgroup row a pair.
+    Slots(View<'a>),
+    /// `[G] (slot, first, count, 0)` groups of `order` (`[P] u32` pair ids grouped by slot), one
+    /// workgroup row a group.
+    Groups { groups: View<'a>, order: View<'a>, len: u32 },
+}
+
+impl KQuant {
+    fn expert_gemv(self) -> Kernel {
+        match self {
+            KQuant::Q4K => Kernel::ExpertQ4KGemv,
+            KQuant::Q6K => Kernel::ExpertQ6KGemv,
+        }
+    }
+}
+
+impl Kernels {
+    /// Expert K-quant GEMV for P (token, pick) pairs, one dispatch per binding-sized run of slots:
+    /// `y[pair, offset..offset + rows] = W[slot_idx[pair]] · x[pair / x_div]` on blocks as the GGUF holds
+    /// them ([`cpu::expert_kquant_gemv`](crate::cpu::expert_kquant_gemv)). gate‖up: `x_div = k`; down:
+    /// `x_div = 1`. Slots past the pool write nothing.
+    /// Shapes: `x [P / x_div, cols] f32`, `slot_idx [P] u32`, `w` as [`ExpertBlocks`], `y` as [`ExpertOut`].
+    ///
+    /// # Errors
+    /// Shape errors for `cols` not a multiple of 256, a matrix past its slot, an output column past the
+    /// row, `x_div` not dividing P or zero sizes; buffer errors as usual.
+    pub fn expert_kquant_gemv(
+        &self,
+        w: ExpertBlocks<'_>,
+        x: View<'_>,
+        slot_idx: View<'_>,
+        y: ExpertOut<'_>,
+        pairs: u32,
+        x_div: u32,
+    ) -> Result<Dispatch> {
+        self.expert_kquant(w, x, PairIndex::Slots(slot_idx), y, pairs, x_div)
+    }
+
+    /// [`Kernels::expert_kquant_gemv`] over pairs grouped by slot (a chunk's grouping, as the grouped
+    /// expert GEMMs take it: `groups [len] (slot, first, count <= 32, 0)` of `order [P]`): each group's
+    /// pairs read their slot's rows while they are in cache. Same results.
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_kquant_gemv`], and a shape error for no groups.
+    #[allow(clippy::too_many_arguments)]
+    pub fn expert_kquant_gemm(
+        &self,
+        w: ExpertBlocks<'_>,
+        x: View<'_>,
+        groups: View<'_>,
+        order: View<'_>,
+        y: ExpertOut<'_>,
+        (pairs, len): (u32, u32),
+        x_div: u32,
+    ) -> Result<Dispatch> {
+        self.expert_kquant(w, x, PairIndex::Groups { groups, order, len }, y, pairs, x_div)
+    }
+
+    fn expert_kquant(
+        &self,
+        w: ExpertBlocks<'_>,
+        x: View<'_>,
+        index: PairIndex<'_>,
+        y: ExpertOut<'_>,
+        pairs: u32,
+        x_div: u32,
+    ) -> Result<Dispatch> {
+        let b = self.binder(w.quant.expert_gemv());
+        let (rows, cols, slots) = (u64::from(w.rows), u64::from(w.cols), u64::from(w.slots));
+        let (pp, xd) = (u64::from(pairs), u64::from(x_div));
+        let row_bytes = cols / 256 * w.quant.block_bytes();
+        b.ensure(cols > 0 && cols.is_multiple_of(256) && rows > 0 && slots > 0 && pp > 0, || {
+            format!(
+                "needs rows, slots, pairs > 0 and cols a multiple of 256 ({}); got rows {rows}, cols {cols}, \
+                 slots {slots}, pairs {pp}",
+                w.quant.name()
+            )
+        })?;
+        b.ensure(xd > 0 && pp.is_multiple_of(xd), || format!("x_div {xd} must divide pairs {pp}"))?;
+        b.ensure(
+            w.offset.is_multiple_of(4)
+                && w.slot_bytes.is_multiple_of(4)
+                && w.offset + rows * row_bytes <= w.slot_bytes,
+            || {
+                format!(
+                    "the matrix ({rows} rows of {row_bytes} bytes from byte {}) must lie in its {}-byte slot, \
+                     both word-aligned",
+                    w.offset, w.slot_bytes
+                )
+            },
+        )?;
+        b.ensure(y.offset + w.rows <= y.stride, || {
+            format!("output columns {}..{} past rows of {}", y.offset, y.offset + w.rows, y.stride)
+        })?;
+        let (grouped, wg_rows, first, second) = match index {
+            PairIndex::Slots(slot_idx) => {
+                (0, pp, ("slot_idx", slot_idx, f32s(pp)), ("slot_idx", slot_idx, f32s(pp)))
+            }
+            PairIndex::Groups { groups, order, len } => {
+                let len = u64::from(len);
+                b.ensure(len > 0, || "needs at least one group".to_string())?;
+                (1, len, ("groups", groups, f32s(4 * len)), ("order", order, f32s(pp)))
+            }
+        };
+        let dims = [b.groups("row blocks", rows.div_ceil(8))?, b.groups("pairs", wg_rows)?, 1];
+        let mut out = Vec::new();
+        for (begin, end) in b.split_rows("pool", slots, w.slot_bytes, 0, 1)? {
+            let n = end - begin;
+            let bound = vec![
+                b.storage("x", x, 0, f32s(pp / xd * cols))?,
+                b.storage(first.0, first.1, 0, first.2)?,
+                b.storage(second.0, second.1, 0, second.2)?,
+                b.storage("pool", w.data, begin * w.slot_bytes, n * w.slot_bytes)?,
+                b.storage("y", y.y, 0, f32s(pp * u64::from(y.stride)))?,
+            ];
+            let p = ExpertKQuantGemvParams {
+                rows: w.rows,
+                cols: w.cols,
+                pairs,
+                x_div,
+                slot_begin: w.first_slot + begin as u32,
+                slot_end: w.first_slot + end as u32,
+                slot_bytes: w.slot_bytes as u32,
+                part_bytes: w.offset as u32,
+                y_stride: y.stride,
+                y_offset: y.offset,
+                grouped,
+                _pad: 0,
+            };
+            out.push((p, bound, dims));
+        }
+        Ok(b.finish(out))
+    }
+}

@@ -1,0 +1,90 @@
+// Expert K-quant GEMV on a slot pool of records of GGUF blocks: y[pair, y_offset + r] = sum_c W[slot, r, c] *
+// x[pair / x_div, c], where slot s's matrix is `rows` rows of cols / 256 super-blocks of BLOCK_BYTES from
+// byte (s - slot_begin) * slot_bytes + part_bytes of w (a record holds gate, up and down, each of its own
+// type, at offsets of their own). With `grouped` = 0, workgroup_id.y is a pair and `index` its slot; with 1,
+// a group (slot, first, count, 0) of pairs sharing a slot, taken from `order` (the prefill chunks' grouping
+// of the grouped expert GEMMs): the group's pairs read the slot's rows while they are in cache. Pairs whose
+// slot lies outside this part are left to the other parts' dispatches. 8 rows a workgroup, 32 lanes a row,
+// LANES_PER_BLOCK lanes a super-block, as kquant_gemv.wgsl; the block helper (kquant_q4_k.wgsl,
+// kquant_q6_k.wgsl) and the row sums (row_sum_plain.wgsl or row_sum_subgroup.wgsl) are appended. The Q6_K
+// kernel is this file with its entry point renamed.
+enable f16;
+
+struct Params {
+    rows: u32,        // rows of one slot's matrix
+    cols: u32,        // input length, a multiple of 256
+    pairs: u32,       // P
+    x_div: u32,       // input row = pair / x_div
+    slot_begin: u32,  // first slot bound in this part
+    slot_end: u32,    // one past the last slot bound in this part
+    slot_bytes: u32,  // bytes a slot takes in w
+    part_bytes: u32,  // where the matrix starts in a slot
+    y_stride: u32,    // length of a row of y
+    y_offset: u32,    // first column of y written
+    grouped: u32,     // 1: workgroup_id.y is a group of `order`
+    _pad0: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;     // [P / x_div, cols] f32
+@group(0) @binding(2) var<storage, read> index: array<u32>;       // [P] slots, or [G] (slot, first, count, 0)
+@group(0) @binding(3) var<storage, read> order: array<u32>;       // grouped: [P] pair ids, grouped by slot
+@group(0) @binding(4) var<storage, read> w: array<u32>;           // slots slot_begin..slot_end of the plane
+@group(0) @binding(5) var<storage, read_write> y: array<f32>;     // [P, y_stride] f32
+
+// The 4 bytes of w from byte `b` on, little-endian, whatever b's alignment.
+fn byte_word(b: u32) -> u32 {
+    let i = b >> 2u;
+    let shift = (b & 3u) * 8u;
+    if (shift == 0u) {
+        return w[i];
+    }
+    return (w[i] >> shift) | (w[i + 1u] << (32u - shift));
+}
+
+// This lane's share of row `row_byte`'s dot product with the input row of `pair`.
+fn lane_dot(row_byte: u32, lane: u32, pair: u32) -> f32 {
+    let blocks = p.cols / 256u;
+    let per_step = 32u / LANES_PER_BLOCK;
+    let part = lane % LANES_PER_BLOCK;
+    let xrow = (pair / p.x_div) * (p.cols / 4u);
+    var acc = 0.0;
+    for (var sb = lane / LANES_PER_BLOCK; sb < blocks; sb += per_step) {
+        acc += block_dot(row_byte + sb * BLOCK_BYTES, part, block_x(part, xrow + sb * 64u));
+    }
+    return acc;
+}
+
+// workgroup_id.x = block of 8 rows, workgroup_id.y = pair (or group).
+@compute @workgroup_size(256)
+fn expert_q4_k_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {
+    let lane = li % 32u;
+    let r = wg.x * 8u + li / 32u;
+    var slot = index[wg.y];
+    var first = wg.y;
+    var count = 1u;
+    if (p.grouped != 0u) {
+        slot = index[4u * wg.y];
+        first = index[4u * wg.y + 1u];
+        count = index[4u * wg.y + 2u];
+    }
+    // Uniform over the workgroup: the row sums below need every lane.
+    if (slot < p.slot_begin || slot >= p.slot_end) {
+        return;
+    }
+    // Rows past the matrix read its last row; their sums are not stored.
+    let row_byte = (slot - p.slot_begin) * p.slot_bytes + p.part_bytes
+        + min(r, p.rows - 1u) * (p.cols / 256u) * BLOCK_BYTES;
+    for (var j = 0u; j < count; j++) {
+        var pair = first;
+        if (p.grouped != 0u) {
+            pair = order[first + j];
+        }
+        let total = row_sum(lane_dot(row_byte, lane, pair), li/*SG_CALL*/);
+        if (lane == 0u && r < p.rows) {
+            y[pair * p.y_stride + p.y_offset + r] = total;
+        }
+        // The row sums' workgroup memory is read to the end before the next pair writes it.
+        workgroupBarrier();
+    }
+}
