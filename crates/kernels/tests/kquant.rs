@@ -72,6 +72,18 @@ fn check(g: &Gpu, k: &Kernels, quant: KQuant, (rows, cols, tokens): (usize, usiz
         assert_close(&what, &read_n::<f32>(g, &y, tokens * rows), &want, &scale, 1e-6, 1e-5);
     }
 
+    // Into columns 2.. of wider rows (one of several stacked matrices): the columns around stay untouched.
+    let stride = rows + 5;
+    let y = upload(g, &vec![0f32; tokens * stride]);
+    run(g, &[&k.kquant_gemv_into(m, (&xb).into(), ((&y).into(), stride as u32, 2), tokens as u32).unwrap()]);
+    let got = read_n::<f32>(g, &y, tokens * stride);
+    for t in 0..tokens {
+        let row = &got[t * stride..][..stride];
+        assert!(row[..2].iter().chain(&row[2 + rows..]).all(|&v| v == 0.0), "{what}: columns outside");
+        let (want, scale) = (&want[t * rows..][..rows], &scale[t * rows..][..rows]);
+        assert_close(&format!("{what}, into columns"), &row[2..2 + rows], want, scale, 1e-6, 1e-5);
+    }
+
     // y += W x onto a known y.
     let base = rng.vec_f32(tokens * rows, -1.0, 1.0);
     let y = upload(g, &base);

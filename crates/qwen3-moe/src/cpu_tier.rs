@@ -15,7 +15,7 @@ use diskformer_expert_stream::{
     ExpertKey, HostFetch, HostHandoff, HostRecords, HostStats, LayerPlan, TierConfig, TierPolicy,
 };
 use diskformer_gguf::TensorType;
-use diskformer_store::{ExpertLayout, Region, Store};
+use diskformer_store::{ExpertLayout, ExpertPart, Region, Store};
 use memmap2::Mmap;
 
 use crate::{Error, Result};
@@ -25,7 +25,8 @@ pub(crate) struct CpuTier {
     kernels: CpuExperts,
     records: Records,
     layout: ExpertLayout,
-    ty: TensorType,
+    /// The planes' type (Q8_0 or Q4_0); `None` for records of blocks, each part of its own type.
+    ty: Option<TensorType>,
     policy: TierPolicy,
     math: Math,
     /// The host tier's call [`CpuTier::fetch`] began for (layer, ids), which the next compute finishes.
@@ -93,12 +94,13 @@ impl CpuTier {
         host: Option<HostTier>,
     ) -> Result<Self> {
         let ty = match layout.quant_type.as_str() {
-            "q8_0" => TensorType::Q8_0,
-            "q4_0" => TensorType::Q4_0,
+            "q8_0" => Some(TensorType::Q8_0),
+            "q4_0" => Some(TensorType::Q4_0),
+            _ if layout.blocks.is_some() => None,
             other => {
                 return Err(Error::BadOption {
                     option: "cpu_experts",
-                    what: format!("the store's experts are {other}; the CPU tier computes Q8_0 and Q4_0"),
+                    what: format!("the store's experts are {other}; the CPU tier computes planes or blocks"),
                 });
             }
         };
@@ -122,7 +124,8 @@ impl CpuTier {
             layout: layout.clone(),
             ty,
             policy: TierPolicy::new(config, layout.n_layers, layout.n_experts),
-            math: if int8 { Math::Q8 } else { Math::F32 },
+            // Blocks multiply f32 inputs (no Q8_K activations yet).
+            math: if int8 && ty.is_some() { Math::Q8 } else { Math::F32 },
             pending: None,
         })
     }
@@ -225,7 +228,7 @@ impl CpuTier {
         let mut out = vec![0f32; xn.len()];
         if !matches!(self.records, Records::Host(..)) {
             let records: Vec<&[u8]> = ids.iter().map(|&e| self.mapped(ExpertKey::new(layer, e))).collect();
-            let r = self.moe_while(&records, weights, xn, &mut out, meanwhile)?;
+            let r = self.moe_while(layer, &records, weights, xn, &mut out, meanwhile)?;
             return Ok((out, started.elapsed(), r));
         }
         if !self.pending.as_ref().is_some_and(|(l, pending, _)| *l == layer && pending == ids) {
@@ -238,7 +241,7 @@ impl CpuTier {
         let held_bytes: Vec<&[u8]> = held.iter().map(|(_, b)| &b.as_slice()[..len]).collect();
         let computed = std::thread::scope(|scope| {
             let reading = fetch.needs_reads().then(|| scope.spawn(|| fetch.read()));
-            let r = self.moe_while(&held_bytes, &held_weights, xn, &mut out, meanwhile);
+            let r = self.moe_while(layer, &held_bytes, &held_weights, xn, &mut out, meanwhile);
             if let Some(reading) = reading {
                 let _ = reading.join();
             }
@@ -252,22 +255,24 @@ impl CpuTier {
             let bytes: Vec<&[u8]> = read.iter().map(|&i| &records[i].as_slice()[..len]).collect();
             let read_weights: Vec<f32> = read.iter().map(|&i| weights[i]).collect();
             let mut more = vec![0f32; xn.len()];
-            self.moe_while(&bytes, &read_weights, xn, &mut more, || ())?;
+            self.moe_while(layer, &bytes, &read_weights, xn, &mut more, || ())?;
             out.iter_mut().zip(&more).for_each(|(o, m)| *o += m);
         }
         Ok((out, started.elapsed(), r))
     }
 
-    /// `out = Σ w · FFN(xn)` over `records` with `weights`, running `meanwhile` on this thread meanwhile.
+    /// `out = Σ w · FFN(xn)` over `layer`'s `records` with `weights`, running `meanwhile` on this thread
+    /// meanwhile.
     fn moe_while<R>(
         &self,
+        layer: u32,
         records: &[&[u8]],
         weights: &[f32],
         xn: &[f32],
         out: &mut [f32],
         meanwhile: impl FnOnce() -> R,
     ) -> Result<R> {
-        let experts = records.iter().map(|r| self.expert(r)).collect::<Result<Vec<_>>>()?;
+        let experts = records.iter().map(|r| self.expert(layer, r)).collect::<Result<Vec<_>>>()?;
         let assignments: Vec<Assignment> = weights
             .iter()
             .enumerate()
@@ -291,18 +296,29 @@ impl CpuTier {
         &map[l.record_offset(key) as usize..][..l.record_bytes as usize]
     }
 
-    /// A record as its three matrices.
-    fn expert<'a>(&self, record: &'a [u8]) -> Result<ExpertWeights<'a>> {
+    /// A record of `layer` as its three matrices.
+    fn expert<'a>(&self, layer: u32, record: &'a [u8]) -> Result<ExpertWeights<'a>> {
         let l = &self.layout;
         let at = |r: Region| &record[r.offset as usize..r.end() as usize];
+        let (h, f) = (l.hidden as usize, l.ffn as usize);
+        let Some(ty) = self.ty else {
+            let part = |p: ExpertPart, name, shape| {
+                let (ty, r) = l.part(layer, p).expect("a layer of the layout");
+                QuantMatrix::blocks(name, ty, shape, at(r))
+            };
+            return Ok(ExpertWeights::new(
+                part(ExpertPart::Gate, "ffn_gate_exps", (f, h))?,
+                part(ExpertPart::Up, "ffn_up_exps", (f, h))?,
+                part(ExpertPart::Down, "ffn_down_exps", (h, f))?,
+            )?);
+        };
         let (gate_up_q, gate_up_s) = (at(l.gate_up_quants), at(l.gate_up_scales));
         let (gate_q, up_q) = gate_up_q.split_at(gate_up_q.len() / 2);
         let (gate_s, up_s) = gate_up_s.split_at(gate_up_s.len() / 2);
-        let (h, f) = (l.hidden as usize, l.ffn as usize);
         Ok(ExpertWeights::new(
-            QuantMatrix::planes("ffn_gate_exps", self.ty, (f, h), gate_q, gate_s)?,
-            QuantMatrix::planes("ffn_up_exps", self.ty, (f, h), up_q, up_s)?,
-            QuantMatrix::planes("ffn_down_exps", self.ty, (h, f), at(l.down_quants), at(l.down_scales))?,
+            QuantMatrix::planes("ffn_gate_exps", ty, (f, h), gate_q, gate_s)?,
+            QuantMatrix::planes("ffn_up_exps", ty, (f, h), up_q, up_s)?,
+            QuantMatrix::planes("ffn_down_exps", ty, (h, f), at(l.down_quants), at(l.down_scales))?,
         )?)
     }
 }

@@ -25,7 +25,8 @@ use diskformer_store::{ExpertLayout, IngestOptions, ReaderProbe, Store};
 
 use crate::cpu_tier::{CpuTier, HostTier};
 use crate::graph::{
-    Bindings, Graph, KvCache, LayerGraph, Scratch, ScratchSizes, fused_decode, gemm_groups_len, record,
+    Bindings, CpuJoin, ExpertKernels, Graph, KvCache, LayerGraph, Residual, Scratch, ScratchSizes,
+    fused_decode, gemm_groups_len, record,
 };
 use crate::routing::{ForcedRoutes, RouteRecorder, Routing};
 use crate::stats::{EngineStats, GpuBytes};
@@ -300,8 +301,8 @@ pub struct Engine {
     draw: Option<SampleStep>,
     /// The draw of the sampled step queued behind this one, when one is to be queued.
     next_draw: Option<SampleStep>,
-    /// The store's experts are Q4_0 (else Q8_0).
-    q4_experts: bool,
+    /// Which expert kernels the store's records take.
+    expert_kernels: ExpertKernels,
     /// [`EngineOptions::int8_prefill`].
     int8_prefill: bool,
     /// [`EngineOptions::tensor_prefill`] where the device has cooperative matrices.
@@ -454,8 +455,12 @@ impl Engine {
             opts.read_split.unwrap_or(if opts.direct_io { READ_SPLIT_DIRECT } else { READ_SPLIT_PAGE_CACHE });
         // The CPU tier reads every layer's picks back: no route-ahead with it.
         let recording = opts.record_routing.is_some();
-        let mut route_ahead =
-            if lookahead == 0 && fused_decode(&config) && !cpu_experts && !recording { window } else { 0 };
+        // Route-ahead runs layers again from their router in the fused decode layer, on planes alone.
+        let expert_kernels = ExpertKernels::of(&experts)?;
+        let fused = fused_decode(&config)
+            && !matches!(expert_kernels, ExpertKernels::Blocks(_))
+            && dense_q8(store.layout());
+        let mut route_ahead = if lookahead == 0 && fused && !cpu_experts && !recording { window } else { 0 };
         let shape = RouteShape {
             layers: config.block_count,
             experts: config.expert_count,
@@ -536,10 +541,10 @@ impl Engine {
         let weights = Weights::upload(&store, &config, &device, &ctx.queue, resident, &mut |done, total| {
             progress(LoadProgress::Upload { done, total })
         })?;
-        if weights.head.rows != vocab {
+        if weights.head.rows() != vocab {
             return Err(Error::BadTensor {
                 name: "output.weight".into(),
-                what: format!("has {} rows; the embedding has {vocab}", weights.head.rows),
+                what: format!("has {} rows; the embedding has {vocab}", weights.head.rows()),
             });
         }
         let kv = KvCache::new(&device, &config, ctx_len);
@@ -636,7 +641,7 @@ impl Engine {
             run_ahead_enabled: opts.run_ahead && forced.is_none() && !recording,
             draw: None,
             next_draw: None,
-            q4_experts: experts.quant_type == "q4_0",
+            expert_kernels,
             int8_prefill: opts.int8_prefill,
             tensor_prefill: opts.tensor_prefill && kernels_coop,
             int8_decode: opts.int8_decode,
@@ -872,9 +877,13 @@ impl Engine {
         opts.samples_on_gpu() && self.graphs.get(&1).is_some_and(|g| g.sample.is_some())
     }
 
-    /// Whether a one-token step at `position` that picks on the GPU queues the next step behind it.
+    /// Whether a one-token step at `position` that picks on the GPU queues the next step behind it (which
+    /// the GPU embeds: a Q8_0 embedding).
     fn queues_next(&self, position: u32) -> bool {
-        self.resident_table.is_some() && self.run_ahead_enabled && position + 1 < self.kv.ctx
+        self.resident_table.is_some()
+            && self.run_ahead_enabled
+            && self.weights.gpu_embedding.is_some()
+            && position + 1 < self.kv.ctx
     }
 
     /// One decode step, counted in the decode stats.
@@ -912,7 +921,7 @@ impl Engine {
                     .or(self.route_table.as_ref().filter(|_| t == 1))
                     .map(|(b, _)| b),
                 resident_slots: self.resident_table.as_ref().map(|(_, t)| t.as_slice()),
-                q4_experts: self.q4_experts,
+                experts: &self.expert_kernels,
                 int8_prefill: self.int8_prefill,
                 tensor_prefill: self.tensor_prefill,
                 int8_decode: self.int8_decode,
@@ -1074,8 +1083,15 @@ impl Engine {
                     self.stats.cpu_admitted += self.pool.prefetch(l, &plan.admit)? as u64;
                 }
                 let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
-                let (weights, xn) = (floats(&read[k..2 * k]), floats(&read[2 * k..2 * k + hidden]));
-                let weights: Vec<f32> = plan.cpu_picks().map(|i| weights[i]).collect();
+                let (mut weights, xn) = (floats(&read[k..2 * k]), floats(&read[2 * k..2 * k + hidden]));
+                let cpu_weights: Vec<f32> = plan.cpu_picks().map(|i| weights[i]).collect();
+                if !ids.is_empty() && matches!(lg.cpu_join, Some(CpuJoin { residual: Residual::H, .. })) {
+                    // The unfused combine adds every pick's down row: the host's picks count zero there
+                    // (their rows hold an earlier step's finite values).
+                    plan.cpu_picks().for_each(|i| weights[i] = 0.0);
+                    queue.write_buffer(&s.pick_weights, 0, bytemuck::cast_slice(&weights));
+                }
+                let weights = cpu_weights;
                 if !ids.is_empty() {
                     cpu_work = Some((ids, weights, xn));
                 }
@@ -1128,7 +1144,7 @@ impl Engine {
             }
             self.held = pinned;
             match (cpu_work, &lg.cpu_join) {
-                (Some((ids, weights, xn)), Some((down_from, join))) => {
+                (Some((ids, weights, xn)), Some(CpuJoin { at: down_from, join, residual })) => {
                     // gate‖up of the hits runs while the host computes the misses; their sum joins the
                     // residual stream before the GPU's down and combine add the hits'. Meanwhile this
                     // thread submits the hits' gate‖up and records (and finishes: most of wgpu's encoding
@@ -1145,7 +1161,8 @@ impl Engine {
                         timed(submit_time, || queue.submit([gate_up]));
                         timed(record_time, || {
                             record(&mut enc, std::slice::from_ref(join));
-                            enc.copy_buffer_to_buffer(&s.cpu_joined, 0, &s.x, 0, 4 * hidden as u64);
+                            let residual = s.residual(*residual);
+                            enc.copy_buffer_to_buffer(&s.cpu_joined, 0, residual, 0, 4 * hidden as u64);
                             record(&mut enc, &lg.experts[*down_from..]);
                             next.map(|next| {
                                 record_layer_head(&mut enc, next, s, cpu_layer(next), k, hidden, pairs);
@@ -1403,6 +1420,11 @@ impl Engine {
             // ordered after it.
             _ => {
                 queue.write_buffer(&self.scratch.token_ids, 0, bytemuck::bytes_of(&id));
+                if self.weights.gpu_embedding.is_none() {
+                    // An embedding the GPU does not hold (not Q8_0): the host writes the row.
+                    let row = self.weights.embedding.rows(&[id]);
+                    queue.write_buffer(&self.scratch.x, 0, bytemuck::cast_slice(&row));
+                }
                 self.write_positions(position, 1);
                 self.write_sampling(want, position);
                 let commands = self.resident_commands(want, 0);
@@ -1478,6 +1500,16 @@ impl RoutedUnits {
 /// The route table's entry for an expert the pool does not hold (no pool part binds it, so the expert
 /// kernels skip the pick).
 const ABSENT: u32 = u32::MAX;
+
+/// Whether every dense matrix of the store is Q8_0 planes (norms and routers are F32), as the fused decode
+/// layer reads them; the token embedding may be of any type (the host embeds it).
+fn dense_q8(layout: &diskformer_store::Layout) -> bool {
+    layout
+        .dense
+        .iter()
+        .filter(|t| t.name != "token_embd.weight" || layout.dense_tensor("output.weight").is_none())
+        .all(|t| t.ty == "q8_0" || t.ty == "f32")
+}
 
 /// [`EngineOptions::route_ahead`]'s window through the page cache: on the H200 at 4 GB, 4 layers decoded
 /// 42.0 tok/s against 40.6 with 8 (means of 3 alternating rows, the layers a miss runs again recorded

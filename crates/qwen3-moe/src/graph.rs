@@ -15,14 +15,15 @@
 
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
-    AttentionShape, CombineOut, Dispatch, EXPERT_GEMM_TILED_GROUP, EXPERT_GROUPS_MAX_EXPERTS,
-    ExpertGroupsParams, ExpertPlanes, InputNorm, Kernels, KvCacheViews, MoeCombineNormParams, PENALTY_MAX_N,
-    Q8Matrix, QkvRopeStoreParams, Route, SAMPLE_MAX_N, SampleStep, View, argmax_partial_len, combine_squares,
-    expert_gemm_group_bound, q8_row_bytes, sample_partial_len,
+    AttentionShape, CombineOut, Dispatch, EXPERT_GEMM_TILED_GROUP, EXPERT_GROUPS_MAX_EXPERTS, ExpertBlocks,
+    ExpertGroupsParams, ExpertOut, ExpertPlanes, InputNorm, KQuant, Kernels, KvCacheViews,
+    MoeCombineNormParams, PENALTY_MAX_N, Q8Matrix, QkvRopeStoreParams, Route, SAMPLE_MAX_N, SampleStep, View,
+    argmax_partial_len, combine_squares, expert_gemm_group_bound, q8_row_bytes, sample_partial_len,
 };
+use diskformer_store::{ExpertLayout, ExpertPart};
 
 use crate::routing::layer_stride;
-use crate::weights::{Weights, storage, storage_size};
+use crate::weights::{DenseWeight, Weights, storage, storage_size};
 use crate::{Config, Result};
 
 /// The KV cache: per layer an f16 `[ctx, kv_heads, head_dim]` buffer for keys and one for values.
@@ -355,13 +356,42 @@ pub(crate) struct LayerGraph {
     /// `attention` (nothing in `experts` reads them; the per-layer path submits them on their own).
     pub guesses: Vec<Dispatch>,
     pub experts: Vec<Dispatch>,
-    /// Fused decode: where in `experts` down and the combine start (gate‖up before), and the dispatch that
-    /// adds the CPU tier's sum to the residual stream between them (into `cpu_joined`, copied to `x`).
-    pub cpu_join: Option<(usize, Dispatch)>,
+    /// One-token steps: where the CPU tier's sum joins the layer (see [`CpuJoin`]).
+    pub cpu_join: Option<CpuJoin>,
     /// Fused decode: where in `attention` the router starts (the FFN norm with the router, then the top-k).
     /// Those read only the residual stream `x`, which nothing after them changes before the experts, so a
     /// layer runs again from here on a saved `x` (route-ahead).
     pub router_from: Option<usize>,
+}
+
+/// Where the CPU tier's sum joins a one-token layer: `experts[..at]` (the GPU's picks up to their down
+/// projection, or in fused decode their gate‖up) run while the host computes its picks, then `join` adds the
+/// host's sum (`cpu_sum`) to the residual stream into `cpu_joined`, which the engine copies back over it,
+/// then `experts[at..]` add the GPU's picks.
+#[derive(Debug)]
+pub(crate) struct CpuJoin {
+    pub at: usize,
+    pub join: Dispatch,
+    pub residual: Residual,
+}
+
+/// Which buffer holds a layer's residual stream while its experts run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Residual {
+    /// `x` (fused decode: the combine adds onto it in place).
+    X,
+    /// `h` (the unfused layer: `moe_combine_norm` reads it and writes `x`).
+    H,
+}
+
+impl Scratch {
+    /// The buffer of `residual`.
+    pub fn residual(&self, residual: Residual) -> &wgpu::Buffer {
+        match residual {
+            Residual::X => &self.x,
+            Residual::H => &self.h,
+        }
+    }
 }
 
 /// Every kernel of a step of `t` tokens, bound.
@@ -400,8 +430,8 @@ pub(crate) struct Bindings<'a> {
     /// The same table on the host, when every expert is resident: a layer's kernels then run only over the
     /// pool parts holding that layer's experts.
     pub resident_slots: Option<&'a [u32]>,
-    /// The experts are Q4_0 (else Q8_0).
-    pub q4_experts: bool,
+    /// Which expert kernels the pool's records take.
+    pub experts: &'a ExpertKernels,
     /// Chunks run their Q8_0 GEMMs on quantised inputs by int8 dot products (`EngineOptions::int8_prefill`).
     pub int8_prefill: bool,
     /// Chunks run their Q8_0 GEMMs on tensor cores, f16 weights and inputs (`EngineOptions::tensor_prefill`
@@ -456,10 +486,13 @@ impl Graph {
         let sizes = PairSizes { t, pairs, groups: gemm_groups_len(c, t) };
         let v = View::from;
         // One token: gate‖up applies SwiGLU to its own output (a workgroup pairs gate and up rows), so down
-        // reads the activation.
-        let swiglu_out = t == 1 && ffn.is_multiple_of(16);
-        // And the norms and the combine ride in other kernels (fused decode, see the module docs).
-        let fused = swiglu_out && fused_decode(c);
+        // reads the activation (Q8_0 and Q4_0 planes).
+        let planar = !matches!(b.experts, ExpertKernels::Blocks(_));
+        let q4_experts = matches!(b.experts, ExpertKernels::Q4);
+        let swiglu_out = t == 1 && ffn.is_multiple_of(16) && planar;
+        // And the norms and the combine ride in other kernels (fused decode, see the module docs), which
+        // read Q8_0 dense weights.
+        let fused = swiglu_out && fused_decode(c) && w.all_q8();
         let groups_on_gpu = t > 1 && b.resident_table.is_some() && experts <= EXPERT_GROUPS_MAX_EXPERTS;
         // Every Q8_0 matmul on int8 inputs: chunks' (`int8_prefill`; where they quantise them) or the fused
         // decode layer's (`int8_decode`; its GEMVs quantise as they read, but gate‖up, whose input the
@@ -467,13 +500,13 @@ impl Graph {
         let int8 = if t > 1 { b.int8_prefill } else { fused && b.int8_decode };
         // Fused decode with every expert resident: gate‖up computes the router's top-k itself and looks
         // the picks up in the slot table (no `router_topk_slots` dispatch before it).
-        let routed = fused && b.resident_slots.is_some() && !b.q4_experts;
+        let routed = fused && b.resident_slots.is_some() && !q4_experts;
         let dense_math = match int8.then(|| v(&s.xq)) {
             Some(xq) => DenseMath::Int8 { xq },
             None if t > 1 && b.tensor_prefill => DenseMath::Tensor,
             None => DenseMath::F32,
         };
-        let expert_math = match (b.q4_experts, t > 1 && b.tensor_prefill && !int8) {
+        let expert_math = match (q4_experts, t > 1 && b.tensor_prefill && !int8) {
             (true, _) => ExpertMath::Q4,
             (false, true) => ExpertMath::Q8Tensor,
             (false, false) => ExpertMath::Q8,
@@ -494,13 +527,14 @@ impl Graph {
             let (qn, kn, qr) = (v(&lw.q_norm), v(&lw.k_norm), v(&s.qr));
             if fused && l > 0 {
                 let squares = Some(v(&s.squares));
-                let (wqkv, scaled, qkv) = (lw.wqkv.m(), v(&s.x_scaled), v(&s.qkv));
+                let wqkv = lw.wqkv.q8().expect("fused decode runs on Q8_0 dense weights");
+                let (scaled, qkv) = (v(&s.x_scaled), v(&s.qkv));
                 attention.extend([
                     if int8 { k.q8_gemv_i8(wqkv, scaled, qkv, 1)? } else { k.q8_gemv(wqkv, scaled, qkv, 1)? },
                     k.qkv_rope_store(v(&s.qkv), qn, kn, rope, pos, qr, cache, squares, scaled_params)?,
                 ]);
             } else {
-                attention.extend(k.dense_projection(lw.wqkv.m(), v(&s.xn), v(&s.qkv), t, dense_math)?);
+                attention.extend(k.dense_projection(&lw.wqkv, v(&s.xn), v(&s.qkv), t, dense_math)?);
                 attention.push(k.qkv_rope_store(
                     v(&s.qkv),
                     qn,
@@ -524,9 +558,10 @@ impl Graph {
             let mut router_from = None;
             if fused {
                 // int8 decode: the router also writes the normed row Q8_0-quantised, gate‖up's input.
-                let quantised = (int8 && !b.q4_experts).then(|| v(&s.xq));
+                let quantised = (int8 && !q4_experts).then(|| v(&s.xq));
                 let norm = InputNorm { weight: v(&lw.ffn_norm), eps, normed: v(&s.xn), quantised };
-                let (wo, att, x) = (lw.wo.m(), v(&s.att), v(&s.x));
+                let wo = lw.wo.q8().expect("fused decode runs on Q8_0 dense weights");
+                let (att, x) = (v(&s.att), v(&s.x));
                 attention.push(if int8 {
                     k.q8_gemv_add_i8(wo, att, x, 1)?
                 } else {
@@ -542,7 +577,7 @@ impl Graph {
                     norm,
                 )?);
             } else {
-                attention.extend(k.dense_projection(lw.wo.m(), v(&s.att), v(&s.o), t, dense_math)?);
+                attention.extend(k.dense_projection(&lw.wo, v(&s.att), v(&s.o), t, dense_math)?);
                 attention.extend([
                     k.add_rms_norm(v(&s.x), v(&s.o), v(&lw.ffn_norm), v(&s.h), v(&s.xn), h, t, eps)?,
                     // A chunk's router reads its weights once per 32 tokens (the GEMM), a token's once.
@@ -623,11 +658,16 @@ impl Graph {
                 parts.iter().filter_map(|&part| narrow_to_layer(part, bytes, layer_slots)).collect()
             };
             // A chunk's Q8_0 expert GEMMs read their inputs quantised (once for every pool part).
-            let experts_int8 = t > 1 && int8 && !b.q4_experts;
+            let experts_int8 = t > 1 && int8 && matches!(b.experts, ExpertKernels::Q8);
             if experts_int8 {
                 experts_dispatches.push(k.quantize_q8(v(&s.xn), v(&s.xq), t, h)?);
             }
-            for part in in_layer(&gate_up, (Plane::GateUpQ, Plane::GateUpScales)) {
+            if let ExpertKernels::Blocks(parts) = b.experts {
+                experts_dispatches.extend(block_experts(b, l, parts[l], sizes)?);
+            }
+            let planar_gate_up =
+                if planar { in_layer(&gate_up, (Plane::GateUpQ, Plane::GateUpScales)) } else { vec![] };
+            for part in planar_gate_up {
                 experts_dispatches.push(if swiglu_out {
                     let (slots, xn, act) = (v(&s.slot_idx[l]), v(&s.xn), v(&s.act));
                     if let Some(route) = route {
@@ -636,7 +676,7 @@ impl Graph {
                         } else {
                             k.expert_q8_gemv_gate_up_swiglu_routed(part, xn, route, act, (1, top_k))?
                         }
-                    } else if b.q4_experts {
+                    } else if q4_experts {
                         k.expert_q4_gemv_gate_up_swiglu(part, xn, slots, act, pairs, top_k)?
                     } else if int8 {
                         k.expert_q8_gemv_gate_up_swiglu_xq(part, v(&s.xq), slots, act, pairs, top_k)?
@@ -657,7 +697,7 @@ impl Graph {
             let mut cpu_join = None;
             if fused {
                 let join = k.add(v(&s.x), v(&s.cpu_sum), v(&s.cpu_joined), h)?;
-                cpu_join = Some((experts_dispatches.len(), join));
+                cpu_join = Some(CpuJoin { at: experts_dispatches.len(), join, residual: Residual::X });
                 let parts = in_layer(&down, (Plane::DownQ, Plane::DownScales));
                 let last_layer = l + 1 == w.layers.len();
                 for (i, &part) in parts.iter().enumerate() {
@@ -671,7 +711,7 @@ impl Graph {
                         finish: !last_layer && i + 1 == parts.len(),
                     };
                     let (act, slots) = (v(&s.act), v(&s.slot_idx[l]));
-                    experts_dispatches.push(if b.q4_experts {
+                    experts_dispatches.push(if q4_experts {
                         k.expert_q4_gemv_combine(part, act, slots, out, (1, top_k))?
                     } else if int8 {
                         k.expert_q8_gemv_combine_i8(part, act, slots, out, (1, top_k))?
@@ -684,31 +724,40 @@ impl Graph {
                 }
             } else {
                 // Other one-token steps: down reads the activation (more than 64 picks), or with F not a
-                // multiple of 16 applies SwiGLU as it reads gate‖up; chunks run silu_mul first.
-                let down_input = if swiglu_out {
-                    ExpertInput::PerPair(v(&s.act))
-                } else if t == 1 {
-                    ExpertInput::SwiGlu(v(&s.gate_up))
-                } else {
-                    experts_dispatches.push(k.silu_mul(v(&s.gate_up), v(&s.act), ffn, pairs)?);
-                    if experts_int8 {
-                        experts_dispatches.push(k.quantize_q8(v(&s.act), v(&s.xq), pairs, ffn)?);
-                        ExpertInput::PerPairQ8(v(&s.xq))
-                    } else {
+                // multiple of 16 applies SwiGLU as it reads gate‖up; chunks run silu_mul first. (Records of
+                // blocks ran their down in `block_experts`.)
+                if planar {
+                    let down_input = if swiglu_out {
                         ExpertInput::PerPair(v(&s.act))
+                    } else if t == 1 {
+                        ExpertInput::SwiGlu(v(&s.gate_up))
+                    } else {
+                        experts_dispatches.push(k.silu_mul(v(&s.gate_up), v(&s.act), ffn, pairs)?);
+                        if experts_int8 {
+                            experts_dispatches.push(k.quantize_q8(v(&s.act), v(&s.xq), pairs, ffn)?);
+                            ExpertInput::PerPairQ8(v(&s.xq))
+                        } else {
+                            ExpertInput::PerPair(v(&s.act))
+                        }
+                    };
+                    for part in in_layer(&down, (Plane::DownQ, Plane::DownScales)) {
+                        let out = v(&s.down);
+                        experts_dispatches.push(k.expert_matmul(
+                            part,
+                            down_input,
+                            s,
+                            l,
+                            out,
+                            sizes,
+                            expert_math,
+                        )?);
                     }
-                };
-                for part in in_layer(&down, (Plane::DownQ, Plane::DownScales)) {
-                    let out = v(&s.down);
-                    experts_dispatches.push(k.expert_matmul(
-                        part,
-                        down_input,
-                        s,
-                        l,
-                        out,
-                        sizes,
-                        expert_math,
-                    )?);
+                }
+                if t == 1 {
+                    // The CPU tier's sum joins the residual `h` before the combine adds the GPU's picks (the
+                    // engine zeroes the weights of the picks computed on the CPU).
+                    let join = k.add(v(&s.h), v(&s.cpu_sum), v(&s.cpu_joined), h)?;
+                    cpu_join = Some(CpuJoin { at: experts_dispatches.len(), join, residual: Residual::H });
                 }
                 let cp = MoeCombineNormParams { hidden: h, k: top_k, tokens: t, eps };
                 let (down_out, weights, residual) = (v(&s.down), v(&s.pick_weights), v(&s.h));
@@ -730,22 +779,26 @@ impl Graph {
                 router_from,
             });
         }
-        let (head_w, last_n, logits) = (w.head.m(), v(&s.last_n), v(&s.logits));
+        let (last_n, logits) = (v(&s.last_n), v(&s.logits));
         // The head's rows (151,936) make enough workgroups for four rows a lane group (BENCHMARKS.md).
-        let head = if int8 {
-            k.q8_gemv_i8(head_w, last_n, logits, 1)?
-        } else {
-            k.q8_gemv_rows4(head_w, last_n, logits, 1)?
+        let head = match &w.head {
+            DenseWeight::Q8(head) if int8 => k.q8_gemv_i8(head.m(), last_n, logits, 1)?,
+            DenseWeight::Q8(head) => k.q8_gemv_rows4(head.m(), last_n, logits, 1)?,
+            DenseWeight::Blocks(pieces) => match &pieces[..] {
+                [head] => k.kquant_gemv_rows4(head.m(), last_n, logits, 1)?,
+                _ => unreachable!("the head is one matrix"),
+            },
         };
-        let argmax = k.argmax(v(&s.logits), v(&s.argmax_partial), v(&s.argmax), w.head.rows, 1)?;
-        let sample = (w.head.rows <= SAMPLE_MAX_N)
+        let head_rows = w.head.rows();
+        let argmax = k.argmax(v(&s.logits), v(&s.argmax_partial), v(&s.argmax), head_rows, 1)?;
+        let sample = (head_rows <= SAMPLE_MAX_N)
             .then(|| {
                 let (step, partial) = (v(&s.sample_step), s.sample_partial.each_ref().map(v));
-                k.sample_top_k(v(&s.logits), step, partial, v(&s.argmax), w.head.rows)
+                k.sample_top_k(v(&s.logits), step, partial, v(&s.argmax), head_rows)
             })
             .transpose()?;
         let ids = (v(&s.positions), v(&s.token_ids));
-        let penalties = k.apply_penalties(v(&s.sample_step), ids, v(&s.recent), v(&s.logits), w.head.rows)?;
+        let penalties = k.apply_penalties(v(&s.sample_step), ids, v(&s.recent), v(&s.logits), head_rows)?;
         Ok(Graph { layers, head, argmax, sample, penalties, groups_on_gpu })
     }
 }
@@ -922,11 +975,12 @@ enum DenseMath<'a> {
 
 /// Dense projections: for one token the GEMV, for a chunk the tiled GEMM; on int8 inputs: for one token the
 /// GEMV that quantises as it reads, for a chunk the int8 tiled GEMM after the input's Q8_0 quantisation;
-/// or a chunk's on tensor cores.
+/// or a chunk's on tensor cores. K-quant blocks: the K-quant GEMV of each stacked piece into its columns,
+/// over all the chunk's tokens (weights read once a token: no K-quant GEMM yet).
 trait DenseProjection {
     fn dense_projection(
         &self,
-        w: diskformer_kernels::Q8Matrix<'_>,
+        w: &DenseWeight,
         x: View<'_>,
         y: View<'_>,
         t: u32,
@@ -937,12 +991,27 @@ trait DenseProjection {
 impl DenseProjection for Kernels {
     fn dense_projection(
         &self,
-        w: diskformer_kernels::Q8Matrix<'_>,
+        w: &DenseWeight,
         x: View<'_>,
         y: View<'_>,
         t: u32,
         math: DenseMath<'_>,
     ) -> diskformer_kernels::Result<Vec<Dispatch>> {
+        let w = match w {
+            DenseWeight::Q8(w) => w.m(),
+            DenseWeight::Blocks(pieces) => {
+                let stride = w.rows();
+                let mut offset = 0;
+                return pieces
+                    .iter()
+                    .map(|piece| {
+                        let d = self.kquant_gemv_into(piece.m(), x, (y, stride, offset), t);
+                        offset += piece.rows;
+                        d
+                    })
+                    .collect();
+            }
+        };
         Ok(match math {
             DenseMath::F32 | DenseMath::Tensor if t == 1 => vec![self.q8_gemv(w, x, y, 1)?],
             DenseMath::Int8 { .. } if t == 1 => vec![self.q8_gemv_i8(w, x, y, 1)?],
@@ -953,6 +1022,104 @@ impl DenseProjection for Kernels {
             }
         })
     }
+}
+
+/// Which expert kernels a pool's records take.
+#[derive(Debug)]
+pub(crate) enum ExpertKernels {
+    /// Q8_0 planes.
+    Q8,
+    /// Q4_0 planes.
+    Q4,
+    /// Records of GGUF blocks: per layer gate, up and down, each its type and where it starts in its
+    /// plane's slot (gate and up in `gate_up_q`, down in `down_q`).
+    Blocks(Vec<[(KQuant, u64); 3]>),
+}
+
+impl ExpertKernels {
+    /// The kernels for records of `layout`; a part of a type no kernel reads is refused, named.
+    pub fn of(layout: &ExpertLayout) -> Result<ExpertKernels> {
+        if layout.blocks.is_none() {
+            return Ok(if layout.quant_type == "q4_0" { ExpertKernels::Q4 } else { ExpertKernels::Q8 });
+        }
+        let mut layers = Vec::with_capacity(layout.n_layers as usize);
+        for l in 0..layout.n_layers {
+            let part = |p: ExpertPart, plane: diskformer_store::Region| {
+                let bad = |ty: &str| crate::Error::BadTensor {
+                    name: format!("blk.{l}.ffn_{}_exps.weight", p.name()),
+                    what: format!(
+                        "is {ty}; the GPU expert kernels multiply q4_K and q6_K blocks (or Q8_0 or Q4_0 experts throughout)"
+                    ),
+                };
+                let (ty, r) = layout.part(l, p).ok_or_else(|| bad("missing"))?;
+                let quant = KQuant::from_name(ty.name()).ok_or_else(|| bad(ty.name()))?;
+                Ok::<_, crate::Error>((quant, r.offset - plane.offset))
+            };
+            layers.push([
+                part(ExpertPart::Gate, layout.gate_up_quants)?,
+                part(ExpertPart::Up, layout.gate_up_quants)?,
+                part(ExpertPart::Down, layout.down_quants)?,
+            ]);
+        }
+        Ok(ExpertKernels::Blocks(layers))
+    }
+}
+
+/// A layer's experts on records of blocks: gate and up into the halves of gate‖up, SwiGLU, down (each
+/// projection once per pool part: for one token per pair, for a chunk per group of pairs sharing a slot).
+fn block_experts(
+    b: &Bindings<'_>,
+    l: usize,
+    [(gate_q, gate_at), (up_q, up_at), (down_q, down_at)]: [(KQuant, u64); 3],
+    PairSizes { t, pairs, groups }: PairSizes,
+) -> Result<Vec<Dispatch>> {
+    let (k, c, s) = (b.kernels, b.config, b.scratch);
+    let (h, f, top_k) = (c.embedding_length, c.expert_feed_forward_length, c.expert_used_count);
+    let v = View::from;
+    let mut out = Vec::new();
+    let matmul = |w: ExpertBlocks<'_>, x: View<'_>, y: ExpertOut<'_>, x_div: u32| {
+        if t == 1 {
+            k.expert_kquant_gemv(w, x, v(&s.slot_idx[l]), y, pairs, x_div)
+        } else {
+            let (g, o) = (v(&s.gemm_groups[l]), v(&s.gemm_order[l]));
+            k.expert_kquant_gemm(w, x, g, o, y, (pairs, groups), x_div)
+        }
+    };
+    fn blocks<'p>(
+        pool: &GpuPool,
+        part: &'p diskformer_expert_stream::PoolPart,
+        plane: Plane,
+        (quant, offset): (KQuant, u64),
+        (rows, cols): (u32, u32),
+    ) -> ExpertBlocks<'p> {
+        ExpertBlocks {
+            data: part.buffer(plane).into(),
+            quant,
+            slot_bytes: pool.slot_bytes(plane),
+            offset,
+            slots: part.slots(),
+            first_slot: part.first_slot(),
+            rows,
+            cols,
+        }
+    }
+    for part in b.pool.parts() {
+        for (quant, at, column) in [(gate_q, gate_at, 0), (up_q, up_at, f)] {
+            let w = blocks(b.pool, part, Plane::GateUpQ, (quant, at), (f, h));
+            out.push(matmul(
+                w,
+                v(&s.xn),
+                ExpertOut { y: v(&s.gate_up), stride: 2 * f, offset: column },
+                top_k,
+            )?);
+        }
+    }
+    out.push(k.silu_mul(v(&s.gate_up), v(&s.act), f, pairs)?);
+    for part in b.pool.parts() {
+        let w = blocks(b.pool, part, Plane::DownQ, (down_q, down_at), (h, f));
+        out.push(matmul(w, v(&s.act), ExpertOut { y: v(&s.down), stride: h, offset: 0 }, 1)?);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

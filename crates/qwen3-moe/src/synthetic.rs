@@ -462,7 +462,9 @@ fn write_q4_0(out: &mut dyn Write, n_values: u64, row: u64, rng: &mut SplitMix64
 }
 
 /// `n_values` of any other block type (the K-quants, Q5_0, Q5_1, F16): random bytes, with each f16 scale
-/// (and min) set so that values keep about the magnitude of the Q8_0 tensors, 1/sqrt(row).
+/// set so that values keep about the magnitude of the Q8_0 tensors, 1/sqrt(row), and each min so that they
+/// centre on zero, as a quantizer's do (with the min at random, every value of a Q4_K block leans the same
+/// way: the matrices then share one direction, and every token routes to the same experts).
 fn write_blocks(
     out: &mut dyn Write,
     ty: TensorType,
@@ -473,13 +475,15 @@ fn write_blocks(
     let base = 1.0 / (row as f32).sqrt();
     // Where the block's f16 scale and min lie, and the scale giving values of about `base` (the largest
     // quant times its sub-block scale, where it has one).
-    let (d_at, min_at, per_unit): (usize, Option<usize>, f32) = match ty {
-        TensorType::Q2K => (80, Some(82), 3.0 * 15.0),
+    // And the min's ratio to the scale that centres the values: the mean quant (Q5_1 adds its min).
+    let (d_at, min_at, per_unit): (usize, Option<(usize, f32)>, f32) = match ty {
+        TensorType::Q2K => (80, Some((82, 1.5)), 3.0 * 15.0),
         TensorType::Q3K => (108, None, 4.0 * 32.0),
-        TensorType::Q4K | TensorType::Q5K => (0, Some(2), 16.0 * 63.0),
+        TensorType::Q4K => (0, Some((2, 7.5)), 16.0 * 63.0),
+        TensorType::Q5K => (0, Some((2, 15.5)), 32.0 * 63.0),
         TensorType::Q6K => (208, None, 32.0 * 127.0),
         TensorType::Q5_0 => (0, None, 16.0),
-        TensorType::Q5_1 => (0, Some(2), 32.0),
+        TensorType::Q5_1 => (0, Some((2, -15.5)), 32.0),
         TensorType::F16 => {
             let mut buf = Vec::with_capacity(2 * n_values as usize);
             for _ in 0..n_values {
@@ -503,8 +507,8 @@ fn write_blocks(
         let block = &mut buf[start..];
         let d = f16::from_f32(base / per_unit * (1.5 + rng.centered()));
         block[d_at..d_at + 2].copy_from_slice(&d.to_le_bytes());
-        if let Some(m) = min_at {
-            let min = f16::from_f32(base / per_unit * (0.5 + rng.centered()));
+        if let Some((m, centre)) = min_at {
+            let min = f16::from_f32(d.to_f32() * centre * (1.0 + 0.2 * rng.centered()));
             block[m..m + 2].copy_from_slice(&min.to_le_bytes());
         }
         if buf.len() >= (1 << 20) - size {

@@ -1,12 +1,56 @@
-//! The dense weights on the GPU: every non-expert tensor of the store's `dense.bin`, one buffer per plane,
-//! checked against the config's shapes before anything is uploaded.
+//! The dense weights on the GPU: every non-expert tensor of the store's `dense.bin`, Q8_0 matrices one buffer
+//! per plane, K-quant ones (Q4_K, Q6_K) as their GGUF blocks, checked against the config's shapes before
+//! anything is uploaded.
 
 use std::fs::File;
 
-use diskformer_kernels::{Q8Matrix, View};
+use diskformer_gguf::TensorType;
+use diskformer_kernels::{BlockMatrix, KQuant, Q8Matrix, View};
 use diskformer_store::{DenseData, DenseTensor, Store};
 
 use crate::{Config, Error, Result};
+
+/// A dense matrix on the GPU: Q8_0 planes (which every kernel path reads), or GGUF blocks of the K-quants
+/// the GEMVs read, in one or more stacked pieces of their own types (q|k|v, whose `attn_v` a Q4_K_M file
+/// keeps in Q6_K on some layers).
+#[derive(Clone, Debug)]
+pub(crate) enum DenseWeight {
+    Q8(Q8Weight),
+    Blocks(Vec<BlockWeight>),
+}
+
+/// One piece of a [`DenseWeight::Blocks`]: `rows` rows of `cols / 256` super-blocks.
+#[derive(Clone, Debug)]
+pub(crate) struct BlockWeight {
+    data: wgpu::Buffer,
+    pub quant: KQuant,
+    pub rows: u32,
+    pub cols: u32,
+}
+
+impl BlockWeight {
+    pub fn m(&self) -> BlockMatrix<'_> {
+        BlockMatrix { data: View::from(&self.data), quant: self.quant, rows: self.rows, cols: self.cols }
+    }
+}
+
+impl DenseWeight {
+    /// Output length (the stacked pieces' rows together).
+    pub fn rows(&self) -> u32 {
+        match self {
+            DenseWeight::Q8(w) => w.rows,
+            DenseWeight::Blocks(pieces) => pieces.iter().map(|p| p.rows).sum(),
+        }
+    }
+
+    /// The Q8_0 planes, for the kernels that read only those (the fused decode layer, the int8 paths).
+    pub fn q8(&self) -> Option<Q8Matrix<'_>> {
+        match self {
+            DenseWeight::Q8(w) => Some(w.m()),
+            DenseWeight::Blocks(_) => None,
+        }
+    }
+}
 
 /// A Q8_0 matrix on the GPU as the kernels bind it: its two planes.
 #[derive(Clone, Debug)]
@@ -23,22 +67,43 @@ impl Q8Weight {
     }
 }
 
-/// The Q8_0 token embedding in the mapped dense file.
+/// The token embedding in the mapped dense file: Q8_0 planes, or rows of blocks of any type the gguf crate
+/// dequantises.
 #[derive(Debug)]
 pub(crate) struct HostEmbedding {
     map: memmap2::Mmap,
-    /// Byte ranges of the int8 plane `[rows, cols]` and the f16 scale plane `[rows, cols / 32]`.
-    q: std::ops::Range<usize>,
-    s: std::ops::Range<usize>,
+    data: EmbeddingData,
     cols: usize,
     rows: u32,
 }
 
+/// Where the embedding's rows lie in the mapped file.
+#[derive(Debug)]
+enum EmbeddingData {
+    /// Byte ranges of the int8 plane `[rows, cols]` and the f16 scale plane `[rows, cols / 32]`.
+    Q8 { q: std::ops::Range<usize>, s: std::ops::Range<usize> },
+    /// The GGUF's rows of blocks of `ty`.
+    Blocks { bytes: std::ops::Range<usize>, ty: TensorType },
+}
+
 impl HostEmbedding {
-    /// The rows of `ids`, dequantised as `embed_q8` does (`f32(q) · f32(scale)`, exact): `[ids.len(), cols]`.
-    /// Ids must be below the row count (the engine checks them first).
+    /// The rows of `ids`, dequantised exactly (Q8_0 as `embed_q8` does, `f32(q) · f32(scale)`; other types as
+    /// ggml does): `[ids.len(), cols]`. Ids must be below the row count (the engine checks them first).
     pub fn rows(&self, ids: &[u32]) -> Vec<f32> {
-        let (q, s) = (&self.map[self.q.clone()], &self.map[self.s.clone()]);
+        let (q, s) = match &self.data {
+            EmbeddingData::Q8 { q, s } => (&self.map[q.clone()], &self.map[s.clone()]),
+            EmbeddingData::Blocks { bytes, ty } => {
+                let row_bytes = self.cols / ty.block_size() as usize * ty.block_bytes() as usize;
+                let data = &self.map[bytes.clone()];
+                let mut out = vec![0f32; ids.len() * self.cols];
+                for (&id, row) in ids.iter().zip(out.chunks_exact_mut(self.cols)) {
+                    debug_assert!(id < self.rows, "token {id} past the embedding");
+                    diskformer_gguf::dequantize(*ty, &data[id as usize * row_bytes..][..row_bytes], row)
+                        .expect("whole blocks, checked at load");
+                }
+                return out;
+            }
+        };
         let blocks = self.cols / 32;
         let mut out = Vec::with_capacity(ids.len() * self.cols);
         for &id in ids {
@@ -60,8 +125,8 @@ pub(crate) struct LayerWeights {
     pub attn_norm: wgpu::Buffer,
     /// Q, K and V stacked in one matrix (their rows in that order): one GEMV (decode) or GEMM (chunks) for
     /// the three, whose output `qkv_rope_store` reads per head.
-    pub wqkv: Q8Weight,
-    pub wo: Q8Weight,
+    pub wqkv: DenseWeight,
+    pub wo: DenseWeight,
     pub q_norm: wgpu::Buffer,
     pub k_norm: wgpu::Buffer,
     pub ffn_norm: wgpu::Buffer,
@@ -80,7 +145,7 @@ pub(crate) struct Weights {
     /// The embedding on the GPU (the head's buffers when tied), when uploaded.
     pub gpu_embedding: Option<Q8Weight>,
     /// The lm head: `output.weight`, or the embedding when the model ties them.
-    pub head: Q8Weight,
+    pub head: DenseWeight,
     pub out_norm: wgpu::Buffer,
     pub layers: Vec<LayerWeights>,
     /// Bytes uploaded.
@@ -88,6 +153,12 @@ pub(crate) struct Weights {
 }
 
 impl Weights {
+    /// Whether every dense matrix is Q8_0 planes (what the fused decode layer reads).
+    pub fn all_q8(&self) -> bool {
+        let q8 = |w: &DenseWeight| matches!(w, DenseWeight::Q8(_));
+        q8(&self.head) && self.layers.iter().all(|l| q8(&l.wqkv) && q8(&l.wo))
+    }
+
     /// Bytes the dense weights of `store` take on the GPU: every dense tensor but the token embedding,
     /// unless `with_embedding` or the model has no `output.weight` (the embedding is then the head).
     pub fn device_bytes(store: &Store, with_embedding: bool) -> u64 {
@@ -120,28 +191,24 @@ impl Weights {
         let mut up = Uploader { store, device, queue, map: &map, done: 0, total, progress };
         let (h, v) = (config.embedding_length, up.vocab()?);
         let (q, kv) = (config.head_count * config.key_length, config.head_count_kv * config.key_length);
-        let (eq, es) = up.q8_planes("token_embd.weight", v, h)?;
-        let at = |plane: &[u8]| {
-            let start = plane.as_ptr() as usize - map.as_ptr() as usize;
-            start..start + plane.len()
-        };
-        let (q_range, s_range) = (at(eq), at(es));
+        let data = up.embedding(v, h)?;
         let tied = store.layout().dense_tensor("output.weight").is_none();
-        let head = up.q8(if tied { "token_embd.weight" } else { "output.weight" }, v, h)?;
-        let gpu_embedding = match (with_embedding, tied) {
-            (false, _) => None,
-            (true, true) => Some(head.clone()),
-            (true, false) => Some(up.q8("token_embd.weight", v, h)?),
+        let head = up.dense(if tied { "token_embd.weight" } else { "output.weight" }, v, h)?;
+        // Only a Q8_0 embedding goes to the GPU (`embed_q8`); the host embeds tokens of any other type.
+        let gpu_embedding = match (with_embedding, tied, &head, &data) {
+            (false, ..) | (_, _, _, EmbeddingData::Blocks { .. }) => None,
+            (true, true, DenseWeight::Q8(head), _) => Some(head.clone()),
+            (true, ..) => Some(up.q8("token_embd.weight", v, h)?),
         };
         let out_norm = up.f32s("output_norm.weight", &[h])?;
         let mut layers = Vec::with_capacity(config.block_count as usize);
         for l in 0..config.block_count {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
-            let wqkv = up.q8_stacked([(&n("attn_q"), q), (&n("attn_k"), kv), (&n("attn_v"), kv)], h)?;
+            let wqkv = up.stacked([(&n("attn_q"), q), (&n("attn_k"), kv), (&n("attn_v"), kv)], h)?;
             layers.push(LayerWeights {
                 attn_norm: up.f32s(&n("attn_norm"), &[h])?,
                 wqkv,
-                wo: up.q8(&n("attn_output"), h, q)?,
+                wo: up.dense(&n("attn_output"), h, q)?,
                 q_norm: up.f32s(&n("attn_q_norm"), &[config.key_length])?,
                 k_norm: up.f32s(&n("attn_k_norm"), &[config.key_length])?,
                 ffn_norm: up.f32s(&n("ffn_norm"), &[h])?,
@@ -151,7 +218,7 @@ impl Weights {
         }
         queue.submit([]);
         let bytes = up.done;
-        let embedding = HostEmbedding { map, q: q_range, s: s_range, cols: h as usize, rows: v };
+        let embedding = HostEmbedding { map, data, cols: h as usize, rows: v };
         Ok(Weights { embedding, gpu_embedding, head, out_norm, layers, bytes })
     }
 }
@@ -217,6 +284,70 @@ impl<'a> Uploader<'a> {
                 what: format!("is {} {:?}; the engine needs q8_0 {want:?}", t.ty, t.dims),
             }),
         }
+    }
+
+    /// Where the embedding's rows lie in the mapped file: Q8_0 planes, or blocks of a type the gguf crate
+    /// dequantises.
+    fn embedding(&self, rows: u32, cols: u32) -> Result<EmbeddingData> {
+        let name = "token_embd.weight";
+        let t = self.tensor(name)?;
+        let at = |r: diskformer_store::Region| r.offset as usize..r.end() as usize;
+        match (&t.data, TensorType::from_name(&t.ty)) {
+            (DenseData::Planes { quants, scales }, _) if t.dims == [u64::from(cols), u64::from(rows)] => {
+                Ok(EmbeddingData::Q8 { q: at(*quants), s: at(*scales) })
+            }
+            (DenseData::Raw { data }, Some(ty))
+                if t.dims == [u64::from(cols), u64::from(rows)]
+                    && ty.dequantizable()
+                    && u64::from(cols).is_multiple_of(ty.block_size()) =>
+            {
+                Ok(EmbeddingData::Blocks { bytes: at(*data), ty })
+            }
+            _ => Err(Error::BadTensor {
+                name: name.into(),
+                what: format!("is {} {:?}; the engine needs [{cols}, {rows}] of whole blocks", t.ty, t.dims),
+            }),
+        }
+    }
+
+    /// A dense matrix of `rows × cols`: Q8_0 planes, or the blocks of a K-quant the GEMVs read.
+    fn dense(&mut self, name: &str, rows: u32, cols: u32) -> Result<DenseWeight> {
+        let t = self.tensor(name)?;
+        match &t.data {
+            DenseData::Planes { .. } => Ok(DenseWeight::Q8(self.q8(name, rows, cols)?)),
+            DenseData::Raw { .. } => Ok(DenseWeight::Blocks(vec![self.blocks(name, rows, cols)?])),
+        }
+    }
+
+    /// The GGUF blocks of a K-quant matrix of `rows × cols`.
+    fn blocks(&mut self, name: &str, rows: u32, cols: u32) -> Result<BlockWeight> {
+        let t = self.tensor(name)?;
+        let want = [u64::from(cols), u64::from(rows)];
+        match (&t.data, KQuant::from_name(&t.ty)) {
+            (DenseData::Raw { data }, Some(quant)) if t.dims == want && cols.is_multiple_of(256) => {
+                let (o, l) = (data.offset as usize, data.len as usize);
+                let map = self.map;
+                Ok(BlockWeight { data: self.buffer(name, &map[o..o + l]), quant, rows, cols })
+            }
+            _ => Err(Error::BadTensor {
+                name: name.into(),
+                what: format!(
+                    "is {} {:?}; the engine's GPU kernels multiply q8_0, q4_K and q6_K matrices of {want:?}",
+                    t.ty, t.dims
+                ),
+            }),
+        }
+    }
+
+    /// q, k and v stacked: Q8_0 planes concatenated when all three are Q8_0, else three pieces of blocks.
+    fn stacked(&mut self, parts: [(&str, u32); 3], cols: u32) -> Result<DenseWeight> {
+        let planar = parts.iter().map(|&(name, _)| self.tensor(name)).collect::<Result<Vec<_>>>()?;
+        if planar.iter().all(|t| matches!(t.data, DenseData::Planes { .. })) {
+            return Ok(DenseWeight::Q8(self.q8_stacked(parts, cols)?));
+        }
+        let pieces =
+            parts.iter().map(|&(name, rows)| self.blocks(name, rows, cols)).collect::<Result<_>>()?;
+        Ok(DenseWeight::Blocks(pieces))
     }
 
     fn q8(&mut self, name: &str, rows: u32, cols: u32) -> Result<Q8Weight> {

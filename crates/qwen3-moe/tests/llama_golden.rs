@@ -84,6 +84,10 @@ fn spec_from_args(args: &str) -> SynthSpec {
                     other => panic!("unknown expert type {other} in a golden"),
                 }
             }
+            "--ftype" => {
+                shape.ftype = diskformer_qwen3_moe::synthetic::SynthFtype::named(value)
+                    .unwrap_or_else(|| panic!("unknown file type {value} in a golden"))
+            }
             "--vocab-from" => {
                 let path = workspace_root().join(value);
                 let g = GgufFile::open(&path)
@@ -107,7 +111,7 @@ struct Fixture {
 
 fn fixtures() -> Vec<Fixture> {
     let paths = data_files("golden-");
-    assert!(paths.len() >= 4, "expected at least 4 goldens in tests/data");
+    assert!(paths.len() >= 5, "expected at least 5 goldens in tests/data");
     paths
         .into_iter()
         .map(|path| {

@@ -78,7 +78,22 @@ impl Kernels {
     /// Shape errors for `cols` not a multiple of 256 or zero sizes; buffer errors for views too small or
     /// misaligned.
     pub fn kquant_gemv(&self, w: BlockMatrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
-        self.kquant_gemv_with(w, x, y, tokens, (false, false))
+        self.kquant_gemv_with(w, x, (y, w.rows, 0), tokens, (false, false))
+    }
+
+    /// [`Kernels::kquant_gemv`] into columns `offset .. offset + rows` of rows of `stride` (`y [T,
+    /// stride]`): one of several matrices, each of its own type, stacked into one output (q|k|v).
+    ///
+    /// # Errors
+    /// As [`Kernels::kquant_gemv`], and a shape error for columns past the row.
+    pub fn kquant_gemv_into(
+        &self,
+        w: BlockMatrix<'_>,
+        x: View<'_>,
+        (y, stride, offset): (View<'_>, u32, u32),
+        tokens: u32,
+    ) -> Result<Dispatch> {
+        self.kquant_gemv_with(w, x, (y, stride, offset), tokens, (false, false))
     }
 
     /// [`Kernels::kquant_gemv`] with four rows a lane group (32 rows a workgroup), each load of x used for
@@ -93,7 +108,7 @@ impl Kernels {
         y: View<'_>,
         tokens: u32,
     ) -> Result<Dispatch> {
-        self.kquant_gemv_with(w, x, y, tokens, (true, false))
+        self.kquant_gemv_with(w, x, (y, w.rows, 0), tokens, (true, false))
     }
 
     /// [`Kernels::kquant_gemv`] adding its product onto `y`: `y[t] += W x[t]`.
@@ -107,14 +122,14 @@ impl Kernels {
         y: View<'_>,
         tokens: u32,
     ) -> Result<Dispatch> {
-        self.kquant_gemv_with(w, x, y, tokens, (false, true))
+        self.kquant_gemv_with(w, x, (y, w.rows, 0), tokens, (false, true))
     }
 
     fn kquant_gemv_with(
         &self,
         w: BlockMatrix<'_>,
         x: View<'_>,
-        y: View<'_>,
+        (y, stride, offset): (View<'_>, u32, u32),
         tokens: u32,
         (rows4, accumulate): (bool, bool),
     ) -> Result<Dispatch> {
@@ -127,6 +142,9 @@ impl Kernels {
                 w.quant.name()
             )
         })?;
+        b.ensure(u64::from(offset) + rows <= u64::from(stride), || {
+            format!("output columns {offset}..{} past rows of {stride}", u64::from(offset) + rows)
+        })?;
         let gy = b.groups("tokens", t)?;
         let row_bytes = w.row_bytes();
         let mut out = Vec::new();
@@ -135,13 +153,13 @@ impl Kernels {
             let bound = vec![
                 b.storage("x", x, 0, f32s(t * cols))?,
                 b.storage("w", w.data, begin * row_bytes, n * row_bytes)?,
-                b.storage("y", y, 0, f32s(t * rows))?,
+                b.storage("y", y, 0, f32s(t * u64::from(stride)))?,
             ];
             let p = KQuantGemvParams {
                 rows: n as u32,
                 cols: w.cols,
-                row_begin: begin as u32,
-                out_rows: w.rows,
+                row_begin: offset + begin as u32,
+                out_rows: stride,
                 accumulate: u32::from(accumulate),
                 _pad: [0; 3],
             };
