@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use diskformer_kernels::{
-    AttentionShape, BlockMatrix, Context, Dispatch, EXPERT_GEMM_TILED_GROUP, ExpertPlanes, KQuant, Kernels,
-    Q8Matrix, expert_gemm_group_bound, expert_gemm_groups, q8_row_bytes,
+    AttentionShape, BlockMatrix, Context, Dispatch, EXPERT_GEMM_TILED_GROUP, ExpertBlocks, ExpertOut,
+    ExpertPlanes, KQuant, Kernels, Q8Matrix, expert_gemm_group_bound, expert_gemm_groups, q8_row_bytes,
 };
 use wgpu::util::DeviceExt;
 
@@ -220,6 +220,63 @@ fn bench_kquant_gemv(c: &mut Criterion, g: &Gpu) {
                             k.kquant_gemv(w, (&x).into(), y.into(), 1)
                         };
                         d.expect("bind")
+                    })
+                    .collect();
+                let id = format!("{}/{name}/{variant}", quant.name());
+                group.bench_function(id, |b| b.iter_custom(|iters| time(g, &ds, iters)));
+            }
+        }
+    }
+    group.finish();
+}
+
+/// The expert K-quant GEMV (records of blocks) at Qwen3-30B-A3B's shapes: 8 picks' gate‖up and down, each
+/// set of 8 slots its own (rotating through more than the L2), as decode runs them. Throughput counts the
+/// picks' block bytes.
+fn bench_expert_kquant(c: &mut Criterion, g: &Gpu) {
+    let mut group = c.benchmark_group("expert_kquant_gemv");
+    let k_picks = 8u32;
+    for quant in [KQuant::Q4K, KQuant::Q6K] {
+        for (name, rows, cols, x_div) in
+            [("gate_up_8x1536x2048", 1536u32, 2048u32, 8u32), ("down_8x2048x768", 2048, 768, 1)]
+        {
+            let matrix = u64::from(rows) * u64::from(cols) / 256 * quant.block_bytes();
+            let slot_bytes = matrix.next_multiple_of(256);
+            let sets = copies(u64::from(k_picks) * matrix) as u32;
+            let slots = sets * k_picks;
+            let pool = buffer(g, u64::from(slots) * slot_bytes, 1);
+            let x = buffer(g, 4 * u64::from(k_picks / x_div * cols), 3);
+            let ys: Vec<wgpu::Buffer> =
+                (0..sets).map(|i| buffer(g, 4 * u64::from(k_picks * rows), 4 + u64::from(i))).collect();
+            let idx: Vec<wgpu::Buffer> = (0..sets)
+                .map(|set| {
+                    let b = buffer(g, 4 * u64::from(k_picks), 5);
+                    let ids: Vec<u32> = (0..k_picks).map(|j| set * k_picks + j).collect();
+                    g.ctx.queue.write_buffer(&b, 0, bytemuck::cast_slice(&ids));
+                    b
+                })
+                .collect();
+            group.throughput(Throughput::Bytes(u64::from(k_picks) * matrix));
+            for (variant, k) in [("subgroup", &g.sg), ("plain", &g.plain)] {
+                if variant == "subgroup" && !k.subgroups() {
+                    continue;
+                }
+                let ds: Vec<Dispatch> = idx
+                    .iter()
+                    .zip(&ys)
+                    .map(|(idx, y)| {
+                        let w = ExpertBlocks {
+                            data: (&pool).into(),
+                            quant,
+                            slot_bytes,
+                            offset: 0,
+                            slots,
+                            first_slot: 0,
+                            rows,
+                            cols,
+                        };
+                        let out = ExpertOut { y: y.into(), stride: rows, offset: 0 };
+                        k.expert_kquant_gemv(w, (&x).into(), idx.into(), out, k_picks, x_div).expect("bind")
                     })
                     .collect();
                 let id = format!("{}/{name}/{variant}", quant.name());
@@ -702,6 +759,7 @@ fn benches(c: &mut Criterion) {
     bench_copy(c, &g);
     bench_q8_gemv(c, &g);
     bench_kquant_gemv(c, &g);
+    bench_expert_kquant(c, &g);
     bench_expert(c, &g);
     bench_small(c, &g);
     bench_layer(c, &g);

@@ -1103,15 +1103,18 @@ fn block_experts(
             cols,
         }
     }
+    // Up right after gate and of its type: gate‖up is one matrix of 2F rows.
+    let gate_bytes = u64::from(f) * u64::from(h) / 256 * gate_q.block_bytes();
+    let halves: &[(KQuant, u64, u32, u32)] = if gate_q == up_q && up_at == gate_at + gate_bytes {
+        &[(gate_q, gate_at, 0, 2 * f)]
+    } else {
+        &[(gate_q, gate_at, 0, f), (up_q, up_at, f, f)]
+    };
     for part in b.pool.parts() {
-        for (quant, at, column) in [(gate_q, gate_at, 0), (up_q, up_at, f)] {
-            let w = blocks(b.pool, part, Plane::GateUpQ, (quant, at), (f, h));
-            out.push(matmul(
-                w,
-                v(&s.xn),
-                ExpertOut { y: v(&s.gate_up), stride: 2 * f, offset: column },
-                top_k,
-            )?);
+        for &(quant, at, column, rows) in halves {
+            let w = blocks(b.pool, part, Plane::GateUpQ, (quant, at), (rows, h));
+            let y = ExpertOut { y: v(&s.gate_up), stride: 2 * f, offset: column };
+            out.push(matmul(w, v(&s.xn), y, top_k)?);
         }
     }
     out.push(k.silu_mul(v(&s.gate_up), v(&s.act), f, pairs)?);

@@ -321,13 +321,32 @@ impl<'a> Uploader<'a> {
 
     /// The GGUF blocks of a K-quant matrix of `rows × cols`.
     fn blocks(&mut self, name: &str, rows: u32, cols: u32) -> Result<BlockWeight> {
+        self.blocks_stacked(&[(name, rows)], cols)
+    }
+
+    /// The GGUF blocks of K-quant matrices of one type and `cols` columns, their rows stacked in order.
+    fn blocks_stacked(&mut self, parts: &[(&str, u32)], cols: u32) -> Result<BlockWeight> {
+        let mut bytes = Vec::new();
+        let mut quant = None;
+        for &(name, rows) in parts {
+            let (data, q) = self.block_bytes(name, rows, cols)?;
+            bytes.extend_from_slice(data);
+            quant = Some(q);
+        }
+        let quant = quant.expect("at least one part");
+        let rows = parts.iter().map(|p| p.1).sum();
+        Ok(BlockWeight { data: self.buffer(parts[0].0, &bytes), quant, rows, cols })
+    }
+
+    /// The bytes and type of a K-quant matrix of `rows × cols`.
+    fn block_bytes(&self, name: &str, rows: u32, cols: u32) -> Result<(&'a [u8], KQuant)> {
         let t = self.tensor(name)?;
         let want = [u64::from(cols), u64::from(rows)];
         match (&t.data, KQuant::from_name(&t.ty)) {
             (DenseData::Raw { data }, Some(quant)) if t.dims == want && cols.is_multiple_of(256) => {
                 let (o, l) = (data.offset as usize, data.len as usize);
-                let map = self.map;
-                Ok(BlockWeight { data: self.buffer(name, &map[o..o + l]), quant, rows, cols })
+                let map: &'a [u8] = self.map;
+                Ok((&map[o..o + l], quant))
             }
             _ => Err(Error::BadTensor {
                 name: name.into(),
@@ -345,8 +364,16 @@ impl<'a> Uploader<'a> {
         if planar.iter().all(|t| matches!(t.data, DenseData::Planes { .. })) {
             return Ok(DenseWeight::Q8(self.q8_stacked(parts, cols)?));
         }
-        let pieces =
-            parts.iter().map(|&(name, rows)| self.blocks(name, rows, cols)).collect::<Result<_>>()?;
+        // Runs of one type are concatenated (their rows stack): one GEMV a run.
+        let types: Vec<String> = planar.iter().map(|t| t.ty.clone()).collect();
+        let mut pieces = Vec::with_capacity(3);
+        let mut start = 0;
+        for end in 1..=parts.len() {
+            if end == parts.len() || types[end] != types[start] {
+                pieces.push(self.blocks_stacked(&parts[start..end], cols)?);
+                start = end;
+            }
+        }
         Ok(DenseWeight::Blocks(pieces))
     }
 
