@@ -9,6 +9,7 @@
 # same machine left; ROWS and LLAMA_ROWS override the row lists; DECODE the decode tokens of a row. A row
 # labelled cold-* runs with the page cache dropped (COLD_DECODE tokens), between two reads of 384 whole
 # records with O_DIRECT (record-read), whose mean rate over the bytes the row read a token is its bound.
+# FTYPE (default q8_0) is synth-gguf's --ftype: q4_k_m writes the model as llama.cpp's quantizer types it.
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -17,8 +18,9 @@ for z in $D/*.gz; do [ -e "$z" ] && gunzip -f "$z"; done
 chmod +x $D/* 2>/dev/null
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-G=/dev/shm/q3.gguf
-S=/tmp/q3.store
+FTYPE=${FTYPE:-q8_0}
+G=/dev/shm/q3-$FTYPE.gguf
+S=/tmp/q3-$FTYPE.store
 DECODE=${DECODE:-64}
 COLD_DECODE=${COLD_DECODE:-32}
 PHASES=${PHASES:-cpu rows llama}
@@ -35,7 +37,7 @@ if [[ $PHASES != *rows* ]] && [[ $PHASES != *llama* ]]; then
 elif [ -n "${REUSE:-}" ] && [ -s $G ] && [ -s $S/experts.bin ]; then
     echo "reusing $G and $S"
 else
-    $D/synth-gguf --shape qwen3-30b-a3b --out $G | tail -1
+    $D/synth-gguf --shape qwen3-30b-a3b --ftype "$FTYPE" --out $G | tail -1
     $D/ingest $G --store $S | tail -1
 fi
 echo "synth + ingest: $SECONDS s"

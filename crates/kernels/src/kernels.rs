@@ -27,6 +27,10 @@ pub enum Kernel {
     Q4KGemvRows4,
     /// [`Kernel::Q6KGemv`] with 4 rows a lane group.
     Q6KGemvRows4,
+    /// Q4_K GEMM over T inputs through workgroup-memory tiles (prefill), on GGUF blocks.
+    Q4KGemm,
+    /// [`Kernel::Q4KGemm`] on Q6_K blocks (its file, this entry point).
+    Q6KGemm,
     /// Q8_0 GEMV over T inputs, two rows per lane (the variant under comparison in the bench).
     Q8GemvRows2,
     /// Q8_0 GEMM over T tokens through workgroup-memory tiles of 128 rows x 32 tokens (prefill).
@@ -103,6 +107,10 @@ pub enum Kernel {
     ExpertQ4KGemv,
     /// [`Kernel::ExpertQ4KGemv`] on Q6_K blocks (its file, this entry point).
     ExpertQ6KGemv,
+    /// Expert Q4_K GEMM over pairs grouped by slot through workgroup-memory tiles (prefill).
+    ExpertQ4KGemm,
+    /// [`Kernel::ExpertQ4KGemm`] on Q6_K blocks (its file, this entry point).
+    ExpertQ6KGemm,
     /// Pool slots of the picks from a resident table (routing on the GPU).
     ExpertSlots,
     /// A chunk's pairs grouped by expert for the tiled expert GEMMs (resident experts, no read-back).
@@ -144,11 +152,12 @@ const EXPERT_Q8_PAIR_ROWS: &str = include_str!("wgsl/expert_q8_pair_rows.wgsl");
 const SAMPLE_STEP: &str = include_str!("wgsl/sample_step.wgsl");
 const KQUANT_Q4_K: &str = include_str!("wgsl/kquant_q4_k.wgsl");
 const KQUANT_Q6_K: &str = include_str!("wgsl/kquant_q6_k.wgsl");
+const KQUANT_TILE: &str = include_str!("wgsl/kquant_tile.wgsl");
 const Q8_TILE_COOP: &str = include_str!("wgsl/q8_tile_coop.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 51] = [
+    pub const ALL: [Kernel; 55] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -192,6 +201,10 @@ impl Kernel {
         Kernel::ExpertQ8GemmCoop,
         Kernel::ExpertQ4KGemv,
         Kernel::ExpertQ6KGemv,
+        Kernel::ExpertQ4KGemm,
+        Kernel::ExpertQ6KGemm,
+        Kernel::Q4KGemm,
+        Kernel::Q6KGemm,
         Kernel::ExpertSlots,
         Kernel::ExpertGroups,
         Kernel::SiluMul,
@@ -248,6 +261,10 @@ impl Kernel {
             Kernel::ExpertQ8GemmCoop => "expert_q8_gemm_coop",
             Kernel::ExpertQ4KGemv => "expert_q4_k_gemv",
             Kernel::ExpertQ6KGemv => "expert_q6_k_gemv",
+            Kernel::ExpertQ4KGemm => "expert_q4_k_gemm",
+            Kernel::ExpertQ6KGemm => "expert_q6_k_gemm",
+            Kernel::Q4KGemm => "q4_k_gemm",
+            Kernel::Q6KGemm => "q6_k_gemm",
             Kernel::ExpertSlots => "expert_slots",
             Kernel::ExpertGroups => "expert_groups",
             Kernel::SiluMul => "silu_mul",
@@ -355,7 +372,10 @@ impl Kernel {
             | Kernel::ExpertQ8GemmTiled
             | Kernel::ExpertQ8GemmI8
             | Kernel::ExpertQ8GemmCoop => size_of::<ExpertQ8GemmParams>(),
-            Kernel::ExpertQ4KGemv | Kernel::ExpertQ6KGemv => size_of::<ExpertKQuantGemvParams>(),
+            Kernel::ExpertQ4KGemv | Kernel::ExpertQ6KGemv | Kernel::ExpertQ4KGemm | Kernel::ExpertQ6KGemm => {
+                size_of::<ExpertKQuantGemvParams>()
+            }
+            Kernel::Q4KGemm | Kernel::Q6KGemm => size_of::<Q8GemmParams>(),
             Kernel::ExpertSlots => size_of::<ExpertSlotsParams>(),
             Kernel::ExpertGroups => size_of::<ExpertGroupsParams>(),
             Kernel::SiluMul => size_of::<SiluMulParams>(),
@@ -408,6 +428,10 @@ impl Kernel {
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ8GemmCoop => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertQ4KGemv => include_str!("wgsl/expert_kquant_gemv.wgsl"),
             Kernel::ExpertQ6KGemv => Kernel::ExpertQ4KGemv.file(),
+            Kernel::ExpertQ4KGemm => include_str!("wgsl/expert_kquant_gemm.wgsl"),
+            Kernel::ExpertQ6KGemm => Kernel::ExpertQ4KGemm.file(),
+            Kernel::Q4KGemm => include_str!("wgsl/kquant_gemm.wgsl"),
+            Kernel::Q6KGemm => Kernel::Q4KGemm.file(),
             Kernel::ExpertQ4Gemm => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertSlots => include_str!("wgsl/expert_slots.wgsl"),
             Kernel::ExpertGroups => include_str!("wgsl/expert_groups.wgsl"),
@@ -482,6 +506,8 @@ impl Kernel {
             Kernel::Q6KGemv => Some(Kernel::Q4KGemv),
             Kernel::Q6KGemvRows4 => Some(Kernel::Q4KGemvRows4),
             Kernel::ExpertQ6KGemv => Some(Kernel::ExpertQ4KGemv),
+            Kernel::ExpertQ6KGemm => Some(Kernel::ExpertQ4KGemm),
+            Kernel::Q6KGemm => Some(Kernel::Q4KGemm),
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ4Gemm | Kernel::ExpertQ8GemmCoop => {
                 Some(Kernel::ExpertQ8GemmTiled)
             }
@@ -511,6 +537,8 @@ impl Kernel {
             Kernel::Q8GemmCoop => &[Q8_HELPERS],
             Kernel::QuantizeQ8 | Kernel::F32Gemv => &[Q8_HELPERS],
             Kernel::AttentionTiled | Kernel::AttentionFlash => &[ATTENTION_TILE_LOAD],
+            Kernel::Q4KGemm | Kernel::ExpertQ4KGemm => &[KQUANT_TILE, KQUANT_Q4_K],
+            Kernel::Q6KGemm | Kernel::ExpertQ6KGemm => &[KQUANT_TILE, KQUANT_Q6_K],
             Kernel::Q4KGemv | Kernel::Q4KGemvRows4 | Kernel::ExpertQ4KGemv if subgroups => {
                 &[KQUANT_Q4_K, ROW_SUM_SUBGROUP]
             }

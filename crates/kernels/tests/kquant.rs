@@ -247,8 +247,58 @@ fn expert_kquant_gemvs_match_the_cpu_reference() {
                             quant.name()
                         );
                         let want = &want[p * rows..][..rows];
-                        assert_close(&what, &row[3..], want, &vec![cols as f32 * 0.05; rows], 1e-6, 1e-5);
+                        // Σ|w·x| of the pair's slot and input row (zeros for a slot past the pool).
+                        let matrix = rows * cols / 256 * quant.block_bytes() as usize;
+                        let at = slot_idx[p] as usize * slot_bytes + offset;
+                        let scale = match pool.get(at..at + matrix) {
+                            Some(w) => magnitudes(quant, w, rows, cols, &x[p / k * cols..][..cols]),
+                            None => vec![0.0; rows],
+                        };
+                        assert_close(&what, &row[3..], want, &scale, 1e-6, 1e-5);
                     }
+                }
+            }
+        }
+    }
+}
+
+/// The tiled K-quant GEMM (prefill) against the GEMV's reference: token counts across 32-token tiles, rows
+/// across 128-row tiles, output columns inside wider rows, a matrix split over bindings.
+#[test]
+fn kquant_gemms_match_the_cpu_reference() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(41);
+    for quant in [KQuant::Q4K, KQuant::Q6K] {
+        for (rows, cols, tokens) in
+            [(150usize, 512usize, 37usize), (150, 512, 3), (37, 256, 3), (130, 768, 33)]
+        {
+            let w = blocks(&mut rng, quant, rows * cols / 256);
+            let x = rng.vec_f32(tokens * cols, -1.0, 1.0);
+            let (wb, xb) = (upload(g, &w), upload(g, &x));
+            let want = cpu::kquant_gemv(quant, &w, rows, cols, &x);
+            let scale = magnitudes(quant, &w, rows, cols, &x);
+            let m = BlockMatrix { data: (&wb).into(), quant, rows: rows as u32, cols: cols as u32 };
+            let row_bytes = (cols / 256) as u64 * quant.block_bytes();
+            // 128 rows a binding: a matrix past that is split.
+            let split = Kernels::new(&g.ctx).with_max_binding((128 * row_bytes).next_multiple_of(256));
+            for (k, name) in [(&g.kernels, ""), (&split, ", split")] {
+                let stride = rows + 3;
+                if name == ", split" && tokens * cols.max(stride) * 4 > 128 * row_bytes as usize {
+                    continue; // the inputs or outputs would not fit the small binding
+                }
+                let y = upload(g, &vec![0f32; tokens * stride]);
+                let d = k.kquant_gemm_into(m, (&xb).into(), ((&y).into(), stride as u32, 1), tokens as u32);
+                run(g, &[&d.unwrap()]);
+                let got = read_n::<f32>(g, &y, tokens * stride);
+                let what = format!("{} gemm {rows}x{cols}, {tokens} tokens{name}", quant.name());
+                for t in 0..tokens {
+                    let row = &got[t * stride..][..stride];
+                    assert!(
+                        row[0] == 0.0 && row[1 + rows..].iter().all(|&v| v == 0.0),
+                        "{what}: columns outside"
+                    );
+                    let (want, scale) = (&want[t * rows..][..rows], &scale[t * rows..][..rows]);
+                    assert_close(&what, &row[1..1 + rows], want, scale, 1e-6, 1e-5);
                 }
             }
         }

@@ -975,8 +975,8 @@ enum DenseMath<'a> {
 
 /// Dense projections: for one token the GEMV, for a chunk the tiled GEMM; on int8 inputs: for one token the
 /// GEMV that quantises as it reads, for a chunk the int8 tiled GEMM after the input's Q8_0 quantisation;
-/// or a chunk's on tensor cores. K-quant blocks: the K-quant GEMV of each stacked piece into its columns,
-/// over all the chunk's tokens (weights read once a token: no K-quant GEMM yet).
+/// or a chunk's on tensor cores. K-quant blocks: for each stacked piece into its columns, for one token the
+/// K-quant GEMV, for a chunk the tiled K-quant GEMM.
 trait DenseProjection {
     fn dense_projection(
         &self,
@@ -1005,7 +1005,11 @@ impl DenseProjection for Kernels {
                 return pieces
                     .iter()
                     .map(|piece| {
-                        let d = self.kquant_gemv_into(piece.m(), x, (y, stride, offset), t);
+                        let d = if t == 1 {
+                            self.kquant_gemv_into(piece.m(), x, (y, stride, offset), 1)
+                        } else {
+                            self.kquant_gemm_into(piece.m(), x, (y, stride, offset), t)
+                        };
                         offset += piece.rows;
                         d
                     })

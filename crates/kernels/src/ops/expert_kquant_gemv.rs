@@ -80,10 +80,12 @@ enum PairIndex<'a> {
 }
 
 impl KQuant {
-    fn expert_gemv(self) -> Kernel {
-        match self {
-            KQuant::Q4K => Kernel::ExpertQ4KGemv,
-            KQuant::Q6K => Kernel::ExpertQ6KGemv,
+    fn expert_gemv(self, grouped: bool) -> Kernel {
+        match (self, grouped) {
+            (KQuant::Q4K, false) => Kernel::ExpertQ4KGemv,
+            (KQuant::Q6K, false) => Kernel::ExpertQ6KGemv,
+            (KQuant::Q4K, true) => Kernel::ExpertQ4KGemm,
+            (KQuant::Q6K, true) => Kernel::ExpertQ6KGemm,
         }
     }
 }
@@ -111,8 +113,9 @@ impl Kernels {
     }
 
     /// [`Kernels::expert_kquant_gemv`] over pairs grouped by slot (a chunk's grouping, as the grouped
-    /// expert GEMMs take it: `groups [len] (slot, first, count <= 32, 0)` of `order [P]`): each group's
-    /// pairs read their slot's rows while they are in cache. Same results.
+    /// expert GEMMs take it: `groups [len] (slot, first, count <= 32, 0)` of `order [P]`), through
+    /// workgroup-memory tiles (`expert_kquant_gemm.wgsl`: 128 rows of a group's slot × its pairs a
+    /// workgroup, each weight read once a group). Same results.
     ///
     /// # Errors
     /// As [`Kernels::expert_kquant_gemv`], and a shape error for no groups.
@@ -139,7 +142,8 @@ impl Kernels {
         pairs: u32,
         x_div: u32,
     ) -> Result<Dispatch> {
-        let b = self.binder(w.quant.expert_gemv());
+        let grouped = matches!(index, PairIndex::Groups { .. });
+        let b = self.binder(w.quant.expert_gemv(grouped));
         let (rows, cols, slots) = (u64::from(w.rows), u64::from(w.cols), u64::from(w.slots));
         let (pp, xd) = (u64::from(pairs), u64::from(x_div));
         let row_bytes = cols / 256 * w.quant.block_bytes();
@@ -166,7 +170,7 @@ impl Kernels {
         b.ensure(y.offset + w.rows <= y.stride, || {
             format!("output columns {}..{} past rows of {}", y.offset, y.offset + w.rows, y.stride)
         })?;
-        let (grouped, wg_rows, first, second) = match index {
+        let (grouped_flag, wg_rows, first, second) = match index {
             PairIndex::Slots(slot_idx) => {
                 (0, pp, ("slot_idx", slot_idx, f32s(pp)), ("slot_idx", slot_idx, f32s(pp)))
             }
@@ -176,7 +180,9 @@ impl Kernels {
                 (1, len, ("groups", groups, f32s(4 * len)), ("order", order, f32s(pp)))
             }
         };
-        let dims = [b.groups("row blocks", rows.div_ceil(8))?, b.groups("pairs", wg_rows)?, 1];
+        // The GEMV takes 32 rows a workgroup, the tiled GEMM 128.
+        let rows_per_group: u64 = if grouped { 128 } else { 32 };
+        let dims = [b.groups("row blocks", rows.div_ceil(rows_per_group))?, b.groups("pairs", wg_rows)?, 1];
         let mut out = Vec::new();
         for (begin, end) in b.split_rows("pool", slots, w.slot_bytes, 0, 1)? {
             let n = end - begin;
@@ -198,7 +204,7 @@ impl Kernels {
                 part_bytes: w.offset as u32,
                 y_stride: y.stride,
                 y_offset: y.offset,
-                grouped,
+                grouped: grouped_flag,
                 _pad: 0,
             };
             out.push((p, bound, dims));

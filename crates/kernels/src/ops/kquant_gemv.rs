@@ -1,3 +1,4 @@
+use super::q8_gemm::Q8GemmParams;
 use super::q8_gemv::Q8GemvParams;
 use crate::error::Result;
 use crate::kernels::{Kernel, Kernels, View};
@@ -34,6 +35,13 @@ impl KQuant {
         match self {
             KQuant::Q4K => "q4_K",
             KQuant::Q6K => "q6_K",
+        }
+    }
+
+    fn gemm(self) -> Kernel {
+        match self {
+            KQuant::Q4K => Kernel::Q4KGemm,
+            KQuant::Q6K => Kernel::Q6KGemm,
         }
     }
 
@@ -81,7 +89,7 @@ impl Kernels {
         self.kquant_gemv_with(w, x, (y, w.rows, 0), tokens, (false, false))
     }
 
-    /// [`Kernels::kquant_gemv`] into columns `offset .. offset + rows` of rows of `stride` (`y [T,
+    /// [`Kernels::kquant_gemv_rows4`] into columns `offset .. offset + rows` of rows of `stride` (`y [T,
     /// stride]`): one of several matrices, each of its own type, stacked into one output (q|k|v).
     ///
     /// # Errors
@@ -93,7 +101,7 @@ impl Kernels {
         (y, stride, offset): (View<'_>, u32, u32),
         tokens: u32,
     ) -> Result<Dispatch> {
-        self.kquant_gemv_with(w, x, (y, stride, offset), tokens, (false, false))
+        self.kquant_gemv_with(w, x, (y, stride, offset), tokens, (true, false))
     }
 
     /// [`Kernels::kquant_gemv`] with four rows a lane group (32 rows a workgroup), each load of x used for
@@ -123,6 +131,54 @@ impl Kernels {
         tokens: u32,
     ) -> Result<Dispatch> {
         self.kquant_gemv_with(w, x, (y, w.rows, 0), tokens, (false, true))
+    }
+
+    /// K-quant GEMM over T inputs through workgroup-memory tiles (prefill): the product of
+    /// [`Kernels::kquant_gemv_into`] with each weight read once per 32 tokens instead of once a token
+    /// (128 rows × 32 tokens a workgroup, `kquant_tile.wgsl`). Same contract.
+    ///
+    /// # Errors
+    /// As [`Kernels::kquant_gemv_into`].
+    pub fn kquant_gemm_into(
+        &self,
+        w: BlockMatrix<'_>,
+        x: View<'_>,
+        (y, stride, offset): (View<'_>, u32, u32),
+        tokens: u32,
+    ) -> Result<Dispatch> {
+        let b = self.binder(w.quant.gemm());
+        let (rows, cols, t) = (u64::from(w.rows), u64::from(w.cols), u64::from(tokens));
+        b.ensure(cols > 0 && cols.is_multiple_of(256) && rows > 0 && t > 0, || {
+            format!(
+                "needs rows, tokens > 0 and cols a multiple of 256 ({}); got rows {rows}, cols {cols}, \
+                 tokens {t}",
+                w.quant.name()
+            )
+        })?;
+        b.ensure(u64::from(offset) + rows <= u64::from(stride), || {
+            format!("output columns {offset}..{} past rows of {stride}", u64::from(offset) + rows)
+        })?;
+        let gy = b.groups("token blocks", t.div_ceil(32))?;
+        let row_bytes = w.row_bytes();
+        let mut out = Vec::new();
+        for (begin, end) in b.split_rows("w", rows, row_bytes, row_bytes, 128)? {
+            let n = end - begin;
+            let bound = vec![
+                b.storage("x", x, 0, f32s(t * cols))?,
+                b.storage("w", w.data, begin * row_bytes, n * row_bytes)?,
+                b.storage("y", y, 0, f32s(t * u64::from(stride)))?,
+            ];
+            let p = Q8GemmParams {
+                rows: n as u32,
+                cols: w.cols,
+                row_begin: offset + begin as u32,
+                out_rows: stride,
+                tokens,
+                _pad: [0; 3],
+            };
+            out.push((p, bound, [b.groups("row blocks", n.div_ceil(128))?, gy, 1]));
+        }
+        Ok(b.finish(out))
     }
 
     fn kquant_gemv_with(

@@ -4,8 +4,9 @@
 // type, at offsets of their own). With `grouped` = 0, workgroup_id.y is a pair and `index` its slot; with 1,
 // a group (slot, first, count, 0) of pairs sharing a slot, taken from `order` (the prefill chunks' grouping
 // of the grouped expert GEMMs): the group's pairs read the slot's rows while they are in cache. Pairs whose
-// slot lies outside this part are left to the other parts' dispatches. 8 rows a workgroup, 32 lanes a row,
-// LANES_PER_BLOCK lanes a super-block, as kquant_gemv.wgsl; the block helper (kquant_q4_k.wgsl,
+// slot lies outside this part are left to the other parts' dispatches. 32 rows a workgroup, 4 a lane group
+// of 32 lanes, LANES_PER_BLOCK lanes a super-block, as kquant_gemv_rows4 (each load of x serves 4 rows: with
+// one row a lane group the loads of x outweighed the weights' 7 to 1); the block helper (kquant_q4_k.wgsl,
 // kquant_q6_k.wgsl) and the row sums (row_sum_plain.wgsl or row_sum_subgroup.wgsl) are appended. The Q6_K
 // kernel is this file with its entry point renamed.
 enable f16;
@@ -42,24 +43,31 @@ fn byte_word(b: u32) -> u32 {
     return (w[i] >> shift) | (w[i + 1u] << (32u - shift));
 }
 
-// This lane's share of row `row_byte`'s dot product with the input row of `pair`.
-fn lane_dot(row_byte: u32, lane: u32, pair: u32) -> f32 {
+// This lane's share of the dot products of 4 rows (byte offsets `rows`) with the input row of `pair`.
+fn lane_dot4(rows: vec4<u32>, lane: u32, pair: u32) -> vec4<f32> {
     let blocks = p.cols / 256u;
     let per_step = 32u / LANES_PER_BLOCK;
     let part = lane % LANES_PER_BLOCK;
     let xrow = (pair / p.x_div) * (p.cols / 4u);
-    var acc = 0.0;
+    var acc = vec4<f32>(0.0);
     for (var sb = lane / LANES_PER_BLOCK; sb < blocks; sb += per_step) {
-        acc += block_dot(row_byte + sb * BLOCK_BYTES, part, block_x(part, xrow + sb * 64u));
+        let xs = block_x(part, xrow + sb * 64u);
+        let at = sb * BLOCK_BYTES;
+        acc += vec4<f32>(
+            block_dot(rows.x + at, part, xs),
+            block_dot(rows.y + at, part, xs),
+            block_dot(rows.z + at, part, xs),
+            block_dot(rows.w + at, part, xs),
+        );
     }
     return acc;
 }
 
-// workgroup_id.x = block of 8 rows, workgroup_id.y = pair (or group).
+// workgroup_id.x = block of 32 rows (4 a lane group), workgroup_id.y = pair (or group).
 @compute @workgroup_size(256)
 fn expert_q4_k_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {
     let lane = li % 32u;
-    let r = wg.x * 8u + li / 32u;
+    let r0 = wg.x * 32u + (li / 32u) * 4u;
     var slot = index[wg.y];
     var first = wg.y;
     var count = 1u;
@@ -73,16 +81,21 @@ fn expert_q4_k_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup
         return;
     }
     // Rows past the matrix read its last row; their sums are not stored.
-    let row_byte = (slot - p.slot_begin) * p.slot_bytes + p.part_bytes
-        + min(r, p.rows - 1u) * (p.cols / 256u) * BLOCK_BYTES;
+    let base = (slot - p.slot_begin) * p.slot_bytes + p.part_bytes;
+    let row_bytes = (p.cols / 256u) * BLOCK_BYTES;
+    let rows = base + min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.rows - 1u)) * row_bytes;
     for (var j = 0u; j < count; j++) {
         var pair = first;
         if (p.grouped != 0u) {
             pair = order[first + j];
         }
-        let total = row_sum(lane_dot(row_byte, lane, pair), li/*SG_CALL*/);
-        if (lane == 0u && r < p.rows) {
-            y[pair * p.y_stride + p.y_offset + r] = total;
+        let total = row_sum4(lane_dot4(rows, lane, pair), li/*SG_CALL*/);
+        if (lane == 0u) {
+            for (var i = 0u; i < 4u; i++) {
+                if (r0 + i < p.rows) {
+                    y[pair * p.y_stride + p.y_offset + r0 + i] = total[i];
+                }
+            }
         }
         // The row sums' workgroup memory is read to the end before the next pair writes it.
         workgroupBarrier();

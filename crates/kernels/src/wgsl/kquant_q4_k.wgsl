@@ -55,3 +55,22 @@ fn block_dot(b: u32, lane: u32, xs: array<vec4<f32>, 8>) -> f32 {
     let h = scale_min(s, 2u * c + 1u);
     return dm.x * (a.x * lo + h.x * hi) - dm.y * (a.y * lo_x + h.y * hi_x);
 }
+
+// The tiled GEMMs' step `st` (columns 16 st .. 16 st + 15) of the row at byte `row`, scaled
+// (kquant_tile.wgsl): sub-block (st % 16) / 2 of block st / 16, its low or high 16 values.
+fn tile_load(row: u32, st: u32) -> array<vec4<f32>, 4> {
+    let bw = (row + (st / 16u) * BLOCK_BYTES) / 4u;
+    let c16 = st % 16u;
+    let sb = c16 / 2u;
+    let dm = unpack2x16float(w[bw]);
+    let sm = scale_min(vec3<u32>(w[bw + 1u], w[bw + 2u], w[bw + 3u]), sb);
+    let a = dm.x * sm.x;
+    let m = dm.y * sm.y;
+    let q0 = bw + 4u + (sb / 2u) * 8u + (c16 % 2u) * 4u;
+    let shift = vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>((sb % 2u) * 4u);
+    var out: array<vec4<f32>, 4>;
+    for (var i = 0u; i < 4u; i++) {
+        out[i] = vec4<f32>((vec4<u32>(w[q0 + i]) >> shift) & vec4<u32>(15u)) * a - m;
+    }
+    return out;
+}

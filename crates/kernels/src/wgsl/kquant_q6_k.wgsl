@@ -53,3 +53,27 @@ fn block_dot(b: u32, lane: u32, xs: array<vec4<f32>, 8>) -> f32 {
     let d = unpack2x16float(byte_word(b + 208u)).x;
     return d * (s02.x * s0 + s02.y * s1 + s46.x * s2 + s46.y * s3);
 }
+
+// The tiled GEMMs' step `st` (columns 16 st .. 16 st + 15) of the row at byte `row`, scaled
+// (kquant_tile.wgsl): values v0 .. v0 + 15 of block st / 16, v0 = 16 (st % 16), one half h, quarter k and
+// scale.
+fn tile_load(row: u32, st: u32) -> array<vec4<f32>, 4> {
+    let b = row + (st / 16u) * BLOCK_BYTES;
+    let v0 = (st % 16u) * 16u;
+    let h = v0 / 128u;
+    let k = (v0 % 128u) / 32u;
+    let l0 = v0 % 32u;
+    let d = unpack2x16float(byte_word(b + 208u)).x;
+    let sc = f32(i32(byte_word(b + 192u + 8u * h + l0 / 16u + 2u * k) << 24u) >> 24u);
+    let a = d * sc;
+    let lo_at = b + 64u * h + l0 + 32u * (k % 2u);
+    let hi_at = b + 128u + 32u * h + l0;
+    let bytes = vec4<u32>(0u, 8u, 16u, 24u);
+    var out: array<vec4<f32>, 4>;
+    for (var i = 0u; i < 4u; i++) {
+        let lo = (vec4<u32>(byte_word(lo_at + 4u * i)) >> (bytes + vec4<u32>((k / 2u) * 4u))) & vec4<u32>(15u);
+        let hi = (vec4<u32>(byte_word(hi_at + 4u * i)) >> (bytes + vec4<u32>(2u * k))) & vec4<u32>(3u);
+        out[i] = (vec4<f32>(lo | (hi << vec4<u32>(4u))) - 32.0) * a;
+    }
+    return out;
+}

@@ -1,0 +1,84 @@
+// The product of the K-quant tiled GEMMs (kquant_gemm, expert_kquant_gemm; appended after their own file,
+// which declares `p.cols` and the blocks `w: array<u32>`; the input `x` is declared here), before the block
+// helper (kquant_q4_k.wgsl, kquant_q6_k.wgsl), whose `tile_load` decodes and scales a row's 16 columns a
+// step. As q8_tile.wgsl's `tile_product` (its layout and lane roles), with the weights scaled as they are
+// decoded: a workgroup of 128 lanes takes 128 rows x 32 tokens (pairs), 16 columns at a time, each weight
+// read once per 32 tokens.
+
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>; // input rows, f32
+
+// Elements of `x` a row: cols f32, 4 a vec4.
+fn x_row_len() -> u32 {
+    return p.cols / 4u;
+}
+
+const TILE_K: u32 = 16u;
+
+var<workgroup> tile_w: array<vec4<f32>, 512>; // [TILE_K][32] 4 rows each
+var<workgroup> tile_x: array<vec4<f32>, 128>; // [TILE_K][8] 4 tokens each
+
+// Rows 8 * rg .. of the lane's products, rg = 4 * (li / 32) + (li % 32) / 8.
+fn tile_rows(li: u32) -> u32 {
+    return 8u * (4u * (li / 32u) + (li % 32u) / 8u);
+}
+
+// Tokens 4 * tg .. of the lane's products, tg = li % 8.
+fn tile_tokens(li: u32) -> u32 {
+    return 4u * (li % 8u);
+}
+
+// Lane li's products: [2 * j + h] = rows tile_rows(li) + 4h .. + 3 for token tile_tokens(li) + j. Lane li
+// brings, 16 columns at a time, the weights of the row at byte `lrow` (the tile's row li, clamped by the
+// caller) and 4 inputs of input row `xrow` (a vec4 index, the tile's token li % 32; zeros unless `live`).
+// Call from uniform control flow (it holds barriers).
+fn tile_product(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 8> {
+    let nstep = p.cols / TILE_K;
+    let lt = li % 32u;
+    let lc = li / 32u;
+    let rows4 = tile_rows(li) / 4u;
+    let tokens4 = tile_tokens(li) / 4u;
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
+    var a4 = vec4<f32>(0.0);
+    var a5 = vec4<f32>(0.0);
+    var a6 = vec4<f32>(0.0);
+    var a7 = vec4<f32>(0.0);
+    // Register double buffering: step s + 1's loads are issued before step s's multiply.
+    var wv = tile_load(lrow, 0u);
+    var xv = select(vec4<f32>(0.0), x[xrow + lc], live);
+    for (var st = 0u; st < nstep; st++) {
+        let w0 = wv[0];
+        let w1 = wv[1];
+        let w2 = wv[2];
+        let w3 = wv[3];
+        let xb = xv;
+        workgroupBarrier(); // the last step's reads are done
+        for (var j = 0u; j < 4u; j++) {
+            tile_w[j * 32u + li / 4u][li % 4u] = w0[j];
+            tile_w[(4u + j) * 32u + li / 4u][li % 4u] = w1[j];
+            tile_w[(8u + j) * 32u + li / 4u][li % 4u] = w2[j];
+            tile_w[(12u + j) * 32u + li / 4u][li % 4u] = w3[j];
+            tile_x[(lc * 4u + j) * 8u + lt / 4u][lt % 4u] = xb[j];
+        }
+        workgroupBarrier();
+        let ns = min(st + 1u, nstep - 1u);
+        wv = tile_load(lrow, ns);
+        xv = select(vec4<f32>(0.0), x[xrow + ns * 4u + lc], live);
+        for (var k = 0u; k < TILE_K; k++) {
+            let w_lo = tile_w[k * 32u + rows4];
+            let w_hi = tile_w[k * 32u + rows4 + 1u];
+            let t = tile_x[k * 8u + tokens4];
+            a0 += w_lo * t.x;
+            a1 += w_hi * t.x;
+            a2 += w_lo * t.y;
+            a3 += w_hi * t.y;
+            a4 += w_lo * t.z;
+            a5 += w_hi * t.z;
+            a6 += w_lo * t.w;
+            a7 += w_hi * t.w;
+        }
+    }
+    return array<vec4<f32>, 8>(a0, a1, a2, a3, a4, a5, a6, a7);
+}
