@@ -6,8 +6,8 @@
 //! - `read/floor`: every thread summing its share of the same experts' bytes (the bound the kernels chase);
 //! - `moe/{q8_0,q4_0}/{f32,q8}/{isa}/t{1,4}`: [`CpuExperts::moe`] for 1 token (8 experts) or 4 tokens (32
 //!   assignments over their union), every available path;
-//! - `moe-blocks/{q4_K,q6_K}/f32/t1`: K-quant experts as a GGUF's blocks (their AVX2 kernels where the CPU
-//!   has AVX2);
+//! - `moe-blocks/{q4_K,q6_K}/f32/{avx2,avx512vnni}/t1`: K-quant experts as a GGUF's blocks, on each of
+//!   their SIMD kernels the CPU runs;
 //! - `moe-mapped/q8_0/{f32,q8}/{isa}/t1`: the same experts written to a file in the temporary directory and
 //!   mapped from the page cache (4 KiB pages, where the heap's may be huge), as the engine's CPU tier reads
 //!   a store, on the fastest path.
@@ -164,7 +164,7 @@ fn benches(c: &mut Criterion) {
     group.finish();
 }
 
-/// `moe-blocks/{q4_K,q6_K}/f32/t1`: one layer's experts as a GGUF's K-quant blocks (random quants, finite
+/// `moe-blocks/{q4_K,q6_K}/f32/{avx2,avx512vnni}/t1`: one layer's experts as a GGUF's K-quant blocks (random quants, finite
 /// scales), one token.
 fn dequantised(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
@@ -196,21 +196,27 @@ fn dequantised(
             ExpertWeights::new(m(0, (FFN, HIDDEN)), m(1, (FFN, HIDDEN)), m(2, (HIDDEN, FFN))).unwrap()
         })
         .collect();
-    let cpu = CpuExperts::new(threads, Isa::detect()).unwrap();
     group.throughput(Throughput::Bytes((TOP_K * experts[0].weight_bytes()) as u64));
     let x: Vec<f32> = (0..HIDDEN).map(|_| (rng.next() % 2001) as f32 / 1000.0 - 1.0).collect();
     let mut out = vec![0f32; HIDDEN];
     let mut base = 0;
-    group.bench_function(format!("moe-blocks/{}/f32/t1", ty.name()), |b| {
-        b.iter(|| {
-            let assignments: Vec<Assignment> = (0..TOP_K)
-                .map(|k| Assignment { token: 0, expert: (base + k) % EXPERTS, weight: 1.0 / TOP_K as f32 })
-                .collect();
-            base = (base + TOP_K) % EXPERTS;
-            cpu.moe(Math::F32, &experts, &x, &assignments, &mut out).unwrap();
-            black_box(&out);
-        })
-    });
+    for isa in [Isa::Avx2, Isa::Avx512Vnni].into_iter().filter(|i| i.available()) {
+        let cpu = CpuExperts::new(threads, isa).unwrap();
+        group.bench_function(format!("moe-blocks/{}/f32/{}/t1", ty.name(), isa.name()), |b| {
+            b.iter(|| {
+                let assignments: Vec<Assignment> = (0..TOP_K)
+                    .map(|k| Assignment {
+                        token: 0,
+                        expert: (base + k) % EXPERTS,
+                        weight: 1.0 / TOP_K as f32,
+                    })
+                    .collect();
+                base = (base + TOP_K) % EXPERTS;
+                cpu.moe(Math::F32, &experts, &x, &assignments, &mut out).unwrap();
+                black_box(&out);
+            })
+        });
+    }
 }
 
 /// `moe-mapped/…`: `layer` written to a temporary file, mapped and read once into the page cache.

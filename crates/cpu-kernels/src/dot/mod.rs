@@ -22,11 +22,12 @@ pub(crate) fn dot(isa: Isa, ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f3
     if ty.is_dequantised() {
         #[cfg(target_arch = "x86_64")]
         if let (Isa::Avx2 | Isa::Avx512Vnni, Input::F32(x)) = (isa, x) {
-            // Safety: both paths' `available()` include AVX2, FMA and F16C; the row is whole super-blocks
-            // and `x` its length (checked by the callers).
-            match ty.tensor_type() {
-                TensorType::Q4K => return unsafe { x86_k_quant::dot_q4_k(row, x) },
-                TensorType::Q6K => return unsafe { x86_k_quant::dot_q6_k(row, x) },
+            // Safety: both paths' `available()` include AVX2, FMA and F16C, the AVX-512 one AVX-512F and BW;
+            // the row is whole super-blocks and `x` its length (checked by the callers).
+            match (ty.tensor_type(), isa) {
+                (TensorType::Q4K, Isa::Avx512Vnni) => return unsafe { x86_k_quant::dot_q4_k_512(row, x) },
+                (TensorType::Q4K, _) => return unsafe { x86_k_quant::dot_q4_k(row, x) },
+                (TensorType::Q6K, _) => return unsafe { x86_k_quant::dot_q6_k(row, x) },
                 _ => {}
             }
         }
