@@ -12,6 +12,10 @@
 //! | `down_q` | `[slots, H, F]` int8 | `HF` |
 //! | `down_scales` | `[slots, H, F/32]` f16 | `HF/16` |
 //!
+//! A store of records of blocks (a K-quant file: `ExpertLayout::blocks`) puts gate's and up's GGUF blocks in
+//! `gate_up_q` (up at `RecordBlocks::up_at`) and down's in `down_q`, each of its layer's type (the expert
+//! kernels read Q4_K and Q6_K), sized for the layer whose parts are largest; its scale planes are empty.
+//!
 //! A pool whose planes exceed the device's max buffer size (4 GiB on the H200: 1,364 Qwen3-30B-A3B slots)
 //! is split into parts of at most that size; the expert kernels run once per part (`first_slot` in
 //! `ExpertPlanes`), skipping pairs whose slot lies elsewhere. A part larger than the max storage binding
