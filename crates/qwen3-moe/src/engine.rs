@@ -347,7 +347,12 @@ impl Engine {
         opts: &EngineOptions,
         progress: &mut dyn FnMut(LoadProgress),
     ) -> Result<Engine> {
-        Config::from_metadata(GgufModel::open(gguf)?.metadata())?;
+        let model = GgufModel::open(gguf)?;
+        Config::from_metadata(model.metadata())?;
+        // Every tensor's type, from the header: a file the kernels cannot run is refused before it is copied.
+        if let (1, Some((_, file))) = (model.shards().len(), model.shards().next()) {
+            check_types(&diskformer_store::Layout::plan(file.header())?)?;
+        }
         let dir = store_dir.map_or_else(|| default_store_dir(gguf), Path::to_owned);
         diskformer_store::ingest(gguf, &dir, &IngestOptions::default(), &mut |p| {
             progress(LoadProgress::Ingest { done: p.done, total: p.total, bytes_per_sec: p.bytes_per_sec })
@@ -382,6 +387,7 @@ impl Engine {
         let store = Store::open(store_dir)?;
         let config = Config::from_metadata(&store.header().metadata)?;
         let tokenizer = Arc::new(Tokenizer::from_header(store.header())?);
+        check_types(store.layout())?;
         let experts = store.layout().experts.clone().ok_or_else(|| Error::BadTensor {
             name: "blk.0.ffn_gate_exps.weight".into(),
             what: "the store holds no routed experts".into(),
@@ -1500,6 +1506,13 @@ impl RoutedUnits {
 /// The route table's entry for an expert the pool does not hold (no pool part binds it, so the expert
 /// kernels skip the pick).
 const ABSENT: u32 = u32::MAX;
+
+/// Checks that the kernels multiply every matrix of `layout` (dense and experts), naming the first they
+/// do not.
+fn check_types(layout: &diskformer_store::Layout) -> Result<()> {
+    crate::weights::check_dense_types(layout)?;
+    layout.experts.as_ref().map_or(Ok(()), |x| ExpertKernels::of(x).map(|_| ()))
+}
 
 /// Whether every dense matrix of the store is Q8_0 planes (norms and routers are F32), as the fused decode
 /// layer reads them; the token embedding may be of any type (the host embeds it).

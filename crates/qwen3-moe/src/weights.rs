@@ -413,6 +413,33 @@ impl<'a> Uploader<'a> {
     }
 }
 
+/// Checks that every dense matrix of `layout` is of a type the GPU kernels multiply (Q8_0 planes, Q4_K or Q6_K
+/// blocks): what [`Weights::upload`] would find, before anything is copied or uploaded.
+///
+/// # Errors
+/// [`Error::BadTensor`] naming the first matrix of another type.
+pub(crate) fn check_dense_types(layout: &diskformer_store::Layout) -> Result<()> {
+    let tied = layout.dense_tensor("output.weight").is_none();
+    let matrix = |name: &str| {
+        ["attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight"].iter().any(|m| {
+            name.strip_prefix("blk.").and_then(|rest| rest.split_once('.')).is_some_and(|(_, n)| n == *m)
+        }) || name == "output.weight"
+            || (tied && name == "token_embd.weight")
+    };
+    match layout
+        .dense
+        .iter()
+        .filter(|t| matrix(&t.name))
+        .find(|t| !matches!(t.data, DenseData::Planes { .. }) && KQuant::from_name(&t.ty).is_none())
+    {
+        Some(t) => Err(Error::BadTensor {
+            name: t.name.clone(),
+            what: format!("is {}; the engine's GPU kernels multiply q8_0, q4_K and q6_K matrices", t.ty),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// The size [`storage`] gives a buffer asked for `bytes`: whole words, at least one.
 pub(crate) fn storage_size(bytes: u64) -> u64 {
     bytes.max(4).next_multiple_of(4)

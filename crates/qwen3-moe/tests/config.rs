@@ -101,3 +101,35 @@ fn open_gguf_refuses_another_architecture_before_copying_anything() {
     assert!(!store.exists(), "no store is written for a model the engine refuses");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A K-quant file with a type the GPU kernels do not multiply (a Q5_K_M mix: Q5_K attention and experts) is
+/// refused from its header, the tensor named, before a byte is copied; the same file's Q4_K_M twin opens.
+#[test]
+fn open_gguf_refuses_a_tensor_type_the_kernels_lack_before_copying_anything() {
+    use diskformer_qwen3_moe::synthetic::{SynthFtype, SynthShape, SynthSpec, SynthVocab, write_synthetic};
+    let dir = std::env::temp_dir().join(format!("diskformer-test-types-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut shape = SynthShape::tiny();
+    (shape.hidden, shape.heads, shape.head_dim, shape.ffn) = (256, 4, 64, 256);
+    for (ftype, refused) in [(SynthFtype::Q5KM, true), (SynthFtype::Q4KM, false)] {
+        shape.ftype = ftype;
+        let gguf = dir.join(format!("{ftype:?}.gguf"));
+        write_synthetic(&SynthSpec { shape: shape.clone(), vocab: SynthVocab::Bytes, seed: 3 }, &gguf)
+            .unwrap();
+        let store = dir.join(format!("{ftype:?}.store"));
+        let opts = diskformer_qwen3_moe::EngineOptions::default();
+        let result = diskformer_qwen3_moe::Engine::open_gguf(&gguf, Some(&store), &opts, &mut |_| {});
+        if refused {
+            assert!(
+                matches!(&result, Err(Error::BadTensor { name, what }) if name == "blk.0.attn_q.weight" && what.contains("q5_K")),
+                "{:?}",
+                result.err()
+            );
+            assert!(!store.exists(), "no store is written for a file the engine cannot run");
+        } else if let Err(e) = result {
+            // Without a GPU the open fails past the checks; the store was written all the same.
+            assert!(matches!(e, Error::Kernels(_)), "{e}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

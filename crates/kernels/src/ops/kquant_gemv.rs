@@ -1,7 +1,7 @@
 use super::q8_gemm::Q8GemmParams;
 use super::q8_gemv::Q8GemvParams;
 use crate::error::Result;
-use crate::kernels::{Kernel, Kernels, View};
+use crate::kernels::{Binder, Kernel, Kernels, View};
 use crate::{Dispatch, ops::*};
 
 /// Params of `kquant_gemv.wgsl`: those of the Q8_0 GEMV (`cols` a multiple of 256).
@@ -150,16 +150,7 @@ impl Kernels {
     ) -> Result<Dispatch> {
         let b = self.binder(w.quant.gemm());
         let (rows, cols, t) = (u64::from(w.rows), u64::from(w.cols), u64::from(tokens));
-        b.ensure(cols > 0 && cols.is_multiple_of(256) && rows > 0 && t > 0, || {
-            format!(
-                "needs rows, tokens > 0 and cols a multiple of 256 ({}); got rows {rows}, cols {cols}, \
-                 tokens {t}",
-                w.quant.name()
-            )
-        })?;
-        b.ensure(u64::from(offset) + rows <= u64::from(stride), || {
-            format!("output columns {offset}..{} past rows of {stride}", u64::from(offset) + rows)
-        })?;
+        check_shape(&b, w, t, (stride, offset))?;
         let gy = b.groups("token blocks", t.div_ceil(32))?;
         let row_bytes = w.row_bytes();
         let mut out = Vec::new();
@@ -194,15 +185,7 @@ impl Kernels {
         let rows_per_group: u64 = if rows4 { 32 } else { 8 };
         let b = self.binder(w.quant.gemv(rows4));
         let (rows, cols, t) = (u64::from(w.rows), u64::from(w.cols), u64::from(tokens));
-        b.ensure(cols > 0 && cols.is_multiple_of(256) && rows > 0, || {
-            format!(
-                "needs rows > 0 and cols a multiple of 256 ({}); got rows {rows}, cols {cols}",
-                w.quant.name()
-            )
-        })?;
-        b.ensure(u64::from(offset) + rows <= u64::from(stride), || {
-            format!("output columns {offset}..{} past rows of {stride}", u64::from(offset) + rows)
-        })?;
+        check_shape(&b, w, t, (stride, offset))?;
         let gy = b.groups("tokens", t)?;
         let row_bytes = w.row_bytes();
         let mut out = Vec::new();
@@ -225,4 +208,20 @@ impl Kernels {
         }
         Ok(b.finish(out))
     }
+}
+
+/// The shape checks of the K-quant GEMVs and GEMMs: rows and tokens, and `cols` whole super-blocks; the
+/// output columns `offset .. offset + rows` inside rows of `stride`.
+fn check_shape(b: &Binder<'_>, w: BlockMatrix<'_>, tokens: u64, (stride, offset): (u32, u32)) -> Result<()> {
+    let (rows, cols) = (u64::from(w.rows), u64::from(w.cols));
+    b.ensure(cols > 0 && cols.is_multiple_of(256) && rows > 0 && tokens > 0, || {
+        format!(
+            "needs rows, tokens > 0 and cols a multiple of 256 ({}); got rows {rows}, cols {cols}, tokens \
+             {tokens}",
+            w.quant.name()
+        )
+    })?;
+    b.ensure(u64::from(offset) + rows <= u64::from(stride), || {
+        format!("output columns {offset}..{} past rows of {stride}", u64::from(offset) + rows)
+    })
 }

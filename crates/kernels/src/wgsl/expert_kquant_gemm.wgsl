@@ -29,16 +29,6 @@ struct Params {
 @group(0) @binding(4) var<storage, read> w: array<u32>;            // slots slot_begin..slot_end of the plane
 @group(0) @binding(5) var<storage, read_write> y: array<f32>;      // [P, y_stride] f32
 
-// The 4 bytes of w from byte `b` on, little-endian, whatever b's alignment.
-fn byte_word(b: u32) -> u32 {
-    let i = b >> 2u;
-    let shift = (b & 3u) * 8u;
-    if (shift == 0u) {
-        return w[i];
-    }
-    return (w[i] >> shift) | (w[i + 1u] << (32u - shift));
-}
-
 const BR: u32 = 128u; // rows per workgroup
 const BT: u32 = 32u;  // pairs per group at most
 

@@ -33,16 +33,6 @@ struct Params {
 @group(0) @binding(4) var<storage, read> w: array<u32>;           // slots slot_begin..slot_end of the plane
 @group(0) @binding(5) var<storage, read_write> y: array<f32>;     // [P, y_stride] f32
 
-// The 4 bytes of w from byte `b` on, little-endian, whatever b's alignment.
-fn byte_word(b: u32) -> u32 {
-    let i = b >> 2u;
-    let shift = (b & 3u) * 8u;
-    if (shift == 0u) {
-        return w[i];
-    }
-    return (w[i] >> shift) | (w[i + 1u] << (32u - shift));
-}
-
 // This lane's share of the dot products of 4 rows (byte offsets `rows`) with the input row of `pair`.
 fn lane_dot4(rows: vec4<u32>, lane: u32, pair: u32) -> vec4<f32> {
     let blocks = p.cols / 256u;

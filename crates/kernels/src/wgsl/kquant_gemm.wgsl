@@ -21,16 +21,6 @@ struct Params {
 @group(0) @binding(2) var<storage, read> w: array<u32>;            // [rows, cols/256] blocks (this part)
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;      // [T, out_rows] f32
 
-// The 4 bytes of w from byte `b` on, little-endian, whatever b's alignment.
-fn byte_word(b: u32) -> u32 {
-    let i = b >> 2u;
-    let shift = (b & 3u) * 8u;
-    if (shift == 0u) {
-        return w[i];
-    }
-    return (w[i] >> shift) | (w[i + 1u] << (32u - shift));
-}
-
 const BR: u32 = 128u; // rows per workgroup
 const BT: u32 = 32u;  // tokens per workgroup
 

@@ -5,8 +5,8 @@
 // so one step of a lane covers 32 / LANES_PER_BLOCK super-blocks. `q4_k_gemv_rows4`: the same walk over 4
 // rows a lane group (32 a workgroup), each x load used for 4 rows. The block helper appended after this
 // file (kquant_q4_k.wgsl, kquant_q6_k.wgsl) defines BLOCK_BYTES, LANES_PER_BLOCK, `block_x` and
-// `block_dot`; the row sums (`row_sum`, `row_sum4`) come from row_sum_plain.wgsl or row_sum_subgroup.wgsl. A block need not start on a 4-byte boundary (Q6_K's are 210 bytes): `byte_word`
-// reads any 4 bytes. One dispatch per row part when the matrix is split over bindings.
+// `block_dot`; the row sums (`row_sum`, `row_sum4`) come from row_sum_plain.wgsl or row_sum_subgroup.wgsl. A Q6_K block need not start on a 4-byte boundary (210 bytes): its helper reads words at
+// any byte (`byte_word`). One dispatch per row part when the matrix is split over bindings.
 enable f16;
 
 struct Params {
@@ -24,21 +24,6 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;      // [T, cols] f32
 @group(0) @binding(2) var<storage, read> w: array<u32>;            // [rows, cols/256] blocks (this part)
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;      // [T, out_rows] f32
-
-// The 4 bytes of w from byte `b` on, little-endian, whatever b's alignment.
-fn byte_word(b: u32) -> u32 {
-    let i = b >> 2u;
-    let shift = (b & 3u) * 8u;
-    if (shift == 0u) {
-        return w[i];
-    }
-    return (w[i] >> shift) | (w[i + 1u] << (32u - shift));
-}
-
-// The byte at `b` of w.
-fn byte_at(b: u32) -> u32 {
-    return (w[b >> 2u] >> ((b & 3u) * 8u)) & 255u;
-}
 
 // workgroup_id.x = block of 8 rows, workgroup_id.y = token.
 @compute @workgroup_size(256)

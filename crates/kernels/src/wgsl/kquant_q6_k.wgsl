@@ -9,6 +9,16 @@
 const BLOCK_BYTES: u32 = 210u;
 const LANES_PER_BLOCK: u32 = 8u;
 
+// The 4 bytes of w from byte `b` on, little-endian, whatever b's alignment.
+fn byte_word(b: u32) -> u32 {
+    let i = b >> 2u;
+    let shift = (b & 3u) * 8u;
+    if (shift == 0u) {
+        return w[i];
+    }
+    return (w[i] >> shift) | (w[i + 1u] << (32u - shift));
+}
+
 // Bytes 0 and 2 of a word as signed values.
 fn i8_pair(v: u32) -> vec2<f32> {
     return vec2<f32>(f32(i32(v << 24u) >> 24u), f32(i32(v << 8u) >> 24u));
