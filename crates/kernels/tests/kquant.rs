@@ -193,7 +193,6 @@ fn expert_kquant_gemvs_match_the_cpu_reference() {
     let g = gpu_or_skip!();
     let mut rng = Rng::new(31);
     for quant in [KQuant::Q4K, KQuant::Q6K] {
-        // 2,304 values: a row longer than the workgroup stages, read from x.
         for (rows, cols, slots) in [(37, 256, 5), (64, 512, 3), (40, 2304, 3)] {
             let (pool, slot_bytes, offset) = block_pool(&mut rng, quant, (rows, cols), slots);
             let (k, tokens) = (2, 4);

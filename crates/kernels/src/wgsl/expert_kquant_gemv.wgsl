@@ -5,8 +5,8 @@
 // a group (slot, first, count, 0) of pairs sharing a slot, taken from `order` (the prefill chunks' grouping
 // of the grouped expert GEMMs): the group's pairs read the slot's rows while they are in cache. Pairs whose
 // slot lies outside this part are left to the other parts' dispatches. 32 rows a workgroup, 4 a lane group
-// of 32 lanes, LANES_PER_BLOCK lanes a super-block, as kquant_gemv_rows4 (each load of x serves 4 rows),
-// the pair's input row staged in workgroup memory first (rows of up to 2,048 values); the block helper (kquant_q4_k.wgsl,
+// of 32 lanes, LANES_PER_BLOCK lanes a super-block, as kquant_gemv_rows4 (each load of x serves 4 rows: with
+// one row a lane group the loads of x outweighed the weights' 7 to 1); the block helper (kquant_q4_k.wgsl,
 // kquant_q6_k.wgsl) and the row sums (row_sum_plain.wgsl or row_sum_subgroup.wgsl) are appended. The Q6_K
 // kernel is this file with its entry point renamed.
 enable f16;
@@ -33,29 +33,15 @@ struct Params {
 @group(0) @binding(4) var<storage, read> w: array<u32>;           // slots slot_begin..slot_end of the plane
 @group(0) @binding(5) var<storage, read_write> y: array<f32>;     // [P, y_stride] f32
 
-// The pair's input row, staged once for the workgroup's 32 rows (rows up to X_SHARED vec4s; longer ones
-// are read from x: `staged` 0, `x_base` the row's start).
-const X_SHARED: u32 = 512u;
-var<workgroup> xs: array<vec4<f32>, 512>;
-var<private> staged: bool;
-var<private> x_base: u32;
-
-// The 4 x values from vec4 `i` of the pair's row (the block helpers read x through it).
-fn x_at(i: u32) -> vec4<f32> {
-    if (staged) {
-        return xs[i];
-    }
-    return x[x_base + i];
-}
-
-// This lane's share of the dot products of 4 rows (byte offsets `rows`) with the input row `x_at` reads.
-fn lane_dot4(rows: vec4<u32>, lane: u32) -> vec4<f32> {
+// This lane's share of the dot products of 4 rows (byte offsets `rows`) with the input row of `pair`.
+fn lane_dot4(rows: vec4<u32>, lane: u32, pair: u32) -> vec4<f32> {
     let blocks = p.cols / 256u;
     let per_step = 32u / LANES_PER_BLOCK;
     let part = lane % LANES_PER_BLOCK;
+    let xrow = (pair / p.x_div) * (p.cols / 4u);
     var acc = vec4<f32>(0.0);
     for (var sb = lane / LANES_PER_BLOCK; sb < blocks; sb += per_step) {
-        let xs = block_x(part, sb * 64u);
+        let xs = block_x(part, xrow + sb * 64u);
         let at = sb * BLOCK_BYTES;
         acc += vec4<f32>(
             block_dot(rows.x + at, part, xs),
@@ -93,17 +79,7 @@ fn expert_q4_k_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup
         if (p.grouped != 0u) {
             pair = order[first + j];
         }
-        // The pair's input row into workgroup memory (the loads of x outweighed the weights' 7 to 1).
-        let row_len = p.cols / 4u;
-        x_base = (pair / p.x_div) * row_len;
-        staged = row_len <= X_SHARED;
-        if (staged) {
-            for (var i = li; i < row_len; i += 256u) {
-                xs[i] = x[x_base + i];
-            }
-        }
-        workgroupBarrier();
-        let total = row_sum4(lane_dot4(rows, lane), li/*SG_CALL*/);
+        let total = row_sum4(lane_dot4(rows, lane, pair), li/*SG_CALL*/);
         if (lane == 0u) {
             for (var i = 0u; i < 4u; i++) {
                 if (r0 + i < p.rows) {

@@ -25,11 +25,6 @@ struct Params {
 @group(0) @binding(2) var<storage, read> w: array<u32>;            // [rows, cols/256] blocks (this part)
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;      // [T, out_rows] f32
 
-// The 4 x values from vec4 `i` of x (the block helpers read x through it).
-fn x_at(i: u32) -> vec4<f32> {
-    return x[i];
-}
-
 // workgroup_id.x = block of 8 rows, workgroup_id.y = token.
 @compute @workgroup_size(256)
 fn q4_k_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {

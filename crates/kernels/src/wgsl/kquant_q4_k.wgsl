@@ -28,8 +28,8 @@ fn scale_min(s: vec3<u32>, j: u32) -> vec2<f32> {
 // its 16 high-nibble ones.
 fn block_x(lane: u32, x4: u32) -> array<vec4<f32>, 8> {
     let xl = x4 + (lane / 2u) * 16u + (lane % 2u) * 4u;
-    return array<vec4<f32>, 8>(x_at(xl), x_at(xl + 1u), x_at(xl + 2u), x_at(xl + 3u), x_at(xl + 8u),
-        x_at(xl + 9u), x_at(xl + 10u), x_at(xl + 11u));
+    return array<vec4<f32>, 8>(x[xl], x[xl + 1u], x[xl + 2u], x[xl + 3u], x[xl + 8u], x[xl + 9u], x[xl + 10u],
+        x[xl + 11u]);
 }
 
 // Lane `lane`'s part of the block at byte `b` against its values of x (`block_x`).

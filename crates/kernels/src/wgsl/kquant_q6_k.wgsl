@@ -28,8 +28,8 @@ fn i8_pair(v: u32) -> vec2<f32> {
 // l's, the 4 quarters' vec4s.
 fn block_x(lane: u32, x4: u32) -> array<vec4<f32>, 8> {
     let xv = x4 + 32u * (lane / 4u) + 2u * (lane % 4u);
-    return array<vec4<f32>, 8>(x_at(xv), x_at(xv + 8u), x_at(xv + 16u), x_at(xv + 24u), x_at(xv + 1u),
-        x_at(xv + 9u), x_at(xv + 17u), x_at(xv + 25u));
+    return array<vec4<f32>, 8>(x[xv], x[xv + 8u], x[xv + 16u], x[xv + 24u], x[xv + 1u], x[xv + 9u], x[xv + 17u],
+        x[xv + 25u]);
 }
 
 // Lane `lane`'s part of the block at byte `b` against its values of x (`block_x`).

@@ -7,11 +7,6 @@
 
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>; // input rows, f32
 
-// The 4 x values from vec4 `i` of x (the block helpers' GEMV walk reads x through it; unused here).
-fn x_at(i: u32) -> vec4<f32> {
-    return x[i];
-}
-
 // Elements of `x` a row: cols f32, 4 a vec4.
 fn x_row_len() -> u32 {
     return p.cols / 4u;
