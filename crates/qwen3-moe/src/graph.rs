@@ -11,7 +11,8 @@
 //! resident the top-k rides in gate‖up too (`expert_q8_gemv_gate_up_swiglu_routed`: each workgroup ranks
 //! its token's logits and looks its pick up in the slot table), one dispatch fewer again (`layer/all_routed`
 //! 67.1 against 68.2 µs); streaming and route-ahead steps keep the top-k's own dispatch, whose picks the host
-//! reads. Chunks run the unfused layer.
+//! reads. Chunks run the unfused layer, and so do one-token steps on K-quant matrices (dense weights of GGUF
+//! blocks, or records of blocks: `block_experts`), whose kernels have no fused forms yet.
 
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
