@@ -14,7 +14,7 @@
 //!
 //! A store of records of blocks (a K-quant file: `ExpertLayout::blocks`) puts gate's and up's GGUF blocks in
 //! `gate_up_q` (up at `RecordBlocks::up_at`) and down's in `down_q`, each of its layer's type (the expert
-//! kernels read Q4_K and Q6_K), sized for the layer whose parts are largest; its scale planes are empty.
+//! kernels read Q4_K, Q5_K and Q6_K), sized for the layer whose parts are largest; its scale planes are empty.
 //!
 //! A pool whose planes exceed the device's max buffer size (4 GiB on the H200: 1,364 Qwen3-30B-A3B slots)
 //! is split into parts of at most that size; the expert kernels run once per part (`first_slot` in
@@ -876,7 +876,7 @@ fn check_blocks(layout: &ExpertLayout) -> Result<[Region; 4]> {
             if KQuant::from_name(ty.name()).is_none() {
                 return Err(Error::BadLayout {
                     reason: format!(
-                        "blk.{layer}.ffn_{}_exps is {}; the GPU expert kernels read q4_K and q6_K blocks \
+                        "blk.{layer}.ffn_{}_exps is {}; the GPU expert kernels read q4_K, q5_K and q6_K blocks \
                          (and Q8_0 or Q4_0 experts of one type throughout)",
                         part.name(),
                         ty.name()

@@ -179,7 +179,7 @@ fn bench_q8_gemv(c: &mut Criterion, g: &Gpu) {
     group.finish();
 }
 
-/// The K-quant GEMVs on GGUF blocks (Q4_K, Q6_K) at Qwen3-30B-A3B's shapes: an expert's gate‖up and down as
+/// The K-quant GEMVs on GGUF blocks (Q4_K, Q6_K; Q5_K shares the Q4_K walk) at Qwen3-30B-A3B's shapes: an expert's gate‖up and down as
 /// one dense matrix each (what issue 33's goal compares with the copy bandwidth), the attention's Q and
 /// the lm head (Q6_K in llama.cpp's Q4_K_M files). Throughput counts the blocks' bytes.
 fn bench_kquant_gemv(c: &mut Criterion, g: &Gpu) {

@@ -47,17 +47,20 @@ pub fn q8_gemv(q: &[i8], scales: &[f16], rows: usize, cols: usize, x: &[f32]) ->
     q8_gemv_as(q, scales, rows, cols, x, f64::from)
 }
 
-/// Value `v` (0..256) of a K-quant super-block, value by value as ggml's `dequantize_row_q4_K` and
-/// `dequantize_row_q6_K` lay them out (the GPU kernels' reference; the gguf crate's dequantiser, checked
+/// Value `v` (0..256) of a K-quant super-block, value by value as ggml's `dequantize_row_q4_K`,
+/// `dequantize_row_q5_K` and `dequantize_row_q6_K` lay them out (the GPU kernels' reference; the gguf crate's dequantiser, checked
 /// bit for bit against ggml's, is the tests' reference for this).
 pub fn kquant_value(quant: crate::KQuant, block: &[u8], v: usize) -> f32 {
     let f16_at = |i: usize| f16::from_le_bytes([block[i], block[i + 1]]).to_f32();
     match quant {
-        crate::KQuant::Q4K => {
-            // Sub-block j = v / 32 of chunk v / 64: the low nibbles, then the high ones.
+        crate::KQuant::Q4K | crate::KQuant::Q5K => {
+            // Sub-block j = v / 32 of chunk v / 64: the low nibbles, then the high ones; Q5_K's fifth bit is
+            // bit j of qh[l] (its quants start after the 32 bytes of qh).
             let (j, l) = (v / 32, v % 32);
-            let q = block[16 + 32 * (v / 64) + l];
+            let five = quant == crate::KQuant::Q5K;
+            let q = block[if five { 48 } else { 16 } + 32 * (v / 64) + l];
             let q = if j % 2 == 0 { q & 0xF } else { q >> 4 };
+            let q = if five { q | (((block[16 + l] >> j) & 1) << 4) } else { q };
             let s = &block[4..16];
             let (sc, m) = if j < 4 {
                 (s[j] & 63, s[j + 4] & 63)

@@ -27,6 +27,12 @@ pub enum Kernel {
     Q4KGemvRows4,
     /// [`Kernel::Q6KGemv`] with 4 rows a lane group.
     Q6KGemvRows4,
+    /// Q5_K GEMV over T inputs on GGUF blocks (the Q4_K kernel's file).
+    Q5KGemv,
+    /// [`Kernel::Q5KGemv`] with 4 rows a lane group.
+    Q5KGemvRows4,
+    /// [`Kernel::Q4KGemm`] on Q5_K blocks.
+    Q5KGemm,
     /// Q4_K GEMM over T inputs through workgroup-memory tiles (prefill), on GGUF blocks.
     Q4KGemm,
     /// [`Kernel::Q4KGemm`] on Q6_K blocks (its file, this entry point).
@@ -111,6 +117,10 @@ pub enum Kernel {
     ExpertQ4KGemm,
     /// [`Kernel::ExpertQ4KGemm`] on Q6_K blocks (its file, this entry point).
     ExpertQ6KGemm,
+    /// [`Kernel::ExpertQ4KGemv`] on Q5_K blocks.
+    ExpertQ5KGemv,
+    /// [`Kernel::ExpertQ4KGemm`] on Q5_K blocks.
+    ExpertQ5KGemm,
     /// Pool slots of the picks from a resident table (routing on the GPU).
     ExpertSlots,
     /// A chunk's pairs grouped by expert for the tiled expert GEMMs (resident experts, no read-back).
@@ -152,12 +162,14 @@ const EXPERT_Q8_PAIR_ROWS: &str = include_str!("wgsl/expert_q8_pair_rows.wgsl");
 const SAMPLE_STEP: &str = include_str!("wgsl/sample_step.wgsl");
 const KQUANT_Q4_K: &str = include_str!("wgsl/kquant_q4_k.wgsl");
 const KQUANT_Q6_K: &str = include_str!("wgsl/kquant_q6_k.wgsl");
+const KQUANT_Q5_K: &str = include_str!("wgsl/kquant_q5_k.wgsl");
+const KQUANT_K_SCALES: &str = include_str!("wgsl/kquant_k_scales.wgsl");
 const KQUANT_TILE: &str = include_str!("wgsl/kquant_tile.wgsl");
 const Q8_TILE_COOP: &str = include_str!("wgsl/q8_tile_coop.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 55] = [
+    pub const ALL: [Kernel; 60] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -165,6 +177,11 @@ impl Kernel {
         Kernel::Q6KGemv,
         Kernel::Q4KGemvRows4,
         Kernel::Q6KGemvRows4,
+        Kernel::Q5KGemv,
+        Kernel::Q5KGemvRows4,
+        Kernel::Q5KGemm,
+        Kernel::ExpertQ5KGemv,
+        Kernel::ExpertQ5KGemm,
         Kernel::Q8GemvRows2,
         Kernel::Q8GemmTiled,
         Kernel::Q8GemmI8,
@@ -225,6 +242,11 @@ impl Kernel {
             Kernel::Q6KGemv => "q6_k_gemv",
             Kernel::Q4KGemvRows4 => "q4_k_gemv_rows4",
             Kernel::Q6KGemvRows4 => "q6_k_gemv_rows4",
+            Kernel::Q5KGemv => "q5_k_gemv",
+            Kernel::Q5KGemvRows4 => "q5_k_gemv_rows4",
+            Kernel::Q5KGemm => "q5_k_gemm",
+            Kernel::ExpertQ5KGemv => "expert_q5_k_gemv",
+            Kernel::ExpertQ5KGemm => "expert_q5_k_gemm",
             Kernel::Q8GemvRows2 => "q8_gemv_rows2",
             Kernel::Q8GemmTiled => "q8_gemm_tiled",
             Kernel::Q8GemmI8 => "q8_gemm_i8",
@@ -314,6 +336,9 @@ impl Kernel {
                 | Kernel::Q6KGemv
                 | Kernel::Q4KGemvRows4
                 | Kernel::Q6KGemvRows4
+                | Kernel::Q5KGemv
+                | Kernel::Q5KGemvRows4
+                | Kernel::ExpertQ5KGemv
                 | Kernel::ExpertQ4KGemv
                 | Kernel::ExpertQ6KGemv
                 | Kernel::AttentionSplit
@@ -341,9 +366,12 @@ impl Kernel {
             Kernel::Q8Gemv | Kernel::Q8GemvRows2 | Kernel::Q8GemvRows4 | Kernel::Q8GemvI8 => {
                 size_of::<Q8GemvParams>()
             }
-            Kernel::Q4KGemv | Kernel::Q6KGemv | Kernel::Q4KGemvRows4 | Kernel::Q6KGemvRows4 => {
-                size_of::<KQuantGemvParams>()
-            }
+            Kernel::Q4KGemv
+            | Kernel::Q6KGemv
+            | Kernel::Q5KGemv
+            | Kernel::Q4KGemvRows4
+            | Kernel::Q6KGemvRows4
+            | Kernel::Q5KGemvRows4 => size_of::<KQuantGemvParams>(),
             Kernel::Q8GemmTiled | Kernel::Q8GemmI8 | Kernel::Q8GemmCoop => size_of::<Q8GemmParams>(),
             Kernel::QuantizeQ8 => size_of::<QuantizeQ8Params>(),
             Kernel::F32Gemv => size_of::<F32GemvParams>(),
@@ -372,10 +400,13 @@ impl Kernel {
             | Kernel::ExpertQ8GemmTiled
             | Kernel::ExpertQ8GemmI8
             | Kernel::ExpertQ8GemmCoop => size_of::<ExpertQ8GemmParams>(),
-            Kernel::ExpertQ4KGemv | Kernel::ExpertQ6KGemv | Kernel::ExpertQ4KGemm | Kernel::ExpertQ6KGemm => {
-                size_of::<ExpertKQuantGemvParams>()
-            }
-            Kernel::Q4KGemm | Kernel::Q6KGemm => size_of::<Q8GemmParams>(),
+            Kernel::ExpertQ4KGemv
+            | Kernel::ExpertQ6KGemv
+            | Kernel::ExpertQ5KGemv
+            | Kernel::ExpertQ4KGemm
+            | Kernel::ExpertQ6KGemm
+            | Kernel::ExpertQ5KGemm => size_of::<ExpertKQuantGemvParams>(),
+            Kernel::Q4KGemm | Kernel::Q6KGemm | Kernel::Q5KGemm => size_of::<Q8GemmParams>(),
             Kernel::ExpertSlots => size_of::<ExpertSlotsParams>(),
             Kernel::ExpertGroups => size_of::<ExpertGroupsParams>(),
             Kernel::SiluMul => size_of::<SiluMulParams>(),
@@ -394,7 +425,11 @@ impl Kernel {
             Kernel::RmsNorm => include_str!("wgsl/rms_norm.wgsl"),
             Kernel::Q8Gemv => include_str!("wgsl/q8_gemv.wgsl"),
             Kernel::Q4KGemv => include_str!("wgsl/kquant_gemv.wgsl"),
-            Kernel::Q6KGemv | Kernel::Q4KGemvRows4 | Kernel::Q6KGemvRows4 => Kernel::Q4KGemv.file(),
+            Kernel::Q6KGemv
+            | Kernel::Q5KGemv
+            | Kernel::Q4KGemvRows4
+            | Kernel::Q6KGemvRows4
+            | Kernel::Q5KGemvRows4 => Kernel::Q4KGemv.file(),
             Kernel::Q8GemvRows2 => include_str!("wgsl/q8_gemv_rows2.wgsl"),
             Kernel::Q8GemvRows4 => include_str!("wgsl/q8_gemv_rows4.wgsl"),
             Kernel::Q8GemvI8 => Kernel::Q8GemvRows4.file(),
@@ -427,11 +462,11 @@ impl Kernel {
             Kernel::ExpertQ8GemmTiled => include_str!("wgsl/expert_q8_gemm_tiled.wgsl"),
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ8GemmCoop => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertQ4KGemv => include_str!("wgsl/expert_kquant_gemv.wgsl"),
-            Kernel::ExpertQ6KGemv => Kernel::ExpertQ4KGemv.file(),
+            Kernel::ExpertQ6KGemv | Kernel::ExpertQ5KGemv => Kernel::ExpertQ4KGemv.file(),
             Kernel::ExpertQ4KGemm => include_str!("wgsl/expert_kquant_gemm.wgsl"),
-            Kernel::ExpertQ6KGemm => Kernel::ExpertQ4KGemm.file(),
+            Kernel::ExpertQ6KGemm | Kernel::ExpertQ5KGemm => Kernel::ExpertQ4KGemm.file(),
             Kernel::Q4KGemm => include_str!("wgsl/kquant_gemm.wgsl"),
-            Kernel::Q6KGemm => Kernel::Q4KGemm.file(),
+            Kernel::Q6KGemm | Kernel::Q5KGemm => Kernel::Q4KGemm.file(),
             Kernel::ExpertQ4Gemm => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertSlots => include_str!("wgsl/expert_slots.wgsl"),
             Kernel::ExpertGroups => include_str!("wgsl/expert_groups.wgsl"),
@@ -503,11 +538,11 @@ impl Kernel {
         match self {
             Kernel::Q8GemmI8 => Some(Kernel::Q8GemmTiled),
             Kernel::Q8GemvI8 => Some(Kernel::Q8GemvRows4),
-            Kernel::Q6KGemv => Some(Kernel::Q4KGemv),
-            Kernel::Q6KGemvRows4 => Some(Kernel::Q4KGemvRows4),
-            Kernel::ExpertQ6KGemv => Some(Kernel::ExpertQ4KGemv),
-            Kernel::ExpertQ6KGemm => Some(Kernel::ExpertQ4KGemm),
-            Kernel::Q6KGemm => Some(Kernel::Q4KGemm),
+            Kernel::Q6KGemv | Kernel::Q5KGemv => Some(Kernel::Q4KGemv),
+            Kernel::Q6KGemvRows4 | Kernel::Q5KGemvRows4 => Some(Kernel::Q4KGemvRows4),
+            Kernel::ExpertQ6KGemv | Kernel::ExpertQ5KGemv => Some(Kernel::ExpertQ4KGemv),
+            Kernel::ExpertQ6KGemm | Kernel::ExpertQ5KGemm => Some(Kernel::ExpertQ4KGemm),
+            Kernel::Q6KGemm | Kernel::Q5KGemm => Some(Kernel::Q4KGemm),
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ4Gemm | Kernel::ExpertQ8GemmCoop => {
                 Some(Kernel::ExpertQ8GemmTiled)
             }
@@ -537,12 +572,21 @@ impl Kernel {
             Kernel::Q8GemmCoop => &[Q8_HELPERS],
             Kernel::QuantizeQ8 | Kernel::F32Gemv => &[Q8_HELPERS],
             Kernel::AttentionTiled | Kernel::AttentionFlash => &[ATTENTION_TILE_LOAD],
-            Kernel::Q4KGemm | Kernel::ExpertQ4KGemm => &[KQUANT_TILE, KQUANT_Q4_K],
+            Kernel::Q4KGemm | Kernel::ExpertQ4KGemm => &[KQUANT_TILE, KQUANT_Q4_K, KQUANT_K_SCALES],
+            Kernel::Q5KGemm | Kernel::ExpertQ5KGemm => &[KQUANT_TILE, KQUANT_Q5_K, KQUANT_K_SCALES],
             Kernel::Q6KGemm | Kernel::ExpertQ6KGemm => &[KQUANT_TILE, KQUANT_Q6_K],
             Kernel::Q4KGemv | Kernel::Q4KGemvRows4 | Kernel::ExpertQ4KGemv if subgroups => {
-                &[KQUANT_Q4_K, ROW_SUM_SUBGROUP]
+                &[KQUANT_Q4_K, KQUANT_K_SCALES, ROW_SUM_SUBGROUP]
             }
-            Kernel::Q4KGemv | Kernel::Q4KGemvRows4 | Kernel::ExpertQ4KGemv => &[KQUANT_Q4_K, ROW_SUM_PLAIN],
+            Kernel::Q4KGemv | Kernel::Q4KGemvRows4 | Kernel::ExpertQ4KGemv => {
+                &[KQUANT_Q4_K, KQUANT_K_SCALES, ROW_SUM_PLAIN]
+            }
+            Kernel::Q5KGemv | Kernel::Q5KGemvRows4 | Kernel::ExpertQ5KGemv if subgroups => {
+                &[KQUANT_Q5_K, KQUANT_K_SCALES, ROW_SUM_SUBGROUP]
+            }
+            Kernel::Q5KGemv | Kernel::Q5KGemvRows4 | Kernel::ExpertQ5KGemv => {
+                &[KQUANT_Q5_K, KQUANT_K_SCALES, ROW_SUM_PLAIN]
+            }
             Kernel::Q6KGemv | Kernel::Q6KGemvRows4 | Kernel::ExpertQ6KGemv if subgroups => {
                 &[KQUANT_Q6_K, ROW_SUM_SUBGROUP]
             }

@@ -1,5 +1,5 @@
 //! The dense weights on the GPU: every non-expert tensor of the store's `dense.bin`, Q8_0 matrices one buffer
-//! per plane, K-quant ones (Q4_K, Q6_K) as their GGUF blocks, checked against the config's shapes before
+//! per plane, K-quant ones (Q4_K, Q5_K, Q6_K) as their GGUF blocks, checked against the config's shapes before
 //! anything is uploaded.
 
 use std::fs::File;
@@ -351,7 +351,7 @@ impl<'a> Uploader<'a> {
             _ => Err(Error::BadTensor {
                 name: name.into(),
                 what: format!(
-                    "is {} {:?}; the engine's GPU kernels multiply q8_0, q4_K and q6_K matrices of {want:?}",
+                    "is {} {:?}; the engine's GPU kernels multiply q8_0, q4_K, q5_K and q6_K matrices of {want:?}",
                     t.ty, t.dims
                 ),
             }),
@@ -434,7 +434,10 @@ pub(crate) fn check_dense_types(layout: &diskformer_store::Layout) -> Result<()>
     {
         Some(t) => Err(Error::BadTensor {
             name: t.name.clone(),
-            what: format!("is {}; the engine's GPU kernels multiply q8_0, q4_K and q6_K matrices", t.ty),
+            what: format!(
+                "is {}; the engine's GPU kernels multiply q8_0, q4_K, q5_K and q6_K matrices",
+                t.ty
+            ),
         }),
         None => Ok(()),
     }

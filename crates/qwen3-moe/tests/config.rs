@@ -102,8 +102,9 @@ fn open_gguf_refuses_another_architecture_before_copying_anything() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// A K-quant file with a type the GPU kernels do not multiply (a Q5_K_M mix: Q5_K attention and experts) is
-/// refused from its header, the tensor named, before a byte is copied; the same file's Q4_K_M twin opens.
+/// A K-quant file with a type the GPU kernels do not multiply (a Q3_K_M mix: Q3_K attention and experts) is
+/// refused from its header, the tensor named, before a byte is copied; the same model as Q4_K_M and Q5_K_M
+/// opens.
 #[test]
 fn open_gguf_refuses_a_tensor_type_the_kernels_lack_before_copying_anything() {
     use diskformer_qwen3_moe::synthetic::{SynthFtype, SynthShape, SynthSpec, SynthVocab, write_synthetic};
@@ -111,7 +112,7 @@ fn open_gguf_refuses_a_tensor_type_the_kernels_lack_before_copying_anything() {
     std::fs::create_dir_all(&dir).unwrap();
     let mut shape = SynthShape::tiny();
     (shape.hidden, shape.heads, shape.head_dim, shape.ffn) = (256, 4, 64, 256);
-    for (ftype, refused) in [(SynthFtype::Q5KM, true), (SynthFtype::Q4KM, false)] {
+    for (ftype, refused) in [(SynthFtype::Q3KM, true), (SynthFtype::Q4KM, false), (SynthFtype::Q5KM, false)] {
         shape.ftype = ftype;
         let gguf = dir.join(format!("{ftype:?}.gguf"));
         write_synthetic(&SynthSpec { shape: shape.clone(), vocab: SynthVocab::Bytes, seed: 3 }, &gguf)
@@ -121,7 +122,7 @@ fn open_gguf_refuses_a_tensor_type_the_kernels_lack_before_copying_anything() {
         let result = diskformer_qwen3_moe::Engine::open_gguf(&gguf, Some(&store), &opts, &mut |_| {});
         if refused {
             assert!(
-                matches!(&result, Err(Error::BadTensor { name, what }) if name == "blk.0.attn_q.weight" && what.contains("q5_K")),
+                matches!(&result, Err(Error::BadTensor { name, what }) if name == "blk.0.attn_q.weight" && what.contains("q3_K")),
                 "{:?}",
                 result.err()
             );

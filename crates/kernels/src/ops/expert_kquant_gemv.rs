@@ -86,6 +86,8 @@ impl KQuant {
             (KQuant::Q6K, false) => Kernel::ExpertQ6KGemv,
             (KQuant::Q4K, true) => Kernel::ExpertQ4KGemm,
             (KQuant::Q6K, true) => Kernel::ExpertQ6KGemm,
+            (KQuant::Q5K, false) => Kernel::ExpertQ5KGemv,
+            (KQuant::Q5K, true) => Kernel::ExpertQ5KGemm,
         }
     }
 }

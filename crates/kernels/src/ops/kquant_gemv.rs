@@ -14,6 +14,8 @@ pub enum KQuant {
     Q4K,
     /// `block_q6_K`, 210 bytes: 6.5625 bits a value.
     Q6K,
+    /// `block_q5_K`, 176 bytes: 5.5 bits a value.
+    Q5K,
 }
 
 impl KQuant {
@@ -22,12 +24,13 @@ impl KQuant {
         match self {
             KQuant::Q4K => 144,
             KQuant::Q6K => 210,
+            KQuant::Q5K => 176,
         }
     }
 
     /// The type of ggml's name `name` (`"q4_K"`, `"q6_K"`), if the kernels read it.
     pub fn from_name(name: &str) -> Option<KQuant> {
-        [KQuant::Q4K, KQuant::Q6K].into_iter().find(|q| q.name() == name)
+        [KQuant::Q4K, KQuant::Q5K, KQuant::Q6K].into_iter().find(|q| q.name() == name)
     }
 
     /// ggml's name of the type.
@@ -35,6 +38,7 @@ impl KQuant {
         match self {
             KQuant::Q4K => "q4_K",
             KQuant::Q6K => "q6_K",
+            KQuant::Q5K => "q5_K",
         }
     }
 
@@ -42,6 +46,7 @@ impl KQuant {
         match self {
             KQuant::Q4K => Kernel::Q4KGemm,
             KQuant::Q6K => Kernel::Q6KGemm,
+            KQuant::Q5K => Kernel::Q5KGemm,
         }
     }
 
@@ -51,6 +56,8 @@ impl KQuant {
             (KQuant::Q6K, false) => Kernel::Q6KGemv,
             (KQuant::Q4K, true) => Kernel::Q4KGemvRows4,
             (KQuant::Q6K, true) => Kernel::Q6KGemvRows4,
+            (KQuant::Q5K, false) => Kernel::Q5KGemv,
+            (KQuant::Q5K, true) => Kernel::Q5KGemvRows4,
         }
     }
 }

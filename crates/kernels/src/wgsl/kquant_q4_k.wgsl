@@ -3,34 +3,11 @@
 // 64c + 32 + j in its high one, value = d * sc * q - dmin * m with the 6-bit (sc, m) of sub-blocks 2c and
 // 2c + 1 packed in `scales` (ggml's get_scale_min_k4). 8 lanes a block: lane l takes chunk l / 2, bytes
 // 16 (l % 2) .. + 16 of it (four words: blocks are 144 bytes, so words stay aligned), and decodes its two
-// (sc, m) pairs once for its 32 values.
+// (sc, m) pairs once for its 32 values. `scale_min` and `block_x` come from kquant_k_scales.wgsl, appended
+// too.
 
 const BLOCK_BYTES: u32 = 144u;
 const LANES_PER_BLOCK: u32 = 8u;
-
-// Byte k (0..12) of the scales, given as their three words.
-fn scale_byte(s: vec3<u32>, k: u32) -> u32 {
-    return (s[k / 4u] >> ((k % 4u) * 8u)) & 255u;
-}
-
-// (scale, min) of sub-block j.
-fn scale_min(s: vec3<u32>, j: u32) -> vec2<f32> {
-    if (j < 4u) {
-        return vec2<f32>(f32(scale_byte(s, j) & 63u), f32(scale_byte(s, j + 4u) & 63u));
-    }
-    let hi = scale_byte(s, j + 4u);
-    let sc = (hi & 15u) | ((scale_byte(s, j - 4u) >> 6u) << 4u);
-    let m = (hi >> 4u) | ((scale_byte(s, j) >> 6u) << 4u);
-    return vec2<f32>(f32(sc), f32(m));
-}
-
-// Lane `lane`'s values of x for a block whose first value is vec4 `x4`: its 16 low-nibble values, then
-// its 16 high-nibble ones.
-fn block_x(lane: u32, x4: u32) -> array<vec4<f32>, 8> {
-    let xl = x4 + (lane / 2u) * 16u + (lane % 2u) * 4u;
-    return array<vec4<f32>, 8>(x[xl], x[xl + 1u], x[xl + 2u], x[xl + 3u], x[xl + 8u], x[xl + 9u], x[xl + 10u],
-        x[xl + 11u]);
-}
 
 // Lane `lane`'s part of the block at byte `b` against its values of x (`block_x`).
 fn block_dot(b: u32, lane: u32, xs: array<vec4<f32>, 8>) -> f32 {
