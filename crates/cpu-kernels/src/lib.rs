@@ -44,6 +44,8 @@ mod isa;
 mod matrix;
 mod pool;
 
+use diskformer_gguf::TensorType;
+
 pub use activation::{Input, Q8Row};
 pub use error::{Error, Result};
 pub use ffn::{Assignment, CpuExperts, ExpertWeights, Math};
@@ -51,6 +53,12 @@ pub use gemv::gemv;
 pub use isa::Isa;
 pub use matrix::{BLOCK, K_BLOCK, QuantMatrix};
 pub use pool::WorkerPool;
+
+/// Whether the SIMD paths multiply `ty` with a kernel of its own (Q8_0, Q4_0, Q4_K, Q6_K) rather than
+/// dequantising each block first (the portable path: several times slower).
+pub fn has_simd_kernel(ty: TensorType) -> bool {
+    matches!(ty, TensorType::Q8_0 | TensorType::Q4_0 | TensorType::Q4K | TensorType::Q6K)
+}
 
 /// The scalar path's `row · x` for row `r` of `m`: the reference the SIMD paths are tested against.
 pub fn dot_reference(m: &QuantMatrix<'_>, r: usize, x: Input<'_>) -> f32 {
