@@ -48,7 +48,7 @@ pub use layout::{DEFAULT_ALIGNMENT, MAX_DIMS};
 pub use metadata::Metadata;
 pub use planes::{join_planes, plane_sizes, split_planes};
 pub use reader::{Gguf, GgufFile, Header, MAGIC, MAX_ARRAY_DEPTH, PrefixParse, TensorInfo};
-pub use split::{GgufModel, SPLIT_COUNT, SPLIT_NO, SPLIT_TENSORS_COUNT, shard_paths};
+pub use split::{GgufModel, SPLIT_COUNT, SPLIT_NO, SPLIT_TENSORS_COUNT, shard_paths, write_split};
 pub use tensor_type::TensorType;
 pub use value::{Array, Value, ValueType};
 pub use writer::{GgufWriter, TensorFill};

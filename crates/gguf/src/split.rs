@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::{Error, GgufFile, Metadata, Result, TensorInfo, Value};
+use crate::{Error, GgufFile, GgufWriter, Metadata, Result, TensorInfo, Value};
 
 /// Metadata key: this shard's 0-based index (u16).
 pub const SPLIT_NO: &str = "split.no";
@@ -129,11 +129,36 @@ impl GgufModel {
         Some((s, &self.shards[s].1.tensors()[i]))
     }
 
+    /// The header of the one GGUF that merging the set would make (`llama-gguf-split --merge`): the first
+    /// shard's metadata without the split keys, and every tensor in shard then file order, its offset in
+    /// that merged data section. A file that is not split gives its own header's bytes.
+    ///
+    /// # Errors
+    /// None for a model that opened; the writer's error type.
+    pub fn merged_header(&self) -> Result<Vec<u8>> {
+        if let [(_, file)] = self.shards.as_slice() {
+            return Ok(file.bytes()[..file.header().data_offset as usize].to_vec());
+        }
+        let mut w = GgufWriter::new();
+        for (key, value) in model_keys(self.metadata()) {
+            w.add_metadata(key, value.clone())?;
+        }
+        for (_, t) in self.tensors() {
+            w.add_tensor_fill(t.name.clone(), t.ty, &t.dims, |_| Ok(()))?;
+        }
+        w.header_bytes()
+    }
+
     /// The data of the tensor named `name` (checked to lie inside its shard at open).
     pub fn tensor_data(&self, name: &str) -> Option<&[u8]> {
         let (s, _) = self.tensor(name)?;
         self.shards[s].1.tensor_data(name)
     }
+}
+
+/// The metadata pairs that describe the model, not how its file is split.
+fn model_keys(metadata: &Metadata) -> impl Iterator<Item = (&str, &Value)> {
+    metadata.iter().filter(|(key, _)| ![SPLIT_NO, SPLIT_COUNT, SPLIT_TENSORS_COUNT].contains(key))
 }
 
 /// A u16 metadata value, `None` where absent, or what is wrong with it.
@@ -158,4 +183,48 @@ pub fn shard_paths(first: &Path, count: u16) -> std::result::Result<Vec<PathBuf>
         ));
     };
     Ok((1..=count).map(|i| first.with_file_name(format!("{prefix}-{i:05}-of-{count:05}.gguf"))).collect())
+}
+
+/// Writes `file` as a gguf-split set of `count` shards whose first is `first` (named
+/// `PREFIX-00001-of-0000N.gguf`), as `llama-gguf-split --split` lays one out: the metadata in the first
+/// shard, the split keys in every shard, the tensors in file order spread so each shard holds about the same
+/// bytes. Returns the shards' paths.
+///
+/// # Errors
+/// [`Error::Split`] for a bad `first` name or a `count` below 2; [`Error::Io`] on a write failure.
+pub fn write_split(file: &GgufFile, count: u16, first: &Path) -> Result<Vec<PathBuf>> {
+    let split = |problem: String| Error::Split { path: first.to_owned(), problem };
+    if count < 2 {
+        return Err(split(format!("a set has at least 2 shards, not {count}")));
+    }
+    let paths = shard_paths(first, count).map_err(split)?;
+    let tensors = file.tensors();
+    let total: u64 = tensors.iter().map(|t| t.n_bytes).sum::<u64>().max(1);
+    let n_tensors = i32::try_from(tensors.len()).map_err(|_| split("more tensors than i32 counts".into()))?;
+    let mut before = 0u64;
+    let mut shard_of = Vec::with_capacity(tensors.len());
+    for t in tensors {
+        shard_of.push(((u128::from(before) * u128::from(count)) / u128::from(total)) as u16);
+        before += t.n_bytes;
+    }
+    for (s, path) in paths.iter().enumerate() {
+        let s = s as u16;
+        let mut w = GgufWriter::new();
+        if s == 0 {
+            for (key, value) in model_keys(file.metadata()) {
+                w.add_metadata(key, value.clone())?;
+            }
+        } else if let Some(a) = file.metadata().get("general.alignment") {
+            w.add_metadata("general.alignment", a.clone())?;
+        }
+        w.add_metadata(SPLIT_NO, Value::U16(s))?;
+        w.add_metadata(SPLIT_COUNT, Value::U16(count))?;
+        w.add_metadata(SPLIT_TENSORS_COUNT, Value::I32(n_tensors))?;
+        for (t, _) in tensors.iter().zip(&shard_of).filter(|(_, of)| **of == s) {
+            let data = file.tensor_data(&t.name).expect("the file's own tensor");
+            w.add_tensor(t.name.clone(), t.ty, &t.dims, data)?;
+        }
+        w.write_file(path)?;
+    }
+    Ok(paths)
 }

@@ -165,27 +165,7 @@ impl<'a> GgufWriter<'a> {
         let alignment = self.alignment();
         let mut out = Counting { inner: out, written: 0 };
         let w = &mut out;
-        w.write_all(&MAGIC).map_err(Error::Write)?;
-        put_u32(w, self.version)?;
-        put_u64(w, self.tensors.len() as u64)?;
-        put_u64(w, self.metadata.len() as u64)?;
-        for (key, value) in self.metadata.iter() {
-            put_str(w, key)?;
-            put_u32(w, value.value_type().id())?;
-            put_value(w, value)?;
-        }
-        let mut offset = 0u64;
-        for t in &self.tensors {
-            put_str(w, &t.name)?;
-            put_u32(w, t.dims.len() as u32)?;
-            for &d in &t.dims {
-                put_u64(w, d)?;
-            }
-            put_u32(w, t.ty.id())?;
-            put_u64(w, offset)?;
-            offset = align_up(offset + t.n_bytes, alignment).expect("sizes checked when added");
-        }
-        pad(w, alignment)?;
+        self.write_header(w)?;
         for t in self.tensors {
             let start = w.written;
             match t.source {
@@ -206,6 +186,43 @@ impl<'a> GgufWriter<'a> {
         }
         out.flush().map_err(Error::Write)?;
         Ok(out.written)
+    }
+
+    /// Writes the header: magic, counts, metadata, tensor infos and the padding up to the data section.
+    fn write_header<W: Write>(&self, w: &mut Counting<W>) -> Result<()> {
+        let alignment = self.alignment();
+        w.write_all(&MAGIC).map_err(Error::Write)?;
+        put_u32(w, self.version)?;
+        put_u64(w, self.tensors.len() as u64)?;
+        put_u64(w, self.metadata.len() as u64)?;
+        for (key, value) in self.metadata.iter() {
+            put_str(w, key)?;
+            put_u32(w, value.value_type().id())?;
+            put_value(w, value)?;
+        }
+        let mut offset = 0u64;
+        for t in &self.tensors {
+            put_str(w, &t.name)?;
+            put_u32(w, t.dims.len() as u32)?;
+            for &d in &t.dims {
+                put_u64(w, d)?;
+            }
+            put_u32(w, t.ty.id())?;
+            put_u64(w, offset)?;
+            offset = align_up(offset + t.n_bytes, alignment).expect("sizes checked when added");
+        }
+        pad(w, alignment)
+    }
+
+    /// The bytes [`GgufWriter::write_to`] would write before the first tensor's data: the header with its
+    /// tensor infos and the padding up to the data section. Fills are not called.
+    ///
+    /// # Errors
+    /// None in practice (writing to memory cannot fail); the type is that of the writer's helpers.
+    pub fn header_bytes(&self) -> Result<Vec<u8>> {
+        let mut out = Counting { inner: Vec::new(), written: 0 };
+        self.write_header(&mut out)?;
+        Ok(out.inner)
     }
 
     /// Writes the GGUF to a new file at `path` (replacing any file there).

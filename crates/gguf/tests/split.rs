@@ -202,3 +202,33 @@ fn a_tensor_in_two_shards_or_a_wrong_total_is_refused() {
     let p = problem(GgufModel::open(&paths[0]));
     assert!(p.contains("hold 7 tensors") && p.contains("says 9"), "{p}");
 }
+
+#[test]
+fn write_split_makes_a_set_that_opens_as_the_file_and_merges_to_its_header() {
+    let dir = Dir::new("write");
+    let plain = dir.0.join("plain.gguf");
+    write_shard(&plain, &[0, 1, 2, 3, 4], &Keys { no: None, count: None, tensors: None }, true);
+    let file = diskformer_gguf::GgufFile::open(&plain).unwrap();
+    let first = dir.0.join("m-00001-of-00003.gguf");
+    let paths = diskformer_gguf::write_split(&file, 3, &first).unwrap();
+    assert_eq!(paths.len(), 3);
+    let model = GgufModel::open(&first).unwrap();
+    assert_eq!(model.shards().len(), 3);
+    for i in 0..5u32 {
+        assert_eq!(model.tensor_data(&format!("t{i}")).unwrap(), tensor_data(i));
+    }
+    // Spread by bytes: every shard holds some of the five equal tensors.
+    assert!(model.shards().all(|(_, f)| !f.tensors().is_empty()));
+    let merged = diskformer_gguf::Header::parse(&model.merged_header().unwrap()).unwrap();
+    assert_eq!(merged, *file.header());
+    // A file that is not split is its own merged header, byte for byte.
+    let alone = GgufModel::open(&plain).unwrap().merged_header().unwrap();
+    assert_eq!(alone, file.bytes()[..file.header().data_offset as usize]);
+    // A bad name or count is refused.
+    assert!(diskformer_gguf::write_split(&file, 1, &first).is_err());
+    let p = match diskformer_gguf::write_split(&file, 2, &dir.0.join("x.gguf")) {
+        Err(Error::Split { problem, .. }) => problem,
+        other => panic!("expected a split error, got {other:?}"),
+    };
+    assert!(p.contains("PREFIX-00001-of-00002.gguf"), "{p}");
+}

@@ -337,10 +337,10 @@ impl Engine {
     /// GGUF's architecture and hyperparameters are checked before anything is copied.
     ///
     /// # Errors
-    /// [`Error::Gguf`] for a file that does not parse or a broken gguf-split set;
-    /// [`Error::WrongArchitecture`], [`Error::MissingKeys`] or [`Error::BadValue`] for a model this engine
-    /// does not run; any ingest error (a gguf-split set is refused there, with what to do); then as
-    /// [`Engine::open`].
+    /// [`Error::Gguf`] for a file that does not parse or a broken gguf-split set (`gguf` may be a set's
+    /// first shard); [`Error::WrongArchitecture`], [`Error::MissingKeys`] or [`Error::BadValue`] for a model
+    /// this engine does not run; [`Error::BadTensor`] for a tensor type it cannot run; any ingest error; then
+    /// as [`Engine::open`].
     pub fn open_gguf(
         gguf: &Path,
         store_dir: Option<&Path>,
@@ -349,10 +349,10 @@ impl Engine {
     ) -> Result<Engine> {
         let model = GgufModel::open(gguf)?;
         Config::from_metadata(model.metadata())?;
-        // Every tensor's type, from the header: a file the kernels cannot run is refused before it is copied.
-        if let (1, Some((_, file))) = (model.shards().len(), model.shards().next()) {
-            check_types(&diskformer_store::Layout::plan(file.header())?)?;
-        }
+        // Every tensor's type, from the header (a split set's merged one): a file the kernels cannot run is
+        // refused before it is copied.
+        let header = diskformer_gguf::Header::parse(&model.merged_header()?)?;
+        check_types(&diskformer_store::Layout::plan(&header)?)?;
         let dir = store_dir.map_or_else(|| default_store_dir(gguf), Path::to_owned);
         diskformer_store::ingest(gguf, &dir, &IngestOptions::default(), &mut |p| {
             progress(LoadProgress::Ingest { done: p.done, total: p.total, bytes_per_sec: p.bytes_per_sec })

@@ -8,6 +8,7 @@
 //! log-probabilities by ~0.1 (seen at one step of golden-gqa4, in the numpy reference with f16 K/V as well).
 //! Where the device has cooperative matrices, the batched runs are checked again with `tensor_prefill` (its
 //! own, wider tolerance below; the same greedy ids).
+//! The K-quant golden's fixture is also run from a gguf-split set of it (three shards, opened from the first).
 //! And `int8_prefill` and `int8_decode` against llama.cpp run on the Q8_0 fixtures themselves
 //! (`tests/data/q8prompt-*.json`): the prompt's log-probabilities, as chunks and token by token, within 0.05,
 //! and closer to them than the f32 arithmetic is.
@@ -439,5 +440,26 @@ mod tempdir {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.0);
         }
+    }
+}
+
+/// A gguf-split set of the Q4_K_M golden's fixture, opened from its first shard, runs as the file does:
+/// llama.cpp's golden holds token by token and batched, resident and with a 2 × top-k pool.
+#[test]
+fn a_split_set_matches_llama_cpp_as_its_file_does() {
+    let path = data_files("golden-q4km").pop().expect("tests/data/golden-q4km.json");
+    let golden: Golden = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let (dir, _) = rebuild("golden-q4km", &golden.synth_args, &golden.fixture_sha256);
+    let file = GgufFile::open(dir.path().join("golden-q4km.gguf")).unwrap();
+    let first = dir.path().join("split-00001-of-00003.gguf");
+    diskformer_gguf::write_split(&file, 3, &first).unwrap();
+    let store = dir.path().join("store-split");
+    // Opening the set checks every shard and every tensor type, then ingests it.
+    drop(Engine::open_gguf(&first, Some(&store), &EngineOptions::default(), &mut |_| {}).unwrap());
+    let k = spec_from_args(&golden.synth_args).shape.top_k as usize;
+    let f = Fixture { _dir: dir, store, golden, name: "golden-q4km (3 shards)".into() };
+    for slots in [None, Some(2 * k)] {
+        check(&f, slots, false, false, None);
+        check(&f, slots, true, false, None);
     }
 }

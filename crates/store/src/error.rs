@@ -34,10 +34,10 @@ pub enum Error {
         /// The file's size.
         size: u64,
     },
-    /// One shard of a gguf-split set, which a store cannot be made from yet.
+    /// A later shard of a gguf-split set: a set is opened from its first shard.
     #[error(
-        "{path} is shard {} of a gguf-split set of {count}; a store is made from one whole GGUF: merge the \
-         shards first (llama.cpp's `llama-gguf-split --merge FIRST-SHARD OUT.gguf`)",
+        "{path} is shard {} of a gguf-split set of {count}; open the set's first shard (its name ends in \
+         -00001-of-{count:05}.gguf), with every shard beside it",
         u32::from(*no) + 1
     )]
     SplitShard {

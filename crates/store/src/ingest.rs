@@ -6,14 +6,15 @@ use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::time::{Instant, UNIX_EPOCH};
+use std::time::Instant;
 
-use diskformer_gguf::{Header, PrefixParse, SPLIT_COUNT, SPLIT_NO, TensorType, Value};
+use diskformer_gguf::TensorType;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::checksum::{Sha256State, combine};
 use crate::layout::expert_tensor;
 use crate::manifest::{Checkpoint, FORMAT, FORMAT_VERSION, Manifest, SourceInfo};
+use crate::source::Source;
 use crate::{DenseData, Error, ExpertPart, Layout, Region, Result};
 
 /// File names inside a store directory.
@@ -23,7 +24,8 @@ pub const DENSE_FILE: &str = "dense.bin";
 /// Expert records.
 pub const EXPERTS_FILE: &str = "experts.bin";
 
-/// An expected size and sha256 of the source; a different file is refused.
+/// An expected size and sha256 of the source (a gguf-split set's: of its shards concatenated in order); a
+/// different file is refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pin {
     /// Size in bytes.
@@ -103,13 +105,13 @@ struct Segment {
 }
 
 /// Every source range the store takes, in source order.
-fn segments(header: &Header, layout: &Layout) -> Vec<Segment> {
+fn segments(src: &Source, layout: &Layout) -> Vec<Segment> {
     let mut out = Vec::new();
-    let base = header.data_offset;
-    for (tensor, (info, dense)) in
-        header.tensors.iter().filter(|t| expert_tensor(&t.name).is_none()).zip(&layout.dense).enumerate()
+    let tensors = || src.header.tensors.iter().zip(&src.data_at);
+    for (tensor, ((info, &at), dense)) in
+        tensors().filter(|(t, _)| expert_tensor(&t.name).is_none()).zip(&layout.dense).enumerate()
     {
-        let source = Region { offset: base + info.offset, len: info.n_bytes };
+        let source = Region { offset: at, len: info.n_bytes };
         let part = |part| PartRef::Dense { tensor, part };
         out.push(match dense.data {
             DenseData::Raw { data } => Segment {
@@ -129,7 +131,7 @@ fn segments(header: &Header, layout: &Layout) -> Vec<Segment> {
         });
     }
     if let Some(x) = &layout.experts {
-        for info in &header.tensors {
+        for (info, &at) in tensors() {
             let Some((layer, which)) = expert_tensor(&info.name) else { continue };
             let slice = info.n_bytes / u64::from(x.n_experts);
             let half_q = x.gate_up_quants.len / 2;
@@ -150,7 +152,7 @@ fn segments(header: &Header, layout: &Layout) -> Vec<Segment> {
                 let record = x.record_offset(key);
                 let index = (layer * x.n_experts + expert) as usize;
                 out.push(Segment {
-                    source: Region { offset: base + info.offset + u64::from(expert) * slice, len: slice },
+                    source: Region { offset: at + u64::from(expert) * slice, len: slice },
                     target: Target::Experts,
                     planar: s_at.map(|_| info.ty),
                     first: (record + q_at, PartRef::Record { record: index, part: q_part }),
@@ -171,48 +173,6 @@ fn fresh_record_parts(experts: Option<&crate::ExpertLayout>) -> Vec<Option<u64>>
     let Some(x) = experts else { return Vec::new() };
     let empty = x.blocks.is_some().then(|| Xxh3::new().digest());
     (0..x.n_records()).flat_map(|_| [None, None, empty, empty, None, empty]).collect()
-}
-
-/// The largest GGUF header ingest reads (a 248,320-token vocabulary with its merges is ~16 MB).
-pub const MAX_HEADER_BYTES: u64 = 256 << 20;
-
-/// Reads the GGUF header of `file`, growing the read until [`Header::parse_prefix`] is satisfied.
-pub(crate) fn read_header(path: &Path, file: &File, size: u64) -> Result<(Header, Vec<u8>)> {
-    let mut prefix = vec![0u8; size.min(1 << 20) as usize];
-    file.read_exact_at(&mut prefix, 0).map_err(Error::io(path))?;
-    loop {
-        let gguf_err = |source| Error::Gguf { path: path.to_owned(), source };
-        match Header::parse_prefix(&prefix).map_err(gguf_err)? {
-            PrefixParse::Complete(header) => {
-                let mut bytes = prefix;
-                bytes.resize(header.data_offset.min(size) as usize, 0);
-                // Padding up to the data section, which the prefix may not have held.
-                let have = bytes.len();
-                if (have as u64) < header.data_offset.min(size) {
-                    file.read_exact_at(&mut bytes[have..], have as u64).map_err(Error::io(path))?;
-                }
-                return Ok((*header, bytes));
-            }
-            PrefixParse::NeedMore(n) => {
-                let needed = (prefix.len() as u64).saturating_add(n);
-                if needed > size {
-                    return Err(Error::SourceTruncated { path: path.to_owned(), needed, size });
-                }
-                // A corrupt length field can claim most of the file: never read that much as "header".
-                if needed > MAX_HEADER_BYTES {
-                    return Err(Error::HeaderTooLarge {
-                        path: path.to_owned(),
-                        needed,
-                        max: MAX_HEADER_BYTES,
-                    });
-                }
-                let want = (prefix.len() as u64 + n.max(prefix.len() as u64)).min(MAX_HEADER_BYTES);
-                let old = prefix.len();
-                prefix.resize(want.min(size) as usize, 0);
-                file.read_exact_at(&mut prefix[old..], old as u64).map_err(Error::io(path))?;
-            }
-        }
-    }
 }
 
 /// The identity an interrupted ingest must share to be resumed.
@@ -255,10 +215,13 @@ fn allocated(path: &Path) -> u64 {
 
 /// Ingests the GGUF at `source` into the store directory `dir` (created if needed), resuming an interrupted
 /// ingest of the same source, starting over for a different one, and doing nothing when the store is already
-/// complete for it. `progress` is called after every chunk.
+/// complete for it. `progress` is called after every chunk. `source` may be the first shard of a gguf-split
+/// set: its shards are checked as llama.cpp checks them and read as one stream, and the store is the one its
+/// merged file would give.
 ///
 /// # Errors
-/// [`Error::SourceTruncated`], [`Error::PinMismatch`], [`Error::InsufficientSpace`], any layout error, or
+/// [`Error::SplitShard`] for a later shard of a set; [`Error::Gguf`] for a header that does not parse or a
+/// broken set; [`Error::SourceTruncated`], [`Error::PinMismatch`], [`Error::InsufficientSpace`], any layout error, or
 /// [`Error::Io`]. On any error the manifest is not marked complete.
 pub fn ingest(
     source: &Path,
@@ -267,11 +230,8 @@ pub fn ingest(
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<IngestSummary> {
     let started = Instant::now();
-    let file = File::open(source).map_err(Error::io(source))?;
-    let meta = file.metadata().map_err(Error::io(source))?;
-    let size = meta.len();
-    let mtime =
-        meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_secs());
+    let src = Source::open(source)?;
+    let (size, mtime) = (src.size, src.mtime);
     if let Some(pin) = &opts.pin
         && pin.size != size
     {
@@ -280,20 +240,8 @@ pub fn ingest(
             what: format!("size {size}, pinned {}", pin.size),
         });
     }
-    let (header, header_bytes) = read_header(source, &file, size)?;
-    if let Some(Value::U16(count @ 2..)) = header.metadata.get(SPLIT_COUNT) {
-        let no = match header.metadata.get(SPLIT_NO) {
-            Some(Value::U16(no)) => *no,
-            _ => 0,
-        };
-        return Err(Error::SplitShard { path: source.to_owned(), no, count: *count });
-    }
-    let needed = header.data_offset + header.data_len();
-    if size < needed {
-        return Err(Error::SourceTruncated { path: source.to_owned(), needed, size });
-    }
-    let layout = Layout::plan(&header)?;
-    let identity = identity(&header_bytes, &layout, size);
+    let layout = Layout::plan(&src.header)?;
+    let identity = identity(&src.header_bytes, &layout, size);
     let experts_bytes = layout.experts.as_ref().map_or(0, |x| x.file_bytes());
 
     fs::create_dir_all(dir).map_err(Error::io(dir))?;
@@ -356,17 +304,17 @@ pub fn ingest(
         for path in &paths[1..] {
             let _ = fs::remove_file(path);
         }
-        fs::write(&paths[0], &header_bytes).map_err(Error::io(&paths[0]))?;
+        fs::write(&paths[0], &src.header_bytes).map_err(Error::io(&paths[0]))?;
         File::open(&paths[0]).and_then(|f| f.sync_all()).map_err(Error::io(&paths[0]))?;
     }
     let dense_file = open_sized(&paths[1], manifest.layout.dense_bytes)?;
     let experts_file = open_sized(&paths[2], experts_bytes)?;
 
-    let segs = segments(&header, &manifest.layout);
-    advise_sequential(&file);
+    let segs = segments(&src, &manifest.layout);
+    src.advise_sequential();
     let (sha, buf) = ShaWorker::start(state.sha256.clone(), opts.chunk_bytes.max(4096));
     let mut writer = SegmentWriter {
-        source: (&file, source),
+        source: &src,
         dense: (&dense_file, &paths[1]),
         experts: (&experts_file, &paths[2]),
         buf,
@@ -436,7 +384,7 @@ pub fn ingest(
 
 /// Reads source ranges, splits them and writes them to the store files.
 struct SegmentWriter<'a> {
-    source: (&'a File, &'a Path),
+    source: &'a Source,
     dense: (&'a File, &'a PathBuf),
     experts: (&'a File, &'a PathBuf),
     buf: Vec<u8>,
@@ -446,7 +394,7 @@ struct SegmentWriter<'a> {
 
 impl SegmentWriter<'_> {
     fn read(&mut self, offset: u64, len: usize) -> Result<()> {
-        self.source.0.read_exact_at(&mut self.buf[..len], offset).map_err(Error::io(self.source.1))
+        self.source.read_exact_at(&mut self.buf[..len], offset)
     }
 
     /// Hashes source bytes from the current offset up to `end` without storing them.
@@ -520,13 +468,6 @@ impl SegmentWriter<'_> {
         }
         Ok(())
     }
-}
-
-/// Tells the kernel the source is read front to back, so its read-ahead runs further ahead.
-fn advise_sequential(file: &File) {
-    use std::os::fd::AsRawFd;
-    // Safety: a valid open descriptor; the call only sets a hint (a failure is harmless and ignored).
-    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
 }
 
 enum ShaMsg {

@@ -5,9 +5,10 @@
 //!   planes (Q8_0 or Q4_0 experts) or gate, up and down as GGUF blocks, each of its own type (any other mix,
 //!   such as a K-quant file's), and every dense tensor in `dense.bin` (Q8_0 as planes, the others as the
 //!   GGUF holds them), 256-byte aligned.
-//! - [`ingest`] makes a store from a local GGUF in one sequential pass with bounded memory, checkpointing at
-//!   least every GiB so an ingest killed at any moment resumes and ends byte-identical to a clean one; the
-//!   manifest records the source's size, mtime and sha256 and a checksum per record and tensor.
+//! - [`ingest`] makes a store from a local GGUF (one file, or a gguf-split set read as its shards' concatenation
+//!   and stored as its merge would be) in one sequential pass with bounded memory, checkpointing at least every
+//!   GiB so an ingest killed at any moment resumes and ends byte-identical to a clean one; the manifest records
+//!   the source's size, mtime and sha256 and a checksum per record and tensor.
 //! - [`Store::open`] refuses incomplete or foreign stores; [`Store::verify`] names the first bad record or
 //!   tensor; [`RecordReader`] reads records with `pread`, O_DIRECT where supported, and
 //!   [`RecordReader::probe_readers`] finds how many reader threads the disk serves fastest.
@@ -46,6 +47,7 @@ mod ingest;
 mod layout;
 mod manifest;
 mod probe;
+mod source;
 mod store;
 
 pub use checksum::Sha256State;

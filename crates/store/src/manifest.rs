@@ -21,13 +21,14 @@ pub const MANIFEST: &str = "manifest.json";
 /// Where the store's data came from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceInfo {
-    /// The GGUF's path at ingest.
+    /// The GGUF's path at ingest (a gguf-split set's first shard).
     pub path: PathBuf,
-    /// Its size in bytes.
+    /// Its size in bytes (a set's: its shards' sum).
     pub size: u64,
-    /// Its modification time, seconds since the Unix epoch.
+    /// Its modification time, seconds since the Unix epoch (a set's: its newest shard's).
     pub mtime: u64,
-    /// sha256 of the whole file, lowercase hex; known once the ingest is complete.
+    /// sha256 of the whole file (a set's: of its shards concatenated in order), lowercase hex; known once the
+    /// ingest is complete.
     pub sha256: Option<String>,
 }
 

@@ -205,8 +205,24 @@ fn a_gguf_split_shard_is_refused_before_writing() {
     let err = ingest(&src, &dir.path().join("s"), &IngestOptions::default(), &mut |_| {}).unwrap_err();
     assert!(matches!(err, Error::SplitShard { no: 1, count: 3, .. }), "{err}");
     assert!(
-        err.to_string().contains("shard 2 of a gguf-split set of 3") && err.to_string().contains("--merge")
+        err.to_string().contains("shard 2 of a gguf-split set of 3")
+            && err.to_string().contains("-00001-of-00003.gguf")
     );
+    assert!(!dir.path().join("s").exists(), "nothing written");
+}
+
+#[test]
+fn a_set_with_a_missing_shard_is_refused_before_writing() {
+    let dir = TempDir::new("split-missing");
+    let path = write_model(dir.path(), "m.gguf", &Shape::small(), 5);
+    let first = dir.path().join("m-00001-of-00003.gguf");
+    let shards =
+        diskformer_gguf::write_split(&diskformer_gguf::GgufFile::open(&path).unwrap(), 3, &first).unwrap();
+    std::fs::remove_file(&shards[1]).unwrap();
+    let err = ingest(&first, &dir.path().join("s"), &IngestOptions::default(), &mut |_| {}).unwrap_err();
+    assert!(matches!(err, Error::Gguf { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("shard 2 of 3") && text.contains("m-00002-of-00003.gguf"), "{text}");
     assert!(!dir.path().join("s").exists(), "nothing written");
 }
 

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{Shape, TempDir, write_model};
-use diskformer_gguf::{GgufFile, TensorType, join_planes};
+use diskformer_gguf::{GgufFile, TensorType, join_planes, write_split};
 use diskformer_store::{DenseData, ExpertKey, ExpertPart, IngestOptions, RecordBuf, Store, ingest};
 use proptest::prelude::*;
 
@@ -90,6 +90,7 @@ proptest! {
         ffn in prop::sample::select(vec![32u64, 64]),
         types in 0..3u8,
         chunk_kib in prop::sample::select(vec![4usize, 7, 64]),
+        shards in 1u16..4,
         seed in any::<u64>(),
     ) {
         let dir = TempDir::new("prop");
@@ -102,11 +103,55 @@ proptest! {
         let (hidden, ffn) = if odd_down.is_some() { (hidden * 8, ffn * 8) } else { (hidden, ffn) };
         let shape = Shape { layers, experts, hidden, ffn, expert_type, odd_down, vocab: 3 };
         let path = write_model(dir.path(), "m.gguf", &shape, seed);
+        // A gguf-split set of the same file is read as one stream across its shards.
+        let source = if shards > 1 {
+            let first = dir.path().join(format!("m-00001-of-{shards:05}.gguf"));
+            write_split(&GgufFile::open(&path).unwrap(), shards, &first).unwrap();
+            first
+        } else {
+            path.clone()
+        };
         // Small chunks split tensors and expert slices across reads.
         let opts = IngestOptions { chunk_bytes: chunk_kib << 10, ..IngestOptions::default() };
-        ingest(&path, &dir.path().join("store"), &opts, &mut |_| {}).unwrap();
+        ingest(&source, &dir.path().join("store"), &opts, &mut |_| {}).unwrap();
         let store = Store::open(dir.path().join("store")).unwrap();
         store.verify().unwrap();
         check_store(&GgufFile::open(&path).unwrap(), &store)?;
     }
+}
+
+#[test]
+fn a_split_set_makes_the_store_of_its_merged_file() {
+    let dir = TempDir::new("split-store");
+    let shape = Shape { layers: 3, ..Shape::small() };
+    let path = write_model(dir.path(), "m.gguf", &shape, 11);
+    let first = dir.path().join("m-00001-of-00003.gguf");
+    let shards = write_split(&GgufFile::open(&path).unwrap(), 3, &first).unwrap();
+    let opts = IngestOptions::default();
+    ingest(&path, &dir.path().join("whole"), &opts, &mut |_| {}).unwrap();
+    let mut last = None;
+    let summary =
+        ingest(&first, &dir.path().join("split"), &opts, &mut |p| last = Some((p.done, p.total))).unwrap();
+    let size: u64 = shards.iter().map(|p| std::fs::metadata(p).unwrap().len()).sum();
+    assert_eq!(last, Some((size, size)), "progress runs over every shard");
+    let (whole, split) =
+        (Store::open(dir.path().join("whole")).unwrap(), Store::open(dir.path().join("split")).unwrap());
+    split.verify().unwrap();
+    assert_eq!(split.header_bytes(), whole.header_bytes(), "the merged header is the file's");
+    for file in [diskformer_store::DENSE_FILE, diskformer_store::EXPERTS_FILE] {
+        let read = |d: &str| std::fs::read(dir.path().join(d).join(file)).unwrap();
+        assert!(read("split") == read("whole"), "{file} differs");
+    }
+    assert_eq!(split.manifest().record_checksums, whole.manifest().record_checksums);
+    assert_eq!(split.manifest().source.size, size);
+    // The sha256 is the concatenated shards'.
+    let mut all = Vec::new();
+    for p in &shards {
+        all.extend(std::fs::read(p).unwrap());
+    }
+    use sha2::Digest;
+    let want: String = sha2::Sha256::digest(&all).iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(summary.sha256, want);
+    // A second run finds the store complete.
+    assert!(ingest(&first, &dir.path().join("split"), &opts, &mut |_| {}).unwrap().up_to_date);
 }
