@@ -47,9 +47,9 @@ pub fn q8_gemv(q: &[i8], scales: &[f16], rows: usize, cols: usize, x: &[f32]) ->
     q8_gemv_as(q, scales, rows, cols, x, f64::from)
 }
 
-/// Value `v` (0..256) of a K-quant super-block, value by value as ggml's `dequantize_row_q4_K`,
-/// `dequantize_row_q5_K` and `dequantize_row_q6_K` lay them out (the GPU kernels' reference; the gguf crate's dequantiser, checked
-/// bit for bit against ggml's, is the tests' reference for this).
+/// Value `v` (0..256) of a K-quant super-block, value by value as ggml's `dequantize_row_q2_K` …
+/// `dequantize_row_q6_K` lay them out (the GPU kernels' reference; the gguf crate's dequantiser, checked bit
+/// for bit against ggml's, is the tests' reference for this).
 pub fn kquant_value(quant: crate::KQuant, block: &[u8], v: usize) -> f32 {
     let f16_at = |i: usize| f16::from_le_bytes([block[i], block[i + 1]]).to_f32();
     match quant {
@@ -68,6 +68,23 @@ pub fn kquant_value(quant: crate::KQuant, block: &[u8], v: usize) -> f32 {
                 ((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4))
             };
             f16_at(0) * f32::from(sc) * f32::from(q) - f16_at(2) * f32::from(m)
+        }
+        crate::KQuant::Q2K | crate::KQuant::Q3K => {
+            // Half h, quarter k, then l: value 128h + 32k + l, its 2 low bits at bits 2k of qs[32h + l], its
+            // scale number v / 16. Q2_K: `scales[16]; qs[64]; d; dmin` with (scale, min) nibbles; Q3_K:
+            // `hmask[32]; qs[64]; scales[12]; d`, 4 less unless bit v / 32 of hmask[l], 6-bit scales less 32.
+            let (h, k, l) = (v / 128, (v % 128) / 32, v % 32);
+            let (j, two) = (v / 16, quant == crate::KQuant::Q2K);
+            let low = (block[if two { 16 } else { 32 } + 32 * h + l] >> (2 * k)) & 3;
+            if two {
+                let s = block[j];
+                return f16_at(80) * f32::from(s & 0xF) * f32::from(low) - f16_at(82) * f32::from(s >> 4);
+            }
+            let q = i32::from(low) - if (block[l] >> (v / 32)) & 1 == 1 { 0 } else { 4 };
+            let s = &block[96..108];
+            let sc = (if j < 8 { s[j] & 0xF } else { s[j - 8] >> 4 })
+                | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4);
+            f16_at(108) * (i32::from(sc) - 32) as f32 * q as f32
         }
         crate::KQuant::Q6K => {
             // Half h, then l and the quarter k: value 128h + 32k + l.

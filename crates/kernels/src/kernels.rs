@@ -33,6 +33,18 @@ pub enum Kernel {
     Q5KGemvRows4,
     /// [`Kernel::Q4KGemm`] on Q5_K blocks.
     Q5KGemm,
+    /// Q3_K GEMV over T inputs on GGUF blocks (the Q4_K kernel's file).
+    Q3KGemv,
+    /// [`Kernel::Q3KGemv`] with 4 rows a lane group.
+    Q3KGemvRows4,
+    /// [`Kernel::Q4KGemm`] on Q3_K blocks.
+    Q3KGemm,
+    /// Q2_K GEMV over T inputs on GGUF blocks (the Q4_K kernel's file).
+    Q2KGemv,
+    /// [`Kernel::Q2KGemv`] with 4 rows a lane group.
+    Q2KGemvRows4,
+    /// [`Kernel::Q4KGemm`] on Q2_K blocks.
+    Q2KGemm,
     /// Q4_K GEMM over T inputs through workgroup-memory tiles (prefill), on GGUF blocks.
     Q4KGemm,
     /// [`Kernel::Q4KGemm`] on Q6_K blocks (its file, this entry point).
@@ -121,6 +133,14 @@ pub enum Kernel {
     ExpertQ5KGemv,
     /// [`Kernel::ExpertQ4KGemm`] on Q5_K blocks.
     ExpertQ5KGemm,
+    /// [`Kernel::ExpertQ4KGemv`] on Q3_K blocks.
+    ExpertQ3KGemv,
+    /// [`Kernel::ExpertQ4KGemm`] on Q3_K blocks.
+    ExpertQ3KGemm,
+    /// [`Kernel::ExpertQ4KGemv`] on Q2_K blocks.
+    ExpertQ2KGemv,
+    /// [`Kernel::ExpertQ4KGemm`] on Q2_K blocks.
+    ExpertQ2KGemm,
     /// Pool slots of the picks from a resident table (routing on the GPU).
     ExpertSlots,
     /// A chunk's pairs grouped by expert for the tiled expert GEMMs (resident experts, no read-back).
@@ -163,13 +183,16 @@ const SAMPLE_STEP: &str = include_str!("wgsl/sample_step.wgsl");
 const KQUANT_Q4_K: &str = include_str!("wgsl/kquant_q4_k.wgsl");
 const KQUANT_Q6_K: &str = include_str!("wgsl/kquant_q6_k.wgsl");
 const KQUANT_Q5_K: &str = include_str!("wgsl/kquant_q5_k.wgsl");
+const KQUANT_Q3_K: &str = include_str!("wgsl/kquant_q3_k.wgsl");
+const KQUANT_Q2_K: &str = include_str!("wgsl/kquant_q2_k.wgsl");
+const KQUANT_HALVES: &str = include_str!("wgsl/kquant_halves.wgsl");
 const KQUANT_K_SCALES: &str = include_str!("wgsl/kquant_k_scales.wgsl");
 const KQUANT_TILE: &str = include_str!("wgsl/kquant_tile.wgsl");
 const Q8_TILE_COOP: &str = include_str!("wgsl/q8_tile_coop.wgsl");
 
 impl Kernel {
     /// All kernels.
-    pub const ALL: [Kernel; 60] = [
+    pub const ALL: [Kernel; 70] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -182,6 +205,16 @@ impl Kernel {
         Kernel::Q5KGemm,
         Kernel::ExpertQ5KGemv,
         Kernel::ExpertQ5KGemm,
+        Kernel::Q3KGemv,
+        Kernel::Q3KGemvRows4,
+        Kernel::Q3KGemm,
+        Kernel::ExpertQ3KGemv,
+        Kernel::ExpertQ3KGemm,
+        Kernel::Q2KGemv,
+        Kernel::Q2KGemvRows4,
+        Kernel::Q2KGemm,
+        Kernel::ExpertQ2KGemv,
+        Kernel::ExpertQ2KGemm,
         Kernel::Q8GemvRows2,
         Kernel::Q8GemmTiled,
         Kernel::Q8GemmI8,
@@ -247,6 +280,16 @@ impl Kernel {
             Kernel::Q5KGemm => "q5_k_gemm",
             Kernel::ExpertQ5KGemv => "expert_q5_k_gemv",
             Kernel::ExpertQ5KGemm => "expert_q5_k_gemm",
+            Kernel::Q3KGemv => "q3_k_gemv",
+            Kernel::Q3KGemvRows4 => "q3_k_gemv_rows4",
+            Kernel::Q3KGemm => "q3_k_gemm",
+            Kernel::ExpertQ3KGemv => "expert_q3_k_gemv",
+            Kernel::ExpertQ3KGemm => "expert_q3_k_gemm",
+            Kernel::Q2KGemv => "q2_k_gemv",
+            Kernel::Q2KGemvRows4 => "q2_k_gemv_rows4",
+            Kernel::Q2KGemm => "q2_k_gemm",
+            Kernel::ExpertQ2KGemv => "expert_q2_k_gemv",
+            Kernel::ExpertQ2KGemm => "expert_q2_k_gemm",
             Kernel::Q8GemvRows2 => "q8_gemv_rows2",
             Kernel::Q8GemmTiled => "q8_gemm_tiled",
             Kernel::Q8GemmI8 => "q8_gemm_i8",
@@ -339,6 +382,12 @@ impl Kernel {
                 | Kernel::Q5KGemv
                 | Kernel::Q5KGemvRows4
                 | Kernel::ExpertQ5KGemv
+                | Kernel::Q3KGemv
+                | Kernel::Q3KGemvRows4
+                | Kernel::ExpertQ3KGemv
+                | Kernel::Q2KGemv
+                | Kernel::Q2KGemvRows4
+                | Kernel::ExpertQ2KGemv
                 | Kernel::ExpertQ4KGemv
                 | Kernel::ExpertQ6KGemv
                 | Kernel::AttentionSplit
@@ -371,7 +420,11 @@ impl Kernel {
             | Kernel::Q5KGemv
             | Kernel::Q4KGemvRows4
             | Kernel::Q6KGemvRows4
-            | Kernel::Q5KGemvRows4 => size_of::<KQuantGemvParams>(),
+            | Kernel::Q5KGemvRows4
+            | Kernel::Q3KGemv
+            | Kernel::Q3KGemvRows4
+            | Kernel::Q2KGemv
+            | Kernel::Q2KGemvRows4 => size_of::<KQuantGemvParams>(),
             Kernel::Q8GemmTiled | Kernel::Q8GemmI8 | Kernel::Q8GemmCoop => size_of::<Q8GemmParams>(),
             Kernel::QuantizeQ8 => size_of::<QuantizeQ8Params>(),
             Kernel::F32Gemv => size_of::<F32GemvParams>(),
@@ -405,8 +458,14 @@ impl Kernel {
             | Kernel::ExpertQ5KGemv
             | Kernel::ExpertQ4KGemm
             | Kernel::ExpertQ6KGemm
-            | Kernel::ExpertQ5KGemm => size_of::<ExpertKQuantGemvParams>(),
-            Kernel::Q4KGemm | Kernel::Q6KGemm | Kernel::Q5KGemm => size_of::<Q8GemmParams>(),
+            | Kernel::ExpertQ5KGemm
+            | Kernel::ExpertQ3KGemv
+            | Kernel::ExpertQ3KGemm
+            | Kernel::ExpertQ2KGemv
+            | Kernel::ExpertQ2KGemm => size_of::<ExpertKQuantGemvParams>(),
+            Kernel::Q4KGemm | Kernel::Q6KGemm | Kernel::Q5KGemm | Kernel::Q3KGemm | Kernel::Q2KGemm => {
+                size_of::<Q8GemmParams>()
+            }
             Kernel::ExpertSlots => size_of::<ExpertSlotsParams>(),
             Kernel::ExpertGroups => size_of::<ExpertGroupsParams>(),
             Kernel::SiluMul => size_of::<SiluMulParams>(),
@@ -429,7 +488,11 @@ impl Kernel {
             | Kernel::Q5KGemv
             | Kernel::Q4KGemvRows4
             | Kernel::Q6KGemvRows4
-            | Kernel::Q5KGemvRows4 => Kernel::Q4KGemv.file(),
+            | Kernel::Q5KGemvRows4
+            | Kernel::Q3KGemv
+            | Kernel::Q3KGemvRows4
+            | Kernel::Q2KGemv
+            | Kernel::Q2KGemvRows4 => Kernel::Q4KGemv.file(),
             Kernel::Q8GemvRows2 => include_str!("wgsl/q8_gemv_rows2.wgsl"),
             Kernel::Q8GemvRows4 => include_str!("wgsl/q8_gemv_rows4.wgsl"),
             Kernel::Q8GemvI8 => Kernel::Q8GemvRows4.file(),
@@ -462,11 +525,15 @@ impl Kernel {
             Kernel::ExpertQ8GemmTiled => include_str!("wgsl/expert_q8_gemm_tiled.wgsl"),
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ8GemmCoop => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertQ4KGemv => include_str!("wgsl/expert_kquant_gemv.wgsl"),
-            Kernel::ExpertQ6KGemv | Kernel::ExpertQ5KGemv => Kernel::ExpertQ4KGemv.file(),
+            Kernel::ExpertQ6KGemv | Kernel::ExpertQ5KGemv | Kernel::ExpertQ3KGemv | Kernel::ExpertQ2KGemv => {
+                Kernel::ExpertQ4KGemv.file()
+            }
             Kernel::ExpertQ4KGemm => include_str!("wgsl/expert_kquant_gemm.wgsl"),
-            Kernel::ExpertQ6KGemm | Kernel::ExpertQ5KGemm => Kernel::ExpertQ4KGemm.file(),
+            Kernel::ExpertQ6KGemm | Kernel::ExpertQ5KGemm | Kernel::ExpertQ3KGemm | Kernel::ExpertQ2KGemm => {
+                Kernel::ExpertQ4KGemm.file()
+            }
             Kernel::Q4KGemm => include_str!("wgsl/kquant_gemm.wgsl"),
-            Kernel::Q6KGemm | Kernel::Q5KGemm => Kernel::Q4KGemm.file(),
+            Kernel::Q6KGemm | Kernel::Q5KGemm | Kernel::Q3KGemm | Kernel::Q2KGemm => Kernel::Q4KGemm.file(),
             Kernel::ExpertQ4Gemm => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertSlots => include_str!("wgsl/expert_slots.wgsl"),
             Kernel::ExpertGroups => include_str!("wgsl/expert_groups.wgsl"),
@@ -538,11 +605,17 @@ impl Kernel {
         match self {
             Kernel::Q8GemmI8 => Some(Kernel::Q8GemmTiled),
             Kernel::Q8GemvI8 => Some(Kernel::Q8GemvRows4),
-            Kernel::Q6KGemv | Kernel::Q5KGemv => Some(Kernel::Q4KGemv),
-            Kernel::Q6KGemvRows4 | Kernel::Q5KGemvRows4 => Some(Kernel::Q4KGemvRows4),
-            Kernel::ExpertQ6KGemv | Kernel::ExpertQ5KGemv => Some(Kernel::ExpertQ4KGemv),
-            Kernel::ExpertQ6KGemm | Kernel::ExpertQ5KGemm => Some(Kernel::ExpertQ4KGemm),
-            Kernel::Q6KGemm | Kernel::Q5KGemm => Some(Kernel::Q4KGemm),
+            Kernel::Q6KGemv | Kernel::Q5KGemv | Kernel::Q3KGemv | Kernel::Q2KGemv => Some(Kernel::Q4KGemv),
+            Kernel::Q6KGemvRows4 | Kernel::Q5KGemvRows4 | Kernel::Q3KGemvRows4 | Kernel::Q2KGemvRows4 => {
+                Some(Kernel::Q4KGemvRows4)
+            }
+            Kernel::ExpertQ6KGemv | Kernel::ExpertQ5KGemv | Kernel::ExpertQ3KGemv | Kernel::ExpertQ2KGemv => {
+                Some(Kernel::ExpertQ4KGemv)
+            }
+            Kernel::ExpertQ6KGemm | Kernel::ExpertQ5KGemm | Kernel::ExpertQ3KGemm | Kernel::ExpertQ2KGemm => {
+                Some(Kernel::ExpertQ4KGemm)
+            }
+            Kernel::Q6KGemm | Kernel::Q5KGemm | Kernel::Q3KGemm | Kernel::Q2KGemm => Some(Kernel::Q4KGemm),
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ4Gemm | Kernel::ExpertQ8GemmCoop => {
                 Some(Kernel::ExpertQ8GemmTiled)
             }
@@ -574,7 +647,9 @@ impl Kernel {
             Kernel::AttentionTiled | Kernel::AttentionFlash => &[ATTENTION_TILE_LOAD],
             Kernel::Q4KGemm | Kernel::ExpertQ4KGemm => &[KQUANT_TILE, KQUANT_Q4_K, KQUANT_K_SCALES],
             Kernel::Q5KGemm | Kernel::ExpertQ5KGemm => &[KQUANT_TILE, KQUANT_Q5_K, KQUANT_K_SCALES],
-            Kernel::Q6KGemm | Kernel::ExpertQ6KGemm => &[KQUANT_TILE, KQUANT_Q6_K],
+            Kernel::Q6KGemm | Kernel::ExpertQ6KGemm => &[KQUANT_TILE, KQUANT_Q6_K, KQUANT_HALVES],
+            Kernel::Q3KGemm | Kernel::ExpertQ3KGemm => &[KQUANT_TILE, KQUANT_Q3_K, KQUANT_HALVES],
+            Kernel::Q2KGemm | Kernel::ExpertQ2KGemm => &[KQUANT_TILE, KQUANT_Q2_K, KQUANT_HALVES],
             Kernel::Q4KGemv | Kernel::Q4KGemvRows4 | Kernel::ExpertQ4KGemv if subgroups => {
                 &[KQUANT_Q4_K, KQUANT_K_SCALES, ROW_SUM_SUBGROUP]
             }
@@ -588,9 +663,23 @@ impl Kernel {
                 &[KQUANT_Q5_K, KQUANT_K_SCALES, ROW_SUM_PLAIN]
             }
             Kernel::Q6KGemv | Kernel::Q6KGemvRows4 | Kernel::ExpertQ6KGemv if subgroups => {
-                &[KQUANT_Q6_K, ROW_SUM_SUBGROUP]
+                &[KQUANT_Q6_K, KQUANT_HALVES, ROW_SUM_SUBGROUP]
             }
-            Kernel::Q6KGemv | Kernel::Q6KGemvRows4 | Kernel::ExpertQ6KGemv => &[KQUANT_Q6_K, ROW_SUM_PLAIN],
+            Kernel::Q6KGemv | Kernel::Q6KGemvRows4 | Kernel::ExpertQ6KGemv => {
+                &[KQUANT_Q6_K, KQUANT_HALVES, ROW_SUM_PLAIN]
+            }
+            Kernel::Q3KGemv | Kernel::Q3KGemvRows4 | Kernel::ExpertQ3KGemv if subgroups => {
+                &[KQUANT_Q3_K, KQUANT_HALVES, ROW_SUM_SUBGROUP]
+            }
+            Kernel::Q3KGemv | Kernel::Q3KGemvRows4 | Kernel::ExpertQ3KGemv => {
+                &[KQUANT_Q3_K, KQUANT_HALVES, ROW_SUM_PLAIN]
+            }
+            Kernel::Q2KGemv | Kernel::Q2KGemvRows4 | Kernel::ExpertQ2KGemv if subgroups => {
+                &[KQUANT_Q2_K, KQUANT_HALVES, ROW_SUM_SUBGROUP]
+            }
+            Kernel::Q2KGemv | Kernel::Q2KGemvRows4 | Kernel::ExpertQ2KGemv => {
+                &[KQUANT_Q2_K, KQUANT_HALVES, ROW_SUM_PLAIN]
+            }
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
             Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],
             Kernel::ExpertQ8Gemv if subgroups => {

@@ -1,8 +1,7 @@
-//! Protects the K-quant GEMVs (Q4_K, Q5_K, Q6_K on GGUF blocks as they lie in the file, one or four rows a lane
+//! Protects the K-quant GEMVs (Q2_K … Q6_K on GGUF blocks as they lie in the file, one or four rows a lane
 //! group) against their CPU reference on a real device, with both row-sum variants, `y +=`, row counts
-//! that do not fill a workgroup, and rows whose blocks start mid-word
-//! (Q6_K's 210 bytes); and the reference's dequantisation against the gguf crate's, which matches ggml's
-//! bit for bit.
+//! that do not fill a workgroup, and rows whose blocks start mid-word (Q3_K's 110 bytes, Q6_K's 210); and
+//! the reference's dequantisation against the gguf crate's, which matches ggml's bit for bit.
 
 mod common;
 
@@ -24,6 +23,11 @@ fn blocks(rng: &mut Rng, quant: KQuant, n: usize) -> Vec<u8> {
                 scale(2, rng);
             }
             KQuant::Q6K => scale(208, rng),
+            KQuant::Q3K => scale(108, rng),
+            KQuant::Q2K => {
+                scale(80, rng);
+                scale(82, rng);
+            }
         }
     }
     // Padded to whole words, as a buffer holding blocks must be.
@@ -103,7 +107,7 @@ fn check(g: &Gpu, k: &Kernels, quant: KQuant, (rows, cols, tokens): (usize, usiz
 #[test]
 fn kquant_gemvs_match_the_cpu_reference() {
     let g = gpu_or_skip!();
-    for quant in [KQuant::Q4K, KQuant::Q5K, KQuant::Q6K] {
+    for quant in KQuant::ALL {
         // One block a row (Q6_K rows then start 2 bytes into a word every other row), a Qwen3 row of 8,
         // a row of 3 (lanes past the blocks), several tokens.
         for (i, shape) in [(37, 256, 1), (20, 2048, 1), (9, 768, 3), (64, 512, 2)].into_iter().enumerate() {
@@ -133,6 +137,8 @@ fn the_reference_dequantises_as_ggml() {
         (KQuant::Q4K, diskformer_gguf::TensorType::Q4K),
         (KQuant::Q5K, diskformer_gguf::TensorType::Q5K),
         (KQuant::Q6K, diskformer_gguf::TensorType::Q6K),
+        (KQuant::Q3K, diskformer_gguf::TensorType::Q3K),
+        (KQuant::Q2K, diskformer_gguf::TensorType::Q2K),
     ] {
         let size = quant.block_bytes() as usize;
         let w = blocks(&mut rng, quant, 16);
@@ -194,7 +200,7 @@ fn expert_kquant_gemvs_match_the_cpu_reference() {
     use diskformer_kernels::{ExpertBlocks, ExpertOut};
     let g = gpu_or_skip!();
     let mut rng = Rng::new(31);
-    for quant in [KQuant::Q4K, KQuant::Q5K, KQuant::Q6K] {
+    for quant in KQuant::ALL {
         for (rows, cols, slots) in [(37, 256, 5), (64, 512, 3), (40, 2304, 3)] {
             let (pool, slot_bytes, offset) = block_pool(&mut rng, quant, (rows, cols), slots);
             let (k, tokens) = (2, 4);
@@ -270,7 +276,7 @@ fn expert_kquant_gemvs_match_the_cpu_reference() {
 fn kquant_gemms_match_the_cpu_reference() {
     let g = gpu_or_skip!();
     let mut rng = Rng::new(41);
-    for quant in [KQuant::Q4K, KQuant::Q5K, KQuant::Q6K] {
+    for quant in KQuant::ALL {
         for (rows, cols, tokens) in
             [(150usize, 512usize, 37usize), (150, 512, 3), (37, 256, 3), (130, 768, 33)]
         {

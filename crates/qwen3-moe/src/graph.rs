@@ -1053,7 +1053,7 @@ impl ExpertKernels {
                 let bad = |ty: &str| crate::Error::BadTensor {
                     name: format!("blk.{l}.ffn_{}_exps.weight", p.name()),
                     what: format!(
-                        "is {ty}; the GPU expert kernels multiply q4_K, q5_K and q6_K blocks (or Q8_0 or Q4_0 experts throughout)"
+                        "is {ty}; the GPU expert kernels multiply q2_K to q6_K blocks (or Q8_0 or Q4_0 experts throughout)"
                     ),
                 };
                 let (ty, r) = layout.part(l, p).ok_or_else(|| bad("missing"))?;

@@ -351,7 +351,7 @@ impl<'a> Uploader<'a> {
             _ => Err(Error::BadTensor {
                 name: name.into(),
                 what: format!(
-                    "is {} {:?}; the engine's GPU kernels multiply q8_0, q4_K, q5_K and q6_K matrices of {want:?}",
+                    "is {} {:?}; the engine's GPU kernels multiply q8_0 and q2_K to q6_K matrices of {want:?}",
                     t.ty, t.dims
                 ),
             }),
@@ -435,7 +435,7 @@ pub(crate) fn check_dense_types(layout: &diskformer_store::Layout) -> Result<()>
         Some(t) => Err(Error::BadTensor {
             name: t.name.clone(),
             what: format!(
-                "is {}; the engine's GPU kernels multiply q8_0, q4_K, q5_K and q6_K matrices",
+                "is {}; the engine's GPU kernels multiply q8_0 and q2_K to q6_K matrices",
                 t.ty
             ),
         }),

@@ -102,27 +102,34 @@ fn open_gguf_refuses_another_architecture_before_copying_anything() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// A K-quant file with a type the GPU kernels do not multiply (a Q3_K_M mix: Q3_K attention and experts) is
-/// refused from its header, the tensor named, before a byte is copied; the same model as Q4_K_M and Q5_K_M
-/// opens.
+/// A K-quant file with a type the GPU kernels do not multiply (a Q3_K_M mix whose attention output rows of 128
+/// values fall back to Q5_0, as llama.cpp's quantizer does) is refused from its header, the tensor named,
+/// before a byte is copied; the same model with rows of whole super-blocks opens as Q2_K, Q3_K_M, Q4_K_M and
+/// Q5_K_M.
 #[test]
 fn open_gguf_refuses_a_tensor_type_the_kernels_lack_before_copying_anything() {
     use diskformer_qwen3_moe::synthetic::{SynthFtype, SynthShape, SynthSpec, SynthVocab, write_synthetic};
     let dir = std::env::temp_dir().join(format!("diskformer-test-types-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut shape = SynthShape::tiny();
-    (shape.hidden, shape.heads, shape.head_dim, shape.ffn) = (256, 4, 64, 256);
-    for (ftype, refused) in [(SynthFtype::Q3KM, true), (SynthFtype::Q4KM, false), (SynthFtype::Q5KM, false)] {
-        shape.ftype = ftype;
-        let gguf = dir.join(format!("{ftype:?}.gguf"));
+    (shape.hidden, shape.heads, shape.ffn) = (256, 4, 256);
+    for (ftype, head_dim, refused) in [
+        (SynthFtype::Q3KM, 32, true),
+        (SynthFtype::Q2K, 64, false),
+        (SynthFtype::Q3KM, 64, false),
+        (SynthFtype::Q4KM, 64, false),
+        (SynthFtype::Q5KM, 64, false),
+    ] {
+        (shape.ftype, shape.head_dim) = (ftype, head_dim);
+        let gguf = dir.join(format!("{ftype:?}-{head_dim}.gguf"));
         write_synthetic(&SynthSpec { shape: shape.clone(), vocab: SynthVocab::Bytes, seed: 3 }, &gguf)
             .unwrap();
-        let store = dir.join(format!("{ftype:?}.store"));
+        let store = dir.join(format!("{ftype:?}-{head_dim}.store"));
         let opts = diskformer_qwen3_moe::EngineOptions::default();
         let result = diskformer_qwen3_moe::Engine::open_gguf(&gguf, Some(&store), &opts, &mut |_| {});
         if refused {
             assert!(
-                matches!(&result, Err(Error::BadTensor { name, what }) if name == "blk.0.attn_q.weight" && what.contains("q3_K")),
+                matches!(&result, Err(Error::BadTensor { name, what }) if name == "blk.0.attn_output.weight" && what.contains("q5_0")),
                 "{:?}",
                 result.err()
             );

@@ -88,6 +88,10 @@ impl KQuant {
             (KQuant::Q6K, true) => Kernel::ExpertQ6KGemm,
             (KQuant::Q5K, false) => Kernel::ExpertQ5KGemv,
             (KQuant::Q5K, true) => Kernel::ExpertQ5KGemm,
+            (KQuant::Q3K, false) => Kernel::ExpertQ3KGemv,
+            (KQuant::Q3K, true) => Kernel::ExpertQ3KGemm,
+            (KQuant::Q2K, false) => Kernel::ExpertQ2KGemv,
+            (KQuant::Q2K, true) => Kernel::ExpertQ2KGemm,
         }
     }
 }

@@ -16,21 +16,30 @@ pub enum KQuant {
     Q6K,
     /// `block_q5_K`, 176 bytes: 5.5 bits a value.
     Q5K,
+    /// `block_q3_K`, 110 bytes: 3.4375 bits a value.
+    Q3K,
+    /// `block_q2_K`, 84 bytes: 2.625 bits a value.
+    Q2K,
 }
 
 impl KQuant {
+    /// Every K-quant the kernels read.
+    pub const ALL: [KQuant; 5] = [KQuant::Q2K, KQuant::Q3K, KQuant::Q4K, KQuant::Q5K, KQuant::Q6K];
+
     /// Bytes of one 256-value super-block.
     pub const fn block_bytes(self) -> u64 {
         match self {
             KQuant::Q4K => 144,
             KQuant::Q6K => 210,
             KQuant::Q5K => 176,
+            KQuant::Q3K => 110,
+            KQuant::Q2K => 84,
         }
     }
 
     /// The type of ggml's name `name` (`"q4_K"`, `"q6_K"`), if the kernels read it.
     pub fn from_name(name: &str) -> Option<KQuant> {
-        [KQuant::Q4K, KQuant::Q5K, KQuant::Q6K].into_iter().find(|q| q.name() == name)
+        KQuant::ALL.into_iter().find(|q| q.name() == name)
     }
 
     /// ggml's name of the type.
@@ -39,6 +48,8 @@ impl KQuant {
             KQuant::Q4K => "q4_K",
             KQuant::Q6K => "q6_K",
             KQuant::Q5K => "q5_K",
+            KQuant::Q3K => "q3_K",
+            KQuant::Q2K => "q2_K",
         }
     }
 
@@ -47,6 +58,8 @@ impl KQuant {
             KQuant::Q4K => Kernel::Q4KGemm,
             KQuant::Q6K => Kernel::Q6KGemm,
             KQuant::Q5K => Kernel::Q5KGemm,
+            KQuant::Q3K => Kernel::Q3KGemm,
+            KQuant::Q2K => Kernel::Q2KGemm,
         }
     }
 
@@ -58,6 +71,10 @@ impl KQuant {
             (KQuant::Q6K, true) => Kernel::Q6KGemvRows4,
             (KQuant::Q5K, false) => Kernel::Q5KGemv,
             (KQuant::Q5K, true) => Kernel::Q5KGemvRows4,
+            (KQuant::Q3K, false) => Kernel::Q3KGemv,
+            (KQuant::Q3K, true) => Kernel::Q3KGemvRows4,
+            (KQuant::Q2K, false) => Kernel::Q2KGemv,
+            (KQuant::Q2K, true) => Kernel::Q2KGemvRows4,
         }
     }
 }

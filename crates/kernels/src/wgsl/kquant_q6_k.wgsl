@@ -1,35 +1,16 @@
-// Q6_K blocks for kquant_gemv.wgsl (appended after it): `block_q6_K { u8 ql[128]; u8 qh[64]; i8
-// scales[16]; f16 d; }`, 210 bytes (a block may start 2 bytes into a word: `byte_word`), 256 values in two
-// halves of 128. In half h, for l in 0..32, with is = l / 16, ql = ql[64h..], qh = qh[32h..], sc =
-// scales[8h..]: value 128h + l + 32k (k = 0..3) is d * sc[is + 2k] * (q - 32), its low 4 bits the low (k
-// even) or high (k odd) nibble of ql[l + 32 (k % 2)], its high 2 bits bits 2k..2k+1 of qh[l]. 8 lanes a
-// block: lane l takes half l / 4 and l = 8 (l % 4) .. + 8 (one `is`), and loads its 4 scales and d once
-// for its 32 values.
+// Q6_K blocks for the K-quant kernels (appended after them, with kquant_halves.wgsl): `block_q6_K { u8
+// ql[128]; u8 qh[64]; i8 scales[16]; f16 d; }`, 210 bytes, 256 values in two halves of 128. In half h, for
+// l in 0..32, with is = l / 16, ql = ql[64h..], qh = qh[32h..], sc = scales[8h..]: value 128h + l + 32k
+// (k = 0..3) is d * sc[is + 2k] * (q - 32), its low 4 bits the low (k even) or high (k odd) nibble of
+// ql[l + 32 (k % 2)], its high 2 bits bits 2k..2k+1 of qh[l]. A lane loads its 4 scales and d once for its
+// 32 values.
 
 const BLOCK_BYTES: u32 = 210u;
 const LANES_PER_BLOCK: u32 = 8u;
 
-// The 4 bytes of w from byte `b` on, little-endian, whatever b's alignment.
-fn byte_word(b: u32) -> u32 {
-    let i = b >> 2u;
-    let shift = (b & 3u) * 8u;
-    if (shift == 0u) {
-        return w[i];
-    }
-    return (w[i] >> shift) | (w[i + 1u] << (32u - shift));
-}
-
 // Bytes 0 and 2 of a word as signed values.
 fn i8_pair(v: u32) -> vec2<f32> {
     return vec2<f32>(f32(i32(v << 24u) >> 24u), f32(i32(v << 8u) >> 24u));
-}
-
-// Lane `lane`'s values of x for a block whose first value is vec4 `x4`: for each of its two runs of 4
-// l's, the 4 quarters' vec4s.
-fn block_x(lane: u32, x4: u32) -> array<vec4<f32>, 8> {
-    let xv = x4 + 32u * (lane / 4u) + 2u * (lane % 4u);
-    return array<vec4<f32>, 8>(x[xv], x[xv + 8u], x[xv + 16u], x[xv + 24u], x[xv + 1u], x[xv + 9u], x[xv + 17u],
-        x[xv + 25u]);
 }
 
 // Lane `lane`'s part of the block at byte `b` against its values of x (`block_x`).
