@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::num::NonZeroU64;
+use std::sync::OnceLock;
 
 use wgpu::util::DeviceExt;
 
@@ -809,18 +810,21 @@ impl Dispatch {
     }
 }
 
-/// The pipeline cache: every kernel compiled once for a device, plus the limits launchers validate
-/// against.
+/// The pipeline cache: each kernel compiled for a device the first time it is launched (an engine uses a
+/// fraction of them: the types of its file, its paths), plus the limits launchers validate against.
 #[derive(Debug)]
 pub struct Kernels {
     device: wgpu::Device,
-    /// One per kernel of [`Kernel::ALL`], `None` where the device lacks the workgroup memory or the
-    /// cooperative matrices it needs.
-    pipelines: Vec<Option<wgpu::ComputePipeline>>,
+    /// One per kernel of [`Kernel::ALL`], filled on first use.
+    pipelines: Vec<OnceLock<wgpu::ComputePipeline>>,
     /// `attention_split` compiled with `PASSES = SHORT_SPLIT_PASSES` (half-size blocks, for short caches); the
     /// main pipeline has `LONG_SPLIT_PASSES`.
-    attention_split_short: wgpu::ComputePipeline,
+    attention_split_short: OnceLock<wgpu::ComputePipeline>,
     subgroups: bool,
+    /// Compiled without wgpu's loop counters and divisor tests (see [`Kernels::compile`]).
+    trusted: bool,
+    /// Whether the device has the cooperative matrices some kernels need.
+    cooperative: bool,
     max_binding: u64,
     storage_align: u64,
     uniform_align: u64,
@@ -836,12 +840,12 @@ pub struct Kernels {
 pub(crate) const PLACEHOLDER_BYTES: u64 = 16;
 
 impl Kernels {
-    /// Compiles every kernel for `ctx`, with the subgroup variants when `ctx.subgroups`.
+    /// The kernels of `ctx`, with the subgroup variants when `ctx.subgroups` (each compiled on first use).
     pub fn new(ctx: &Context) -> Self {
         Self::with_subgroups(ctx, ctx.subgroups)
     }
 
-    /// Compiles every kernel, choosing the subgroup variants or not (`true` needs `ctx.subgroups`;
+    /// The kernels, choosing the subgroup variants or not (`true` needs `ctx.subgroups`;
     /// otherwise the plain variants are used).
     pub fn with_subgroups(ctx: &Context, subgroups: bool) -> Self {
         Self::build(ctx, subgroups, true)
@@ -855,50 +859,7 @@ impl Kernels {
     }
 
     fn build(ctx: &Context, subgroups: bool, trusted: bool) -> Self {
-        let subgroups = subgroups && ctx.subgroups;
         let device = ctx.device.clone();
-        // Bounds checks stay. The loop counter wgpu adds to every loop (against infinite loops) kept
-        // the H200's compiler from unrolling and pipelining our loops, and the divisor tests cost a
-        // select per division; see BENCHMARKS.md.
-        let mut checks = wgpu::ShaderRuntimeChecks::checked();
-        if trusted {
-            checks.force_loop_bounding = false;
-            checks.int_div_checks = false;
-        }
-        // `constants`: values for the shader's `override` declarations.
-        let compile = |k: Kernel, constants: &[(&str, f64)]| {
-            let desc = wgpu::ShaderModuleDescriptor {
-                label: Some(k.name()),
-                source: wgpu::ShaderSource::Wgsl(k.source(subgroups)),
-            };
-            // SAFETY: every loop of these shaders is bounded by its parameters, and every divisor is a
-            // constant or a parameter the launchers check to be non-zero, so the two checks left out
-            // guard against nothing that can happen; buffer and array bounds checks stay.
-            let module = unsafe { device.create_shader_module_trusted(desc, checks) };
-            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(k.name()),
-                layout: None,
-                module: &module,
-                entry_point: Some(k.name()),
-                compilation_options: wgpu::PipelineCompilationOptions {
-                    constants,
-                    // Every kernel writes its workgroup memory before reading it.
-                    zero_initialize_workgroup_memory: false,
-                },
-                cache: None,
-            })
-        };
-        let storage = ctx.limits.max_compute_workgroup_storage_size;
-        let pipelines = Kernel::ALL
-            .iter()
-            .map(|&k| {
-                let fits = k.workgroup_storage() <= storage;
-                (fits && (ctx.cooperative_matrix || !k.needs_cooperative_matrix()))
-                    .then(|| compile(k, k.constants()))
-            })
-            .collect();
-        let attention_split_short =
-            compile(Kernel::AttentionSplit, &[("PASSES", f64::from(crate::ops::SHORT_SPLIT_PASSES))]);
         let placeholder = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("unused binding"),
             size: u64::from(ctx.limits.min_storage_buffer_offset_alignment) + PLACEHOLDER_BYTES,
@@ -907,16 +868,50 @@ impl Kernels {
         });
         Self {
             device,
-            pipelines,
-            attention_split_short,
-            subgroups,
+            pipelines: Kernel::ALL.iter().map(|_| OnceLock::new()).collect(),
+            attention_split_short: OnceLock::new(),
+            subgroups: subgroups && ctx.subgroups,
+            trusted,
+            cooperative: ctx.cooperative_matrix,
             max_binding: ctx.limits.max_storage_buffer_binding_size,
             storage_align: u64::from(ctx.limits.min_storage_buffer_offset_alignment),
             uniform_align: u64::from(ctx.limits.min_uniform_buffer_offset_alignment),
             max_groups: ctx.limits.max_compute_workgroups_per_dimension,
-            workgroup_storage: storage,
+            workgroup_storage: ctx.limits.max_compute_workgroup_storage_size,
             placeholder,
         }
+    }
+
+    /// Compiles `k` with `constants` for its `override` declarations.
+    fn compile(&self, k: Kernel, constants: &[(&str, f64)]) -> wgpu::ComputePipeline {
+        // Bounds checks stay. The loop counter wgpu adds to every loop (against infinite loops) kept
+        // the H200's compiler from unrolling and pipelining our loops, and the divisor tests cost a
+        // select per division; see BENCHMARKS.md.
+        let mut checks = wgpu::ShaderRuntimeChecks::checked();
+        if self.trusted {
+            checks.force_loop_bounding = false;
+            checks.int_div_checks = false;
+        }
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some(k.name()),
+            source: wgpu::ShaderSource::Wgsl(k.source(self.subgroups)),
+        };
+        // SAFETY: every loop of these shaders is bounded by its parameters, and every divisor is a
+        // constant or a parameter the launchers check to be non-zero, so the two checks left out
+        // guard against nothing that can happen; buffer and array bounds checks stay.
+        let module = unsafe { self.device.create_shader_module_trusted(desc, checks) };
+        self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(k.name()),
+            layout: None,
+            module: &module,
+            entry_point: Some(k.name()),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants,
+                // Every kernel writes its workgroup memory before reading it.
+                zero_initialize_workgroup_memory: false,
+            },
+            cache: None,
+        })
     }
 
     /// Lowers the binding size the splitting launchers aim for (tests use it to exercise the split on
@@ -943,7 +938,9 @@ impl Kernels {
 
     /// `attention_split` with two passes a block (see [`AttentionShape::split_passes`](crate::AttentionShape::split_passes)).
     pub(crate) fn attention_split_short(&self) -> &wgpu::ComputePipeline {
-        &self.attention_split_short
+        self.attention_split_short.get_or_init(|| {
+            self.compile(Kernel::AttentionSplit, &[("PASSES", f64::from(crate::ops::SHORT_SPLIT_PASSES))])
+        })
     }
 
     /// The device's workgroup memory limit, bytes.
@@ -951,29 +948,28 @@ impl Kernels {
         self.workgroup_storage
     }
 
-    /// Whether `k` was compiled for this device (see [`Kernel::workgroup_storage`]).
+    /// Whether `k` runs on this device: it fits the workgroup memory ([`Kernel::workgroup_storage`]) and
+    /// the device has the cooperative matrices it may need.
     pub fn has(&self, k: Kernel) -> bool {
-        self.compiled(k).is_some()
+        k.workgroup_storage() <= self.workgroup_storage && (self.cooperative || !k.needs_cooperative_matrix())
     }
 
-    /// Whether the device built the cooperative-matrix GEMMs ([`Kernel::needs_cooperative_matrix`]).
+    /// Whether the device runs the cooperative-matrix GEMMs ([`Kernel::needs_cooperative_matrix`]).
     pub fn cooperative_matrix(&self) -> bool {
         self.has(Kernel::Q8GemmCoop)
     }
 
-    /// [`Error::NoCooperativeMatrix`] unless `k`, a cooperative-matrix kernel, was built.
+    /// [`Error::NoCooperativeMatrix`] unless `k`, a cooperative-matrix kernel, runs here.
     pub(crate) fn ensure_cooperative_matrix(&self, k: Kernel) -> Result<()> {
         if self.has(k) { Ok(()) } else { Err(Error::NoCooperativeMatrix { kernel: k.name() }) }
     }
 
-    /// The pipeline of `k`; launchers of kernels that may be missing check [`Kernels::has`] first.
+    /// The pipeline of `k`, compiled on first use; launchers of kernels that may be missing check
+    /// [`Kernels::has`] first.
     pub(crate) fn pipeline(&self, k: Kernel) -> &wgpu::ComputePipeline {
-        self.compiled(k).expect("launchers check that their kernel was compiled")
-    }
-
-    /// `k`'s pipeline, `None` where the device could not take it.
-    fn compiled(&self, k: Kernel) -> Option<&wgpu::ComputePipeline> {
-        self.pipelines[Kernel::ALL.iter().position(|&x| x == k).expect("every kernel is in ALL")].as_ref()
+        assert!(self.has(k), "launchers check that {} runs on the device", k.name());
+        let i = Kernel::ALL.iter().position(|&x| x == k).expect("every kernel is in ALL");
+        self.pipelines[i].get_or_init(|| self.compile(k, k.constants()))
     }
 
     /// A small storage range to bind where a kernel's optional output is off: range `i` of two (0 or 1),
