@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::task::{Poll, Waker};
 
-use diskformer_kernels::{Context, KQuant};
+use diskformer_kernels::{BlockQuant, Context};
 use diskformer_store::{ExpertLayout, ExpertPart, RecordBuf, RecordReader, Region, part_bytes};
 
 use crate::{Backend, BackendError, Error, ExpertKey, HostHandoff, Result, Slot, SpeculativeReads};
@@ -861,7 +861,7 @@ fn check_layout(layout: &ExpertLayout) -> Result<[Region; 4]> {
 }
 
 /// [`check_layout`] for records of blocks: every layer's gate, up and down of a type the expert kernels
-/// read ([`KQuant`]), inside its region. The scale planes are empty.
+/// read ([`BlockQuant`]), inside its region. The scale planes are empty.
 fn check_blocks(layout: &ExpertLayout) -> Result<[Region; 4]> {
     let regions = Plane::ALL.map(|p| p.region(layout));
     for layer in 0..layout.n_layers {
@@ -873,7 +873,7 @@ fn check_blocks(layout: &ExpertLayout) -> Result<[Region; 4]> {
                     reason: format!("layer {layer} has no {} type", part.name()),
                 });
             };
-            if KQuant::from_name(ty.name()).is_none() {
+            if BlockQuant::from_name(ty.name()).is_none() {
                 return Err(Error::BadLayout {
                     reason: format!(
                         "blk.{layer}.ffn_{}_exps is {}; the GPU expert kernels read q2_K to q6_K blocks \

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use diskformer_kernels::{
-    AttentionShape, BlockMatrix, Context, Dispatch, EXPERT_GEMM_TILED_GROUP, ExpertBlocks, ExpertOut,
-    ExpertPlanes, KQuant, Kernels, Q8Matrix, expert_gemm_group_bound, expert_gemm_groups, q8_row_bytes,
+    AttentionShape, BlockMatrix, BlockQuant, Context, Dispatch, EXPERT_GEMM_TILED_GROUP, ExpertBlocks,
+    ExpertOut, ExpertPlanes, Kernels, Q8Matrix, expert_gemm_group_bound, expert_gemm_groups, q8_row_bytes,
 };
 use wgpu::util::DeviceExt;
 
@@ -184,7 +184,7 @@ fn bench_q8_gemv(c: &mut Criterion, g: &Gpu) {
 /// the lm head (Q6_K in llama.cpp's Q4_K_M files). Throughput counts the blocks' bytes.
 fn bench_kquant_gemv(c: &mut Criterion, g: &Gpu) {
     let mut group = c.benchmark_group("kquant_gemv");
-    for quant in [KQuant::Q4K, KQuant::Q6K] {
+    for quant in [BlockQuant::Q4K, BlockQuant::Q6K] {
         for (name, rows, cols) in [
             ("expert_gate_up_1536x2048", 1536u32, 2048u32),
             ("expert_down_2048x768", 2048, 768),
@@ -236,7 +236,7 @@ fn bench_kquant_gemv(c: &mut Criterion, g: &Gpu) {
 fn bench_expert_kquant(c: &mut Criterion, g: &Gpu) {
     let mut group = c.benchmark_group("expert_kquant_gemv");
     let k_picks = 8u32;
-    for quant in [KQuant::Q4K, KQuant::Q6K] {
+    for quant in [BlockQuant::Q4K, BlockQuant::Q6K] {
         for (name, rows, cols, x_div) in
             [("gate_up_8x1536x2048", 1536u32, 2048u32, 8u32), ("down_8x2048x768", 2048, 768, 1)]
         {

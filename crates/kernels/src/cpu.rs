@@ -50,14 +50,14 @@ pub fn q8_gemv(q: &[i8], scales: &[f16], rows: usize, cols: usize, x: &[f32]) ->
 /// Value `v` (0..256) of a K-quant super-block, value by value as ggml's `dequantize_row_q2_K` …
 /// `dequantize_row_q6_K` lay them out (the GPU kernels' reference; the gguf crate's dequantiser, checked bit
 /// for bit against ggml's, is the tests' reference for this).
-pub fn kquant_value(quant: crate::KQuant, block: &[u8], v: usize) -> f32 {
+pub fn kquant_value(quant: crate::BlockQuant, block: &[u8], v: usize) -> f32 {
     let f16_at = |i: usize| f16::from_le_bytes([block[i], block[i + 1]]).to_f32();
     match quant {
-        crate::KQuant::Q4K | crate::KQuant::Q5K => {
+        crate::BlockQuant::Q4K | crate::BlockQuant::Q5K => {
             // Sub-block j = v / 32 of chunk v / 64: the low nibbles, then the high ones; Q5_K's fifth bit is
             // bit j of qh[l] (its quants start after the 32 bytes of qh).
             let (j, l) = (v / 32, v % 32);
-            let five = quant == crate::KQuant::Q5K;
+            let five = quant == crate::BlockQuant::Q5K;
             let q = block[if five { 48 } else { 16 } + 32 * (v / 64) + l];
             let q = if j % 2 == 0 { q & 0xF } else { q >> 4 };
             let q = if five { q | (((block[16 + l] >> j) & 1) << 4) } else { q };
@@ -69,12 +69,12 @@ pub fn kquant_value(quant: crate::KQuant, block: &[u8], v: usize) -> f32 {
             };
             f16_at(0) * f32::from(sc) * f32::from(q) - f16_at(2) * f32::from(m)
         }
-        crate::KQuant::Q2K | crate::KQuant::Q3K => {
+        crate::BlockQuant::Q2K | crate::BlockQuant::Q3K => {
             // Half h, quarter k, then l: value 128h + 32k + l, its 2 low bits at bits 2k of qs[32h + l], its
             // scale number v / 16. Q2_K: `scales[16]; qs[64]; d; dmin` with (scale, min) nibbles; Q3_K:
             // `hmask[32]; qs[64]; scales[12]; d`, 4 less unless bit v / 32 of hmask[l], 6-bit scales less 32.
             let (h, k, l) = (v / 128, (v % 128) / 32, v % 32);
-            let (j, two) = (v / 16, quant == crate::KQuant::Q2K);
+            let (j, two) = (v / 16, quant == crate::BlockQuant::Q2K);
             let low = (block[if two { 16 } else { 32 } + 32 * h + l] >> (2 * k)) & 3;
             if two {
                 let s = block[j];
@@ -86,7 +86,7 @@ pub fn kquant_value(quant: crate::KQuant, block: &[u8], v: usize) -> f32 {
                 | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4);
             f16_at(108) * (i32::from(sc) - 32) as f32 * q as f32
         }
-        crate::KQuant::Q6K => {
+        crate::BlockQuant::Q6K => {
             // Half h, then l and the quarter k: value 128h + 32k + l.
             let (h, k, l) = (v / 128, (v % 128) / 32, v % 32);
             let low = block[64 * h + l + 32 * (k % 2)];
@@ -101,7 +101,7 @@ pub fn kquant_value(quant: crate::KQuant, block: &[u8], v: usize) -> f32 {
 
 /// K-quant GEMV over T inputs: `y[t, r] = Σ_c W[r, c] · x[t, c]` for `W [rows, cols]` given as GGUF blocks
 /// ([`kquant_value`]), summed in f64.
-pub fn kquant_gemv(quant: crate::KQuant, w: &[u8], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
+pub fn kquant_gemv(quant: crate::BlockQuant, w: &[u8], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
     let block = quant.block_bytes() as usize;
     let dequantised: Vec<f32> = w[..rows * cols / 256 * block]
         .chunks_exact(block)
@@ -121,7 +121,7 @@ pub fn kquant_gemv(quant: crate::KQuant, w: &[u8], rows: usize, cols: usize, x: 
 /// `[P, rows]` (a pair whose slot is past the pool gives zeros).
 #[allow(clippy::too_many_arguments)]
 pub fn expert_kquant_gemv(
-    quant: crate::KQuant,
+    quant: crate::BlockQuant,
     pool: &[u8],
     (slot_bytes, offset): (usize, usize),
     (rows, cols): (usize, usize),

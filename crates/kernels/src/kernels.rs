@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use wgpu::util::DeviceExt;
 
+use crate::BlockQuant;
 use crate::context::Context;
 use crate::error::{Error, Result};
 
@@ -20,36 +21,6 @@ pub enum Kernel {
     RmsNorm,
     /// Q8_0 GEMV over T inputs.
     Q8Gemv,
-    /// Q4_K GEMV over T inputs on GGUF blocks.
-    Q4KGemv,
-    /// Q6_K GEMV over T inputs on GGUF blocks (`kquant_gemv.wgsl`, the Q4_K kernel's file).
-    Q6KGemv,
-    /// [`Kernel::Q4KGemv`] with 4 rows a lane group.
-    Q4KGemvRows4,
-    /// [`Kernel::Q6KGemv`] with 4 rows a lane group.
-    Q6KGemvRows4,
-    /// Q5_K GEMV over T inputs on GGUF blocks (the Q4_K kernel's file).
-    Q5KGemv,
-    /// [`Kernel::Q5KGemv`] with 4 rows a lane group.
-    Q5KGemvRows4,
-    /// [`Kernel::Q4KGemm`] on Q5_K blocks.
-    Q5KGemm,
-    /// Q3_K GEMV over T inputs on GGUF blocks (the Q4_K kernel's file).
-    Q3KGemv,
-    /// [`Kernel::Q3KGemv`] with 4 rows a lane group.
-    Q3KGemvRows4,
-    /// [`Kernel::Q4KGemm`] on Q3_K blocks.
-    Q3KGemm,
-    /// Q2_K GEMV over T inputs on GGUF blocks (the Q4_K kernel's file).
-    Q2KGemv,
-    /// [`Kernel::Q2KGemv`] with 4 rows a lane group.
-    Q2KGemvRows4,
-    /// [`Kernel::Q4KGemm`] on Q2_K blocks.
-    Q2KGemm,
-    /// Q4_K GEMM over T inputs through workgroup-memory tiles (prefill), on GGUF blocks.
-    Q4KGemm,
-    /// [`Kernel::Q4KGemm`] on Q6_K blocks (its file, this entry point).
-    Q6KGemm,
     /// Q8_0 GEMV over T inputs, two rows per lane (the variant under comparison in the bench).
     Q8GemvRows2,
     /// Q8_0 GEMM over T tokens through workgroup-memory tiles of 128 rows x 32 tokens (prefill).
@@ -122,26 +93,18 @@ pub enum Kernel {
     ExpertQ4Gemm,
     /// Expert Q8_0 GEMM over pairs grouped by slot on tensor cores, as [`Kernel::Q8GemmCoop`] (prefill).
     ExpertQ8GemmCoop,
-    /// Expert Q4_K GEMV on a pool of records of GGUF blocks, per pair or per group of pairs sharing a slot.
-    ExpertQ4KGemv,
-    /// [`Kernel::ExpertQ4KGemv`] on Q6_K blocks (its file, this entry point).
-    ExpertQ6KGemv,
-    /// Expert Q4_K GEMM over pairs grouped by slot through workgroup-memory tiles (prefill).
-    ExpertQ4KGemm,
-    /// [`Kernel::ExpertQ4KGemm`] on Q6_K blocks (its file, this entry point).
-    ExpertQ6KGemm,
-    /// [`Kernel::ExpertQ4KGemv`] on Q5_K blocks.
-    ExpertQ5KGemv,
-    /// [`Kernel::ExpertQ4KGemm`] on Q5_K blocks.
-    ExpertQ5KGemm,
-    /// [`Kernel::ExpertQ4KGemv`] on Q3_K blocks.
-    ExpertQ3KGemv,
-    /// [`Kernel::ExpertQ4KGemm`] on Q3_K blocks.
-    ExpertQ3KGemm,
-    /// [`Kernel::ExpertQ4KGemv`] on Q2_K blocks.
-    ExpertQ2KGemv,
-    /// [`Kernel::ExpertQ4KGemm`] on Q2_K blocks.
-    ExpertQ2KGemm,
+    /// GEMV over T inputs on a matrix of GGUF blocks of the type (`kquant_gemv.wgsl` with the type's block
+    /// helper).
+    BlockGemv(BlockQuant),
+    /// [`Kernel::BlockGemv`] with 4 rows a lane group.
+    BlockGemvRows4(BlockQuant),
+    /// GEMM over T inputs through workgroup-memory tiles (prefill), on GGUF blocks of the type.
+    BlockGemm(BlockQuant),
+    /// Expert GEMV on a pool of records of GGUF blocks of the type, per pair or per group of pairs sharing
+    /// a slot.
+    ExpertBlockGemv(BlockQuant),
+    /// Expert GEMM over pairs grouped by slot through workgroup-memory tiles (prefill), on GGUF blocks.
+    ExpertBlockGemm(BlockQuant),
     /// Pool slots of the picks from a resident table (routing on the GPU).
     ExpertSlots,
     /// A chunk's pairs grouped by expert for the tiled expert GEMMs (resident experts, no read-back).
@@ -191,31 +154,48 @@ const KQUANT_K_SCALES: &str = include_str!("wgsl/kquant_k_scales.wgsl");
 const KQUANT_TILE: &str = include_str!("wgsl/kquant_tile.wgsl");
 const Q8_TILE_COOP: &str = include_str!("wgsl/q8_tile_coop.wgsl");
 
+impl BlockQuant {
+    /// The helper files that read the type's blocks (`BLOCK_BYTES`, `block_x`, `block_dot`, `tile_load`),
+    /// appended to the block kernels.
+    fn block_helpers(self) -> &'static [&'static str] {
+        match self {
+            BlockQuant::Q2K => &[KQUANT_Q2_K, KQUANT_HALVES],
+            BlockQuant::Q3K => &[KQUANT_Q3_K, KQUANT_HALVES],
+            BlockQuant::Q4K => &[KQUANT_Q4_K, KQUANT_K_SCALES],
+            BlockQuant::Q5K => &[KQUANT_Q5_K, KQUANT_K_SCALES],
+            BlockQuant::Q6K => &[KQUANT_Q6_K, KQUANT_HALVES],
+        }
+    }
+
+    /// The names of the type's [`Kernel::BlockGemv`], `BlockGemvRows4`, `BlockGemm`, `ExpertBlockGemv` and
+    /// `ExpertBlockGemm` (the Q4_K ones are the entry points as written; the others are renamed to these).
+    fn kernel_names(self) -> [&'static str; 5] {
+        match self {
+            BlockQuant::Q2K => {
+                ["q2_k_gemv", "q2_k_gemv_rows4", "q2_k_gemm", "expert_q2_k_gemv", "expert_q2_k_gemm"]
+            }
+            BlockQuant::Q3K => {
+                ["q3_k_gemv", "q3_k_gemv_rows4", "q3_k_gemm", "expert_q3_k_gemv", "expert_q3_k_gemm"]
+            }
+            BlockQuant::Q4K => {
+                ["q4_k_gemv", "q4_k_gemv_rows4", "q4_k_gemm", "expert_q4_k_gemv", "expert_q4_k_gemm"]
+            }
+            BlockQuant::Q5K => {
+                ["q5_k_gemv", "q5_k_gemv_rows4", "q5_k_gemm", "expert_q5_k_gemv", "expert_q5_k_gemm"]
+            }
+            BlockQuant::Q6K => {
+                ["q6_k_gemv", "q6_k_gemv_rows4", "q6_k_gemm", "expert_q6_k_gemv", "expert_q6_k_gemm"]
+            }
+        }
+    }
+}
+
 impl Kernel {
-    /// All kernels.
-    pub const ALL: [Kernel; 70] = [
+    /// The kernels that are not of a block type.
+    const FIXED: [Kernel; 45] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
-        Kernel::Q4KGemv,
-        Kernel::Q6KGemv,
-        Kernel::Q4KGemvRows4,
-        Kernel::Q6KGemvRows4,
-        Kernel::Q5KGemv,
-        Kernel::Q5KGemvRows4,
-        Kernel::Q5KGemm,
-        Kernel::ExpertQ5KGemv,
-        Kernel::ExpertQ5KGemm,
-        Kernel::Q3KGemv,
-        Kernel::Q3KGemvRows4,
-        Kernel::Q3KGemm,
-        Kernel::ExpertQ3KGemv,
-        Kernel::ExpertQ3KGemm,
-        Kernel::Q2KGemv,
-        Kernel::Q2KGemvRows4,
-        Kernel::Q2KGemm,
-        Kernel::ExpertQ2KGemv,
-        Kernel::ExpertQ2KGemm,
         Kernel::Q8GemvRows2,
         Kernel::Q8GemmTiled,
         Kernel::Q8GemmI8,
@@ -250,12 +230,6 @@ impl Kernel {
         Kernel::ExpertQ8GemmI8,
         Kernel::ExpertQ4Gemm,
         Kernel::ExpertQ8GemmCoop,
-        Kernel::ExpertQ4KGemv,
-        Kernel::ExpertQ6KGemv,
-        Kernel::ExpertQ4KGemm,
-        Kernel::ExpertQ6KGemm,
-        Kernel::Q4KGemm,
-        Kernel::Q6KGemm,
         Kernel::ExpertSlots,
         Kernel::ExpertGroups,
         Kernel::SiluMul,
@@ -266,31 +240,39 @@ impl Kernel {
         Kernel::ApplyPenalties,
     ];
 
+    /// All kernels: [`Kernel::FIXED`], then the five block kernels of each of [`BlockQuant::ALL`].
+    pub const ALL: [Kernel; Kernel::FIXED.len() + 5 * BlockQuant::ALL.len()] = {
+        let mut all = [Kernel::EmbedQ8; Kernel::FIXED.len() + 5 * BlockQuant::ALL.len()];
+        let mut i = 0;
+        while i < Kernel::FIXED.len() {
+            all[i] = Kernel::FIXED[i];
+            i += 1;
+        }
+        let mut q = 0;
+        while q < BlockQuant::ALL.len() {
+            let b = BlockQuant::ALL[q];
+            all[i] = Kernel::BlockGemv(b);
+            all[i + 1] = Kernel::BlockGemvRows4(b);
+            all[i + 2] = Kernel::BlockGemm(b);
+            all[i + 3] = Kernel::ExpertBlockGemv(b);
+            all[i + 4] = Kernel::ExpertBlockGemm(b);
+            i += 5;
+            q += 1;
+        }
+        all
+    };
+
     /// The kernel's name: its WGSL file stem and entry point.
     pub fn name(self) -> &'static str {
         match self {
+            Kernel::BlockGemv(q) => q.kernel_names()[0],
+            Kernel::BlockGemvRows4(q) => q.kernel_names()[1],
+            Kernel::BlockGemm(q) => q.kernel_names()[2],
+            Kernel::ExpertBlockGemv(q) => q.kernel_names()[3],
+            Kernel::ExpertBlockGemm(q) => q.kernel_names()[4],
             Kernel::EmbedQ8 => "embed_q8",
             Kernel::RmsNorm => "rms_norm",
             Kernel::Q8Gemv => "q8_gemv",
-            Kernel::Q4KGemv => "q4_k_gemv",
-            Kernel::Q6KGemv => "q6_k_gemv",
-            Kernel::Q4KGemvRows4 => "q4_k_gemv_rows4",
-            Kernel::Q6KGemvRows4 => "q6_k_gemv_rows4",
-            Kernel::Q5KGemv => "q5_k_gemv",
-            Kernel::Q5KGemvRows4 => "q5_k_gemv_rows4",
-            Kernel::Q5KGemm => "q5_k_gemm",
-            Kernel::ExpertQ5KGemv => "expert_q5_k_gemv",
-            Kernel::ExpertQ5KGemm => "expert_q5_k_gemm",
-            Kernel::Q3KGemv => "q3_k_gemv",
-            Kernel::Q3KGemvRows4 => "q3_k_gemv_rows4",
-            Kernel::Q3KGemm => "q3_k_gemm",
-            Kernel::ExpertQ3KGemv => "expert_q3_k_gemv",
-            Kernel::ExpertQ3KGemm => "expert_q3_k_gemm",
-            Kernel::Q2KGemv => "q2_k_gemv",
-            Kernel::Q2KGemvRows4 => "q2_k_gemv_rows4",
-            Kernel::Q2KGemm => "q2_k_gemm",
-            Kernel::ExpertQ2KGemv => "expert_q2_k_gemv",
-            Kernel::ExpertQ2KGemm => "expert_q2_k_gemm",
             Kernel::Q8GemvRows2 => "q8_gemv_rows2",
             Kernel::Q8GemmTiled => "q8_gemm_tiled",
             Kernel::Q8GemmI8 => "q8_gemm_i8",
@@ -325,12 +307,6 @@ impl Kernel {
             Kernel::ExpertQ8GemmI8 => "expert_q8_gemm_i8",
             Kernel::ExpertQ4Gemm => "expert_q4_gemm",
             Kernel::ExpertQ8GemmCoop => "expert_q8_gemm_coop",
-            Kernel::ExpertQ4KGemv => "expert_q4_k_gemv",
-            Kernel::ExpertQ6KGemv => "expert_q6_k_gemv",
-            Kernel::ExpertQ4KGemm => "expert_q4_k_gemm",
-            Kernel::ExpertQ6KGemm => "expert_q6_k_gemm",
-            Kernel::Q4KGemm => "q4_k_gemm",
-            Kernel::Q6KGemm => "q6_k_gemm",
             Kernel::ExpertSlots => "expert_slots",
             Kernel::ExpertGroups => "expert_groups",
             Kernel::SiluMul => "silu_mul",
@@ -376,21 +352,9 @@ impl Kernel {
         matches!(
             self,
             Kernel::Q8Gemv
-                | Kernel::Q4KGemv
-                | Kernel::Q6KGemv
-                | Kernel::Q4KGemvRows4
-                | Kernel::Q6KGemvRows4
-                | Kernel::Q5KGemv
-                | Kernel::Q5KGemvRows4
-                | Kernel::ExpertQ5KGemv
-                | Kernel::Q3KGemv
-                | Kernel::Q3KGemvRows4
-                | Kernel::ExpertQ3KGemv
-                | Kernel::Q2KGemv
-                | Kernel::Q2KGemvRows4
-                | Kernel::ExpertQ2KGemv
-                | Kernel::ExpertQ4KGemv
-                | Kernel::ExpertQ6KGemv
+                | Kernel::BlockGemv(_)
+                | Kernel::BlockGemvRows4(_)
+                | Kernel::ExpertBlockGemv(_)
                 | Kernel::AttentionSplit
                 | Kernel::Q8GemvRows2
                 | Kernel::ExpertQ8Gemv
@@ -416,16 +380,7 @@ impl Kernel {
             Kernel::Q8Gemv | Kernel::Q8GemvRows2 | Kernel::Q8GemvRows4 | Kernel::Q8GemvI8 => {
                 size_of::<Q8GemvParams>()
             }
-            Kernel::Q4KGemv
-            | Kernel::Q6KGemv
-            | Kernel::Q5KGemv
-            | Kernel::Q4KGemvRows4
-            | Kernel::Q6KGemvRows4
-            | Kernel::Q5KGemvRows4
-            | Kernel::Q3KGemv
-            | Kernel::Q3KGemvRows4
-            | Kernel::Q2KGemv
-            | Kernel::Q2KGemvRows4 => size_of::<KQuantGemvParams>(),
+            Kernel::BlockGemv(_) | Kernel::BlockGemvRows4(_) => size_of::<KQuantGemvParams>(),
             Kernel::Q8GemmTiled | Kernel::Q8GemmI8 | Kernel::Q8GemmCoop => size_of::<Q8GemmParams>(),
             Kernel::QuantizeQ8 => size_of::<QuantizeQ8Params>(),
             Kernel::F32Gemv => size_of::<F32GemvParams>(),
@@ -454,19 +409,8 @@ impl Kernel {
             | Kernel::ExpertQ8GemmTiled
             | Kernel::ExpertQ8GemmI8
             | Kernel::ExpertQ8GemmCoop => size_of::<ExpertQ8GemmParams>(),
-            Kernel::ExpertQ4KGemv
-            | Kernel::ExpertQ6KGemv
-            | Kernel::ExpertQ5KGemv
-            | Kernel::ExpertQ4KGemm
-            | Kernel::ExpertQ6KGemm
-            | Kernel::ExpertQ5KGemm
-            | Kernel::ExpertQ3KGemv
-            | Kernel::ExpertQ3KGemm
-            | Kernel::ExpertQ2KGemv
-            | Kernel::ExpertQ2KGemm => size_of::<ExpertKQuantGemvParams>(),
-            Kernel::Q4KGemm | Kernel::Q6KGemm | Kernel::Q5KGemm | Kernel::Q3KGemm | Kernel::Q2KGemm => {
-                size_of::<Q8GemmParams>()
-            }
+            Kernel::ExpertBlockGemv(_) | Kernel::ExpertBlockGemm(_) => size_of::<ExpertKQuantGemvParams>(),
+            Kernel::BlockGemm(_) => size_of::<Q8GemmParams>(),
             Kernel::ExpertSlots => size_of::<ExpertSlotsParams>(),
             Kernel::ExpertGroups => size_of::<ExpertGroupsParams>(),
             Kernel::SiluMul => size_of::<SiluMulParams>(),
@@ -484,16 +428,7 @@ impl Kernel {
             Kernel::EmbedQ8 => include_str!("wgsl/embed_q8.wgsl"),
             Kernel::RmsNorm => include_str!("wgsl/rms_norm.wgsl"),
             Kernel::Q8Gemv => include_str!("wgsl/q8_gemv.wgsl"),
-            Kernel::Q4KGemv => include_str!("wgsl/kquant_gemv.wgsl"),
-            Kernel::Q6KGemv
-            | Kernel::Q5KGemv
-            | Kernel::Q4KGemvRows4
-            | Kernel::Q6KGemvRows4
-            | Kernel::Q5KGemvRows4
-            | Kernel::Q3KGemv
-            | Kernel::Q3KGemvRows4
-            | Kernel::Q2KGemv
-            | Kernel::Q2KGemvRows4 => Kernel::Q4KGemv.file(),
+            Kernel::BlockGemv(_) | Kernel::BlockGemvRows4(_) => include_str!("wgsl/kquant_gemv.wgsl"),
             Kernel::Q8GemvRows2 => include_str!("wgsl/q8_gemv_rows2.wgsl"),
             Kernel::Q8GemvRows4 => include_str!("wgsl/q8_gemv_rows4.wgsl"),
             Kernel::Q8GemvI8 => Kernel::Q8GemvRows4.file(),
@@ -525,16 +460,9 @@ impl Kernel {
             Kernel::ExpertQ4GemvCombine | Kernel::ExpertQ8GemvCombineI8 => Kernel::ExpertQ8GemvCombine.file(),
             Kernel::ExpertQ8GemmTiled => include_str!("wgsl/expert_q8_gemm_tiled.wgsl"),
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ8GemmCoop => Kernel::ExpertQ8GemmTiled.file(),
-            Kernel::ExpertQ4KGemv => include_str!("wgsl/expert_kquant_gemv.wgsl"),
-            Kernel::ExpertQ6KGemv | Kernel::ExpertQ5KGemv | Kernel::ExpertQ3KGemv | Kernel::ExpertQ2KGemv => {
-                Kernel::ExpertQ4KGemv.file()
-            }
-            Kernel::ExpertQ4KGemm => include_str!("wgsl/expert_kquant_gemm.wgsl"),
-            Kernel::ExpertQ6KGemm | Kernel::ExpertQ5KGemm | Kernel::ExpertQ3KGemm | Kernel::ExpertQ2KGemm => {
-                Kernel::ExpertQ4KGemm.file()
-            }
-            Kernel::Q4KGemm => include_str!("wgsl/kquant_gemm.wgsl"),
-            Kernel::Q6KGemm | Kernel::Q5KGemm | Kernel::Q3KGemm | Kernel::Q2KGemm => Kernel::Q4KGemm.file(),
+            Kernel::ExpertBlockGemv(_) => include_str!("wgsl/expert_kquant_gemv.wgsl"),
+            Kernel::ExpertBlockGemm(_) => include_str!("wgsl/expert_kquant_gemm.wgsl"),
+            Kernel::BlockGemm(_) => include_str!("wgsl/kquant_gemm.wgsl"),
             Kernel::ExpertQ4Gemm => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertSlots => include_str!("wgsl/expert_slots.wgsl"),
             Kernel::ExpertGroups => include_str!("wgsl/expert_groups.wgsl"),
@@ -606,17 +534,17 @@ impl Kernel {
         match self {
             Kernel::Q8GemmI8 => Some(Kernel::Q8GemmTiled),
             Kernel::Q8GemvI8 => Some(Kernel::Q8GemvRows4),
-            Kernel::Q6KGemv | Kernel::Q5KGemv | Kernel::Q3KGemv | Kernel::Q2KGemv => Some(Kernel::Q4KGemv),
-            Kernel::Q6KGemvRows4 | Kernel::Q5KGemvRows4 | Kernel::Q3KGemvRows4 | Kernel::Q2KGemvRows4 => {
-                Some(Kernel::Q4KGemvRows4)
+            Kernel::BlockGemv(q) if q != BlockQuant::Q4K => Some(Kernel::BlockGemv(BlockQuant::Q4K)),
+            Kernel::BlockGemvRows4(q) if q != BlockQuant::Q4K => {
+                Some(Kernel::BlockGemvRows4(BlockQuant::Q4K))
             }
-            Kernel::ExpertQ6KGemv | Kernel::ExpertQ5KGemv | Kernel::ExpertQ3KGemv | Kernel::ExpertQ2KGemv => {
-                Some(Kernel::ExpertQ4KGemv)
+            Kernel::BlockGemm(q) if q != BlockQuant::Q4K => Some(Kernel::BlockGemm(BlockQuant::Q4K)),
+            Kernel::ExpertBlockGemv(q) if q != BlockQuant::Q4K => {
+                Some(Kernel::ExpertBlockGemv(BlockQuant::Q4K))
             }
-            Kernel::ExpertQ6KGemm | Kernel::ExpertQ5KGemm | Kernel::ExpertQ3KGemm | Kernel::ExpertQ2KGemm => {
-                Some(Kernel::ExpertQ4KGemm)
+            Kernel::ExpertBlockGemm(q) if q != BlockQuant::Q4K => {
+                Some(Kernel::ExpertBlockGemm(BlockQuant::Q4K))
             }
-            Kernel::Q6KGemm | Kernel::Q5KGemm | Kernel::Q3KGemm | Kernel::Q2KGemm => Some(Kernel::Q4KGemm),
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ4Gemm | Kernel::ExpertQ8GemmCoop => {
                 Some(Kernel::ExpertQ8GemmTiled)
             }
@@ -630,7 +558,21 @@ impl Kernel {
     }
 
     /// The helper files appended to the kernel's own (see [`Kernel::source`]).
-    fn helpers(self, subgroups: bool) -> &'static [&'static str] {
+    fn helpers(self, subgroups: bool) -> Vec<&'static str> {
+        let rows = if subgroups { ROW_SUM_SUBGROUP } else { ROW_SUM_PLAIN };
+        match self {
+            Kernel::BlockGemm(q) | Kernel::ExpertBlockGemm(q) => {
+                [KQUANT_TILE].into_iter().chain(q.block_helpers().iter().copied()).collect()
+            }
+            Kernel::BlockGemv(q) | Kernel::BlockGemvRows4(q) | Kernel::ExpertBlockGemv(q) => {
+                q.block_helpers().iter().copied().chain([rows]).collect()
+            }
+            _ => self.fixed_helpers(subgroups).to_vec(),
+        }
+    }
+
+    /// [`Kernel::helpers`] of the kernels that are not of a block type.
+    fn fixed_helpers(self, subgroups: bool) -> &'static [&'static str] {
         match self {
             Kernel::RmsNorm
             | Kernel::AddRmsNorm
@@ -646,41 +588,6 @@ impl Kernel {
             Kernel::Q8GemmCoop => &[Q8_HELPERS],
             Kernel::QuantizeQ8 | Kernel::F32Gemv => &[Q8_HELPERS],
             Kernel::AttentionTiled | Kernel::AttentionFlash => &[ATTENTION_TILE_LOAD],
-            Kernel::Q4KGemm | Kernel::ExpertQ4KGemm => &[KQUANT_TILE, KQUANT_Q4_K, KQUANT_K_SCALES],
-            Kernel::Q5KGemm | Kernel::ExpertQ5KGemm => &[KQUANT_TILE, KQUANT_Q5_K, KQUANT_K_SCALES],
-            Kernel::Q6KGemm | Kernel::ExpertQ6KGemm => &[KQUANT_TILE, KQUANT_Q6_K, KQUANT_HALVES],
-            Kernel::Q3KGemm | Kernel::ExpertQ3KGemm => &[KQUANT_TILE, KQUANT_Q3_K, KQUANT_HALVES],
-            Kernel::Q2KGemm | Kernel::ExpertQ2KGemm => &[KQUANT_TILE, KQUANT_Q2_K, KQUANT_HALVES],
-            Kernel::Q4KGemv | Kernel::Q4KGemvRows4 | Kernel::ExpertQ4KGemv if subgroups => {
-                &[KQUANT_Q4_K, KQUANT_K_SCALES, ROW_SUM_SUBGROUP]
-            }
-            Kernel::Q4KGemv | Kernel::Q4KGemvRows4 | Kernel::ExpertQ4KGemv => {
-                &[KQUANT_Q4_K, KQUANT_K_SCALES, ROW_SUM_PLAIN]
-            }
-            Kernel::Q5KGemv | Kernel::Q5KGemvRows4 | Kernel::ExpertQ5KGemv if subgroups => {
-                &[KQUANT_Q5_K, KQUANT_K_SCALES, ROW_SUM_SUBGROUP]
-            }
-            Kernel::Q5KGemv | Kernel::Q5KGemvRows4 | Kernel::ExpertQ5KGemv => {
-                &[KQUANT_Q5_K, KQUANT_K_SCALES, ROW_SUM_PLAIN]
-            }
-            Kernel::Q6KGemv | Kernel::Q6KGemvRows4 | Kernel::ExpertQ6KGemv if subgroups => {
-                &[KQUANT_Q6_K, KQUANT_HALVES, ROW_SUM_SUBGROUP]
-            }
-            Kernel::Q6KGemv | Kernel::Q6KGemvRows4 | Kernel::ExpertQ6KGemv => {
-                &[KQUANT_Q6_K, KQUANT_HALVES, ROW_SUM_PLAIN]
-            }
-            Kernel::Q3KGemv | Kernel::Q3KGemvRows4 | Kernel::ExpertQ3KGemv if subgroups => {
-                &[KQUANT_Q3_K, KQUANT_HALVES, ROW_SUM_SUBGROUP]
-            }
-            Kernel::Q3KGemv | Kernel::Q3KGemvRows4 | Kernel::ExpertQ3KGemv => {
-                &[KQUANT_Q3_K, KQUANT_HALVES, ROW_SUM_PLAIN]
-            }
-            Kernel::Q2KGemv | Kernel::Q2KGemvRows4 | Kernel::ExpertQ2KGemv if subgroups => {
-                &[KQUANT_Q2_K, KQUANT_HALVES, ROW_SUM_SUBGROUP]
-            }
-            Kernel::Q2KGemv | Kernel::Q2KGemvRows4 | Kernel::ExpertQ2KGemv => {
-                &[KQUANT_Q2_K, KQUANT_HALVES, ROW_SUM_PLAIN]
-            }
             Kernel::AttentionSplit if subgroups => &[ATTENTION_ROWS_SUBGROUP],
             Kernel::AttentionSplit => &[ATTENTION_ROWS_PLAIN],
             Kernel::ExpertQ8Gemv if subgroups => {

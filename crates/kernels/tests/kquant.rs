@@ -6,11 +6,11 @@
 mod common;
 
 use common::{Gpu, Rng, assert_close, poisoned, read_n, run, upload};
-use diskformer_kernels::{BlockMatrix, KQuant, Kernels, cpu};
+use diskformer_kernels::{BlockMatrix, BlockQuant, Kernels, cpu};
 use half::f16;
 
 /// `n` random blocks of `quant` with finite scales of a realistic size (the rest of each block random).
-fn blocks(rng: &mut Rng, quant: KQuant, n: usize) -> Vec<u8> {
+fn blocks(rng: &mut Rng, quant: BlockQuant, n: usize) -> Vec<u8> {
     let size = quant.block_bytes() as usize;
     let mut out: Vec<u8> = (0..n * size).map(|_| rng.next_u64() as u8).collect();
     for b in out.chunks_exact_mut(size) {
@@ -18,13 +18,13 @@ fn blocks(rng: &mut Rng, quant: KQuant, n: usize) -> Vec<u8> {
             b[at..at + 2].copy_from_slice(&f16::from_f32(rng.f32(1e-3, 2e-2)).to_le_bytes());
         };
         match quant {
-            KQuant::Q4K | KQuant::Q5K => {
+            BlockQuant::Q4K | BlockQuant::Q5K => {
                 scale(0, rng);
                 scale(2, rng);
             }
-            KQuant::Q6K => scale(208, rng),
-            KQuant::Q3K => scale(108, rng),
-            KQuant::Q2K => {
+            BlockQuant::Q6K => scale(208, rng),
+            BlockQuant::Q3K => scale(108, rng),
+            BlockQuant::Q2K => {
                 scale(80, rng);
                 scale(82, rng);
             }
@@ -36,7 +36,7 @@ fn blocks(rng: &mut Rng, quant: KQuant, n: usize) -> Vec<u8> {
 }
 
 /// Σ|w·x| per output: the scale of f32 rounding in the GPU's sums.
-fn magnitudes(quant: KQuant, w: &[u8], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
+fn magnitudes(quant: BlockQuant, w: &[u8], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
     let size = quant.block_bytes() as usize;
     let abs: Vec<f32> = x.iter().map(|v| v.abs()).collect();
     (0..x.len() / cols)
@@ -54,7 +54,7 @@ fn magnitudes(quant: KQuant, w: &[u8], rows: usize, cols: usize, x: &[f32]) -> V
         .collect()
 }
 
-fn check(g: &Gpu, k: &Kernels, quant: KQuant, (rows, cols, tokens): (usize, usize, usize), seed: u64) {
+fn check(g: &Gpu, k: &Kernels, quant: BlockQuant, (rows, cols, tokens): (usize, usize, usize), seed: u64) {
     let mut rng = Rng::new(seed);
     let w = blocks(&mut rng, quant, rows * cols / 256);
     let x = rng.vec_f32(tokens * cols, -1.0, 1.0);
@@ -107,7 +107,7 @@ fn check(g: &Gpu, k: &Kernels, quant: KQuant, (rows, cols, tokens): (usize, usiz
 #[test]
 fn kquant_gemvs_match_the_cpu_reference() {
     let g = gpu_or_skip!();
-    for quant in KQuant::ALL {
+    for quant in BlockQuant::ALL {
         // One block a row (Q6_K rows then start 2 bytes into a word every other row), a Qwen3 row of 8,
         // a row of 3 (lanes past the blocks), several tokens.
         for (i, shape) in [(37, 256, 1), (20, 2048, 1), (9, 768, 3), (64, 512, 2)].into_iter().enumerate() {
@@ -123,7 +123,7 @@ fn a_kquant_gemv_refuses_a_row_that_is_not_whole_blocks() {
     let w = upload(g, &[0u8; 1024]);
     let x = upload(g, &[0f32; 128]);
     let y = poisoned(g, 64);
-    let m = BlockMatrix { data: (&w).into(), quant: KQuant::Q4K, rows: 1, cols: 128 };
+    let m = BlockMatrix { data: (&w).into(), quant: BlockQuant::Q4K, rows: 1, cols: 128 };
     let e = g.kernels.kquant_gemv(m, (&x).into(), (&y).into(), 1).unwrap_err().to_string();
     assert!(e.contains("multiple of 256") && e.contains("cols 128"), "{e}");
 }
@@ -134,11 +134,11 @@ fn a_kquant_gemv_refuses_a_row_that_is_not_whole_blocks() {
 fn the_reference_dequantises_as_ggml() {
     let mut rng = Rng::new(7);
     for (quant, ty) in [
-        (KQuant::Q4K, diskformer_gguf::TensorType::Q4K),
-        (KQuant::Q5K, diskformer_gguf::TensorType::Q5K),
-        (KQuant::Q6K, diskformer_gguf::TensorType::Q6K),
-        (KQuant::Q3K, diskformer_gguf::TensorType::Q3K),
-        (KQuant::Q2K, diskformer_gguf::TensorType::Q2K),
+        (BlockQuant::Q4K, diskformer_gguf::TensorType::Q4K),
+        (BlockQuant::Q5K, diskformer_gguf::TensorType::Q5K),
+        (BlockQuant::Q6K, diskformer_gguf::TensorType::Q6K),
+        (BlockQuant::Q3K, diskformer_gguf::TensorType::Q3K),
+        (BlockQuant::Q2K, diskformer_gguf::TensorType::Q2K),
     ] {
         let size = quant.block_bytes() as usize;
         let w = blocks(&mut rng, quant, 16);
@@ -159,7 +159,7 @@ fn the_reference_dequantises_as_ggml() {
 /// `offset` and random bytes around it (another part of the record).
 fn block_pool(
     rng: &mut Rng,
-    quant: KQuant,
+    quant: BlockQuant,
     (rows, cols): (usize, usize),
     slots: usize,
 ) -> (Vec<u8>, usize, usize) {
@@ -200,7 +200,7 @@ fn expert_kquant_gemvs_match_the_cpu_reference() {
     use diskformer_kernels::{ExpertBlocks, ExpertOut};
     let g = gpu_or_skip!();
     let mut rng = Rng::new(31);
-    for quant in KQuant::ALL {
+    for quant in BlockQuant::ALL {
         for (rows, cols, slots) in [(37, 256, 5), (64, 512, 3), (40, 2304, 3)] {
             let (pool, slot_bytes, offset) = block_pool(&mut rng, quant, (rows, cols), slots);
             let (k, tokens) = (2, 4);
@@ -276,7 +276,7 @@ fn expert_kquant_gemvs_match_the_cpu_reference() {
 fn kquant_gemms_match_the_cpu_reference() {
     let g = gpu_or_skip!();
     let mut rng = Rng::new(41);
-    for quant in KQuant::ALL {
+    for quant in BlockQuant::ALL {
         for (rows, cols, tokens) in
             [(150usize, 512usize, 37usize), (150, 512, 3), (37, 256, 3), (130, 768, 33)]
         {

@@ -16,8 +16,8 @@
 
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
-    AttentionShape, CombineOut, Dispatch, EXPERT_GEMM_TILED_GROUP, EXPERT_GROUPS_MAX_EXPERTS, ExpertBlocks,
-    ExpertGroupsParams, ExpertOut, ExpertPlanes, InputNorm, KQuant, Kernels, KvCacheViews,
+    AttentionShape, BlockQuant, CombineOut, Dispatch, EXPERT_GEMM_TILED_GROUP, EXPERT_GROUPS_MAX_EXPERTS,
+    ExpertBlocks, ExpertGroupsParams, ExpertOut, ExpertPlanes, InputNorm, Kernels, KvCacheViews,
     MoeCombineNormParams, PENALTY_MAX_N, Q8Matrix, QkvRopeStoreParams, Route, SAMPLE_MAX_N, SampleStep, View,
     argmax_partial_len, combine_squares, expert_gemm_group_bound, q8_row_bytes, sample_partial_len,
 };
@@ -1038,7 +1038,7 @@ pub(crate) enum ExpertKernels {
     Q4,
     /// Records of GGUF blocks: per layer gate, up and down, each its type and where it starts in its
     /// plane's slot (gate and up in `gate_up_q`, down in `down_q`).
-    Blocks(Vec<[(KQuant, u64); 3]>),
+    Blocks(Vec<[(BlockQuant, u64); 3]>),
 }
 
 impl ExpertKernels {
@@ -1057,7 +1057,7 @@ impl ExpertKernels {
                     ),
                 };
                 let (ty, r) = layout.part(l, p).ok_or_else(|| bad("missing"))?;
-                let quant = KQuant::from_name(ty.name()).ok_or_else(|| bad(ty.name()))?;
+                let quant = BlockQuant::from_name(ty.name()).ok_or_else(|| bad(ty.name()))?;
                 Ok::<_, crate::Error>((quant, r.offset - plane.offset))
             };
             layers.push([
@@ -1075,7 +1075,7 @@ impl ExpertKernels {
 fn block_experts(
     b: &Bindings<'_>,
     l: usize,
-    [(gate_q, gate_at), (up_q, up_at), (down_q, down_at)]: [(KQuant, u64); 3],
+    [(gate_q, gate_at), (up_q, up_at), (down_q, down_at)]: [(BlockQuant, u64); 3],
     PairSizes { t, pairs, groups }: PairSizes,
 ) -> Result<Vec<Dispatch>> {
     let (k, c, s) = (b.kernels, b.config, b.scratch);
@@ -1094,7 +1094,7 @@ fn block_experts(
         pool: &GpuPool,
         part: &'p diskformer_expert_stream::PoolPart,
         plane: Plane,
-        (quant, offset): (KQuant, u64),
+        (quant, offset): (BlockQuant, u64),
         (rows, cols): (u32, u32),
     ) -> ExpertBlocks<'p> {
         ExpertBlocks {
@@ -1110,7 +1110,7 @@ fn block_experts(
     }
     // Up right after gate and of its type: gate‖up is one matrix of 2F rows.
     let gate_bytes = u64::from(f) * u64::from(h) / 256 * gate_q.block_bytes();
-    let halves: &[(KQuant, u64, u32, u32)] = if gate_q == up_q && up_at == gate_at + gate_bytes {
+    let halves: &[(BlockQuant, u64, u32, u32)] = if gate_q == up_q && up_at == gate_at + gate_bytes {
         &[(gate_q, gate_at, 0, 2 * f)]
     } else {
         &[(gate_q, gate_at, 0, f), (up_q, up_at, f, f)]

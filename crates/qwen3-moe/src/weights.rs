@@ -5,7 +5,7 @@
 use std::fs::File;
 
 use diskformer_gguf::TensorType;
-use diskformer_kernels::{BlockMatrix, KQuant, Q8Matrix, View};
+use diskformer_kernels::{BlockMatrix, BlockQuant, Q8Matrix, View};
 use diskformer_store::{DenseData, DenseTensor, Store};
 
 use crate::{Config, Error, Result};
@@ -23,7 +23,7 @@ pub(crate) enum DenseWeight {
 #[derive(Clone, Debug)]
 pub(crate) struct BlockWeight {
     data: wgpu::Buffer,
-    pub quant: KQuant,
+    pub quant: BlockQuant,
     pub rows: u32,
     pub cols: u32,
 }
@@ -339,10 +339,10 @@ impl<'a> Uploader<'a> {
     }
 
     /// The bytes and type of a K-quant matrix of `rows × cols`.
-    fn block_bytes(&self, name: &str, rows: u32, cols: u32) -> Result<(&'a [u8], KQuant)> {
+    fn block_bytes(&self, name: &str, rows: u32, cols: u32) -> Result<(&'a [u8], BlockQuant)> {
         let t = self.tensor(name)?;
         let want = [u64::from(cols), u64::from(rows)];
-        match (&t.data, KQuant::from_name(&t.ty)) {
+        match (&t.data, BlockQuant::from_name(&t.ty)) {
             (DenseData::Raw { data }, Some(quant)) if t.dims == want && cols.is_multiple_of(256) => {
                 let (o, l) = (data.offset as usize, data.len as usize);
                 let map: &'a [u8] = self.map;
@@ -430,14 +430,11 @@ pub(crate) fn check_dense_types(layout: &diskformer_store::Layout) -> Result<()>
         .dense
         .iter()
         .filter(|t| matrix(&t.name))
-        .find(|t| !matches!(t.data, DenseData::Planes { .. }) && KQuant::from_name(&t.ty).is_none())
+        .find(|t| !matches!(t.data, DenseData::Planes { .. }) && BlockQuant::from_name(&t.ty).is_none())
     {
         Some(t) => Err(Error::BadTensor {
             name: t.name.clone(),
-            what: format!(
-                "is {}; the engine's GPU kernels multiply q8_0 and q2_K to q6_K matrices",
-                t.ty
-            ),
+            what: format!("is {}; the engine's GPU kernels multiply q8_0 and q2_K to q6_K matrices", t.ty),
         }),
         None => Ok(()),
     }

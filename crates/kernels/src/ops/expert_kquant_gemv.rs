@@ -1,6 +1,6 @@
 use crate::error::Result;
 use crate::kernels::{Kernel, Kernels, View};
-use crate::{Dispatch, KQuant, ops::*};
+use crate::{BlockQuant, Dispatch, ops::*};
 
 /// Params of `expert_kquant_gemv.wgsl`.
 #[repr(C)]
@@ -41,7 +41,7 @@ pub struct ExpertBlocks<'a> {
     /// The pool plane holding the slots.
     pub data: View<'a>,
     /// The matrix's type.
-    pub quant: KQuant,
+    pub quant: BlockQuant,
     /// Bytes a slot takes in `data`.
     pub slot_bytes: u64,
     /// Where the matrix starts in a slot.
@@ -77,23 +77,6 @@ enum PairIndex<'a> {
     /// `[G] (slot, first, count, 0)` groups of `order` (`[P] u32` pair ids grouped by slot), one
     /// workgroup row a group.
     Groups { groups: View<'a>, order: View<'a>, len: u32 },
-}
-
-impl KQuant {
-    fn expert_gemv(self, grouped: bool) -> Kernel {
-        match (self, grouped) {
-            (KQuant::Q4K, false) => Kernel::ExpertQ4KGemv,
-            (KQuant::Q6K, false) => Kernel::ExpertQ6KGemv,
-            (KQuant::Q4K, true) => Kernel::ExpertQ4KGemm,
-            (KQuant::Q6K, true) => Kernel::ExpertQ6KGemm,
-            (KQuant::Q5K, false) => Kernel::ExpertQ5KGemv,
-            (KQuant::Q5K, true) => Kernel::ExpertQ5KGemm,
-            (KQuant::Q3K, false) => Kernel::ExpertQ3KGemv,
-            (KQuant::Q3K, true) => Kernel::ExpertQ3KGemm,
-            (KQuant::Q2K, false) => Kernel::ExpertQ2KGemv,
-            (KQuant::Q2K, true) => Kernel::ExpertQ2KGemm,
-        }
-    }
 }
 
 impl Kernels {
@@ -149,7 +132,11 @@ impl Kernels {
         x_div: u32,
     ) -> Result<Dispatch> {
         let grouped = matches!(index, PairIndex::Groups { .. });
-        let b = self.binder(w.quant.expert_gemv(grouped));
+        let b = self.binder(if grouped {
+            Kernel::ExpertBlockGemm(w.quant)
+        } else {
+            Kernel::ExpertBlockGemv(w.quant)
+        });
         let (rows, cols, slots) = (u64::from(w.rows), u64::from(w.cols), u64::from(w.slots));
         let (pp, xd) = (u64::from(pairs), u64::from(x_div));
         let row_bytes = cols / 256 * w.quant.block_bytes();

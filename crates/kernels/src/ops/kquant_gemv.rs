@@ -7,9 +7,9 @@ use crate::{Dispatch, ops::*};
 /// Params of `kquant_gemv.wgsl`: those of the Q8_0 GEMV (`cols` a multiple of 256).
 pub type KQuantGemvParams = Q8GemvParams;
 
-/// The K-quant a [`BlockMatrix`] holds: 256 values a super-block.
+/// The GGUF block type a [`BlockMatrix`] holds, read in runs of 256 values (a K-quant's super-block).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum KQuant {
+pub enum BlockQuant {
     /// `block_q4_K`, 144 bytes: 4.5 bits a value.
     Q4K,
     /// `block_q6_K`, 210 bytes: 6.5625 bits a value.
@@ -22,59 +22,35 @@ pub enum KQuant {
     Q2K,
 }
 
-impl KQuant {
-    /// Every K-quant the kernels read.
-    pub const ALL: [KQuant; 5] = [KQuant::Q2K, KQuant::Q3K, KQuant::Q4K, KQuant::Q5K, KQuant::Q6K];
+impl BlockQuant {
+    /// Every type the block kernels read.
+    pub const ALL: [BlockQuant; 5] =
+        [BlockQuant::Q2K, BlockQuant::Q3K, BlockQuant::Q4K, BlockQuant::Q5K, BlockQuant::Q6K];
 
     /// Bytes of one 256-value super-block.
     pub const fn block_bytes(self) -> u64 {
         match self {
-            KQuant::Q4K => 144,
-            KQuant::Q6K => 210,
-            KQuant::Q5K => 176,
-            KQuant::Q3K => 110,
-            KQuant::Q2K => 84,
+            BlockQuant::Q4K => 144,
+            BlockQuant::Q6K => 210,
+            BlockQuant::Q5K => 176,
+            BlockQuant::Q3K => 110,
+            BlockQuant::Q2K => 84,
         }
     }
 
     /// The type of ggml's name `name` (`"q4_K"`, `"q6_K"`), if the kernels read it.
-    pub fn from_name(name: &str) -> Option<KQuant> {
-        KQuant::ALL.into_iter().find(|q| q.name() == name)
+    pub fn from_name(name: &str) -> Option<BlockQuant> {
+        BlockQuant::ALL.into_iter().find(|q| q.name() == name)
     }
 
     /// ggml's name of the type.
     pub const fn name(self) -> &'static str {
         match self {
-            KQuant::Q4K => "q4_K",
-            KQuant::Q6K => "q6_K",
-            KQuant::Q5K => "q5_K",
-            KQuant::Q3K => "q3_K",
-            KQuant::Q2K => "q2_K",
-        }
-    }
-
-    fn gemm(self) -> Kernel {
-        match self {
-            KQuant::Q4K => Kernel::Q4KGemm,
-            KQuant::Q6K => Kernel::Q6KGemm,
-            KQuant::Q5K => Kernel::Q5KGemm,
-            KQuant::Q3K => Kernel::Q3KGemm,
-            KQuant::Q2K => Kernel::Q2KGemm,
-        }
-    }
-
-    fn gemv(self, rows4: bool) -> Kernel {
-        match (self, rows4) {
-            (KQuant::Q4K, false) => Kernel::Q4KGemv,
-            (KQuant::Q6K, false) => Kernel::Q6KGemv,
-            (KQuant::Q4K, true) => Kernel::Q4KGemvRows4,
-            (KQuant::Q6K, true) => Kernel::Q6KGemvRows4,
-            (KQuant::Q5K, false) => Kernel::Q5KGemv,
-            (KQuant::Q5K, true) => Kernel::Q5KGemvRows4,
-            (KQuant::Q3K, false) => Kernel::Q3KGemv,
-            (KQuant::Q3K, true) => Kernel::Q3KGemvRows4,
-            (KQuant::Q2K, false) => Kernel::Q2KGemv,
-            (KQuant::Q2K, true) => Kernel::Q2KGemvRows4,
+            BlockQuant::Q4K => "q4_K",
+            BlockQuant::Q6K => "q6_K",
+            BlockQuant::Q5K => "q5_K",
+            BlockQuant::Q3K => "q3_K",
+            BlockQuant::Q2K => "q2_K",
         }
     }
 }
@@ -86,7 +62,7 @@ pub struct BlockMatrix<'a> {
     /// The blocks, `rows * cols / 256 * quant.block_bytes()` bytes.
     pub data: View<'a>,
     /// Their type.
-    pub quant: KQuant,
+    pub quant: BlockQuant,
     /// Rows (output length of a GEMV).
     pub rows: u32,
     /// Columns (input length), a multiple of 256.
@@ -172,7 +148,7 @@ impl Kernels {
         (y, stride, offset): (View<'_>, u32, u32),
         tokens: u32,
     ) -> Result<Dispatch> {
-        let b = self.binder(w.quant.gemm());
+        let b = self.binder(Kernel::BlockGemm(w.quant));
         let (rows, cols, t) = (u64::from(w.rows), u64::from(w.cols), u64::from(tokens));
         check_shape(&b, w, t, (stride, offset))?;
         let gy = b.groups("token blocks", t.div_ceil(32))?;
@@ -207,7 +183,7 @@ impl Kernels {
         (rows4, accumulate): (bool, bool),
     ) -> Result<Dispatch> {
         let rows_per_group: u64 = if rows4 { 32 } else { 8 };
-        let b = self.binder(w.quant.gemv(rows4));
+        let b = self.binder(if rows4 { Kernel::BlockGemvRows4(w.quant) } else { Kernel::BlockGemv(w.quant) });
         let (rows, cols, t) = (u64::from(w.rows), u64::from(w.cols), u64::from(tokens));
         check_shape(&b, w, t, (stride, offset))?;
         let gy = b.groups("tokens", t)?;
