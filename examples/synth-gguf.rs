@@ -57,8 +57,8 @@ struct Args {
     /// Type of the routed experts with the q8_0 file type: q8_0 or q4_0.
     #[arg(long, default_value = "q8_0")]
     expert_type: String,
-    /// File type: q8_0, or a K-quant mix as llama-quantize makes it (q2_k, q3_k_m, q4_k_s, q4_k_m, q5_k_m,
-    /// q6_k).
+    /// File type: q8_0, a K-quant mix as llama-quantize makes it (q2_k, q3_k_m, q4_k_s, q4_k_m, q5_k_m,
+    /// q6_k), or every matrix of one type but a Q6_K output (uniform-q4_0, uniform-iq4_xs, uniform-bf16, …).
     #[arg(long, default_value = "q8_0")]
     ftype: String,
 }
@@ -89,7 +89,8 @@ fn main() -> anyhow::Result<()> {
     };
     shape.ftype = SynthFtype::named(&args.ftype).ok_or_else(|| {
         anyhow::anyhow!(
-            "unknown file type {:?}; use q8_0, q2_k, q3_k_m, q4_k_s, q4_k_m, q5_k_m or q6_k",
+            "unknown file type {:?}; use q8_0, q2_k, q3_k_m, q4_k_s, q4_k_m, q5_k_m, q6_k or uniform-TYPE \
+             (TYPE one of q2_k … q6_k, q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, iq4_xs, f16, bf16)",
             args.ftype
         )
     })?;

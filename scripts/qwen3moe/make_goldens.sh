@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes the tiny qwen3moe fixtures with our GGUF writer (examples/synth-gguf; `--ftype q4_k_m`: random
-# K-quant blocks, each tensor of the type llama.cpp's quantizer gives it) and records llama.cpp's
+# K-quant blocks, each tensor of the type llama.cpp's quantizer gives it; `uniform-TYPE`: every matrix TYPE) and records llama.cpp's
 # greedy output on their F32 twins (scripts/qwen3moe/llama_golden.py) into crates/qwen3-moe/tests/data, and
 # for the Q8_0-expert fixtures llama.cpp's prompt log-probabilities on the fixture itself
 # (scripts/qwen3moe/llama_q8_prompt.py, the int8 prefill's reference).
@@ -22,6 +22,10 @@ fixtures=(
   "q5km|--layers 2 --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 --experts 8 --top-k 2 --ffn 256 --seed 22 --ftype q5_k_m|84,104,101,32,113,117,105,99,107,32,98,114,111,119,110,32,102,111,120"
   "q3km|--layers 2 --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 --experts 8 --top-k 2 --ffn 256 --seed 23 --ftype q3_k_m|256,257,87,104,97,116,32,105,115,32,81,51,95,75,63,258,10,256,257,97"
   "q2k|--layers 2 --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 --experts 8 --top-k 2 --ffn 256 --seed 24 --ftype q2_k|84,104,101,32,113,117,105,99,107,32,98,114,111,119,110,32,102,111,120"
+  "uiq4xs|--layers 2 --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 --experts 8 --top-k 2 --ffn 256 --seed 25 --ftype uniform-iq4_xs|256,257,72,101,108,108,111,44,32,119,111,114,108,100,33,258,10,256,257,97"
+  "uq51|--layers 2 --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 --experts 8 --top-k 2 --ffn 256 --seed 26 --ftype uniform-q5_1|84,104,101,32,113,117,105,99,107,32,98,114,111,119,110,32,102,111,120"
+  "uq40|--layers 2 --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 --experts 8 --top-k 2 --ffn 256 --seed 27 --ftype uniform-q4_0|256,257,87,104,97,116,32,105,115,32,81,52,95,48,63,258,10,256,257,97"
+  "ubf16|--layers 2 --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 --experts 8 --top-k 2 --ffn 256 --seed 28 --ftype uniform-bf16|84,104,101,32,113,117,105,99,107,32,98,114,111,119,110,32,102,111,120"
   "qwen3vocab|--layers 2 --hidden 64 --heads 2 --kv-heads 2 --head-dim 32 --experts 32 --top-k 8 --ffn 32 --seed 13 --vocab-from .cache/qwen3-vocab.gguf|151644,872,198,9707,11,1246,525,498,30,151645,198,151644,77091,198"
 )
 for f in "${fixtures[@]}"; do

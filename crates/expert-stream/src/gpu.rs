@@ -876,7 +876,7 @@ fn check_blocks(layout: &ExpertLayout) -> Result<[Region; 4]> {
             if BlockQuant::from_name(ty.name()).is_none() {
                 return Err(Error::BadLayout {
                     reason: format!(
-                        "blk.{layer}.ffn_{}_exps is {}; the GPU expert kernels read q2_K to q6_K blocks \
+                        "blk.{layer}.ffn_{}_exps is {}; the GPU expert kernels read the block types of BlockQuant \
                          (and Q8_0 or Q4_0 experts of one type throughout)",
                         part.name(),
                         ty.name()

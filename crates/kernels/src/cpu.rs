@@ -47,7 +47,10 @@ pub fn q8_gemv(q: &[i8], scales: &[f16], rows: usize, cols: usize, x: &[f32]) ->
     q8_gemv_as(q, scales, rows, cols, x, f64::from)
 }
 
-/// Value `v` (0..256) of a K-quant super-block, value by value as ggml's `dequantize_row_q2_K` …
+/// IQ4_NL's codebook (ggml's `kvalues_iq4nl`).
+const IQ4_VALUES: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+
+/// Value `v` (0..256) of a K-quant super-block (or of 256 values of the other block types), value by value as ggml's `dequantize_row_q2_K` …
 /// `dequantize_row_q6_K` lay them out (the GPU kernels' reference; the gguf crate's dequantiser, checked bit
 /// for bit against ggml's, is the tests' reference for this).
 pub fn kquant_value(quant: crate::BlockQuant, block: &[u8], v: usize) -> f32 {
@@ -86,6 +89,52 @@ pub fn kquant_value(quant: crate::BlockQuant, block: &[u8], v: usize) -> f32 {
                 | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4);
             f16_at(108) * (i32::from(sc) - 32) as f32 * q as f32
         }
+        crate::BlockQuant::Q4_0
+        | crate::BlockQuant::Q4_1
+        | crate::BlockQuant::Q5_0
+        | crate::BlockQuant::Q5_1
+        | crate::BlockQuant::IQ4NL => {
+            // Block v / 32 of the 8; value j of a block the low nibble of qs[j] (j < 16) or the high nibble
+            // of qs[j - 16], the 5-bit types' fifth bit bit j of the u32 qh.
+            let size = (quant.block_bytes() / 8) as usize;
+            let (b, j) = (&block[v / 32 * size..][..size], v % 32);
+            let with_min = matches!(quant, crate::BlockQuant::Q4_1 | crate::BlockQuant::Q5_1);
+            let five = matches!(quant, crate::BlockQuant::Q5_0 | crate::BlockQuant::Q5_1);
+            let qs_at = 2 + 2 * usize::from(with_min) + 4 * usize::from(five);
+            let byte = b[qs_at + j % 16];
+            let mut q = u32::from(if j < 16 { byte & 0xF } else { byte >> 4 });
+            if five {
+                let qh = u32::from_le_bytes(b[qs_at - 4..qs_at].try_into().expect("4 bytes"));
+                q |= ((qh >> j) & 1) << 4;
+            }
+            let (d, m) =
+                (f16::from_le_bytes([b[0], b[1]]).to_f32(), f16::from_le_bytes([b[2], b[3]]).to_f32());
+            match quant {
+                crate::BlockQuant::Q4_0 => (q as i32 - 8) as f32 * d,
+                crate::BlockQuant::Q5_0 => (q as i32 - 16) as f32 * d,
+                crate::BlockQuant::IQ4NL => d * f32::from(IQ4_VALUES[q as usize]),
+                _ => q as f32 * d + m,
+            }
+        }
+        crate::BlockQuant::Q8_0 => {
+            let b = &block[v / 32 * 34..][..34];
+            f32::from(b[2 + v % 32] as i8) * f16::from_le_bytes([b[0], b[1]]).to_f32()
+        }
+        crate::BlockQuant::IQ4XS => {
+            // Run ib = v / 32 of 8: IQ4_NL's nibble layout at qs[16 ib..], scaled by d * (6-bit scale - 32).
+            let (ib, j) = (v / 32, v % 32);
+            let scales_h = u16::from_le_bytes([block[2], block[3]]);
+            let low = (block[4 + ib / 2] >> (4 * (ib % 2))) & 0xF;
+            let high = ((scales_h >> (2 * ib)) & 3) as u8;
+            let dl = f16_at(0) * f32::from(i16::from(low | high << 4) - 32);
+            let byte = block[8 + 16 * ib + j % 16];
+            dl * f32::from(IQ4_VALUES[usize::from(if j < 16 { byte & 0xF } else { byte >> 4 })])
+        }
+        crate::BlockQuant::F16 => f16_at(2 * v),
+        crate::BlockQuant::BF16 => {
+            f32::from_bits(u32::from(u16::from_le_bytes([block[2 * v], block[2 * v + 1]])) << 16)
+        }
+        crate::BlockQuant::F32 => f32::from_le_bytes(block[4 * v..4 * v + 4].try_into().expect("4 bytes")),
         crate::BlockQuant::Q6K => {
             // Half h, then l and the quarter k: value 128h + 32k + l.
             let (h, k, l) = (v / 128, (v % 128) / 32, v % 32);

@@ -150,6 +150,10 @@ const KQUANT_Q5_K: &str = include_str!("wgsl/kquant_q5_k.wgsl");
 const KQUANT_Q3_K: &str = include_str!("wgsl/kquant_q3_k.wgsl");
 const KQUANT_Q2_K: &str = include_str!("wgsl/kquant_q2_k.wgsl");
 const KQUANT_HALVES: &str = include_str!("wgsl/kquant_halves.wgsl");
+const KQUANT_BYTE_WORD: &str = include_str!("wgsl/kquant_byte_word.wgsl");
+const KQUANT_RUNS32: &str = include_str!("wgsl/kquant_runs32.wgsl");
+const KQUANT_IQ4: &str = include_str!("wgsl/kquant_iq4.wgsl");
+const KQUANT_FLOATS: &str = include_str!("wgsl/kquant_floats.wgsl");
 const KQUANT_K_SCALES: &str = include_str!("wgsl/kquant_k_scales.wgsl");
 const KQUANT_TILE: &str = include_str!("wgsl/kquant_tile.wgsl");
 const Q8_TILE_COOP: &str = include_str!("wgsl/q8_tile_coop.wgsl");
@@ -158,12 +162,24 @@ impl BlockQuant {
     /// The helper files that read the type's blocks (`BLOCK_BYTES`, `block_x`, `block_dot`, `tile_load`),
     /// appended to the block kernels.
     fn block_helpers(self) -> &'static [&'static str] {
+        const RUNS: &str = KQUANT_RUNS32;
+        const WORD: &str = KQUANT_BYTE_WORD;
         match self {
-            BlockQuant::Q2K => &[KQUANT_Q2_K, KQUANT_HALVES],
-            BlockQuant::Q3K => &[KQUANT_Q3_K, KQUANT_HALVES],
+            BlockQuant::Q2K => &[KQUANT_Q2_K, KQUANT_HALVES, WORD],
+            BlockQuant::Q3K => &[KQUANT_Q3_K, KQUANT_HALVES, WORD],
             BlockQuant::Q4K => &[KQUANT_Q4_K, KQUANT_K_SCALES],
             BlockQuant::Q5K => &[KQUANT_Q5_K, KQUANT_K_SCALES],
-            BlockQuant::Q6K => &[KQUANT_Q6_K, KQUANT_HALVES],
+            BlockQuant::Q6K => &[KQUANT_Q6_K, KQUANT_HALVES, WORD],
+            BlockQuant::Q4_0 => &[include_str!("wgsl/kquant_q4_0.wgsl"), RUNS, WORD],
+            BlockQuant::Q4_1 => &[include_str!("wgsl/kquant_q4_1.wgsl"), RUNS, WORD],
+            BlockQuant::Q5_0 => &[include_str!("wgsl/kquant_q5_0.wgsl"), RUNS, WORD],
+            BlockQuant::Q5_1 => &[include_str!("wgsl/kquant_q5_1.wgsl"), RUNS, WORD],
+            BlockQuant::Q8_0 => &[include_str!("wgsl/kquant_q8_0.wgsl"), RUNS, WORD],
+            BlockQuant::IQ4NL => &[include_str!("wgsl/kquant_iq4_nl.wgsl"), KQUANT_IQ4, RUNS, WORD],
+            BlockQuant::IQ4XS => &[include_str!("wgsl/kquant_iq4_xs.wgsl"), KQUANT_IQ4, RUNS, WORD],
+            BlockQuant::F16 => &[include_str!("wgsl/kquant_f16.wgsl"), KQUANT_FLOATS, RUNS, WORD],
+            BlockQuant::BF16 => &[include_str!("wgsl/kquant_bf16.wgsl"), KQUANT_FLOATS, RUNS, WORD],
+            BlockQuant::F32 => &[include_str!("wgsl/kquant_f32.wgsl"), KQUANT_FLOATS, RUNS, WORD],
         }
     }
 
@@ -186,6 +202,56 @@ impl BlockQuant {
             BlockQuant::Q6K => {
                 ["q6_k_gemv", "q6_k_gemv_rows4", "q6_k_gemm", "expert_q6_k_gemv", "expert_q6_k_gemm"]
             }
+            BlockQuant::Q4_0 => {
+                ["q4_0_gemv", "q4_0_gemv_rows4", "q4_0_gemm", "expert_q4_0_gemv", "expert_q4_0_gemm"]
+            }
+            BlockQuant::Q4_1 => {
+                ["q4_1_gemv", "q4_1_gemv_rows4", "q4_1_gemm", "expert_q4_1_gemv", "expert_q4_1_gemm"]
+            }
+            BlockQuant::Q5_0 => {
+                ["q5_0_gemv", "q5_0_gemv_rows4", "q5_0_gemm", "expert_q5_0_gemv", "expert_q5_0_gemm"]
+            }
+            BlockQuant::Q5_1 => {
+                ["q5_1_gemv", "q5_1_gemv_rows4", "q5_1_gemm", "expert_q5_1_gemv", "expert_q5_1_gemm"]
+            }
+            BlockQuant::Q8_0 => [
+                "q8_0_block_gemv",
+                "q8_0_block_gemv_rows4",
+                "q8_0_block_gemm",
+                "expert_q8_0_block_gemv",
+                "expert_q8_0_block_gemm",
+            ],
+            BlockQuant::IQ4NL => [
+                "iq4_nl_gemv",
+                "iq4_nl_gemv_rows4",
+                "iq4_nl_gemm",
+                "expert_iq4_nl_gemv",
+                "expert_iq4_nl_gemm",
+            ],
+            BlockQuant::IQ4XS => [
+                "iq4_xs_gemv",
+                "iq4_xs_gemv_rows4",
+                "iq4_xs_gemm",
+                "expert_iq4_xs_gemv",
+                "expert_iq4_xs_gemm",
+            ],
+            BlockQuant::F16 => [
+                "f16_block_gemv",
+                "f16_block_gemv_rows4",
+                "f16_block_gemm",
+                "expert_f16_block_gemv",
+                "expert_f16_block_gemm",
+            ],
+            BlockQuant::BF16 => {
+                ["bf16_gemv", "bf16_gemv_rows4", "bf16_gemm", "expert_bf16_gemv", "expert_bf16_gemm"]
+            }
+            BlockQuant::F32 => [
+                "f32_block_gemv",
+                "f32_block_gemv_rows4",
+                "f32_block_gemm",
+                "expert_f32_block_gemv",
+                "expert_f32_block_gemm",
+            ],
         }
     }
 }

@@ -23,10 +23,11 @@
 //! | combine | in the down GEMV (`expert_q8_gemv_combine`; `qkv_rope_store` finishes the next norm, `rms_norm` the output norm); apart: `moe_combine_norm` (weighted sum + residual, then the next norm), `moe_combine`, `add` | `moe_combine_norm` |
 //! | sampling | `argmax` (two stages: slices, then their best), or `apply_penalties` (repetition and presence penalties from a ring of recent tokens) then `sample_top_k` (top-k, temperature, top-p, min-p and a draw with a host-supplied uniform: tiles sorted in workgroup memory, level by level) | — |
 //!
-//! K-quant matrices ([`BlockMatrix`]: Q2_K … Q6_K) stay GGUF blocks as they lie in the file: `q4_k_gemv`,
-//! `q6_k_gemv`, … (`kquant_gemv.wgsl` with the type's block helper `kquant_q*_k.wgsl`; launcher
+//! Matrices of GGUF blocks ([`BlockMatrix`] of a [`BlockQuant`]: the K-quants, the legacy quants, IQ4_NL,
+//! IQ4_XS, F16, BF16, F32) stay as they lie in the file, read 256 values at a time: `q4_k_gemv`,
+//! `iq4_xs_gemv`, … (`kquant_gemv.wgsl` with the type's block helper `kquant_<type>.wgsl`; launcher
 //! `Kernels::kquant_gemv`) run one over T inputs, `_rows4` (`Kernels::kquant_gemv_rows4`) with four rows a
-//! lane group; the tiled `q*_k_gemm` and the expert kernels take the same helpers.
+//! lane group; the tiled `<type>_gemm` and the expert kernels take the same helpers.
 //!
 //! Values that change every step (token ids, positions, the RoPE table, slot indices) are read from
 //! buffers, so a [`Dispatch`] is bound once and recorded every step.

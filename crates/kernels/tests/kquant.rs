@@ -1,7 +1,8 @@
-//! Protects the K-quant GEMVs (Q2_K … Q6_K on GGUF blocks as they lie in the file, one or four rows a lane
-//! group) against their CPU reference on a real device, with both row-sum variants, `y +=`, row counts
-//! that do not fill a workgroup, and rows whose blocks start mid-word (Q3_K's 110 bytes, Q6_K's 210); and
-//! the reference's dequantisation against the gguf crate's, which matches ggml's bit for bit.
+//! Protects the block GEMVs and GEMMs (every [`BlockQuant`]: Q2_K … Q6_K, the legacy types, IQ4_NL, IQ4_XS,
+//! F16, BF16 and F32 on GGUF blocks as they lie in the file, one or four rows a lane group) against their CPU
+//! reference on a real device, with both row-sum variants, `y +=`, row counts that do not fill a workgroup,
+//! and rows whose blocks start mid-word (Q3_K's 110 bytes, Q6_K's 210, the legacy types' 18 to 34); and the
+//! reference's dequantisation against the gguf crate's, which matches ggml's bit for bit.
 
 mod common;
 
@@ -28,6 +29,24 @@ fn blocks(rng: &mut Rng, quant: BlockQuant, n: usize) -> Vec<u8> {
                 scale(80, rng);
                 scale(82, rng);
             }
+            BlockQuant::Q4_0 | BlockQuant::IQ4NL => (0..8).for_each(|i| scale(18 * i, rng)),
+            BlockQuant::Q5_0 => (0..8).for_each(|i| scale(22 * i, rng)),
+            BlockQuant::Q8_0 => (0..8).for_each(|i| scale(34 * i, rng)),
+            BlockQuant::Q4_1 | BlockQuant::Q5_1 => {
+                let size = (quant.block_bytes() / 8) as usize;
+                (0..8).for_each(|i| {
+                    scale(size * i, rng);
+                    scale(size * i + 2, rng);
+                })
+            }
+            BlockQuant::IQ4XS => scale(0, rng),
+            BlockQuant::F16 => (0..256).for_each(|i| scale(2 * i, rng)),
+            BlockQuant::BF16 => (0..256).for_each(|i| {
+                let v = half::bf16::from_f32(rng.f32(-2e-2, 2e-2));
+                b[2 * i..2 * i + 2].copy_from_slice(&v.to_le_bytes());
+            }),
+            BlockQuant::F32 => (0..256)
+                .for_each(|i| b[4 * i..4 * i + 4].copy_from_slice(&rng.f32(-2e-2, 2e-2).to_le_bytes())),
         }
     }
     // Padded to whole words, as a buffer holding blocks must be.
@@ -133,13 +152,8 @@ fn a_kquant_gemv_refuses_a_row_that_is_not_whole_blocks() {
 #[test]
 fn the_reference_dequantises_as_ggml() {
     let mut rng = Rng::new(7);
-    for (quant, ty) in [
-        (BlockQuant::Q4K, diskformer_gguf::TensorType::Q4K),
-        (BlockQuant::Q5K, diskformer_gguf::TensorType::Q5K),
-        (BlockQuant::Q6K, diskformer_gguf::TensorType::Q6K),
-        (BlockQuant::Q3K, diskformer_gguf::TensorType::Q3K),
-        (BlockQuant::Q2K, diskformer_gguf::TensorType::Q2K),
-    ] {
+    for quant in BlockQuant::ALL {
+        let ty = diskformer_gguf::TensorType::from_name(quant.name()).unwrap();
         let size = quant.block_bytes() as usize;
         let w = blocks(&mut rng, quant, 16);
         let mut want = vec![0f32; 16 * 256];

@@ -1053,11 +1053,21 @@ impl ExpertKernels {
                 let bad = |ty: &str| crate::Error::BadTensor {
                     name: format!("blk.{l}.ffn_{}_exps.weight", p.name()),
                     what: format!(
-                        "is {ty}; the GPU expert kernels multiply q2_K to q6_K blocks (or Q8_0 or Q4_0 experts throughout)"
+                        "is {ty}; the GPU expert kernels multiply {} (or Q8_0 or Q4_0 experts throughout)",
+                        crate::weights::BLOCK_TYPES
                     ),
                 };
                 let (ty, r) = layout.part(l, p).ok_or_else(|| bad("missing"))?;
                 let quant = BlockQuant::from_name(ty.name()).ok_or_else(|| bad(ty.name()))?;
+                let row = if p == ExpertPart::Down { layout.ffn } else { layout.hidden };
+                if !row.is_multiple_of(256) {
+                    return Err(crate::Error::BadTensor {
+                        name: format!("blk.{l}.ffn_{}_exps.weight", p.name()),
+                        what: format!(
+                            "is {ty:?} in rows of {row} values; the GPU block kernels read rows of whole 256-value runs"
+                        ),
+                    });
+                }
                 Ok::<_, crate::Error>((quant, r.offset - plane.offset))
             };
             layers.push([

@@ -27,9 +27,9 @@
 //! # Ok::<(), diskformer_qwen3_moe::Error>(())
 //! ```
 //!
-//! It does not batch several sequences, run matrices other than Q8_0 and Q2_K … Q6_K (experts may be Q4_0
-//! too; the K-quant types may differ from tensor to tensor, as in llama.cpp's Q4_K_M files), or render chat
-//! templates other than Qwen3's and Qwen3.5's. Config errors come before any GPU work:
+//! It does not batch several sequences, run matrices of types other than Q8_0 and those of `BlockQuant` in rows
+//! of whole 256-value runs (the types may differ from tensor to tensor, as in llama.cpp's Q4_K_M files), or
+//! render chat templates other than Qwen3's and Qwen3.5's. Config errors come before any GPU work:
 //!
 //! ```
 //! use diskformer_gguf::{Metadata, Value};

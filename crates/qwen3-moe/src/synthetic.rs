@@ -126,6 +126,10 @@ pub enum SynthFtype {
     Q5KM,
     /// `LLAMA_FTYPE_MOSTLY_Q6_K`.
     Q6K,
+    /// Every matrix of one type (`uniform-q4_0`, `uniform-iq4_xs`, `uniform-bf16`, …) but the output, Q6_K
+    /// as llama-quantize makes every file type's (rows that do not fit fall back as it does): for the types
+    /// whose llama.cpp file types add per-tensor rules this model does not follow (IQ4_XS's attn_v, say).
+    Uniform(TensorType),
 }
 
 /// A matrix of a qwen3moe model, as llama.cpp's quantizer tells them apart.
@@ -148,6 +152,24 @@ pub enum Matrix {
 }
 
 impl SynthFtype {
+    /// The types a [`SynthFtype::Uniform`] file may have.
+    pub const UNIFORM: [TensorType; 14] = [
+        TensorType::Q2K,
+        TensorType::Q3K,
+        TensorType::Q4K,
+        TensorType::Q5K,
+        TensorType::Q6K,
+        TensorType::Q4_0,
+        TensorType::Q4_1,
+        TensorType::Q5_0,
+        TensorType::Q5_1,
+        TensorType::Q8_0,
+        TensorType::IQ4NL,
+        TensorType::IQ4XS,
+        TensorType::F16,
+        TensorType::BF16,
+    ];
+
     /// The file type named as `llama-quantize` names it (`q4_k_m`), or `q8_0`.
     pub fn named(name: &str) -> Option<Self> {
         Some(match name.to_ascii_lowercase().as_str() {
@@ -158,7 +180,11 @@ impl SynthFtype {
             "q4_k_m" => SynthFtype::Q4KM,
             "q5_k_m" => SynthFtype::Q5KM,
             "q6_k" => SynthFtype::Q6K,
-            _ => return None,
+            other => {
+                let ty = other.strip_prefix("uniform-")?;
+                let ty = TensorType::ALL.into_iter().find(|t| t.name().eq_ignore_ascii_case(ty))?;
+                Self::UNIFORM.contains(&ty).then_some(SynthFtype::Uniform(ty))?
+            }
         })
     }
 
@@ -175,6 +201,7 @@ impl SynthFtype {
             SynthFtype::Q4KS | SynthFtype::Q4KM => T::Q4K,
             SynthFtype::Q5KM => T::Q5K,
             SynthFtype::Q6K => T::Q6K,
+            SynthFtype::Uniform(ty) => ty,
         };
         let (i, n) = (layer, layers);
         // ggml's use_more_bits (i - n/8 is evaluated only once i >= n/8).
@@ -182,7 +209,9 @@ impl SynthFtype {
         let chosen = match (matrix, self) {
             (Matrix::Output, _) if !row.is_multiple_of(256) => T::Q8_0,
             (Matrix::Output, _) => T::Q6K,
-            (Matrix::TokenEmbd | Matrix::AttnQk | Matrix::FfnGateUp, _) => default,
+            (Matrix::TokenEmbd | Matrix::AttnQk | Matrix::FfnGateUp, _) | (_, SynthFtype::Uniform(_)) => {
+                default
+            }
             (Matrix::AttnV, SynthFtype::Q2K) => {
                 if gqa >= 4 {
                     T::Q4K
@@ -206,6 +235,7 @@ impl SynthFtype {
             T::Q2K | T::Q3K => T::Q4_0,
             T::Q4K => T::Q5_0,
             T::Q5K => T::Q5_1,
+            T::IQ4XS => T::IQ4NL,
             _ => T::Q8_0,
         };
         if row.is_multiple_of(32) { fallback } else { T::F16 }
@@ -484,10 +514,19 @@ fn write_blocks(
         TensorType::Q6K => (208, None, 32.0 * 127.0),
         TensorType::Q5_0 => (0, None, 16.0),
         TensorType::Q5_1 => (0, Some((2, -15.5)), 32.0),
-        TensorType::F16 => {
+        TensorType::Q4_1 => (0, Some((2, -7.5)), 16.0),
+        TensorType::IQ4NL => (0, None, 127.0),
+        TensorType::IQ4XS => (0, None, 32.0 * 127.0),
+        TensorType::F16 | TensorType::BF16 => {
             let mut buf = Vec::with_capacity(2 * n_values as usize);
             for _ in 0..n_values {
-                buf.extend_from_slice(&f16::from_f32(2.0 * base * rng.centered()).to_le_bytes());
+                let v = 2.0 * base * rng.centered();
+                let bytes = if ty == TensorType::F16 {
+                    f16::from_f32(v).to_le_bytes()
+                } else {
+                    half::bf16::from_f32(v).to_le_bytes()
+                };
+                buf.extend_from_slice(&bytes);
             }
             return out.write_all(&buf);
         }
@@ -626,6 +665,25 @@ mod tests {
         assert_eq!(picked, [0, 3, 6, 7]);
     }
 
+    /// The matrices of a model (the routers aside).
+    fn matrices(g: &diskformer_gguf::Gguf<Vec<u8>>) -> impl Iterator<Item = &diskformer_gguf::TensorInfo> {
+        g.tensors().iter().filter(|t| t.dims.len() >= 2 && !t.name.contains("ffn_gate_inp"))
+    }
+
+    /// That `t` dequantises to values of the Q8_0 tensors' magnitude: about 1.5/sqrt(row) at most, an RMS
+    /// near half that.
+    fn assert_q8_0_magnitude(
+        g: &diskformer_gguf::Gguf<Vec<u8>>,
+        t: &diskformer_gguf::TensorInfo,
+        what: &str,
+    ) {
+        let mut values = vec![0f32; t.n_elements as usize];
+        diskformer_gguf::dequantize(t.ty, g.tensor_data(&t.name).unwrap(), &mut values).unwrap();
+        let rms = (values.iter().map(|v| v * v).sum::<f32>() / values.len() as f32).sqrt();
+        let row = t.dims[0] as f32;
+        assert!(rms.is_finite() && (0.05..3.0).contains(&(rms * row.sqrt())), "{what} {}: {rms}", t.name);
+    }
+
     /// §4: rows that are not whole 256-value blocks fall back (Q4_K to Q5_0, Q6_K to Q8_0, Q5_K to Q5_1,
     /// Q2_K and Q3_K to Q4_0), and to F16 when not whole 32-value blocks either; a tiny Q4_K_M model so
     /// made parses, and every matrix dequantises to values of the Q8_0 tensors' magnitude.
@@ -649,17 +707,8 @@ mod tests {
             synthetic_writer(&spec).unwrap().write_to(&mut bytes).unwrap();
             let g = diskformer_gguf::Gguf::from_bytes(bytes).unwrap();
             let mut types = std::collections::BTreeSet::new();
-            for t in g.tensors().iter().filter(|t| t.dims.len() >= 2 && !t.name.contains("ffn_gate_inp")) {
-                let mut values = vec![0f32; t.n_elements as usize];
-                diskformer_gguf::dequantize(t.ty, g.tensor_data(&t.name).unwrap(), &mut values).unwrap();
-                let rms = (values.iter().map(|v| v * v).sum::<f32>() / values.len() as f32).sqrt();
-                let row = t.dims[0] as f32;
-                // The Q8_0 tensors' values: about 1.5/sqrt(row) at most, an RMS near half that.
-                assert!(
-                    rms.is_finite() && (0.05..3.0).contains(&(rms * row.sqrt())),
-                    "{ftype:?} {}: {rms}",
-                    t.name
-                );
+            for t in matrices(&g) {
+                assert_q8_0_magnitude(&g, t, &format!("{ftype:?}"));
                 types.insert(t.ty.name());
             }
             let k_quant = match ftype {
@@ -669,6 +718,35 @@ mod tests {
                 _ => "q6_K",
             };
             assert!(types.contains(k_quant), "{ftype:?}: {types:?}");
+        }
+    }
+
+    /// A uniform file type: every matrix the type (its fallback where a row does not fit), the output Q6_K;
+    /// every uniform type writes values of the Q8_0 tensors' magnitude.
+    #[test]
+    fn uniform_file_types_give_every_matrix_their_type() {
+        use TensorType as T;
+        assert_eq!(SynthFtype::named("uniform-iq4_xs"), Some(SynthFtype::Uniform(T::IQ4XS)));
+        assert_eq!(SynthFtype::named("UNIFORM-Q4_K"), Some(SynthFtype::Uniform(T::Q4K)));
+        assert_eq!(SynthFtype::named("uniform-iq2_xxs"), None);
+        let u = SynthFtype::Uniform(T::IQ4XS);
+        assert_eq!(u.tensor_type(Matrix::AttnV, (0, 2), 256, 4), T::IQ4XS);
+        assert_eq!(u.tensor_type(Matrix::FfnDown, (1, 2), 256, 4), T::IQ4XS);
+        assert_eq!(u.tensor_type(Matrix::Output, (0, 2), 256, 4), T::Q6K);
+        assert_eq!(u.tensor_type(Matrix::FfnDown, (0, 2), 64, 4), T::IQ4NL);
+        assert_eq!(SynthFtype::Uniform(T::Q4_1).tensor_type(Matrix::AttnQk, (0, 2), 48, 4), T::F16);
+        for ty in SynthFtype::UNIFORM {
+            let ftype = SynthFtype::Uniform(ty);
+            let shape = SynthShape { hidden: 256, ffn: 256, head_dim: 64, ftype, ..SynthShape::tiny() };
+            let spec = SynthSpec { shape, vocab: SynthVocab::Bytes, seed: 6 };
+            let mut bytes = Vec::new();
+            synthetic_writer(&spec).unwrap().write_to(&mut bytes).unwrap();
+            let g = diskformer_gguf::Gguf::from_bytes(bytes).unwrap();
+            for t in matrices(&g) {
+                let want = if t.name == "output.weight" { T::Q6K } else { ty };
+                assert_eq!(t.ty, want, "{}", t.name);
+                assert_q8_0_magnitude(&g, t, &format!("{ty:?}"));
+            }
         }
     }
 

@@ -351,7 +351,7 @@ impl<'a> Uploader<'a> {
             _ => Err(Error::BadTensor {
                 name: name.into(),
                 what: format!(
-                    "is {} {:?}; the engine's GPU kernels multiply q8_0 and q2_K to q6_K matrices of {want:?}",
+                    "is {} {:?}; the engine's GPU kernels multiply {BLOCK_TYPES} matrices of {want:?}",
                     t.ty, t.dims
                 ),
             }),
@@ -413,11 +413,15 @@ impl<'a> Uploader<'a> {
     }
 }
 
-/// Checks that every dense matrix of `layout` is of a type the GPU kernels multiply (Q8_0 planes, Q4_K or Q6_K
-/// blocks): what [`Weights::upload`] would find, before anything is copied or uploaded.
+/// The types the GPU kernels multiply, for errors.
+pub(crate) const BLOCK_TYPES: &str = "q8_0 and (in rows of whole 256-value runs) q2_K to q6_K, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, f16, bf16 and f32";
+
+/// Checks that every dense matrix of `layout` is of a type the GPU kernels multiply (Q8_0 planes, or blocks
+/// of a [`BlockQuant`] in rows of whole 256-value runs): what [`Weights::upload`] would find, before
+/// anything is copied or uploaded.
 ///
 /// # Errors
-/// [`Error::BadTensor`] naming the first matrix of another type.
+/// [`Error::BadTensor`] naming the first matrix of another type or row length.
 pub(crate) fn check_dense_types(layout: &diskformer_store::Layout) -> Result<()> {
     let tied = layout.dense_tensor("output.weight").is_none();
     let matrix = |name: &str| {
@@ -426,18 +430,20 @@ pub(crate) fn check_dense_types(layout: &diskformer_store::Layout) -> Result<()>
         }) || name == "output.weight"
             || (tied && name == "token_embd.weight")
     };
-    match layout
-        .dense
-        .iter()
-        .filter(|t| matrix(&t.name))
-        .find(|t| !matches!(t.data, DenseData::Planes { .. }) && BlockQuant::from_name(&t.ty).is_none())
-    {
-        Some(t) => Err(Error::BadTensor {
-            name: t.name.clone(),
-            what: format!("is {}; the engine's GPU kernels multiply q8_0 and q2_K to q6_K matrices", t.ty),
-        }),
-        None => Ok(()),
+    for t in layout.dense.iter().filter(|t| matrix(&t.name) && !matches!(t.data, DenseData::Planes { .. })) {
+        let what = if BlockQuant::from_name(&t.ty).is_none() {
+            format!("is {}; the engine's GPU kernels multiply {BLOCK_TYPES} matrices", t.ty)
+        } else if !t.dims[0].is_multiple_of(256) {
+            format!(
+                "is {} in rows of {} values; the GPU block kernels read rows of whole 256-value runs",
+                t.ty, t.dims[0]
+            )
+        } else {
+            continue;
+        };
+        return Err(Error::BadTensor { name: t.name.clone(), what });
     }
+    Ok(())
 }
 
 /// The size [`storage`] gives a buffer asked for `bytes`: whole words, at least one.

@@ -102,10 +102,10 @@ fn open_gguf_refuses_another_architecture_before_copying_anything() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// A K-quant file with a type the GPU kernels do not multiply (a Q3_K_M mix whose attention output rows of 128
-/// values fall back to Q5_0, as llama.cpp's quantizer does) is refused from its header, the tensor named,
-/// before a byte is copied; the same model with rows of whole super-blocks opens as Q2_K, Q3_K_M, Q4_K_M and
-/// Q5_K_M.
+/// A file whose matrix the GPU kernels cannot multiply (a Q3_K_M mix whose attention output rows of 128 values
+/// fall back to Q5_0, as llama.cpp's quantizer does, and the block kernels read rows of whole 256-value runs)
+/// is refused from its header, the tensor and its type named, before a byte is copied; the same model with
+/// rows of whole super-blocks opens as Q2_K, Q3_K_M, Q4_K_M, Q5_K_M and with every matrix IQ4_XS.
 #[test]
 fn open_gguf_refuses_a_tensor_type_the_kernels_lack_before_copying_anything() {
     use diskformer_qwen3_moe::synthetic::{SynthFtype, SynthShape, SynthSpec, SynthVocab, write_synthetic};
@@ -119,6 +119,7 @@ fn open_gguf_refuses_a_tensor_type_the_kernels_lack_before_copying_anything() {
         (SynthFtype::Q3KM, 64, false),
         (SynthFtype::Q4KM, 64, false),
         (SynthFtype::Q5KM, 64, false),
+        (SynthFtype::Uniform(diskformer_gguf::TensorType::IQ4XS), 64, false),
     ] {
         (shape.ftype, shape.head_dim) = (ftype, head_dim);
         let gguf = dir.join(format!("{ftype:?}-{head_dim}.gguf"));
@@ -129,7 +130,7 @@ fn open_gguf_refuses_a_tensor_type_the_kernels_lack_before_copying_anything() {
         let result = diskformer_qwen3_moe::Engine::open_gguf(&gguf, Some(&store), &opts, &mut |_| {});
         if refused {
             assert!(
-                matches!(&result, Err(Error::BadTensor { name, what }) if name == "blk.0.attn_output.weight" && what.contains("q5_0")),
+                matches!(&result, Err(Error::BadTensor { name, what }) if name == "blk.0.attn_output.weight" && what.contains("q5_0 in rows of 128")),
                 "{:?}",
                 result.err()
             );

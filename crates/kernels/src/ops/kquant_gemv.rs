@@ -20,14 +20,49 @@ pub enum BlockQuant {
     Q3K,
     /// `block_q2_K`, 84 bytes: 2.625 bits a value.
     Q2K,
+    /// `block_q4_0`, 18 bytes a block of 32: 4.5 bits a value.
+    Q4_0,
+    /// `block_q4_1`, 20 bytes a block of 32: 5 bits a value.
+    Q4_1,
+    /// `block_q5_0`, 22 bytes a block of 32: 5.5 bits a value.
+    Q5_0,
+    /// `block_q5_1`, 24 bytes a block of 32: 6 bits a value.
+    Q5_1,
+    /// `block_q8_0`, 34 bytes a block of 32: 8.5 bits a value.
+    Q8_0,
+    /// `block_iq4_nl`, 18 bytes a block of 32: 4.5 bits a value.
+    IQ4NL,
+    /// `block_iq4_xs`, 136 bytes: 4.25 bits a value.
+    IQ4XS,
+    /// IEEE halves.
+    F16,
+    /// bfloat16s.
+    BF16,
+    /// f32s.
+    F32,
 }
 
 impl BlockQuant {
     /// Every type the block kernels read.
-    pub const ALL: [BlockQuant; 5] =
-        [BlockQuant::Q2K, BlockQuant::Q3K, BlockQuant::Q4K, BlockQuant::Q5K, BlockQuant::Q6K];
+    pub const ALL: [BlockQuant; 15] = [
+        BlockQuant::Q2K,
+        BlockQuant::Q3K,
+        BlockQuant::Q4K,
+        BlockQuant::Q5K,
+        BlockQuant::Q6K,
+        BlockQuant::Q4_0,
+        BlockQuant::Q4_1,
+        BlockQuant::Q5_0,
+        BlockQuant::Q5_1,
+        BlockQuant::Q8_0,
+        BlockQuant::IQ4NL,
+        BlockQuant::IQ4XS,
+        BlockQuant::F16,
+        BlockQuant::BF16,
+        BlockQuant::F32,
+    ];
 
-    /// Bytes of one 256-value super-block.
+    /// Bytes of 256 values (a K-quant's super-block, 8 blocks of the types with blocks of 32).
     pub const fn block_bytes(self) -> u64 {
         match self {
             BlockQuant::Q4K => 144,
@@ -35,6 +70,14 @@ impl BlockQuant {
             BlockQuant::Q5K => 176,
             BlockQuant::Q3K => 110,
             BlockQuant::Q2K => 84,
+            BlockQuant::Q4_0 | BlockQuant::IQ4NL => 144,
+            BlockQuant::Q4_1 => 160,
+            BlockQuant::Q5_0 => 176,
+            BlockQuant::Q5_1 => 192,
+            BlockQuant::Q8_0 => 272,
+            BlockQuant::IQ4XS => 136,
+            BlockQuant::F16 | BlockQuant::BF16 => 512,
+            BlockQuant::F32 => 1024,
         }
     }
 
@@ -51,6 +94,16 @@ impl BlockQuant {
             BlockQuant::Q5K => "q5_K",
             BlockQuant::Q3K => "q3_K",
             BlockQuant::Q2K => "q2_K",
+            BlockQuant::Q4_0 => "q4_0",
+            BlockQuant::Q4_1 => "q4_1",
+            BlockQuant::Q5_0 => "q5_0",
+            BlockQuant::Q5_1 => "q5_1",
+            BlockQuant::Q8_0 => "q8_0",
+            BlockQuant::IQ4NL => "iq4_nl",
+            BlockQuant::IQ4XS => "iq4_xs",
+            BlockQuant::F16 => "f16",
+            BlockQuant::BF16 => "bf16",
+            BlockQuant::F32 => "f32",
         }
     }
 }

@@ -1,17 +1,7 @@
-// What the Q2_K, Q3_K and Q6_K block helpers share (appended after them): reading words at any byte (their
-// blocks of 84, 110 and 210 bytes may start mid-word), and the walk of x over two halves of 128 values, each
-// four quarters of 32 (value 128h + 32k + l), whose quants for one l share bytes: 8 lanes a block, lane l
-// takes half l / 4 and l = 8 (l % 4) .. + 8 (in two runs of 4), one scale a quarter.
-
-// The 4 bytes of w from byte `b` on, little-endian, whatever b's alignment.
-fn byte_word(b: u32) -> u32 {
-    let i = b >> 2u;
-    let shift = (b & 3u) * 8u;
-    if (shift == 0u) {
-        return w[i];
-    }
-    return (w[i] >> shift) | (w[i + 1u] << (32u - shift));
-}
+// What the Q2_K, Q3_K and Q6_K block helpers share (appended after them, with kquant_byte_word.wgsl): the
+// walk of x over two halves of 128 values, each four quarters of 32 (value 128h + 32k + l), whose quants
+// for one l share bytes: 8 lanes a block, lane l takes half l / 4 and l = 8 (l % 4) .. + 8 (in two runs of
+// 4), one scale a quarter.
 
 // Lane `lane`'s values of x for a block whose first value is vec4 `x4`: for each of its two runs of 4
 // l's, the 4 quarters' vec4s (run i, quarter k at 4i + k).
