@@ -55,6 +55,9 @@ struct Args {
     /// Read records with O_DIRECT (cold-disk figures without dropping the page cache).
     #[arg(long)]
     direct_io: bool,
+    /// With a GGUF: read a K-quant file's experts in place from it instead of copying them into the store.
+    #[arg(long)]
+    experts_in_gguf: bool,
     /// Prompt tokens for the prefill measurement.
     #[arg(long, default_value_t = 64)]
     prompt_tokens: usize,
@@ -186,6 +189,7 @@ fn main() -> anyhow::Result<()> {
     opts.prefetch = !args.no_prefetch;
     opts.lookahead = args.lookahead;
     opts.direct_io = args.direct_io;
+    opts.copy_experts = !args.experts_in_gguf;
     opts.max_batch = args.max_batch;
     opts.max_context = args.ctx;
     opts.gpu_routing = !args.no_gpu_routing;
@@ -315,6 +319,7 @@ fn main() -> anyhow::Result<()> {
                       "scratch": d.gpu_bytes.scratch, "staging": d.gpu_bytes.staging,
                       "total": d.gpu_bytes.total()},
     });
+    out["experts_in_gguf"] = args.experts_in_gguf.into();
     // Beside the rest: more fields would pass json!'s recursion limit.
     out["reader_probe_gb_s"] = serde_json::json!(reader_probe);
     out["routing"] = match &args.routing.routing_trace {

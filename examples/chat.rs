@@ -77,6 +77,9 @@ struct Args {
     /// other work), into a budget of host memory the CPU computes misses from (--ram-budget).
     #[arg(long)]
     direct_io: bool,
+    /// With a GGUF: read a K-quant file's experts in place from it instead of copying them into the store.
+    #[arg(long)]
+    experts_in_gguf: bool,
     /// Keep expert records in this much host memory, read with O_DIRECT, for a store larger than RAM (e.g.
     /// 64GB; the CPU then computes the layers' misses from there; default: with --direct-io half the
     /// available memory, else none: the page cache holds them).
@@ -129,6 +132,7 @@ fn main() -> anyhow::Result<()> {
     opts.max_context = args.ctx;
     opts.prefetch = !args.no_prefetch;
     opts.direct_io = args.direct_io;
+    opts.copy_experts = !args.experts_in_gguf;
     opts.ram_budget = args.ram_budget;
     opts.readers = args.readers;
     opts.int8_prefill = args.int8_prefill;

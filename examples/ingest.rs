@@ -25,6 +25,10 @@ struct Args {
     /// Refuse the GGUF unless its sha256 is this (hex); its size is pinned to the file's size.
     #[arg(long)]
     sha256: Option<String>,
+    /// Read a K-quant file's experts in place from the GGUF instead of copying them (the store then needs
+    /// the GGUF where it is, unchanged).
+    #[arg(long)]
+    experts_in_gguf: bool,
     /// Verify every checksum of the store in DIR and exit non-zero naming the first bad record or tensor.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["gguf", "store"])]
     verify: Option<PathBuf>,
@@ -58,9 +62,17 @@ fn run(args: Args) -> anyhow::Result<()> {
     let (Some(gguf), Some(dir)) = (args.gguf, args.store) else {
         bail!("give a GGUF and --store DIR, or --verify DIR (see --help)");
     };
-    let size = std::fs::metadata(&gguf).with_context(|| format!("cannot read {}", gguf.display()))?.len();
-    let opts =
-        IngestOptions { pin: args.sha256.map(|sha256| Pin { size, sha256 }), ..IngestOptions::default() };
+    // A gguf-split set is read as its shards one after another: its size is theirs together.
+    let model = diskformer::gguf::GgufModel::open(&gguf)?;
+    let sizes = model.shards().map(|(path, _)| std::fs::metadata(path).map(|m| m.len()));
+    let size =
+        sizes.sum::<std::io::Result<u64>>().with_context(|| format!("cannot read {}", gguf.display()))?;
+    drop(model);
+    let opts = IngestOptions {
+        pin: args.sha256.map(|sha256| Pin { size, sha256 }),
+        copy_experts: !args.experts_in_gguf,
+        ..IngestOptions::default()
+    };
     let bar = ProgressBar::new(size).with_style(
         ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}")
             .expect("valid template"),

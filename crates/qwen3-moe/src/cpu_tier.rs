@@ -4,7 +4,6 @@
 //! ([`EngineOptions::cpu_experts`](crate::EngineOptions::cpu_experts)). Which pick runs where, and which
 //! misses are also uploaded for next time, is [`TierPolicy`]'s to say.
 
-use std::fs::File;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -15,8 +14,7 @@ use diskformer_expert_stream::{
     ExpertKey, HostFetch, HostHandoff, HostRecords, HostStats, LayerPlan, TierConfig, TierPolicy,
 };
 use diskformer_gguf::TensorType;
-use diskformer_store::{ExpertLayout, ExpertPart, Region, Store};
-use memmap2::Mmap;
+use diskformer_store::{ExpertLayout, ExpertMap, ExpertPart, RecordBytes, Region, Store};
 
 use crate::{Error, Result};
 
@@ -37,7 +35,7 @@ pub(crate) struct CpuTier {
 enum Records {
     /// The store mapped from the page cache.
     Mapped {
-        map: Arc<Mmap>,
+        map: Arc<ExpertMap>,
         /// Per record: whether its pages are mapped in yet (see [`CpuTier::mapped`]).
         populated: Arc<[AtomicBool]>,
         /// The thread mapping in the records already in the page cache, and its stop flag.
@@ -227,7 +225,8 @@ impl CpuTier {
         let started = Instant::now();
         let mut out = vec![0f32; xn.len()];
         if !matches!(self.records, Records::Host(..)) {
-            let records: Vec<&[u8]> = ids.iter().map(|&e| self.mapped(ExpertKey::new(layer, e))).collect();
+            let records: Vec<RecordBytes<'_>> =
+                ids.iter().map(|&e| self.mapped(ExpertKey::new(layer, e))).collect();
             let r = self.moe_while(layer, &records, weights, xn, &mut out, meanwhile)?;
             return Ok((out, started.elapsed(), r));
         }
@@ -238,7 +237,8 @@ impl CpuTier {
         let len = self.layout.record_bytes as usize;
         let held = fetch.held_records();
         let held_weights: Vec<f32> = held.iter().map(|(i, _)| weights[*i]).collect();
-        let held_bytes: Vec<&[u8]> = held.iter().map(|(_, b)| &b.as_slice()[..len]).collect();
+        let held_bytes: Vec<RecordBytes<'_>> =
+            held.iter().map(|(_, b)| RecordBytes::Whole(&b.as_slice()[..len])).collect();
         let computed = std::thread::scope(|scope| {
             let reading = fetch.needs_reads().then(|| scope.spawn(|| fetch.read()));
             let r = self.moe_while(layer, &held_bytes, &held_weights, xn, &mut out, meanwhile);
@@ -252,7 +252,8 @@ impl CpuTier {
         let r = computed?;
         let read: Vec<usize> = (0..ids.len()).filter(|i| !held.iter().any(|(h, _)| h == i)).collect();
         if !read.is_empty() {
-            let bytes: Vec<&[u8]> = read.iter().map(|&i| &records[i].as_slice()[..len]).collect();
+            let bytes: Vec<RecordBytes<'_>> =
+                read.iter().map(|&i| RecordBytes::Whole(&records[i].as_slice()[..len])).collect();
             let read_weights: Vec<f32> = read.iter().map(|&i| weights[i]).collect();
             let mut more = vec![0f32; xn.len()];
             self.moe_while(layer, &bytes, &read_weights, xn, &mut more, || ())?;
@@ -266,13 +267,13 @@ impl CpuTier {
     fn moe_while<R>(
         &self,
         layer: u32,
-        records: &[&[u8]],
+        records: &[RecordBytes<'_>],
         weights: &[f32],
         xn: &[f32],
         out: &mut [f32],
         meanwhile: impl FnOnce() -> R,
     ) -> Result<R> {
-        let experts = records.iter().map(|r| self.expert(layer, r)).collect::<Result<Vec<_>>>()?;
+        let experts = records.iter().map(|&r| self.expert(layer, r)).collect::<Result<Vec<_>>>()?;
         let assignments: Vec<Assignment> = weights
             .iter()
             .enumerate()
@@ -284,27 +285,26 @@ impl CpuTier {
     /// The mapped record of `key`. Its first use maps its pages in one call (`MADV_POPULATE_READ`): touched
     /// one by one, a 5 MB record's 1,220 page faults cost more than reading it (on the H200 the tier then
     /// read 20 GB/s where its kernels run at 55).
-    fn mapped(&self, key: ExpertKey) -> &[u8] {
+    fn mapped(&self, key: ExpertKey) -> RecordBytes<'_> {
         let Records::Mapped { map, populated, .. } = &self.records else {
             unreachable!("only mapped records are looked up here")
         };
         let l = &self.layout;
         let index = (key.layer * l.n_experts + key.expert) as usize;
         if !populated[index].swap(true, Ordering::Relaxed) {
-            populate(map, l.record_offset(key) as usize, l.record_bytes as usize);
+            map.populate(key);
         }
-        &map[l.record_offset(key) as usize..][..l.record_bytes as usize]
+        map.record(key)
     }
 
     /// A record of `layer` as its three matrices.
-    fn expert<'a>(&self, layer: u32, record: &'a [u8]) -> Result<ExpertWeights<'a>> {
+    fn expert<'a>(&self, layer: u32, record: RecordBytes<'a>) -> Result<ExpertWeights<'a>> {
         let l = &self.layout;
-        let at = |r: Region| &record[r.offset as usize..r.end() as usize];
         let (h, f) = (l.hidden as usize, l.ffn as usize);
         let Some(ty) = self.ty else {
             let part = |p: ExpertPart, name, shape| {
-                let (ty, r) = l.part(layer, p).expect("a layer of the layout");
-                QuantMatrix::blocks(name, ty, shape, at(r))
+                let (ty, _) = l.part(layer, p).expect("a layer of the layout");
+                QuantMatrix::blocks(name, ty, shape, record.part(l, layer, p))
             };
             return Ok(ExpertWeights::new(
                 part(ExpertPart::Gate, "ffn_gate_exps", (f, h))?,
@@ -312,6 +312,10 @@ impl CpuTier {
                 part(ExpertPart::Down, "ffn_down_exps", (h, f))?,
             )?);
         };
+        let RecordBytes::Whole(record) = record else {
+            unreachable!("records of planes are whole: only records of blocks are read from the GGUF")
+        };
+        let at = |r: Region| &record[r.offset as usize..r.end() as usize];
         let (gate_up_q, gate_up_s) = (at(l.gate_up_quants), at(l.gate_up_scales));
         let (gate_q, up_q) = gate_up_q.split_at(gate_up_q.len() / 2);
         let (gate_s, up_s) = gate_up_s.split_at(gate_up_s.len() / 2);
@@ -331,105 +335,39 @@ fn finish_stale(host: &mut HostRecords, pending: &mut Option<(u32, Vec<u32>, Hos
     }
 }
 
-/// Maps the store's `experts.bin` and starts the thread mapping in the records already in the page cache.
+/// Maps the store's expert records (`experts.bin`, or the GGUF's files) and starts the thread mapping in the
+/// records already in the page cache.
 fn map_records(store: &Store, layout: &ExpertLayout) -> Result<Records> {
-    let path = store.experts_path();
-    let file = File::open(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
-    // Safety: the store is complete and read-only (ingest never rewrites a complete store), so the
-    // mapping's bytes do not change while it lives; a file truncated under it by another process would
-    // fault, as any reader of a store would fail.
-    let map = unsafe { Mmap::map(&file) }.map_err(|source| Error::Io { path, source })?;
-    if (map.len() as u64) < layout.file_bytes() {
-        return Err(Error::BadOption {
-            option: "cpu_experts",
-            what: format!("experts.bin holds {} bytes, its layout {}", map.len(), layout.file_bytes()),
-        });
-    }
-    let map = Arc::new(map);
+    let map = Arc::new(store.map_experts()?);
     let populated: Arc<[AtomicBool]> = (0..layout.n_records()).map(|_| AtomicBool::new(false)).collect();
     let stop = Arc::new(AtomicBool::new(false));
     let mapper = {
         let (map, populated, stop) = (Arc::clone(&map), Arc::clone(&populated), Arc::clone(&stop));
-        let record_bytes = layout.record_bytes as usize;
         // Without the thread, each record is mapped in at its first use all the same.
         std::thread::Builder::new()
             .name("cpu-tier-map".into())
-            .spawn(move || map_cached_records(&map, record_bytes, &populated, &stop))
+            .spawn(move || map_cached_records(&map, &populated, &stop))
             .ok()
     };
     Ok(Records::Mapped { map, populated, mapper: mapper.map(|thread| (thread, stop)) })
-}
-
-/// Maps in the pages of `records[offset..][..len]` in one call (`MADV_POPULATE_READ`). Best effort: kernels
-/// before Linux 5.14 refuse the advice, and the pages then fault in as read.
-fn populate(records: &Mmap, offset: usize, len: usize) {
-    #[cfg(target_os = "linux")]
-    let _ = records.advise_range(memmap2::Advice::PopulateRead, offset, len);
-    #[cfg(not(target_os = "linux"))]
-    let _ = (records, offset, len);
 }
 
 /// Maps in, record by record, every record whose pages are all in the page cache already, so that a
 /// step's first use of a record does not pay for it (1,220 pages a 5 MB record, up to 384 records a
 /// step). A record not cached is left to its first use: mapping it here would read it from the disk, and
 /// a store larger than the host's memory would push out the records in use.
-fn map_cached_records(records: &Mmap, record_bytes: usize, populated: &[AtomicBool], stop: &AtomicBool) {
+fn map_cached_records(map: &ExpertMap, populated: &[AtomicBool], stop: &AtomicBool) {
     let mut resident = Vec::new();
     for (index, done) in populated.iter().enumerate() {
         if stop.load(Ordering::Relaxed) {
             return;
         }
-        let offset = index * record_bytes;
-        if done.load(Ordering::Relaxed) || !cached(records, offset, record_bytes, &mut resident) {
+        let key = map.layout().key(index);
+        if done.load(Ordering::Relaxed) || !map.cached(key, &mut resident) {
             continue;
         }
         if !done.swap(true, Ordering::Relaxed) {
-            populate(records, offset, record_bytes);
+            map.populate(key);
         }
-    }
-}
-
-/// Whether every page of `records[offset..][..len]` (page-aligned: records are multiples of 4,096 bytes)
-/// is in the page cache (`mincore`; `false` where it cannot tell).
-fn cached(records: &Mmap, offset: usize, len: usize, resident: &mut Vec<u8>) -> bool {
-    #[cfg(unix)]
-    {
-        // Safety: `sysconf` has no preconditions.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
-        let start = records.as_ptr() as usize + offset;
-        if !start.is_multiple_of(page) || offset + len > records.len() {
-            return false;
-        }
-        resident.resize(len.div_ceil(page), 0);
-        // Safety: the range lies inside the live mapping (checked), page-aligned, and `resident` holds a
-        // byte for each of its pages.
-        let rc = unsafe { libc::mincore(start as *mut libc::c_void, len, resident.as_mut_ptr().cast()) };
-        rc == 0 && resident.iter().all(|r| r & 1 == 1)
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = (records, offset, len, resident);
-        false
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_file_just_written_is_cached_and_a_misaligned_range_is_not_claimed() {
-        let path = std::env::temp_dir().join(format!("diskformer-cached-{}", std::process::id()));
-        std::fs::write(&path, vec![7u8; 3 * 4096]).unwrap();
-        let file = File::open(&path).unwrap();
-        // Safety: this test's own file, unchanged while mapped.
-        let map = unsafe { Mmap::map(&file) }.unwrap();
-        std::fs::remove_file(&path).unwrap();
-        let mut resident = Vec::new();
-        if cfg!(target_os = "linux") {
-            assert!(cached(&map, 0, 3 * 4096, &mut resident));
-        }
-        assert!(!cached(&map, 100, 4096, &mut resident), "misaligned");
-        assert!(!cached(&map, 4096, 3 * 4096, &mut resident), "past the mapping");
     }
 }

@@ -166,6 +166,10 @@ pub struct EngineOptions {
     /// weights can be measured and shared as a workload. Steps then read every layer's picks back (no
     /// routing on the GPU, no route-ahead, no run-ahead).
     pub record_routing: Option<PathBuf>,
+    /// [`Engine::open_gguf`]: copy the experts into the store (default), or read a K-quant (records of
+    /// blocks) file's experts in place from the GGUF, so the model takes its own size on disk once
+    /// ([`IngestOptions::copy_experts`]); a Q8_0 or Q4_0 file's experts are copied either way.
+    pub copy_experts: bool,
 }
 
 impl Default for EngineOptions {
@@ -195,6 +199,7 @@ impl Default for EngineOptions {
             cpu_tiers: TierConfig::default(),
             routing: Routing::Router,
             record_routing: None,
+            copy_experts: true,
         }
     }
 }
@@ -354,7 +359,8 @@ impl Engine {
         let header = diskformer_gguf::Header::parse(&model.merged_header()?)?;
         check_types(&diskformer_store::Layout::plan(&header)?)?;
         let dir = store_dir.map_or_else(|| default_store_dir(gguf), Path::to_owned);
-        diskformer_store::ingest(gguf, &dir, &IngestOptions::default(), &mut |p| {
+        let ingest = IngestOptions { copy_experts: opts.copy_experts, ..IngestOptions::default() };
+        diskformer_store::ingest(gguf, &dir, &ingest, &mut |p| {
             progress(LoadProgress::Ingest { done: p.done, total: p.total, bytes_per_sec: p.bytes_per_sec })
         })?;
         Self::open(&dir, opts, progress)

@@ -8,7 +8,8 @@
 //! log-probabilities by ~0.1 (seen at one step of golden-gqa4, in the numpy reference with f16 K/V as well).
 //! Where the device has cooperative matrices, the batched runs are checked again with `tensor_prefill` (its
 //! own, wider tolerance below; the same greedy ids).
-//! The K-quant golden's fixture is also run from a gguf-split set of it (three shards, opened from the first).
+//! The K-quant golden's fixture is also run from a gguf-split set of it (three shards, opened from the first,
+//! its experts read in place from them).
 //! And `int8_prefill` and `int8_decode` against llama.cpp run on the Q8_0 fixtures themselves
 //! (`tests/data/q8prompt-*.json`): the prompt's log-probabilities, as chunks and token by token, within 0.05,
 //! and closer to them than the f32 arithmetic is.
@@ -443,10 +444,12 @@ mod tempdir {
     }
 }
 
-/// A gguf-split set of the Q4_K_M golden's fixture, opened from its first shard, runs as the file does:
-/// llama.cpp's golden holds token by token and batched, resident and with a 2 × top-k pool.
+/// A gguf-split set of the Q4_K_M golden's fixture, opened from its first shard with its experts read in
+/// place from the shards (not copied into the store), runs as the file does: llama.cpp's golden holds token
+/// by token and batched, resident and with a 2 × top-k pool, and with the CPU tier computing the experts
+/// where they lie in the shards.
 #[test]
-fn a_split_set_matches_llama_cpp_as_its_file_does() {
+fn a_split_set_read_in_place_matches_llama_cpp_as_its_file_does() {
     let path = data_files("golden-q4km").pop().expect("tests/data/golden-q4km.json");
     let golden: Golden = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     let (dir, _) = rebuild("golden-q4km", &golden.synth_args, &golden.fixture_sha256);
@@ -455,11 +458,17 @@ fn a_split_set_matches_llama_cpp_as_its_file_does() {
     diskformer_gguf::write_split(&file, 3, &first).unwrap();
     let store = dir.path().join("store-split");
     // Opening the set checks every shard and every tensor type, then ingests it.
-    drop(Engine::open_gguf(&first, Some(&store), &EngineOptions::default(), &mut |_| {}).unwrap());
+    let mut opts = EngineOptions::default();
+    opts.copy_experts = false;
+    drop(Engine::open_gguf(&first, Some(&store), &opts, &mut |_| {}).unwrap());
+    let in_gguf = diskformer_store::Store::open(&store).unwrap().experts_in_gguf().cloned();
+    assert_eq!(in_gguf.map(|g| g.files.len()), Some(3), "the experts are read from the three shards");
     let k = spec_from_args(&golden.synth_args).shape.top_k as usize;
-    let f = Fixture { _dir: dir, store, golden, name: "golden-q4km (3 shards)".into() };
+    let f = Fixture { _dir: dir, store, golden, name: "golden-q4km (3 shards, experts in place)".into() };
     for slots in [None, Some(2 * k)] {
         check(&f, slots, false, false, None);
         check(&f, slots, true, false, None);
     }
+    check(&f, Some(2 * k), false, false, Some(CpuRecords::Mapped));
+    check(&f, Some(2 * k), false, false, Some(CpuRecords::Host));
 }

@@ -34,6 +34,17 @@ pub enum Error {
         /// The file's size.
         size: u64,
     },
+    /// A GGUF a store reads its experts from is gone or changed since ingest.
+    #[error(
+        "{path}, which this store reads its experts from, {what}: ingest the GGUF again (or ingest it with \
+         its experts copied, so the store stands alone)"
+    )]
+    SourceChanged {
+        /// The file.
+        path: PathBuf,
+        /// What changed.
+        what: String,
+    },
     /// A later shard of a gguf-split set: a set is opened from its first shard.
     #[error(
         "{path} is shard {} of a gguf-split set of {count}; open the set's first shard (its name ends in \

@@ -15,7 +15,7 @@ use crate::checksum::{Sha256State, combine};
 use crate::layout::expert_tensor;
 use crate::manifest::{Checkpoint, FORMAT, FORMAT_VERSION, Manifest, SourceInfo};
 use crate::source::Source;
-use crate::{DenseData, Error, ExpertPart, Layout, Region, Result};
+use crate::{DenseData, Error, ExpertPart, ExpertsInGguf, Layout, PartInFile, Region, Result};
 
 /// File names inside a store directory.
 pub const HEADER_FILE: &str = "header.bin";
@@ -43,11 +43,15 @@ pub struct IngestOptions {
     pub chunk_bytes: usize,
     /// Refuse a source that is not this file.
     pub pin: Option<Pin>,
+    /// Copy the experts into `experts.bin` (default). Off, a model whose records are of blocks (any type mix
+    /// but uniform Q8_0 or Q4_0) keeps its experts in the GGUF, read in place ([`ExpertsInGguf`]): the store
+    /// then holds the header and dense tensors alone, and needs the GGUF where it was, unchanged.
+    pub copy_experts: bool,
 }
 
 impl Default for IngestOptions {
     fn default() -> Self {
-        IngestOptions { checkpoint_bytes: 1 << 30, chunk_bytes: 16 << 20, pin: None }
+        IngestOptions { checkpoint_bytes: 1 << 30, chunk_bytes: 16 << 20, pin: None, copy_experts: true }
     }
 }
 
@@ -82,6 +86,8 @@ pub struct IngestSummary {
 enum Target {
     Dense,
     Experts,
+    /// Hashed for the record checksums, not written: experts read in place from the GGUF.
+    Nowhere,
 }
 
 /// Which part hash a destination range feeds.
@@ -104,8 +110,9 @@ struct Segment {
     second: Option<(u64, PartRef)>,
 }
 
-/// Every source range the store takes, in source order.
-fn segments(src: &Source, layout: &Layout) -> Vec<Segment> {
+/// Every source range the store takes, in source order (the experts' to `Target::Nowhere` when they stay in
+/// the GGUF).
+fn segments(src: &Source, layout: &Layout, in_gguf: bool) -> Vec<Segment> {
     let mut out = Vec::new();
     let tensors = || src.header.tensors.iter().zip(&src.data_at);
     for (tensor, ((info, &at), dense)) in
@@ -153,7 +160,7 @@ fn segments(src: &Source, layout: &Layout) -> Vec<Segment> {
                 let index = (layer * x.n_experts + expert) as usize;
                 out.push(Segment {
                     source: Region { offset: at + u64::from(expert) * slice, len: slice },
-                    target: Target::Experts,
+                    target: if in_gguf { Target::Nowhere } else { Target::Experts },
                     planar: s_at.map(|_| info.ty),
                     first: (record + q_at, PartRef::Record { record: index, part: q_part }),
                     second: s_at
@@ -167,6 +174,23 @@ fn segments(src: &Source, layout: &Layout) -> Vec<Segment> {
     out
 }
 
+/// Where each expert tensor's slices lie in the source's files.
+fn experts_in_gguf(src: &Source) -> ExpertsInGguf {
+    let n_experts = |t: &diskformer_gguf::TensorInfo| t.dims.last().copied().unwrap_or(1).max(1);
+    let empty = PartInFile { file: 0, offset: 0, slice: 0 };
+    let mut parts = Vec::new();
+    for (info, &at) in src.header.tensors.iter().zip(&src.data_at) {
+        let Some((layer, which)) = expert_tensor(&info.name) else { continue };
+        let layer = layer as usize;
+        if parts.len() <= layer {
+            parts.resize(layer + 1, [empty; 3]);
+        }
+        let (file, offset) = src.locate(at);
+        parts[layer][which as usize] = PartInFile { file, offset, slice: info.n_bytes / n_experts(info) };
+    }
+    ExpertsInGguf { files: src.files(), parts }
+}
+
 /// The part hashes of a store not yet written: none, but for records of blocks the three empty scale parts,
 /// which no segment writes.
 fn fresh_record_parts(experts: Option<&crate::ExpertLayout>) -> Vec<Option<u64>> {
@@ -176,11 +200,14 @@ fn fresh_record_parts(experts: Option<&crate::ExpertLayout>) -> Vec<Option<u64>>
 }
 
 /// The identity an interrupted ingest must share to be resumed.
-fn identity(header_bytes: &[u8], layout: &Layout, size: u64) -> String {
+fn identity(header_bytes: &[u8], layout: &Layout, size: u64, in_gguf: bool) -> String {
     let mut h = Xxh3::new();
     h.update(header_bytes);
     h.update(&serde_json::to_vec(layout).expect("layout serialises"));
     h.update(&size.to_le_bytes());
+    if in_gguf {
+        h.update(b"experts in the GGUF");
+    }
     format!("{:016x}", h.digest())
 }
 
@@ -241,8 +268,9 @@ pub fn ingest(
         });
     }
     let layout = Layout::plan(&src.header)?;
-    let identity = identity(&src.header_bytes, &layout, size);
-    let experts_bytes = layout.experts.as_ref().map_or(0, |x| x.file_bytes());
+    let in_gguf = !opts.copy_experts && layout.experts.as_ref().is_some_and(|x| x.blocks.is_some());
+    let identity = identity(&src.header_bytes, &layout, size, in_gguf);
+    let experts_bytes = if in_gguf { 0 } else { layout.experts.as_ref().map_or(0, |x| x.file_bytes()) };
 
     fs::create_dir_all(dir).map_err(Error::io(dir))?;
     let previous =
@@ -296,6 +324,7 @@ pub fn ingest(
         complete: false,
         ingest_seconds: prior_seconds,
         checkpoint: None,
+        experts_in_gguf: in_gguf.then(|| experts_in_gguf(&src)),
     };
     if resumed_from.is_none() {
         // Starting over: the old manifest must not describe the files about to be rewritten, and the old
@@ -310,7 +339,7 @@ pub fn ingest(
     let dense_file = open_sized(&paths[1], manifest.layout.dense_bytes)?;
     let experts_file = open_sized(&paths[2], experts_bytes)?;
 
-    let segs = segments(&src, &manifest.layout);
+    let segs = segments(&src, &manifest.layout, in_gguf);
     src.advise_sequential();
     let (sha, buf) = ShaWorker::start(state.sha256.clone(), opts.chunk_bytes.max(4096));
     let mut writer = SegmentWriter {
@@ -412,6 +441,7 @@ impl SegmentWriter<'_> {
         let (file, path) = match target {
             Target::Dense => self.dense,
             Target::Experts => self.experts,
+            Target::Nowhere => return Ok(()),
         };
         file.write_all_at(bytes, offset).map_err(Error::io(path))
     }

@@ -8,7 +8,10 @@
 //! - [`ingest`] makes a store from a local GGUF (one file, or a gguf-split set read as its shards' concatenation
 //!   and stored as its merge would be) in one sequential pass with bounded memory, checkpointing at least every
 //!   GiB so an ingest killed at any moment resumes and ends byte-identical to a clean one; the manifest records
-//!   the source's size, mtime and sha256 and a checksum per record and tensor.
+//!   the source's size, mtime and sha256 and a checksum per record and tensor. With
+//!   [`IngestOptions::copy_experts`] off, records of blocks stay in the GGUF ([`ExpertsInGguf`]): the
+//!   [`RecordReader`] reads each record's three slices from it and [`ExpertMap`] maps them, and the store
+//!   refuses to open once the GGUF changed.
 //! - [`Store::open`] refuses incomplete or foreign stores; [`Store::verify`] names the first bad record or
 //!   tensor; [`RecordReader`] reads records with `pread`, O_DIRECT where supported, and
 //!   [`RecordReader::probe_readers`] finds how many reader threads the disk serves fastest.
@@ -43,6 +46,8 @@
 
 mod checksum;
 mod error;
+mod expert_map;
+mod in_gguf;
 mod ingest;
 mod layout;
 mod manifest;
@@ -52,6 +57,8 @@ mod store;
 
 pub use checksum::Sha256State;
 pub use error::{Error, Result};
+pub use expert_map::{ExpertMap, RecordBytes};
+pub use in_gguf::{ExpertsInGguf, GgufFileInfo, PartInFile};
 pub use ingest::{
     DENSE_FILE, EXPERTS_FILE, HEADER_FILE, IngestOptions, IngestSummary, Pin, Progress, ingest,
 };

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::checksum::Sha256State;
-use crate::{Error, Layout, Result};
+use crate::{Error, ExpertsInGguf, Layout, Result};
 
 /// The `format` field of every manifest.
 pub const FORMAT: &str = "diskformer-store";
@@ -70,6 +70,9 @@ pub struct Manifest {
     pub ingest_seconds: f64,
     /// Resume state while incomplete.
     pub checkpoint: Option<Checkpoint>,
+    /// Where the experts lie in the source GGUF when they were not copied into `experts.bin`.
+    #[serde(default)]
+    pub experts_in_gguf: Option<ExpertsInGguf>,
 }
 
 impl Manifest {

@@ -9,7 +9,7 @@ use std::time::UNIX_EPOCH;
 
 use diskformer_gguf::{GgufModel, Header, PrefixParse, SPLIT_COUNT, SPLIT_NO, Value};
 
-use crate::{Error, Result};
+use crate::{Error, GgufFileInfo, Result};
 
 /// The largest GGUF header ingest reads (a 248,320-token vocabulary with its merges is ~16 MB).
 pub const MAX_HEADER_BYTES: u64 = 256 << 20;
@@ -21,6 +21,7 @@ struct Shard {
     /// Where the file starts in the stream.
     start: u64,
     len: u64,
+    mtime: u64,
 }
 
 /// A source GGUF, opened and checked, read by stream offset.
@@ -63,7 +64,7 @@ impl Source {
             return Err(Error::SourceTruncated { path: path.to_owned(), needed, size });
         }
         let data_at = header.tensors.iter().map(|t| header.data_offset + t.offset).collect();
-        let shards = vec![Shard { path: path.to_owned(), file, start: 0, len: size }];
+        let shards = vec![Shard { path: path.to_owned(), file, start: 0, len: size, mtime }];
         Ok(Source { shards, size, mtime, header, header_bytes, data_at })
     }
 
@@ -77,7 +78,7 @@ impl Source {
         for (path, shard) in model.shards() {
             let (file, len, t) = open_file(path)?;
             data_section.push(start + shard.header().data_offset);
-            shards.push(Shard { path: path.to_owned(), file, start, len });
+            shards.push(Shard { path: path.to_owned(), file, start, len, mtime: t });
             mtime = mtime.max(t);
             start += len;
         }
@@ -89,6 +90,18 @@ impl Source {
     /// The path the source was opened from (a set's first shard).
     pub fn path(&self) -> &Path {
         &self.shards[0].path
+    }
+
+    /// The files of the stream, in order.
+    pub fn files(&self) -> Vec<GgufFileInfo> {
+        let info = |s: &Shard| GgufFileInfo { path: s.path.clone(), size: s.len, mtime: s.mtime };
+        self.shards.iter().map(info).collect()
+    }
+
+    /// The file holding stream byte `at`, and the byte's offset in it.
+    pub fn locate(&self, at: u64) -> (usize, u64) {
+        let i = self.shards.iter().rposition(|s| s.start <= at).expect("the first shard starts at 0");
+        (i, at - self.shards[i].start)
     }
 
     /// Fills `buf` from the stream at `offset`, across shard boundaries.

@@ -12,7 +12,7 @@ use diskformer_gguf::Header;
 use crate::checksum::{combine, part_hash};
 use crate::ingest::{DENSE_FILE, EXPERTS_FILE, HEADER_FILE};
 use crate::manifest::Manifest;
-use crate::{Error, ExpertKey, ExpertLayout, Layout, Result};
+use crate::{Error, ExpertKey, ExpertLayout, ExpertsInGguf, Layout, Result};
 
 /// A complete store, opened read-only.
 #[derive(Debug)]
@@ -24,12 +24,12 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens the store in `dir`, refusing one that is incomplete, of another format version, or whose files do
-    /// not have the sizes its layout gives.
+    /// Opens the store in `dir`, refusing one that is incomplete, of another format version, whose files do
+    /// not have the sizes its layout gives, or whose experts lie in a GGUF that changed since ingest.
     ///
     /// # Errors
     /// [`Error::NotAStore`], [`Error::BadManifest`], [`Error::Incomplete`], [`Error::WrongFileSize`],
-    /// [`Error::Gguf`] for a damaged `header.bin`, or [`Error::Io`].
+    /// [`Error::SourceChanged`], [`Error::Gguf`] for a damaged `header.bin`, or [`Error::Io`].
     pub fn open(dir: impl AsRef<Path>) -> Result<Store> {
         let dir = dir.as_ref().to_owned();
         let manifest = Manifest::load(&dir)?.ok_or_else(|| Error::NotAStore { dir: dir.clone() })?;
@@ -47,11 +47,18 @@ impl Store {
                 what: "its layout is not the one header.bin gives".into(),
             });
         }
+        if let Some(in_gguf) = &manifest.experts_in_gguf {
+            in_gguf.check_files()?;
+        }
+        let experts_bytes = match &manifest.experts_in_gguf {
+            Some(_) => 0,
+            None => layout.experts.as_ref().map_or(0, ExpertLayout::file_bytes),
+        };
         let store = Store { dir, manifest, header, header_bytes };
         for (name, expected) in [
             (HEADER_FILE, layout.header_bytes),
             (DENSE_FILE, layout.dense_bytes),
-            (EXPERTS_FILE, layout.experts.as_ref().map_or(0, ExpertLayout::file_bytes)),
+            (EXPERTS_FILE, experts_bytes),
         ] {
             let path = store.dir.join(name);
             let size = std::fs::metadata(&path).map_err(Error::io(&path))?.len();
@@ -92,7 +99,13 @@ impl Store {
         self.dir.join(DENSE_FILE)
     }
 
-    /// Path of `experts.bin` (one record per expert at [`ExpertLayout::record_offset`]).
+    /// Where the experts lie in the source GGUF, when the store did not copy them.
+    pub fn experts_in_gguf(&self) -> Option<&ExpertsInGguf> {
+        self.manifest.experts_in_gguf.as_ref()
+    }
+
+    /// Path of `experts.bin` (one record per expert at [`ExpertLayout::record_offset`]; empty when the
+    /// experts are read from the GGUF).
     pub fn experts_path(&self) -> PathBuf {
         self.dir.join(EXPERTS_FILE)
     }
@@ -137,17 +150,26 @@ impl Store {
         Ok(())
     }
 
-    /// A reader of expert records; with `direct`, O_DIRECT is used where the file system supports it.
+    /// A reader of expert records; with `direct`, O_DIRECT is used where the file system supports it and
+    /// the records are in `experts.bin` (the GGUF's expert slices are not page-aligned: records read in place
+    /// go through the page cache).
     ///
     /// # Errors
-    /// [`Error::Io`] when `experts.bin` cannot be opened; [`Error::BadExpertTensors`] for a store without
-    /// experts.
+    /// [`Error::Io`] when `experts.bin` or a GGUF cannot be opened; [`Error::BadExpertTensors`] for a store
+    /// without experts.
     pub fn record_reader(&self, direct: bool) -> Result<RecordReader> {
         let layout = self
             .layout()
             .experts
             .clone()
             .ok_or_else(|| Error::BadExpertTensors { what: "the model has no expert tensors".into() })?;
+        if let Some(in_gguf) = self.experts_in_gguf() {
+            let files = (0..in_gguf.files.len())
+                .map(|i| File::open(in_gguf.path(i)).map_err(Error::io(in_gguf.path(i))))
+                .collect::<Result<Vec<_>>>()?;
+            let backing = Backing::InGguf { files, in_gguf: in_gguf.clone() };
+            return Ok(RecordReader { backing, layout, direct: false, activity: Mutex::default() });
+        }
         let path = self.dir.join(EXPERTS_FILE);
         let mut direct_active = false;
         let file = if direct {
@@ -165,15 +187,15 @@ impl Store {
         } else {
             File::open(&path).map_err(Error::io(&path))?
         };
-        Ok(RecordReader { file, path, layout, direct: direct_active, activity: Mutex::default() })
+        let backing = Backing::Records { file, path };
+        Ok(RecordReader { backing, layout, direct: direct_active, activity: Mutex::default() })
     }
 }
 
 /// Reads expert records with `pread`; shareable across reader threads (`&self`).
 #[derive(Debug)]
 pub struct RecordReader {
-    file: File,
-    path: PathBuf,
+    backing: Backing,
     layout: ExpertLayout,
     direct: bool,
     activity: Mutex<Activity>,
@@ -196,6 +218,15 @@ struct Activity {
     in_flight: usize,
     /// When `in_flight` last rose from 0.
     since: Option<Instant>,
+}
+
+/// Where a [`RecordReader`] reads records from.
+#[derive(Debug)]
+enum Backing {
+    /// `experts.bin`, a record at its [`ExpertLayout::record_offset`].
+    Records { file: File, path: PathBuf },
+    /// The GGUF's files: each part of a record its expert's slice ([`ExpertsInGguf`]).
+    InGguf { files: Vec<File>, in_gguf: ExpertsInGguf },
 }
 
 /// Alignment of record buffers (O_DIRECT's granularity).
@@ -304,31 +335,50 @@ impl RecordReader {
             });
         }
         let dst = &mut dst[..len];
-        let offset = x.record_offset(key) + start as u64;
-        self.timed(len, || self.pread(key, dst, offset))
-    }
-
-    /// Reads all of `dst` from `offset`, naming `key` in a short read.
-    fn pread(&self, key: ExpertKey, dst: &mut [u8], offset: u64) -> Result<()> {
-        let len = dst.len();
-        let mut got = 0usize;
-        while got < len {
-            match self.file.read_at(&mut dst[got..], offset + got as u64) {
-                Ok(0) => {
-                    return Err(Error::ShortRead {
-                        layer: key.layer,
-                        expert: key.expert,
-                        got: got as u64,
-                        expected: len as u64,
-                    });
-                }
-                Ok(n) => got += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::io(&self.path)(e)),
+        match &self.backing {
+            Backing::Records { file, path } => {
+                let offset = x.record_offset(key) + start as u64;
+                self.timed(len, || pread(key, (file, path), dst, offset))
             }
+            Backing::InGguf { files, in_gguf } => self.timed(len, || {
+                // The record's bytes from `start`: each part's slice where the record layout puts it, the
+                // gaps between parts zero.
+                dst.fill(0);
+                for (part, r) in ExpertsInGguf::record_regions(x, key.layer) {
+                    let (from, to) = (r.offset.max(start as u64), r.end().min((start + len) as u64));
+                    if from >= to {
+                        continue;
+                    }
+                    let (file, at, _) = in_gguf.locate(key, part);
+                    let out = &mut dst[(from - start as u64) as usize..(to - start as u64) as usize];
+                    pread(key, (&files[file], in_gguf.path(file)), out, at + (from - r.offset))?;
+                }
+                Ok(())
+            }),
         }
-        Ok(())
     }
+}
+
+/// Reads all of `dst` from `offset` of `file`, naming `key` in a short read.
+fn pread(key: ExpertKey, (file, path): (&File, &Path), dst: &mut [u8], offset: u64) -> Result<()> {
+    let len = dst.len();
+    let mut got = 0usize;
+    while got < len {
+        match file.read_at(&mut dst[got..], offset + got as u64) {
+            Ok(0) => {
+                return Err(Error::ShortRead {
+                    layer: key.layer,
+                    expert: key.expert,
+                    got: got as u64,
+                    expected: len as u64,
+                });
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io(path)(e)),
+        }
+    }
+    Ok(())
 }
 
 /// A heap buffer aligned to [`BUFFER_ALIGN`], as O_DIRECT reads need.

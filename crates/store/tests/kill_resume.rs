@@ -14,7 +14,7 @@ use diskformer_store::{
 const CHILD_ENV: &str = "DISKFORMER_STORE_KILL_CHILD";
 
 fn options() -> IngestOptions {
-    IngestOptions { chunk_bytes: 4 << 10, checkpoint_bytes: 48 << 10, pin: None }
+    IngestOptions { chunk_bytes: 4 << 10, checkpoint_bytes: 48 << 10, ..IngestOptions::default() }
 }
 
 /// Runs in the child: ingest, and SIGKILL ourselves once `kill_at` source bytes are done.

@@ -155,3 +155,86 @@ fn a_split_set_makes_the_store_of_its_merged_file() {
     // A second run finds the store complete.
     assert!(ingest(&first, &dir.path().join("split"), &opts, &mut |_| {}).unwrap().up_to_date);
 }
+
+/// A K-quant model ingested without copying its experts: the store holds no records, yet reads every record
+/// (whole, and in parts as the pool's split reads do) exactly as the store that copied them, maps them in
+/// place for the CPU tier, verifies, and refuses to open once the GGUF changes.
+#[test]
+fn experts_read_in_place_from_the_gguf_equal_the_copied_records() {
+    use diskformer_store::{ExpertKey, RecordBytes};
+    let dir = TempDir::new("in-gguf");
+    let shape = Shape {
+        layers: 3,
+        experts: 5,
+        hidden: 512,
+        ffn: 256,
+        expert_type: TensorType::Q4K,
+        odd_down: Some(TensorType::Q6K),
+        vocab: 3,
+    };
+    let path = write_model(dir.path(), "m.gguf", &shape, 21);
+    let first = dir.path().join("m-00001-of-00002.gguf");
+    write_split(&GgufFile::open(&path).unwrap(), 2, &first).unwrap();
+    let copied = IngestOptions::default();
+    let in_place = IngestOptions { copy_experts: false, ..IngestOptions::default() };
+    ingest(&path, &dir.path().join("copied"), &copied, &mut |_| {}).unwrap();
+    for (source, name) in [(&path, "whole"), (&first, "split")] {
+        ingest(source, &dir.path().join(name), &in_place, &mut |_| {}).unwrap();
+        let (a, b) =
+            (Store::open(dir.path().join("copied")).unwrap(), Store::open(dir.path().join(name)).unwrap());
+        assert!(a.experts_in_gguf().is_none());
+        let in_gguf = b.experts_in_gguf().expect("experts left in the GGUF");
+        assert_eq!(in_gguf.files.len(), if name == "split" { 2 } else { 1 });
+        assert_eq!(std::fs::metadata(b.experts_path()).unwrap().len(), 0, "no records written");
+        assert_eq!(a.manifest().record_checksums, b.manifest().record_checksums);
+        b.verify().unwrap();
+        let x = a.layout().experts.clone().unwrap();
+        let (ra, rb) = (a.record_reader(false).unwrap(), b.record_reader(true).unwrap());
+        assert!(!rb.is_direct(), "records read in place go through the page cache");
+        let map = b.map_experts().unwrap();
+        let (mut ba, mut bb) =
+            (RecordBuf::new(x.record_bytes as usize), RecordBuf::new(x.record_bytes as usize));
+        for i in 0..x.n_records() {
+            let key: ExpertKey = x.key(i);
+            ra.read(key, &mut ba).unwrap();
+            rb.read(key, &mut bb).unwrap();
+            assert!(ba.as_slice() == bb.as_slice(), "{name}: record {key:?}");
+            // A piece of the record spanning a part boundary.
+            let (_, up) = x.part(key.layer, ExpertPart::Up).unwrap();
+            let start = up.offset as usize - 100;
+            let mut piece = vec![0u8; 300];
+            rb.read_part_into(key, start, &mut piece, 300).unwrap();
+            assert_eq!(piece, ba.as_slice()[start..start + 300], "{name}: piece of {key:?}");
+            let RecordBytes::Parts(parts) = map.record(key) else {
+                panic!("{name}: a record in place is parts")
+            };
+            for (p, bytes) in ExpertPart::ALL.into_iter().zip(parts) {
+                let (_, r) = x.part(key.layer, p).unwrap();
+                assert_eq!(
+                    bytes,
+                    &ba.as_slice()[r.offset as usize..r.end() as usize],
+                    "{name}: {key:?} {p:?}"
+                );
+            }
+        }
+    }
+    // The GGUF changed: the store that reads from it refuses to open, naming it and what to do.
+    std::fs::OpenOptions::new().append(true).open(&path).unwrap().set_len(1 << 20).unwrap();
+    let err = Store::open(dir.path().join("whole")).unwrap_err();
+    assert!(matches!(err, diskformer_store::Error::SourceChanged { .. }), "{err}");
+    assert!(err.to_string().contains("m.gguf") && err.to_string().contains("ingest the GGUF again"), "{err}");
+    assert!(Store::open(dir.path().join("copied")).is_ok(), "a store with its own records stands alone");
+}
+
+/// Records of planes (uniform Q8_0 experts) split every block, so they are copied whatever the option.
+#[test]
+fn planar_experts_are_copied_even_when_asked_not_to() {
+    let dir = TempDir::new("in-gguf-planes");
+    let path = write_model(dir.path(), "m.gguf", &Shape::small(), 3);
+    let opts = IngestOptions { copy_experts: false, ..IngestOptions::default() };
+    ingest(&path, &dir.path().join("s"), &opts, &mut |_| {}).unwrap();
+    let store = Store::open(dir.path().join("s")).unwrap();
+    assert!(store.experts_in_gguf().is_none());
+    store.verify().unwrap();
+    check_store(&GgufFile::open(&path).unwrap(), &store).unwrap();
+}
