@@ -10,6 +10,8 @@
 # labelled cold-* runs with the page cache dropped (COLD_DECODE tokens), between two reads of 384 whole
 # records with O_DIRECT (record-read), whose mean rate over the bytes the row read a token is its bound.
 # FTYPE (default q8_0) is synth-gguf's --ftype: q4_k_m writes the model as llama.cpp's quantizer types it.
+# A row labelled gg-* runs on a second store, $S-gguf, ingested with --experts-in-gguf (a K-quant file's
+# experts read in place from the GGUF in /dev/shm, so from memory as the page-cache rows' store is).
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -40,6 +42,9 @@ else
     $D/synth-gguf --shape qwen3-30b-a3b --ftype "$FTYPE" --out $G | tail -1
     $D/ingest $G --store $S | tail -1
 fi
+if [[ ${ROWS:-} == *gg-* ]] && [ ! -s $S-gguf/manifest.json ]; then
+    $D/ingest $G --store $S-gguf --experts-in-gguf | tail -1
+fi
 echo "synth + ingest: $SECONDS s"
 
 # Measurements wait for llama.cpp's build: its 15 compilers would share the host with them.
@@ -68,8 +73,11 @@ run() { # label, bench args... (a label NAME-* runs .device/bench-NAME where it 
     local label=$1; shift
     local bin=$D/bench
     [ -x "$D/bench-${label%%-*}" ] && bin=$D/bench-${label%%-*}
-    local line decode=$DECODE before=null after=null
-    if [[ $label == cold-* ]]; then
+    local line decode=$DECODE before=null after=null store=$S
+    if [[ $label == gg-* ]]; then
+        store=$S-gguf
+        set -- "$@" --experts-in-gguf
+    elif [[ $label == cold-* ]]; then
         # A cold row: the page cache dropped, between two disk reads of the same kind (the bound's rate).
         decode=$COLD_DECODE
         before=$(disk_rate)
@@ -77,7 +85,7 @@ run() { # label, bench args... (a label NAME-* runs .device/bench-NAME where it 
     else
         cat $S/experts.bin > /dev/null # the store in the page cache
     fi
-    line=$(timeout 300 $bin --model $G --store $S --decode-tokens "$decode" "$@" 2> "/tmp/$label.err")
+    line=$(timeout 300 $bin --model $G --store $store --decode-tokens "$decode" "$@" 2> "/tmp/$label.err")
     if [ -z "$line" ]; then tail -3 "/tmp/$label.err"; line=null; fi
     [[ $label == cold-* ]] && after=$(disk_rate)
     echo "{\"label\":\"$label\",\"disk_before\":$before,\"disk_after\":$after,\"run\":$line}" >> "$OUT/tiers.jsonl"

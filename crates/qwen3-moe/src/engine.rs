@@ -67,8 +67,9 @@ pub struct EngineOptions {
     /// Pieces a demand miss's record (and a speculative read's) is read, staged and uploaded in, each
     /// copied to the device as soon as it is staged (prefetch loads read whole records): through the page
     /// cache on as many threads while at most two loads run, with O_DIRECT one after another while the
-    /// previous piece is staged. `None`, the default, picks [`READ_SPLIT_DIRECT`] (whole records) with
-    /// `direct_io`, else [`READ_SPLIT_PAGE_CACHE`]: on the H200 at a 4 GB budget, 4 pieces decoded 11-20 %
+    /// previous piece is staged. `None`, the default, picks [`READ_SPLIT_IN_GGUF`] for experts read in
+    /// place from the GGUF, [`READ_SPLIT_DIRECT`] (whole records) with `direct_io`, else
+    /// [`READ_SPLIT_PAGE_CACHE`]: on the H200 at a 4 GB budget, 4 pieces decoded 11-20 %
     /// faster than whole records through the page cache (and prefilled 13 % slower), whole records 11 %
     /// faster than 4 pieces from a cold disk, which served them at a higher rate (BENCHMARKS.md).
     pub read_split: Option<usize>,
@@ -467,8 +468,13 @@ impl Engine {
         } else {
             ROUTE_AHEAD_PAGE_CACHE
         });
-        let read_split =
-            opts.read_split.unwrap_or(if opts.direct_io { READ_SPLIT_DIRECT } else { READ_SPLIT_PAGE_CACHE });
+        let read_split = opts.read_split.unwrap_or(if store.experts_in_gguf().is_some() {
+            READ_SPLIT_IN_GGUF
+        } else if opts.direct_io {
+            READ_SPLIT_DIRECT
+        } else {
+            READ_SPLIT_PAGE_CACHE
+        });
         // The CPU tier reads every layer's picks back: no route-ahead with it.
         let recording = opts.record_routing.is_some();
         // Route-ahead runs layers again from their router in the fused decode layer, on planes alone.
@@ -1560,6 +1566,11 @@ pub const READ_SPLIT_PAGE_CACHE: usize = 4;
 /// route-ahead window of 8, they decoded 9.9 tok/s against 8.9 in 4 pieces (means of 10 alternating rows),
 /// the disk serving them at 1.88 GB/s while it had one in flight against 1.61.
 pub const READ_SPLIT_DIRECT: usize = 1;
+
+/// [`EngineOptions::read_split`] for experts read in place from the GGUF ([`EngineOptions::copy_experts`]
+/// off): whole records, each three reads of its parts (a piece would add reads at every part boundary);
+/// measured in BENCHMARKS.md against the store's 4 pieces.
+pub const READ_SPLIT_IN_GGUF: usize = 1;
 
 /// Demand readers when [`EngineOptions::readers`] is `None` and reads go through the page cache.
 const DEFAULT_READERS: usize = 8;

@@ -59,8 +59,8 @@ mod weights;
 
 pub use config::{ARCHITECTURE, Config};
 pub use engine::{
-    Engine, EngineOptions, LoadProgress, READ_SPLIT_DIRECT, READ_SPLIT_PAGE_CACHE, ROUTE_AHEAD_DIRECT,
-    ROUTE_AHEAD_PAGE_CACHE, default_store_dir,
+    Engine, EngineOptions, LoadProgress, READ_SPLIT_DIRECT, READ_SPLIT_IN_GGUF, READ_SPLIT_PAGE_CACHE,
+    ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, default_store_dir,
 };
 pub use error::{Error, Result};
 pub use generate::{EndReason, Event, GenerateOptions, Generation};

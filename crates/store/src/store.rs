@@ -342,17 +342,23 @@ impl RecordReader {
             }
             Backing::InGguf { files, in_gguf } => self.timed(len, || {
                 // The record's bytes from `start`: each part's slice where the record layout puts it, the
-                // gaps between parts zero.
-                dst.fill(0);
-                for (part, r) in ExpertsInGguf::record_regions(x, key.layer) {
-                    let (from, to) = (r.offset.max(start as u64), r.end().min((start + len) as u64));
+                // gaps between parts zero (written once: `dst` may be write-combined staging memory).
+                let (start, end) = (start as u64, (start + len) as u64);
+                let mut regions = ExpertsInGguf::record_regions(x, key.layer);
+                regions.sort_by_key(|(_, r)| r.offset);
+                let mut done = start;
+                for (part, r) in regions {
+                    let (from, to) = (r.offset.max(start), r.end().min(end));
                     if from >= to {
                         continue;
                     }
+                    dst[(done - start) as usize..(from - start) as usize].fill(0);
                     let (file, at, _) = in_gguf.locate(key, part);
-                    let out = &mut dst[(from - start as u64) as usize..(to - start as u64) as usize];
+                    let out = &mut dst[(from - start) as usize..(to - start) as usize];
                     pread(key, (&files[file], in_gguf.path(file)), out, at + (from - r.offset))?;
+                    done = to;
                 }
+                dst[(done.max(start) - start) as usize..].fill(0);
                 Ok(())
             }),
         }
