@@ -137,7 +137,9 @@ impl GgufModel {
     /// None for a model that opened; the writer's error type.
     pub fn merged_header(&self) -> Result<Vec<u8>> {
         if let [(_, file)] = self.shards.as_slice() {
-            return Ok(file.bytes()[..file.header().data_offset as usize].to_vec());
+            // A file without tensors may end before its data section's padding.
+            let end = (file.header().data_offset as usize).min(file.bytes().len());
+            return Ok(file.bytes()[..end].to_vec());
         }
         let mut w = GgufWriter::new();
         for (key, value) in model_keys(self.metadata()) {

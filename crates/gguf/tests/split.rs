@@ -232,3 +232,19 @@ fn write_split_makes_a_set_that_opens_as_the_file_and_merges_to_its_header() {
     };
     assert!(p.contains("PREFIX-00001-of-00002.gguf"), "{p}");
 }
+
+/// A file without tensors may end inside the padding before its data section (found by the split fuzz
+/// target): its merged header is the bytes it has, and they parse.
+#[test]
+fn a_file_ending_before_its_data_section_merges_to_the_bytes_it_has() {
+    let dir = Dir::new("short");
+    let path = dir.0.join("short.gguf");
+    let mut bytes = b"GGUF".to_vec();
+    bytes.extend(3u32.to_le_bytes());
+    bytes.extend([0u8; 17]);
+    std::fs::write(&path, &bytes).unwrap();
+    let model = GgufModel::open(&path).unwrap();
+    let merged = model.merged_header().unwrap();
+    assert_eq!(merged, bytes);
+    assert!(diskformer_gguf::Header::parse(&merged).unwrap().tensors.is_empty());
+}

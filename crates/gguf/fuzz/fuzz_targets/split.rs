@@ -1,12 +1,12 @@
 //! Fuzzes opening a gguf-split set: the input is two shards, `[u32 LE length of the first][first][second]`
 //! (seeds: `scripts/gguf/make_split_seed.py`), written as `x-00001-of-00002.gguf` and
-//! `x-00002-of-00002.gguf`; opening the first must give a model whose every tensor has its bytes, or a
-//! typed error, never a panic.
+//! `x-00002-of-00002.gguf`; opening the first must give a model whose every tensor has its bytes and whose
+//! merged header (what ingest stores for a set) parses to the same tensors, or a typed error, never a panic.
 #![no_main]
 
 use std::path::PathBuf;
 
-use diskformer_gguf::GgufModel;
+use diskformer_gguf::{GgufModel, Header};
 use libfuzzer_sys::fuzz_target;
 
 fn dir() -> PathBuf {
@@ -29,5 +29,9 @@ fuzz_target!(|data: &[u8]| {
             let bytes = model.tensor_data(&t.name).expect("listed tensor has data");
             assert_eq!(bytes.len() as u64, t.n_bytes);
         }
+        let merged = Header::parse(&model.merged_header().expect("an open set merges")).expect("it parses");
+        let listed = |t: &diskformer_gguf::TensorInfo| (t.name.clone(), t.ty, t.dims.clone(), t.n_bytes);
+        let want: Vec<_> = model.tensors().map(|(_, t)| listed(t)).collect();
+        assert_eq!(merged.tensors.iter().map(listed).collect::<Vec<_>>(), want);
     }
 });
