@@ -33,7 +33,7 @@ pub(crate) struct CpuTier {
 
 /// Where the tier's records lie.
 enum Records {
-    /// The store mapped from the page cache.
+    /// The records mapped from the page cache (`experts.bin`, or the GGUF when they were not copied).
     Mapped {
         map: Arc<ExpertMap>,
         /// Per record: whether its pages are mapped in yet (see [`CpuTier::mapped`]).

@@ -1064,7 +1064,8 @@ impl ExpertKernels {
                     return Err(crate::Error::BadTensor {
                         name: format!("blk.{l}.ffn_{}_exps.weight", p.name()),
                         what: format!(
-                            "is {ty:?} in rows of {row} values; the GPU block kernels read rows of whole 256-value runs"
+                            "is {} in rows of {row} values; the GPU block kernels read rows of whole 256-value runs",
+                            ty.name()
                         ),
                     });
                 }
