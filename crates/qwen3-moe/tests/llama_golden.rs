@@ -426,8 +426,11 @@ mod tempdir {
     pub struct TempDir(PathBuf);
 
     impl TempDir {
+        /// A directory of its own: tests running at once may rebuild the same golden's fixture.
         pub fn new(name: &str) -> Self {
-            let p = std::env::temp_dir().join(format!("diskformer-golden-{name}-{}", std::process::id()));
+            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let p = std::env::temp_dir().join(format!("diskformer-golden-{name}-{}-{n}", std::process::id()));
             let _ = std::fs::remove_dir_all(&p);
             std::fs::create_dir_all(&p).unwrap();
             TempDir(p)
