@@ -10,30 +10,23 @@ const LANES_PER_BLOCK: u32 = 8u;
 // Lane `lane`'s part of the block at byte `b` against its values of x (`block_x`).
 fn block_dot(b: u32, lane: u32, xs: array<vec4<f32>, 8>) -> f32 {
     let bw = b / 4u;
-    let dm = unpack2x16float(w[bw]);
-    let s = vec3<u32>(w[bw + 1u], w[bw + 2u], w[bw + 3u]);
     let c = lane / 2u;
     let q0 = bw + 12u + c * 8u + (lane % 2u) * 4u;
     let h0 = bw + 4u + (lane % 2u) * 4u;
     let bytes = vec4<u32>(0u, 8u, 16u, 24u);
     let ones = vec4<f32>(1.0);
-    var lo = 0.0;
-    var hi = 0.0;
-    var lo_x = 0.0;
-    var hi_x = 0.0;
+    var s = vec4<f32>(0.0);
     for (var i = 0u; i < 4u; i++) {
         let qs = vec4<u32>(w[q0 + i]) >> bytes;
         let qh = vec4<u32>(w[h0 + i]) >> bytes;
         let ql = (qs & vec4<u32>(15u)) | (((qh >> vec4<u32>(2u * c)) & vec4<u32>(1u)) << vec4<u32>(4u));
         let qu = ((qs >> vec4<u32>(4u)) & vec4<u32>(15u)) | (((qh >> vec4<u32>(2u * c + 1u)) & vec4<u32>(1u)) << vec4<u32>(4u));
-        lo += dot(vec4<f32>(ql), xs[i]);
-        hi += dot(vec4<f32>(qu), xs[4u + i]);
-        lo_x += dot(ones, xs[i]);
-        hi_x += dot(ones, xs[4u + i]);
+        s.x += dot(vec4<f32>(ql), xs[i]);
+        s.y += dot(vec4<f32>(qu), xs[4u + i]);
+        s.z += dot(ones, xs[i]);
+        s.w += dot(ones, xs[4u + i]);
     }
-    let a = scale_min(s, 2u * c);
-    let h = scale_min(s, 2u * c + 1u);
-    return dm.x * (a.x * lo + h.x * hi) - dm.y * (a.y * lo_x + h.y * hi_x);
+    return chunk_total(bw, lane, s);
 }
 
 // The tiled GEMMs' step `st` (columns 16 st .. 16 st + 15) of the row at byte `row`, scaled
@@ -42,10 +35,7 @@ fn tile_load(row: u32, st: u32) -> array<vec4<f32>, 4> {
     let bw = (row + (st / 16u) * BLOCK_BYTES) / 4u;
     let c16 = st % 16u;
     let sb = c16 / 2u;
-    let dm = unpack2x16float(w[bw]);
-    let sm = scale_min(vec3<u32>(w[bw + 1u], w[bw + 2u], w[bw + 3u]), sb);
-    let a = dm.x * sm.x;
-    let m = dm.y * sm.y;
+    let am = tile_scale_min(bw, sb);
     let q0 = bw + 12u + (sb / 2u) * 8u + (c16 % 2u) * 4u;
     let h0 = bw + 4u + (c16 % 2u) * 4u;
     let shift = vec4<u32>(0u, 8u, 16u, 24u);
@@ -53,7 +43,7 @@ fn tile_load(row: u32, st: u32) -> array<vec4<f32>, 4> {
     for (var i = 0u; i < 4u; i++) {
         let q = (vec4<u32>(w[q0 + i]) >> (shift + vec4<u32>((sb % 2u) * 4u))) & vec4<u32>(15u);
         let qh = (vec4<u32>(w[h0 + i]) >> (shift + vec4<u32>(sb))) & vec4<u32>(1u);
-        out[i] = vec4<f32>(q | (qh << vec4<u32>(4u))) * a - m;
+        out[i] = vec4<f32>(q | (qh << vec4<u32>(4u))) * am.x - am.y;
     }
     return out;
 }
