@@ -5,10 +5,11 @@
 //! present under its derived name and says its own index; tensor names are unique over the set; their
 //! number is the first shard's `split.tensors.count`; and each tensor's data lies inside its own shard.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::{Error, GgufFile, GgufWriter, Metadata, Result, TensorInfo, Value};
+use crate::{Error, GgufFile, GgufWriter, Header, Metadata, Result, TensorInfo, Value};
 
 /// Metadata key: this shard's 0-based index (u16).
 pub const SPLIT_NO: &str = "split.no";
@@ -149,6 +150,17 @@ impl GgufModel {
             w.add_tensor_fill(t.name.clone(), t.ty, &t.dims, |_| Ok(()))?;
         }
         w.header_bytes()
+    }
+
+    /// The model's header as one file's: a file's own, a set's merged one ([`GgufModel::merged_header`]).
+    ///
+    /// # Errors
+    /// None for a model that opened; the writer's and reader's error type.
+    pub fn header(&self) -> Result<Cow<'_, Header>> {
+        match self.shards.as_slice() {
+            [(_, file)] => Ok(Cow::Borrowed(file.header())),
+            _ => Ok(Cow::Owned(Header::parse(&self.merged_header()?)?)),
+        }
     }
 
     /// The data of the tensor named `name` (checked to lie inside its shard at open).

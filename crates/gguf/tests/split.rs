@@ -221,6 +221,7 @@ fn write_split_makes_a_set_that_opens_as_the_file_and_merges_to_its_header() {
     assert!(model.shards().all(|(_, f)| !f.tensors().is_empty()));
     let merged = diskformer_gguf::Header::parse(&model.merged_header().unwrap()).unwrap();
     assert_eq!(merged, *file.header());
+    assert_eq!(*model.header().unwrap(), *file.header());
     // A file that is not split is its own merged header, byte for byte.
     let alone = GgufModel::open(&plain).unwrap().merged_header().unwrap();
     assert_eq!(alone, file.bytes()[..file.header().data_offset as usize]);

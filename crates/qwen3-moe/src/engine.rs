@@ -357,7 +357,7 @@ impl Engine {
         Config::from_metadata(model.metadata())?;
         // Every tensor's type, from the header (a split set's merged one): a file the kernels cannot run is
         // refused before it is copied.
-        let header = diskformer_gguf::Header::parse(&model.merged_header()?)?;
+        let header = model.header()?;
         check_types(&diskformer_store::Layout::plan(&header)?)?;
         let dir = store_dir.map_or_else(|| default_store_dir(gguf), Path::to_owned);
         let ingest = IngestOptions { copy_experts: opts.copy_experts, ..IngestOptions::default() };
