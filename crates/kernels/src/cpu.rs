@@ -107,13 +107,14 @@ pub fn kquant_value(quant: crate::BlockQuant, block: &[u8], v: usize) -> f32 {
                 let qh = u32::from_le_bytes(b[qs_at - 4..qs_at].try_into().expect("4 bytes"));
                 q |= ((qh >> j) & 1) << 4;
             }
-            let (d, m) =
-                (f16::from_le_bytes([b[0], b[1]]).to_f32(), f16::from_le_bytes([b[2], b[3]]).to_f32());
+            let f16_at = |i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
+            let d = f16_at(0);
             match quant {
                 crate::BlockQuant::Q4_0 => (q as i32 - 8) as f32 * d,
                 crate::BlockQuant::Q5_0 => (q as i32 - 16) as f32 * d,
                 crate::BlockQuant::IQ4NL => d * f32::from(IQ4_VALUES[q as usize]),
-                _ => q as f32 * d + m,
+                // Q4_1 and Q5_1: their min follows d.
+                _ => q as f32 * d + f16_at(2),
             }
         }
         crate::BlockQuant::Q8_0 => {
