@@ -58,7 +58,8 @@ struct Args {
     #[arg(long, default_value = "q8_0")]
     expert_type: String,
     /// File type: q8_0, a K-quant mix as llama-quantize makes it (q2_k, q3_k_m, q4_k_s, q4_k_m, q5_k_m,
-    /// q6_k), or every matrix of one type but a Q6_K output (uniform-q4_0, uniform-iq4_xs, uniform-bf16, …).
+    /// q6_k), every matrix of one type but a Q6_K output (uniform-q4_0, uniform-iq4_xs, uniform-bf16, …), or
+    /// f32: every tensor F32, a source for llama-quantize.
     #[arg(long, default_value = "q8_0")]
     ftype: String,
 }

@@ -209,6 +209,9 @@ def main():
     ap.add_argument("--keep-twin", metavar="PATH", help="write the F32 twin here and keep it")
     ap.add_argument("--check-twin", action="store_true", help="self-test the twin writer only")
     ap.add_argument("--synth-args", default="", help="the synth-gguf arguments that made MODEL (kept in the golden)")
+    ap.add_argument("--quantized", metavar="FTYPE",
+                    help="MODEL is llama.cpp's quantisation (quantize_fixture.py) to FTYPE of the F32 file that "
+                         "--synth-args make, committed beside the golden as its \"fixture\"")
     args = ap.parse_args()
 
     tmpdir = None
@@ -238,6 +241,8 @@ def main():
         "fixture_sha256": sha256(args.model),
         "twin": "f32",
         "synth_args": args.synth_args,
+        **({"quantized": f"llama_model_quantize {args.quantized.upper()} (llama-cpp-python {version}, one "
+                         "thread, no imatrix) of the synth_args file"} if args.quantized else {}),
         "prompt_ids": prompt,
         "ids": ids,
         "tops": tops,

@@ -5,7 +5,10 @@
 # for the Q8_0-expert fixtures llama.cpp's prompt log-probabilities on the fixture itself
 # (scripts/qwen3moe/llama_q8_prompt.py, the int8 prefill's reference).
 # The fixtures are not committed: the test rebuilds each from the "synth_args" in its golden and checks
-# the sha256. Needs llama-cpp-python in .venv (pip install llama-cpp-python: ~20 min compile on 2 cores).
+# the sha256. The exceptions are the files llama.cpp's own quantizer made (scripts/qwen3moe/quantize_fixture.py
+# from an F32 synth-gguf file, each tensor of the type and with the values llama-quantize gives it): those are
+# committed as tests/data/llamaq-*.gguf (0.8–1.7 MB each), as the quantizer is not part of the build.
+# Needs llama-cpp-python in .venv (pip install llama-cpp-python: ~20 min compile on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=crates/qwen3-moe/tests/data
@@ -34,6 +37,26 @@ for f in "${fixtures[@]}"; do
   ./target/release/examples/synth-gguf --shape tiny $args --out "$tmp/$name.gguf"
   .venv/bin/python scripts/qwen3moe/llama_golden.py "$tmp/$name.gguf" --ids "$ids" -n 32 --top 5 \
     --out "$out/golden-$name.json" --synth-args "$args"
+done
+
+# Made by llama.cpp's quantizer: one F32 source (4 experts: llama.cpp's rules for 8-expert models differ,
+# and the files stay small), each llama-quantize file type of it.
+# name | llama-quantize file type | prompt ids
+source_args="--layers 2 --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 --experts 4 --top-k 2 --ffn 256 --seed 31 --ftype f32"
+quantized=(
+  "llamaq-q4_k_m|Q4_K_M|256,257,72,101,108,108,111,44,32,119,111,114,108,100,33,258,10,256,257,97"
+  "llamaq-q5_k_m|Q5_K_M|84,104,101,32,113,117,105,99,107,32,98,114,111,119,110,32,102,111,120"
+  "llamaq-q3_k_m|Q3_K_M|256,257,87,104,97,116,32,105,115,32,81,51,95,75,63,258,10,256,257,97"
+  "llamaq-q6_k|Q6_K|256,257,72,101,108,108,111,44,32,119,111,114,108,100,33,258,10,256,257,97"
+  "llamaq-q2_k|Q2_K|84,104,101,32,113,117,105,99,107,32,98,114,111,119,110,32,102,111,120"
+)
+# shellcheck disable=SC2086
+./target/release/examples/synth-gguf --shape tiny $source_args --out "$tmp/llamaq-f32.gguf"
+for f in "${quantized[@]}"; do
+  IFS='|' read -r name ftype ids <<<"$f"
+  .venv/bin/python scripts/qwen3moe/quantize_fixture.py "$tmp/llamaq-f32.gguf" "$out/$name.gguf" --ftype "$ftype"
+  .venv/bin/python scripts/qwen3moe/llama_golden.py "$out/$name.gguf" --ids "$ids" -n 32 --top 5 \
+    --out "$out/golden-$name.json" --synth-args "$source_args" --quantized "$ftype"
 done
 # The int8 prefill's reference: llama.cpp on the Q8_0-expert fixtures themselves (it quantises activations
 # as int8_prefill does), the prompt's log-probabilities.

@@ -130,6 +130,9 @@ pub enum SynthFtype {
     /// as llama-quantize makes every file type's (rows that do not fit fall back as it does): for the types
     /// whose llama.cpp file types add per-tensor rules this model does not follow (IQ4_XS's attn_v, say).
     Uniform(TensorType),
+    /// Every tensor F32 (`LLAMA_FTYPE_ALL_F32`): the source llama.cpp's own quantizer starts from
+    /// (`scripts/qwen3moe/make_goldens.sh`).
+    F32,
 }
 
 /// A matrix of a qwen3moe model, as llama.cpp's quantizer tells them apart.
@@ -180,6 +183,7 @@ impl SynthFtype {
             "q4_k_m" => SynthFtype::Q4KM,
             "q5_k_m" => SynthFtype::Q5KM,
             "q6_k" => SynthFtype::Q6K,
+            "f32" => SynthFtype::F32,
             other => {
                 let ty = other.strip_prefix("uniform-")?;
                 let ty = TensorType::ALL.into_iter().find(|t| t.name().eq_ignore_ascii_case(ty))?;
@@ -196,6 +200,7 @@ impl SynthFtype {
         use TensorType as T;
         let default = match self {
             SynthFtype::Q8_0 => return T::Q8_0,
+            SynthFtype::F32 => return T::F32,
             SynthFtype::Q2K => T::Q2K,
             SynthFtype::Q3KM => T::Q3K,
             SynthFtype::Q4KS | SynthFtype::Q4KM => T::Q4K,
@@ -517,16 +522,15 @@ fn write_blocks(
         TensorType::Q4_1 => (0, Some((2, -7.5)), 16.0),
         TensorType::IQ4NL => (0, None, 127.0),
         TensorType::IQ4XS => (0, None, 32.0 * 127.0),
-        TensorType::F16 | TensorType::BF16 => {
-            let mut buf = Vec::with_capacity(2 * n_values as usize);
+        TensorType::F16 | TensorType::BF16 | TensorType::F32 => {
+            let mut buf = Vec::with_capacity(4 * n_values as usize);
             for _ in 0..n_values {
                 let v = 2.0 * base * rng.centered();
-                let bytes = if ty == TensorType::F16 {
-                    f16::from_f32(v).to_le_bytes()
-                } else {
-                    half::bf16::from_f32(v).to_le_bytes()
-                };
-                buf.extend_from_slice(&bytes);
+                match ty {
+                    TensorType::F16 => buf.extend_from_slice(&f16::from_f32(v).to_le_bytes()),
+                    TensorType::BF16 => buf.extend_from_slice(&half::bf16::from_f32(v).to_le_bytes()),
+                    _ => buf.extend_from_slice(&v.to_le_bytes()),
+                }
             }
             return out.write_all(&buf);
         }
@@ -747,6 +751,22 @@ mod tests {
                 assert_eq!(t.ty, want, "{}", t.name);
                 assert_q8_0_magnitude(&g, t, &format!("{ty:?}"));
             }
+        }
+    }
+
+    /// The F32 file type (llama-quantize's source): every tensor F32, the matrices of the Q8_0 tensors'
+    /// magnitude.
+    #[test]
+    fn the_f32_file_type_writes_every_tensor_f32() {
+        assert_eq!(SynthFtype::named("F32"), Some(SynthFtype::F32));
+        let shape = SynthShape { ftype: SynthFtype::F32, ..SynthShape::tiny() };
+        let spec = SynthSpec { shape, vocab: SynthVocab::Bytes, seed: 7 };
+        let mut bytes = Vec::new();
+        synthetic_writer(&spec).unwrap().write_to(&mut bytes).unwrap();
+        let g = diskformer_gguf::Gguf::from_bytes(bytes).unwrap();
+        assert!(g.tensors().iter().all(|t| t.ty == TensorType::F32));
+        for t in matrices(&g) {
+            assert_q8_0_magnitude(&g, t, "F32");
         }
     }
 

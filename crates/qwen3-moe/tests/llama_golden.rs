@@ -8,8 +8,10 @@
 //! log-probabilities by ~0.1 (seen at one step of golden-gqa4, in the numpy reference with f16 K/V as well).
 //! Where the device has cooperative matrices, the batched runs are checked again with `tensor_prefill` (its
 //! own, wider tolerance below; the same greedy ids).
-//! The K-quant golden's fixture is also run from a gguf-split set of it (three shards, opened from the first,
-//! its experts read in place from them).
+//! The `golden-llamaq-*` fixtures are the files llama.cpp's own quantizer made (`llama_model_quantize` of an
+//! F32 synthetic model: its per-tensor types and its values), committed beside their goldens; the Q4_K_M one
+//! is also run from a gguf-split set of it (three shards, opened from the first, its experts read in place
+//! from them).
 //! And `int8_prefill` and `int8_decode` against llama.cpp run on the Q8_0 fixtures themselves
 //! (`tests/data/q8prompt-*.json`): the prompt's log-probabilities, as chunks and token by token, within 0.05,
 //! and closer to them than the f32 arithmetic is.
@@ -48,8 +50,14 @@ struct Top {
 #[derive(Deserialize)]
 struct Golden {
     generator: String,
+    /// The fixture's file name: committed in `tests/data` where `quantized` says llama.cpp made it.
+    fixture: String,
     fixture_sha256: String,
+    /// The synth-gguf arguments of the fixture, or of the F32 file llama.cpp quantised into it.
     synth_args: String,
+    /// How llama.cpp's quantizer made the fixture from the `synth_args` file (absent: synth-gguf made it).
+    #[serde(default)]
+    quantized: Option<String>,
     prompt_ids: Vec<u32>,
     ids: Vec<u32>,
     tops: Vec<Vec<Top>>,
@@ -119,7 +127,7 @@ fn fixtures() -> Vec<Fixture> {
         .map(|path| {
             let golden: Golden = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
             let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-            let (dir, store) = rebuild(&name, &golden.synth_args, &golden.fixture_sha256);
+            let (dir, store) = rebuild(&name, &golden);
             Fixture { _dir: dir, store, golden, name }
         })
         .collect()
@@ -137,21 +145,42 @@ fn data_files(prefix: &str) -> Vec<PathBuf> {
     paths
 }
 
-/// Rebuilds a golden's fixture from its synth-gguf arguments, checks it is the file llama.cpp ran, and
-/// ingests it: the temporary directory (kept alive by the caller) and the store.
-fn rebuild(name: &str, synth_args: &str, sha256: &str) -> (tempdir::TempDir, PathBuf) {
+/// Rebuilds a golden's fixture from its synth-gguf arguments (or copies the committed file llama.cpp's
+/// quantizer made), checks it is the file llama.cpp ran, and ingests it: the temporary directory (kept alive
+/// by the caller, the fixture in it as `{name}.gguf`) and the store.
+fn rebuild(name: &str, golden: &Golden) -> (tempdir::TempDir, PathBuf) {
+    let committed = golden.quantized.is_some().then_some(golden.fixture.as_str());
+    rebuild_from(name, &golden.synth_args, &golden.fixture_sha256, committed)
+}
+
+/// [`rebuild`] of a fixture made from `synth_args`, or the file `committed` in `tests/data`.
+fn rebuild_from(
+    name: &str,
+    synth_args: &str,
+    sha256: &str,
+    committed: Option<&str>,
+) -> (tempdir::TempDir, PathBuf) {
     let dir = tempdir::TempDir::new(name);
     let gguf = dir.path().join(format!("{name}.gguf"));
-    write_synthetic(&spec_from_args(synth_args), &gguf).unwrap();
-    let sha = format!("{:x}", Sha256::digest(std::fs::read(&gguf).unwrap()));
-    assert_eq!(
-        sha, sha256,
-        "{name}: the rebuilt fixture differs from the one llama.cpp ran; the synthetic writer changed, so run \
-         scripts/qwen3moe/make_goldens.sh again"
-    );
+    if let Some(file) = committed {
+        let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(file);
+        std::fs::copy(&committed, &gguf).unwrap_or_else(|e| panic!("{}: {e}", committed.display()));
+    } else {
+        write_synthetic(&spec_from_args(synth_args), &gguf).unwrap();
+    }
+    check_sha256(name, &gguf, sha256);
     let store = dir.path().join("store");
     diskformer_store::ingest(&gguf, &store, &Default::default(), &mut |_| {}).unwrap();
     (dir, store)
+}
+
+fn check_sha256(name: &str, gguf: &Path, sha256: &str) {
+    let sha = format!("{:x}", Sha256::digest(std::fs::read(gguf).unwrap()));
+    assert_eq!(
+        sha, sha256,
+        "{name}: the fixture differs from the one llama.cpp ran; the synthetic writer changed (or the committed \
+         file did), so run scripts/qwen3moe/make_goldens.sh again"
+    );
 }
 
 /// Where the CPU tier's records lie.
@@ -341,7 +370,7 @@ fn int8_prefill_matches_llama_cpp_on_q8_0_fixtures() {
         let g: Q8Prompt = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();
         assert!(g.generator.contains("Q8_0 fixture itself"), "{name}: not a Q8_0 run");
-        let (_dir, store) = rebuild(&name, &g.synth_args, &g.fixture_sha256);
+        let (_dir, store) = rebuild_from(&name, &g.synth_args, &g.fixture_sha256, None);
         // The worst |Δ logprob| over the file's top tokens, for our int8 and f32 chunks and for the twin.
         let worst = |lp: &[f32], of: fn(&Q8Top) -> f64| -> f64 {
             g.tops.iter().map(|t| (f64::from(lp[t.id as usize]) - of(t)).abs()).fold(0.0, f64::max)
@@ -447,16 +476,18 @@ mod tempdir {
     }
 }
 
-/// A gguf-split set of the Q4_K_M golden's fixture, opened from its first shard with its experts read in
+/// A gguf-split set of the Q4_K_M fixture llama.cpp's quantizer made, opened from its first shard with its experts read in
 /// place from the shards (not copied into the store), runs as the file does: llama.cpp's golden holds token
 /// by token and batched, resident and with a 2 × top-k pool, and with the CPU tier computing the experts
 /// where they lie in the shards.
 #[test]
 fn a_split_set_read_in_place_matches_llama_cpp_as_its_file_does() {
-    let path = data_files("golden-q4km").pop().expect("tests/data/golden-q4km.json");
+    let name = "golden-llamaq-q4_k_m";
+    let path = data_files(name).pop().expect("tests/data/golden-llamaq-q4_k_m.json");
     let golden: Golden = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    let (dir, _) = rebuild("golden-q4km", &golden.synth_args, &golden.fixture_sha256);
-    let file = GgufFile::open(dir.path().join("golden-q4km.gguf")).unwrap();
+    assert!(golden.quantized.is_some(), "{name}: made by llama.cpp's quantizer");
+    let (dir, _) = rebuild(name, &golden);
+    let file = GgufFile::open(dir.path().join(format!("{name}.gguf"))).unwrap();
     let first = dir.path().join("split-00001-of-00003.gguf");
     diskformer_gguf::write_split(&file, 3, &first).unwrap();
     let store = dir.path().join("store-split");
@@ -467,7 +498,7 @@ fn a_split_set_read_in_place_matches_llama_cpp_as_its_file_does() {
     let in_gguf = diskformer_store::Store::open(&store).unwrap().experts_in_gguf().cloned();
     assert_eq!(in_gguf.map(|g| g.files.len()), Some(3), "the experts are read from the three shards");
     let k = spec_from_args(&golden.synth_args).shape.top_k as usize;
-    let f = Fixture { _dir: dir, store, golden, name: "golden-q4km (3 shards, experts in place)".into() };
+    let f = Fixture { _dir: dir, store, golden, name: format!("{name} (3 shards, experts in place)") };
     for slots in [None, Some(2 * k)] {
         check(&f, slots, false, false, None);
         check(&f, slots, true, false, None);
