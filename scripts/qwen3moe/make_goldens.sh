@@ -20,6 +20,7 @@ cargo build --release --example synth-gguf
 fixtures=(
   "gqa2|--layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 32 --experts 8 --top-k 2 --ffn 32 --seed 11|256,257,72,101,108,108,111,44,32,119,111,114,108,100,33,258,10,256,257,97"
   "gqa4|--layers 3 --hidden 128 --heads 8 --kv-heads 2 --head-dim 64 --experts 16 --top-k 4 --ffn 64 --seed 12|84,104,101,32,113,117,105,99,107,32,98,114,111,119,110,32,102,111,120"
+  "gqa16|--layers 2 --hidden 64 --heads 16 --kv-heads 1 --head-dim 32 --experts 8 --top-k 2 --ffn 32 --seed 15|256,257,72,101,108,108,111,44,32,119,111,114,108,100,33,258,10,256,257,97"
   "q4experts|--layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 32 --experts 8 --top-k 2 --ffn 64 --seed 14 --expert-type q4_0|256,257,87,104,97,116,32,105,115,32,81,52,95,48,63,258,10,256,257,97"
   "q4km|--layers 2 --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 --experts 8 --top-k 2 --ffn 256 --seed 21 --ftype q4_k_m|256,257,72,101,108,108,111,44,32,119,111,114,108,100,33,258,10,256,257,97"
   "q5km|--layers 2 --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 --experts 8 --top-k 2 --ffn 256 --seed 22 --ftype q5_k_m|84,104,101,32,113,117,105,99,107,32,98,114,111,119,110,32,102,111,120"

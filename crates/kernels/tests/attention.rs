@@ -141,11 +141,12 @@ fn check_attention(seed: u64, heads: usize, kv_heads: usize, d: usize, ctx: usiz
         assert_close(&format!("{name} {what}"), &got[..want.len()], &want, &ones, 0.0, 4e-6);
     }
 
-    // The split-K pair, where its limits allow (at most 8 query heads per kv head, d a multiple of 8,
-    // query heads per kv head times d at most 1024).
+    // The split-K pair, where its limits allow (at most 8 query heads per kv head or a multiple of 8, d a
+    // multiple of 8, query heads a group times d at most 1024).
     // Both variants: row sums by subgroup shuffles (where the device's subgroups hold a row) and through
     // workgroup memory.
-    if heads / kv_heads <= 8 && d.is_multiple_of(8) && heads / kv_heads * d <= 1024 {
+    let per_kv = heads / kv_heads;
+    if (per_kv <= 8 || per_kv.is_multiple_of(8)) && d.is_multiple_of(8) && per_kv.min(8) * d <= 1024 {
         for (k, variant) in [(&g.kernels, "subgroup"), (&g.plain, "plain")] {
             let partial = poisoned(g, 4 * s.partial_len() as usize);
             let out2 = poisoned(g, 4 * q.len());
@@ -160,6 +161,18 @@ fn check_attention(seed: u64, heads: usize, kv_heads: usize, d: usize, ctx: usiz
             let what = format!("attention_split ({variant}) {what}");
             assert_close(&what, &got[..want.len()], &want, &ones, 0.0, 4e-6);
         }
+    } else {
+        let partial = poisoned(g, 4 * s.partial_len() as usize);
+        let split = g.kernels.attention_split(
+            (&qb).into(),
+            (&kb).into(),
+            (&vb).into(),
+            (&pb).into(),
+            (&partial).into(),
+            s,
+        );
+        assert!(split.is_err(), "attention_split takes {what}, beyond its limits");
+        assert!(!s.split_fits(), "{what}");
     }
 }
 
@@ -200,6 +213,8 @@ fn attention_long_and_odd() {
     check_attention(44, 4, 1, 48, 20, vec![25]); // position past the cache: attends all 20
     check_attention(48, 16, 2, 32, 200, vec![199, 5]); // split: d / 8 = 4 of 8 lanes a row busy
     check_attention(49, 8, 2, 256, 70, vec![69, 31, 32]); // split: G · d = 1024, blocks of 32
+    check_attention(51, 64, 4, 128, 300, vec![0, 17, 299]); // Qwen3-235B-A22B: 16 a kv head, split in 2
+    check_attention(52, 24, 1, 64, 90, vec![89, 40]); // split: 24 query heads of one kv head, 3 groups
     check_attention(45, 20, 2, 64, 30, vec![29]); // 10 query heads per kv head: beyond the split kernel
     check_attention(46, 2, 2, 30, 30, vec![12]); // d not a multiple of 4: beyond the split kernel
 }

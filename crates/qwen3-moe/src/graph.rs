@@ -548,7 +548,7 @@ impl Graph {
                     qkv_params,
                 )?);
             }
-            if t == 1 {
+            if t == 1 && shape.split_fits() {
                 // Split-K: many workgroups for one query token.
                 let (q, kc, vc) = (v(&s.qr), v(&b.kv.k[l]), v(&b.kv.v[l]));
                 attention.push(k.attention_split(q, kc, vc, pos, v(&s.partial), shape)?);

@@ -50,6 +50,24 @@ impl AttentionShape {
         self.split_passes() * (128 / lanes)
     }
 
+    /// Query heads a workgroup of the split attention: those of a kv head, at most 8 (more are groups of 8).
+    pub fn split_group(&self) -> u32 {
+        (self.heads / self.kv_heads.max(1)).min(8)
+    }
+
+    /// Whether [`Kernels::attention_split`] takes this shape (its errors list the limits); else
+    /// [`Kernels::attention`] does the same work, with fewer workgroups for one token.
+    pub fn split_fits(&self) -> bool {
+        let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
+        let per_kv = if kvh > 0 && h.is_multiple_of(kvh) { h / kvh } else { return false };
+        (per_kv <= 8 || per_kv.is_multiple_of(8))
+            && d > 0
+            && d <= 256
+            && d.is_multiple_of(8)
+            && self.split_group() * d <= 1024
+            && self.ctx > 0
+    }
+
     /// Blocks the split attention uses: `ceil(ctx / split_block)`.
     pub fn blocks(&self) -> u32 {
         self.ctx.div_ceil(self.split_block())
@@ -67,17 +85,18 @@ impl AttentionShape {
 
 impl Kernels {
     /// Split-K attention for decode, part 1 of 2 (then [`Kernels::attention_combine`]): one workgroup per
-    /// (kv head, block of [`AttentionShape::split_block`] positions, token), K and V read once, in
-    /// coalesced 16-byte chunks, for the query heads that share them.
+    /// (group of query heads, block of [`AttentionShape::split_block`] positions, token), K and V read
+    /// once, in coalesced 16-byte chunks, for the query heads of a kv head, or once for each 8 of them
+    /// where more share it (a group: [`AttentionShape::split_group`] heads).
     /// Same result as [`Kernels::attention`], with far more workgroups for one token; its scratch grows
     /// with T · ctx, so prefill chunks use [`Kernels::attention`].
     /// Shapes: `q [T, heads, d] f32`, `k, v [ctx, kv_heads, d] f16`, `positions [T] u32`,
     /// `partial [T, heads, blocks, 4 + d] f32` (see [`AttentionShape::partial_len`]).
     ///
     /// # Errors
-    /// Shape errors for `kv_heads` not dividing `heads`, more than 8 query heads per kv head, `head_dim`
-    /// not a multiple of 8 or over 256, (query heads per kv head) · `head_dim` over 1024, zero sizes;
-    /// buffer errors as usual.
+    /// Shape errors for `kv_heads` not dividing `heads`, more than 8 query heads per kv head but not a
+    /// multiple of 8, `head_dim` not a multiple of 8 or over 256, (query heads a group) · `head_dim` over
+    /// 1024, zero sizes; buffer errors as usual.
     pub fn attention_split(
         &self,
         q: View<'_>,
@@ -95,17 +114,18 @@ impl Kernels {
             u64::from(s.tokens),
             u64::from(s.ctx),
         );
-        b.ensure(kvh > 0 && h.is_multiple_of(kvh) && h / kvh <= 8, || {
-            format!("needs kv_heads dividing heads with at most 8 query heads per kv head; got {s:?}")
-        })?;
-        b.ensure(d > 0 && d <= 256 && d.is_multiple_of(8) && (h / kvh) * d <= 1024 && c > 0, || {
+        b.ensure(s.split_fits(), || {
             format!(
-                "needs head_dim a multiple of 8 up to 256, (heads / kv_heads) * head_dim <= 1024 and ctx > 0; \
-                 got {s:?}"
+                "needs kv_heads dividing heads, at most 8 query heads per kv head or a multiple of 8, head_dim a \
+                 multiple of 8 up to 256, (query heads a group) * head_dim <= 1024 and ctx > 0; got {s:?}"
             )
         })?;
-        let dims =
-            [b.groups("kv_heads", kvh)?, b.groups("blocks", u64::from(s.blocks()))?, b.groups("tokens", t)?];
+        let g = u64::from(s.split_group());
+        let dims = [
+            b.groups("head groups", h / g)?,
+            b.groups("blocks", u64::from(s.blocks()))?,
+            b.groups("tokens", t)?,
+        ];
         let bound = vec![
             b.storage("q", q, 0, f32s(t * h * d))?,
             b.storage("k", k, 0, f16s(c * kvh * d))?,

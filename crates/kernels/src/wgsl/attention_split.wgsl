@@ -1,6 +1,8 @@
-// Split-K causal GQA attention for decode, part 1 (flash-decoding): one workgroup per (kv head, block of
-// `block` cache positions, token) computes, for each of the G = heads / kv_heads query heads sharing that
-// kv head, the block's max m, sum l = sum exp(s - m) and unnormalised sum acc = sum exp(s - m) v, with
+// Split-K causal GQA attention for decode, part 1 (flash-decoding): one workgroup per (group of query
+// heads, block of `block` cache positions, token) computes, for each of the G query heads of its group (G =
+// heads / kv_heads where that is at most 8, else 8: Qwen3-235B-A22B's 16 query heads a kv head are two
+// groups, which read that kv head's K and V once each), the block's max m, sum l = sum exp(s - m) and
+// unnormalised sum acc = sum exp(s - m) v, with
 // s = q . k * scale over positions blk*block .. min(blk*block + block, positions[t] + 1).
 // attention_combine merges the blocks. Blocks past the token's length write nothing (the combine never
 // reads them).
@@ -28,8 +30,8 @@
 
 struct Params {
     heads: u32,    // query heads
-    kv_heads: u32, // key/value heads; G = heads / kv_heads <= 8
-    head_dim: u32, // d, a multiple of 8, at most 256, G * d <= 1024
+    kv_heads: u32, // key/value heads; heads / kv_heads at most 8 or a multiple of 8
+    head_dim: u32, // d, a multiple of 8, at most 256, G * d <= 1024 (G: query heads a workgroup)
     tokens: u32,   // T
     ctx: u32,      // positions the cache holds
     scale: f32,    // 1 / sqrt(d)
@@ -177,7 +179,11 @@ fn weigh(ln: Lane, i: u32, va: vec4<u32>, vb: vec4<u32>, gv: u32, cv: u32, acc: 
 
 @compute @workgroup_size(128)
 fn attention_split(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {
-    let kvh = wg.x;
+    // wg.x: a group of G query heads, h0 .. h0 + G, all of kv head kvh.
+    let per_kv = p.heads / p.kv_heads;
+    let g_count = min(per_kv, GMAX);
+    let h0 = wg.x * g_count;
+    let kvh = h0 / per_kv;
     let blk = wg.y;
     let t = wg.z;
     let d = p.head_dim;
@@ -194,9 +200,7 @@ fn attention_split(@builtin(local_invocation_index) li: u32, @builtin(workgroup_
     if (start >= len) {
         return;
     }
-    let g_count = p.heads / p.kv_heads;
     let ln = Lane(li, li / lpr, li % lpr, li % lpr < d8, rp, lpr, min(p.block, len - start), g_count, d / 4u, shuffle);
-    let h0 = kvh * g_count;
 
     // Every K and V load of this lane first: rows r, r + rp, ... of the block, chunk c.
     let step = rp * p.kv_heads * d8;
