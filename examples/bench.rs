@@ -236,8 +236,10 @@ fn main() -> anyhow::Result<()> {
             ((x >> 33) % 256) as u32
         })
         .collect();
+    let read_before_prefill = storage_read_bytes();
     let logits = engine.prefill(&prompt, true)?;
     let prefill = engine.stats();
+    let read_by_prefill = storage_read_bytes().zip(read_before_prefill).map(|(b, a)| b - a);
     let mut next = logits.iter().enumerate().fold(0, |b, (i, &v)| if v > logits[b] { i } else { b }) as u32;
     // Greedy steps and top-k draws pick on the GPU; other sampled ones read the logits back and sample
     // here (timed apart).
@@ -266,10 +268,12 @@ fn main() -> anyhow::Result<()> {
     engine.reset_stats();
     sample_s = 0.0;
     let decode_started = Instant::now();
+    let read_before_decode = storage_read_bytes();
     for _ in 0..args.decode_tokens {
         next = step(&mut engine, next, &mut sample_s)?;
     }
     let decode_wall_s = decode_started.elapsed().as_secs_f64();
+    let read_by_decode = storage_read_bytes().zip(read_before_decode).map(|(b, a)| b - a);
     let d = engine.stats();
     let c = engine.config();
     let tokens = d.decode_tokens.max(1) as f64;
@@ -320,6 +324,12 @@ fn main() -> anyhow::Result<()> {
                       "total": d.gpu_bytes.total()},
     });
     out["experts_in_gguf"] = args.experts_in_gguf.into();
+    // What this process read from storage (the pool's reads and the CPU tier's page faults on mapped
+    // records, with the kernel's readahead): the bytes a cold run's disk bound is taken over.
+    out["storage_read"] = serde_json::json!({
+        "prefill_bytes": read_by_prefill,
+        "decode_bytes_per_token": read_by_decode.map(|b| b as f64 / tokens),
+    });
     // Beside the rest: more fields would pass json!'s recursion limit.
     out["reader_probe_gb_s"] = serde_json::json!(reader_probe);
     out["routing"] = match &args.routing.routing_trace {
@@ -372,4 +382,11 @@ fn main() -> anyhow::Result<()> {
     });
     println!("{out}");
     Ok(())
+}
+
+/// Bytes this process has caused to be read from storage (`read_bytes` of `/proc/self/io`); `None` where
+/// the kernel does not count them.
+fn storage_read_bytes() -> Option<u64> {
+    let io = std::fs::read_to_string("/proc/self/io").ok()?;
+    io.lines().find_map(|l| l.strip_prefix("read_bytes:")).and_then(|v| v.trim().parse().ok())
 }

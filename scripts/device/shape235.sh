@@ -5,12 +5,11 @@
 # a 16 GB budget, 512-token prompt, from the page cache and from a cold disk (page cache dropped: in-place
 # reads are buffered), each under `uniform` and the calibrated trace (routing-trace's Qwen3-30B-A3B statistics:
 # the same 128 experts, top-8, over this file's layers); and llama.cpp CUDA's 16 GB configurations on the same
-# GGUF. A cold row starts with the page cache dropped; what it reads (the pool's reads and the CPU tier's
-# page faults on the mapped GGUF, with their readahead) is the disks' sector count across the run, and its
-# bound is that over the disk's rate for single-threaded O_DIRECT reads of one expert tensor's size (3.5 MB)
-# at random offsets of the GGUF, measured before and after: cold-decode-* rows (a one-token prompt, the
-# steps' bytes a token over all the tokens run) against their decode rate, cold-prefill-* (a 512-token
-# prompt) against their prefill time.
+# GGUF. A cold row starts with the page cache dropped; what it reads from storage (bench's storage_read:
+# /proc/self/io, the pool's reads and the CPU tier's page faults on the mapped GGUF with their readahead)
+# over the disk's rate gives its bound: cold-decode-* rows (a one-token prompt) the steps' bytes a token,
+# cold-prefill-* (a 512-token prompt) the prompt's bytes. The disk's rate: 8 threads of O_DIRECT reads of
+# one expert tensor's size (3.5 MB) at random offsets of the GGUF, measured before and after the row.
 # Binaries in .device/ (gzipped: bench, synth-gguf, ingest, routing-trace), llama.cpp's source in .llama/.
 # PHASES (default "make pc llama cold"; "build" only builds llama.cpp) picks what runs; the model stays in /tmp for a next call on the same
 # machine. LAYERS overrides the layer count; DECODE / COLD_DECODE the decode tokens of a row. JSON lines to
@@ -54,15 +53,19 @@ echo "layers $LAYERS, GGUF $(du -h $G | cut -f1), store $(du -sh $S | cut -f1)" 
 # Measurements wait for llama.cpp's build: its compilers would share the host with them.
 [[ $PHASES == *llama* || $PHASES == *build* ]] && { bash scripts/device/llama-cuda.sh wait || tail -5 /tmp/llama-build.log; }
 
-disk_rate() { # GB/s: one thread, O_DIRECT, 3.5 MB reads at random 4 KiB-aligned offsets of the GGUF
+disk_rate() { # GB/s: 8 threads, O_DIRECT, 3.5 MB reads at random 4 KiB-aligned offsets of the GGUF
     python3 - "$G" <<'PY'
-import mmap, os, random, sys, time
+import mmap, os, random, sys, threading, time
 fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT)
-size, n, buf = os.fstat(fd).st_size, 3538944, mmap.mmap(-1, 3538944)
-rng, total, t = random.Random(7), 0, time.time()
-for _ in range(256):
-    total += os.preadv(fd, [buf], rng.randrange(0, size - n) // 4096 * 4096)
-print(round(total / (time.time() - t) / 1e9, 3))
+size, n, total = os.fstat(fd).st_size, 3538944, [0] * 8
+def reader(i):
+    buf, rng = mmap.mmap(-1, n), random.Random(i)
+    for _ in range(64):
+        total[i] += os.preadv(fd, [buf], rng.randrange(0, size - n) // 4096 * 4096)
+threads = [threading.Thread(target=reader, args=(i,)) for i in range(8)]
+t = time.time()
+[x.start() for x in threads]; [x.join() for x in threads]
+print(round(sum(total) / (time.time() - t) / 1e9, 3))
 PY
 }
 sectors_read() { # sectors read from the whole disks since boot
@@ -76,7 +79,7 @@ run() { # label, bench args... (the prompt and decode tokens: PROMPT, DECODE)
         sync; echo 3 > /proc/sys/vm/drop_caches
     fi
     s0=$(sectors_read)
-    line=$(timeout 420 $D/bench --model $G --store $S --budget $BUDGET --prompt-tokens "${PROMPT:-512}" \
+    line=$(timeout 420 $D/bench --model $G --store $S --experts-in-gguf --budget $BUDGET --prompt-tokens "${PROMPT:-512}" \
         --decode-tokens "$DECODE" "$@" 2> "/tmp/$label.err")
     read=$(( ($(sectors_read) - s0) * 512 ))
     if [ -z "$line" ]; then tail -3 "/tmp/$label.err"; line=null; fi
@@ -119,14 +122,16 @@ for l in open(sys.argv[1]):
             f'pool GB read/tok {b["bytes_read_per_token"]/1e9:5.2f} disk read {r["disk_read"]/1e9:6.2f} GB')
     if r.get("disk_before"):
         rate = (r["disk_before"] + r["disk_after"]) / 2 * 1e9
+        sr = b["storage_read"]
         line += f' disk {r["disk_before"]:.2f}->{r["disk_after"]:.2f} GB/s'
         if "decode" in r["label"]:
-            tokens = b["prefill_tokens"] + b["warmup_tokens"] + b["decode_tokens"]
-            bound = rate / max(r["disk_read"] / tokens, 1)
-            line += f' bound {bound:6.2f} tok/s = {100*b["decode_tok_s"]/bound:5.1f}%'
+            bound = rate / max(sr["decode_bytes_per_token"], 1)
+            line += (f' read/tok {sr["decode_bytes_per_token"]/1e9:5.2f} GB bound {bound:6.2f} tok/s = '
+                     f'{100*b["decode_tok_s"]/bound:5.1f}%')
         else:
-            bound = b["prefill_tokens"] / (r["disk_read"] / rate)
-            line += f' bound {bound:6.1f} tok/s = {100*b["prefill_tok_s"]/bound:5.1f}%'
+            bound = b["prefill_tokens"] / (sr["prefill_bytes"] / rate)
+            line += (f' prompt read {sr["prefill_bytes"]/1e9:5.1f} GB bound {bound:6.1f} tok/s = '
+                     f'{100*b["prefill_tok_s"]/bound:5.1f}%')
     print(line)
 PY
 [ -s "$OUT/llama.txt" ] && cat "$OUT/llama.txt"
