@@ -164,7 +164,7 @@ fn benches(c: &mut Criterion) {
     group.finish();
 }
 
-/// `moe-blocks/{q4_K,q6_K}/f32/{avx2,avx512vnni}/t1`: one layer's experts as a GGUF's K-quant blocks (random quants, finite
+/// `moe-blocks/{q4_K,q6_K}/{f32,q8}/{avx2,avx512vnni}/t1`: one layer's experts as a GGUF's K-quant blocks (random quants, finite
 /// scales), one token.
 fn dequantised(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
@@ -202,20 +202,23 @@ fn dequantised(
     let mut base = 0;
     for isa in [Isa::Avx2, Isa::Avx512Vnni].into_iter().filter(|i| i.available()) {
         let cpu = CpuExperts::new(threads, isa).unwrap();
-        group.bench_function(format!("moe-blocks/{}/f32/{}/t1", ty.name(), isa.name()), |b| {
-            b.iter(|| {
-                let assignments: Vec<Assignment> = (0..TOP_K)
-                    .map(|k| Assignment {
-                        token: 0,
-                        expert: (base + k) % EXPERTS,
-                        weight: 1.0 / TOP_K as f32,
-                    })
-                    .collect();
-                base = (base + TOP_K) % EXPERTS;
-                cpu.moe(Math::F32, &experts, &x, &assignments, &mut out).unwrap();
-                black_box(&out);
-            })
-        });
+        for math in [Math::F32, Math::Q8] {
+            let mname = if math == Math::F32 { "f32" } else { "q8" };
+            group.bench_function(format!("moe-blocks/{}/{mname}/{}/t1", ty.name(), isa.name()), |b| {
+                b.iter(|| {
+                    let assignments: Vec<Assignment> = (0..TOP_K)
+                        .map(|k| Assignment {
+                            token: 0,
+                            expert: (base + k) % EXPERTS,
+                            weight: 1.0 / TOP_K as f32,
+                        })
+                        .collect();
+                    base = (base + TOP_K) % EXPERTS;
+                    cpu.moe(math, &experts, &x, &assignments, &mut out).unwrap();
+                    black_box(&out);
+                })
+            });
+        }
     }
 }
 

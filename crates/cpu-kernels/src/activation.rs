@@ -13,6 +13,9 @@ pub struct Q8Row {
     pub quants: Vec<i8>,
     /// The block scales (f16-rounded, as f32), `[cols / 32]`.
     pub scales: Vec<f32>,
+    /// The sums of each 16 values' quants, `[cols / 16]`: what a K-quant's minimums and offsets multiply
+    /// (llama.cpp's Q8_K keeps them too, as `bsums`).
+    pub sums: Vec<i32>,
 }
 
 impl Q8Row {
@@ -33,6 +36,13 @@ impl Q8Row {
         {
             *s = quantize_block(block, q);
         }
+        self.sums = sums_of(&self.quants);
+    }
+
+    /// A row of quantised values `quants` and their block `scales` (its sums computed).
+    pub fn from_parts(quants: Vec<i8>, scales: Vec<f32>) -> Self {
+        let sums = sums_of(&quants);
+        Q8Row { quants, scales, sums }
     }
 
     /// Values.
@@ -44,6 +54,11 @@ impl Q8Row {
     pub fn is_empty(&self) -> bool {
         self.quants.is_empty()
     }
+}
+
+/// The sum of each 16 of `quants`.
+fn sums_of(quants: &[i8]) -> Vec<i32> {
+    quants.chunks_exact(16).map(|c| c.iter().map(|&q| i32::from(q)).sum()).collect()
 }
 
 /// One block into `q`; returns its scale.

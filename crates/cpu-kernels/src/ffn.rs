@@ -73,7 +73,9 @@ pub enum Math {
     #[default]
     F32,
     /// Inputs quantised to Q8_0 first (the token row before gate‖up, the activation before down), as
-    /// llama.cpp's CPU backend does: integer dot products, less to read from cache, faster.
+    /// llama.cpp's CPU backend does for Q8_0 and Q4_0 (for Q4_K and Q6_K it takes Q8_K, a scale a
+    /// 256-value block; here they take the same Q8_0 rows): integer dot products, less to read from cache,
+    /// faster.
     Q8,
 }
 
@@ -153,7 +155,7 @@ impl CpuExperts {
     /// # Errors
     /// [`Error::OutOfRange`] for an assignment past `experts` or the tokens; [`Error::ShapeMismatch`] when the
     /// experts differ in shape or `x` and `out` are not whole rows of their width; [`Error::QuantisedInput`]
-    /// for [`Math::Q8`] with experts other than Q8_0 and Q4_0; nothing is computed then.
+    /// for [`Math::Q8`] with experts other than Q8_0, Q4_0, Q4_K and Q6_K; nothing is computed then.
     pub fn moe(
         &self,
         math: Math,
@@ -191,7 +193,7 @@ impl CpuExperts {
         let checked = check_shapes(experts, x, assignments, out, (hidden, ffn)).and_then(|()| match experts
             .iter()
             .flat_map(|e| [e.gate, e.up, e.down])
-            .find(|m| m.weight_type().is_dequantised())
+            .find(|m| !m.weight_type().takes_q8())
         {
             Some(k) if math == Math::Q8 => Err(Error::QuantisedInput { what: "expert", ty: k.tensor_type() }),
             _ => Ok(()),
@@ -294,7 +296,7 @@ impl CpuExperts {
                             // Safety: as above.
                             let (q, s) =
                                 unsafe { (q_w.read(a * ffn, ffn), s_w.read(a * ffn / BLOCK, ffn / BLOCK)) };
-                            q8 = Q8Row { quants: q.to_vec(), scales: s.to_vec() };
+                            q8 = Q8Row::from_parts(q.to_vec(), s.to_vec());
                             Input::Q8(&q8)
                         }
                     };

@@ -7,13 +7,14 @@ use crate::{Error, Input, Isa, QuantMatrix, Result};
 ///
 /// # Errors
 /// [`Error::IsaUnavailable`] when this CPU lacks `isa`; [`Error::BadLength`] when `x` is not `m.cols()`
-/// values or `out` not `m.rows()`; [`Error::QuantisedInput`] for a quantised `x` and weights other than Q8_0 and Q4_0.
+/// values or `out` not `m.rows()`; [`Error::QuantisedInput`] for a quantised `x` and weights other than Q8_0, Q4_0, Q4_K
+/// and Q6_K.
 pub fn gemv(isa: Isa, m: &QuantMatrix<'_>, x: Input<'_>, out: &mut [f32]) -> Result<()> {
     if !isa.available() {
         return Err(Error::IsaUnavailable { isa });
     }
     check_input("input", m.cols(), x)?;
-    if m.weight_type().is_dequantised() && matches!(x, Input::Q8(_)) {
+    if !m.weight_type().takes_q8() && matches!(x, Input::Q8(_)) {
         return Err(Error::QuantisedInput { what: "matrix", ty: m.tensor_type() });
     }
     if out.len() != m.rows() {
@@ -25,15 +26,18 @@ pub fn gemv(isa: Isa, m: &QuantMatrix<'_>, x: Input<'_>, out: &mut [f32]) -> Res
     Ok(())
 }
 
-/// Checks that `x` holds `cols` values (and, quantised, `cols / 32` scales).
+/// Checks that `x` holds `cols` values (and, quantised, `cols / 32` scales and `cols / 16` sums).
 pub(crate) fn check_input(what: &'static str, cols: usize, x: Input<'_>) -> Result<()> {
     if x.len() != cols {
         return Err(Error::BadLength { what, expected: cols, got: x.len() });
     }
-    if let Input::Q8(q) = x
-        && q.scales.len() != cols / crate::BLOCK
-    {
-        return Err(Error::BadLength { what, expected: cols / crate::BLOCK, got: q.scales.len() });
+    if let Input::Q8(q) = x {
+        if q.scales.len() != cols / crate::BLOCK {
+            return Err(Error::BadLength { what, expected: cols / crate::BLOCK, got: q.scales.len() });
+        }
+        if q.sums.len() != cols / 16 {
+            return Err(Error::BadLength { what, expected: cols / 16, got: q.sums.len() });
+        }
     }
     Ok(())
 }

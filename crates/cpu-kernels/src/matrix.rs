@@ -39,6 +39,12 @@ impl WeightType {
         matches!(self, WeightType::Dequantised(_))
     }
 
+    /// Whether rows of this type multiply Q8_0-quantised inputs ([`crate::Input::Q8`]): Q8_0 and Q4_0, and
+    /// of the others Q4_K and Q6_K.
+    pub(crate) fn takes_q8(self) -> bool {
+        !self.is_dequantised() || matches!(self.tensor_type(), TensorType::Q4K | TensorType::Q6K)
+    }
+
     /// Values a block.
     pub(crate) fn block_values(self) -> usize {
         self.tensor_type().block_size() as usize

@@ -103,6 +103,42 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Q4_K and Q6_K rows times Q8_0-quantised inputs: every path against the f64 product of the
+    /// dequantised weights and the input's quantised values (`q · d`), which the integer sums compute
+    /// exactly up to the f32 scaling.
+    #[test]
+    fn q4_k_and_q6_k_gemv_with_quantised_inputs_match_the_reference(
+        (ty, rows, per_row, data, x) in (prop_oneof![Just(TensorType::Q4K), Just(TensorType::Q6K)], 1usize..4, 1usize..3)
+            .prop_flat_map(|(ty, rows, per_row)| {
+                (Just(ty), Just(rows), Just(per_row), arbitrary_blocks(ty, rows * per_row),
+                 proptest::collection::vec(-4f32..4f32, per_row * K_BLOCK))
+            })
+    ) {
+        let cols = per_row * K_BLOCK;
+        let m = QuantMatrix::blocks("w", ty, (rows, cols), &data).unwrap();
+        let w = values(ty, &data, rows * cols);
+        let xq = Q8Row::quantize(&x);
+        let xv: Vec<f64> =
+            xq.quants.iter().enumerate().map(|(i, &q)| f64::from(q) * f64::from(xq.scales[i / 32])).collect();
+        for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+            let mut got = vec![0f32; rows];
+            gemv(isa, &m, Input::Q8(&xq), &mut got).unwrap();
+            for r in 0..rows {
+                let row = &w[r * cols..][..cols];
+                let want: f64 = row.iter().zip(&xv).map(|(w, x)| f64::from(*w) * x).sum();
+                let size: f64 = row.iter().zip(&xv).map(|(w, x)| (f64::from(*w) * x).abs()).sum();
+                prop_assert!(
+                    (f64::from(got[r]) - want).abs() <= 1e-5 * size + 1e-30,
+                    "{} {} row {}: {} vs {}", ty, isa, r, got[r], want
+                );
+            }
+        }
+    }
+}
+
 /// Σ_a w_a · down(silu(gate · x) ⊙ (up · x)) in f64 over dequantised experts `(gate, up, down)`.
 fn moe_reference(
     experts: &[(Vec<f32>, Vec<f32>, Vec<f32>)],
@@ -178,12 +214,20 @@ fn the_experts_ffn_matches_the_reference_on_every_type() {
             cpu.moe(Math::F32, &experts, &x, &assignments, &mut out).unwrap();
             let worst = out.iter().zip(&want).map(|(g, w)| (f64::from(*g) - w).abs()).fold(0f64, f64::max);
             assert!(worst <= 1e-4 * size, "{ty}, {threads} threads: worst {worst:e} against {size:e}");
+            if matches!(ty, TensorType::Q4K | TensorType::Q6K) {
+                // Quantised inputs (the token row, then the activation): within their rounding, as the
+                // Q8_0 weights' (tests/ffn.rs).
+                cpu.moe(Math::Q8, &experts, &x, &assignments, &mut out).unwrap();
+                let worst =
+                    out.iter().zip(&want).map(|(g, w)| (f64::from(*g) - w).abs()).fold(0f64, f64::max);
+                assert!(worst <= 2e-2 * size, "{ty} Q8, {threads} threads: worst {worst:e} against {size:e}");
+            }
         }
     }
 }
 
 #[test]
-fn these_types_are_refused_as_planes_with_quantised_inputs_or_partial_blocks() {
+fn these_types_are_refused_as_planes_or_partial_blocks_and_only_q4_k_and_q6_k_take_quantised_inputs() {
     let block = vec![0u8; 144];
     assert!(matches!(
         QuantMatrix::planes("w", TensorType::Q4K, (1, 256), &block, &[]),
@@ -197,14 +241,18 @@ fn these_types_are_refused_as_planes_with_quantised_inputs_or_partial_blocks() {
         QuantMatrix::blocks("w", TensorType::Q8K, (1, 256), &[0; 292]),
         Err(Error::UnsupportedType { .. })
     ));
-    let m = QuantMatrix::blocks("w", TensorType::Q4K, (1, 256), &block).unwrap();
+    // Quantised inputs: Q4_K and Q6_K take them, the other types (Q5_K here) do not.
     let xq = Q8Row::quantize(&[0.5; 256]);
+    let m = QuantMatrix::blocks("w", TensorType::Q4K, (1, 256), &block).unwrap();
+    gemv(Isa::Scalar, &m, Input::Q8(&xq), &mut [0.0]).unwrap();
+    let q5k = vec![0u8; 176];
+    let m = QuantMatrix::blocks("w", TensorType::Q5K, (1, 256), &q5k).unwrap();
     assert!(matches!(gemv(Isa::Scalar, &m, Input::Q8(&xq), &mut [0.0]), Err(Error::QuantisedInput { .. })));
-    let (gate_up, down) = (vec![0u8; 144 * 256], vec![0u8; 144 * 256]);
+    let (gate_up, down) = (vec![0u8; 144 * 256], vec![0u8; 176 * 256]);
     let e = ExpertWeights::new(
         QuantMatrix::blocks("gate", TensorType::Q4K, (256, 256), &gate_up).unwrap(),
         QuantMatrix::blocks("up", TensorType::Q4K, (256, 256), &gate_up).unwrap(),
-        QuantMatrix::blocks("down", TensorType::Q4K, (256, 256), &down).unwrap(),
+        QuantMatrix::blocks("down", TensorType::Q5K, (256, 256), &down).unwrap(),
     )
     .unwrap();
     let cpu = CpuExperts::new(2, Isa::detect()).unwrap();

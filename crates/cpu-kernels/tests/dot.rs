@@ -105,11 +105,9 @@ fn the_extremes_of_int8_multiply_exactly() {
     let q = vec![0x80u8; 64];
     let s: Vec<u8> = [0x3c00u16; 2].iter().flat_map(|v| v.to_le_bytes()).collect();
     let m = QuantMatrix::planes("w", TensorType::Q8_0, (1, 64), &q, &s).unwrap();
-    let xq = Q8Row {
-        quants: (0..64).map(|i| if i % 2 == 0 { 127 } else { -127 }).collect(),
-        scales: vec![1.0, 1.0],
-    };
-    let x = Q8Row { quants: vec![127; 64], scales: vec![1.0, 1.0] };
+    let xq =
+        Q8Row::from_parts((0..64).map(|i| if i % 2 == 0 { 127 } else { -127 }).collect(), vec![1.0, 1.0]);
+    let x = Q8Row::from_parts(vec![127; 64], vec![1.0, 1.0]);
     for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
         let mut got = [0f32];
         gemv(isa, &m, Input::Q8(&x), &mut got).unwrap();

@@ -82,7 +82,8 @@ impl std::fmt::Debug for CpuTier {
 impl CpuTier {
     /// Maps the store's `experts.bin` (or, with `host`, sets up the host tier over it) and starts `threads`
     /// CPU threads (`None`: every core but two) on the best SIMD path the CPU has, multiplying on
-    /// Q8_0-quantised inputs when `int8` (else f32).
+    /// Q8_0-quantised inputs when `int8` and the records take them (Q8_0, Q4_0, or Q4_K and Q6_K blocks;
+    /// else f32).
     pub fn open(
         store: &Store,
         layout: &ExpertLayout,
@@ -116,14 +117,20 @@ impl CpuTier {
         let threads = threads.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(2)).max(1)
         });
+        let isa = Isa::detect();
         Ok(CpuTier {
-            kernels: CpuExperts::new(threads, Isa::detect())?,
+            kernels: CpuExperts::new(threads, isa)?,
             records,
             layout: layout.clone(),
             ty,
             policy: TierPolicy::new(config, layout.n_layers, layout.n_experts),
-            // Blocks multiply f32 inputs (no Q8_K activations yet).
-            math: if int8 && ty.is_some() { Math::Q8 } else { Math::F32 },
+            // Of blocks, only Q4_K and Q6_K ones multiply quantised inputs, and only AVX-512 VNNI has a
+            // kernel for them (elsewhere their reference runs, slower than f32): int8 needs all of that.
+            math: if int8 && (ty.is_some() || (blocks_take_q8(layout) && isa == Isa::Avx512Vnni)) {
+                Math::Q8
+            } else {
+                Math::F32
+            },
             pending: None,
         })
     }
@@ -337,6 +344,16 @@ fn finish_stale(host: &mut HostRecords, pending: &mut Option<(u32, Vec<u32>, Hos
 
 /// Maps the store's expert records (`experts.bin`, or the GGUF's files) and starts the thread mapping in the
 /// records already in the page cache.
+/// Whether every part of every layer's records is Q4_K or Q6_K blocks (what `Math::Q8` takes of blocks).
+fn blocks_take_q8(layout: &ExpertLayout) -> bool {
+    layout.blocks.is_some()
+        && (0..layout.n_layers).all(|l| {
+            ExpertPart::ALL.iter().all(|&p| {
+                layout.part(l, p).is_some_and(|(ty, _)| matches!(ty, TensorType::Q4K | TensorType::Q6K))
+            })
+        })
+}
+
 fn map_records(store: &Store, layout: &ExpertLayout) -> Result<Records> {
     let map = Arc::new(store.map_experts()?);
     let populated: Arc<[AtomicBool]> = (0..layout.n_records()).map(|_| AtomicBool::new(false)).collect();

@@ -4,6 +4,7 @@
 //! input); they differ only in the order of the f32 sums across blocks, so they agree to rounding.
 
 mod dequantised;
+mod k_quant_q8;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -19,6 +20,19 @@ use crate::{Input, Isa};
 #[inline]
 pub(crate) fn dot(isa: Isa, ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f32 {
     debug_assert!(isa.available());
+    if let (true, Input::Q8(xq)) = (ty.is_dequantised(), x) {
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx512Vnni {
+            // Safety: that path's `available()` includes AVX-512F, BW, VNNI, AVX2, FMA and F16C; the row is
+            // whole super-blocks and `xq` its length (checked by the callers).
+            match ty.tensor_type() {
+                TensorType::Q4K => return unsafe { x86_k_quant::dot_q4_k_q8_vnni(row, xq) },
+                TensorType::Q6K => return unsafe { x86_k_quant::dot_q6_k_q8_vnni(row, xq) },
+                _ => {}
+            }
+        }
+        return k_quant_q8::dot(ty.tensor_type(), row, xq);
+    }
     if ty.is_dequantised() {
         #[cfg(target_arch = "x86_64")]
         if let (Isa::Avx2 | Isa::Avx512Vnni, Input::F32(x)) = (isa, x) {
@@ -49,5 +63,9 @@ pub(crate) fn dot(isa: Isa, ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f3
 
 /// The reference of `row · x`: the scalar path (the dequantised types have only their portable one).
 pub(crate) fn dot_scalar(ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f32 {
-    if ty.is_dequantised() { dequantised::dot(ty, row, x) } else { scalar::dot(ty, row, x) }
+    match (ty.is_dequantised(), x) {
+        (true, Input::Q8(xq)) => k_quant_q8::dot(ty.tensor_type(), row, xq),
+        (true, _) => dequantised::dot(ty, row, x),
+        _ => scalar::dot(ty, row, x),
+    }
 }

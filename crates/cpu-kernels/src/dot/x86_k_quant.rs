@@ -1,6 +1,7 @@
 //! Q4_K and Q6_K rows times f32 inputs: each super-block's quants widened to f32 eight at a time (AVX2; Q4_K
 //! sixteen on the AVX-512 path) and multiplied as they are unpacked, one scale a sub-block, without writing
-//! the dequantised values out. The layouts are ggml-common.h's (KQUANTS.md
+//! the dequantised values out; and times Q8_0-quantised inputs with AVX-512 VNNI (integer dot products of
+//! 64 values an instruction, `k_quant_q8` their reference). The layouts are ggml-common.h's (KQUANTS.md
 //! §1.6, §1.8).
 
 use core::arch::x86_64::*;
@@ -9,6 +10,7 @@ use diskformer_gguf::q4_k_scale_min;
 
 use super::x86::{f16_to_f32, hsum256};
 use crate::matrix::{K_BLOCK, RowRef};
+use crate::{BLOCK, Q8Row};
 
 #[target_feature(enable = "f16c")]
 fn f16_at(b: &[u8], at: usize) -> f32 {
@@ -145,6 +147,101 @@ pub(super) fn dot_q4_k_512(row: RowRef<'_>, x: &[f32]) -> f32 {
             let (sc, m) = q4_k_scale_min(sub, scales);
             acc = _mm512_fmadd_ps(_mm512_set1_ps(d * f32::from(sc)), qx, acc);
             acc = _mm512_fnmadd_ps(_mm512_set1_ps(dmin * f32::from(m)), sx, acc);
+        }
+    }
+    _mm512_reduce_add_ps(acc)
+}
+
+/// 64 int8 values of `x` from run `r` (32 values a run).
+#[target_feature(enable = "avx512f")]
+fn load_q8x64(x: &Q8Row, r: usize) -> __m512i {
+    let q = &x.quants[r * BLOCK..][..2 * BLOCK];
+    // Safety: `q` holds 64 bytes.
+    unsafe { _mm512_loadu_si512(q.as_ptr().cast()) }
+}
+
+/// `a` in lanes 0..8, `b` in lanes 8..16.
+#[target_feature(enable = "avx512f")]
+fn halves(a: f32, b: f32) -> __m512 {
+    _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(a), _mm512_set1_ps(b))
+}
+
+/// A Q4_K row times a Q8_0-quantised `x` (`vpdpbusd`: the nibbles are the unsigned operand): two sub-blocks
+/// a 512-bit register, per sub-block `dx · ((d · sc) · Σ q·xq − (dmin · m) · Σ xq)`, as
+/// `k_quant_q8::dot`. `Σ xq` is the input's own (`Q8Row::sums`), so the minimums' term is a few scalars a
+/// block; `d` and `dmin` multiply a block's sums once.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) fn dot_q4_k_q8_vnni(row: RowRef<'_>, x: &Q8Row) -> f32 {
+    let bytes = row.quant_stride;
+    let mask = _mm256_set1_epi8(0x0F);
+    let (mut acc, mut mins) = (_mm512_setzero_ps(), 0f32);
+    for b in 0..row.blocks {
+        let block = &row.quants[b * bytes..][..bytes];
+        let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
+        let (scales, qs) = (&block[4..16], &block[16..144]);
+        let (mut block_acc, mut block_mins) = (_mm512_setzero_ps(), 0f32);
+        for chunk in 0..4 {
+            // Safety: `qs` holds 128 bytes; this reads 32 at 32 · chunk.
+            let q = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * chunk).cast()) };
+            let (lo, hi) = (_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16::<4>(q), mask));
+            let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+            let r = 8 * b + 2 * chunk;
+            let qx = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w, load_q8x64(x, r)));
+            let (sc0, m0) = q4_k_scale_min(2 * chunk, scales);
+            let (sc1, m1) = q4_k_scale_min(2 * chunk + 1, scales);
+            let (dx0, dx1) = (x.scales[r], x.scales[r + 1]);
+            block_acc = _mm512_fmadd_ps(qx, halves(dx0 * f32::from(sc0), dx1 * f32::from(sc1)), block_acc);
+            let sx = |r: usize| (x.sums[2 * r] + x.sums[2 * r + 1]) as f32;
+            block_mins += dx0 * f32::from(m0) * sx(r) + dx1 * f32::from(m1) * sx(r + 1);
+        }
+        acc = _mm512_fmadd_ps(block_acc, _mm512_set1_ps(d), acc);
+        mins += dmin * block_mins;
+    }
+    _mm512_reduce_add_ps(acc) - mins
+}
+
+/// A Q6_K row times a Q8_0-quantised `x` (`vpdpbusd` on the unsigned 6-bit quants, then 32 · Σ xq taken
+/// off): two runs of 32 a 512-bit register, each lane of four values under one of the four 16-value scales,
+/// per 16 values `dx · (d · sc) · Σ (q − 32)·xq`, as `k_quant_q8::dot`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) fn dot_q6_k_q8_vnni(row: RowRef<'_>, x: &Q8Row) -> f32 {
+    let bytes = row.quant_stride;
+    let (low4, low2, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03), _mm512_set1_epi8(1));
+    // Lane i of a register (values 4i .. 4i + 4 of its 64) takes scale i / 4 of its four.
+    let scale_of_lane = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    let mut acc = _mm512_setzero_ps();
+    for b in 0..row.blocks {
+        let block = &row.quants[b * bytes..][..bytes];
+        let d = f16_at(block, 208);
+        let (ql, qh, scales) = (&block[..128], &block[128..192], &block[192..208]);
+        for half in 0..2 {
+            // Safety: `qh` holds 64 bytes; this reads 32 at 32 · half.
+            let high = unsafe { _mm256_loadu_si256(qh.as_ptr().add(32 * half).cast()) };
+            let quants = |k: usize| {
+                // Safety: `ql` holds 128 bytes; this reads 32 at 64 · half + 32 · (k & 1).
+                let low = unsafe { _mm256_loadu_si256(ql.as_ptr().add(64 * half + 32 * (k & 1)).cast()) };
+                let low = if k < 2 { low } else { _mm256_srli_epi16::<4>(low) };
+                let up = _mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(2 * k as i32)), low2);
+                _mm256_or_si256(_mm256_and_si256(low, low4), _mm256_slli_epi16::<4>(up))
+            };
+            for k in [0, 2] {
+                let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(quants(k)), quants(k + 1));
+                let r = 8 * b + 4 * half + k;
+                let xv = load_q8x64(x, r);
+                let qx = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xv);
+                let sx = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, xv);
+                let sums = _mm512_cvtepi32_ps(_mm512_sub_epi32(qx, _mm512_slli_epi32::<5>(sx)));
+                let s = &scales[8 * half + 2 * k..][..4];
+                let (dx0, dx1) = (d * x.scales[r], d * x.scales[r + 1]);
+                let four = _mm_set_ps(
+                    dx1 * f32::from(s[3] as i8),
+                    dx1 * f32::from(s[2] as i8),
+                    dx0 * f32::from(s[1] as i8),
+                    dx0 * f32::from(s[0] as i8),
+                );
+                let scale = _mm512_permutexvar_ps(scale_of_lane, _mm512_castps128_ps512(four));
+                acc = _mm512_fmadd_ps(sums, scale, acc);
+            }
         }
     }
     _mm512_reduce_add_ps(acc)
