@@ -12,6 +12,8 @@
 //! F32 synthetic model: its per-tensor types and its values), committed beside their goldens; the Q4_K_M one
 //! is also run from a gguf-split set of it (three shards, opened from the first, its experts read in place
 //! from them).
+//! The CPU tier on quantised inputs (`int8_decode`) for the quantizer's Q4_K_M and Q6_K files stays near
+//! their F32 twins' goldens.
 //! And `int8_prefill` and `int8_decode` against llama.cpp run on the Q8_0 fixtures themselves
 //! (`tests/data/q8prompt-*.json`): the prompt's log-probabilities, as chunks and token by token, within 0.05,
 //! and closer to them than the f32 arithmetic is.
@@ -445,6 +447,52 @@ fn int8_prefill_matches_llama_cpp_on_q8_0_fixtures() {
         } else {
             assert_eq!(tensor, f32, "{name}: without cooperative matrices tensor_prefill must leave f32");
         }
+    }
+}
+
+/// How far the CPU tier's K-quant experts on quantised inputs (`int8_decode`) may lie from llama.cpp's F32
+/// twin in log-probability: the Q8_0 rounding of each token row and activation (measured 8.0e-3 on the
+/// Q4_K_M fixture and 7.3e-3 on the Q6_K one; it moves llama.cpp's own runs of the Q8_0 fixtures by
+/// 0.05-0.27 from their twins, the int8 test above). A wrong scale or minimum moves them by O(1).
+const INT8_CPU_TWIN_TOL: f64 = 0.05;
+
+/// The CPU tier multiplying Q4_K and Q6_K blocks on Q8_0-quantised inputs (`int8_decode`; AVX-512 VNNI,
+/// elsewhere f32 and this is the f32 check again), every miss computed on the CPU, on the fixtures
+/// llama.cpp's quantizer made whose experts are all Q4_K and Q6_K: within [`INT8_CPU_TWIN_TOL`] of the F32
+/// twin's log-probabilities and the same greedy ids wherever llama.cpp's top-2 margin exceeds twice it.
+#[test]
+fn int8_cpu_experts_on_k_quant_blocks_stay_near_llama_cpp() {
+    for name in ["golden-llamaq-q4_k_m", "golden-llamaq-q6_k"] {
+        let path = data_files(name).pop().expect("the golden");
+        let g: Golden = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let (_dir, store) = rebuild(name, &g);
+        let k = spec_from_args(&g.synth_args).shape.top_k as usize;
+        let mut opts = EngineOptions::default();
+        (opts.pool_slots, opts.cpu_experts, opts.int8_decode, opts.prefetch) =
+            (Some(2 * k), Some(true), true, false);
+        opts.cpu_tiers.reuse_window = 0;
+        let mut engine = Engine::open(&store, &opts, &mut |_| {}).unwrap();
+        let mut logits = engine.prefill(&g.prompt_ids, false).unwrap();
+        let mut worst = 0f64;
+        for (step, want) in g.ids.iter().enumerate() {
+            let lp = log_softmax(&logits);
+            for top in &g.tops[step] {
+                worst = worst.max((f64::from(lp[top.id as usize]) - top.logprob).abs());
+            }
+            if g.margins[step] > 2.0 * INT8_CPU_TWIN_TOL {
+                assert_eq!(top_n(&logits, 1)[0].0, *want, "{name}: step {step}: greedy id");
+            }
+            if step + 1 < g.ids.len() {
+                logits = engine.step(*want).unwrap();
+            }
+        }
+        let stats = engine.stats();
+        assert!(stats.cpu_experts > 0, "{name}: no pick ran on the CPU");
+        eprintln!(
+            "{name}: int8 CPU experts ({:?}): worst |Δ logprob| {worst:.3e} from the F32 twin",
+            stats.cpu_isa
+        );
+        assert!(worst <= INT8_CPU_TWIN_TOL, "{name}: {worst:.3e} from llama.cpp's F32 twin");
     }
 }
 
