@@ -55,7 +55,8 @@ struct Args {
     /// Read records with O_DIRECT (cold-disk figures without dropping the page cache).
     #[arg(long)]
     direct_io: bool,
-    /// With a GGUF: read a K-quant file's experts in place from it instead of copying them into the store.
+    /// With a GGUF: read a K-quant file's experts (and its dense tensors but the Q8_0 ones) in place from it
+    /// instead of copying them into the store.
     #[arg(long)]
     experts_in_gguf: bool,
     /// Prompt tokens for the prefill measurement.

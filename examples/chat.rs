@@ -77,7 +77,8 @@ struct Args {
     /// other work), into a budget of host memory the CPU computes misses from (--ram-budget).
     #[arg(long)]
     direct_io: bool,
-    /// With a GGUF: read a K-quant file's experts in place from it instead of copying them into the store.
+    /// With a GGUF: read a K-quant file's experts (and its dense tensors but the Q8_0 ones) in place from it
+    /// instead of copying them into the store.
     #[arg(long)]
     experts_in_gguf: bool,
     /// Keep expert records in this much host memory, read with O_DIRECT, for a store larger than RAM (e.g.

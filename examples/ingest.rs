@@ -25,8 +25,8 @@ struct Args {
     /// Refuse the GGUF unless its sha256 is this (hex); its size is pinned to the file's size.
     #[arg(long)]
     sha256: Option<String>,
-    /// Read a K-quant file's experts in place from the GGUF instead of copying them (the store then needs
-    /// the GGUF where it is, unchanged).
+    /// Read a K-quant file's experts (and its dense tensors but the Q8_0 ones) in place from the GGUF
+    /// instead of copying them (the store then needs the GGUF where it is, unchanged).
     #[arg(long)]
     experts_in_gguf: bool,
     /// Verify every checksum of the store in DIR and exit non-zero naming the first bad record or tensor.

@@ -169,8 +169,9 @@ pub struct EngineOptions {
     /// routing on the GPU, no route-ahead, no run-ahead).
     pub record_routing: Option<PathBuf>,
     /// [`Engine::open_gguf`]: copy the experts into the store (default), or read a K-quant (records of
-    /// blocks) file's experts in place from the GGUF, so the model takes its own size on disk once
-    /// ([`IngestOptions::copy_experts`]); a Q8_0 or Q4_0 file's experts are copied either way.
+    /// blocks) file's experts, and its dense tensors but the Q8_0 ones, in place from the GGUF, so the model
+    /// takes its own size on disk once ([`IngestOptions::copy_experts`]); a Q8_0 or Q4_0 file's experts are
+    /// copied either way.
     pub copy_experts: bool,
 }
 

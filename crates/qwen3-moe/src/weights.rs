@@ -2,11 +2,9 @@
 //! per plane, K-quant ones (Q4_K, Q5_K, Q6_K) as their GGUF blocks, checked against the config's shapes before
 //! anything is uploaded.
 
-use std::fs::File;
-
 use diskformer_gguf::TensorType;
 use diskformer_kernels::{BlockMatrix, BlockQuant, Q8Matrix, View};
-use diskformer_store::{DenseData, DenseTensor, Store};
+use diskformer_store::{DenseData, DenseMap, DenseTensor, Store};
 
 use crate::{Config, Error, Result};
 
@@ -67,23 +65,23 @@ impl Q8Weight {
     }
 }
 
-/// The token embedding in the mapped dense file: Q8_0 planes, or rows of blocks of any type the gguf crate
-/// dequantises.
+/// The token embedding in the mapped dense files (`dense.bin`, or the GGUF): Q8_0 planes, or rows of blocks
+/// of any type the gguf crate dequantises.
 #[derive(Debug)]
 pub(crate) struct HostEmbedding {
-    map: memmap2::Mmap,
+    map: DenseMap,
     data: EmbeddingData,
     cols: usize,
     rows: u32,
 }
 
-/// Where the embedding's rows lie in the mapped file.
+/// Where the embedding's rows lie in the mapped files.
 #[derive(Debug)]
 enum EmbeddingData {
-    /// Byte ranges of the int8 plane `[rows, cols]` and the f16 scale plane `[rows, cols / 32]`.
-    Q8 { q: std::ops::Range<usize>, s: std::ops::Range<usize> },
+    /// The int8 plane `[rows, cols]` and the f16 scale plane `[rows, cols / 32]`.
+    Q8(DenseData),
     /// The GGUF's rows of blocks of `ty`.
-    Blocks { bytes: std::ops::Range<usize>, ty: TensorType },
+    Blocks { data: DenseData, ty: TensorType },
 }
 
 impl HostEmbedding {
@@ -91,10 +89,10 @@ impl HostEmbedding {
     /// ggml does): `[ids.len(), cols]`. Ids must be below the row count (the engine checks them first).
     pub fn rows(&self, ids: &[u32]) -> Vec<f32> {
         let (q, s) = match &self.data {
-            EmbeddingData::Q8 { q, s } => (&self.map[q.clone()], &self.map[s.clone()]),
-            EmbeddingData::Blocks { bytes, ty } => {
+            EmbeddingData::Q8(planes) => self.map.planes(planes).expect("planes, checked at load"),
+            EmbeddingData::Blocks { data, ty } => {
                 let row_bytes = self.cols / ty.block_size() as usize * ty.block_bytes() as usize;
-                let data = &self.map[bytes.clone()];
+                let data = self.map.raw(data).expect("blocks, checked at load");
                 let mut out = vec![0f32; ids.len() * self.cols];
                 for (&id, row) in ids.iter().zip(out.chunks_exact_mut(self.cols)) {
                     debug_assert!(id < self.rows, "token {id} past the embedding");
@@ -182,11 +180,7 @@ impl Weights {
         with_embedding: bool,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Weights> {
-        let path = store.dense_path();
-        let file = File::open(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
-        // SAFETY: the store's files are written once by ingest and only read afterwards.
-        let map = unsafe { memmap2::Mmap::map(&file) }
-            .map_err(|source| Error::Io { path: path.clone(), source })?;
+        let map = store.map_dense()?;
         let total = Self::device_bytes(store, with_embedding);
         let mut up = Uploader { store, device, queue, map: &map, done: 0, total, progress };
         let (h, v) = (config.embedding_length, up.vocab()?);
@@ -227,7 +221,7 @@ struct Uploader<'a> {
     store: &'a Store,
     device: &'a wgpu::Device,
     queue: &'a wgpu::Queue,
-    map: &'a [u8],
+    map: &'a DenseMap,
     done: u64,
     total: u64,
     progress: &'a mut dyn FnMut(u64, u64),
@@ -273,12 +267,9 @@ impl<'a> Uploader<'a> {
     fn q8_planes(&self, name: &str, rows: u32, cols: u32) -> Result<(&'a [u8], &'a [u8])> {
         let t = self.tensor(name)?;
         let want = [u64::from(cols), u64::from(rows)];
-        match &t.data {
-            DenseData::Planes { quants, scales } if t.dims == want => {
-                let (q, s) = (quants.offset as usize, scales.offset as usize);
-                let map: &'a [u8] = self.map;
-                Ok((&map[q..q + quants.len as usize], &map[s..s + scales.len as usize]))
-            }
+        let map: &'a DenseMap = self.map;
+        match map.planes(&t.data) {
+            Some(planes) if t.dims == want => Ok(planes),
             _ => Err(Error::BadTensor {
                 name: name.into(),
                 what: format!("is {} {:?}; the engine needs q8_0 {want:?}", t.ty, t.dims),
@@ -291,17 +282,16 @@ impl<'a> Uploader<'a> {
     fn embedding(&self, rows: u32, cols: u32) -> Result<EmbeddingData> {
         let name = "token_embd.weight";
         let t = self.tensor(name)?;
-        let at = |r: diskformer_store::Region| r.offset as usize..r.end() as usize;
         match (&t.data, TensorType::from_name(&t.ty)) {
-            (DenseData::Planes { quants, scales }, _) if t.dims == [u64::from(cols), u64::from(rows)] => {
-                Ok(EmbeddingData::Q8 { q: at(*quants), s: at(*scales) })
+            (DenseData::Planes { .. }, _) if t.dims == [u64::from(cols), u64::from(rows)] => {
+                Ok(EmbeddingData::Q8(t.data))
             }
-            (DenseData::Raw { data }, Some(ty))
+            (DenseData::Raw { .. } | DenseData::InGguf { .. }, Some(ty))
                 if t.dims == [u64::from(cols), u64::from(rows)]
                     && ty.dequantizable()
                     && u64::from(cols).is_multiple_of(ty.block_size()) =>
             {
-                Ok(EmbeddingData::Blocks { bytes: at(*data), ty })
+                Ok(EmbeddingData::Blocks { data: t.data, ty })
             }
             _ => Err(Error::BadTensor {
                 name: name.into(),
@@ -315,7 +305,9 @@ impl<'a> Uploader<'a> {
         let t = self.tensor(name)?;
         match &t.data {
             DenseData::Planes { .. } => Ok(DenseWeight::Q8(self.q8(name, rows, cols)?)),
-            DenseData::Raw { .. } => Ok(DenseWeight::Blocks(vec![self.blocks(name, rows, cols)?])),
+            DenseData::Raw { .. } | DenseData::InGguf { .. } => {
+                Ok(DenseWeight::Blocks(vec![self.blocks(name, rows, cols)?]))
+            }
         }
     }
 
@@ -342,12 +334,9 @@ impl<'a> Uploader<'a> {
     fn block_bytes(&self, name: &str, rows: u32, cols: u32) -> Result<(&'a [u8], BlockQuant)> {
         let t = self.tensor(name)?;
         let want = [u64::from(cols), u64::from(rows)];
-        match (&t.data, BlockQuant::from_name(&t.ty)) {
-            (DenseData::Raw { data }, Some(quant)) if t.dims == want && cols.is_multiple_of(256) => {
-                let (o, l) = (data.offset as usize, data.len as usize);
-                let map: &'a [u8] = self.map;
-                Ok((&map[o..o + l], quant))
-            }
+        let map: &'a DenseMap = self.map;
+        match (map.raw(&t.data), BlockQuant::from_name(&t.ty)) {
+            (Some(bytes), Some(quant)) if t.dims == want && cols.is_multiple_of(256) => Ok((bytes, quant)),
             _ => Err(Error::BadTensor {
                 name: name.into(),
                 what: format!(
@@ -399,12 +388,9 @@ impl<'a> Uploader<'a> {
     fn f32s(&mut self, name: &str, dims: &[u32]) -> Result<wgpu::Buffer> {
         let t = self.tensor(name)?;
         let want: Vec<u64> = dims.iter().map(|&d| u64::from(d)).collect();
-        match &t.data {
-            DenseData::Raw { data } if t.ty == "f32" && t.dims == want => {
-                let (o, l) = (data.offset as usize, data.len as usize);
-                let map = self.map;
-                Ok(self.buffer(name, &map[o..o + l]))
-            }
+        let map: &'a DenseMap = self.map;
+        match map.raw(&t.data) {
+            Some(bytes) if t.ty == "f32" && t.dims == want => Ok(self.buffer(name, bytes)),
             _ => Err(Error::BadTensor {
                 name: name.into(),
                 what: format!("is {} {:?}; the engine needs f32 {want:?}", t.ty, t.dims),

@@ -10,8 +10,8 @@
 //! own, wider tolerance below; the same greedy ids).
 //! The `golden-llamaq-*` fixtures are the files llama.cpp's own quantizer made (`llama_model_quantize` of an
 //! F32 synthetic model: its per-tensor types and its values), committed beside their goldens; the Q4_K_M one
-//! is also run from a gguf-split set of it (three shards, opened from the first, its experts read in place
-//! from them).
+//! is also run from a gguf-split set of it (three shards, opened from the first, its experts and dense
+//! tensors read in place from them).
 //! The CPU tier on quantised inputs (`int8_decode`) for the quantizer's Q4_K_M and Q6_K files stays near
 //! their F32 twins' goldens.
 //! And `int8_prefill` and `int8_decode` against llama.cpp run on the Q8_0 fixtures themselves
@@ -543,8 +543,19 @@ fn a_split_set_read_in_place_matches_llama_cpp_as_its_file_does() {
     let mut opts = EngineOptions::default();
     opts.copy_experts = false;
     drop(Engine::open_gguf(&first, Some(&store), &opts, &mut |_| {}).unwrap());
-    let in_gguf = diskformer_store::Store::open(&store).unwrap().experts_in_gguf().cloned();
-    assert_eq!(in_gguf.map(|g| g.files.len()), Some(3), "the experts are read from the three shards");
+    let opened = diskformer_store::Store::open(&store).unwrap();
+    assert_eq!(
+        opened.experts_in_gguf().map(|g| g.files.len()),
+        Some(3),
+        "the experts are read from the three shards"
+    );
+    let dense_files: std::collections::BTreeSet<usize> = (opened.layout().dense.iter())
+        .filter_map(|t| match t.data {
+            diskformer_store::DenseData::InGguf { file, .. } => Some(file),
+            _ => None,
+        })
+        .collect();
+    assert!(dense_files.len() > 1, "the dense tensors are read from the shards too: {dense_files:?}");
     let k = spec_from_args(&golden.synth_args).shape.top_k as usize;
     let f = Fixture { _dir: dir, store, golden, name: format!("{name} (3 shards, experts in place)") };
     for slots in [None, Some(2 * k)] {

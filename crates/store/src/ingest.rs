@@ -44,8 +44,9 @@ pub struct IngestOptions {
     /// Refuse a source that is not this file.
     pub pin: Option<Pin>,
     /// Copy the experts into `experts.bin` (default). Off, a model whose records are of blocks (any type mix
-    /// but uniform Q8_0 or Q4_0) keeps its experts in the GGUF, read in place ([`ExpertsInGguf`]): the store
-    /// then holds the header and dense tensors alone, and needs the GGUF where it was, unchanged.
+    /// but uniform Q8_0 or Q4_0) keeps its experts in the GGUF, read in place ([`ExpertsInGguf`]), and its
+    /// dense tensors but the Q8_0 ones ([`DenseData::InGguf`]): the store then holds the header and the Q8_0
+    /// planes alone, and needs the GGUF where it was, unchanged.
     pub copy_experts: bool,
 }
 
@@ -135,6 +136,10 @@ fn segments(src: &Source, layout: &Layout, in_gguf: bool) -> Vec<Segment> {
                 first: (quants.offset, part(0)),
                 second: Some((scales.offset, part(1))),
             },
+            // Hashed as it passes, written nowhere.
+            DenseData::InGguf { .. } => {
+                Segment { source, target: Target::Nowhere, planar: None, first: (0, part(0)), second: None }
+            }
         });
     }
     if let Some(x) = &layout.experts {
@@ -267,8 +272,16 @@ pub fn ingest(
             what: format!("size {size}, pinned {}", pin.size),
         });
     }
-    let layout = Layout::plan(&src.header)?;
+    let mut layout = Layout::plan(&src.header)?;
     let in_gguf = !opts.copy_experts && layout.experts.as_ref().is_some_and(|x| x.blocks.is_some());
+    if in_gguf {
+        // The raw dense tensors stay in the GGUF with the experts: no second copy of either.
+        let raw_at: Vec<u64> = (src.header.tensors.iter().zip(&src.data_at))
+            .filter(|(t, _)| expert_tensor(&t.name).is_none())
+            .map(|(_, &at)| at)
+            .collect();
+        layout.dense_in_gguf(|i| src.locate(raw_at[i]));
+    }
     let identity = identity(&src.header_bytes, &layout, size, in_gguf);
     let experts_bytes = if in_gguf { 0 } else { layout.experts.as_ref().map_or(0, |x| x.file_bytes()) };
 

@@ -167,8 +167,8 @@ impl ExpertLayout {
     }
 }
 
-/// How a dense tensor is stored in `dense.bin`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// How a dense tensor is stored in `dense.bin` (or, in place, in the GGUF).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DenseData {
     /// Bytes as in the GGUF (F32, F16, BF16).
@@ -183,13 +183,21 @@ pub enum DenseData {
         /// `[rows, cols/32]` f16.
         scales: Region,
     },
+    /// Bytes as in the GGUF, read from it in place (a store that keeps its experts in the GGUF keeps these
+    /// there too): file `file` of the source's ([`crate::ExpertsInGguf::files`]), at `data` in it.
+    InGguf {
+        /// Which file of a gguf-split set (0 for a single file).
+        file: usize,
+        /// Where in that file.
+        data: Region,
+    },
 }
 
 impl DenseData {
-    /// The checksum parts, in the order their hashes are combined.
+    /// The checksum parts, in the order their hashes are combined (those of `InGguf` are in the GGUF).
     pub fn parts(&self) -> Vec<Region> {
         match self {
-            DenseData::Raw { data } => vec![*data],
+            DenseData::Raw { data } | DenseData::InGguf { data, .. } => vec![*data],
             DenseData::Planes { quants, scales } => vec![*quants, *scales],
         }
     }
@@ -309,6 +317,30 @@ impl Layout {
             });
         }
         Ok(Layout { header_bytes: header.data_offset, experts, dense, dense_bytes: align(end, REGION_ALIGN) })
+    }
+
+    /// Keeps every raw dense tensor in the GGUF: `at(i)` is where raw tensor `i`'s bytes lie there (file,
+    /// offset); `dense.bin` then holds the Q8_0 planes alone, placed again one after another.
+    pub fn dense_in_gguf(&mut self, mut at: impl FnMut(usize) -> (usize, u64)) {
+        let mut end = 0u64;
+        let mut place = |len: u64| {
+            let r = Region { offset: align(end, REGION_ALIGN), len };
+            end = r.end();
+            r
+        };
+        for (i, t) in self.dense.iter_mut().enumerate() {
+            t.data = match t.data {
+                DenseData::Raw { data } => {
+                    let (file, offset) = at(i);
+                    DenseData::InGguf { file, data: Region { offset, len: data.len } }
+                }
+                DenseData::Planes { quants, scales } => {
+                    DenseData::Planes { quants: place(quants.len), scales: place(scales.len) }
+                }
+                other => other,
+            };
+        }
+        self.dense_bytes = align(end, REGION_ALIGN);
     }
 
     /// The dense tensor named `name`.

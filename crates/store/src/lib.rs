@@ -10,8 +10,9 @@
 //!   GiB so an ingest killed at any moment resumes and ends byte-identical to a clean one; the manifest records
 //!   the source's size, mtime and sha256 and a checksum per record and tensor. With
 //!   [`IngestOptions::copy_experts`] off, records of blocks stay in the GGUF ([`ExpertsInGguf`]): the
-//!   [`RecordReader`] reads each record's three slices from it and [`ExpertMap`] maps them, and the store
-//!   refuses to open once the GGUF changed.
+//!   [`RecordReader`] reads each record's three slices from it and [`ExpertMap`] maps them, the dense
+//!   tensors but the Q8_0 ones stay there too ([`DenseData::InGguf`]; [`DenseMap`] maps `dense.bin` and
+//!   them), and the store refuses to open once the GGUF changed.
 //! - [`Store::open`] refuses incomplete or foreign stores; [`Store::verify`] names the first bad record or
 //!   tensor; [`RecordReader`] reads records with `pread`, O_DIRECT where supported, and
 //!   [`RecordReader::probe_readers`] finds how many reader threads the disk serves fastest.
@@ -45,6 +46,7 @@
 //! ```
 
 mod checksum;
+mod dense_map;
 mod error;
 mod expert_map;
 mod in_gguf;
@@ -56,6 +58,7 @@ mod source;
 mod store;
 
 pub use checksum::Sha256State;
+pub use dense_map::DenseMap;
 pub use error::{Error, Result};
 pub use expert_map::{ExpertMap, RecordBytes};
 pub use in_gguf::{ExpertsInGguf, GgufFileInfo, PartInFile};

@@ -12,7 +12,7 @@ use diskformer_gguf::Header;
 use crate::checksum::{combine, part_hash};
 use crate::ingest::{DENSE_FILE, EXPERTS_FILE, HEADER_FILE};
 use crate::manifest::Manifest;
-use crate::{Error, ExpertKey, ExpertLayout, ExpertsInGguf, Layout, Result};
+use crate::{DenseData, Error, ExpertKey, ExpertLayout, ExpertsInGguf, Layout, Result};
 
 /// A complete store, opened read-only.
 #[derive(Debug)]
@@ -40,7 +40,23 @@ impl Store {
         let header_bytes = std::fs::read(&header_path).map_err(Error::io(&header_path))?;
         let header = Header::parse(&header_bytes)
             .map_err(|source| Error::Gguf { path: header_path.clone(), source })?;
-        let layout = Layout::plan(&header)?;
+        let mut layout = Layout::plan(&header)?;
+        if manifest.experts_in_gguf.is_some() {
+            // Where the dense tensors kept in the GGUF lie is the manifest's (its checksums check them).
+            let kept = &manifest.layout.dense;
+            if kept.iter().any(|t| matches!(t.data, DenseData::Raw { .. })) {
+                return Err(Error::BadManifest {
+                    path: dir.join(crate::manifest::MANIFEST),
+                    what: "it reads its experts from the GGUF but copied its dense tensors, as stores made before \
+                           the dense tensors stayed in the GGUF too; ingest the GGUF again"
+                        .into(),
+                });
+            }
+            layout.dense_in_gguf(|i| match kept.get(i).map(|t| t.data) {
+                Some(DenseData::InGguf { file, data }) => (file, data.offset),
+                _ => (usize::MAX, u64::MAX),
+            });
+        }
         if layout != manifest.layout {
             return Err(Error::BadManifest {
                 path: dir.join(crate::manifest::MANIFEST),
@@ -118,11 +134,25 @@ impl Store {
         let layout = self.layout();
         let dense_path = self.dense_path();
         let dense = File::open(&dense_path).map_err(Error::io(&dense_path))?;
+        let gguf = match self.experts_in_gguf() {
+            Some(g) => g
+                .files
+                .iter()
+                .map(|f| File::open(&f.path).map_err(Error::io(&f.path)))
+                .collect::<Result<_>>()?,
+            None => Vec::new(),
+        };
         for (t, &want) in layout.dense.iter().zip(&self.manifest.dense_checksums) {
+            let (file, path) = match t.data {
+                DenseData::InGguf { file, .. } => {
+                    (&gguf[file], self.experts_in_gguf().map_or(&dense_path, |g| &g.files[file].path))
+                }
+                _ => (&dense, &dense_path),
+            };
             let mut hashes = Vec::new();
             for part in t.data.parts() {
                 let mut buf = vec![0u8; part.len as usize];
-                dense.read_exact_at(&mut buf, part.offset).map_err(Error::io(&dense_path))?;
+                file.read_exact_at(&mut buf, part.offset).map_err(Error::io(path))?;
                 hashes.push(part_hash(&buf));
             }
             if combine(&hashes) != want {

@@ -268,3 +268,34 @@ fn reader_errors_name_the_record() {
     let err = reader.read(ExpertKey { layer: 1, expert: 3 }, &mut buf).unwrap_err();
     assert!(matches!(err, Error::ShortRead { layer: 1, expert: 3, .. }), "{err}");
 }
+
+/// A store that reads its experts from the GGUF but copied its dense tensors (as stores did before they
+/// stayed in the GGUF too) is refused with what to do.
+#[test]
+fn an_in_place_store_that_copied_its_dense_tensors_is_refused_with_what_to_do() {
+    let dir = TempDir::new("old-in-gguf");
+    let shape = Shape {
+        hidden: 256,
+        ffn: 256,
+        expert_type: TensorType::Q4K,
+        odd_down: Some(TensorType::Q6K),
+        ..Shape::small()
+    };
+    let src = write_model(dir.path(), "m.gguf", &shape, 4);
+    let store = dir.path().join("s");
+    let opts = IngestOptions { copy_experts: false, ..IngestOptions::default() };
+    ingest(&src, &store, &opts, &mut |_| {}).unwrap();
+    Store::open(&store).unwrap();
+    let mut m = Manifest::load(&store).unwrap().unwrap();
+    for t in &mut m.layout.dense {
+        if let diskformer_store::DenseData::InGguf { data, .. } = t.data {
+            t.data = diskformer_store::DenseData::Raw { data };
+        }
+    }
+    m.save(&store).unwrap();
+    let err = Store::open(&store).unwrap_err();
+    assert!(
+        matches!(err, Error::BadManifest { .. }) && err.to_string().contains("ingest the GGUF again"),
+        "{err}"
+    );
+}

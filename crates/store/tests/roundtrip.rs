@@ -9,28 +9,26 @@ use diskformer_gguf::{GgufFile, TensorType, join_planes, write_split};
 use diskformer_store::{DenseData, ExpertKey, ExpertPart, IngestOptions, RecordBuf, Store, ingest};
 use proptest::prelude::*;
 
-fn check_store(gguf: &GgufFile, store: &Store) -> Result<(), TestCaseError> {
-    let layout = store.layout();
-    let dense = std::fs::read(store.dense_path()).unwrap();
-    for t in &layout.dense {
+/// Every dense tensor, as the store maps it (`dense.bin`, or the GGUF for those kept there), is its source
+/// bytes (Q8_0 planes joined back).
+fn check_dense(gguf: &GgufFile, store: &Store) -> Result<(), TestCaseError> {
+    let map = store.map_dense().unwrap();
+    for t in &store.layout().dense {
         let src = gguf.tensor_data(&t.name).unwrap();
-        match t.data {
-            DenseData::Raw { data } => {
-                prop_assert_eq!(&dense[data.offset as usize..data.end() as usize], src)
-            }
-            DenseData::Planes { quants, scales } => {
-                let mut joined = vec![0u8; src.len()];
-                join_planes(
-                    TensorType::Q8_0,
-                    &dense[quants.offset as usize..quants.end() as usize],
-                    &dense[scales.offset as usize..scales.end() as usize],
-                    &mut joined,
-                )
-                .unwrap();
-                prop_assert_eq!(&joined[..], src, "dense tensor {}", t.name);
-            }
+        if let Some((quants, scales)) = map.planes(&t.data) {
+            let mut joined = vec![0u8; src.len()];
+            join_planes(TensorType::Q8_0, quants, scales, &mut joined).unwrap();
+            prop_assert_eq!(&joined[..], src, "dense tensor {}", t.name);
+        } else {
+            prop_assert_eq!(map.raw(&t.data).unwrap(), src, "dense tensor {}", t.name);
         }
     }
+    Ok(())
+}
+
+fn check_store(gguf: &GgufFile, store: &Store) -> Result<(), TestCaseError> {
+    check_dense(gguf, store)?;
+    let layout = store.layout();
     let x = layout.experts.as_ref().unwrap();
     let ty = TensorType::from_name(&x.quant_type);
     let reader = store.record_reader(false).unwrap();
@@ -187,6 +185,22 @@ fn experts_read_in_place_from_the_gguf_equal_the_copied_records() {
         assert_eq!(in_gguf.files.len(), if name == "split" { 2 } else { 1 });
         assert_eq!(std::fs::metadata(b.experts_path()).unwrap().len(), 0, "no records written");
         assert_eq!(a.manifest().record_checksums, b.manifest().record_checksums);
+        // The dense tensors but the Q8_0 ones stay in the GGUF too: dense.bin holds the planes alone.
+        assert_eq!(a.manifest().dense_checksums, b.manifest().dense_checksums);
+        let (planes, in_gguf_dense): (Vec<_>, Vec<_>) =
+            b.layout().dense.iter().partition(|t| matches!(t.data, DenseData::Planes { .. }));
+        assert!(
+            !in_gguf_dense.is_empty()
+                && in_gguf_dense.iter().all(|t| matches!(t.data, DenseData::InGguf { .. }))
+        );
+        let plane_bytes: u64 = planes.iter().flat_map(|t| t.data.parts()).map(|r| r.len).sum();
+        let dense_len = std::fs::metadata(b.dense_path()).unwrap().len();
+        assert!(
+            dense_len >= plane_bytes && dense_len < plane_bytes + 4096 * 2 * planes.len() as u64 + 4096,
+            "{name}"
+        );
+        assert!(dense_len < std::fs::metadata(a.dense_path()).unwrap().len(), "{name}");
+        check_dense(&GgufFile::open(&path).unwrap(), &b).unwrap();
         b.verify().unwrap();
         let x = a.layout().experts.clone().unwrap();
         let (ra, rb) = (a.record_reader(false).unwrap(), b.record_reader(true).unwrap());
