@@ -15,13 +15,7 @@
 # machine. LAYERS overrides the layer count; DECODE / COLD_DECODE the decode tokens of a row. JSON lines to
 # $OUT/shape235.jsonl, a table last.
 set -uo pipefail
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-D=.device
-for z in $D/*.gz; do [ -e "$z" ] && gunzip -f "$z"; done
-chmod +x $D/* 2>/dev/null
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+source scripts/device/call-setup.sh
 G=/tmp/q235.gguf
 S=/tmp/q235.store
 T=/tmp/q235-calibrated.jsonl

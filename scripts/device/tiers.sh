@@ -13,13 +13,7 @@
 # A row labelled gg-* runs on a second store, $S-gguf, ingested with --experts-in-gguf (a K-quant file's
 # experts read in place from the GGUF in /dev/shm, so from memory as the page-cache rows' store is).
 set -uo pipefail
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-D=.device
-for z in $D/*.gz; do [ -e "$z" ] && gunzip -f "$z"; done
-chmod +x $D/* 2>/dev/null
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+source scripts/device/call-setup.sh
 FTYPE=${FTYPE:-q8_0}
 G=/dev/shm/q3-$FTYPE.gguf
 S=/tmp/q3-$FTYPE.store

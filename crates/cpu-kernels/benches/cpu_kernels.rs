@@ -206,14 +206,7 @@ fn dequantised(
             let mname = if math == Math::F32 { "f32" } else { "q8" };
             group.bench_function(format!("moe-blocks/{}/{mname}/{}/t1", ty.name(), isa.name()), |b| {
                 b.iter(|| {
-                    let assignments: Vec<Assignment> = (0..TOP_K)
-                        .map(|k| Assignment {
-                            token: 0,
-                            expert: (base + k) % EXPERTS,
-                            weight: 1.0 / TOP_K as f32,
-                        })
-                        .collect();
-                    base = (base + TOP_K) % EXPERTS;
+                    let assignments = next_picks(&mut base);
                     cpu.moe(math, &experts, &x, &assignments, &mut out).unwrap();
                     black_box(&out);
                 })
@@ -271,19 +264,21 @@ fn mapped(
         let mut base = 0;
         group.bench_function(format!("moe-mapped/q8_0/{mname}/{isa}/t1"), |b| {
             b.iter(|| {
-                let assignments: Vec<Assignment> = (0..TOP_K)
-                    .map(|k| Assignment {
-                        token: 0,
-                        expert: (base + k) % EXPERTS,
-                        weight: 1.0 / TOP_K as f32,
-                    })
-                    .collect();
-                base = (base + TOP_K) % EXPERTS;
+                let assignments = next_picks(&mut base);
                 cpu.moe(math, &experts, &x, &assignments, &mut out).unwrap();
                 black_box(&out);
             })
         });
     }
+}
+
+/// One token's TOP_K consecutive experts from `base`, which moves past them: each pass reads other experts.
+fn next_picks(base: &mut usize) -> Vec<Assignment> {
+    let picks = (0..TOP_K)
+        .map(|k| Assignment { token: 0, expert: (*base + k) % EXPERTS, weight: 1.0 / TOP_K as f32 })
+        .collect();
+    *base = (*base + TOP_K) % EXPERTS;
+    picks
 }
 
 criterion_group!(cpu, benches);
