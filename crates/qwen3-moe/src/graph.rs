@@ -23,9 +23,9 @@ use diskformer_kernels::{
 };
 use diskformer_store::{ExpertLayout, ExpertPart};
 
-use crate::routing::layer_stride;
 use crate::weights::{DenseWeight, Weights, storage, storage_size};
 use crate::{Config, Result};
+use diskformer_runtime::layer_stride;
 
 /// The KV cache: per layer an f16 `[ctx, kv_heads, head_dim]` buffer for keys and one for values.
 #[derive(Debug)]

@@ -50,20 +50,18 @@ mod engine;
 mod error;
 mod generate;
 mod graph;
-mod routing;
-pub mod sampling;
 mod stats;
 pub mod synthetic;
 mod unit_stock;
 mod weights;
 
 pub use config::{ARCHITECTURE, Config};
+pub use diskformer_runtime::sampling;
+pub use diskformer_runtime::{Routing, Sampler, SamplingOptions, log_softmax, top_n};
 pub use engine::{
     Engine, EngineOptions, LoadProgress, READ_SPLIT_DIRECT, READ_SPLIT_IN_GGUF, READ_SPLIT_PAGE_CACHE,
     ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, default_store_dir,
 };
 pub use error::{Error, Result};
 pub use generate::{EndReason, Event, GenerateOptions, Generation};
-pub use routing::Routing;
-pub use sampling::{Sampler, SamplingOptions, log_softmax, top_n};
 pub use stats::{GpuBytes, Stats};

@@ -1,16 +1,14 @@
-//! Forced routing ([`EngineOptions::routing`](crate::EngineOptions::routing)): a step's picks come from a
+//! Forced routing (the engine's `EngineOptions::routing`): a step's picks come from a
 //! workload instead of the router's top-k. Each layer's router logits get a mask added before its top-k,
 //! 0 on the forced picks and −1e30 elsewhere, so the top-k finds exactly them and their weights are the
 //! router's softmax over them (the mask adds nothing to a pick's logit). Everything else runs as it would.
-//! Also where a run's own picks are recorded ([`EngineOptions::record_routing`](crate::EngineOptions)).
+//! Also where a run's own picks are recorded (`EngineOptions::record_routing`).
 
 use std::path::PathBuf;
 
 use diskformer_expert_stream::{
-    RouteShape, RouteSource, TokenPicks, TraceRoutes, TraceWriter, UniformRoutes,
+    Result, RouteShape, RouteSource, TokenPicks, TraceRoutes, TraceWriter, UniformRoutes,
 };
-
-use crate::Result;
 
 /// Where a run's expert picks come from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -35,12 +33,12 @@ const OFF: f32 = -1e30;
 
 /// Floats a layer's mask rows take in the mask buffer for a step of `t` tokens: `t · experts`, rounded up
 /// to 64 floats so each layer's region starts at a 256-byte storage offset.
-pub(crate) fn layer_stride(t: u32, experts: u32) -> u64 {
+pub fn layer_stride(t: u32, experts: u32) -> u64 {
     (u64::from(t) * u64::from(experts)).next_multiple_of(64)
 }
 
 /// The forced picks' source and the masks they become.
-pub(crate) struct ForcedRoutes {
+pub struct ForcedRoutes {
     source: Box<dyn RouteSource>,
     shape: RouteShape,
 }
@@ -82,12 +80,13 @@ impl ForcedRoutes {
 
 /// Writes the picks of steps as they are read back, one trace line a token.
 #[derive(Debug)]
-pub(crate) struct RouteRecorder {
+pub struct RouteRecorder {
     writer: TraceWriter,
     top_k: usize,
 }
 
 impl RouteRecorder {
+    /// A recorder writing to a new file at `path`, for steps of `top_k` picks a token.
     pub fn create(path: &std::path::Path, top_k: u32) -> Result<Self> {
         Ok(RouteRecorder { writer: TraceWriter::create(path)?, top_k: top_k as usize })
     }

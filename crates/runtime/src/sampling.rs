@@ -15,7 +15,7 @@
 //! Every sampled token takes one uniform from the RNG, drawn or not. With top-k on, the candidates are
 //! walked in rank order (the highest logit first) and the uniform has 24 bits, as the GPU draws: with top-k
 //! up to [`SAMPLE_MAX_K`] and a penalty window up to [`PENALTY_MAX_N`] the GPU can draw instead
-//! ([`Sampler::gpu_step`], [`Engine::step_sampled`](crate::Engine::step_sampled)), and a seed gives the same
+//! ([`Sampler::gpu_step`], the engine's `Engine::step_sampled`), and a seed gives the same
 //! tokens either way (but where the GPU's f32 sums, exponentials and penalty divisions, which may differ
 //! from the CPU's by an ulp or two, and the CPU's f64 sums round a draw to either side of a boundary).
 
@@ -68,7 +68,7 @@ impl SamplingOptions {
     }
 
     /// Greedy with no penalty: the pick is the logits' argmax, which the GPU can take itself
-    /// ([`Engine::step_greedy`](crate::Engine::step_greedy), 4 bytes read back instead of the logits; the
+    /// (the engine's `Engine::step_greedy`, 4 bytes read back instead of the logits; the
     /// two differ only on NaN logits, which the sampler skips).
     pub fn is_plain_greedy(&self) -> bool {
         self.temperature == 0.0 && self.repetition_penalty == 1.0 && self.presence_penalty == 0.0
@@ -179,7 +179,7 @@ impl Sampler {
         &self.opts
     }
 
-    /// The next token's draw for the GPU ([`Engine::step_sampled`](crate::Engine::step_sampled)), taking
+    /// The next token's draw for the GPU (the engine's `Engine::step_sampled`), taking
     /// the uniform [`Sampler::sample`] would take; `None` (and nothing taken) where the options need the CPU
     /// ([`SamplingOptions::samples_on_gpu`]).
     pub fn gpu_step(&mut self) -> Option<SampleStep> {

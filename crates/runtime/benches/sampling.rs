@@ -3,12 +3,12 @@
 //! Two logit shapes: `zipf` (probabilities falling as a power of the rank, as a trained model's do; the
 //! ranks shuffled over the ids) and `flat` (uniform in [-4, 4), every token in play).
 //!
-//! `cargo bench -p diskformer-qwen3-moe --bench sampling`
+//! `cargo bench -p diskformer-runtime --bench sampling`
 
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use diskformer_qwen3_moe::{Sampler, SamplingOptions};
+use diskformer_runtime::{Sampler, SamplingOptions};
 
 const VOCAB: usize = 151_936;
 

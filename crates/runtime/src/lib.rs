@@ -1,0 +1,15 @@
+//! The model-agnostic runtime of diskformer: what drives any model definition and knows no model names.
+//!
+//! - [`sampling`]: temperature, top-k, top-p, min-p and repetition penalties with a seeded draw, as the GPU's
+//!   sampling kernels compute them ([`Sampler`]), and [`log_softmax`] / [`top_n`] over logits.
+//! - [`routing`]: routing workloads, a step's expert picks forced from `uniform` picks or a trace instead of
+//!   the router's ([`Routing`], [`ForcedRoutes`]), and a run's own picks recorded ([`RouteRecorder`]).
+//!
+//! The engine (`diskformer-qwen3-moe`) still holds the step drivers, prefill, generation and stats; they move
+//! here as the model definitions get their seam.
+
+pub mod routing;
+pub mod sampling;
+
+pub use routing::{ForcedRoutes, RouteRecorder, Routing, layer_stride};
+pub use sampling::{Sampler, SamplingOptions, log_softmax, top_n};
