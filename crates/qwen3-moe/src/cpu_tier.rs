@@ -124,9 +124,9 @@ impl CpuTier {
             layout: layout.clone(),
             ty,
             policy: TierPolicy::new(config, layout.n_layers, layout.n_experts),
-            // Of blocks, only Q4_K and Q6_K ones multiply quantised inputs, and only AVX-512 VNNI has a
-            // kernel for them (elsewhere their reference runs, slower than f32): int8 needs all of that.
-            math: if int8 && (ty.is_some() || (blocks_take_q8(layout) && isa == Isa::Avx512Vnni)) {
+            // Of blocks, only Q4_K and Q6_K ones multiply quantised inputs, with kernels on AVX-512 VNNI and
+            // AVX2 (elsewhere their scalar reference, slower than f32): int8 needs all of that.
+            math: if int8 && (ty.is_some() || (blocks_take_q8(layout) && isa != Isa::Scalar)) {
                 Math::Q8
             } else {
                 Math::F32

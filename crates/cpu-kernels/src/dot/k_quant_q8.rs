@@ -2,8 +2,8 @@
 //! of the weights' quants times its int8 values, scaled once by the run's scale and the weights' sub-block
 //! scales. llama.cpp quantises these types' inputs as Q8_K (one f32 scale a 256-value block); here they take
 //! the Q8_0 rows the other types use (a scale a 32-value run, f16-rounded), so one quantised token row
-//! serves every expert whatever its types. The scalar reference of `x86_k_quant`'s VNNI kernels, and the
-//! path of every other CPU.
+//! serves every expert whatever its types. The scalar reference of `x86_k_quant`'s AVX2 and VNNI kernels,
+//! and the path of every other CPU.
 
 use diskformer_gguf::{TensorType, q4_k_scale_min};
 use half::f16;

@@ -22,14 +22,15 @@ pub(crate) fn dot(isa: Isa, ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f3
     debug_assert!(isa.available());
     if let (true, Input::Q8(xq)) = (ty.is_dequantised(), x) {
         #[cfg(target_arch = "x86_64")]
-        if isa == Isa::Avx512Vnni {
-            // Safety: that path's `available()` includes AVX-512F, BW, VNNI, AVX2, FMA and F16C; the row is
-            // whole super-blocks and `xq` its length (checked by the callers).
-            match ty.tensor_type() {
-                TensorType::Q4K => return unsafe { x86_k_quant::dot_q4_k_q8_vnni(row, xq) },
-                TensorType::Q6K => return unsafe { x86_k_quant::dot_q6_k_q8_vnni(row, xq) },
-                _ => {}
-            }
+        // Safety: the AVX-512 path's `available()` includes AVX-512F, BW, VNNI, AVX2, FMA and F16C, the AVX2
+        // one's AVX2, FMA and F16C; the row is whole super-blocks and `xq` its length (checked by the
+        // callers).
+        match (ty.tensor_type(), isa) {
+            (TensorType::Q4K, Isa::Avx512Vnni) => return unsafe { x86_k_quant::dot_q4_k_q8_vnni(row, xq) },
+            (TensorType::Q6K, Isa::Avx512Vnni) => return unsafe { x86_k_quant::dot_q6_k_q8_vnni(row, xq) },
+            (TensorType::Q4K, Isa::Avx2) => return unsafe { x86_k_quant::dot_q4_k_q8_avx2(row, xq) },
+            (TensorType::Q6K, Isa::Avx2) => return unsafe { x86_k_quant::dot_q6_k_q8_avx2(row, xq) },
+            _ => {}
         }
         return k_quant_q8::dot(ty.tensor_type(), row, xq);
     }

@@ -1,7 +1,7 @@
 //! Q4_K and Q6_K rows times f32 inputs: each super-block's quants widened to f32 eight at a time (AVX2; Q4_K
 //! sixteen on the AVX-512 path) and multiplied as they are unpacked, one scale a sub-block, without writing
-//! the dequantised values out; and times Q8_0-quantised inputs with AVX-512 VNNI (integer dot products of
-//! 64 values an instruction, `k_quant_q8` their reference). The layouts are ggml-common.h's (KQUANTS.md
+//! the dequantised values out; and times Q8_0-quantised inputs with integer dot products (AVX-512 VNNI's
+//! `vpdpbusd`, 64 values an instruction; AVX2's `vpmaddubsw`, 32; `k_quant_q8` their reference). The layouts are ggml-common.h's (KQUANTS.md
 //! §1.6, §1.8).
 
 use core::arch::x86_64::*;
@@ -245,4 +245,88 @@ pub(super) fn dot_q6_k_q8_vnni(row: RowRef<'_>, x: &Q8Row) -> f32 {
         }
     }
     _mm512_reduce_add_ps(acc)
+}
+
+/// The int32 sums of four consecutive products of unsigned `w` (at most 63) and signed `x`, eight lanes:
+/// `vpmaddubsw` pairs (at most 2 · 63 · 128, no i16 saturation) then `vpmaddwd` by ones.
+#[target_feature(enable = "avx2")]
+fn dot_u8_i8_by_4(w: __m256i, x: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
+}
+
+/// 32 int8 values of `x` from run `r`.
+#[target_feature(enable = "avx2")]
+fn load_q8x32(x: &Q8Row, r: usize) -> __m256i {
+    let q = &x.quants[r * BLOCK..][..BLOCK];
+    // Safety: `q` holds 32 bytes.
+    unsafe { _mm256_loadu_si256(q.as_ptr().cast()) }
+}
+
+/// [`dot_q4_k_q8_vnni`] on AVX2: a sub-block a 256-bit register.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q4_k_q8_avx2(row: RowRef<'_>, x: &Q8Row) -> f32 {
+    let bytes = row.quant_stride;
+    let mask = _mm256_set1_epi8(0x0F);
+    let (mut acc, mut mins) = (_mm256_setzero_ps(), 0f32);
+    for b in 0..row.blocks {
+        let block = &row.quants[b * bytes..][..bytes];
+        let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
+        let (scales, qs) = (&block[4..16], &block[16..144]);
+        let (mut block_acc, mut block_mins) = (_mm256_setzero_ps(), 0f32);
+        for chunk in 0..4 {
+            // Safety: `qs` holds 128 bytes; this reads 32 at 32 · chunk.
+            let q = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * chunk).cast()) };
+            let nibbles = [_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16::<4>(q), mask)];
+            for (half, w) in nibbles.into_iter().enumerate() {
+                let sub = 2 * chunk + half;
+                let r = 8 * b + sub;
+                let qx = _mm256_cvtepi32_ps(dot_u8_i8_by_4(w, load_q8x32(x, r)));
+                let (sc, m) = q4_k_scale_min(sub, scales);
+                block_acc = _mm256_fmadd_ps(qx, _mm256_set1_ps(x.scales[r] * f32::from(sc)), block_acc);
+                block_mins += x.scales[r] * f32::from(m) * (x.sums[2 * r] + x.sums[2 * r + 1]) as f32;
+            }
+        }
+        acc = _mm256_fmadd_ps(block_acc, _mm256_set1_ps(d), acc);
+        mins += dmin * block_mins;
+    }
+    hsum256(acc) - mins
+}
+
+/// [`dot_q6_k_q8_vnni`] on AVX2: a run of 32 a 256-bit register, lanes 0..4 under its first 16-value scale
+/// and 4..8 under its second; the 32 · Σ xq offsets from the input's sums, in scalars.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q6_k_q8_avx2(row: RowRef<'_>, x: &Q8Row) -> f32 {
+    let bytes = row.quant_stride;
+    let (low4, low2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03));
+    let (mut acc, mut offsets) = (_mm256_setzero_ps(), 0f32);
+    for b in 0..row.blocks {
+        let block = &row.quants[b * bytes..][..bytes];
+        let d = f16_at(block, 208);
+        let (ql, qh, scales) = (&block[..128], &block[128..192], &block[192..208]);
+        let (mut block_acc, mut block_offsets) = (_mm256_setzero_ps(), 0f32);
+        for half in 0..2 {
+            // Safety: `qh` holds 64 bytes; this reads 32 at 32 · half.
+            let high = unsafe { _mm256_loadu_si256(qh.as_ptr().add(32 * half).cast()) };
+            for k in 0..4 {
+                // Safety: `ql` holds 128 bytes; this reads 32 at 64 · half + 32 · (k & 1).
+                let low = unsafe { _mm256_loadu_si256(ql.as_ptr().add(64 * half + 32 * (k & 1)).cast()) };
+                let low = if k < 2 { low } else { _mm256_srli_epi16::<4>(low) };
+                let up = _mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(2 * k as i32)), low2);
+                let q = _mm256_or_si256(_mm256_and_si256(low, low4), _mm256_slli_epi16::<4>(up));
+                let r = 8 * b + 4 * half + k;
+                let qx = _mm256_cvtepi32_ps(dot_u8_i8_by_4(q, load_q8x32(x, r)));
+                let (s0, s1) = (
+                    f32::from(scales[8 * half + 2 * k] as i8),
+                    f32::from(scales[8 * half + 2 * k + 1] as i8),
+                );
+                let dx = x.scales[r];
+                let scale = _mm256_set_m128(_mm_set1_ps(dx * s1), _mm_set1_ps(dx * s0));
+                block_acc = _mm256_fmadd_ps(qx, scale, block_acc);
+                block_offsets += dx * 32.0 * (s0 * x.sums[2 * r] as f32 + s1 * x.sums[2 * r + 1] as f32);
+            }
+        }
+        acc = _mm256_fmadd_ps(block_acc, _mm256_set1_ps(d), acc);
+        offsets += d * block_offsets;
+    }
+    hsum256(acc) - offsets
 }
