@@ -456,7 +456,7 @@ fn int8_prefill_matches_llama_cpp_on_q8_0_fixtures() {
 /// 0.05-0.27 from their twins, the int8 test above). A wrong scale or minimum moves them by O(1).
 const INT8_CPU_TWIN_TOL: f64 = 0.05;
 
-/// The CPU tier multiplying Q4_K and Q6_K blocks on Q8_0-quantised inputs (`int8_decode`; AVX-512 VNNI,
+/// The CPU tier multiplying Q4_K and Q6_K blocks on Q8_0-quantised inputs (`int8_decode`; AVX2 or VNNI,
 /// elsewhere f32 and this is the f32 check again), every miss computed on the CPU, on the fixtures
 /// llama.cpp's quantizer made whose experts are all Q4_K and Q6_K: within [`INT8_CPU_TWIN_TOL`] of the F32
 /// twin's log-probabilities and the same greedy ids wherever llama.cpp's top-2 margin exceeds twice it.
