@@ -28,10 +28,10 @@ use crate::graph::{
     Bindings, CpuJoin, ExpertKernels, Graph, KvCache, LayerGraph, Residual, Scratch, ScratchSizes,
     fused_decode, gemm_groups_len, record,
 };
-use crate::stats::{EngineStats, GpuBytes};
 use crate::unit_stock::{UnitBuffers, UnitKind, UnitStock};
 use crate::weights::Weights;
 use crate::{Config, Error, Result, Sampler, SamplingOptions};
+use diskformer_runtime::{EngineStats, GpuBytes};
 use diskformer_runtime::{ForcedRoutes, RouteRecorder, Routing};
 
 /// How to load and run a model. Build with [`EngineOptions::default`] and adjust the fields.

@@ -50,13 +50,13 @@ mod engine;
 mod error;
 mod generate;
 mod graph;
-mod stats;
 pub mod synthetic;
 mod unit_stock;
 mod weights;
 
 pub use config::{ARCHITECTURE, Config};
 pub use diskformer_runtime::sampling;
+pub use diskformer_runtime::{GpuBytes, Stats};
 pub use diskformer_runtime::{Routing, Sampler, SamplingOptions, log_softmax, top_n};
 pub use engine::{
     Engine, EngineOptions, LoadProgress, READ_SPLIT_DIRECT, READ_SPLIT_IN_GGUF, READ_SPLIT_PAGE_CACHE,
@@ -64,4 +64,3 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use generate::{EndReason, Event, GenerateOptions, Generation};
-pub use stats::{GpuBytes, Stats};

@@ -4,12 +4,16 @@
 //!   sampling kernels compute them ([`Sampler`]), and [`log_softmax`] / [`top_n`] over logits.
 //! - [`routing`]: routing workloads, a step's expert picks forced from `uniform` picks or a trace instead of
 //!   the router's ([`Routing`], [`ForcedRoutes`]), and a run's own picks recorded ([`RouteRecorder`]).
+//! - [`stats`]: what a run did, stage by stage ([`Stats`]), from the counters a step driver keeps
+//!   ([`EngineStats`]).
 //!
-//! The engine (`diskformer-qwen3-moe`) still holds the step drivers, prefill, generation and stats; they move
-//! here as the model definitions get their seam.
+//! The engine (`diskformer-qwen3-moe`) still holds the step drivers, prefill and generation; they move here
+//! as the model definitions get their seam.
 
 pub mod routing;
 pub mod sampling;
+pub mod stats;
 
 pub use routing::{ForcedRoutes, RouteRecorder, Routing, layer_stride};
 pub use sampling::{Sampler, SamplingOptions, log_softmax, top_n};
+pub use stats::{EngineStats, GpuBytes, Stats};

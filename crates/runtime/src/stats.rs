@@ -1,5 +1,5 @@
 //! What the engine did: token counts and times per stage, with the pool's counters and the GPU memory by
-//! category.
+//! category ([`Stats`], a snapshot), from the counters a step driver keeps ([`EngineStats`]).
 
 use std::fmt;
 use std::time::Duration;
@@ -7,12 +7,16 @@ use std::time::Duration;
 use diskformer_expert_stream::{HostStats, SpeculativeStats, Stats as PoolStats};
 use diskformer_store::ReadActivity;
 
-/// Engine-side counters (the pool keeps its own).
+/// Engine-side counters a step driver keeps (the pool keeps its own).
 #[derive(Debug, Default, Clone)]
-pub(crate) struct EngineStats {
+pub struct EngineStats {
+    /// One-token steps decoded, and their time.
     pub decode_tokens: u64,
+    /// See `decode_tokens`.
     pub decode_time: Duration,
+    /// Prompt tokens run, and their time.
     pub prefill_tokens: u64,
+    /// See `prefill_tokens`.
     pub prefill_time: Duration,
     /// Time blocked on readbacks (GPU work and the round trip).
     pub gpu_wait: Duration,
@@ -32,7 +36,9 @@ pub(crate) struct EngineStats {
     pub units_recorded_ahead: u64,
     /// The CPU tier: picks computed on the host, the time they took, and misses admitted into the pool.
     pub cpu_experts: u64,
+    /// See `cpu_experts`.
     pub cpu_time: Duration,
+    /// See `cpu_experts`.
     pub cpu_admitted: u64,
 }
 
@@ -81,7 +87,7 @@ pub struct Stats {
     pub record_time: Duration,
     /// Of the host time: `queue.submit` calls.
     pub submit_time: Duration,
-    /// Route-ahead ([`crate::EngineOptions::route_ahead`]): layers of one-token steps whose queued run
+    /// Route-ahead (`EngineOptions::route_ahead`): layers of one-token steps whose queued run
     /// stood, with every pick's expert in the pool.
     pub layers_routed_ahead: u64,
     /// Route-ahead: layers run again from their router once their experts were loaded.
@@ -89,7 +95,7 @@ pub struct Stats {
     /// Route-ahead: layer units (a layer whole, or again from its router) submitted as a thread had
     /// recorded them ahead; the host recorded the rest.
     pub units_recorded_ahead: u64,
-    /// The CPU tier ([`crate::EngineOptions::cpu_experts`]): picks computed on the host.
+    /// The CPU tier (`EngineOptions::cpu_experts`): picks computed on the host.
     pub cpu_experts: u64,
     /// The CPU tier: time the host spent computing them.
     pub cpu_time: Duration,
@@ -97,11 +103,11 @@ pub struct Stats {
     pub cpu_admitted: u64,
     /// The CPU tier's SIMD path and threads, when it runs.
     pub cpu_isa: Option<(diskformer_cpu_kernels::Isa, usize)>,
-    /// The host tier's counters ([`crate::EngineOptions::ram_budget`]), when it runs.
+    /// The host tier's counters (`EngineOptions::ram_budget`), when it runs.
     pub host: Option<HostStats>,
     /// The pool's counters (hits, late hits, misses, bytes, read and upload times, prefetch, by layer).
     pub pool: PoolStats,
-    /// The speculative reads' counters ([`crate::EngineOptions::speculative_reads`]), when they run.
+    /// The speculative reads' counters (`EngineOptions::speculative_reads`), when they run.
     pub speculative: Option<SpeculativeStats>,
     /// The store's expert reads, demand and speculative: time with one in flight, and bytes.
     pub disk: ReadActivity,
@@ -112,7 +118,9 @@ pub struct Stats {
 }
 
 impl Stats {
-    pub(crate) fn new(
+    /// The snapshot of a step driver's counters `e` with the pool's, the speculative reads', the disk's,
+    /// the GPU memory and the slot count (the CPU and host tiers' fields left for the caller).
+    pub fn new(
         e: &EngineStats,
         pool: PoolStats,
         speculative: Option<SpeculativeStats>,
