@@ -57,8 +57,8 @@ impl DenseMap {
     /// The bytes of a tensor kept as in the GGUF (`Raw` in `dense.bin`, or `InGguf`); `None` for planes.
     ///
     /// # Panics
-    /// When `data` lies outside the mapped files: it must come from this store's layout, whose sizes
-    /// [`Store::open`] and [`Store::map_dense`] checked.
+    /// When `data` lies outside the mapped files: it must come from this store's layout, whose places
+    /// [`Store::open`] (against the GGUF's sizes) and [`Store::map_dense`] (`dense.bin`'s) checked.
     pub fn raw(&self, data: &DenseData) -> Option<&[u8]> {
         match *data {
             DenseData::Raw { data } => Some(self.dense_at(data)),

@@ -56,6 +56,20 @@ impl Store {
                 Some(DenseData::InGguf { file, data }) => (file, data.offset),
                 _ => (usize::MAX, u64::MAX),
             });
+            let files = manifest.experts_in_gguf.as_ref().map_or(&[][..], |g| &g.files[..]);
+            for t in kept {
+                if let DenseData::InGguf { file, data } = t.data
+                    && files.get(file).is_none_or(|f| data.end() > f.size)
+                {
+                    return Err(Error::BadManifest {
+                        path: dir.join(crate::manifest::MANIFEST),
+                        what: format!(
+                            "dense tensor {:?} lies past the end of its GGUF file; ingest again",
+                            t.name
+                        ),
+                    });
+                }
+            }
         }
         if layout != manifest.layout {
             return Err(Error::BadManifest {

@@ -270,9 +270,9 @@ fn reader_errors_name_the_record() {
 }
 
 /// A store that reads its experts from the GGUF but copied its dense tensors (as stores did before they
-/// stayed in the GGUF too) is refused with what to do.
+/// stayed in the GGUF too), or whose manifest places one past its file's end, is refused with what to do.
 #[test]
-fn an_in_place_store_that_copied_its_dense_tensors_is_refused_with_what_to_do() {
+fn an_in_place_store_that_copied_its_dense_tensors_or_misplaces_one_is_refused() {
     let dir = TempDir::new("old-in-gguf");
     let shape = Shape {
         hidden: 256,
@@ -286,7 +286,22 @@ fn an_in_place_store_that_copied_its_dense_tensors_is_refused_with_what_to_do() 
     let opts = IngestOptions { copy_experts: false, ..IngestOptions::default() };
     ingest(&src, &store, &opts, &mut |_| {}).unwrap();
     Store::open(&store).unwrap();
-    let mut m = Manifest::load(&store).unwrap().unwrap();
+    let good = Manifest::load(&store).unwrap().unwrap();
+    // A dense tensor placed past the end of its GGUF file (a damaged manifest) is refused, not read.
+    let mut m = good.clone();
+    let t = m
+        .layout
+        .dense
+        .iter_mut()
+        .find(|t| matches!(t.data, diskformer_store::DenseData::InGguf { .. }))
+        .unwrap();
+    if let diskformer_store::DenseData::InGguf { data, .. } = &mut t.data {
+        data.offset = std::fs::metadata(&src).unwrap().len();
+    }
+    m.save(&store).unwrap();
+    let err = Store::open(&store).unwrap_err();
+    assert!(matches!(err, Error::BadManifest { .. }) && err.to_string().contains("past the end"), "{err}");
+    let mut m = good;
     for t in &mut m.layout.dense {
         if let diskformer_store::DenseData::InGguf { data, .. } = t.data {
             t.data = diskformer_store::DenseData::Raw { data };
