@@ -181,6 +181,8 @@ impl Weights {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Weights> {
         let map = store.map_dense()?;
+        // A flipped byte in a tensor is found here, before it is uploaded or embedded from.
+        store.check_dense(&map)?;
         let total = Self::device_bytes(store, with_embedding);
         let mut up = Uploader { store, device, queue, map: &map, done: 0, total, progress };
         let (h, v) = (config.embedding_length, up.vocab()?);

@@ -782,3 +782,22 @@ fn the_host_tier_gives_the_mapped_tiers_logits() {
     let off = refused(|o| (o.ram_budget, o.cpu_experts) = (Some(1 << 30), Some(false)));
     assert!(off.contains("ram_budget") && off.contains("cpu_experts"), "{off}");
 }
+
+/// A flipped byte in a dense tensor is found at load, before anything is uploaded, naming the tensor; the
+/// store opens again once the byte is back.
+#[test]
+fn a_damaged_dense_tensor_is_refused_at_load() {
+    let m = model("damaged-dense", SynthShape::tiny(), 4);
+    let dense = m.store.join("dense.bin");
+    let mut bytes = std::fs::read(&dense).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x10;
+    std::fs::write(&dense, &bytes).unwrap();
+    let err = Engine::open(&m.store, &EngineOptions::default(), &mut |_| {}).unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, Error::Store(diskformer_store::Error::ChecksumMismatch { .. })), "{err:?}");
+    assert!(text.contains("dense tensor") && text.contains("re-ingest"), "{text}");
+    bytes[at] ^= 0x10;
+    std::fs::write(&dense, &bytes).unwrap();
+    Engine::open(&m.store, &EngineOptions::default(), &mut |_| {}).unwrap();
+}
