@@ -43,6 +43,31 @@ pub struct ExpertsInGguf {
 }
 
 impl ExpertsInGguf {
+    /// Why the expert slices' places cannot be `layout`'s in these files (a damaged manifest): a layer or
+    /// file that is not there, a slice of another size than the record's part, or slices past a file's end.
+    pub fn misplaced(&self, layout: &ExpertLayout) -> Option<String> {
+        if self.parts.len() != layout.n_layers as usize {
+            return Some(format!("{} layers of expert places for {}", self.parts.len(), layout.n_layers));
+        }
+        for (l, parts) in self.parts.iter().enumerate() {
+            for (p, part) in ExpertPart::ALL.iter().zip(parts) {
+                let want = layout.part(l as u32, *p).map(|(_, r)| r.len);
+                let end = part
+                    .slice
+                    .checked_mul(u64::from(layout.n_experts))
+                    .and_then(|b| part.offset.checked_add(b));
+                let past_end = match (self.files.get(part.file), end) {
+                    (Some(f), Some(end)) => end > f.size,
+                    _ => true,
+                };
+                if want != Some(part.slice) || past_end {
+                    return Some(format!("layer {l}'s {p:?} slices do not fit its record or its file"));
+                }
+            }
+        }
+        None
+    }
+
     /// Refuses files that are gone or changed since ingest (size or modification time): the store's
     /// checksums and layout describe the bytes they held then.
     ///

@@ -79,6 +79,12 @@ impl Store {
         }
         if let Some(in_gguf) = &manifest.experts_in_gguf {
             in_gguf.check_files()?;
+            if let Some(why) = manifest.layout.experts.as_ref().and_then(|x| in_gguf.misplaced(x)) {
+                return Err(Error::BadManifest {
+                    path: dir.join(crate::manifest::MANIFEST),
+                    what: format!("{why}; ingest the GGUF again"),
+                });
+            }
         }
         let experts_bytes = match &manifest.experts_in_gguf {
             Some(_) => 0,

@@ -314,3 +314,37 @@ fn an_in_place_store_that_copied_its_dense_tensors_or_misplaces_one_is_refused()
         "{err}"
     );
 }
+
+/// An in-place store whose manifest places expert slices past the GGUF's end, or of the wrong size, is
+/// refused at open rather than read.
+#[test]
+fn misplaced_expert_slices_are_refused() {
+    let dir = TempDir::new("misplaced-experts");
+    let shape = Shape {
+        hidden: 256,
+        ffn: 256,
+        expert_type: TensorType::Q4K,
+        odd_down: Some(TensorType::Q6K),
+        ..Shape::small()
+    };
+    let src = write_model(dir.path(), "m.gguf", &shape, 5);
+    let store = dir.path().join("s");
+    ingest(&src, &store, &IngestOptions { copy_experts: false, ..IngestOptions::default() }, &mut |_| {})
+        .unwrap();
+    let good = Manifest::load(&store).unwrap().unwrap();
+    let size = std::fs::metadata(&src).unwrap().len();
+    type Damage = fn(&mut diskformer_store::PartInFile, u64);
+    let damages: [Damage; 3] = [|p, size| p.offset = size, |p, _| p.slice += 1, |p, _| p.file = 7];
+    for damage in damages {
+        let mut m = good.clone();
+        damage(&mut m.experts_in_gguf.as_mut().unwrap().parts[1][2], size);
+        m.save(&store).unwrap();
+        let err = Store::open(&store).unwrap_err();
+        assert!(
+            matches!(err, Error::BadManifest { .. }) && err.to_string().contains("layer 1's Down"),
+            "{err}"
+        );
+    }
+    good.save(&store).unwrap();
+    Store::open(&store).unwrap();
+}
