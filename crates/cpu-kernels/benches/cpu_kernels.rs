@@ -158,13 +158,13 @@ fn benches(c: &mut Criterion) {
             mapped(&mut group, &layer, threads, &mut rng);
         }
     }
-    for ty in [TensorType::Q4K, TensorType::Q6K] {
+    for ty in [TensorType::Q4K, TensorType::Q5K, TensorType::Q6K] {
         dequantised(&mut group, ty, threads, &mut rng);
     }
     group.finish();
 }
 
-/// `moe-blocks/{q4_K,q6_K}/{f32,q8}/{avx2,avx512vnni}/t1`: one layer's experts as a GGUF's K-quant blocks (random quants, finite
+/// `moe-blocks/{q4_K,q5_K,q6_K}/{f32,q8}/{avx2,avx512vnni}/t1`: one layer's experts as a GGUF's K-quant blocks (random quants, finite
 /// scales), one token.
 fn dequantised(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
@@ -172,8 +172,11 @@ fn dequantised(
     threads: usize,
     rng: &mut Rng,
 ) {
-    let (bytes, scales): (usize, &[usize]) =
-        if ty == TensorType::Q4K { (144, &[0, 2]) } else { (210, &[208]) };
+    let (bytes, scales): (usize, &[usize]) = match ty {
+        TensorType::Q4K => (144, &[0, 2]),
+        TensorType::Q5K => (176, &[0, 2]),
+        _ => (210, &[208]),
+    };
     let blocks = 3 * FFN * HIDDEN / 256;
     let data: Vec<Vec<u8>> = (0..EXPERTS)
         .map(|_| {

@@ -54,10 +54,10 @@ pub use isa::Isa;
 pub use matrix::{BLOCK, K_BLOCK, QuantMatrix};
 pub use pool::WorkerPool;
 
-/// Whether the SIMD paths multiply `ty` with a kernel of its own (Q8_0, Q4_0, Q4_K, Q6_K) rather than
+/// Whether the SIMD paths multiply `ty` with a kernel of its own (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) rather than
 /// dequantising each block first (the portable path: several times slower).
 pub fn has_simd_kernel(ty: TensorType) -> bool {
-    matches!(ty, TensorType::Q8_0 | TensorType::Q4_0 | TensorType::Q4K | TensorType::Q6K)
+    matches!(ty, TensorType::Q8_0 | TensorType::Q4_0 | TensorType::Q4K | TensorType::Q5K | TensorType::Q6K)
 }
 
 /// The scalar path's `row · x` for row `r` of `m`: the reference the SIMD paths are tested against.

@@ -139,7 +139,8 @@ pub struct EngineOptions {
     /// waiting for their upload; a miss picked again within a few tokens is also uploaded in the
     /// background ([`TierConfig`]). Steps then read each layer's picks back (no route-ahead). Chunks still
     /// upload their experts. With it the routers' prefetch guesses are off (its admissions use the pool's
-    /// background loads either way). `None`, the default, turns it on: through the page cache, or with
+    /// background loads either way). `None`, the default, turns it on where the CPU kernels have SIMD
+    /// kernels for every expert type (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): through the page cache, or with
     /// `direct_io` through the host tier (`ram_budget`); off with `direct_io` where the host tier has no
     /// budget. On the H200 at a 4 GB budget it decoded faster than the prefetch path and route-ahead under
     /// both a calibrated routing trace and uniform routing, from the page cache and from a cold disk

@@ -714,17 +714,24 @@ fn the_cpu_tier_is_on_by_default_while_experts_stream() {
         assert_eq!(stats.cpu_experts > 0, on, "{what}");
         assert_eq!(stats.host.is_some(), on && direct_io, "{what}");
     }
-    // Experts of a type the CPU kernels multiply only on their portable path (Q5_K): off unless asked for.
+    // Experts of a type the CPU kernels multiply only on their portable path (Q3_K_M's Q3_K): off unless
+    // asked for; Q5_K_M's (Q5_K and Q6_K, SIMD kernels both) on.
+    use diskformer_qwen3_moe::synthetic::SynthFtype;
     let mut shape = SynthShape::tiny();
     (shape.hidden, shape.heads, shape.head_dim, shape.ffn) = (256, 4, 64, 256);
-    shape.ftype = diskformer_qwen3_moe::synthetic::SynthFtype::Q5KM;
-    let m = model("tier-default-q5k", shape, 5);
-    for (cpu_experts, on) in [(None, false), (Some(true), true)] {
-        let mut opts = EngineOptions::default();
-        (opts.pool_slots, opts.readers, opts.cpu_experts) = (Some(4), Some(1), cpu_experts);
-        let mut e = Engine::open(&m.store, &opts, &mut |_| {}).unwrap();
-        e.prefill(&PROMPT[..3], false).unwrap();
-        assert_eq!(e.stats().cpu_isa.is_some(), on, "Q5_K experts, cpu_experts {cpu_experts:?}");
+    for (ftype, cases) in [
+        (SynthFtype::Q3KM, [(None, false), (Some(true), true)]),
+        (SynthFtype::Q5KM, [(None, true), (Some(false), false)]),
+    ] {
+        shape.ftype = ftype;
+        let m = model(&format!("tier-default-{ftype:?}"), shape.clone(), 5);
+        for (cpu_experts, on) in cases {
+            let mut opts = EngineOptions::default();
+            (opts.pool_slots, opts.readers, opts.cpu_experts) = (Some(4), Some(1), cpu_experts);
+            let mut e = Engine::open(&m.store, &opts, &mut |_| {}).unwrap();
+            e.prefill(&PROMPT[..3], false).unwrap();
+            assert_eq!(e.stats().cpu_isa.is_some(), on, "{ftype:?} experts, cpu_experts {cpu_experts:?}");
+        }
     }
 }
 

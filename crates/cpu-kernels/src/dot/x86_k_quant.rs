@@ -63,6 +63,46 @@ pub(super) fn dot_q4_k(row: RowRef<'_>, x: &[f32]) -> f32 {
     hsum256(acc)
 }
 
+/// A Q5_K row times `x`: as [`dot_q4_k`], each quant's fifth bit (`qh[l] >> sub & 1`, KQUANTS.md §1.7)
+/// added as 16.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q5_k(row: RowRef<'_>, x: &[f32]) -> f32 {
+    let bytes = row.quant_stride;
+    let (mask, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..row.blocks {
+        let block = &row.quants[b * bytes..][..bytes];
+        let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
+        let (scales, qh, qs) = (&block[4..16], &block[16..48], &block[48..176]);
+        // Safety: `qh` holds 32 bytes.
+        let high = unsafe { _mm256_loadu_si256(qh.as_ptr().cast()) };
+        let xb = &x[b * K_BLOCK..][..K_BLOCK];
+        for chunk in 0..4 {
+            // Safety: `qs` holds 128 bytes; this reads 32 at 32 · chunk.
+            let q = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * chunk).cast()) };
+            let nibbles = [_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16::<4>(q), mask)];
+            for (half, nibbles) in nibbles.into_iter().enumerate() {
+                let sub = 2 * chunk + half;
+                // Bit `sub` of each qh byte, as 16 (a 16-bit shift moves each byte's bit `sub` to its bit 0).
+                let fifth = _mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(sub as i32)), one);
+                let quants = _mm256_or_si256(nibbles, _mm256_slli_epi16::<4>(fifth));
+                let xs = &xb[32 * sub..][..32];
+                let (mut qx, mut sx) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                for (g, q) in widen(quants).into_iter().enumerate() {
+                    // Safety: `xs` holds 32 values; this reads 8 at 8 · g.
+                    let xv = unsafe { _mm256_loadu_ps(xs.as_ptr().add(8 * g)) };
+                    qx = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), xv, qx);
+                    sx = _mm256_add_ps(sx, xv);
+                }
+                let (sc, m) = q4_k_scale_min(sub, scales);
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * f32::from(sc)), qx, acc);
+                acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * f32::from(m)), sx, acc);
+            }
+        }
+    }
+    hsum256(acc)
+}
+
 /// A Q6_K row times `x`: per 16 values `(d · sc) · Σ (q − 32)·x`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn dot_q6_k(row: RowRef<'_>, x: &[f32]) -> f32 {
