@@ -19,7 +19,9 @@ pub enum Error {
     },
     /// Q8_0-quantised inputs ([`Math::Q8`](crate::Math::Q8)) for weights other than Q8_0 and Q4_0, which
     /// multiply f32.
-    #[error("{what} is {ty}, which multiplies f32 inputs; Math::Q8 is for Q8_0, Q4_0, Q4_K and Q6_K weights")]
+    #[error(
+        "{what} is {ty}, which multiplies f32 inputs; Math::Q8 is for Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights"
+    )]
     QuantisedInput {
         /// Which matrix.
         what: &'static str,

@@ -73,7 +73,7 @@ pub enum Math {
     #[default]
     F32,
     /// Inputs quantised to Q8_0 first (the token row before gate‖up, the activation before down), as
-    /// llama.cpp's CPU backend does for Q8_0 and Q4_0 (for Q4_K and Q6_K it takes Q8_K, a scale a
+    /// llama.cpp's CPU backend does for Q8_0 and Q4_0 (for the K-quants it takes Q8_K, a scale a
     /// 256-value block; here they take the same Q8_0 rows): integer dot products, less to read from cache,
     /// faster.
     Q8,
@@ -155,7 +155,7 @@ impl CpuExperts {
     /// # Errors
     /// [`Error::OutOfRange`] for an assignment past `experts` or the tokens; [`Error::ShapeMismatch`] when the
     /// experts differ in shape or `x` and `out` are not whole rows of their width; [`Error::QuantisedInput`]
-    /// for [`Math::Q8`] with experts other than Q8_0, Q4_0, Q4_K and Q6_K; nothing is computed then.
+    /// for [`Math::Q8`] with experts other than Q8_0, Q4_0, Q4_K, Q5_K and Q6_K; nothing is computed then.
     pub fn moe(
         &self,
         math: Math,

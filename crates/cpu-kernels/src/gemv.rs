@@ -7,8 +7,8 @@ use crate::{Error, Input, Isa, QuantMatrix, Result};
 ///
 /// # Errors
 /// [`Error::IsaUnavailable`] when this CPU lacks `isa`; [`Error::BadLength`] when `x` is not `m.cols()`
-/// values or `out` not `m.rows()`; [`Error::QuantisedInput`] for a quantised `x` and weights other than Q8_0, Q4_0, Q4_K
-/// and Q6_K.
+/// values or `out` not `m.rows()`; [`Error::QuantisedInput`] for a quantised `x` and weights other than Q8_0, Q4_0, Q4_K,
+/// Q5_K and Q6_K.
 pub fn gemv(isa: Isa, m: &QuantMatrix<'_>, x: Input<'_>, out: &mut [f32]) -> Result<()> {
     if !isa.available() {
         return Err(Error::IsaUnavailable { isa });

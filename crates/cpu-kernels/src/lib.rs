@@ -3,10 +3,10 @@
 //! - [`QuantMatrix`] borrows a Q8_0 or Q4_0 matrix as a store record's planes or a GGUF tensor's
 //!   interleaved blocks (a memory map of either: nothing is copied or re-quantised), or one of any other
 //!   type diskformer-gguf dequantises as its blocks (K-quants, IQ4, Q4_1, Q5_0/1, F16, BF16, F32:
-//!   multiplied in f32, Q4_K and Q6_K with AVX2, the others on a portable path dequantising each block as
-//!   ggml does).
-//! - [`gemv`] and [`CpuExperts::moe`] multiply it, in f32 or on inputs quantised to Q8_0 as llama.cpp does
-//!   ([`Math`]), with the fastest SIMD path the CPU runs ([`Isa::detect`]: AVX-512 VNNI, AVX2, else
+//!   multiplied in f32, Q4_K, Q5_K and Q6_K with AVX2, the others on a portable path dequantising each
+//!   block as ggml does).
+//! - [`gemv`] and [`CpuExperts::moe`] multiply it, in f32 or (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) on inputs
+//!   quantised to Q8_0 as llama.cpp does ([`Math`]), with the fastest SIMD path the CPU runs ([`Isa::detect`]: AVX-512 VNNI, AVX2, else
 //!   scalar), on a persistent [`WorkerPool`].
 //!
 //! It does not choose which experts run here (the expert-stream crate's tier policy does), and does not

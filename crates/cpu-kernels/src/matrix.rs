@@ -40,9 +40,10 @@ impl WeightType {
     }
 
     /// Whether rows of this type multiply Q8_0-quantised inputs ([`crate::Input::Q8`]): Q8_0 and Q4_0, and
-    /// of the others Q4_K and Q6_K.
+    /// of the others Q4_K, Q5_K and Q6_K.
     pub(crate) fn takes_q8(self) -> bool {
-        !self.is_dequantised() || matches!(self.tensor_type(), TensorType::Q4K | TensorType::Q6K)
+        !self.is_dequantised()
+            || matches!(self.tensor_type(), TensorType::Q4K | TensorType::Q5K | TensorType::Q6K)
     }
 
     /// Values a block.

@@ -106,12 +106,12 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
-    /// Q4_K and Q6_K rows times Q8_0-quantised inputs: every path against the f64 product of the
+    /// Q4_K, Q5_K and Q6_K rows times Q8_0-quantised inputs: every path against the f64 product of the
     /// dequantised weights and the input's quantised values (`q · d`), which the integer sums compute
     /// exactly up to the f32 scaling.
     #[test]
-    fn q4_k_and_q6_k_gemv_with_quantised_inputs_match_the_reference(
-        (ty, rows, per_row, data, x) in (prop_oneof![Just(TensorType::Q4K), Just(TensorType::Q6K)], 1usize..4, 1usize..3)
+    fn q4_k_q5_k_and_q6_k_gemv_with_quantised_inputs_match_the_reference(
+        (ty, rows, per_row, data, x) in (prop_oneof![Just(TensorType::Q4K), Just(TensorType::Q5K), Just(TensorType::Q6K)], 1usize..4, 1usize..3)
             .prop_flat_map(|(ty, rows, per_row)| {
                 (Just(ty), Just(rows), Just(per_row), arbitrary_blocks(ty, rows * per_row),
                  proptest::collection::vec(-4f32..4f32, per_row * K_BLOCK))
@@ -214,7 +214,7 @@ fn the_experts_ffn_matches_the_reference_on_every_type() {
             cpu.moe(Math::F32, &experts, &x, &assignments, &mut out).unwrap();
             let worst = out.iter().zip(&want).map(|(g, w)| (f64::from(*g) - w).abs()).fold(0f64, f64::max);
             assert!(worst <= 1e-4 * size, "{ty}, {threads} threads: worst {worst:e} against {size:e}");
-            if matches!(ty, TensorType::Q4K | TensorType::Q6K) {
+            if matches!(ty, TensorType::Q4K | TensorType::Q5K | TensorType::Q6K) {
                 // Quantised inputs (the token row, then the activation): within their rounding, as the
                 // Q8_0 weights' (tests/ffn.rs).
                 cpu.moe(Math::Q8, &experts, &x, &assignments, &mut out).unwrap();
@@ -227,7 +227,7 @@ fn the_experts_ffn_matches_the_reference_on_every_type() {
 }
 
 #[test]
-fn these_types_are_refused_as_planes_or_partial_blocks_and_only_q4_k_and_q6_k_take_quantised_inputs() {
+fn these_types_are_refused_as_planes_or_partial_blocks_and_only_q4_k_to_q6_k_take_quantised_inputs() {
     let block = vec![0u8; 144];
     assert!(matches!(
         QuantMatrix::planes("w", TensorType::Q4K, (1, 256), &block, &[]),
@@ -241,18 +241,18 @@ fn these_types_are_refused_as_planes_or_partial_blocks_and_only_q4_k_and_q6_k_ta
         QuantMatrix::blocks("w", TensorType::Q8K, (1, 256), &[0; 292]),
         Err(Error::UnsupportedType { .. })
     ));
-    // Quantised inputs: Q4_K and Q6_K take them, the other types (Q5_K here) do not.
+    // Quantised inputs: Q4_K, Q5_K and Q6_K take them, the other types (Q3_K here) do not.
     let xq = Q8Row::quantize(&[0.5; 256]);
     let m = QuantMatrix::blocks("w", TensorType::Q4K, (1, 256), &block).unwrap();
     gemv(Isa::Scalar, &m, Input::Q8(&xq), &mut [0.0]).unwrap();
-    let q5k = vec![0u8; 176];
-    let m = QuantMatrix::blocks("w", TensorType::Q5K, (1, 256), &q5k).unwrap();
+    let q3k = vec![0u8; 110];
+    let m = QuantMatrix::blocks("w", TensorType::Q3K, (1, 256), &q3k).unwrap();
     assert!(matches!(gemv(Isa::Scalar, &m, Input::Q8(&xq), &mut [0.0]), Err(Error::QuantisedInput { .. })));
-    let (gate_up, down) = (vec![0u8; 144 * 256], vec![0u8; 176 * 256]);
+    let (gate_up, down) = (vec![0u8; 144 * 256], vec![0u8; 110 * 256]);
     let e = ExpertWeights::new(
         QuantMatrix::blocks("gate", TensorType::Q4K, (256, 256), &gate_up).unwrap(),
         QuantMatrix::blocks("up", TensorType::Q4K, (256, 256), &gate_up).unwrap(),
-        QuantMatrix::blocks("down", TensorType::Q5K, (256, 256), &down).unwrap(),
+        QuantMatrix::blocks("down", TensorType::Q3K, (256, 256), &down).unwrap(),
     )
     .unwrap();
     let cpu = CpuExperts::new(2, Isa::detect()).unwrap();

@@ -82,7 +82,7 @@ impl std::fmt::Debug for CpuTier {
 impl CpuTier {
     /// Maps the store's `experts.bin` (or, with `host`, sets up the host tier over it) and starts `threads`
     /// CPU threads (`None`: every core but two) on the best SIMD path the CPU has, multiplying on
-    /// Q8_0-quantised inputs when `int8` and the records take them (Q8_0, Q4_0, or Q4_K and Q6_K blocks;
+    /// Q8_0-quantised inputs when `int8` and the records take them (Q8_0, Q4_0, or Q4_K, Q5_K and Q6_K blocks;
     /// else f32).
     pub fn open(
         store: &Store,
@@ -124,7 +124,7 @@ impl CpuTier {
             layout: layout.clone(),
             ty,
             policy: TierPolicy::new(config, layout.n_layers, layout.n_experts),
-            // Of blocks, only Q4_K and Q6_K ones multiply quantised inputs, with kernels on AVX-512 VNNI and
+            // Of blocks, only Q4_K, Q5_K and Q6_K ones multiply quantised inputs, with kernels on AVX-512 VNNI and
             // AVX2 (elsewhere their scalar reference, slower than f32): int8 needs all of that.
             math: if int8 && (ty.is_some() || (blocks_take_q8(layout) && isa != Isa::Scalar)) {
                 Math::Q8
@@ -344,12 +344,15 @@ fn finish_stale(host: &mut HostRecords, pending: &mut Option<(u32, Vec<u32>, Hos
 
 /// Maps the store's expert records (`experts.bin`, or the GGUF's files) and starts the thread mapping in the
 /// records already in the page cache.
-/// Whether every part of every layer's records is Q4_K or Q6_K blocks (what `Math::Q8` takes of blocks).
+/// Whether every part of every layer's records is Q4_K, Q5_K or Q6_K blocks (what `Math::Q8` takes of
+/// blocks).
 fn blocks_take_q8(layout: &ExpertLayout) -> bool {
     layout.blocks.is_some()
         && (0..layout.n_layers).all(|l| {
             ExpertPart::ALL.iter().all(|&p| {
-                layout.part(l, p).is_some_and(|(ty, _)| matches!(ty, TensorType::Q4K | TensorType::Q6K))
+                layout
+                    .part(l, p)
+                    .is_some_and(|(ty, _)| matches!(ty, TensorType::Q4K | TensorType::Q5K | TensorType::Q6K))
             })
         })
 }

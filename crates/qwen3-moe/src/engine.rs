@@ -109,7 +109,7 @@ pub struct EngineOptions {
     /// since). Q4_0 experts keep f32. Applies to the fused decode layer (top-k ≤ 64, expert FFN a multiple
     /// of 16); other shapes' steps stay f32. The CPU tier's experts (`cpu_experts`) then multiply on
     /// Q8_0-quantised inputs too, as llama.cpp's CPU backend does, Q4_0 ones included, and K-quant files'
-    /// where every expert tensor is Q4_K or Q6_K and the CPU has AVX2 or AVX-512 VNNI.
+    /// where every expert tensor is Q4_K, Q5_K or Q6_K and the CPU has AVX2 or AVX-512 VNNI.
     pub int8_decode: bool,
     /// While experts stream, a one-token step queues up to this many layers past the last one whose picks
     /// the host has checked (0 reads each layer's picks back before its experts run; `None`, the default,

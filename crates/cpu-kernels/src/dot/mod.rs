@@ -28,7 +28,9 @@ pub(crate) fn dot(isa: Isa, ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f3
         match (ty.tensor_type(), isa) {
             (TensorType::Q4K, Isa::Avx512Vnni) => return unsafe { x86_k_quant::dot_q4_k_q8_vnni(row, xq) },
             (TensorType::Q6K, Isa::Avx512Vnni) => return unsafe { x86_k_quant::dot_q6_k_q8_vnni(row, xq) },
+            (TensorType::Q5K, Isa::Avx512Vnni) => return unsafe { x86_k_quant::dot_q5_k_q8_vnni(row, xq) },
             (TensorType::Q4K, Isa::Avx2) => return unsafe { x86_k_quant::dot_q4_k_q8_avx2(row, xq) },
+            (TensorType::Q5K, Isa::Avx2) => return unsafe { x86_k_quant::dot_q5_k_q8_avx2(row, xq) },
             (TensorType::Q6K, Isa::Avx2) => return unsafe { x86_k_quant::dot_q6_k_q8_avx2(row, xq) },
             _ => {}
         }

@@ -1,8 +1,8 @@
-//! Q4_K and Q6_K rows times f32 inputs: each super-block's quants widened to f32 eight at a time (AVX2; Q4_K
-//! sixteen on the AVX-512 path) and multiplied as they are unpacked, one scale a sub-block, without writing
-//! the dequantised values out; and times Q8_0-quantised inputs with integer dot products (AVX-512 VNNI's
-//! `vpdpbusd`, 64 values an instruction; AVX2's `vpmaddubsw`, 32; `k_quant_q8` their reference). The layouts are ggml-common.h's (KQUANTS.md
-//! §1.6, §1.8).
+//! Q4_K, Q5_K and Q6_K rows times f32 inputs: each super-block's quants widened to f32 eight at a time
+//! (AVX2; Q4_K sixteen on the AVX-512 path) and multiplied as they are unpacked, one scale a sub-block,
+//! without writing the dequantised values out; and times Q8_0-quantised inputs with integer dot products
+//! (AVX-512 VNNI's `vpdpbusd`, 64 values an instruction; AVX2's `vpmaddubsw`, 32; `k_quant_q8` their
+//! reference). The layouts are ggml-common.h's (KQUANTS.md §1.6-§1.8).
 
 use core::arch::x86_64::*;
 
@@ -68,7 +68,7 @@ pub(super) fn dot_q4_k(row: RowRef<'_>, x: &[f32]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn dot_q5_k(row: RowRef<'_>, x: &[f32]) -> f32 {
     let bytes = row.quant_stride;
-    let (mask, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
+    let mask = _mm256_set1_epi8(0x0F);
     let mut acc = _mm256_setzero_ps();
     for b in 0..row.blocks {
         let block = &row.quants[b * bytes..][..bytes];
@@ -83,9 +83,7 @@ pub(super) fn dot_q5_k(row: RowRef<'_>, x: &[f32]) -> f32 {
             let nibbles = [_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16::<4>(q), mask)];
             for (half, nibbles) in nibbles.into_iter().enumerate() {
                 let sub = 2 * chunk + half;
-                // Bit `sub` of each qh byte, as 16 (a 16-bit shift moves each byte's bit `sub` to its bit 0).
-                let fifth = _mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(sub as i32)), one);
-                let quants = _mm256_or_si256(nibbles, _mm256_slli_epi16::<4>(fifth));
+                let quants = _mm256_or_si256(nibbles, fifth_bits(high, sub));
                 let xs = &xb[32 * sub..][..32];
                 let (mut qx, mut sx) = (_mm256_setzero_ps(), _mm256_setzero_ps());
                 for (g, q) in widen(quants).into_iter().enumerate() {
@@ -212,18 +210,43 @@ fn halves(a: f32, b: f32) -> __m512 {
 /// block; `d` and `dmin` multiply a block's sums once.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 pub(super) fn dot_q4_k_q8_vnni(row: RowRef<'_>, x: &Q8Row) -> f32 {
+    dot_q45_k_q8_vnni::<false>(row, x)
+}
+
+/// [`dot_q4_k_q8_vnni`] for Q5_K: each quant's fifth bit (bit `sub` of `qh[j]`) added as 16.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) fn dot_q5_k_q8_vnni(row: RowRef<'_>, x: &Q8Row) -> f32 {
+    dot_q45_k_q8_vnni::<true>(row, x)
+}
+
+/// Bit `sub` of each of the 32 bytes `high`, as 16 (a 16-bit shift moves each byte's bit `sub` to its bit 0).
+#[target_feature(enable = "avx2")]
+fn fifth_bits(high: __m256i, sub: usize) -> __m256i {
+    let bits = _mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(sub as i32)), _mm256_set1_epi8(1));
+    _mm256_slli_epi16::<4>(bits)
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+fn dot_q45_k_q8_vnni<const Q5: bool>(row: RowRef<'_>, x: &Q8Row) -> f32 {
     let bytes = row.quant_stride;
     let mask = _mm256_set1_epi8(0x0F);
     let (mut acc, mut mins) = (_mm512_setzero_ps(), 0f32);
     for b in 0..row.blocks {
         let block = &row.quants[b * bytes..][..bytes];
         let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
-        let (scales, qs) = (&block[4..16], &block[16..144]);
+        let (scales, qs) = (&block[4..16], &block[if Q5 { 48 } else { 16 }..]);
+        // Safety: a Q5_K block holds 32 bytes of fifth bits at 16 (a Q4_K block, its quants: unused).
+        let high = unsafe { _mm256_loadu_si256(block.as_ptr().add(16).cast()) };
         let (mut block_acc, mut block_mins) = (_mm512_setzero_ps(), 0f32);
         for chunk in 0..4 {
             // Safety: `qs` holds 128 bytes; this reads 32 at 32 · chunk.
             let q = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * chunk).cast()) };
-            let (lo, hi) = (_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16::<4>(q), mask));
+            let (mut lo, mut hi) =
+                (_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16::<4>(q), mask));
+            if Q5 {
+                lo = _mm256_or_si256(lo, fifth_bits(high, 2 * chunk));
+                hi = _mm256_or_si256(hi, fifth_bits(high, 2 * chunk + 1));
+            }
             let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
             let r = 8 * b + 2 * chunk;
             let qx = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w, load_q8x64(x, r)));
@@ -305,13 +328,26 @@ fn load_q8x32(x: &Q8Row, r: usize) -> __m256i {
 /// [`dot_q4_k_q8_vnni`] on AVX2: a sub-block a 256-bit register.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn dot_q4_k_q8_avx2(row: RowRef<'_>, x: &Q8Row) -> f32 {
+    dot_q45_k_q8_avx2::<false>(row, x)
+}
+
+/// [`dot_q5_k_q8_vnni`] on AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q5_k_q8_avx2(row: RowRef<'_>, x: &Q8Row) -> f32 {
+    dot_q45_k_q8_avx2::<true>(row, x)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_q45_k_q8_avx2<const Q5: bool>(row: RowRef<'_>, x: &Q8Row) -> f32 {
     let bytes = row.quant_stride;
     let mask = _mm256_set1_epi8(0x0F);
     let (mut acc, mut mins) = (_mm256_setzero_ps(), 0f32);
     for b in 0..row.blocks {
         let block = &row.quants[b * bytes..][..bytes];
         let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
-        let (scales, qs) = (&block[4..16], &block[16..144]);
+        let (scales, qs) = (&block[4..16], &block[if Q5 { 48 } else { 16 }..]);
+        // Safety: a Q5_K block holds 32 bytes of fifth bits at 16 (a Q4_K block, its quants: unused).
+        let high = unsafe { _mm256_loadu_si256(block.as_ptr().add(16).cast()) };
         let (mut block_acc, mut block_mins) = (_mm256_setzero_ps(), 0f32);
         for chunk in 0..4 {
             // Safety: `qs` holds 128 bytes; this reads 32 at 32 · chunk.
@@ -319,6 +355,7 @@ pub(super) fn dot_q4_k_q8_avx2(row: RowRef<'_>, x: &Q8Row) -> f32 {
             let nibbles = [_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16::<4>(q), mask)];
             for (half, w) in nibbles.into_iter().enumerate() {
                 let sub = 2 * chunk + half;
+                let w = if Q5 { _mm256_or_si256(w, fifth_bits(high, sub)) } else { w };
                 let r = 8 * b + sub;
                 let qx = _mm256_cvtepi32_ps(dot_u8_i8_by_4(w, load_q8x32(x, r)));
                 let (sc, m) = q4_k_scale_min(sub, scales);
