@@ -158,13 +158,13 @@ fn benches(c: &mut Criterion) {
             mapped(&mut group, &layer, threads, &mut rng);
         }
     }
-    for ty in [TensorType::Q4K, TensorType::Q5K, TensorType::Q6K] {
+    for ty in [TensorType::Q2K, TensorType::Q3K, TensorType::Q4K, TensorType::Q5K, TensorType::Q6K] {
         dequantised(&mut group, ty, threads, &mut rng);
     }
     group.finish();
 }
 
-/// `moe-blocks/{q4_K,q5_K,q6_K}/{f32,q8}/{avx2,avx512vnni}/t1`: one layer's experts as a GGUF's K-quant blocks (random quants, finite
+/// `moe-blocks/{q2_K,…,q6_K}/{f32,q8}/{avx2,avx512vnni}/t1`: one layer's experts as a GGUF's K-quant blocks (random quants, finite
 /// scales), one token.
 fn dequantised(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
@@ -173,6 +173,8 @@ fn dequantised(
     rng: &mut Rng,
 ) {
     let (bytes, scales): (usize, &[usize]) = match ty {
+        TensorType::Q2K => (84, &[80, 82]),
+        TensorType::Q3K => (110, &[108]),
         TensorType::Q4K => (144, &[0, 2]),
         TensorType::Q5K => (176, &[0, 2]),
         _ => (210, &[208]),

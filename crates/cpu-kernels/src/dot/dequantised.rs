@@ -1,13 +1,13 @@
 //! Rows of every type but Q8_0 and Q4_0 (K-quants, IQ4, Q4_1, Q5_0/1, F16, BF16, F32) times f32 inputs:
 //! 256 values at a time dequantised as ggml does (diskformer-gguf, bit-exact against PyPI gguf) onto the
 //! stack, then multiplied in eight running sums the compiler vectorises: the scalar path of these types,
-//! and every path's for those without a SIMD kernel (all but Q4_K, Q5_K and Q6_K); Q8_0-quantised inputs
+//! and every path's for those without a SIMD kernel (all but the K-quants); Q8_0-quantised inputs
 //! take `k_quant_q8` (Q4_K, Q5_K and Q6_K) or are refused by the callers.
 
 // Performance note (2026-12-04, the 2-core development machine, `moe-blocks/…` of the bench): one token's 8
 // experts at Q4_K 3.0 GiB/s and Q6_K 2.5 on this path, against 17.8 for Q8_0 on its AVX-512 one: the
-// per-value dequantisation bounds it. Q4_K, Q5_K and Q6_K therefore have AVX2 kernels (`x86_k_quant`: 8.0
-// and 10.0 GiB/s there for Q4_K and Q6_K).
+// per-value dequantisation bounds it. The K-quants therefore have AVX2 kernels (`x86_k_quant`: 8.0 and
+// 10.0 GiB/s there for Q4_K and Q6_K).
 use crate::Input;
 use crate::matrix::{K_BLOCK, RowRef, WeightType};
 

@@ -44,6 +44,8 @@ pub(crate) fn dot(isa: Isa, ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f3
             match (ty.tensor_type(), isa) {
                 (TensorType::Q4K, Isa::Avx512Vnni) => return unsafe { x86_k_quant::dot_q4_k_512(row, x) },
                 (TensorType::Q4K, _) => return unsafe { x86_k_quant::dot_q4_k(row, x) },
+                (TensorType::Q2K, _) => return unsafe { x86_k_quant::dot_q2_k(row, x) },
+                (TensorType::Q3K, _) => return unsafe { x86_k_quant::dot_q3_k(row, x) },
                 (TensorType::Q5K, _) => return unsafe { x86_k_quant::dot_q5_k(row, x) },
                 (TensorType::Q6K, _) => return unsafe { x86_k_quant::dot_q6_k(row, x) },
                 _ => {}

@@ -1,8 +1,8 @@
-//! Q4_K, Q5_K and Q6_K rows times f32 inputs: each super-block's quants widened to f32 eight at a time
+//! K-quant rows (Q2_K to Q6_K) times f32 inputs: each super-block's quants widened to f32 eight at a time
 //! (AVX2; Q4_K sixteen on the AVX-512 path) and multiplied as they are unpacked, one scale a sub-block,
 //! without writing the dequantised values out; and times Q8_0-quantised inputs with integer dot products
 //! (AVX-512 VNNI's `vpdpbusd`, 64 values an instruction; AVX2's `vpmaddubsw`, 32; `k_quant_q8` their
-//! reference). The layouts are ggml-common.h's (KQUANTS.md §1.6-§1.8).
+//! reference; Q4_K to Q6_K). The layouts are ggml-common.h's (KQUANTS.md §1.4-§1.8).
 
 use core::arch::x86_64::*;
 
@@ -99,6 +99,97 @@ pub(super) fn dot_q5_k(row: RowRef<'_>, x: &[f32]) -> f32 {
         }
     }
     hsum256(acc)
+}
+
+/// Q3_K's sixteen signed 6-bit scales (KQUANTS.md §1.5): low four bits from bytes 0..8, high two from
+/// bytes 8..12, minus 32.
+fn q3_k_scales(s: &[u8]) -> [f32; 16] {
+    std::array::from_fn(|j| {
+        let low4 = if j < 8 { s[j] & 0xF } else { s[j - 8] >> 4 };
+        let hi2 = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+        f32::from(low4 | (hi2 << 4)) - 32.0
+    })
+}
+
+/// 32 f32 values of `x` times 32 quants `q` (u8), as two sums of 16 (each 16 values' own scale).
+#[target_feature(enable = "avx2,fma")]
+fn sums_of_16(q: __m256i, xs: &[f32]) -> [__m256; 2] {
+    let mut sums = [_mm256_setzero_ps(); 2];
+    for (g, q) in widen(q).into_iter().enumerate() {
+        // Safety: `xs` holds 32 values (checked by the slice below); this reads 8 at 8 · g.
+        let xv = unsafe { _mm256_loadu_ps(xs[..32].as_ptr().add(8 * g)) };
+        sums[g / 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), xv, sums[g / 2]);
+    }
+    sums
+}
+
+/// The sum of 16 values of `x` from `at`.
+fn sum16(x: &[f32], at: usize) -> f32 {
+    x[at..at + 16].iter().sum()
+}
+
+/// A Q3_K row times `x`: per 16 values `(d · s) · (Σ u·x − 4 · Σ x)`, where `u` = the low two bits | the
+/// high-mask bit << 2 (0..7) and `q = u − 4` (KQUANTS.md §1.5).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q3_k(row: RowRef<'_>, x: &[f32]) -> f32 {
+    let bytes = row.quant_stride;
+    let (low2, one) = (_mm256_set1_epi8(0x03), _mm256_set1_epi8(1));
+    let (mut acc, mut offsets) = (_mm256_setzero_ps(), 0f32);
+    for b in 0..row.blocks {
+        let block = &row.quants[b * bytes..][..bytes];
+        let (hmask, qs, d) = (&block[..32], &block[32..96], f16_at(block, 108));
+        let scales = q3_k_scales(&block[96..108]);
+        let xb = &x[b * K_BLOCK..][..K_BLOCK];
+        // Safety: `hmask` holds 32 bytes.
+        let high = unsafe { _mm256_loadu_si256(hmask.as_ptr().cast()) };
+        for half in 0..2 {
+            // Safety: `qs` holds 64 bytes; this reads 32 at 32 · half.
+            let packed = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * half).cast()) };
+            for k in 0..4 {
+                let low = _mm256_and_si256(_mm256_srl_epi16(packed, _mm_cvtsi32_si128(2 * k as i32)), low2);
+                let bit =
+                    _mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128((4 * half + k) as i32)), one);
+                let u = _mm256_or_si256(low, _mm256_slli_epi16::<2>(bit));
+                let at = 128 * half + 32 * k;
+                let sums = sums_of_16(u, &xb[at..]);
+                for (i, s) in sums.into_iter().enumerate() {
+                    let scale = d * scales[8 * half + 2 * k + i];
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), s, acc);
+                    offsets += 4.0 * scale * sum16(xb, at + 16 * i);
+                }
+            }
+        }
+    }
+    hsum256(acc) - offsets
+}
+
+/// A Q2_K row times `x`: per 16 values `(d · (sc & 15)) · Σ q·x − (dmin · (sc >> 4)) · Σ x`, `q` two bits
+/// (KQUANTS.md §1.4).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q2_k(row: RowRef<'_>, x: &[f32]) -> f32 {
+    let bytes = row.quant_stride;
+    let low2 = _mm256_set1_epi8(0x03);
+    let (mut acc, mut mins) = (_mm256_setzero_ps(), 0f32);
+    for b in 0..row.blocks {
+        let block = &row.quants[b * bytes..][..bytes];
+        let (scales, qs, d, dmin) = (&block[..16], &block[16..80], f16_at(block, 80), f16_at(block, 82));
+        let xb = &x[b * K_BLOCK..][..K_BLOCK];
+        for half in 0..2 {
+            // Safety: `qs` holds 64 bytes; this reads 32 at 32 · half.
+            let packed = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * half).cast()) };
+            for k in 0..4 {
+                let q = _mm256_and_si256(_mm256_srl_epi16(packed, _mm_cvtsi32_si128(2 * k as i32)), low2);
+                let at = 128 * half + 32 * k;
+                let sums = sums_of_16(q, &xb[at..]);
+                for (i, s) in sums.into_iter().enumerate() {
+                    let sc = scales[8 * half + 2 * k + i];
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(d * f32::from(sc & 0xF)), s, acc);
+                    mins += dmin * f32::from(sc >> 4) * sum16(xb, at + 16 * i);
+                }
+            }
+        }
+    }
+    hsum256(acc) - mins
 }
 
 /// A Q6_K row times `x`: per 16 values `(d · sc) · Σ (q − 32)·x`.
