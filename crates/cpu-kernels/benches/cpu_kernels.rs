@@ -158,13 +158,20 @@ fn benches(c: &mut Criterion) {
             mapped(&mut group, &layer, threads, &mut rng);
         }
     }
-    for ty in [TensorType::Q2K, TensorType::Q3K, TensorType::Q4K, TensorType::Q5K, TensorType::Q6K] {
+    for ty in [
+        TensorType::Q2K,
+        TensorType::Q3K,
+        TensorType::Q4K,
+        TensorType::Q5K,
+        TensorType::Q6K,
+        TensorType::IQ4XS,
+    ] {
         dequantised(&mut group, ty, threads, &mut rng);
     }
     group.finish();
 }
 
-/// `moe-blocks/{q2_K,…,q6_K}/{f32,q8}/{avx2,avx512vnni}/t1`: one layer's experts as a GGUF's K-quant blocks (random quants, finite
+/// `moe-blocks/{q2_K,…,q6_K,iq4_xs}/{f32,q8}/{avx2,avx512vnni}/t1`: one layer's experts as a GGUF's K-quant blocks (random quants, finite
 /// scales), one token.
 fn dequantised(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
@@ -177,6 +184,7 @@ fn dequantised(
         TensorType::Q3K => (110, &[108]),
         TensorType::Q4K => (144, &[0, 2]),
         TensorType::Q5K => (176, &[0, 2]),
+        TensorType::IQ4XS => (136, &[0]),
         _ => (210, &[208]),
     };
     let blocks = 3 * FFN * HIDDEN / 256;

@@ -3,8 +3,8 @@
 //! - [`QuantMatrix`] borrows a Q8_0 or Q4_0 matrix as a store record's planes or a GGUF tensor's
 //!   interleaved blocks (a memory map of either: nothing is copied or re-quantised), or one of any other
 //!   type diskformer-gguf dequantises as its blocks (K-quants, IQ4, Q4_1, Q5_0/1, F16, BF16, F32:
-//!   multiplied in f32, the K-quants with AVX2, the others on a portable path dequantising each block as
-//!   ggml does).
+//!   multiplied in f32, the K-quants and IQ4s with AVX2, the others on a portable path dequantising each
+//!   block as ggml does).
 //! - [`gemv`] and [`CpuExperts::moe`] multiply it, in f32 or (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) on inputs
 //!   quantised to Q8_0 as llama.cpp does ([`Math`]), with the fastest SIMD path the CPU runs ([`Isa::detect`]: AVX-512 VNNI, AVX2, else
 //!   scalar), on a persistent [`WorkerPool`].
@@ -54,11 +54,11 @@ pub use isa::Isa;
 pub use matrix::{BLOCK, K_BLOCK, QuantMatrix};
 pub use pool::WorkerPool;
 
-/// Whether the SIMD paths multiply `ty` with a kernel of its own (Q8_0, Q4_0, and Q2_K to Q6_K) rather
-/// than dequantising each block first (the portable path: several times slower).
+/// Whether the SIMD paths multiply `ty` with a kernel of its own (Q8_0, Q4_0, Q2_K to Q6_K, IQ4_NL and
+/// IQ4_XS) rather than dequantising each block first (the portable path: several times slower).
 pub fn has_simd_kernel(ty: TensorType) -> bool {
     use TensorType as T;
-    matches!(ty, T::Q8_0 | T::Q4_0 | T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K)
+    matches!(ty, T::Q8_0 | T::Q4_0 | T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K | T::IQ4NL | T::IQ4XS)
 }
 
 /// The scalar path's `row · x` for row `r` of `m`: the reference the SIMD paths are tested against.

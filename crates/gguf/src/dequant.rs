@@ -199,7 +199,7 @@ fn q5_k_block(b: &[u8], y: &mut [f32]) {
 }
 
 /// IQ4_NL's codebook (`kvalues_iq4nl`, ggml-common.h).
-const IQ4_VALUES: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+pub const IQ4_VALUES: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
 
 /// `block_iq4_nl { ggml_half d; uint8_t qs[16]; }`: `d · codebook[nibble]`, low nibbles first.
 fn iq4_nl_block(b: &[u8], y: &mut [f32]) {

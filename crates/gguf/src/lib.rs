@@ -42,7 +42,7 @@ mod tensor_type;
 mod value;
 mod writer;
 
-pub use dequant::{dequantize, dequantize_planes, q4_k_scale_min};
+pub use dequant::{IQ4_VALUES, dequantize, dequantize_planes, q4_k_scale_min};
 pub use error::{Error, Result};
 pub use layout::{DEFAULT_ALIGNMENT, MAX_DIMS};
 pub use metadata::Metadata;

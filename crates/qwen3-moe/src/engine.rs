@@ -140,7 +140,7 @@ pub struct EngineOptions {
     /// background ([`TierConfig`]). Steps then read each layer's picks back (no route-ahead). Chunks still
     /// upload their experts. With it the routers' prefetch guesses are off (its admissions use the pool's
     /// background loads either way). `None`, the default, turns it on where the CPU kernels have SIMD
-    /// kernels for every expert type (Q8_0, Q4_0, Q2_K to Q6_K): through the page cache, or with
+    /// kernels for every expert type (Q8_0, Q4_0, Q2_K to Q6_K, IQ4_NL, IQ4_XS): through the page cache, or with
     /// `direct_io` through the host tier (`ram_budget`); off with `direct_io` where the host tier has no
     /// budget. On the H200 at a 4 GB budget it decoded faster than the prefetch path and route-ahead under
     /// both a calibrated routing trace and uniform routing, from the page cache and from a cold disk

@@ -714,13 +714,14 @@ fn the_cpu_tier_is_on_by_default_while_experts_stream() {
         assert_eq!(stats.cpu_experts > 0, on, "{what}");
         assert_eq!(stats.host.is_some(), on && direct_io, "{what}");
     }
-    // Experts of a type the CPU kernels multiply only on their portable path (IQ4_XS): off unless asked
-    // for; the K-quant mixes' (SIMD kernels all) on.
+    // Experts of a type the CPU kernels multiply only on their portable path (Q5_1): off unless asked for;
+    // the K-quant mixes' and IQ4_XS's (SIMD kernels all) on.
     use diskformer_qwen3_moe::synthetic::SynthFtype;
     let mut shape = SynthShape::tiny();
     (shape.hidden, shape.heads, shape.head_dim, shape.ffn) = (256, 4, 64, 256);
     for (ftype, cases) in [
-        (SynthFtype::Uniform(diskformer_gguf::TensorType::IQ4XS), [(None, false), (Some(true), true)]),
+        (SynthFtype::Uniform(diskformer_gguf::TensorType::Q5_1), [(None, false), (Some(true), true)]),
+        (SynthFtype::Uniform(diskformer_gguf::TensorType::IQ4XS), [(None, true), (Some(false), false)]),
         (SynthFtype::Q2K, [(None, true), (Some(false), false)]),
         (SynthFtype::Q3KM, [(None, true), (Some(false), false)]),
         (SynthFtype::Q5KM, [(None, true), (Some(false), false)]),

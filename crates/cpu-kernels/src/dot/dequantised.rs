@@ -1,7 +1,7 @@
 //! Rows of every type but Q8_0 and Q4_0 (K-quants, IQ4, Q4_1, Q5_0/1, F16, BF16, F32) times f32 inputs:
 //! 256 values at a time dequantised as ggml does (diskformer-gguf, bit-exact against PyPI gguf) onto the
 //! stack, then multiplied in eight running sums the compiler vectorises: the scalar path of these types,
-//! and every path's for those without a SIMD kernel (all but the K-quants); Q8_0-quantised inputs
+//! and every path's for those without a SIMD kernel (all but the K-quants and IQ4s); Q8_0-quantised inputs
 //! take `k_quant_q8` (Q4_K, Q5_K and Q6_K) or are refused by the callers.
 
 // Performance note (2026-12-04, the 2-core development machine, `moe-blocks/…` of the bench): one token's 8

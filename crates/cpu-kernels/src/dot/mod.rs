@@ -9,6 +9,8 @@ mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]
+mod x86_iq4;
+#[cfg(target_arch = "x86_64")]
 mod x86_k_quant;
 
 use crate::matrix::{RowRef, WeightType};
@@ -44,6 +46,8 @@ pub(crate) fn dot(isa: Isa, ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f3
             match (ty.tensor_type(), isa) {
                 (TensorType::Q4K, Isa::Avx512Vnni) => return unsafe { x86_k_quant::dot_q4_k_512(row, x) },
                 (TensorType::Q4K, _) => return unsafe { x86_k_quant::dot_q4_k(row, x) },
+                (TensorType::IQ4NL, _) => return unsafe { x86_iq4::dot_iq4_nl(row, x) },
+                (TensorType::IQ4XS, _) => return unsafe { x86_iq4::dot_iq4_xs(row, x) },
                 (TensorType::Q2K, _) => return unsafe { x86_k_quant::dot_q2_k(row, x) },
                 (TensorType::Q3K, _) => return unsafe { x86_k_quant::dot_q3_k(row, x) },
                 (TensorType::Q5K, _) => return unsafe { x86_k_quant::dot_q5_k(row, x) },

@@ -25,6 +25,12 @@ fn prefetch_ahead(row: &RowRef<'_>, b: usize) {
     }
 }
 
+/// The f16 at byte `at` of `b` as f32.
+#[target_feature(enable = "f16c")]
+pub(super) fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
 /// An f16 scale as f32.
 #[target_feature(enable = "f16c")]
 pub(super) fn f16_to_f32(bits: u16) -> f32 {

@@ -8,14 +8,9 @@ use core::arch::x86_64::*;
 
 use diskformer_gguf::q4_k_scale_min;
 
-use super::x86::{f16_to_f32, hsum256};
+use super::x86::{f16_at, hsum256};
 use crate::matrix::{K_BLOCK, RowRef};
 use crate::{BLOCK, Q8Row};
-
-#[target_feature(enable = "f16c")]
-fn f16_at(b: &[u8], at: usize) -> f32 {
-    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
-}
 
 /// The 32 bytes of `v` as four groups of 8, each widened to i32.
 #[target_feature(enable = "avx2")]
