@@ -319,8 +319,9 @@ impl Layout {
         Ok(Layout { header_bytes: header.data_offset, experts, dense, dense_bytes: align(end, REGION_ALIGN) })
     }
 
-    /// Keeps every raw dense tensor in the GGUF: `at(i)` is where raw tensor `i`'s bytes lie there (file,
-    /// offset); `dense.bin` then holds the Q8_0 planes alone, placed again one after another.
+    /// Keeps every raw dense tensor in the GGUF: `at(i)` is where dense tensor `i`'s bytes lie there (file,
+    /// offset; asked only of the raw ones); `dense.bin` then holds the Q8_0 planes alone, placed again one
+    /// after another.
     pub fn dense_in_gguf(&mut self, mut at: impl FnMut(usize) -> (usize, u64)) {
         let mut end = 0u64;
         let mut place = |len: u64| {
