@@ -172,7 +172,8 @@ pub struct EngineOptions {
     /// [`Engine::open_gguf`]: copy the experts into the store (default), or read a K-quant (records of
     /// blocks) file's experts, and its dense tensors but the Q8_0 ones, in place from the GGUF, so the model
     /// takes its own size on disk once ([`IngestOptions::copy_experts`]); a Q8_0 or Q4_0 file's experts are
-    /// copied either way.
+    /// copied either way. A complete store of the same file made the other way is used as it is
+    /// ([`IngestOptions::either_mode`]): delete it, or name another store, to have it made this way.
     pub copy_experts: bool,
 }
 
@@ -363,7 +364,8 @@ impl Engine {
         let header = model.header()?;
         check_types(&diskformer_store::Layout::plan(&header)?)?;
         let dir = store_dir.map_or_else(|| default_store_dir(gguf), Path::to_owned);
-        let ingest = IngestOptions { copy_experts: opts.copy_experts, ..IngestOptions::default() };
+        let ingest =
+            IngestOptions { copy_experts: opts.copy_experts, either_mode: true, ..IngestOptions::default() };
         diskformer_store::ingest(gguf, &dir, &ingest, &mut |p| {
             progress(LoadProgress::Ingest { done: p.done, total: p.total, bytes_per_sec: p.bytes_per_sec })
         })?;

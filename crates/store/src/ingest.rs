@@ -48,11 +48,21 @@ pub struct IngestOptions {
     /// dense tensors but the Q8_0 ones ([`DenseData::InGguf`]): the store then holds the header and the Q8_0
     /// planes alone, and needs the GGUF where it was, unchanged.
     pub copy_experts: bool,
+    /// Take a complete store of this same source made the other way (experts copied, or kept in the GGUF)
+    /// as it is, instead of ingesting it again (default off; `Engine::open_gguf` sets it, so that a flag left
+    /// at its default neither copies a model again nor throws a copy away).
+    pub either_mode: bool,
 }
 
 impl Default for IngestOptions {
     fn default() -> Self {
-        IngestOptions { checkpoint_bytes: 1 << 30, chunk_bytes: 16 << 20, pin: None, copy_experts: true }
+        IngestOptions {
+            checkpoint_bytes: 1 << 30,
+            chunk_bytes: 16 << 20,
+            pin: None,
+            copy_experts: true,
+            either_mode: false,
+        }
     }
 }
 
@@ -205,6 +215,25 @@ fn fresh_record_parts(experts: Option<&crate::ExpertLayout>) -> Vec<Option<u64>>
 }
 
 /// The identity an interrupted ingest must share to be resumed.
+/// The store's layout for `src`, its experts and raw dense tensors kept `in_gguf` or not.
+fn planned(src: &Source, in_gguf: bool) -> Result<Layout> {
+    let mut layout = Layout::plan(&src.header)?;
+    if in_gguf {
+        // The raw dense tensors stay in the GGUF with the experts: no second copy of either.
+        let raw_at: Vec<u64> = (src.header.tensors.iter().zip(&src.data_at))
+            .filter(|(t, _)| expert_tensor(&t.name).is_none())
+            .map(|(_, &at)| at)
+            .collect();
+        layout.dense_in_gguf(|i| src.locate(raw_at[i]));
+    }
+    Ok(layout)
+}
+
+/// [`identity`] of `src`'s store made `in_gguf` or not.
+fn identity_of(src: &Source, in_gguf: bool) -> Result<String> {
+    Ok(identity(&src.header_bytes, &planned(src, in_gguf)?, src.size, in_gguf))
+}
+
 fn identity(header_bytes: &[u8], layout: &Layout, size: u64, in_gguf: bool) -> String {
     let mut h = Xxh3::new();
     h.update(header_bytes);
@@ -272,22 +301,29 @@ pub fn ingest(
             what: format!("size {size}, pinned {}", pin.size),
         });
     }
-    let mut layout = Layout::plan(&src.header)?;
-    let in_gguf = !opts.copy_experts && layout.experts.as_ref().is_some_and(|x| x.blocks.is_some());
-    if in_gguf {
-        // The raw dense tensors stay in the GGUF with the experts: no second copy of either.
-        let raw_at: Vec<u64> = (src.header.tensors.iter().zip(&src.data_at))
-            .filter(|(t, _)| expert_tensor(&t.name).is_none())
-            .map(|(_, &at)| at)
-            .collect();
-        layout.dense_in_gguf(|i| src.locate(raw_at[i]));
-    }
+    let blocks = Layout::plan(&src.header)?.experts.is_some_and(|x| x.blocks.is_some());
+    let in_gguf = !opts.copy_experts && blocks;
+    let layout = planned(&src, in_gguf)?;
     let identity = identity(&src.header_bytes, &layout, size, in_gguf);
     let experts_bytes = if in_gguf { 0 } else { layout.experts.as_ref().map_or(0, |x| x.file_bytes()) };
+    // The identity of this source's store made the other way, where that is a store it may take as it is.
+    let other = match opts.either_mode && blocks {
+        true => Some(identity_of(&src, !in_gguf)?),
+        false => None,
+    };
 
     fs::create_dir_all(dir).map_err(Error::io(dir))?;
-    let previous =
-        Manifest::load(dir).ok().flatten().filter(|m| m.identity == identity && m.source.mtime == mtime);
+    let loaded = Manifest::load(dir).ok().flatten().filter(|m| m.source.mtime == mtime);
+    if let Some(m) = loaded.as_ref().filter(|m| m.complete && Some(&m.identity) == other.as_ref()) {
+        return Ok(IngestSummary {
+            bytes_read: 0,
+            seconds: started.elapsed().as_secs_f64(),
+            resumed_from: None,
+            up_to_date: true,
+            sha256: m.source.sha256.clone().unwrap_or_default(),
+        });
+    }
+    let previous = loaded.filter(|m| m.identity == identity);
     if let Some(m) = &previous
         && m.complete
     {

@@ -252,3 +252,36 @@ fn planar_experts_are_copied_even_when_asked_not_to() {
     store.verify().unwrap();
     check_store(&GgufFile::open(&path).unwrap(), &store).unwrap();
 }
+
+/// With `either_mode`, a complete store of the same source made the other way is taken as it is (a flag at
+/// its default neither copies the model again nor throws a copy away); without it, the store is made again
+/// the way asked.
+#[test]
+fn either_mode_takes_a_store_made_the_other_way() {
+    let dir = TempDir::new("either-mode");
+    let shape = Shape {
+        hidden: 256,
+        ffn: 256,
+        expert_type: TensorType::Q4K,
+        odd_down: Some(TensorType::Q6K),
+        ..Shape::small()
+    };
+    let path = write_model(dir.path(), "m.gguf", &shape, 8);
+    let store = dir.path().join("s");
+    let in_place = IngestOptions { copy_experts: false, ..IngestOptions::default() };
+    ingest(&path, &store, &in_place, &mut |_| {}).unwrap();
+    let copied_either = IngestOptions { either_mode: true, ..IngestOptions::default() };
+    let again = ingest(&path, &store, &copied_either, &mut |_| {}).unwrap();
+    assert!(again.up_to_date && again.bytes_read == 0);
+    assert!(Store::open(&store).unwrap().experts_in_gguf().is_some(), "still read in place");
+    // Asked to copy, without either_mode: made again, copied.
+    let again = ingest(&path, &store, &IngestOptions::default(), &mut |_| {}).unwrap();
+    assert!(!again.up_to_date && again.bytes_read > 0);
+    let s = Store::open(&store).unwrap();
+    assert!(s.experts_in_gguf().is_none());
+    check_store(&GgufFile::open(&path).unwrap(), &s).unwrap();
+    // And a copy is kept by an in-place request with either_mode.
+    let in_place_either = IngestOptions { either_mode: true, ..in_place };
+    assert!(ingest(&path, &store, &in_place_either, &mut |_| {}).unwrap().up_to_date);
+    assert!(Store::open(&store).unwrap().experts_in_gguf().is_none());
+}
