@@ -314,7 +314,8 @@ pub fn ingest(
 
     fs::create_dir_all(dir).map_err(Error::io(dir))?;
     let loaded = Manifest::load(dir).ok().flatten().filter(|m| m.source.mtime == mtime);
-    if let Some(m) = loaded.as_ref().filter(|m| m.complete && Some(&m.identity) == other.as_ref()) {
+    let taken = |m: &&Manifest| m.identity == identity || Some(&m.identity) == other.as_ref();
+    if let Some(m) = loaded.as_ref().filter(|m| m.complete).filter(taken) {
         return Ok(IngestSummary {
             bytes_read: 0,
             seconds: started.elapsed().as_secs_f64(),
@@ -324,17 +325,6 @@ pub fn ingest(
         });
     }
     let previous = loaded.filter(|m| m.identity == identity);
-    if let Some(m) = &previous
-        && m.complete
-    {
-        return Ok(IngestSummary {
-            bytes_read: 0,
-            seconds: started.elapsed().as_secs_f64(),
-            resumed_from: None,
-            up_to_date: true,
-            sha256: m.source.sha256.clone().unwrap_or_default(),
-        });
-    }
     let n_records = layout.experts.as_ref().map_or(0, |x| x.n_records());
     let fresh = || Checkpoint {
         segments_done: 0,

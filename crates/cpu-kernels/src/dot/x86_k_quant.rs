@@ -27,50 +27,27 @@ fn widen(v: __m256i) -> [__m256i; 4] {
 /// A Q4_K row times `x`: per sub-block `(d · sc) · Σ q·x − (dmin · m) · Σ x`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn dot_q4_k(row: RowRef<'_>, x: &[f32]) -> f32 {
-    let bytes = row.quant_stride;
-    let mask = _mm256_set1_epi8(0x0F);
-    let mut acc = _mm256_setzero_ps();
-    for b in 0..row.blocks {
-        let block = &row.quants[b * bytes..][..bytes];
-        let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
-        let (scales, qs) = (&block[4..16], &block[16..144]);
-        let xb = &x[b * K_BLOCK..][..K_BLOCK];
-        for chunk in 0..4 {
-            // Safety: `qs` holds 128 bytes; this reads 32 at 32 · chunk.
-            let q = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * chunk).cast()) };
-            let nibbles = [_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16::<4>(q), mask)];
-            for (half, nibbles) in nibbles.into_iter().enumerate() {
-                let sub = 2 * chunk + half;
-                let xs = &xb[32 * sub..][..32];
-                let (mut qx, mut sx) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-                for (g, q) in widen(nibbles).into_iter().enumerate() {
-                    // Safety: `xs` holds 32 values; this reads 8 at 8 · g.
-                    let xv = unsafe { _mm256_loadu_ps(xs.as_ptr().add(8 * g)) };
-                    qx = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), xv, qx);
-                    sx = _mm256_add_ps(sx, xv);
-                }
-                let (sc, m) = q4_k_scale_min(sub, scales);
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * f32::from(sc)), qx, acc);
-                acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * f32::from(m)), sx, acc);
-            }
-        }
-    }
-    hsum256(acc)
+    dot_q45_k::<false>(row, x)
 }
 
 /// A Q5_K row times `x`: as [`dot_q4_k`], each quant's fifth bit (`qh[l] >> sub & 1`, KQUANTS.md §1.7)
 /// added as 16.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn dot_q5_k(row: RowRef<'_>, x: &[f32]) -> f32 {
+    dot_q45_k::<true>(row, x)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_q45_k<const Q5: bool>(row: RowRef<'_>, x: &[f32]) -> f32 {
     let bytes = row.quant_stride;
     let mask = _mm256_set1_epi8(0x0F);
     let mut acc = _mm256_setzero_ps();
     for b in 0..row.blocks {
         let block = &row.quants[b * bytes..][..bytes];
         let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
-        let (scales, qh, qs) = (&block[4..16], &block[16..48], &block[48..176]);
-        // Safety: `qh` holds 32 bytes.
-        let high = unsafe { _mm256_loadu_si256(qh.as_ptr().cast()) };
+        let (scales, qs) = (&block[4..16], &block[if Q5 { 48 } else { 16 }..]);
+        // Safety: a Q5_K block holds 32 bytes of fifth bits at 16 (a Q4_K block, its quants: unused).
+        let high = unsafe { _mm256_loadu_si256(block.as_ptr().add(16).cast()) };
         let xb = &x[b * K_BLOCK..][..K_BLOCK];
         for chunk in 0..4 {
             // Safety: `qs` holds 128 bytes; this reads 32 at 32 · chunk.
@@ -78,7 +55,7 @@ pub(super) fn dot_q5_k(row: RowRef<'_>, x: &[f32]) -> f32 {
             let nibbles = [_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16::<4>(q), mask)];
             for (half, nibbles) in nibbles.into_iter().enumerate() {
                 let sub = 2 * chunk + half;
-                let quants = _mm256_or_si256(nibbles, fifth_bits(high, sub));
+                let quants = if Q5 { _mm256_or_si256(nibbles, fifth_bits(high, sub)) } else { nibbles };
                 let xs = &xb[32 * sub..][..32];
                 let (mut qx, mut sx) = (_mm256_setzero_ps(), _mm256_setzero_ps());
                 for (g, q) in widen(quants).into_iter().enumerate() {
@@ -187,11 +164,25 @@ pub(super) fn dot_q2_k(row: RowRef<'_>, x: &[f32]) -> f32 {
     hsum256(acc) - mins
 }
 
+/// Q6_K's unsigned 6-bit quants (0..63) of values `128 · half + 32 · k ..` (32 of them): the low nibble of
+/// `ql[64 · half + 32 · (k & 1) + l]` (k < 2) or its high one, and bits `2k, 2k + 1` of `qh[32 · half + l]`
+/// (`high`, those 32 bytes) on top.
+#[target_feature(enable = "avx2")]
+fn q6_quants(ql: &[u8], high: __m256i, half: usize, k: usize) -> __m256i {
+    let ql = &ql[64 * half + 32 * (k & 1)..][..32];
+    // Safety: `ql` holds 32 bytes.
+    let low = unsafe { _mm256_loadu_si256(ql.as_ptr().cast()) };
+    let low = if k < 2 { low } else { _mm256_srli_epi16::<4>(low) };
+    let up =
+        _mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(2 * k as i32)), _mm256_set1_epi8(0x03));
+    _mm256_or_si256(_mm256_and_si256(low, _mm256_set1_epi8(0x0F)), _mm256_slli_epi16::<4>(up))
+}
+
 /// A Q6_K row times `x`: per 16 values `(d · sc) · Σ (q − 32)·x`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn dot_q6_k(row: RowRef<'_>, x: &[f32]) -> f32 {
     let bytes = row.quant_stride;
-    let (low4, low2, offset) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03), _mm256_set1_epi32(32));
+    let offset = _mm256_set1_epi32(32);
     let mut acc = _mm256_setzero_ps();
     for b in 0..row.blocks {
         let block = &row.quants[b * bytes..][..bytes];
@@ -202,13 +193,7 @@ pub(super) fn dot_q6_k(row: RowRef<'_>, x: &[f32]) -> f32 {
             // Safety: `qh` holds 64 bytes; this reads 32 at 32 · half.
             let high = unsafe { _mm256_loadu_si256(qh.as_ptr().add(32 * half).cast()) };
             for k in 0..4 {
-                // Value 128 · half + 32 · k + l: low nibble of ql[64 · half + 32 · (k & 1) + l] (k < 2) or its
-                // high one, upper two bits (qh[32 · half + l] >> 2k) & 3.
-                // Safety: `ql` holds 128 bytes; this reads 32 at 64 · half + 32 · (k & 1).
-                let low = unsafe { _mm256_loadu_si256(ql.as_ptr().add(64 * half + 32 * (k & 1)).cast()) };
-                let low = if k < 2 { low } else { _mm256_srli_epi16::<4>(low) };
-                let up = _mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(2 * k as i32)), low2);
-                let q = _mm256_or_si256(_mm256_and_si256(low, low4), _mm256_slli_epi16::<4>(up));
+                let q = q6_quants(ql, high, half, k);
                 let xs = &xb[128 * half + 32 * k..][..32];
                 let mut sums = [_mm256_setzero_ps(); 2];
                 for (g, q) in widen(q).into_iter().enumerate() {
@@ -355,7 +340,7 @@ fn dot_q45_k_q8_vnni<const Q5: bool>(row: RowRef<'_>, x: &Q8Row) -> f32 {
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 pub(super) fn dot_q6_k_q8_vnni(row: RowRef<'_>, x: &Q8Row) -> f32 {
     let bytes = row.quant_stride;
-    let (low4, low2, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03), _mm512_set1_epi8(1));
+    let ones = _mm512_set1_epi8(1);
     // Lane i of a register (values 4i .. 4i + 4 of its 64) takes scale i / 4 of its four.
     let scale_of_lane = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     let mut acc = _mm512_setzero_ps();
@@ -366,15 +351,9 @@ pub(super) fn dot_q6_k_q8_vnni(row: RowRef<'_>, x: &Q8Row) -> f32 {
         for half in 0..2 {
             // Safety: `qh` holds 64 bytes; this reads 32 at 32 · half.
             let high = unsafe { _mm256_loadu_si256(qh.as_ptr().add(32 * half).cast()) };
-            let quants = |k: usize| {
-                // Safety: `ql` holds 128 bytes; this reads 32 at 64 · half + 32 · (k & 1).
-                let low = unsafe { _mm256_loadu_si256(ql.as_ptr().add(64 * half + 32 * (k & 1)).cast()) };
-                let low = if k < 2 { low } else { _mm256_srli_epi16::<4>(low) };
-                let up = _mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(2 * k as i32)), low2);
-                _mm256_or_si256(_mm256_and_si256(low, low4), _mm256_slli_epi16::<4>(up))
-            };
             for k in [0, 2] {
-                let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(quants(k)), quants(k + 1));
+                let (w0, w1) = (q6_quants(ql, high, half, k), q6_quants(ql, high, half, k + 1));
+                let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(w0), w1);
                 let r = 8 * b + 4 * half + k;
                 let xv = load_q8x64(x, r);
                 let qx = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xv);
@@ -460,7 +439,6 @@ fn dot_q45_k_q8_avx2<const Q5: bool>(row: RowRef<'_>, x: &Q8Row) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn dot_q6_k_q8_avx2(row: RowRef<'_>, x: &Q8Row) -> f32 {
     let bytes = row.quant_stride;
-    let (low4, low2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03));
     let (mut acc, mut offsets) = (_mm256_setzero_ps(), 0f32);
     for b in 0..row.blocks {
         let block = &row.quants[b * bytes..][..bytes];
@@ -471,11 +449,7 @@ pub(super) fn dot_q6_k_q8_avx2(row: RowRef<'_>, x: &Q8Row) -> f32 {
             // Safety: `qh` holds 64 bytes; this reads 32 at 32 · half.
             let high = unsafe { _mm256_loadu_si256(qh.as_ptr().add(32 * half).cast()) };
             for k in 0..4 {
-                // Safety: `ql` holds 128 bytes; this reads 32 at 64 · half + 32 · (k & 1).
-                let low = unsafe { _mm256_loadu_si256(ql.as_ptr().add(64 * half + 32 * (k & 1)).cast()) };
-                let low = if k < 2 { low } else { _mm256_srli_epi16::<4>(low) };
-                let up = _mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(2 * k as i32)), low2);
-                let q = _mm256_or_si256(_mm256_and_si256(low, low4), _mm256_slli_epi16::<4>(up));
+                let q = q6_quants(ql, high, half, k);
                 let r = 8 * b + 4 * half + k;
                 let qx = _mm256_cvtepi32_ps(dot_u8_i8_by_4(q, load_q8x32(x, r)));
                 let (s0, s1) = (
