@@ -61,6 +61,13 @@ pub fn has_simd_kernel(ty: TensorType) -> bool {
     matches!(ty, T::Q8_0 | T::Q4_0 | T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K | T::IQ4NL | T::IQ4XS)
 }
 
+/// Whether rows of `ty` multiply Q8_0-quantised inputs ([`Math::Q8`], [`Input::Q8`]): Q8_0 and Q4_0, and of
+/// the others Q4_K, Q5_K and Q6_K.
+pub fn takes_quantised_input(ty: TensorType) -> bool {
+    use TensorType as T;
+    matches!(ty, T::Q8_0 | T::Q4_0 | T::Q4K | T::Q5K | T::Q6K)
+}
+
 /// The scalar path's `row · x` for row `r` of `m`: the reference the SIMD paths are tested against.
 pub fn dot_reference(m: &QuantMatrix<'_>, r: usize, x: Input<'_>) -> f32 {
     dot::dot_scalar(m.weight_type(), m.row(r), x)

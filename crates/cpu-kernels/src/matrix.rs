@@ -39,11 +39,9 @@ impl WeightType {
         matches!(self, WeightType::Dequantised(_))
     }
 
-    /// Whether rows of this type multiply Q8_0-quantised inputs ([`crate::Input::Q8`]): Q8_0 and Q4_0, and
-    /// of the others Q4_K, Q5_K and Q6_K.
+    /// Whether rows of this type multiply Q8_0-quantised inputs ([`crate::takes_quantised_input`]).
     pub(crate) fn takes_q8(self) -> bool {
-        !self.is_dequantised()
-            || matches!(self.tensor_type(), TensorType::Q4K | TensorType::Q5K | TensorType::Q6K)
+        crate::takes_quantised_input(self.tensor_type())
     }
 
     /// Values a block.

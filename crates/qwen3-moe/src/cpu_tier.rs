@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use diskformer_cpu_kernels::{Assignment, CpuExperts, ExpertWeights, Isa, Math, QuantMatrix};
+use diskformer_cpu_kernels::{
+    Assignment, CpuExperts, ExpertWeights, Isa, Math, QuantMatrix, takes_quantised_input,
+};
 use diskformer_expert_stream::{
     ExpertKey, HostFetch, HostHandoff, HostRecords, HostStats, LayerPlan, TierConfig, TierPolicy,
 };
@@ -342,21 +344,13 @@ fn finish_stale(host: &mut HostRecords, pending: &mut Option<(u32, Vec<u32>, Hos
     }
 }
 
-/// Maps the store's expert records (`experts.bin`, or the GGUF's files) and starts the thread mapping in the
-/// records already in the page cache.
-/// Whether every part of every layer's records is Q4_K, Q5_K or Q6_K blocks (what `Math::Q8` takes of
-/// blocks).
+/// Whether the records are blocks whose every part multiplies quantised inputs (`Math::Q8`).
 fn blocks_take_q8(layout: &ExpertLayout) -> bool {
-    layout.blocks.is_some()
-        && (0..layout.n_layers).all(|l| {
-            ExpertPart::ALL.iter().all(|&p| {
-                layout
-                    .part(l, p)
-                    .is_some_and(|(ty, _)| matches!(ty, TensorType::Q4K | TensorType::Q5K | TensorType::Q6K))
-            })
-        })
+    layout.blocks.is_some() && layout.part_types().all(|ty| ty.is_some_and(takes_quantised_input))
 }
 
+/// Maps the store's expert records (`experts.bin`, or the GGUF's files) and starts the thread mapping in the
+/// records already in the page cache.
 fn map_records(store: &Store, layout: &ExpertLayout) -> Result<Records> {
     let map = Arc::new(store.map_experts()?);
     let populated: Arc<[AtomicBool]> = (0..layout.n_records()).map(|_| AtomicBool::new(false)).collect();

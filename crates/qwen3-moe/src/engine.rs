@@ -21,7 +21,7 @@ use diskformer_gguf::GgufModel;
 use diskformer_kernels::{
     Context, EXPERT_GEMM_TILED_GROUP, Kernels, PENALTY_MAX_N, SampleStep, cpu, expert_gemm_groups,
 };
-use diskformer_store::{ExpertLayout, ExpertPart, IngestOptions, ReaderProbe, Store};
+use diskformer_store::{ExpertLayout, IngestOptions, ReaderProbe, Store};
 
 use crate::cpu_tier::{CpuTier, HostTier};
 use crate::graph::{
@@ -1531,11 +1531,7 @@ const ABSENT: u32 = u32::MAX;
 /// Whether the CPU tier's kernels multiply every expert part of `layout` with SIMD (else it computes them on
 /// its portable path, dequantising each block first).
 fn cpu_tier_fast(layout: &ExpertLayout) -> bool {
-    (0..layout.n_layers).all(|l| {
-        ExpertPart::ALL
-            .into_iter()
-            .all(|p| layout.part(l, p).is_none_or(|(ty, _)| diskformer_cpu_kernels::has_simd_kernel(ty)))
-    })
+    layout.part_types().all(|ty| ty.is_none_or(diskformer_cpu_kernels::has_simd_kernel))
 }
 
 /// Checks that the kernels multiply every matrix of `layout` (dense and experts), naming the first they

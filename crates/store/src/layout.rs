@@ -165,6 +165,13 @@ impl ExpertLayout {
         };
         Some((ty, Region { offset, len: matrix_bytes(ty, rows, cols) }))
     }
+
+    /// The type of every layer's gate, up and down, in order ([`ExpertLayout::part`]'s; `None` for records
+    /// of planes).
+    pub fn part_types(&self) -> impl Iterator<Item = Option<TensorType>> + '_ {
+        (0..self.n_layers)
+            .flat_map(move |l| ExpertPart::ALL.into_iter().map(move |p| self.part(l, p).map(|(ty, _)| ty)))
+    }
 }
 
 /// How a dense tensor is stored in `dense.bin` (or, in place, in the GGUF).
