@@ -151,34 +151,8 @@ impl Store {
     /// # Errors
     /// [`Error::ChecksumMismatch`] naming the tensor or record, or [`Error::Io`].
     pub fn verify(&self) -> Result<()> {
+        self.check_dense(&self.map_dense()?)?;
         let layout = self.layout();
-        let dense_path = self.dense_path();
-        let dense = File::open(&dense_path).map_err(Error::io(&dense_path))?;
-        let gguf = match self.experts_in_gguf() {
-            Some(g) => g
-                .files
-                .iter()
-                .map(|f| File::open(&f.path).map_err(Error::io(&f.path)))
-                .collect::<Result<_>>()?,
-            None => Vec::new(),
-        };
-        for (t, &want) in layout.dense.iter().zip(&self.manifest.dense_checksums) {
-            let (file, path) = match t.data {
-                DenseData::InGguf { file, .. } => {
-                    (&gguf[file], self.experts_in_gguf().map_or(&dense_path, |g| &g.files[file].path))
-                }
-                _ => (&dense, &dense_path),
-            };
-            let mut hashes = Vec::new();
-            for part in t.data.parts() {
-                let mut buf = vec![0u8; part.len as usize];
-                file.read_exact_at(&mut buf, part.offset).map_err(Error::io(path))?;
-                hashes.push(part_hash(&buf));
-            }
-            if combine(&hashes) != want {
-                return Err(Error::ChecksumMismatch { what: format!("dense tensor {:?}", t.name) });
-            }
-        }
         if let Some(x) = &layout.experts {
             let reader = self.record_reader(false)?;
             let mut buf = RecordBuf::new(x.record_bytes as usize);
