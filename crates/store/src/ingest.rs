@@ -214,10 +214,9 @@ fn fresh_record_parts(experts: Option<&crate::ExpertLayout>) -> Vec<Option<u64>>
     (0..x.n_records()).flat_map(|_| [None, None, empty, empty, None, empty]).collect()
 }
 
-/// The identity an interrupted ingest must share to be resumed.
-/// The store's layout for `src`, its experts and raw dense tensors kept `in_gguf` or not.
-fn planned(src: &Source, in_gguf: bool) -> Result<Layout> {
-    let mut layout = Layout::plan(&src.header)?;
+/// The store's layout for `src` from its plan, its experts and raw dense tensors kept `in_gguf` or not.
+fn made(plan: &Layout, src: &Source, in_gguf: bool) -> Layout {
+    let mut layout = plan.clone();
     if in_gguf {
         // The raw dense tensors stay in the GGUF with the experts: no second copy of either.
         let raw_at: Vec<u64> = (src.header.tensors.iter().zip(&src.data_at))
@@ -226,14 +225,10 @@ fn planned(src: &Source, in_gguf: bool) -> Result<Layout> {
             .collect();
         layout.dense_in_gguf(|i| src.locate(raw_at[i]));
     }
-    Ok(layout)
+    layout
 }
 
-/// [`identity`] of `src`'s store made `in_gguf` or not.
-fn identity_of(src: &Source, in_gguf: bool) -> Result<String> {
-    Ok(identity(&src.header_bytes, &planned(src, in_gguf)?, src.size, in_gguf))
-}
-
+/// The identity an interrupted ingest must share to be resumed.
 fn identity(header_bytes: &[u8], layout: &Layout, size: u64, in_gguf: bool) -> String {
     let mut h = Xxh3::new();
     h.update(header_bytes);
@@ -301,16 +296,15 @@ pub fn ingest(
             what: format!("size {size}, pinned {}", pin.size),
         });
     }
-    let blocks = Layout::plan(&src.header)?.experts.is_some_and(|x| x.blocks.is_some());
+    let plan = Layout::plan(&src.header)?;
+    let blocks = plan.experts.as_ref().is_some_and(|x| x.blocks.is_some());
     let in_gguf = !opts.copy_experts && blocks;
-    let layout = planned(&src, in_gguf)?;
+    let layout = made(&plan, &src, in_gguf);
+    // The identity of this source's store made the other way, where that is a store it may take as it is.
+    let other = (opts.either_mode && blocks)
+        .then(|| identity(&src.header_bytes, &made(&plan, &src, !in_gguf), size, !in_gguf));
     let identity = identity(&src.header_bytes, &layout, size, in_gguf);
     let experts_bytes = if in_gguf { 0 } else { layout.experts.as_ref().map_or(0, |x| x.file_bytes()) };
-    // The identity of this source's store made the other way, where that is a store it may take as it is.
-    let other = match opts.either_mode && blocks {
-        true => Some(identity_of(&src, !in_gguf)?),
-        false => None,
-    };
 
     fs::create_dir_all(dir).map_err(Error::io(dir))?;
     let loaded = Manifest::load(dir).ok().flatten().filter(|m| m.source.mtime == mtime);
