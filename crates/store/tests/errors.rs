@@ -274,13 +274,7 @@ fn reader_errors_name_the_record() {
 #[test]
 fn an_in_place_store_that_copied_its_dense_tensors_or_misplaces_one_is_refused() {
     let dir = TempDir::new("old-in-gguf");
-    let shape = Shape {
-        hidden: 256,
-        ffn: 256,
-        expert_type: TensorType::Q4K,
-        odd_down: Some(TensorType::Q6K),
-        ..Shape::small()
-    };
+    let shape = Shape::small_k_quant();
     let src = write_model(dir.path(), "m.gguf", &shape, 4);
     let store = dir.path().join("s");
     let opts = IngestOptions { copy_experts: false, ..IngestOptions::default() };
@@ -320,13 +314,7 @@ fn an_in_place_store_that_copied_its_dense_tensors_or_misplaces_one_is_refused()
 #[test]
 fn misplaced_expert_slices_are_refused() {
     let dir = TempDir::new("misplaced-experts");
-    let shape = Shape {
-        hidden: 256,
-        ffn: 256,
-        expert_type: TensorType::Q4K,
-        odd_down: Some(TensorType::Q6K),
-        ..Shape::small()
-    };
+    let shape = Shape::small_k_quant();
     let src = write_model(dir.path(), "m.gguf", &shape, 5);
     let store = dir.path().join("s");
     ingest(&src, &store, &IngestOptions { copy_experts: false, ..IngestOptions::default() }, &mut |_| {})

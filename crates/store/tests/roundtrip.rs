@@ -259,13 +259,7 @@ fn planar_experts_are_copied_even_when_asked_not_to() {
 #[test]
 fn either_mode_takes_a_store_made_the_other_way() {
     let dir = TempDir::new("either-mode");
-    let shape = Shape {
-        hidden: 256,
-        ffn: 256,
-        expert_type: TensorType::Q4K,
-        odd_down: Some(TensorType::Q6K),
-        ..Shape::small()
-    };
+    let shape = Shape::small_k_quant();
     let path = write_model(dir.path(), "m.gguf", &shape, 8);
     let store = dir.path().join("s");
     let in_place = IngestOptions { copy_experts: false, ..IngestOptions::default() };

@@ -58,6 +58,18 @@ impl Shape {
             vocab: 10,
         }
     }
+
+    /// [`Shape::small`] as a K-quant mix (Q4_K experts, Q6_K down on odd layers) of whole 256-value rows:
+    /// records of blocks, which a store may keep in the GGUF.
+    pub fn small_k_quant() -> Shape {
+        Shape {
+            hidden: 256,
+            ffn: 256,
+            expert_type: TensorType::Q4K,
+            odd_down: Some(TensorType::Q6K),
+            ..Shape::small()
+        }
+    }
 }
 
 /// Writes a qwen3moe-shaped GGUF (dense attention tensors, norms, router, experts) and returns its path.
