@@ -331,6 +331,15 @@ fn main() -> anyhow::Result<()> {
         "prefill_bytes": read_by_prefill,
         "decode_bytes_per_token": read_by_decode.map(|b| b as f64 / tokens),
     });
+    // The prompt's expert loads: what the pool read and uploaded, and where the prefill's time went.
+    let prefill_s = prefill.prefill_time.as_secs_f64();
+    out["prefill"] = serde_json::json!({
+        "seconds": prefill_s, "pool_bytes": prefill.pool.bytes_read,
+        "pool_gb_s": prefill.pool.bytes_read as f64 / prefill_s.max(1e-9) / 1e9,
+        "misses": prefill.pool.misses, "late_hits": prefill.pool.late_hits,
+        "prefetch_issued": prefill.pool.prefetch_issued, "prefetch_used": prefill.pool.prefetch_used,
+        "ensure_s": prefill.ensure_time.as_secs_f64(), "gpu_wait_s": prefill.gpu_wait.as_secs_f64(),
+    });
     // Beside the rest: more fields would pass json!'s recursion limit.
     out["reader_probe_gb_s"] = serde_json::json!(reader_probe);
     out["routing"] = match &args.routing.routing_trace {

@@ -10,8 +10,9 @@
 # labelled cold-* runs with the page cache dropped (COLD_DECODE tokens), between two reads of 384 whole
 # records with O_DIRECT (record-read), whose mean rate over the bytes the row read a token is its bound.
 # FTYPE (default q8_0) is synth-gguf's --ftype: q4_k_m writes the model as llama.cpp's quantizer types it.
-# A row labelled gg-* runs on a second store, $S-gguf, ingested with --experts-in-gguf (a K-quant file's
-# experts read in place from the GGUF in /dev/shm, so from memory as the page-cache rows' store is).
+# A row labelled gg-* (or NAME-gg-*, a variant's build) runs on a second store, $S-gguf, ingested with
+# --experts-in-gguf (a K-quant file's experts read in place from the GGUF in /dev/shm, so from memory as the
+# page-cache rows' store is).
 set -uo pipefail
 source scripts/device/call-setup.sh
 FTYPE=${FTYPE:-q8_0}
@@ -68,7 +69,7 @@ run() { # label, bench args... (a label NAME-* runs .device/bench-NAME where it 
     local bin=$D/bench
     [ -x "$D/bench-${label%%-*}" ] && bin=$D/bench-${label%%-*}
     local line decode=$DECODE before=null after=null store=$S
-    if [[ $label == gg-* ]]; then
+    if [[ $label == gg-* || $label == *-gg-* ]]; then
         store=$S-gguf
         set -- "$@" --experts-in-gguf
     elif [[ $label == cold-* ]]; then
@@ -133,6 +134,11 @@ for l in open(sys.argv[1]):
           f'cpu/tok {c.get("per_token", 0):6.1f} cpu ms/tok {c.get("ms_per_token", 0):6.2f} GB read/tok {b["bytes_read_per_token"]/1e9:5.2f} '
           f'wait {b["gpu_wait_ms_per_token"]:5.2f} ensure {b["ensure_ms_per_token"]:5.2f} '
           f'host {b["host_ms_per_token"]:5.2f} record {b["record_ms_per_token"]:5.2f} submit {b["submit_ms_per_token"]:5.2f}')
+    p = b.get("prefill")
+    if p:
+        print(f'{"":18} prefill {p["seconds"]:6.2f} s: pool {p["pool_bytes"]/1e9:5.2f} GB at {p["pool_gb_s"]:5.2f} GB/s, '
+              f'ensure {p["ensure_s"]:5.2f} s, GPU wait {p["gpu_wait_s"]:5.2f} s, misses {p["misses"]} late hits {p["late_hits"]} '
+              f'ahead {p["prefetch_issued"]} used {p["prefetch_used"]}')
 PY
 [ -s "$OUT/llama.txt" ] && cat "$OUT/llama.txt"
 [ -s "$OUT/cpu-bench.txt" ] && python3 - "$OUT/cpu-bench.txt" <<'PY'

@@ -673,21 +673,31 @@ fn route_ahead_gives_the_logits_of_checking_every_layer_first() {
 }
 
 /// While experts stream, a chunk pins the union of a layer's picks: at most the layer's experts. A pool of
-/// two layers' experts holds any union, so chunks are bounded only by `max_batch`; a smaller one bounds
-/// them by slots / top-k. Both give the same logits.
+/// two layers' experts holds any union, so chunks are bounded only by `max_batch`, and each layer's
+/// experts load while the layer before runs (guesses of the whole next layer, used by its demand); a
+/// smaller one bounds them by slots / top-k and loads nothing ahead. All give the same logits.
 #[test]
 fn chunks_are_bounded_by_the_pool_only_when_it_cannot_hold_a_layer() {
     let m = model("chunks", SynthShape::tiny(), 5);
     let mut logits = Vec::new();
-    for (slots, want) in [(15, 15 / 2), (16, 512)] {
+    for (slots, want, prefetch) in [(15, 15 / 2, true), (16, 512, true), (16, 512, false)] {
         let mut e = open(&m, |o| {
             o.pool_slots = Some(slots);
             o.gpu_routing = false;
+            o.prefetch = prefetch;
         });
         assert_eq!(e.max_batch(), want, "{slots} slots");
         logits.push(e.prefill(&PROMPT, true).unwrap());
+        let pool = e.pool_stats();
+        if slots == 16 && prefetch {
+            assert!(pool.prefetch_issued > 0 && pool.prefetch_used > 0, "the next layer ahead: {pool:?}");
+        } else {
+            assert_eq!(pool.prefetch_issued, 0, "{slots} slots, prefetch {prefetch}: {pool:?}");
+        }
     }
-    assert!(max_diff(&logits[0], &logits[1]) < 1e-4);
+    for other in &logits[1..] {
+        assert!(max_diff(&logits[0], other) < 1e-4);
+    }
 }
 
 /// While experts stream, the CPU tier is on by default: through the page cache, and with O_DIRECT through
