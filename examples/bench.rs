@@ -150,6 +150,10 @@ struct Args {
     /// never; default: the engine's, TierConfig::default).
     #[arg(long)]
     cpu_reuse_window: Option<u32>,
+    /// Do not check expert records against the store's checksums as they are read
+    /// (EngineOptions::check_reads; to measure what the checks cost).
+    #[arg(long)]
+    no_read_checks: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -202,6 +206,7 @@ fn main() -> anyhow::Result<()> {
     opts.speculative_reads = args.speculative_reads.unwrap_or(opts.speculative_reads);
     opts.read_split = args.read_split.or(opts.read_split);
     opts.readers = args.readers.or(opts.readers);
+    opts.check_reads = !args.no_read_checks;
     args.routing.apply(&mut opts)?;
     opts.cpu_experts = match (args.cpu_experts, args.no_cpu_experts) {
         (true, _) => Some(true),
@@ -325,6 +330,8 @@ fn main() -> anyhow::Result<()> {
                       "total": d.gpu_bytes.total()},
     });
     out["experts_in_gguf"] = args.experts_in_gguf.into();
+    out["read_checks"] = (!args.no_read_checks).into();
+    out["rereads"] = d.disk.rereads.into();
     // What this process read from storage (the pool's reads and the CPU tier's page faults on mapped
     // records, with the kernel's readahead): the bytes a cold run's disk bound is taken over.
     out["storage_read"] = serde_json::json!({

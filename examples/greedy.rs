@@ -51,6 +51,10 @@ struct Args {
     /// the pool, so every miss is the CPU's.
     #[arg(long)]
     cpu_experts: bool,
+    /// Do not check expert records against the store's checksums as they are read
+    /// (EngineOptions::check_reads).
+    #[arg(long)]
+    no_read_checks: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -59,6 +63,7 @@ fn main() -> anyhow::Result<()> {
     opts.pool_slots = args.pool_slots;
     opts.int8_prefill = args.int8_prefill;
     opts.prefetch = !args.no_prefetch;
+    opts.check_reads = !args.no_read_checks;
     args.routing.apply(&mut opts)?;
     opts.cpu_experts = args.cpu_experts.then_some(true);
     if args.cpu_experts {

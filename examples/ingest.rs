@@ -1,9 +1,11 @@
 //! This example shows how to turn a GGUF into a diskformer expert store (resumable: run it again after an
-//! interruption and it continues from its last checkpoint), and how to verify a store.
+//! interruption and it continues from its last checkpoint), how to verify a store, and how to repair one
+//! whose records or tensors were damaged (rewritten from the GGUF it was made from).
 //!
 //! ```text
 //! cargo run --release --example ingest -- MODEL.gguf --store DIR [--sha256 HEX]
 //! cargo run --release --example ingest -- --verify DIR
+//! cargo run --release --example ingest -- MODEL.gguf --repair DIR
 //! ```
 
 use std::path::PathBuf;
@@ -11,7 +13,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use diskformer::store::{IngestOptions, Pin, Store, ingest};
+use diskformer::store::{IngestOptions, Pin, Store, ingest, repair};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Ingest a GGUF into an expert store, or verify a store.
@@ -32,6 +34,10 @@ struct Args {
     /// Verify every checksum of the store in DIR and exit non-zero naming the first bad record or tensor.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["gguf", "store"])]
     verify: Option<PathBuf>,
+    /// Rewrite the damaged expert records and dense tensors of the store in DIR from the GGUF it was made
+    /// from (given as the GGUF argument), then verify it.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["store", "verify"], requires = "gguf")]
+    repair: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -59,8 +65,25 @@ fn run(args: Args) -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    if let (Some(dir), Some(gguf)) = (&args.repair, &args.gguf) {
+        let started = std::time::Instant::now();
+        let done = repair(gguf, dir)?;
+        let records: Vec<String> =
+            done.records.iter().map(|k| format!("({}, {})", k.layer, k.expert)).collect();
+        println!(
+            "{}: repaired {} expert records (layer, expert) {} and {} dense tensors {:?} from {}; verified in {:.1} s",
+            dir.display(),
+            records.len(),
+            records.join(" "),
+            done.tensors.len(),
+            done.tensors,
+            gguf.display(),
+            started.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     let (Some(gguf), Some(dir)) = (args.gguf, args.store) else {
-        bail!("give a GGUF and --store DIR, or --verify DIR (see --help)");
+        bail!("give a GGUF and --store DIR, --verify DIR, or a GGUF and --repair DIR (see --help)");
     };
     // A gguf-split set is read as its shards one after another: its size is theirs together.
     let model = diskformer::gguf::GgufModel::open(&gguf)?;

@@ -83,7 +83,7 @@ pub enum Error {
         reason: String,
     },
     /// The backend failed to read a record; its slot was freed.
-    #[error("reading expert record {key} failed: {source}; check the store (re-ingest if it is corrupt)")]
+    #[error("reading expert record {key} failed: {source}")]
     Read {
         /// The record.
         key: ExpertKey,

@@ -595,7 +595,8 @@ pub enum UploadMethod {
 /// The [`Backend`] of the GPU pool: reads records with the store's [`RecordReader`] (`pread`, O_DIRECT when
 /// the reader was opened so) and uploads them: into mapped staging memory piece by piece with
 /// [`GpuPool::upload_pieces`] or [`GpuPool::upload_read_ahead`] ([`UploadMethod::StagingRing`]), or into a
-/// per-thread aligned buffer then [`GpuPool::upload_record`] ([`UploadMethod::WriteBuffer`]).
+/// per-thread aligned buffer then [`GpuPool::upload_record`] ([`UploadMethod::WriteBuffer`]). A reader
+/// that checks reads ([`RecordReader::with_checks`]) has each record checked before its load completes.
 #[derive(Debug)]
 pub struct GpuBackend {
     pool: GpuPool,
@@ -787,7 +788,10 @@ impl Backend for GpuBackend {
             return Ok(self.pool.record_bytes);
         }
         let speculation = self.speculation.as_ref();
-        if let Some(held) = speculation.and_then(|s| s.take(key)) {
+        // A guess whose bytes do not match its checksum is read again on demand (checked again there).
+        if let Some(held) =
+            speculation.and_then(|s| s.take(key)).filter(|h| self.reader.matches(key, h.bytes()))
+        {
             self.stage_from_host(slot, record, ring, held.bytes())?;
             return Ok(self.pool.record_bytes);
         }
@@ -800,10 +804,15 @@ impl Backend for GpuBackend {
         let read = |start: usize, dst: &mut [u8]| -> Result<(), BackendError> {
             Ok(reader.read_part_into(key, start, dst, dst.len())?)
         };
-        if reader.is_direct() {
-            // O_DIRECT cannot read into mapped device memory: the pieces land in the record buffer, one read
-            // at a time, each staged and uploaded while the next is read.
-            self.pool.upload_read_ahead(slot, ring, record.as_mut_slice(), read)?;
+        if reader.is_direct() || reader.checks_reads() {
+            // O_DIRECT cannot read into mapped device memory, and checks cannot read it back at speed
+            // (write-combined): the pieces land in the record buffer, one read at a time, each staged and
+            // uploaded while the next is read; the whole record is checked there before the load completes
+            // (a slot is used only then), and read again once when it does not match.
+            reader.with_reread(key, || {
+                self.pool.upload_read_ahead(slot, ring, record.as_mut_slice(), read)?;
+                Ok::<_, BackendError>(reader.matches(key, record.as_slice()))
+            })?;
         } else {
             // Through the page cache, straight into mapped staging memory (one host copy).
             self.host_copy_pieces(slot, ring, read)?;

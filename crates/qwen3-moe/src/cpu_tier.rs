@@ -16,7 +16,7 @@ use diskformer_expert_stream::{
     ExpertKey, HostFetch, HostHandoff, HostRecords, HostStats, LayerPlan, TierConfig, TierPolicy,
 };
 use diskformer_gguf::TensorType;
-use diskformer_store::{ExpertLayout, ExpertMap, ExpertPart, RecordBytes, Region, Store};
+use diskformer_store::{ExpertLayout, ExpertMap, ExpertPart, RecordBytes, RecordChecks, Region, Store};
 
 use crate::{Error, Result};
 
@@ -38,8 +38,10 @@ enum Records {
     /// The records mapped from the page cache (`experts.bin`, or the GGUF when they were not copied).
     Mapped {
         map: Arc<ExpertMap>,
-        /// Per record: whether its pages are mapped in yet (see [`CpuTier::mapped`]).
-        populated: Arc<[AtomicBool]>,
+        /// Per record: whether its pages are mapped in yet, and checked (see [`CpuTier::mapped`]).
+        ready: Arc<[AtomicBool]>,
+        /// The records' checksums, when reads are checked.
+        checks: Option<RecordChecks>,
         /// The thread mapping in the records already in the page cache, and its stop flag.
         mapper: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
     },
@@ -85,7 +87,7 @@ impl CpuTier {
     /// Maps the store's `experts.bin` (or, with `host`, sets up the host tier over it) and starts `threads`
     /// CPU threads (`None`: every core but two) on the best SIMD path the CPU has, multiplying on
     /// Q8_0-quantised inputs when `int8` and the records take them (Q8_0, Q4_0, or Q4_K, Q5_K and Q6_K blocks;
-    /// else f32).
+    /// else f32). With `checks`, every record is checked before it is first computed on.
     pub fn open(
         store: &Store,
         layout: &ExpertLayout,
@@ -93,6 +95,7 @@ impl CpuTier {
         config: TierConfig,
         int8: bool,
         host: Option<HostTier>,
+        checks: Option<RecordChecks>,
     ) -> Result<Self> {
         let ty = match layout.quant_type.as_str() {
             "q8_0" => Some(TensorType::Q8_0),
@@ -107,11 +110,15 @@ impl CpuTier {
         };
         let records = match host {
             Some(host) => {
-                let reader = Arc::new(store.record_reader(true)?);
+                let mut reader = store.record_reader(true)?;
+                if let Some(checks) = checks {
+                    reader = reader.with_checks(checks);
+                }
+                let reader = Arc::new(reader);
                 let records = HostRecords::new(reader, host.budget, host.min_records, host.readers)?;
                 Records::Host(records, host.handoff)
             }
-            None => map_records(store, layout)?,
+            None => map_records(store, layout, checks)?,
         };
         // Two cores are left to the stepping thread (it records the GPU's next commands while the others
         // compute, then joins them), the pool's loaders and the mapping thread: on the H200 (16 cores) 14
@@ -235,7 +242,7 @@ impl CpuTier {
         let mut out = vec![0f32; xn.len()];
         if !matches!(self.records, Records::Host(..)) {
             let records: Vec<RecordBytes<'_>> =
-                ids.iter().map(|&e| self.mapped(ExpertKey::new(layer, e))).collect();
+                ids.iter().map(|&e| self.mapped(ExpertKey::new(layer, e))).collect::<Result<_>>()?;
             let r = self.moe_while(layer, &records, weights, xn, &mut out, meanwhile)?;
             return Ok((out, started.elapsed(), r));
         }
@@ -293,17 +300,25 @@ impl CpuTier {
 
     /// The mapped record of `key`. Its first use maps its pages in one call (`MADV_POPULATE_READ`): touched
     /// one by one, a 5 MB record's 1,220 page faults cost more than reading it (on the H200 the tier then
-    /// read 20 GB/s where its kernels run at 55).
-    fn mapped(&self, key: ExpertKey) -> RecordBytes<'_> {
-        let Records::Mapped { map, populated, .. } = &self.records else {
+    /// read 20 GB/s where its kernels run at 55); and with checks, checks it (once: a page the kernel
+    /// drops and reads again later is not checked again).
+    ///
+    /// # Errors
+    /// [`DamagedRecord`](diskformer_store::Error::DamagedRecord) when it does not match its checksum.
+    fn mapped(&self, key: ExpertKey) -> Result<RecordBytes<'_>> {
+        let Records::Mapped { map, ready, checks, .. } = &self.records else {
             unreachable!("only mapped records are looked up here")
         };
         let l = &self.layout;
         let index = (key.layer * l.n_experts + key.expert) as usize;
-        if !populated[index].swap(true, Ordering::Relaxed) {
-            map.populate(key);
+        if !ready[index].load(Ordering::Acquire) {
+            match checks {
+                Some(checks) => map.check(key, checks)?,
+                None => map.populate(key),
+            }
+            ready[index].store(true, Ordering::Release);
         }
-        map.record(key)
+        Ok(map.record(key))
     }
 
     /// A record of `layer` as its three matrices.
@@ -349,39 +364,53 @@ fn blocks_take_q8(layout: &ExpertLayout) -> bool {
     layout.blocks.is_some() && layout.part_types().all(|ty| ty.is_some_and(takes_quantised_input))
 }
 
-/// Maps the store's expert records (`experts.bin`, or the GGUF's files) and starts the thread mapping in the
-/// records already in the page cache.
-fn map_records(store: &Store, layout: &ExpertLayout) -> Result<Records> {
+/// Maps the store's expert records (`experts.bin`, or the GGUF's files) and starts the thread mapping in (and
+/// with `checks` checking) the records already in the page cache.
+fn map_records(store: &Store, layout: &ExpertLayout, checks: Option<RecordChecks>) -> Result<Records> {
     let map = Arc::new(store.map_experts()?);
-    let populated: Arc<[AtomicBool]> = (0..layout.n_records()).map(|_| AtomicBool::new(false)).collect();
+    let ready: Arc<[AtomicBool]> = (0..layout.n_records()).map(|_| AtomicBool::new(false)).collect();
     let stop = Arc::new(AtomicBool::new(false));
     let mapper = {
-        let (map, populated, stop) = (Arc::clone(&map), Arc::clone(&populated), Arc::clone(&stop));
+        let (map, ready, stop, checks) =
+            (Arc::clone(&map), Arc::clone(&ready), Arc::clone(&stop), checks.clone());
         // Without the thread, each record is mapped in at its first use all the same.
         std::thread::Builder::new()
             .name("cpu-tier-map".into())
-            .spawn(move || map_cached_records(&map, &populated, &stop))
+            .spawn(move || map_cached_records(&map, &ready, checks.as_ref(), &stop))
             .ok()
     };
-    Ok(Records::Mapped { map, populated, mapper: mapper.map(|thread| (thread, stop)) })
+    Ok(Records::Mapped { map, ready, checks, mapper: mapper.map(|thread| (thread, stop)) })
 }
 
 /// Maps in, record by record, every record whose pages are all in the page cache already, so that a
 /// step's first use of a record does not pay for it (1,220 pages a 5 MB record, up to 384 records a
 /// step). A record not cached is left to its first use: mapping it here would read it from the disk, and
 /// a store larger than the host's memory would push out the records in use.
-fn map_cached_records(map: &ExpertMap, populated: &[AtomicBool], stop: &AtomicBool) {
+/// A record that does not match is left to its first use, which reports it.
+fn map_cached_records(
+    map: &ExpertMap,
+    ready: &[AtomicBool],
+    checks: Option<&RecordChecks>,
+    stop: &AtomicBool,
+) {
     let mut resident = Vec::new();
-    for (index, done) in populated.iter().enumerate() {
+    for (index, done) in ready.iter().enumerate() {
         if stop.load(Ordering::Relaxed) {
             return;
         }
         let key = map.layout().key(index);
-        if done.load(Ordering::Relaxed) || !map.cached(key, &mut resident) {
+        if done.load(Ordering::Acquire) || !map.cached(key, &mut resident) {
             continue;
         }
-        if !done.swap(true, Ordering::Relaxed) {
-            map.populate(key);
+        let good = match checks {
+            Some(checks) => map.check(key, checks).is_ok(),
+            None => {
+                map.populate(key);
+                true
+            }
+        };
+        if good {
+            done.store(true, Ordering::Release);
         }
     }
 }

@@ -175,6 +175,12 @@ pub struct EngineOptions {
     /// copied either way. A complete store of the same file made the other way is used as it is
     /// ([`IngestOptions::either_mode`]): delete it, or name another store, to have it made this way.
     pub copy_experts: bool,
+    /// Checks every expert record against the store's checksum where it is read, before anything computes
+    /// on it (default on): each GPU pool load, each host tier read, and each record the CPU tier maps, at
+    /// its first use. A record that does not match is read again once past the page cache, then stops the
+    /// step with [`Error::Store`]'s [`DamagedRecord`](diskformer_store::Error::DamagedRecord) naming it. Off,
+    /// page-cache loads read their pieces in parallel straight into mapped staging memory.
+    pub check_reads: bool,
 }
 
 impl Default for EngineOptions {
@@ -198,6 +204,7 @@ impl Default for EngineOptions {
             int8_decode: false,
             route_ahead: None,
             speculative_reads: 32,
+            check_reads: true,
             cpu_experts: None,
             ram_budget: None,
             cpu_threads: None,
@@ -447,7 +454,11 @@ impl Engine {
         });
         // The disk probe runs once the options are known good (it reads ~0.6 GB); the staging rings are sized
         // by the readers it picks.
-        let reader = store.record_reader(opts.direct_io)?;
+        let checks = opts.check_reads.then(|| store.record_checks()).transpose()?;
+        let mut reader = store.record_reader(opts.direct_io)?;
+        if let Some(checks) = &checks {
+            reader = reader.with_checks(checks.clone());
+        }
         let reader_probe = match opts.readers {
             None if reader.is_direct() => Some(reader.probe_readers(&PROBE_READERS, PROBE_RECORDS)?),
             // The host tier reads with O_DIRECT whatever the pool does.
@@ -637,7 +648,8 @@ impl Engine {
         });
         let cpu_tier = (cpu_experts && !resident)
             .then(|| {
-                CpuTier::open(&store, &experts, opts.cpu_threads, opts.cpu_tiers, opts.int8_decode, host)
+                let (threads, int8) = (opts.cpu_threads, opts.int8_decode);
+                CpuTier::open(&store, &experts, threads, opts.cpu_tiers, int8, host, checks.clone())
             })
             .transpose()?;
         let kernels = Kernels::new(&ctx);

@@ -55,6 +55,19 @@ impl Store {
     /// [`Error::ChecksumMismatch`] naming the first tensor that does not match; [`Error::BadManifest`] for a
     /// manifest without a checksum for each.
     pub fn check_dense(&self, map: &DenseMap) -> Result<()> {
+        match self.damaged_dense(map)?.first() {
+            Some(&t) => Err(Error::ChecksumMismatch {
+                what: format!("dense tensor {:?}", self.layout().dense[t].name),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The dense tensors (indexes into the layout's) whose bytes in `map` do not match their checksums.
+    ///
+    /// # Errors
+    /// [`Error::BadManifest`] for a manifest without a checksum for each.
+    pub fn damaged_dense(&self, map: &DenseMap) -> Result<Vec<usize>> {
         let (tensors, sums) = (self.layout().dense.len(), self.manifest().dense_checksums.len());
         if tensors != sums {
             return Err(Error::BadManifest {
@@ -62,16 +75,17 @@ impl Store {
                 what: format!("it has {sums} dense checksums for {tensors} tensors; ingest again"),
             });
         }
-        for (t, &want) in self.layout().dense.iter().zip(&self.manifest().dense_checksums) {
-            let hashes: Vec<u64> = match map.planes(&t.data) {
-                Some((q, s)) => vec![part_hash(q), part_hash(s)],
-                None => vec![part_hash(map.raw(&t.data).expect("raw or planes"))],
-            };
-            if combine(&hashes) != want {
-                return Err(Error::ChecksumMismatch { what: format!("dense tensor {:?}", t.name) });
-            }
-        }
-        Ok(())
+        let tensors = self.layout().dense.iter().zip(&self.manifest().dense_checksums).enumerate();
+        Ok(tensors
+            .filter(|(_, (t, want))| {
+                let hashes: Vec<u64> = match map.planes(&t.data) {
+                    Some((q, s)) => vec![part_hash(q), part_hash(s)],
+                    None => vec![part_hash(map.raw(&t.data).expect("raw or planes"))],
+                };
+                combine(&hashes) != **want
+            })
+            .map(|(i, _)| i)
+            .collect())
     }
 }
 

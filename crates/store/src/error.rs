@@ -97,6 +97,14 @@ pub enum Error {
         /// What is wrong.
         what: String,
     },
+    /// A repair was given another GGUF than the store was made from.
+    #[error("{path} is not the GGUF the store was made from ({what}); repair it from that file")]
+    NotTheSource {
+        /// The file given.
+        path: PathBuf,
+        /// What differs.
+        what: String,
+    },
     /// The source does not match the size or sha256 it was pinned to.
     #[error("source {path} does not match its pin: {what}; check you have the right file")]
     PinMismatch {
@@ -154,10 +162,28 @@ pub enum Error {
         expected: u64,
     },
     /// A record or tensor does not match its checksum.
-    #[error("{what} does not match its checksum; the store is damaged, re-ingest it")]
+    #[error(
+        "{what} does not match its checksum; the store is damaged: `ingest GGUF --repair STORE` rewrites what is \
+         damaged from the GGUF it was made from (or ingest it again)"
+    )]
     ChecksumMismatch {
         /// The record (`expert record (layer 3, expert 17)`) or tensor (`dense tensor "output.weight"`).
         what: String,
+    },
+    /// An expert record read twice (the second time past the page cache where it can be) did not match its
+    /// checksum either time.
+    #[error(
+        "expert record (layer {layer}, expert {expert}) read from {file} does not match its checksum, read twice; {what}"
+    )]
+    DamagedRecord {
+        /// Layer.
+        layer: u32,
+        /// Expert.
+        expert: u32,
+        /// The file it was read from (the first of its parts' files in a GGUF).
+        file: PathBuf,
+        /// What to do.
+        what: &'static str,
     },
     /// A record read returned fewer bytes than the record has.
     #[error(

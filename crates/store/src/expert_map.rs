@@ -5,7 +5,10 @@ use std::fs::File;
 
 use memmap2::Mmap;
 
-use crate::{Error, ExpertKey, ExpertLayout, ExpertPart, ExpertsInGguf, Result, Store};
+use std::path::PathBuf;
+
+use crate::record_checks::{damaged, drop_cached};
+use crate::{Error, ExpertKey, ExpertLayout, ExpertPart, ExpertsInGguf, RecordChecks, Result, Store};
 
 /// A record's bytes as mapped: whole (`experts.bin`), or its three parts (in the GGUF).
 #[derive(Clone, Copy, Debug)]
@@ -36,6 +39,8 @@ impl<'a> RecordBytes<'a> {
 #[derive(Debug)]
 pub struct ExpertMap {
     maps: Vec<Mmap>,
+    /// The files mapped, open (to drop a damaged record's pages from the page cache), and their paths.
+    files: Vec<(File, PathBuf)>,
     layout: ExpertLayout,
     in_gguf: Option<ExpertsInGguf>,
 }
@@ -57,21 +62,24 @@ impl Store {
             Some(g) => g.files.iter().map(|f| f.path.clone()).collect(),
             None => vec![self.experts_path()],
         };
-        let maps = paths
+        let files = paths
+            .into_iter()
+            .map(|path| Ok((File::open(&path).map_err(Error::io(&path))?, path)))
+            .collect::<Result<Vec<_>>>()?;
+        let maps = files
             .iter()
-            .map(|path| {
-                let file = File::open(path).map_err(Error::io(path))?;
+            .map(|(file, path)| {
                 // Safety: a complete store's files, and the GGUF it reads in place (checked unchanged at
                 // open), are not rewritten while the store is in use; a file truncated under the mapping by
                 // another process would fault, as any reader of the store would fail.
-                unsafe { Mmap::map(&file) }.map_err(Error::io(path))
+                unsafe { Mmap::map(file) }.map_err(Error::io(path))
             })
             .collect::<Result<Vec<_>>>()?;
         if in_gguf.is_none() && (maps[0].len() as u64) < layout.file_bytes() {
-            let (path, size, expected) = (paths[0].clone(), maps[0].len() as u64, layout.file_bytes());
+            let (path, size, expected) = (files[0].1.clone(), maps[0].len() as u64, layout.file_bytes());
             return Err(Error::WrongFileSize { path, size, expected });
         }
-        Ok(ExpertMap { maps, layout, in_gguf })
+        Ok(ExpertMap { maps, files, layout, in_gguf })
     }
 }
 
@@ -101,6 +109,38 @@ impl ExpertMap {
             #[cfg(not(target_os = "linux"))]
             let _ = (map, offset, len);
         }
+    }
+
+    /// Maps in the record of `key` ([`populate`](Self::populate)) and checks it against `checks`; when it does
+    /// not match, drops its pages from this mapping and the page cache, so that they are read from the disk
+    /// again (a transient fault), and checks it once more.
+    ///
+    /// # Errors
+    /// [`Error::DamagedRecord`] naming the record and its (first) file when the second check fails too.
+    pub fn check(&self, key: ExpertKey, checks: &RecordChecks) -> Result<()> {
+        let matches = || match self.record(key) {
+            RecordBytes::Whole(record) => checks.matches(key, record),
+            RecordBytes::Parts(parts) => checks.matches_blocks(key, parts),
+        };
+        self.populate(key);
+        if matches() {
+            return Ok(());
+        }
+        for (map, offset, len) in self.ranges(key) {
+            // Safety: read-only shared file mappings: dropping their pages makes the next access fault them
+            // in from the file again; nothing borrows these pages across this call but the checks above.
+            #[cfg(target_os = "linux")]
+            let _ = unsafe {
+                self.maps[map].unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len)
+            };
+            drop_cached(&self.files[map].0, offset as u64, len as u64);
+        }
+        self.populate(key);
+        if matches() {
+            return Ok(());
+        }
+        let first = self.ranges(key)[0].0;
+        Err(damaged(key, self.files[first].1.clone(), self.in_gguf.is_some()))
     }
 
     /// Whether every page of the record of `key` is in the page cache (`mincore`; `false` where it cannot

@@ -94,7 +94,7 @@ pub struct IngestSummary {
 
 /// Which store file a segment writes.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Target {
+pub(crate) enum Target {
     Dense,
     Experts,
     /// Hashed for the record checksums, not written: experts read in place from the GGUF.
@@ -103,14 +103,14 @@ enum Target {
 
 /// Which part hash a destination range feeds.
 #[derive(Clone, Copy, Debug)]
-enum PartRef {
+pub(crate) enum PartRef {
     Record { record: usize, part: usize },
     Dense { tensor: usize, part: usize },
 }
 
 /// A contiguous source range and where its bytes go.
 #[derive(Clone, Debug)]
-struct Segment {
+pub(crate) struct Segment {
     source: Region,
     target: Target,
     /// Q8_0/Q4_0: split into planes; None: copied as it is.
@@ -121,9 +121,21 @@ struct Segment {
     second: Option<(u64, PartRef)>,
 }
 
+impl Segment {
+    /// The record or dense tensor the segment writes a part of.
+    pub(crate) fn part(&self) -> PartRef {
+        self.first.1
+    }
+
+    /// The segment hashed for its part hashes, written nowhere.
+    pub(crate) fn hashed_only(&self) -> Segment {
+        Segment { target: Target::Nowhere, ..self.clone() }
+    }
+}
+
 /// Every source range the store takes, in source order (the experts' to `Target::Nowhere` when they stay in
 /// the GGUF).
-fn segments(src: &Source, layout: &Layout, in_gguf: bool) -> Vec<Segment> {
+pub(crate) fn segments(src: &Source, layout: &Layout, in_gguf: bool) -> Vec<Segment> {
     let mut out = Vec::new();
     let tensors = || src.header.tensors.iter().zip(&src.data_at);
     for (tensor, ((info, &at), dense)) in
@@ -208,7 +220,7 @@ fn experts_in_gguf(src: &Source) -> ExpertsInGguf {
 
 /// The part hashes of a store not yet written: none, but for records of blocks the three empty scale parts,
 /// which no segment writes.
-fn fresh_record_parts(experts: Option<&crate::ExpertLayout>) -> Vec<Option<u64>> {
+pub(crate) fn fresh_record_parts(experts: Option<&crate::ExpertLayout>) -> Vec<Option<u64>> {
     let Some(x) = experts else { return Vec::new() };
     let empty = x.blocks.is_some().then(|| Xxh3::new().digest());
     (0..x.n_records()).flat_map(|_| [None, None, empty, empty, None, empty]).collect()
@@ -374,15 +386,8 @@ pub fn ingest(
 
     let segs = segments(&src, &manifest.layout, in_gguf);
     src.advise_sequential();
-    let (sha, buf) = ShaWorker::start(state.sha256.clone(), opts.chunk_bytes.max(4096));
-    let mut writer = SegmentWriter {
-        source: &src,
-        dense: (&dense_file, &paths[1]),
-        experts: (&experts_file, &paths[2]),
-        buf,
-        planes: Vec::new(),
-        sha,
-    };
+    let files = [(&dense_file, &paths[1]), (&experts_file, &paths[2])];
+    let mut writer = SegmentWriter::new(&src, files, state.sha256.clone(), opts.chunk_bytes);
     let run_start = state.source_offset;
     let mut last_checkpoint = state.source_offset;
     let report = |state: &Checkpoint, progress: &mut dyn FnMut(&Progress)| {
@@ -445,7 +450,7 @@ pub fn ingest(
 }
 
 /// Reads source ranges, splits them and writes them to the store files.
-struct SegmentWriter<'a> {
+pub(crate) struct SegmentWriter<'a> {
     source: &'a Source,
     dense: (&'a File, &'a PathBuf),
     experts: (&'a File, &'a PathBuf),
@@ -454,7 +459,19 @@ struct SegmentWriter<'a> {
     sha: ShaWorker,
 }
 
-impl SegmentWriter<'_> {
+impl<'a> SegmentWriter<'a> {
+    /// A writer of `source`'s segments into `[dense, experts]` (file, path), hashing the source on from
+    /// `sha256` in chunks of `chunk_bytes`.
+    pub(crate) fn new(
+        source: &'a Source,
+        [dense, experts]: [(&'a File, &'a PathBuf); 2],
+        sha256: Sha256State,
+        chunk_bytes: usize,
+    ) -> Self {
+        let (sha, buf) = ShaWorker::start(sha256, chunk_bytes.max(4096));
+        SegmentWriter { source, dense, experts, buf, planes: Vec::new(), sha }
+    }
+
     fn read(&mut self, offset: u64, len: usize) -> Result<()> {
         self.source.read_exact_at(&mut self.buf[..len], offset)
     }
@@ -479,7 +496,7 @@ impl SegmentWriter<'_> {
         file.write_all_at(bytes, offset).map_err(Error::io(path))
     }
 
-    fn segment(
+    pub(crate) fn segment(
         &mut self,
         seg: &Segment,
         state: &mut Checkpoint,

@@ -54,6 +54,8 @@ mod ingest;
 mod layout;
 mod manifest;
 mod probe;
+mod record_checks;
+mod repair;
 mod source;
 mod store;
 
@@ -71,4 +73,6 @@ pub use layout::{
 };
 pub use manifest::{Checkpoint, FORMAT, FORMAT_VERSION, MANIFEST, Manifest, SourceInfo};
 pub use probe::{ReaderProbe, ThreadsRate};
+pub use record_checks::RecordChecks;
+pub use repair::{RepairSummary, repair};
 pub use store::{BUFFER_ALIGN, ReadActivity, RecordBuf, RecordReader, Store, part_bytes};

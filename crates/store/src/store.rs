@@ -9,10 +9,12 @@ use std::time::{Duration, Instant};
 
 use diskformer_gguf::Header;
 
-use crate::checksum::{combine, part_hash};
 use crate::ingest::{DENSE_FILE, EXPERTS_FILE, HEADER_FILE};
 use crate::manifest::Manifest;
-use crate::{DenseData, Error, ExpertKey, ExpertLayout, ExpertsInGguf, Layout, Result};
+use crate::record_checks::{damaged, drop_cached};
+use crate::{
+    DenseData, Error, ExpertKey, ExpertLayout, ExpertPart, ExpertsInGguf, Layout, RecordChecks, Result,
+};
 
 /// A complete store, opened read-only.
 #[derive(Debug)]
@@ -152,26 +154,31 @@ impl Store {
     /// [`Error::ChecksumMismatch`] naming the tensor or record, or [`Error::Io`].
     pub fn verify(&self) -> Result<()> {
         self.check_dense(&self.map_dense()?)?;
-        let layout = self.layout();
-        if let Some(x) = &layout.experts {
-            let reader = self.record_reader(false)?;
-            let mut buf = RecordBuf::new(x.record_bytes as usize);
-            for (i, &want) in self.manifest.record_checksums.iter().enumerate() {
-                let key = x.key(i);
-                reader.read(key, &mut buf)?;
-                let hashes: Vec<u64> = x
-                    .record_parts(key.layer)
-                    .iter()
-                    .map(|p| part_hash(&buf.as_slice()[p.offset as usize..p.end() as usize]))
-                    .collect();
-                if combine(&hashes) != want {
-                    return Err(Error::ChecksumMismatch {
-                        what: format!("expert record (layer {}, expert {})", key.layer, key.expert),
-                    });
-                }
+        match self.damaged_records()?.first() {
+            Some(key) => Err(Error::ChecksumMismatch {
+                what: format!("expert record (layer {}, expert {})", key.layer, key.expert),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Reads every expert record once and returns those that do not match their checksums.
+    ///
+    /// # Errors
+    /// [`Error::Io`] or [`Error::ShortRead`] from the reads; [`Error::BadManifest`] without a checksum for
+    /// each record.
+    pub fn damaged_records(&self) -> Result<Vec<ExpertKey>> {
+        let Some(x) = &self.layout().experts else { return Ok(Vec::new()) };
+        let (reader, checks) = (self.record_reader(false)?, self.record_checks()?);
+        let mut buf = RecordBuf::new(x.record_bytes as usize);
+        let mut damaged = Vec::new();
+        for key in (0..x.n_records()).map(|i| x.key(i)) {
+            reader.read(key, &mut buf)?;
+            if !checks.matches(key, buf.as_slice()) {
+                damaged.push(key);
             }
         }
-        Ok(())
+        Ok(damaged)
     }
 
     /// A reader of expert records; with `direct`, O_DIRECT is used where the file system supports it and
@@ -192,7 +199,13 @@ impl Store {
                 .map(|i| File::open(in_gguf.path(i)).map_err(Error::io(in_gguf.path(i))))
                 .collect::<Result<Vec<_>>>()?;
             let backing = Backing::InGguf { files, in_gguf: in_gguf.clone() };
-            return Ok(RecordReader { backing, layout, direct: false, activity: Mutex::default() });
+            return Ok(RecordReader {
+                backing,
+                layout,
+                direct: false,
+                checks: None,
+                activity: Mutex::default(),
+            });
         }
         let path = self.dir.join(EXPERTS_FILE);
         let mut direct_active = false;
@@ -212,16 +225,20 @@ impl Store {
             File::open(&path).map_err(Error::io(&path))?
         };
         let backing = Backing::Records { file, path };
-        Ok(RecordReader { backing, layout, direct: direct_active, activity: Mutex::default() })
+        Ok(RecordReader { backing, layout, direct: direct_active, checks: None, activity: Mutex::default() })
     }
 }
 
-/// Reads expert records with `pread`; shareable across reader threads (`&self`).
+/// Reads expert records with `pread`; shareable across reader threads (`&self`). With
+/// [`with_checks`](RecordReader::with_checks), [`read`](RecordReader::read) checks each record against its
+/// checksum, and callers that assemble a record from parts check it with
+/// [`with_reread`](RecordReader::with_reread).
 #[derive(Debug)]
 pub struct RecordReader {
     backing: Backing,
     layout: ExpertLayout,
     direct: bool,
+    checks: Option<RecordChecks>,
     activity: Mutex<Activity>,
 }
 
@@ -234,6 +251,8 @@ pub struct ReadActivity {
     pub busy: Duration,
     /// Bytes read.
     pub bytes: u64,
+    /// Records read again after their bytes did not match their checksum.
+    pub rereads: u64,
 }
 
 #[derive(Debug, Default)]
@@ -263,6 +282,73 @@ pub fn part_bytes(record_bytes: usize, parts: usize) -> usize {
 }
 
 impl RecordReader {
+    /// Checks every record [`read`](Self::read) reads, and those checked with
+    /// [`with_reread`](Self::with_reread), against `checks`.
+    pub fn with_checks(mut self, checks: RecordChecks) -> Self {
+        self.checks = Some(checks);
+        self
+    }
+
+    /// Whether reads are checked.
+    pub fn checks_reads(&self) -> bool {
+        self.checks.is_some()
+    }
+
+    /// Whether `record` (a record of `key`, at least a record long) matches its checksum; `true` when reads
+    /// are not checked.
+    pub fn matches(&self, key: ExpertKey, record: &[u8]) -> bool {
+        self.checks.as_ref().is_none_or(|c| c.matches(key, record))
+    }
+
+    /// Runs `attempt`, a read of the record of `key` that returns whether its bytes
+    /// [`match`](Self::matches); when they do not, drops the record's pages from the page cache (so that a
+    /// fault on the way from the disk is read again, not served from memory) and runs it once more.
+    ///
+    /// # Errors
+    /// `attempt`'s error, or [`Error::DamagedRecord`] naming the record and its file when the second read
+    /// does not match either.
+    pub fn with_reread<E: From<Error>>(
+        &self,
+        key: ExpertKey,
+        mut attempt: impl FnMut() -> Result<bool, E>,
+    ) -> Result<(), E> {
+        if attempt()? {
+            return Ok(());
+        }
+        self.forget(key);
+        self.activity.lock().unwrap_or_else(PoisonError::into_inner).done.rereads += 1;
+        if attempt()? {
+            return Ok(());
+        }
+        let (file, in_gguf) = match &self.backing {
+            Backing::Records { path, .. } => (path.clone(), false),
+            Backing::InGguf { in_gguf, .. } => {
+                (in_gguf.path(in_gguf.locate(key, ExpertPart::Gate).0).to_owned(), true)
+            }
+        };
+        Err(damaged(key, file, in_gguf).into())
+    }
+
+    /// Drops the pages of the record of `key` from the page cache where the kernel lets it (clean pages no
+    /// other mapping pins); best effort.
+    fn forget(&self, key: ExpertKey) {
+        let ranges: Vec<(&File, u64, u64)> = match &self.backing {
+            Backing::Records { file, .. } => {
+                vec![(file, self.layout.record_offset(key), self.layout.record_bytes)]
+            }
+            Backing::InGguf { files, in_gguf } => ExpertPart::ALL
+                .iter()
+                .map(|&p| {
+                    let (f, at, len) = in_gguf.locate(key, p);
+                    (&files[f], at, len)
+                })
+                .collect(),
+        };
+        for (file, offset, len) in ranges {
+            drop_cached(file, offset, len);
+        }
+    }
+
     /// Whether reads bypass the page cache.
     pub fn is_direct(&self) -> bool {
         self.direct
@@ -278,7 +364,7 @@ impl RecordReader {
     pub fn activity(&self) -> ReadActivity {
         let a = self.activity.lock().unwrap_or_else(PoisonError::into_inner);
         let running = a.since.map_or(Duration::ZERO, |t| t.elapsed());
-        ReadActivity { busy: a.done.busy + running, bytes: a.done.bytes }
+        ReadActivity { busy: a.done.busy + running, ..a.done }
     }
 
     /// Zeroes the activity (a read in flight counts from now).
@@ -310,12 +396,17 @@ impl RecordReader {
         out
     }
 
-    /// Reads the record of `key` into `buf` (at least one record long).
+    /// Reads the record of `key` into `buf` (at least one record long); with checks, reads it again when it
+    /// does not match its checksum ([`with_reread`](Self::with_reread)).
     ///
     /// # Errors
-    /// [`Error::NoSuchRecord`], [`Error::BadBuffer`], [`Error::ShortRead`] naming the record, or [`Error::Io`].
+    /// [`Error::NoSuchRecord`], [`Error::BadBuffer`], [`Error::ShortRead`] naming the record,
+    /// [`Error::DamagedRecord`], or [`Error::Io`].
     pub fn read(&self, key: ExpertKey, buf: &mut RecordBuf) -> Result<()> {
-        self.read_into(key, buf.as_mut_slice())
+        self.with_reread(key, || {
+            self.read_into(key, buf.as_mut_slice())?;
+            Ok(self.matches(key, buf.as_slice()))
+        })
     }
 
     /// Reads the record of `key` into the first record's bytes of `dst`: any memory (mapped GPU staging, so a

@@ -61,10 +61,81 @@ fn verify_names_a_flipped_byte() {
     );
 }
 
+/// Flips a bit of the byte at `at` in place (the file's inode and length kept: readers and maps open on it
+/// see the change).
 fn flip(path: &std::path::Path, at: u64) {
-    let mut bytes = std::fs::read(path).unwrap();
-    bytes[at as usize] ^= 0x40;
-    std::fs::write(path, bytes).unwrap();
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let mut byte = [0u8];
+    file.read_exact_at(&mut byte, at).unwrap();
+    file.write_all_at(&[byte[0] ^ 0x40], at).unwrap();
+}
+
+/// With checks, a record whose bytes do not match its checksum is read again once (past the page cache),
+/// then refused, naming the record, its file and what to do; the other records still read, and a reader
+/// without checks reads the damaged bytes as they are. In place, the bytes are the GGUF's: the record read
+/// whole and its three mapped slices are checked alike.
+#[test]
+fn checked_reads_refuse_a_damaged_record_naming_it() {
+    use diskformer_store::ExpertPart;
+    for (name, shape, copy_experts) in
+        [("copied", Shape::small(), true), ("in-gguf", Shape::small_k_quant(), false)]
+    {
+        let dir = TempDir::new(&format!("checked-{name}"));
+        let src = write_model(dir.path(), "m.gguf", &shape, 1);
+        ingest(
+            &src,
+            &dir.path().join("s"),
+            &IngestOptions { copy_experts, ..IngestOptions::default() },
+            &mut |_| {},
+        )
+        .unwrap();
+        let store = Store::open(dir.path().join("s")).unwrap();
+        let checks = store.record_checks().unwrap();
+        let reader = store.record_reader(false).unwrap().with_checks(checks.clone());
+        let plain = store.record_reader(false).unwrap();
+        assert!(reader.checks_reads() && !plain.checks_reads());
+        let map = store.map_experts().unwrap();
+        let x = store.layout().experts.clone().unwrap();
+        let mut buf = RecordBuf::new(x.record_bytes as usize);
+        let key = ExpertKey { layer: 1, expert: 2 };
+        let (file, at) = match store.experts_in_gguf() {
+            None => (dir.path().join("s/experts.bin"), x.record_offset(key) + x.record_bytes / 2),
+            Some(g) => {
+                let (file, at, len) = g.locate(key, ExpertPart::Up);
+                (g.path(file).to_owned(), at + len / 3)
+            }
+        };
+        let mapped_matches = || match map.record(key) {
+            diskformer_store::RecordBytes::Whole(r) => checks.matches(key, r),
+            diskformer_store::RecordBytes::Parts(p) => checks.matches_blocks(key, p),
+        };
+        reader.read(key, &mut buf).unwrap();
+        assert!(mapped_matches(), "{name}");
+        flip(&file, at);
+        let err = reader.read(key, &mut buf).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(&err, Error::DamagedRecord { layer: 1, expert: 2, file: f, .. } if *f == file),
+            "{name}: {err:?}"
+        );
+        let what = if copy_experts { "--repair STORE" } else { "download it again" };
+        assert!(text.contains("read twice") && text.contains(what), "{name}: {text}");
+        assert_eq!(reader.activity().rereads, 1, "{name}");
+        assert!(!mapped_matches(), "{name}: the mapped record is damaged too");
+        let mapped = map.check(key, &checks).unwrap_err();
+        assert!(matches!(&mapped, Error::DamagedRecord { file: f, .. } if *f == file), "{name}: {mapped:?}");
+        map.check(ExpertKey { layer: 1, expert: 1 }, &checks).unwrap();
+        plain.read(key, &mut buf).unwrap();
+        assert!(!checks.matches(key, buf.as_slice()), "{name}");
+        reader.read(ExpertKey { layer: 1, expert: 1 }, &mut buf).unwrap();
+        reader.read(ExpertKey { layer: 0, expert: 2 }, &mut buf).unwrap();
+        assert!(!checks.matches(ExpertKey { layer: 2, expert: 0 }, buf.as_slice()), "a key past the model");
+        flip(&file, at);
+        reader.read(key, &mut buf).unwrap();
+        assert!(mapped_matches(), "{name}");
+        map.check(key, &checks).unwrap();
+    }
 }
 
 #[test]
