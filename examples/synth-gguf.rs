@@ -18,7 +18,8 @@ use diskformer::qwen3_moe::synthetic::{SynthFtype, SynthShape, SynthSpec, SynthV
 /// Write a synthetic qwen3moe GGUF (random weights: for tests and benchmarks only).
 #[derive(Parser)]
 struct Args {
-    /// Model shape: tiny, qwen3-30b-a3b, qwen3-coder-30b-a3b or qwen3-235b-a22b.
+    /// Model shape: tiny, qwen3-30b-a3b, qwen3-coder-30b-a3b or qwen3-235b-a22b (qwen3moe), or
+    /// qwen35moe-tiny (every tensor F32; only --layers and --seed apply).
     #[arg(long, default_value = "tiny")]
     shape: String,
     /// Output path.
@@ -66,6 +67,9 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.shape == "qwen35moe-tiny" {
+        return qwen35moe_tiny(&args);
+    }
     let mut shape = SynthShape::named(&args.shape).ok_or_else(|| {
         anyhow::anyhow!("unknown shape {:?}; use one of {:?}", args.shape, SynthShape::NAMES)
     })?;
@@ -109,5 +113,19 @@ fn main() -> anyhow::Result<()> {
     let n = write_synthetic(&spec, &args.out)?;
     let secs = started.elapsed().as_secs_f64();
     println!("wrote {} ({:.3} GB in {:.1} s)", args.out.display(), n as f64 / 1e9, secs);
+    Ok(())
+}
+
+/// A tiny qwen35moe model (`qwen35moe::synthetic::Shape::tiny`), every tensor F32.
+fn qwen35moe_tiny(args: &Args) -> anyhow::Result<()> {
+    use diskformer::qwen3_moe::qwen35moe::synthetic::{Shape, write};
+    let others = [args.hidden, args.heads, args.kv_heads, args.head_dim, args.experts, args.top_k, args.ffn];
+    if others.iter().any(Option::is_some) || args.vocab_from.is_some() || args.ftype != "q8_0" {
+        anyhow::bail!("only --layers and --seed apply to qwen35moe-tiny");
+    }
+    let mut shape = Shape::tiny();
+    shape.layers = args.layers.unwrap_or(shape.layers);
+    let n = write(&shape, args.seed, &args.out)?;
+    println!("wrote {} ({:.3} MB, qwen35moe)", args.out.display(), n as f64 / 1e6);
     Ok(())
 }

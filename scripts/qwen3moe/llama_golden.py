@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Record llama.cpp's greedy output for a tiny qwen3moe GGUF as a golden file.
+"""Record llama.cpp's greedy output for a tiny qwen3moe or qwen35moe GGUF as a golden file.
 
 Usage:
   llama_golden.py MODEL.gguf --ids 1,2,3 -n 32 --top 5 --out golden.json [--keep-twin PATH]
@@ -198,6 +198,117 @@ def reference_router_margins(model: str, prompt: list, ids: list, tops: list) ->
     return margins
 
 
+def reference_router_margins_qwen35moe(model: str, prompt: list, ids: list, tops: list) -> list:
+    """As reference_router_margins, for qwen35moe (../shared/QWEN35MOE.md section 3): Gated DeltaNet layers
+    (projections, causal conv over the saved inputs, SiLU, L2-normalised q/k, the delta rule per v head with
+    q/k head h mod H_k, the gated RMSNorm, the output projection) and gated attention layers (per-head
+    [q | gate] rows, q/k norms, partial NeoX RoPE on the first R dims with IMROPE's sections, sigmoid gate),
+    softmax top-k routed experts plus the sigmoid-gated shared expert; one token at a time, float64."""
+    r = GGUFReader(model)
+    W = {t.name: as_f32(t).astype(np.float64) for t in r.tensors}
+    f = lambda k, d=None: r.fields["qwen35moe." + k].contents() if "qwen35moe." + k in r.fields else d
+    L, NH, E = f("block_count"), f("attention.head_count"), f("embedding_length")
+    NKV, HD = f("attention.head_count_kv", NH), f("attention.key_length", E // NH)
+    R, sec, base = f("rope.dimension_count", HD), list(f("rope.dimension_sections")), f("rope.freq_base", 1e4)
+    K, eps, interval = f("expert_used_count"), f("attention.layer_norm_rms_epsilon"), f("full_attention_interval", 4)
+    KC, S, HK, HV = f("ssm.conv_kernel"), f("ssm.state_size"), f("ssm.group_count"), f("ssm.time_step_rank")
+    KD, VD = HK * S, HV * S
+    rms = lambda x, w: x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+    sig = lambda x: 1 / (1 + np.exp(-x))
+    silu = lambda x: x * sig(x)
+    recurrent = [(i + 1) % interval != 0 for i in range(L)]
+
+    def rotates(i):
+        s_ = i % sum(sec)
+        return s_ < 3 * sec[s_ % 3]
+
+    def rope(x, pos):  # x [heads, HD]
+        x = x.copy()
+        for i in range(R // 2):
+            if rotates(i):
+                th = pos * base ** (-2 * i / R)
+                a, b = x[:, i].copy(), x[:, i + R // 2].copy()
+                x[:, i], x[:, i + R // 2] = a * np.cos(th) - b * np.sin(th), a * np.sin(th) + b * np.cos(th)
+        return x
+
+    def forward(toks):
+        gaps = []
+        kv = {l: ([], []) for l in range(L)}
+        conv = {l: np.zeros((KC - 1, 2 * KD + VD)) for l in range(L)}
+        M = {l: np.zeros((HV, S, S)) for l in range(L)}
+        for pos, tok in enumerate(toks):
+            x = W["token_embd.weight"][tok].copy()
+            for l in range(L):
+                w = lambda n: W[f"blk.{l}.{n}.weight"]
+                a = rms(x, w("attn_norm"))
+                if recurrent[l]:
+                    X, z = w("attn_qkv") @ a, w("attn_gate") @ a
+                    beta = sig(w("ssm_beta") @ a)
+                    al = w("ssm_alpha") @ a + W[f"blk.{l}.ssm_dt.bias"]
+                    gamma = W[f"blk.{l}.ssm_a"] * np.where(al > 20, al, np.log1p(np.exp(np.minimum(al, 20))))
+                    win = np.vstack([conv[l], X[None]])  # [KC, C], oldest first
+                    u = silu((win.T * w("ssm_conv1d")).sum(-1))
+                    conv[l] = win[1:]
+                    q = u[:KD].reshape(HK, S)
+                    k = u[KD:2 * KD].reshape(HK, S)
+                    v = u[2 * KD:].reshape(HV, S)
+                    q = q / np.sqrt((q * q).sum(-1, keepdims=True) + eps)
+                    k = k / np.sqrt((k * k).sum(-1, keepdims=True) + eps)
+                    y = []
+                    for h in range(HV):
+                        j = h % HK
+                        M[l][h] *= np.exp(gamma[h])
+                        delta = beta[h] * (v[h] - M[l][h] @ k[j])
+                        M[l][h] += np.outer(delta, k[j])
+                        o = M[l][h] @ q[j] / np.sqrt(S)
+                        y.append(rms(o, w("ssm_norm")) * silu(z[h * S:(h + 1) * S]))
+                    x = x + w("ssm_out") @ np.concatenate(y)
+                else:
+                    qg = (w("attn_q") @ a).reshape(NH, 2 * HD)
+                    q = rope(rms(qg[:, :HD], w("attn_q_norm")), pos)
+                    g = qg[:, HD:]
+                    k = rope(rms((w("attn_k") @ a).reshape(NKV, HD), w("attn_k_norm")), pos)
+                    v = (w("attn_v") @ a).reshape(NKV, HD)
+                    kv[l][0].append(k)
+                    kv[l][1].append(v)
+                    Ks, Vs = np.stack(kv[l][0]), np.stack(kv[l][1])  # [T, NKV, HD]
+                    o = np.zeros((NH, HD))
+                    for h in range(NH):
+                        j = h // (NH // NKV)
+                        sc = Ks[:, j] @ q[h] / np.sqrt(HD)
+                        p = np.exp(sc - sc.max())
+                        o[h] = (p / p.sum()) @ Vs[:, j]
+                    x = x + w("attn_output") @ (o * sig(g)).reshape(-1)
+                uu = rms(x, w("post_attention_norm"))
+                gl = w("ffn_gate_inp") @ uu
+                if pos == len(toks) - 1:
+                    srt = -np.sort(-gl)
+                    gaps.append(srt[K - 1] - srt[K])
+                pr = np.exp(gl - gl.max())
+                pr /= pr.sum()
+                top = np.argsort(-pr, kind="stable")[:K]
+                out = np.zeros(E)
+                for e, wt in zip(top, pr[top] / max(pr[top].sum(), 6.103515625e-5)):
+                    ga, up = w("ffn_gate_exps")[e] @ uu, w("ffn_up_exps")[e] @ uu
+                    out += wt * (w("ffn_down_exps")[e] @ (silu(ga) * up))
+                ga, up = w("ffn_gate_shexp") @ uu, w("ffn_up_shexp") @ uu
+                out += sig(w("ffn_gate_inp_shexp") @ uu) * (w("ffn_down_shexp") @ (silu(ga) * up))
+                x = x + out
+        head = W.get("output.weight", W["token_embd.weight"])
+        return head @ rms(x, W["output_norm.weight"]), min(gaps)
+
+    toks, margins = list(prompt), []
+    for step, want in enumerate(ids):
+        lg, gap = forward(toks)
+        lp = lg - lg.max() - np.log(np.exp(lg - lg.max()).sum())
+        worst = max(abs(lp[e["id"]] - e["logprob"]) for e in tops[step])
+        if worst > 1e-5:
+            sys.exit(f"step {step}: llama.cpp and the numpy reference differ by {worst:.2e} in log-probability")
+        margins.append(float(gap))
+        toks.append(want)
+    return margins
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
@@ -232,7 +343,9 @@ def main():
         ap.error("--ids and --out are required unless --check-twin")
     prompt = [int(x) for x in args.ids.split(",") if x.strip()]
     version, ids, tops, margins = run_llama(twin, prompt, args.n, args.top, args.seed)
-    router_margins = reference_router_margins(args.model, prompt, ids, tops)
+    arch = GGUFReader(args.model).fields["general.architecture"].contents()
+    reference = reference_router_margins_qwen35moe if arch == "qwen35moe" else reference_router_margins
+    router_margins = reference(args.model, prompt, ids, tops)
     out = {
         "generator": f"llama-cpp-python {version} (llama.cpp via PyPI), F32 twin, F32 KV, flash attention off",
         "llama_cpp_python": version,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Writes the tiny qwen3moe fixtures with our GGUF writer (examples/synth-gguf; `--ftype q4_k_m`: random
+# Writes the tiny qwen3moe (and qwen35moe) fixtures with our GGUF writer (examples/synth-gguf; `--ftype q4_k_m`: random
 # K-quant blocks, each tensor of the type llama.cpp's quantizer gives it; `uniform-TYPE`: every matrix TYPE) and records llama.cpp's
 # greedy output on their F32 twins (scripts/qwen3moe/llama_golden.py) into crates/qwen3-moe/tests/data, and
 # for the Q8_0-expert fixtures llama.cpp's prompt log-probabilities on the fixture itself
@@ -67,3 +67,11 @@ for f in "${fixtures[@]}"; do
   .venv/bin/python scripts/qwen3moe/llama_q8_prompt.py "$tmp/$name.gguf" --ids "$ids" --top 20 \
     --out "$out/q8prompt-$name.json" --synth-args "$args"
 done
+
+# qwen35moe: the CPU reference's golden (crates/qwen3-moe/tests/qwen35moe.rs), every tensor F32.
+args="--shape qwen35moe-tiny --seed 41"
+# shellcheck disable=SC2086
+./target/release/examples/synth-gguf $args --out "$tmp/qwen35moe-tiny.gguf"
+.venv/bin/python scripts/qwen3moe/llama_golden.py "$tmp/qwen35moe-tiny.gguf" \
+  --ids 256,257,72,101,108,108,111,44,32,119,111,114,108,100,33,258,10,256,257,97 -n 24 --top 5 \
+  --out "$out/golden-qwen35moe-tiny.json" --synth-args "$args"

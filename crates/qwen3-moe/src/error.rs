@@ -11,7 +11,7 @@ pub enum Error {
         found: String,
     },
     /// Metadata keys the config needs are absent, all of them listed.
-    #[error("the model's metadata lacks {}: the GGUF is incomplete or not a qwen3moe model", keys.join(", "))]
+    #[error("the model's metadata lacks {}: the GGUF is incomplete", keys.join(", "))]
     MissingKeys {
         /// Every missing key.
         keys: Vec<String>,

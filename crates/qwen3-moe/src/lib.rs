@@ -50,6 +50,7 @@ mod engine;
 mod error;
 mod generate;
 mod graph;
+pub mod qwen35moe;
 pub mod synthetic;
 mod unit_stock;
 mod weights;

@@ -394,7 +394,7 @@ pub fn synthetic_writer(spec: &SynthSpec) -> Result<GgufWriter<'static>> {
 }
 
 /// The `tokenizer.*` metadata of `vocab`, padded with unused tokens to `rows` tokens.
-fn tokenizer_metadata(vocab: &SynthVocab, rows: u32) -> Result<Vec<(String, Value)>> {
+pub(crate) fn tokenizer_metadata(vocab: &SynthVocab, rows: u32) -> Result<Vec<(String, Value)>> {
     let bad = |what: String| Err(Error::BadValue { key: "tokenizer.ggml.tokens".into(), what });
     match vocab {
         SynthVocab::Copied(md) => {
@@ -441,10 +441,10 @@ fn tokenizer_metadata(vocab: &SynthVocab, rows: u32) -> Result<Vec<(String, Valu
 }
 
 /// SplitMix64 ([`SeededRng`]): small, fast and fully specified, so fixtures are the same on every machine.
-struct SplitMix64(SeededRng);
+pub(crate) struct SplitMix64(SeededRng);
 
 impl SplitMix64 {
-    fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         SplitMix64(SeededRng::new(seed))
     }
 
@@ -453,7 +453,7 @@ impl SplitMix64 {
     }
 
     /// Uniform in [-0.5, 0.5).
-    fn centered(&mut self) -> f32 {
+    pub(crate) fn centered(&mut self) -> f32 {
         (self.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5
     }
 }
@@ -562,7 +562,13 @@ fn write_blocks(
     out.write_all(&buf)
 }
 
-fn write_f32(out: &mut dyn Write, n: u64, around: f32, spread: f32, rng: &mut SplitMix64) -> io::Result<()> {
+pub(crate) fn write_f32(
+    out: &mut dyn Write,
+    n: u64,
+    around: f32,
+    spread: f32,
+    rng: &mut SplitMix64,
+) -> io::Result<()> {
     let mut buf = Vec::with_capacity(1 << 16);
     for _ in 0..n {
         buf.extend_from_slice(&(around + spread * rng.centered()).to_le_bytes());

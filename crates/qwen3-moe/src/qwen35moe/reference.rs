@@ -1,0 +1,368 @@
+//! qwen35moe's forward pass on the CPU, one token at a time, in f32 over the GGUF's weights dequantised
+//! (`../shared/QWEN35MOE.md` §3): the executable statement of the architecture that the GPU kernels are to
+//! be tested against, itself checked against llama.cpp's goldens. Plain loops, no SIMD: it is a reference.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use diskformer_gguf::GgufFile;
+
+use super::config::Config;
+use crate::{Error, Result};
+
+/// The model's weights as f32 and its state: the KV cache of each attention layer, the conv inputs and
+/// delta-rule state of each DeltaNet layer.
+pub struct Reference {
+    config: Config,
+    weights: HashMap<String, Vec<f32>>,
+    layers: Vec<LayerState>,
+    position: u32,
+    vocab: usize,
+}
+
+/// A layer's state between tokens.
+enum LayerState {
+    /// Keys and values of every position so far, `kv_heads · head_dim` a position.
+    Attention { keys: Vec<f32>, values: Vec<f32> },
+    /// The last `conv_kernel − 1` projected inputs (oldest first, `conv_channels` each) and each v head's
+    /// `S × S` state `M[vi][ki]`.
+    DeltaNet { conv: Vec<f32>, state: Vec<f32> },
+}
+
+impl Reference {
+    /// Reads the model at `path` (one GGUF file) and dequantises every tensor.
+    ///
+    /// # Errors
+    /// The GGUF's read errors; as [`Config::from_metadata`]; [`Error::BadTensor`] for a missing tensor, one of
+    /// the wrong size, or of a type that cannot be dequantised.
+    pub fn open(path: &Path) -> Result<Reference> {
+        let gguf = GgufFile::open(path)?;
+        let config = Config::from_metadata(gguf.metadata())?;
+        let mut weights = HashMap::new();
+        for t in gguf.tensors() {
+            let data = gguf.tensor_data(&t.name).expect("a listed tensor has data");
+            let mut out = vec![0f32; t.n_elements as usize];
+            diskformer_gguf::dequantize(t.ty, data, &mut out)
+                .map_err(|e| Error::BadTensor { name: t.name.clone(), what: e.to_string() })?;
+            weights.insert(t.name.clone(), out);
+        }
+        let vocab = weights.get("token_embd.weight").map_or(0, |w| w.len() / config.hidden as usize);
+        let mut r = Reference { config, weights, layers: Vec::new(), position: 0, vocab };
+        r.check_shapes()?;
+        r.reset();
+        Ok(r)
+    }
+
+    /// The model's hyper-parameters.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Forgets every token: position 0, empty caches, zero states.
+    pub fn reset(&mut self) {
+        let c = &self.config;
+        let conv = (c.conv_kernel as usize - 1) * c.conv_channels();
+        let state = c.v_heads as usize * (c.state_size * c.state_size) as usize;
+        self.layers = (c.recurrent.iter())
+            .map(|&r| match r {
+                true => LayerState::DeltaNet { conv: vec![0.0; conv], state: vec![0.0; state] },
+                false => LayerState::Attention { keys: Vec::new(), values: Vec::new() },
+            })
+            .collect();
+        self.position = 0;
+    }
+
+    /// Runs `token` at the next position and returns its logits.
+    ///
+    /// # Errors
+    /// [`Error::BadToken`] for a token past the vocabulary.
+    pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+        if token as usize >= self.vocab {
+            return Err(Error::BadToken { id: token, vocab: self.vocab as u32 });
+        }
+        let e = self.config.hidden as usize;
+        let mut x = self.w("token_embd.weight")[token as usize * e..][..e].to_vec();
+        for l in 0..self.config.layers as usize {
+            let a = self.rms_norm(&x, &format!("blk.{l}.attn_norm.weight"));
+            let mixed = match self.config.recurrent[l] {
+                true => self.delta_net(l, &a),
+                false => self.attention(l, &a),
+            };
+            add(&mut x, &mixed);
+            let u = self.rms_norm(&x, &format!("blk.{l}.post_attention_norm.weight"));
+            add(&mut x, &self.moe(l, &u));
+        }
+        self.position += 1;
+        let h = self.rms_norm(&x, "output_norm.weight");
+        let head = self.weights.get("output.weight").unwrap_or_else(|| &self.weights["token_embd.weight"]);
+        Ok(matvec(head, &h))
+    }
+
+    fn w(&self, name: &str) -> &[f32] {
+        &self.weights[name]
+    }
+
+    /// `x / sqrt(mean(x²) + ε) · w` (the mean summed in f64, as llama.cpp does).
+    fn rms_norm(&self, x: &[f32], weight: &str) -> Vec<f32> {
+        rms_norm(x, self.w(weight), self.config.eps)
+    }
+
+    /// Gated full attention at this position (§3.1).
+    fn attention(&mut self, l: usize, a: &[f32]) -> Vec<f32> {
+        let c = self.config.clone();
+        let (d, heads, kv_heads) = (c.head_dim as usize, c.heads as usize, c.kv_heads as usize);
+        let t = |s: &str| format!("blk.{l}.{s}.weight");
+        let qg = matvec(self.w(&t("attn_q")), a);
+        let mut k = matvec(self.w(&t("attn_k")), a);
+        let v = matvec(self.w(&t("attn_v")), a);
+        let (q_norm, k_norm) = (self.w(&t("attn_q_norm")).to_vec(), self.w(&t("attn_k_norm")).to_vec());
+        let mut q = Vec::with_capacity(heads * d);
+        let mut gate = Vec::with_capacity(heads * d);
+        for h in 0..heads {
+            let head = &qg[2 * d * h..2 * d * (h + 1)];
+            let mut qh = rms_norm(&head[..d], &q_norm, c.eps);
+            self.rope(&mut qh);
+            q.extend_from_slice(&qh);
+            gate.extend_from_slice(&head[d..]);
+        }
+        for j in 0..kv_heads {
+            let mut kh = rms_norm(&k[j * d..(j + 1) * d], &k_norm, c.eps);
+            self.rope(&mut kh);
+            k[j * d..(j + 1) * d].copy_from_slice(&kh);
+        }
+        let LayerState::Attention { keys, values } = &mut self.layers[l] else {
+            unreachable!("an attention layer")
+        };
+        keys.extend_from_slice(&k);
+        values.extend_from_slice(&v);
+        let positions = keys.len() / (kv_heads * d);
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut o = vec![0f32; heads * d];
+        for h in 0..heads {
+            let j = h / (heads / kv_heads);
+            let qh = &q[h * d..(h + 1) * d];
+            let scores: Vec<f32> =
+                (0..positions).map(|p| dot(qh, &keys[(p * kv_heads + j) * d..][..d]) * scale).collect();
+            let probs = softmax(&scores);
+            let oh = &mut o[h * d..(h + 1) * d];
+            for (p, w) in probs.iter().enumerate() {
+                let vp = &values[(p * kv_heads + j) * d..][..d];
+                oh.iter_mut().zip(vp).for_each(|(o, v)| *o += w * v);
+            }
+        }
+        o.iter_mut().zip(&gate).for_each(|(o, g)| *o *= sigmoid(*g));
+        matvec(self.w(&t("attn_output")), &o)
+    }
+
+    /// Partial NeoX RoPE of one head at this position: pair (i, i + R/2) for i < R/2 turned by
+    /// `pos · base^(−2i/R)` where IMROPE's sections give it the position (§3.1 step 4).
+    fn rope(&self, x: &mut [f32]) {
+        let c = &self.config;
+        let half = (c.rope_dims / 2) as usize;
+        for i in 0..half {
+            if !c.pair_rotates(i as u32) {
+                continue;
+            }
+            let theta = self.position as f32 * c.rope_base.powf(-2.0 * i as f32 / c.rope_dims as f32);
+            let (sin, cos) = theta.sin_cos();
+            let (a, b) = (x[i], x[i + half]);
+            x[i] = a * cos - b * sin;
+            x[i + half] = a * sin + b * cos;
+        }
+    }
+
+    /// Gated DeltaNet (§3.2): projections, the causal conv over the saved inputs, SiLU, L2-normalised q and
+    /// k, the delta rule per v head (q/k head h mod H_k), the gated RMSNorm with z, the output projection.
+    fn delta_net(&mut self, l: usize, a: &[f32]) -> Vec<f32> {
+        let c = self.config.clone();
+        let (s, taps, channels) = (c.state_size as usize, c.conv_kernel as usize, c.conv_channels());
+        let (k_heads, v_heads, key_dim) = (c.k_heads as usize, c.v_heads as usize, c.key_dim());
+        let t = |n: &str| format!("blk.{l}.{n}.weight");
+        let projected = matvec(self.w(&t("attn_qkv")), a);
+        let z = matvec(self.w(&t("attn_gate")), a);
+        let beta: Vec<f32> = matvec(self.w(&t("ssm_beta")), a).into_iter().map(sigmoid).collect();
+        let alpha = matvec(self.w(&t("ssm_alpha")), a);
+        let (dt_bias, decay_a) = (self.w(&format!("blk.{l}.ssm_dt.bias")), self.w(&format!("blk.{l}.ssm_a")));
+        let gamma: Vec<f32> = (0..v_heads).map(|h| decay_a[h] * softplus(alpha[h] + dt_bias[h])).collect();
+        let kernel = self.w(&t("ssm_conv1d")).to_vec();
+        let (norm, out) = (self.w(&t("ssm_norm")).to_vec(), t("ssm_out"));
+        let LayerState::DeltaNet { conv, state } = &mut self.layers[l] else {
+            unreachable!("a DeltaNet layer")
+        };
+        // conv_t[c] = Σ_i window[c][i] · kernel[c][i], the window the saved inputs then this token's.
+        let mut u = vec![0f32; channels];
+        for (ch, u) in u.iter_mut().enumerate() {
+            let taps_of = &kernel[ch * taps..(ch + 1) * taps];
+            let saved = (0..taps - 1).map(|i| conv[i * channels + ch]);
+            let sum: f32 = saved.chain(std::iter::once(projected[ch])).zip(taps_of).map(|(x, w)| x * w).sum();
+            *u = silu(sum);
+        }
+        if taps > 1 {
+            conv.copy_within(channels.., 0);
+            conv[(taps - 2) * channels..].copy_from_slice(&projected);
+        }
+        let l2 = |x: &[f32]| {
+            let n = (x.iter().map(|v| v * v).sum::<f32>() + c.eps).sqrt();
+            x.iter().map(|v| v / n).collect::<Vec<f32>>()
+        };
+        let q: Vec<Vec<f32>> = (0..k_heads).map(|j| l2(&u[j * s..(j + 1) * s])).collect();
+        let k: Vec<Vec<f32>> = (0..k_heads).map(|j| l2(&u[key_dim + j * s..key_dim + (j + 1) * s])).collect();
+        let mut y = Vec::with_capacity(v_heads * s);
+        for h in 0..v_heads {
+            let (qj, kj) = (&q[h % k_heads], &k[h % k_heads]);
+            let v = &u[2 * key_dim + h * s..2 * key_dim + (h + 1) * s];
+            let m = &mut state[h * s * s..(h + 1) * s * s];
+            let decay = gamma[h].exp();
+            m.iter_mut().for_each(|x| *x *= decay);
+            let mut o = vec![0f32; s];
+            for vi in 0..s {
+                let row = &mut m[vi * s..(vi + 1) * s];
+                let delta = beta[h] * (v[vi] - dot(row, kj));
+                row.iter_mut().zip(kj).for_each(|(m, k)| *m += delta * k);
+                o[vi] = dot(row, qj) / (s as f32).sqrt();
+            }
+            let normed = rms_norm(&o, &norm, c.eps);
+            y.extend(normed.iter().zip(&z[h * s..(h + 1) * s]).map(|(n, z)| n * silu(*z)));
+        }
+        matvec(self.w(&out), &y)
+    }
+
+    /// The routed experts (softmax, top-k, renormalised) plus the σ-gated shared expert (§3.3).
+    fn moe(&self, l: usize, u: &[f32]) -> Vec<f32> {
+        let c = &self.config;
+        let t = |n: &str| format!("blk.{l}.{n}.weight");
+        let probs = softmax(&matvec(self.w(&t("ffn_gate_inp")), u));
+        let mut order: Vec<usize> = (0..probs.len()).collect();
+        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+        let picked = &order[..c.top_k as usize];
+        let total = picked.iter().map(|&e| probs[e]).sum::<f32>().max(6.103_515_6e-5);
+        let (f, e) = (c.expert_ffn as usize, c.hidden as usize);
+        let mut y = vec![0f32; e];
+        for &x in picked {
+            let expert = |n: &str, len: usize| &self.w(&t(n))[x * len..(x + 1) * len];
+            let out = swiglu(
+                expert("ffn_gate_exps", f * e),
+                expert("ffn_up_exps", f * e),
+                expert("ffn_down_exps", f * e),
+                u,
+            );
+            let w = probs[x] / total;
+            y.iter_mut().zip(&out).for_each(|(y, o)| *y += w * o);
+        }
+        let shared =
+            swiglu(self.w(&t("ffn_gate_shexp")), self.w(&t("ffn_up_shexp")), self.w(&t("ffn_down_shexp")), u);
+        let g = sigmoid(dot(self.w(&t("ffn_gate_inp_shexp")), u));
+        y.iter_mut().zip(&shared).for_each(|(y, s)| *y += g * s);
+        y
+    }
+
+    /// Every tensor the forward pass reads is present with the size the config gives it.
+    fn check_shapes(&self) -> Result<()> {
+        let c = &self.config;
+        let (e, v) = (c.hidden as usize, self.vocab);
+        let (q, kv, d) =
+            ((c.heads * c.head_dim) as usize, (c.kv_heads * c.head_dim) as usize, c.head_dim as usize);
+        let (n_e, f_e, f_s) = (c.experts as usize, c.expert_ffn as usize, c.shared_ffn as usize);
+        let (ch, vd, h_v, s) = (c.conv_channels(), c.value_dim(), c.v_heads as usize, c.state_size as usize);
+        let mut want: Vec<(String, usize)> =
+            vec![("token_embd.weight".into(), e * v.max(1)), ("output_norm.weight".into(), e)];
+        if self.weights.contains_key("output.weight") {
+            want.push(("output.weight".into(), e * v));
+        }
+        for (l, &recurrent) in c.recurrent.iter().enumerate() {
+            let t = |n: &str| format!("blk.{l}.{n}.weight");
+            want.extend([(t("attn_norm"), e), (t("post_attention_norm"), e)]);
+            if recurrent {
+                want.extend([
+                    (t("attn_qkv"), e * ch),
+                    (t("attn_gate"), e * vd),
+                    (t("ssm_conv1d"), c.conv_kernel as usize * ch),
+                    (format!("blk.{l}.ssm_dt.bias"), h_v),
+                    (format!("blk.{l}.ssm_a"), h_v),
+                    (t("ssm_beta"), e * h_v),
+                    (t("ssm_alpha"), e * h_v),
+                    (t("ssm_norm"), s),
+                    (t("ssm_out"), vd * e),
+                ]);
+            } else {
+                want.extend([
+                    (t("attn_q"), e * 2 * q),
+                    (t("attn_k"), e * kv),
+                    (t("attn_v"), e * kv),
+                    (t("attn_output"), q * e),
+                    (t("attn_q_norm"), d),
+                    (t("attn_k_norm"), d),
+                ]);
+            }
+            want.extend([
+                (t("ffn_gate_inp"), e * n_e),
+                (t("ffn_gate_exps"), e * f_e * n_e),
+                (t("ffn_up_exps"), e * f_e * n_e),
+                (t("ffn_down_exps"), f_e * e * n_e),
+                (t("ffn_gate_inp_shexp"), e),
+                (t("ffn_gate_shexp"), e * f_s),
+                (t("ffn_up_shexp"), e * f_s),
+                (t("ffn_down_shexp"), f_s * e),
+            ]);
+        }
+        for (name, len) in want {
+            match self.weights.get(&name) {
+                None => return Err(Error::BadTensor { name, what: "missing".into() }),
+                Some(w) if w.len() != len => {
+                    return Err(Error::BadTensor {
+                        name,
+                        what: format!("{} values, the config gives {len}", w.len()),
+                    });
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    let mean = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / x.len() as f64;
+    let scale = 1.0 / (mean as f32 + eps).sqrt();
+    x.iter().zip(w).map(|(v, w)| v * scale * w).collect()
+}
+
+/// `W · x` for a row-major `W` of `W.len() / x.len()` rows (a GGUF matrix of ne `[x.len(), rows]`).
+fn matvec(w: &[f32], x: &[f32]) -> Vec<f32> {
+    w.chunks_exact(x.len()).map(|row| dot(row, x)).collect()
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(a, b)| a * b).sum()
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    x.iter_mut().zip(y).for_each(|(x, y)| *x += y);
+}
+
+fn softmax(x: &[f32]) -> Vec<f32> {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exp: Vec<f32> = x.iter().map(|v| (v - max).exp()).collect();
+    let sum: f32 = exp.iter().sum();
+    exp.into_iter().map(|v| v / sum).collect()
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+fn silu(x: f32) -> f32 {
+    x * sigmoid(x)
+}
+
+/// llama.cpp's softplus: x past 20 as it is.
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 { x } else { x.exp().ln_1p() }
+}
+
+/// `down · (SiLU(gate · x) ⊙ (up · x))`.
+fn swiglu(gate: &[f32], up: &[f32], down: &[f32], x: &[f32]) -> Vec<f32> {
+    let (g, u) = (matvec(gate, x), matvec(up, x));
+    let h: Vec<f32> = g.iter().zip(&u).map(|(g, u)| silu(*g) * u).collect();
+    matvec(down, &h)
+}

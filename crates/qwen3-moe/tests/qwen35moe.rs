@@ -1,0 +1,152 @@
+//! qwen35moe's CPU reference against llama.cpp: a tiny synthetic file (two DeltaNet and two gated-attention
+//! layers, v heads sharing q/k heads, partial RoPE, routed and shared experts), rebuilt from its golden's
+//! arguments and checked to be the file llama.cpp ran, fed the golden's prompt and greedy ids; every step's
+//! top log-probabilities within 2e-5 of llama.cpp's, 8e-7 when written (scripts/qwen3moe/llama_golden.py:
+//! F32 weights, F32 KV, flash attention off; its own float64 numpy forward agreed within 1e-5). And the
+//! config's refusals.
+
+use std::path::Path;
+
+use diskformer_gguf::{Array, Metadata, Value};
+use diskformer_qwen3_moe::qwen35moe::synthetic::{Shape, write};
+use diskformer_qwen3_moe::qwen35moe::{Config, Reference};
+use diskformer_qwen3_moe::{Error, log_softmax};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+#[derive(Deserialize)]
+struct Top {
+    id: u32,
+    logprob: f64,
+}
+
+#[derive(Deserialize)]
+struct Golden {
+    fixture_sha256: String,
+    synth_args: String,
+    prompt_ids: Vec<u32>,
+    ids: Vec<u32>,
+    tops: Vec<Vec<Top>>,
+    margins: Vec<f64>,
+}
+
+/// The seed of `--shape qwen35moe-tiny --seed N` (the only arguments the tiny qwen35moe shape takes).
+fn seed_of(synth_args: &str) -> u64 {
+    let words: Vec<&str> = synth_args.split_whitespace().collect();
+    assert_eq!(&words[..3], ["--shape", "qwen35moe-tiny", "--seed"], "{synth_args}");
+    words[3].parse().unwrap()
+}
+
+#[test]
+fn the_reference_gives_llama_cpps_log_probabilities() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden-qwen35moe-tiny.json");
+    let golden: Golden = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let dir = std::env::temp_dir().join(format!("diskformer-qwen35moe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let gguf = dir.join("qwen35moe-tiny.gguf");
+    write(&Shape::tiny(), seed_of(&golden.synth_args), &gguf).unwrap();
+    let sha = format!("{:x}", Sha256::digest(std::fs::read(&gguf).unwrap()));
+    assert_eq!(sha, golden.fixture_sha256, "the writer changed: run scripts/qwen3moe/make_goldens.sh again");
+    let mut r = Reference::open(&gguf).unwrap();
+    assert_eq!(r.config().recurrent, [true, false, true, false]);
+    let run = |r: &mut Reference| {
+        let mut logits = Vec::new();
+        for &t in &golden.prompt_ids {
+            logits = r.step(t).unwrap();
+        }
+        let mut worst = 0f64;
+        for (step, (&id, tops)) in golden.ids.iter().zip(&golden.tops).enumerate() {
+            let lp = log_softmax(&logits);
+            for t in tops {
+                worst = worst.max((f64::from(lp[t.id as usize]) - t.logprob).abs());
+            }
+            let best = (0..lp.len()).max_by(|&a, &b| lp[a].total_cmp(&lp[b])).unwrap();
+            assert_eq!(
+                best as u32, id,
+                "step {step}: greedy pick (llama.cpp's margin {})",
+                golden.margins[step]
+            );
+            logits = r.step(id).unwrap();
+        }
+        worst
+    };
+    let worst = run(&mut r);
+    assert!(worst < 2e-5, "worst |Δ log-probability| {worst:.2e}");
+    // From a reset, the same again: no state survives it.
+    r.reset();
+    assert_eq!(run(&mut r), worst);
+    assert!(matches!(r.step(100_000), Err(Error::BadToken { .. })));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A metadata set of the tiny shape, with `f` applied.
+fn metadata(f: impl FnOnce(&mut Vec<(String, Value)>)) -> Metadata {
+    let a = "qwen35moe";
+    let u = |k: &str, v: u32| (format!("{a}.{k}"), Value::U32(v));
+    let mut kv = vec![
+        ("general.architecture".to_owned(), Value::String(a.into())),
+        u("context_length", 4096),
+        u("embedding_length", 64),
+        u("block_count", 4),
+        u("attention.head_count", 4),
+        u("attention.head_count_kv", 2),
+        u("attention.key_length", 64),
+        (format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
+        u("rope.dimension_count", 16),
+        (format!("{a}.rope.dimension_sections"), Value::Array(Array::I32(vec![3, 3, 2, 0]))),
+        u("expert_count", 4),
+        u("expert_used_count", 2),
+        u("expert_feed_forward_length", 32),
+        u("expert_shared_feed_forward_length", 48),
+        u("ssm.conv_kernel", 4),
+        u("ssm.inner_size", 64),
+        u("ssm.state_size", 16),
+        u("ssm.time_step_rank", 4),
+        u("ssm.group_count", 2),
+    ];
+    f(&mut kv);
+    // The last value pushed for a key wins.
+    let mut m = Metadata::new();
+    for (k, v) in kv.into_iter().rev() {
+        m.insert(k, v);
+    }
+    m
+}
+
+#[test]
+fn the_config_reads_the_layer_pattern_and_refuses_what_llama_cpp_refuses() {
+    let c = Config::from_metadata(&metadata(|_| {})).unwrap();
+    assert_eq!(c.recurrent, [true, true, true, false], "every 4th block is attention by default");
+    assert_eq!((c.key_dim(), c.value_dim(), c.conv_channels()), (32, 64, 128));
+    let flags = |kv: &mut Vec<(String, Value)>| {
+        kv.push((
+            "qwen35moe.attention.recurrent_layers".into(),
+            Value::Array(Array::Bool(vec![false, true, true, false])),
+        ))
+    };
+    assert_eq!(Config::from_metadata(&metadata(flags)).unwrap().recurrent, [false, true, true, false]);
+    let refused = |f: fn(&mut Vec<(String, Value)>), what: &str| {
+        let err = Config::from_metadata(&metadata(f)).unwrap_err().to_string();
+        assert!(err.contains(what), "{what}: {err}");
+    };
+    refused(|kv| kv[0].1 = Value::String("qwen3moe".into()), "qwen3moe");
+    refused(|kv| kv.retain(|(k, _)| !k.ends_with("ssm.state_size")), "qwen35moe.ssm.state_size");
+    refused(|kv| kv.retain(|(k, _)| !k.contains("ssm.")), "qwen35moe.ssm.group_count");
+    refused(|kv| kv.push(("qwen35moe.ssm.inner_size".into(), Value::U32(60))), "qwen35moe.ssm.inner_size");
+    refused(|kv| kv.push(("qwen35moe.attention.value_length".into(), Value::U32(32))), "value_length");
+    refused(|kv| kv[9].1 = Value::Array(Array::I32(vec![3, 3, 2])), "rope.dimension_sections");
+    refused(
+        |kv| {
+            kv.push(("qwen35moe.ssm.time_step_rank".into(), Value::U32(3)));
+            kv.push(("qwen35moe.ssm.inner_size".into(), Value::U32(48)));
+        },
+        "2 q/k heads must divide 3 v heads",
+    );
+    refused(
+        |kv| {
+            kv.push(("qwen35moe.attention.recurrent_layers".into(), Value::Array(Array::Bool(vec![true; 3]))))
+        },
+        "3 flags for 4 blocks",
+    );
+    refused(|kv| kv.push(("qwen35moe.attention.layer_norm_rms_epsilon".into(), Value::F64(1e-6))), "f32");
+}
