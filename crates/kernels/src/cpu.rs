@@ -815,3 +815,72 @@ pub fn apply_penalties(logits: &mut [f32], window: &[u32], repetition: f32, pres
         }
     }
 }
+
+/// DeltaNet's causal conv and SiLU over the tokens of `x [T, C]` (`delta_net_conv.wgsl`): per channel,
+/// `silu(Σ_{i<K-1} state[i, c]·w[c, i] + x[t, c]·w[c, K-1])` summed in f64 in that order, then the state
+/// (`[K-1, C]`, oldest first) drops its oldest input and takes `x[t]`.
+pub fn delta_net_conv(x: &[f32], w: &[f32], state: &mut [f32], channels: usize, taps: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.len());
+    for xt in x.chunks(channels) {
+        for (c, &xc) in xt.iter().enumerate() {
+            let taps_of = &w[c * taps..(c + 1) * taps];
+            let saved = (0..taps - 1).map(|i| f64::from(state[i * channels + c]) * f64::from(taps_of[i]));
+            let acc = (saved.sum::<f64>() + f64::from(xc) * f64::from(taps_of[taps - 1])) as f32;
+            out.push(acc / (1.0 + (-acc).exp()));
+        }
+        if taps > 1 {
+            state.copy_within(channels.., 0);
+            state[(taps - 2) * channels..].copy_from_slice(xt);
+        }
+    }
+    out
+}
+
+/// The gated delta rule over the tokens of `u [T, 2·H_k·S + H_v·S]` (q ‖ k ‖ v after the conv;
+/// `delta_net_rule.wgsl`): per token and v head h (q/k head h mod H_k), q and k L2-normalised
+/// (`x / sqrt(Σx² + eps)`), β = σ(`ba[t, h]`), γ = `a[h]`·softplus(`ba[t, H_v + h]` + `dt_bias[h]`) (x past
+/// 20 as it is); the head's state `M [S, S]` in `state [H_v, S, S]` decays by e^γ, takes
+/// `δ = β (v − M k̂)` along k̂, and gives `o = M q̂ / √S`. Dot products in f64, the state in f32.
+pub fn delta_net_rule(
+    u: &[f32],
+    ba: &[f32],
+    dt_bias: &[f32],
+    a: &[f32],
+    state: &mut [f32],
+    shape: crate::DeltaNetShape,
+    eps: f32,
+) -> Vec<f32> {
+    let (s, hk, hv) = (shape.state as usize, shape.k_heads as usize, shape.v_heads as usize);
+    let key_dim = hk * s;
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum::<f64>();
+    let l2 = |x: &[f32]| {
+        let n = ((dot(x, x) as f32) + eps).sqrt();
+        x.iter().map(|v| v / n).collect::<Vec<f32>>()
+    };
+    let mut out = Vec::with_capacity(u.len() / shape.channels() as usize * hv * s);
+    for (ut, bat) in u.chunks(shape.channels() as usize).zip(ba.chunks(2 * hv)) {
+        let q: Vec<Vec<f32>> = (0..hk).map(|j| l2(&ut[j * s..(j + 1) * s])).collect();
+        let k: Vec<Vec<f32>> = (0..hk).map(|j| l2(&ut[key_dim + j * s..key_dim + (j + 1) * s])).collect();
+        for h in 0..hv {
+            let (qj, kj) = (&q[h % hk], &k[h % hk]);
+            let v = &ut[2 * key_dim + h * s..2 * key_dim + (h + 1) * s];
+            let beta = 1.0 / (1.0 + (-bat[h]).exp());
+            let alpha = bat[hv + h] + dt_bias[h];
+            let softplus = if alpha > 20.0 { alpha } else { alpha.exp().ln_1p() };
+            let decay = (a[h] * softplus).exp();
+            let m = &mut state[h * s * s..(h + 1) * s * s];
+            for (vi, row) in m.chunks_mut(s).enumerate() {
+                row.iter_mut().for_each(|x| *x *= decay);
+                let delta = beta * (v[vi] - dot(row, kj) as f32);
+                row.iter_mut().zip(kj).for_each(|(m, k)| *m += delta * k);
+                out.push(dot(row, qj) as f32 / (s as f32).sqrt());
+            }
+        }
+    }
+    out
+}
+
+/// DeltaNet's output norm per row of `n` (`gated_rms_norm.wgsl`): [`rms_norm`] of `o` times SiLU of `z`.
+pub fn gated_rms_norm(o: &[f32], z: &[f32], w: &[f32], n: usize, eps: f32) -> Vec<f32> {
+    rms_norm(o, w, n, eps).into_iter().zip(z).map(|(y, &g)| y * (g / (1.0 + (-g).exp()))).collect()
+}

@@ -111,6 +111,12 @@ pub enum Kernel {
     ExpertGroups,
     /// SiLU(gate)·up.
     SiluMul,
+    /// DeltaNet's causal conv and SiLU over a chunk, with its saved inputs.
+    DeltaNetConv,
+    /// DeltaNet's gated delta rule over a chunk, one workgroup a v head.
+    DeltaNetRule,
+    /// DeltaNet's output norm: RMSNorm per head times SiLU of the gate.
+    GatedRmsNorm,
     /// Weighted sum of the k expert outputs plus the residual.
     MoeCombine,
     /// Weighted sum plus residual, then the next RMSNorm, in one dispatch.
@@ -258,7 +264,7 @@ impl BlockQuant {
 
 impl Kernel {
     /// The kernels that are not of a block type.
-    const FIXED: [Kernel; 45] = [
+    const FIXED: [Kernel; 48] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -299,6 +305,9 @@ impl Kernel {
         Kernel::ExpertSlots,
         Kernel::ExpertGroups,
         Kernel::SiluMul,
+        Kernel::DeltaNetConv,
+        Kernel::DeltaNetRule,
+        Kernel::GatedRmsNorm,
         Kernel::MoeCombine,
         Kernel::MoeCombineNorm,
         Kernel::Argmax,
@@ -376,6 +385,9 @@ impl Kernel {
             Kernel::ExpertSlots => "expert_slots",
             Kernel::ExpertGroups => "expert_groups",
             Kernel::SiluMul => "silu_mul",
+            Kernel::DeltaNetConv => "delta_net_conv",
+            Kernel::DeltaNetRule => "delta_net_rule",
+            Kernel::GatedRmsNorm => "gated_rms_norm",
             Kernel::MoeCombine => "moe_combine",
             Kernel::MoeCombineNorm => "moe_combine_norm",
             Kernel::Argmax => "argmax",
@@ -480,6 +492,9 @@ impl Kernel {
             Kernel::ExpertSlots => size_of::<ExpertSlotsParams>(),
             Kernel::ExpertGroups => size_of::<ExpertGroupsParams>(),
             Kernel::SiluMul => size_of::<SiluMulParams>(),
+            Kernel::DeltaNetConv => size_of::<DeltaNetConvParams>(),
+            Kernel::DeltaNetRule => size_of::<DeltaNetRuleParams>(),
+            Kernel::GatedRmsNorm => size_of::<GatedRmsNormParams>(),
             Kernel::MoeCombine => size_of::<MoeCombineParams>(),
             Kernel::MoeCombineNorm => size_of::<MoeCombineNormParams>(),
             Kernel::Argmax => size_of::<ArgmaxParams>(),
@@ -533,6 +548,9 @@ impl Kernel {
             Kernel::ExpertSlots => include_str!("wgsl/expert_slots.wgsl"),
             Kernel::ExpertGroups => include_str!("wgsl/expert_groups.wgsl"),
             Kernel::SiluMul => include_str!("wgsl/silu_mul.wgsl"),
+            Kernel::DeltaNetConv => include_str!("wgsl/delta_net_conv.wgsl"),
+            Kernel::DeltaNetRule => include_str!("wgsl/delta_net_rule.wgsl"),
+            Kernel::GatedRmsNorm => include_str!("wgsl/gated_rms_norm.wgsl"),
             Kernel::MoeCombine => include_str!("wgsl/moe_combine.wgsl"),
             Kernel::MoeCombineNorm => include_str!("wgsl/moe_combine_norm.wgsl"),
             Kernel::Argmax => include_str!("wgsl/argmax.wgsl"),
@@ -644,7 +662,8 @@ impl Kernel {
             | Kernel::AddRmsNorm
             | Kernel::MoeCombineNorm
             | Kernel::QkNormRope
-            | Kernel::QkvRopeStore => &[RMS_SCALE],
+            | Kernel::QkvRopeStore
+            | Kernel::GatedRmsNorm => &[RMS_SCALE],
             Kernel::RouterTopk | Kernel::RouterTopkSlots => &[ROUTER_TOPK_CORE],
             Kernel::SampleTopK | Kernel::ApplyPenalties => &[SAMPLE_STEP],
             Kernel::Q8GemmTiled | Kernel::ExpertQ8GemmTiled => &[Q8_TILE, Q8_TILE_WEIGHTS, Q8_HELPERS],

@@ -9,6 +9,7 @@ mod argmax;
 mod attention;
 mod attention_combine;
 mod attention_split;
+mod delta_net;
 mod embed_q8;
 mod expert_groups;
 mod expert_kquant_gemv;
@@ -41,6 +42,9 @@ pub use attention::{AttentionParams, AttentionShape};
 pub use attention_combine::AttentionCombineParams;
 pub use attention_split::AttentionSplitParams;
 pub(crate) use attention_split::{LONG_SPLIT_PASSES, SHORT_SPLIT_PASSES};
+pub use delta_net::{
+    DELTA_NET_MAX_STATE, DeltaNetConvParams, DeltaNetRuleParams, DeltaNetShape, GatedRmsNormParams,
+};
 pub use embed_q8::EmbedQ8Params;
 pub use expert_groups::{EXPERT_GROUPS_MAX_EXPERTS, ExpertGroupsParams};
 pub use expert_kquant_gemv::{ExpertBlocks, ExpertKQuantGemvParams, ExpertOut};

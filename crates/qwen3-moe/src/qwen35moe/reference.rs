@@ -1,11 +1,14 @@
 //! qwen35moe's forward pass on the CPU, one token at a time, in f32 over the GGUF's weights dequantised
 //! (`../shared/QWEN35MOE.md` §3): the executable statement of the architecture that the GPU kernels are to
-//! be tested against, itself checked against llama.cpp's goldens. Plain loops, no SIMD: it is a reference.
+//! be tested against, itself checked against llama.cpp's goldens. DeltaNet's steps are the GPU kernels' own
+//! CPU references (`diskformer_kernels::cpu`), so the goldens hold those to llama.cpp too. Plain loops.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use diskformer_gguf::GgufFile;
+
+use diskformer_kernels::{DeltaNetShape, cpu};
 
 use super::config::Config;
 use crate::{Error, Result};
@@ -171,60 +174,29 @@ impl Reference {
         }
     }
 
-    /// Gated DeltaNet (§3.2): projections, the causal conv over the saved inputs, SiLU, L2-normalised q and
-    /// k, the delta rule per v head (q/k head h mod H_k), the gated RMSNorm with z, the output projection.
+    /// Gated DeltaNet (§3.2): projections, then the GPU kernels' CPU references in the order the layer runs
+    /// them: the causal conv over the saved inputs with SiLU, the delta rule per v head (q and k
+    /// L2-normalised, q/k head h mod H_k), the gated RMSNorm with z; then the output projection.
     fn delta_net(&mut self, l: usize, a: &[f32]) -> Vec<f32> {
         let c = self.config.clone();
-        let (s, taps, channels) = (c.state_size as usize, c.conv_kernel as usize, c.conv_channels());
-        let (k_heads, v_heads, key_dim) = (c.k_heads as usize, c.v_heads as usize, c.key_dim());
+        let shape = DeltaNetShape { state: c.state_size, k_heads: c.k_heads, v_heads: c.v_heads };
         let t = |n: &str| format!("blk.{l}.{n}.weight");
         let projected = matvec(self.w(&t("attn_qkv")), a);
         let z = matvec(self.w(&t("attn_gate")), a);
-        let beta: Vec<f32> = matvec(self.w(&t("ssm_beta")), a).into_iter().map(sigmoid).collect();
-        let alpha = matvec(self.w(&t("ssm_alpha")), a);
-        let (dt_bias, decay_a) = (self.w(&format!("blk.{l}.ssm_dt.bias")), self.w(&format!("blk.{l}.ssm_a")));
-        let gamma: Vec<f32> = (0..v_heads).map(|h| decay_a[h] * softplus(alpha[h] + dt_bias[h])).collect();
+        // β's logits then α, as the rule takes them.
+        let mut ba = matvec(self.w(&t("ssm_beta")), a);
+        ba.extend(matvec(self.w(&t("ssm_alpha")), a));
+        let (dt_bias, decay_a) =
+            (self.w(&format!("blk.{l}.ssm_dt.bias")).to_vec(), self.w(&format!("blk.{l}.ssm_a")).to_vec());
         let kernel = self.w(&t("ssm_conv1d")).to_vec();
-        let (norm, out) = (self.w(&t("ssm_norm")).to_vec(), t("ssm_out"));
+        let norm = self.w(&t("ssm_norm")).to_vec();
         let LayerState::DeltaNet { conv, state } = &mut self.layers[l] else {
             unreachable!("a DeltaNet layer")
         };
-        // conv_t[c] = Σ_i window[c][i] · kernel[c][i], the window the saved inputs then this token's.
-        let mut u = vec![0f32; channels];
-        for (ch, u) in u.iter_mut().enumerate() {
-            let taps_of = &kernel[ch * taps..(ch + 1) * taps];
-            let saved = (0..taps - 1).map(|i| conv[i * channels + ch]);
-            let sum: f32 = saved.chain(std::iter::once(projected[ch])).zip(taps_of).map(|(x, w)| x * w).sum();
-            *u = silu(sum);
-        }
-        if taps > 1 {
-            conv.copy_within(channels.., 0);
-            conv[(taps - 2) * channels..].copy_from_slice(&projected);
-        }
-        let l2 = |x: &[f32]| {
-            let n = (x.iter().map(|v| v * v).sum::<f32>() + c.eps).sqrt();
-            x.iter().map(|v| v / n).collect::<Vec<f32>>()
-        };
-        let q: Vec<Vec<f32>> = (0..k_heads).map(|j| l2(&u[j * s..(j + 1) * s])).collect();
-        let k: Vec<Vec<f32>> = (0..k_heads).map(|j| l2(&u[key_dim + j * s..key_dim + (j + 1) * s])).collect();
-        let mut y = Vec::with_capacity(v_heads * s);
-        for h in 0..v_heads {
-            let (qj, kj) = (&q[h % k_heads], &k[h % k_heads]);
-            let v = &u[2 * key_dim + h * s..2 * key_dim + (h + 1) * s];
-            let m = &mut state[h * s * s..(h + 1) * s * s];
-            let decay = gamma[h].exp();
-            m.iter_mut().for_each(|x| *x *= decay);
-            let mut o = vec![0f32; s];
-            for vi in 0..s {
-                let row = &mut m[vi * s..(vi + 1) * s];
-                let delta = beta[h] * (v[vi] - dot(row, kj));
-                row.iter_mut().zip(kj).for_each(|(m, k)| *m += delta * k);
-                o[vi] = dot(row, qj) / (s as f32).sqrt();
-            }
-            let normed = rms_norm(&o, &norm, c.eps);
-            y.extend(normed.iter().zip(&z[h * s..(h + 1) * s]).map(|(n, z)| n * silu(*z)));
-        }
-        matvec(self.w(&out), &y)
+        let u = cpu::delta_net_conv(&projected, &kernel, conv, c.conv_channels(), c.conv_kernel as usize);
+        let o = cpu::delta_net_rule(&u, &ba, &dt_bias, &decay_a, state, shape, c.eps);
+        let y = cpu::gated_rms_norm(&o, &z, &norm, c.state_size as usize, c.eps);
+        matvec(self.w(&t("ssm_out")), &y)
     }
 
     /// The routed experts (softmax, top-k, renormalised) plus the σ-gated shared expert (§3.3).
@@ -322,9 +294,7 @@ impl Reference {
 }
 
 fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
-    let mean = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / x.len() as f64;
-    let scale = 1.0 / (mean as f32 + eps).sqrt();
-    x.iter().zip(w).map(|(v, w)| v * scale * w).collect()
+    cpu::rms_norm(x, w, x.len(), eps)
 }
 
 /// `W · x` for a row-major `W` of `W.len() / x.len()` rows (a GGUF matrix of ne `[x.len(), rows]`).
@@ -353,11 +323,6 @@ fn sigmoid(x: f32) -> f32 {
 
 fn silu(x: f32) -> f32 {
     x * sigmoid(x)
-}
-
-/// llama.cpp's softplus: x past 20 as it is.
-fn softplus(x: f32) -> f32 {
-    if x > 20.0 { x } else { x.exp().ln_1p() }
 }
 
 /// `down · (SiLU(gate · x) ⊙ (up · x))`.

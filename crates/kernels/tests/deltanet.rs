@@ -1,0 +1,187 @@
+//! Protects qwen35moe's Gated DeltaNet kernels against their CPU references on a real device: the causal
+//! conv with its saved inputs, the gated delta rule (v heads sharing q/k heads, the state carried across a
+//! chunk's tokens and across dispatches), and the gated output norm; a chunk in one dispatch gives what its
+//! tokens give one dispatch at a time; bad shapes are refused.
+
+mod common;
+
+use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
+use diskformer_kernels::{DeltaNetShape, cpu};
+
+/// The conv over `tokens` tokens: (output, state after) on the GPU.
+fn gpu_conv(
+    g: &Gpu,
+    x: &[f32],
+    w: &[f32],
+    state: &[f32],
+    channels: usize,
+    taps: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let tokens = x.len() / channels;
+    let (xb, wb, sb) = (upload(g, x), upload(g, w), upload(g, state));
+    let out = poisoned(g, 4 * x.len());
+    let d = g
+        .kernels
+        .delta_net_conv(
+            (&xb).into(),
+            (&wb).into(),
+            (&sb).into(),
+            (&out).into(),
+            channels as u32,
+            taps as u32,
+            tokens as u32,
+        )
+        .unwrap();
+    run(g, &[&d]);
+    (read_n(g, &out, x.len()), read_n(g, &sb, state.len()))
+}
+
+#[test]
+fn delta_net_conv_keeps_its_saved_inputs() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(81);
+    for (channels, taps, tokens) in [(128usize, 4usize, 1usize), (128, 4, 5), (100, 2, 3), (8192, 4, 2)] {
+        let x = rng.vec_f32(tokens * channels, -3.0, 3.0);
+        let w = rng.vec_f32(channels * taps, -1.0, 1.0);
+        let state = rng.vec_f32((taps - 1) * channels, -3.0, 3.0);
+        let (got, got_state) = gpu_conv(g, &x, &w, &state, channels, taps);
+        let mut want_state = state.clone();
+        let want = cpu::delta_net_conv(&x, &w, &mut want_state, channels, taps);
+        let what = format!("delta_net_conv C={channels} K={taps} T={tokens}");
+        // K products summed in f32 (the reference in f64), then SiLU's exp: 1e-6 of the terms' size.
+        assert_close(&what, &got, &want, &vec![3.0 * taps as f32; want.len()], 1e-7, 1e-6);
+        assert_eq!(got_state, want_state, "{what}: the saved inputs are copies");
+        if tokens >= taps - 1 {
+            assert_eq!(
+                &want_state[..],
+                &x[(tokens - (taps - 1)) * channels..],
+                "{what}: the last K-1 inputs"
+            );
+        }
+    }
+}
+
+/// Random inputs of the rule for `tokens` tokens: (u, ba, dt_bias, a, state).
+fn rule_inputs(rng: &mut Rng, shape: DeltaNetShape, tokens: usize) -> [Vec<f32>; 5] {
+    let (s, hv) = (shape.state as usize, shape.v_heads as usize);
+    [
+        rng.vec_f32(tokens * shape.channels() as usize, -1.0, 1.0),
+        rng.vec_f32(tokens * 2 * hv, -3.0, 3.0),
+        rng.vec_f32(hv, -1.0, 1.0),
+        rng.vec_f32(hv, -2.0, -0.1),
+        rng.vec_f32(hv * s * s, -0.5, 0.5),
+    ]
+}
+
+/// The rule on the GPU over `u` and `ba` (a chunk), starting from `state`: (output, state after).
+fn gpu_rule(g: &Gpu, [u, ba, dt, a, state]: [&[f32]; 5], shape: DeltaNetShape) -> (Vec<f32>, Vec<f32>) {
+    let tokens = u.len() / shape.channels() as usize;
+    let n = tokens * (shape.v_heads * shape.state) as usize;
+    let (ub, bab, db, ab, sb) = (upload(g, u), upload(g, ba), upload(g, dt), upload(g, a), upload(g, state));
+    let out = poisoned(g, 4 * n);
+    let views = ((&ub).into(), (&bab).into(), (&db).into(), (&ab).into(), (&sb).into(), (&out).into());
+    let d = g
+        .kernels
+        .delta_net_rule(views.0, views.1, views.2, views.3, views.4, views.5, shape, tokens as u32, 1e-6)
+        .unwrap();
+    run(g, &[&d]);
+    (read_n(g, &out, n), read_n(g, &sb, state.len()))
+}
+
+#[test]
+fn delta_net_rule_matches_the_reference_and_carries_its_state() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(82);
+    let shapes = [
+        DeltaNetShape { state: 16, k_heads: 2, v_heads: 4 },
+        DeltaNetShape { state: 128, k_heads: 2, v_heads: 4 },
+        DeltaNetShape { state: 40, k_heads: 3, v_heads: 3 },
+    ];
+    for shape in shapes {
+        for tokens in [1usize, 7] {
+            let [u, ba, dt, a, state] = rule_inputs(&mut rng, shape, tokens);
+            let (got, got_state) = gpu_rule(g, [&u, &ba, &dt, &a, &state], shape);
+            let mut want_state = state.clone();
+            let want = cpu::delta_net_rule(&u, &ba, &dt, &a, &mut want_state, shape, 1e-6);
+            let what = format!("delta_net_rule {shape:?} T={tokens}");
+            // Dot products of S terms in f32 against f64, compounded over the chunk's tokens through the
+            // state; exp and log within a few ulp: 2e-5 of the values' size, with a floor for the small ones.
+            assert_close(&what, &got, &want, &abs_of(&want), 2e-6, 2e-5);
+            assert_close(
+                &format!("{what}: state"),
+                &got_state,
+                &want_state,
+                &abs_of(&want_state),
+                2e-6,
+                2e-5,
+            );
+            // Token by token, one dispatch each, the state handed on: the same outputs and state.
+            let (c, hv) = (shape.channels() as usize, 2 * shape.v_heads as usize);
+            let (mut carried, mut outs) = (state.clone(), Vec::new());
+            for t in 0..tokens {
+                let step = [&u[t * c..(t + 1) * c], &ba[t * hv..(t + 1) * hv], &dt[..], &a[..], &carried[..]];
+                let (o, s) = gpu_rule(g, step, shape);
+                outs.extend(o);
+                carried = s;
+            }
+            assert_close(&format!("{what}: token by token"), &outs, &got, &abs_of(&got), 1e-7, 1e-6);
+            assert_close(
+                &format!("{what}: state token by token"),
+                &carried,
+                &got_state,
+                &abs_of(&got_state),
+                1e-7,
+                1e-6,
+            );
+        }
+    }
+}
+
+#[test]
+fn gated_rms_norm_rows() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(83);
+    for (n, rows) in [(16usize, 8usize), (128, 33), (300, 2)] {
+        let (o, z, w) =
+            (rng.vec_f32(n * rows, -2.0, 2.0), rng.vec_f32(n * rows, -6.0, 6.0), rng.vec_f32(n, 0.5, 1.5));
+        let (ob, zb, wb) = (upload(g, &o), upload(g, &z), upload(g, &w));
+        let out = poisoned(g, 4 * n * rows);
+        let d = g
+            .kernels
+            .gated_rms_norm(
+                (&ob).into(),
+                (&zb).into(),
+                (&wb).into(),
+                (&out).into(),
+                n as u32,
+                rows as u32,
+                1e-6,
+            )
+            .unwrap();
+        run(g, &[&d]);
+        let got = read_n::<f32>(g, &out, n * rows);
+        let want = cpu::gated_rms_norm(&o, &z, &w, n, 1e-6);
+        assert_close(&format!("gated_rms_norm n={n} rows={rows}"), &got, &want, &abs_of(&want), 1e-9, 4e-6);
+    }
+}
+
+#[test]
+fn delta_net_shapes_are_refused_clearly() {
+    let g = gpu_or_skip!();
+    let b = upload(g, &vec![0f32; 1 << 16]);
+    let v = || (&b).into();
+    let err = |r: diskformer_kernels::Result<diskformer_kernels::Dispatch>| r.unwrap_err().to_string();
+    let too_big = DeltaNetShape { state: 129, k_heads: 1, v_heads: 1 };
+    assert!(
+        err(g.kernels.delta_net_rule(v(), v(), v(), v(), v(), v(), too_big, 1, 1e-6))
+            .contains("head size 129")
+    );
+    let odd = DeltaNetShape { state: 16, k_heads: 3, v_heads: 4 };
+    assert!(
+        err(g.kernels.delta_net_rule(v(), v(), v(), v(), v(), v(), odd, 1, 1e-6))
+            .contains("3 q/k heads must divide 4")
+    );
+    assert!(err(g.kernels.delta_net_conv(v(), v(), v(), v(), 128, 1, 1)).contains("1 taps"));
+    let small = upload(g, &[0f32; 8]);
+    assert!(g.kernels.delta_net_conv((&small).into(), v(), v(), v(), 128, 4, 1).is_err(), "x too small");
+}
