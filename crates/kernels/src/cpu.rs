@@ -884,3 +884,60 @@ pub fn delta_net_rule(
 pub fn gated_rms_norm(o: &[f32], z: &[f32], w: &[f32], n: usize, eps: f32) -> Vec<f32> {
     rms_norm(o, w, n, eps).into_iter().zip(z).map(|(y, &g)| y * (g / (1.0 + (-g).exp()))).collect()
 }
+
+/// qwen35moe's query and key heads (`qk_norm_rope_partial.wgsl`): per head, [`rms_norm`] over its `d` values
+/// (read `in_stride` apart, head after head), then NeoX RoPE of the first `rope_dims` with `rope [T, r/2]`
+/// (pairs `i, i + r/2`); the other dims as normed. Output `[T, heads, d]`.
+#[allow(clippy::too_many_arguments)]
+pub fn qk_norm_rope_partial(
+    x: &[f32],
+    w: &[f32],
+    rope: &[[f32; 2]],
+    heads: usize,
+    head_dim: usize,
+    rope_dims: usize,
+    in_stride: usize,
+    eps: f32,
+) -> Vec<f32> {
+    let (d, half) = (head_dim, rope_dims / 2);
+    let n_heads = (x.len() - d) / in_stride + 1;
+    let mut out = Vec::with_capacity(n_heads * d);
+    for i in 0..n_heads {
+        let t = i / heads;
+        let h = rms_norm(&x[i * in_stride..i * in_stride + d], w, d, eps);
+        for e in 0..d {
+            out.push(if e < half {
+                let [c, s] = rope[t * half + e];
+                h[e] * c - h[e + half] * s
+            } else if e < rope_dims {
+                let [c, s] = rope[t * half + e - half];
+                h[e - half] * s + h[e] * c
+            } else {
+                h[e]
+            });
+        }
+    }
+    out
+}
+
+/// qwen35moe's attention output gate (`attention_gate.wgsl`): `o[t, h, i] · σ(qg[t, h, d + i])`.
+pub fn attention_gate(qg: &[f32], o: &[f32], head_dim: usize) -> Vec<f32> {
+    o.chunks(head_dim)
+        .zip(qg.chunks(2 * head_dim))
+        .flat_map(|(o, qg)| o.iter().zip(&qg[head_dim..]).map(|(o, g)| o / (1.0 + (-g).exp())))
+        .collect()
+}
+
+/// qwen35moe's shared expert joined (`shared_expert_gate.wgsl`): `out[t] + σ(w · u[t]) · s[t]`, the dot
+/// product in f64.
+pub fn shared_expert_gate(u: &[f32], w: &[f32], s: &[f32], out: &[f32], hidden: usize) -> Vec<f32> {
+    u.chunks(hidden)
+        .zip(s.chunks(hidden))
+        .zip(out.chunks(hidden))
+        .flat_map(|((u, s), out)| {
+            let g = u.iter().zip(w).map(|(u, w)| f64::from(*u) * f64::from(*w)).sum::<f64>() as f32;
+            let gate = 1.0 / (1.0 + (-g).exp());
+            out.iter().zip(s).map(move |(o, s)| o + gate * s)
+        })
+        .collect()
+}

@@ -117,6 +117,12 @@ pub enum Kernel {
     DeltaNetRule,
     /// DeltaNet's output norm: RMSNorm per head times SiLU of the gate.
     GatedRmsNorm,
+    /// Per-head RMSNorm then NeoX RoPE of the first dims, heads read at a stride (qwen35moe's attention).
+    QkNormRopePartial,
+    /// The attention output times the sigmoid of the query's gate rows (qwen35moe).
+    AttentionGate,
+    /// The shared expert's output, scaled by the sigmoid of its gate, added to the routed ones (qwen35moe).
+    SharedExpertGate,
     /// Weighted sum of the k expert outputs plus the residual.
     MoeCombine,
     /// Weighted sum plus residual, then the next RMSNorm, in one dispatch.
@@ -264,7 +270,7 @@ impl BlockQuant {
 
 impl Kernel {
     /// The kernels that are not of a block type.
-    const FIXED: [Kernel; 48] = [
+    const FIXED: [Kernel; 51] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -308,6 +314,9 @@ impl Kernel {
         Kernel::DeltaNetConv,
         Kernel::DeltaNetRule,
         Kernel::GatedRmsNorm,
+        Kernel::QkNormRopePartial,
+        Kernel::AttentionGate,
+        Kernel::SharedExpertGate,
         Kernel::MoeCombine,
         Kernel::MoeCombineNorm,
         Kernel::Argmax,
@@ -388,6 +397,9 @@ impl Kernel {
             Kernel::DeltaNetConv => "delta_net_conv",
             Kernel::DeltaNetRule => "delta_net_rule",
             Kernel::GatedRmsNorm => "gated_rms_norm",
+            Kernel::QkNormRopePartial => "qk_norm_rope_partial",
+            Kernel::AttentionGate => "attention_gate",
+            Kernel::SharedExpertGate => "shared_expert_gate",
             Kernel::MoeCombine => "moe_combine",
             Kernel::MoeCombineNorm => "moe_combine_norm",
             Kernel::Argmax => "argmax",
@@ -495,6 +507,9 @@ impl Kernel {
             Kernel::DeltaNetConv => size_of::<DeltaNetConvParams>(),
             Kernel::DeltaNetRule => size_of::<DeltaNetRuleParams>(),
             Kernel::GatedRmsNorm => size_of::<GatedRmsNormParams>(),
+            Kernel::QkNormRopePartial => size_of::<QkNormRopePartialParams>(),
+            Kernel::AttentionGate => size_of::<AttentionGateParams>(),
+            Kernel::SharedExpertGate => size_of::<SharedExpertGateParams>(),
             Kernel::MoeCombine => size_of::<MoeCombineParams>(),
             Kernel::MoeCombineNorm => size_of::<MoeCombineNormParams>(),
             Kernel::Argmax => size_of::<ArgmaxParams>(),
@@ -551,6 +566,9 @@ impl Kernel {
             Kernel::DeltaNetConv => include_str!("wgsl/delta_net_conv.wgsl"),
             Kernel::DeltaNetRule => include_str!("wgsl/delta_net_rule.wgsl"),
             Kernel::GatedRmsNorm => include_str!("wgsl/gated_rms_norm.wgsl"),
+            Kernel::QkNormRopePartial => include_str!("wgsl/qk_norm_rope_partial.wgsl"),
+            Kernel::AttentionGate => include_str!("wgsl/attention_gate.wgsl"),
+            Kernel::SharedExpertGate => include_str!("wgsl/shared_expert_gate.wgsl"),
             Kernel::MoeCombine => include_str!("wgsl/moe_combine.wgsl"),
             Kernel::MoeCombineNorm => include_str!("wgsl/moe_combine_norm.wgsl"),
             Kernel::Argmax => include_str!("wgsl/argmax.wgsl"),
@@ -663,7 +681,8 @@ impl Kernel {
             | Kernel::MoeCombineNorm
             | Kernel::QkNormRope
             | Kernel::QkvRopeStore
-            | Kernel::GatedRmsNorm => &[RMS_SCALE],
+            | Kernel::GatedRmsNorm
+            | Kernel::QkNormRopePartial => &[RMS_SCALE],
             Kernel::RouterTopk | Kernel::RouterTopkSlots => &[ROUTER_TOPK_CORE],
             Kernel::SampleTopK | Kernel::ApplyPenalties => &[SAMPLE_STEP],
             Kernel::Q8GemmTiled | Kernel::ExpertQ8GemmTiled => &[Q8_TILE, Q8_TILE_WEIGHTS, Q8_HELPERS],

@@ -20,6 +20,7 @@ mod expert_q8_gemv_i8;
 mod expert_slots;
 mod f32_gemm;
 mod f32_gemv;
+mod gated_attention;
 mod kquant_gemv;
 mod kv_store;
 mod moe_combine;
@@ -32,6 +33,7 @@ mod quantize_q8;
 mod rms_norm;
 mod router_topk;
 mod sample_top_k;
+mod shared_expert_gate;
 mod silu_mul;
 
 pub use add::AddParams;
@@ -59,6 +61,7 @@ pub use expert_q8_gemv::{
 pub use expert_slots::ExpertSlotsParams;
 pub use f32_gemm::F32GemmParams;
 pub use f32_gemv::{F32GemvParams, InputNorm};
+pub use gated_attention::{AttentionGateParams, QkNormRopePartialParams};
 pub use kquant_gemv::{BlockMatrix, BlockQuant, KQuantGemvParams};
 pub use kv_store::KvStoreParams;
 pub use moe_combine::MoeCombineParams;
@@ -73,6 +76,7 @@ pub use router_topk::RouterTopkParams;
 pub use sample_top_k::{
     SAMPLE_MAX_K, SAMPLE_MAX_N, SampleStep, SampleTopKParams, sample_levels, sample_partial_len,
 };
+pub use shared_expert_gate::SharedExpertGateParams;
 pub use silu_mul::SiluMulParams;
 
 /// Bytes of `n` f32 (or u32).

@@ -251,6 +251,21 @@ impl Config {
 }
 
 impl Config {
+    /// RoPE's `(cos, sin)` of each rotated pair at each of `positions` (`[T, r/2]`, as
+    /// `qk_norm_rope_partial` takes them): llama.cpp's angles over the first `rope_dims` dims, `(1, 0)` for a
+    /// pair IMROPE's sections leave still.
+    pub fn rope_table(&self, positions: &[u32]) -> Vec<[f32; 2]> {
+        let half = (self.rope_dims / 2) as usize;
+        let mut table =
+            diskformer_kernels::cpu::rope_cos_sin(positions, self.rope_dims as usize, self.rope_base);
+        for (i, cs) in table.iter_mut().enumerate() {
+            if !self.pair_rotates((i % half) as u32) {
+                *cs = [1.0, 0.0];
+            }
+        }
+        table
+    }
+
     /// Whether rotated pair `i` turns with the token's position (IMROPE's t, h or w stream, all the position
     /// for text) or stays put (the e stream, position 0), as llama.cpp's `ggml_rope_multi` picks it.
     pub fn pair_rotates(&self, i: u32) -> bool {

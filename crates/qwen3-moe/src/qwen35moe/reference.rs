@@ -110,29 +110,21 @@ impl Reference {
         rms_norm(x, self.w(weight), self.config.eps)
     }
 
-    /// Gated full attention at this position (§3.1).
+    /// Gated full attention at this position (§3.1): the query rows with their gate rows interleaved a
+    /// head at a time, q and k normed per head and turned by partial RoPE, causal softmax attention over
+    /// the cache (f32), the output times σ(gate) — through the GPU kernels' CPU references but for the
+    /// attention itself.
     fn attention(&mut self, l: usize, a: &[f32]) -> Vec<f32> {
         let c = self.config.clone();
-        let (d, heads, kv_heads) = (c.head_dim as usize, c.heads as usize, c.kv_heads as usize);
+        let (d, heads, kv_heads, r) =
+            (c.head_dim as usize, c.heads as usize, c.kv_heads as usize, c.rope_dims as usize);
         let t = |s: &str| format!("blk.{l}.{s}.weight");
         let qg = matvec(self.w(&t("attn_q")), a);
-        let mut k = matvec(self.w(&t("attn_k")), a);
+        let rope = c.rope_table(&[self.position]);
+        let q = cpu::qk_norm_rope_partial(&qg, self.w(&t("attn_q_norm")), &rope, heads, d, r, 2 * d, c.eps);
+        let k_raw = matvec(self.w(&t("attn_k")), a);
+        let k = cpu::qk_norm_rope_partial(&k_raw, self.w(&t("attn_k_norm")), &rope, kv_heads, d, r, d, c.eps);
         let v = matvec(self.w(&t("attn_v")), a);
-        let (q_norm, k_norm) = (self.w(&t("attn_q_norm")).to_vec(), self.w(&t("attn_k_norm")).to_vec());
-        let mut q = Vec::with_capacity(heads * d);
-        let mut gate = Vec::with_capacity(heads * d);
-        for h in 0..heads {
-            let head = &qg[2 * d * h..2 * d * (h + 1)];
-            let mut qh = rms_norm(&head[..d], &q_norm, c.eps);
-            self.rope(&mut qh);
-            q.extend_from_slice(&qh);
-            gate.extend_from_slice(&head[d..]);
-        }
-        for j in 0..kv_heads {
-            let mut kh = rms_norm(&k[j * d..(j + 1) * d], &k_norm, c.eps);
-            self.rope(&mut kh);
-            k[j * d..(j + 1) * d].copy_from_slice(&kh);
-        }
         let LayerState::Attention { keys, values } = &mut self.layers[l] else {
             unreachable!("an attention layer")
         };
@@ -153,25 +145,7 @@ impl Reference {
                 oh.iter_mut().zip(vp).for_each(|(o, v)| *o += w * v);
             }
         }
-        o.iter_mut().zip(&gate).for_each(|(o, g)| *o *= sigmoid(*g));
-        matvec(self.w(&t("attn_output")), &o)
-    }
-
-    /// Partial NeoX RoPE of one head at this position: pair (i, i + R/2) for i < R/2 turned by
-    /// `pos · base^(−2i/R)` where IMROPE's sections give it the position (§3.1 step 4).
-    fn rope(&self, x: &mut [f32]) {
-        let c = &self.config;
-        let half = (c.rope_dims / 2) as usize;
-        for i in 0..half {
-            if !c.pair_rotates(i as u32) {
-                continue;
-            }
-            let theta = self.position as f32 * c.rope_base.powf(-2.0 * i as f32 / c.rope_dims as f32);
-            let (sin, cos) = theta.sin_cos();
-            let (a, b) = (x[i], x[i + half]);
-            x[i] = a * cos - b * sin;
-            x[i + half] = a * sin + b * cos;
-        }
+        matvec(self.w(&t("attn_output")), &cpu::attention_gate(&qg, &o, d))
     }
 
     /// Gated DeltaNet (§3.2): projections, then the GPU kernels' CPU references in the order the layer runs
@@ -223,9 +197,7 @@ impl Reference {
         }
         let shared =
             swiglu(self.w(&t("ffn_gate_shexp")), self.w(&t("ffn_up_shexp")), self.w(&t("ffn_down_shexp")), u);
-        let g = sigmoid(dot(self.w(&t("ffn_gate_inp_shexp")), u));
-        y.iter_mut().zip(&shared).for_each(|(y, s)| *y += g * s);
-        y
+        cpu::shared_expert_gate(u, self.w(&t("ffn_gate_inp_shexp")), &shared, &y, e)
     }
 
     /// Every tensor the forward pass reads is present with the size the config gives it.
@@ -317,12 +289,8 @@ fn softmax(x: &[f32]) -> Vec<f32> {
     exp.into_iter().map(|v| v / sum).collect()
 }
 
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
-}
-
 fn silu(x: f32) -> f32 {
-    x * sigmoid(x)
+    x / (1.0 + (-x).exp())
 }
 
 /// `down · (SiLU(gate · x) ⊙ (up · x))`.

@@ -1,12 +1,13 @@
-//! Protects qwen35moe's Gated DeltaNet kernels against their CPU references on a real device: the causal
-//! conv with its saved inputs, the gated delta rule (v heads sharing q/k heads, the state carried across a
-//! chunk's tokens and across dispatches), and the gated output norm; a chunk in one dispatch gives what its
-//! tokens give one dispatch at a time; bad shapes are refused.
+//! Protects qwen35moe's kernels against their CPU references on a real device: Gated DeltaNet's causal conv
+//! with its saved inputs, the gated delta rule (v heads sharing q/k heads, the state carried across a
+//! chunk's tokens and across dispatches) and the gated output norm, a chunk in one dispatch giving what its
+//! tokens give one dispatch at a time; the gated attention's per-head norm with partial RoPE read from the
+//! interleaved query and gate rows, and its output gate; the shared expert's gate. Bad shapes are refused.
 
 mod common;
 
 use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
-use diskformer_kernels::{DeltaNetShape, cpu};
+use diskformer_kernels::{DeltaNetShape, QkNormRopePartialParams, cpu};
 
 /// The conv over `tokens` tokens: (output, state after) on the GPU.
 fn gpu_conv(
@@ -184,4 +185,118 @@ fn delta_net_shapes_are_refused_clearly() {
     assert!(err(g.kernels.delta_net_conv(v(), v(), v(), v(), 128, 1, 1)).contains("1 taps"));
     let small = upload(g, &[0f32; 8]);
     assert!(g.kernels.delta_net_conv((&small).into(), v(), v(), v(), 128, 4, 1).is_err(), "x too small");
+}
+
+#[test]
+fn qk_norm_rope_partial_reads_the_query_rows_between_the_gate_rows() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(84);
+    // (heads, d, r, stride, tokens): qwen35moe's query [q | gate] rows (stride 2d), its keys (stride d), a
+    // head of 256 (two dims a lane) and one of every dim rotated.
+    for (heads, d, r, stride, tokens) in [
+        (4usize, 64usize, 16usize, 128usize, 3usize),
+        (2, 64, 16, 64, 3),
+        (2, 256, 64, 512, 2),
+        (3, 32, 32, 32, 1),
+    ] {
+        let x = rng.vec_f32(tokens * heads * stride, -3.0, 3.0);
+        let w = rng.vec_f32(d, 0.5, 1.5);
+        let positions: Vec<u32> = (0..tokens as u32).map(|t| 5 + 7 * t).collect();
+        let mut rope = cpu::rope_cos_sin(&positions, r, 1e7);
+        rope[1] = [1.0, 0.0]; // a pair IMROPE's sections leave still
+        let (xb, wb) = (upload(g, &x), upload(g, &w));
+        let rb = upload(g, &rope.iter().flatten().copied().collect::<Vec<f32>>());
+        let out = poisoned(g, 4 * tokens * heads * d);
+        let p = QkNormRopePartialParams {
+            heads: heads as u32,
+            head_dim: d as u32,
+            tokens: tokens as u32,
+            eps: 1e-6,
+            rope_dims: r as u32,
+            in_stride: stride as u32,
+            _pad: [0; 2],
+        };
+        let dispatch = g
+            .kernels
+            .qk_norm_rope_partial((&xb).into(), (&wb).into(), (&rb).into(), (&out).into(), p)
+            .unwrap();
+        run(g, &[&dispatch]);
+        let got = read_n::<f32>(g, &out, tokens * heads * d);
+        let want = cpu::qk_norm_rope_partial(&x, &w, &rope, heads, d, r, stride, 1e-6);
+        assert_close(
+            &format!("qk_norm_rope_partial h={heads} d={d} r={r} stride={stride}"),
+            &got,
+            &want,
+            &vec![3.0; want.len()],
+            1e-7,
+            2e-6,
+        );
+    }
+    let b = upload(g, &vec![0f32; 4096]);
+    let p = QkNormRopePartialParams {
+        heads: 1,
+        head_dim: 64,
+        tokens: 1,
+        eps: 1e-6,
+        rope_dims: 15,
+        in_stride: 64,
+        _pad: [0; 2],
+    };
+    let err =
+        g.kernels.qk_norm_rope_partial((&b).into(), (&b).into(), (&b).into(), (&b).into(), p).unwrap_err();
+    assert!(err.to_string().contains("rope_dims must be even"), "{err}");
+}
+
+#[test]
+fn attention_gate_and_shared_expert_gate() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(85);
+    for (heads, d, tokens) in [(4usize, 64usize, 1usize), (16, 256, 3)] {
+        let qg = rng.vec_f32(tokens * heads * 2 * d, -6.0, 6.0);
+        let o = rng.vec_f32(tokens * heads * d, -2.0, 2.0);
+        let (qb, ob) = (upload(g, &qg), upload(g, &o));
+        let dispatch = g
+            .kernels
+            .attention_gate((&qb).into(), (&ob).into(), heads as u32, d as u32, tokens as u32)
+            .unwrap();
+        run(g, &[&dispatch]);
+        let got = read_n::<f32>(g, &ob, o.len());
+        let want = cpu::attention_gate(&qg, &o, d);
+        assert_close(
+            &format!("attention_gate heads={heads} d={d} T={tokens}"),
+            &got,
+            &want,
+            &abs_of(&want),
+            1e-9,
+            2e-6,
+        );
+    }
+    for (hidden, tokens) in [(64usize, 1usize), (2048, 3)] {
+        let (u, w) = (rng.vec_f32(tokens * hidden, -2.0, 2.0), rng.vec_f32(hidden, -0.1, 0.1));
+        let (s, out) = (rng.vec_f32(tokens * hidden, -1.0, 1.0), rng.vec_f32(tokens * hidden, -1.0, 1.0));
+        let (ub, wb, sb, outb) = (upload(g, &u), upload(g, &w), upload(g, &s), upload(g, &out));
+        let dispatch = g
+            .kernels
+            .shared_expert_gate(
+                (&ub).into(),
+                (&wb).into(),
+                (&sb).into(),
+                (&outb).into(),
+                hidden as u32,
+                tokens as u32,
+            )
+            .unwrap();
+        run(g, &[&dispatch]);
+        let got = read_n::<f32>(g, &outb, out.len());
+        let want = cpu::shared_expert_gate(&u, &w, &s, &out, hidden);
+        // The gate's dot product of `hidden` terms in f32 (the reference in f64) through a sigmoid.
+        assert_close(
+            &format!("shared_expert_gate hidden={hidden} T={tokens}"),
+            &got,
+            &want,
+            &vec![1.0; want.len()],
+            1e-6,
+            2e-6,
+        );
+    }
 }
