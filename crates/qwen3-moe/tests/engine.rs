@@ -816,7 +816,7 @@ fn a_damaged_dense_tensor_is_refused_at_load() {
     let err = Engine::open(&m.store, &EngineOptions::default(), &mut |_| {}).unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, Error::Store(diskformer_store::Error::ChecksumMismatch { .. })), "{err:?}");
-    assert!(text.contains("dense tensor") && text.contains("re-ingest"), "{text}");
+    assert!(text.contains("dense tensor") && text.contains("--repair STORE"), "{text}");
     bytes[at] ^= 0x10;
     std::fs::write(&dense, &bytes).unwrap();
     Engine::open(&m.store, &EngineOptions::default(), &mut |_| {}).unwrap();
