@@ -138,11 +138,12 @@ struct TraceLine {
     picks: TokenPicks,
 }
 
-/// Picks read from a trace file, each line checked against the model's shape as it is read.
+/// Picks read from a trace (a file, or any reader), each line checked against the model's shape as it is
+/// read.
 #[derive(Debug)]
-pub struct TraceRoutes {
+pub struct TraceRoutes<R = BufReader<File>> {
     path: PathBuf,
-    lines: std::io::Lines<BufReader<File>>,
+    lines: std::io::Lines<R>,
     shape: RouteShape,
     line: usize,
 }
@@ -155,7 +156,14 @@ impl TraceRoutes {
     pub fn open(path: &Path, shape: RouteShape) -> Result<Self> {
         let file =
             File::open(path).map_err(|e| Error::TraceIo { path: path.to_owned(), source: Arc::new(e) })?;
-        Ok(TraceRoutes { path: path.to_owned(), lines: BufReader::new(file).lines(), shape, line: 0 })
+        Ok(TraceRoutes::from_reader(BufReader::new(file), path, shape))
+    }
+}
+
+impl<R: BufRead> TraceRoutes<R> {
+    /// Reads a trace from `reader` for a model of `shape`; `path` names it in errors.
+    pub fn from_reader(reader: R, path: &Path, shape: RouteShape) -> Self {
+        TraceRoutes { path: path.to_owned(), lines: reader.lines(), shape, line: 0 }
     }
 
     fn bad(&self, what: String) -> Error {
@@ -163,7 +171,7 @@ impl TraceRoutes {
     }
 }
 
-impl RouteSource for TraceRoutes {
+impl<R: BufRead + Send> RouteSource for TraceRoutes<R> {
     fn next_token(&mut self) -> Result<TokenPicks> {
         loop {
             let Some(text) = self.lines.next() else {

@@ -14,6 +14,21 @@ pub enum Error {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// The disk filled while the store was written.
+    #[error(
+        "the disk holding {path} is full: free some space and run the ingest again (it resumes from its last \
+         checkpoint)"
+    )]
+    DiskFull {
+        /// The file being written.
+        path: PathBuf,
+    },
+    /// The store's directory cannot be written.
+    #[error("{path} is on a read-only file system: give a store directory that can be written")]
+    ReadOnly {
+        /// The file or directory.
+        path: PathBuf,
+    },
     /// The source GGUF (or the store's header.bin) is not a valid GGUF.
     #[error("{path}: {source}")]
     Gguf {
@@ -232,7 +247,11 @@ pub enum Error {
 impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();
-        move |source| Error::Io { path, source }
+        move |source| match source.raw_os_error() {
+            Some(libc::ENOSPC) => Error::DiskFull { path },
+            Some(libc::EROFS) => Error::ReadOnly { path },
+            _ => Error::Io { path, source },
+        }
     }
 }
 

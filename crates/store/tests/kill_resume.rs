@@ -1,5 +1,7 @@
-//! Crash safety: an ingest SIGKILLed at seeded random points (in a child process) resumes from its last
-//! checkpoint and ends byte-identical to a clean ingest; a killed store is never opened as complete.
+//! Crash safety: an ingest SIGKILLed (in a child process) at seeded random points of its progress, or by
+//! its parent at random moments (checkpoint writes included: they run on a thread of their own, every 48
+//! KiB here), resumes from its last checkpoint and ends byte-identical to a clean ingest; a killed store is
+//! never opened as complete.
 
 mod common;
 
@@ -87,4 +89,62 @@ fn killed_ingests_resume_to_identical_stores() {
         std::fs::remove_dir_all(&store).unwrap();
     }
     assert!(resumed >= 12, "only {resumed} of 24 trials resumed from a checkpoint");
+}
+
+/// Starts a child ingest that runs to the end unless killed.
+fn spawn_child(source: &Path, dir: &Path) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_ingest", "--test-threads=1", "--quiet"])
+        .env(CHILD_ENV, format!("{}|{}|{}", source.display(), dir.display(), u64::MAX))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn ingests_killed_at_random_moments_resume_to_identical_stores() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::time::{Duration, Instant};
+    let dir = TempDir::new("kill-timed");
+    let shape = Shape { layers: 4, experts: 8, hidden: 256, ffn: 128, ..Shape::small() };
+    let source = write_model(dir.path(), "m.gguf", &shape, 43);
+    let clean = dir.path().join("clean");
+    ingest(&source, &clean, &options(), &mut |_| {}).unwrap();
+    // How long a whole child ingest takes here: the kills fall anywhere up to a little past it.
+    let started = Instant::now();
+    let probe = dir.path().join("probe");
+    assert!(spawn_child(&source, &probe).wait().unwrap().success());
+    let whole = started.elapsed().as_micros() as u64;
+    std::fs::remove_dir_all(&probe).unwrap();
+
+    let mut rng = Rng(2027);
+    let (trials, mut killed) = (40, 0);
+    for trial in 0..trials {
+        let store = dir.path().join(format!("t{trial}"));
+        // Up to three kills, then a run to the end.
+        for _ in 0..1 + rng.below(3) {
+            let mut child = spawn_child(&source, &store);
+            std::thread::sleep(Duration::from_micros(rng.below(whole * 6 / 5)));
+            let _ = child.kill();
+            let status = child.wait().unwrap();
+            if status.signal() == Some(libc::SIGKILL) {
+                killed += 1;
+                match Store::open(&store) {
+                    // Killed after the manifest was marked complete: it must be whole.
+                    Ok(done) => {
+                        done.verify().unwrap();
+                        assert_same_store(&store, &clean);
+                    }
+                    Err(Error::Incomplete { .. } | Error::NotAStore { .. }) => {}
+                    Err(other) => panic!("trial {trial}: a killed store gave {other}"),
+                }
+            }
+        }
+        ingest(&source, &store, &options(), &mut |_| {}).unwrap();
+        assert_same_store(&store, &clean);
+        Store::open(&store).unwrap().verify().unwrap();
+        std::fs::remove_dir_all(&store).unwrap();
+    }
+    eprintln!("{killed} kills landed in {trials} trials ({whole} µs a whole ingest)");
+    assert!(killed >= 25, "only {killed} kills landed before their ingest finished ({whole} µs a whole one)");
 }
