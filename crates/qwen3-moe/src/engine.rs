@@ -7,7 +7,7 @@
 //! recorded while the GPU runs the step before, and a greedy or sampled step queues the next on the GPU's
 //! own pick (run-ahead).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
@@ -287,6 +287,8 @@ pub struct Engine {
     pool: ExpertPool<GpuBackend>,
     /// Shared with the route-ahead unit stock's thread.
     graphs: HashMap<u32, Arc<Graph>>,
+    /// The chunk sizes (> 1) with a graph, least recently used first: at most [`CHUNK_GRAPHS`] are kept.
+    chunk_graphs: VecDeque<u32>,
     /// `[layers · experts]` pool slots when every expert is resident and routing stays on the GPU (on the
     /// device for one-token steps, on the host for chunks).
     resident_table: Option<(wgpu::Buffer, Vec<u32>)>,
@@ -665,6 +667,7 @@ impl Engine {
             scratch,
             pool,
             graphs: HashMap::new(),
+            chunk_graphs: VecDeque::new(),
             resident_table,
             route_table,
             route_ahead,
@@ -947,6 +950,15 @@ impl Engine {
     }
 
     fn graph(&mut self, t: u32) -> Result<&Graph> {
+        if t > 1 {
+            self.chunk_graphs.retain(|&c| c != t);
+            self.chunk_graphs.push_back(t);
+            if self.chunk_graphs.len() > CHUNK_GRAPHS
+                && let Some(old) = self.chunk_graphs.pop_front()
+            {
+                self.graphs.remove(&old);
+            }
+        }
         if !self.graphs.contains_key(&t) {
             let b = Bindings {
                 kernels: &self.kernels,
@@ -1603,6 +1615,11 @@ pub const READ_SPLIT_DIRECT: usize = 1;
 /// off): whole records, each three reads of its parts (a piece would add reads at every part boundary);
 /// measured in BENCHMARKS.md against the store's 4 pieces.
 pub const READ_SPLIT_IN_GGUF: usize = 1;
+
+/// Chunk graphs kept, the most recently used: a graph holds a uniform buffer and a bind group for each of its
+/// dispatches, and a long chat prefills prompts of every length, so one kept for each length up to
+/// `max_batch` would grow without a bound (rebuilding one costs its bind groups, little beside a chunk).
+const CHUNK_GRAPHS: usize = 4;
 
 /// Demand readers when [`EngineOptions::readers`] is `None` and reads go through the page cache.
 const DEFAULT_READERS: usize = 8;

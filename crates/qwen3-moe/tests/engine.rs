@@ -700,6 +700,21 @@ fn chunks_are_bounded_by_the_pool_only_when_it_cannot_hold_a_layer() {
     }
 }
 
+/// An engine keeps graphs for a few chunk lengths only: prompts of more lengths than it keeps, one after
+/// another and back to the first, give the logits fresh engines give (a dropped graph is built again).
+#[test]
+fn chunk_graphs_dropped_and_built_again_give_the_same_logits() {
+    let m = model("chunk-graphs", SynthShape::tiny(), 6);
+    let mut e = open(&m, |_| {});
+    let lengths = [2usize, 3, 4, 5, 6, 7, 8, 2, 3];
+    for len in lengths {
+        e.reset();
+        let got = e.prefill(&PROMPT[..len], true).unwrap();
+        let want = open(&m, |_| {}).prefill(&PROMPT[..len], true).unwrap();
+        assert!(max_diff(&got, &want) < 1e-5, "a {len}-token prompt after others");
+    }
+}
+
 /// While experts stream, the CPU tier is on by default: through the page cache, and with O_DIRECT through
 /// the host tier (a default budget of host memory); with every expert resident there is nothing for it
 /// to do. Turned off, O_DIRECT uploads every miss.
