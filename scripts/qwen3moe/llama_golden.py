@@ -142,6 +142,21 @@ def neox_rope(x: np.ndarray, pos: np.ndarray, base: float) -> np.ndarray:
     return np.concatenate([a * c - b * s, a * s + b * c], -1)
 
 
+def check_steps(forward, prompt: list, ids: list, tops: list) -> list:
+    """Runs `forward` (tokens -> last logits, router gap) over the prompt and each greedy id after it,
+    checks llama.cpp's top log-probabilities against it (|diff| <= 1e-5), and returns the gaps."""
+    toks, margins = list(prompt), []
+    for step, want in enumerate(ids):
+        lg, gap = forward(toks)
+        lp = lg - lg.max() - np.log(np.exp(lg - lg.max()).sum())
+        worst = max(abs(lp[e["id"]] - e["logprob"]) for e in tops[step])
+        if worst > 1e-5:
+            sys.exit(f"step {step}: llama.cpp and the numpy reference differ by {worst:.2e} in log-probability")
+        margins.append(float(gap))
+        toks.append(want)
+    return margins
+
+
 def reference_router_margins(model: str, prompt: list, ids: list, tops: list) -> list:
     """An independent float64 numpy forward pass over gguf-py's dequantised weights (llama.cpp's op order:
     RMSNorm, per-head QK-norm, NeoX RoPE, GQA softmax attention, softmax router, top-k renormalised, SiLU
@@ -186,16 +201,7 @@ def reference_router_margins(model: str, prompt: list, ids: list, tops: list) ->
             x = x + out
         return rms(x[-1], W["output_norm.weight"]) @ W["output.weight"].T, min(gaps)
 
-    toks, margins = list(prompt), []
-    for step, want in enumerate(ids):
-        lg, gap = forward(toks)
-        lp = lg - lg.max() - np.log(np.exp(lg - lg.max()).sum())
-        worst = max(abs(lp[e["id"]] - e["logprob"]) for e in tops[step])
-        if worst > 1e-5:
-            sys.exit(f"step {step}: llama.cpp and the numpy reference differ by {worst:.2e} in log-probability")
-        margins.append(float(gap))
-        toks.append(want)
-    return margins
+    return check_steps(forward, prompt, ids, tops)
 
 
 def reference_router_margins_qwen35moe(model: str, prompt: list, ids: list, tops: list) -> list:
@@ -297,16 +303,7 @@ def reference_router_margins_qwen35moe(model: str, prompt: list, ids: list, tops
         head = W.get("output.weight", W["token_embd.weight"])
         return head @ rms(x, W["output_norm.weight"]), min(gaps)
 
-    toks, margins = list(prompt), []
-    for step, want in enumerate(ids):
-        lg, gap = forward(toks)
-        lp = lg - lg.max() - np.log(np.exp(lg - lg.max()).sum())
-        worst = max(abs(lp[e["id"]] - e["logprob"]) for e in tops[step])
-        if worst > 1e-5:
-            sys.exit(f"step {step}: llama.cpp and the numpy reference differ by {worst:.2e} in log-probability")
-        margins.append(float(gap))
-        toks.append(want)
-    return margins
+    return check_steps(forward, prompt, ids, tops)
 
 
 def main():
