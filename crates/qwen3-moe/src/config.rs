@@ -59,16 +59,8 @@ impl Config {
     /// [`Error::WrongArchitecture`] first; then [`Error::MissingKeys`] naming every absent key; then
     /// [`Error::BadValue`] for a value of the wrong type or an inconsistent shape.
     pub fn from_metadata(metadata: &Metadata) -> Result<Config> {
-        let arch = metadata.get_str("general.architecture").unwrap_or("");
-        if arch != ARCHITECTURE {
-            return Err(Error::WrongArchitecture { found: arch.to_owned() });
-        }
+        check_keys(metadata, ARCHITECTURE, "this engine runs \"qwen3moe\" models", &KEYS)?;
         let key = |stem: &str| format!("{ARCHITECTURE}.{stem}");
-        let missing: Vec<String> =
-            KEYS.iter().map(|s| key(s)).filter(|k| metadata.get(k).is_none()).collect();
-        if !missing.is_empty() {
-            return Err(Error::MissingKeys { keys: missing });
-        }
         let uint = |stem: &str| -> Result<u32> {
             let k = key(stem);
             let v =
@@ -150,4 +142,24 @@ impl Config {
     pub fn gqa_ratio(&self) -> u32 {
         self.head_count / self.head_count_kv
     }
+}
+
+/// Checks that `metadata` is of architecture `arch` (else [`Error::WrongArchitecture`] with `expected`) and
+/// has every key `arch.STEM` of `stems` (else [`Error::MissingKeys`] naming every absent one).
+pub(crate) fn check_keys(
+    metadata: &Metadata,
+    arch: &str,
+    expected: &'static str,
+    stems: &[&str],
+) -> Result<()> {
+    let found = metadata.get_str("general.architecture").unwrap_or("");
+    if found != arch {
+        return Err(Error::WrongArchitecture { found: found.to_owned(), expected });
+    }
+    let missing: Vec<String> =
+        stems.iter().map(|s| format!("{arch}.{s}")).filter(|k| metadata.get(k).is_none()).collect();
+    if !missing.is_empty() {
+        return Err(Error::MissingKeys { keys: missing });
+    }
+    Ok(())
 }

@@ -4,11 +4,13 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// `general.architecture` is not one this engine runs.
-    #[error("model architecture is {found:?}; this engine runs \"qwen3moe\" models")]
+    /// `general.architecture` is not the one asked for.
+    #[error("model architecture is {found:?}; {expected}")]
     WrongArchitecture {
         /// The architecture found (empty when the key is missing).
         found: String,
+        /// What was wanted, and what runs it.
+        expected: &'static str,
     },
     /// Metadata keys the config needs are absent, all of them listed.
     #[error("the model's metadata lacks {}: the GGUF is incomplete", keys.join(", "))]

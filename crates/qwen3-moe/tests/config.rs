@@ -45,9 +45,13 @@ fn reads_the_real_shape() {
 #[test]
 fn architecture_is_checked_first() {
     let mut m = without(&qwen3_30b_a3b(), &["general.architecture", "qwen3moe.block_count"]);
-    assert!(matches!(Config::from_metadata(&m), Err(Error::WrongArchitecture { found }) if found.is_empty()));
+    assert!(
+        matches!(Config::from_metadata(&m), Err(Error::WrongArchitecture { found, .. }) if found.is_empty())
+    );
     m.insert("general.architecture", Value::String("llama".into()));
-    assert!(matches!(Config::from_metadata(&m), Err(Error::WrongArchitecture { found }) if found == "llama"));
+    assert!(
+        matches!(Config::from_metadata(&m), Err(Error::WrongArchitecture { found, .. }) if found == "llama")
+    );
 }
 
 #[test]
@@ -94,7 +98,7 @@ fn open_gguf_refuses_another_architecture_before_copying_anything() {
         &mut |_| {},
     );
     assert!(
-        matches!(&result, Err(Error::WrongArchitecture { found }) if found == "qwen35moe"),
+        matches!(&result, Err(Error::WrongArchitecture { found, .. }) if found == "qwen35moe"),
         "{:?}",
         result.err()
     );

@@ -129,7 +129,7 @@ fn the_config_reads_the_layer_pattern_and_refuses_what_llama_cpp_refuses() {
         let err = Config::from_metadata(&metadata(f)).unwrap_err().to_string();
         assert!(err.contains(what), "{what}: {err}");
     };
-    refused(|kv| kv[0].1 = Value::String("qwen3moe".into()), "qwen3moe");
+    refused(|kv| kv[0].1 = Value::String("qwen3moe".into()), "is \"qwen3moe\"; expected a qwen35moe model");
     refused(|kv| kv.retain(|(k, _)| !k.ends_with("ssm.state_size")), "qwen35moe.ssm.state_size");
     refused(|kv| kv.retain(|(k, _)| !k.contains("ssm.")), "qwen35moe.ssm.group_count");
     refused(|kv| kv.push(("qwen35moe.ssm.inner_size".into(), Value::U32(60))), "qwen35moe.ssm.inner_size");

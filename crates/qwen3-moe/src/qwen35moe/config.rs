@@ -3,6 +3,7 @@
 
 use diskformer_gguf::{Array, Metadata, Value};
 
+use crate::config::check_keys;
 use crate::{Error, Result};
 
 /// The architecture name.
@@ -59,12 +60,7 @@ impl Config {
     /// [`Error::WrongArchitecture`] first; then [`Error::MissingKeys`] naming every absent required key;
     /// then [`Error::BadValue`] for a value of the wrong type or a shape llama.cpp would refuse.
     pub fn from_metadata(metadata: &Metadata) -> Result<Config> {
-        let arch = metadata.get_str("general.architecture").unwrap_or("");
-        if arch != ARCHITECTURE {
-            return Err(Error::WrongArchitecture { found: arch.to_owned() });
-        }
-        let key = |stem: &str| format!("{ARCHITECTURE}.{stem}");
-        let required = [
+        const REQUIRED: [&str; 14] = [
             "context_length",
             "embedding_length",
             "block_count",
@@ -80,11 +76,8 @@ impl Config {
             "ssm.time_step_rank",
             "ssm.group_count",
         ];
-        let missing: Vec<String> =
-            required.iter().map(|s| key(s)).filter(|k| metadata.get(k).is_none()).collect();
-        if !missing.is_empty() {
-            return Err(Error::MissingKeys { keys: missing });
-        }
+        check_keys(metadata, ARCHITECTURE, "expected a qwen35moe model", &REQUIRED)?;
+        let key = |stem: &str| format!("{ARCHITECTURE}.{stem}");
         let bad = |stem: &str, what: String| Error::BadValue { key: key(stem), what };
         let uint = |stem: &str| -> Result<u32> {
             let k = key(stem);
