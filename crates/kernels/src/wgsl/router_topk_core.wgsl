@@ -27,22 +27,37 @@ fn pick(li: u32, lanes: u32, row: u32, e: u32, k: u32, logits_too: bool) {
         picked_i[li] = 0u;
     }
     workgroupBarrier();
-    for (var i = li; i < e; i += lanes) {
-        let l = vals[i / 4u][i % 4u];
-        // Same address in every lane: broadcast reads.
-        var rank = 0u;
-        for (var j = 0u; j < n4; j++) {
-            let v = vals[j];
-            let idx = vec4<u32>(4u * j) + vec4<u32>(0u, 1u, 2u, 3u);
-            let real = idx < vec4<u32>(e);
-            let beats = (v > vec4<f32>(l)) | ((v == vec4<f32>(l)) & (idx < vec4<u32>(i)));
-            rank += dot(select(vec4<u32>(0u), vec4<u32>(1u), beats & real), vec4<u32>(1u));
+    // Each lane ranks experts li, li + lanes, … (at most 4: E ≤ 256, lanes ≥ 64) against the whole row, the
+    // row's loop outermost and the same in every lane: with a lane's own loop outermost and the row's inside
+    // it, lavapipe (Mesa 22.3) kept ~170 KB a dispatch until the device went.
+    let per = (e + lanes - 1u) / lanes;
+    var ls: array<f32, 4>;
+    var ranks = vec4<u32>(0u);
+    for (var m = 0u; m < per; m++) {
+        let i = li + m * lanes;
+        if (i < e) {
+            ls[m] = vals[i / 4u][i % 4u];
         }
-        if (rank < k) {
+    }
+    for (var j = 0u; j < n4; j++) {
+        let v = vals[j];
+        let idx = vec4<u32>(4u * j) + vec4<u32>(0u, 1u, 2u, 3u);
+        let real = idx < vec4<u32>(e);
+        for (var m = 0u; m < per; m++) {
+            let l = ls[m];
+            let i = li + m * lanes;
+            // Same address in every lane: broadcast reads.
+            let beats = (v > vec4<f32>(l)) | ((v == vec4<f32>(l)) & (idx < vec4<u32>(i)));
+            ranks[m] += dot(select(vec4<u32>(0u), vec4<u32>(1u), beats & real), vec4<u32>(1u));
+        }
+    }
+    for (var m = 0u; m < per; m++) {
+        let i = li + m * lanes;
+        if (i < e && ranks[m] < k) {
             if (logits_too) {
-                picked_l[rank] = l;
+                picked_l[ranks[m]] = ls[m];
             }
-            picked_i[rank] = i;
+            picked_i[ranks[m]] = i;
         }
     }
     workgroupBarrier();
