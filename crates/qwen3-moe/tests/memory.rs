@@ -23,7 +23,7 @@ fn streaming_keeps_resident_memory_flat() {
     let mut e = Engine::open(&m.store, &opts, &mut |_| {}).unwrap();
     let mut g = GenerateOptions::default();
     g.max_tokens = 40;
-    let mut reply = |e: &mut Engine| {
+    let reply = |e: &mut Engine| {
         e.reset();
         let mut n = 0;
         for ev in e.generate(&[Message::user("hello")], &g).unwrap() {
