@@ -68,10 +68,13 @@ for f in "${fixtures[@]}"; do
     --out "$out/q8prompt-$name.json" --synth-args "$args"
 done
 
-# qwen35moe: the CPU reference's golden (crates/qwen3-moe/tests/qwen35moe.rs), every tensor F32.
+# qwen35moe: the CPU reference's golden (crates/qwen3-moe/tests/qwen35moe.rs; in a directory of its own, since
+# the engine's golden test runs every tests/data/golden-*.json and the engine does not run qwen35moe), every
+# tensor F32.
 args="--shape qwen35moe-tiny --seed 41"
+mkdir -p "$out/qwen35moe"
 # shellcheck disable=SC2086
 ./target/release/examples/synth-gguf $args --out "$tmp/qwen35moe-tiny.gguf"
 .venv/bin/python scripts/qwen3moe/llama_golden.py "$tmp/qwen35moe-tiny.gguf" \
   --ids 256,257,72,101,108,108,111,44,32,119,111,114,108,100,33,258,10,256,257,97 -n 24 --top 5 \
-  --out "$out/golden-qwen35moe-tiny.json" --synth-args "$args"
+  --out "$out/qwen35moe/golden-tiny.json" --synth-args "$args"

@@ -39,7 +39,7 @@ fn seed_of(synth_args: &str) -> u64 {
 
 #[test]
 fn the_reference_gives_llama_cpps_log_probabilities() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden-qwen35moe-tiny.json");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/qwen35moe/golden-tiny.json");
     let golden: Golden = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let dir = std::env::temp_dir().join(format!("diskformer-qwen35moe-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
