@@ -94,7 +94,7 @@ pub struct IngestSummary {
 
 /// Which store file a segment writes.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Target {
+enum Target {
     Dense,
     Experts,
     /// Hashed for the record checksums, not written: experts read in place from the GGUF.
@@ -218,9 +218,20 @@ fn experts_in_gguf(src: &Source) -> ExpertsInGguf {
     ExpertsInGguf { files: src.files(), parts }
 }
 
+/// The state of an ingest of `layout` before its first segment: nothing read, no part hashed.
+pub(crate) fn fresh_checkpoint(layout: &Layout) -> Checkpoint {
+    Checkpoint {
+        segments_done: 0,
+        source_offset: 0,
+        sha256: Sha256State::default(),
+        record_parts: fresh_record_parts(layout.experts.as_ref()),
+        dense_parts: layout.dense.iter().map(|t| vec![None; t.data.parts().len()]).collect(),
+    }
+}
+
 /// The part hashes of a store not yet written: none, but for records of blocks the three empty scale parts,
 /// which no segment writes.
-pub(crate) fn fresh_record_parts(experts: Option<&crate::ExpertLayout>) -> Vec<Option<u64>> {
+fn fresh_record_parts(experts: Option<&crate::ExpertLayout>) -> Vec<Option<u64>> {
     let Some(x) = experts else { return Vec::new() };
     let empty = x.blocks.is_some().then(|| Xxh3::new().digest());
     (0..x.n_records()).flat_map(|_| [None, None, empty, empty, None, empty]).collect()
@@ -332,13 +343,6 @@ pub fn ingest(
     }
     let previous = loaded.filter(|m| m.identity == identity);
     let n_records = layout.experts.as_ref().map_or(0, |x| x.n_records());
-    let fresh = || Checkpoint {
-        segments_done: 0,
-        source_offset: 0,
-        sha256: Sha256State::default(),
-        record_parts: fresh_record_parts(layout.experts.as_ref()),
-        dense_parts: layout.dense.iter().map(|t| vec![None; t.data.parts().len()]).collect(),
-    };
     let (mut state, prior_seconds) = match previous.and_then(|m| m.checkpoint.map(|c| (c, m.ingest_seconds)))
     {
         Some((c, secs))
@@ -346,7 +350,7 @@ pub fn ingest(
         {
             (c, secs)
         }
-        _ => (fresh(), 0.0),
+        _ => (fresh_checkpoint(&layout), 0.0),
     };
     let resumed_from = (state.source_offset > 0).then_some(state.source_offset);
 

@@ -6,8 +6,7 @@ use std::fs::OpenOptions;
 use std::path::Path;
 
 use crate::checksum::combine;
-use crate::ingest::{DENSE_FILE, EXPERTS_FILE, PartRef, SegmentWriter, fresh_record_parts, segments};
-use crate::manifest::Checkpoint;
+use crate::ingest::{DENSE_FILE, EXPERTS_FILE, PartRef, SegmentWriter, fresh_checkpoint, segments};
 use crate::source::Source;
 use crate::{DenseData, Error, ExpertKey, Result, Sha256State, Store};
 
@@ -71,13 +70,7 @@ pub fn repair(source: &Path, dir: &Path) -> Result<RepairSummary> {
         );
         // First the replacements' checksums from the source, against the manifest's: a GGUF of the same
         // shape but other weights is refused before a byte is written.
-        let mut state = Checkpoint {
-            segments_done: 0,
-            source_offset: 0,
-            sha256: Sha256State::default(),
-            record_parts: fresh_record_parts(x),
-            dense_parts: layout.dense.iter().map(|t| vec![None; t.data.parts().len()]).collect(),
-        };
+        let mut state = fresh_checkpoint(&layout);
         for seg in &segs {
             writer.segment(&seg.hashed_only(), &mut state, &mut |_| {})?;
         }

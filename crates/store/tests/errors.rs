@@ -5,7 +5,7 @@ mod common;
 
 use std::io::Write;
 
-use common::{Shape, TempDir, write_model};
+use common::{Shape, TempDir, flip, write_model};
 use diskformer_gguf::{GgufWriter, Header, TensorType, Value};
 use diskformer_store::{Error, ExpertKey, IngestOptions, Layout, Manifest, Pin, RecordBuf, Store, ingest};
 
@@ -59,16 +59,6 @@ fn verify_names_a_flipped_byte() {
     assert!(
         matches!(store.verify(), Err(Error::ChecksumMismatch { what }) if what.contains("blk.0.attn_q.weight"))
     );
-}
-
-/// Flips a bit of the byte at `at` in place (the file's inode and length kept: readers and maps open on it
-/// see the change).
-fn flip(path: &std::path::Path, at: u64) {
-    use std::os::unix::fs::FileExt;
-    let file = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
-    let mut byte = [0u8];
-    file.read_exact_at(&mut byte, at).unwrap();
-    file.write_all_at(&[byte[0] ^ 0x40], at).unwrap();
 }
 
 /// With checks, a record whose bytes do not match its checksum is read again once (past the page cache),

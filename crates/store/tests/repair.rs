@@ -3,18 +3,10 @@
 
 mod common;
 
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use common::{Shape, TempDir, write_model};
+use common::{Shape, TempDir, flip, write_model};
 use diskformer_store::{DenseData, Error, ExpertKey, IngestOptions, Store, ingest, repair};
-
-fn flip(path: &Path, at: u64) {
-    let file = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
-    let mut byte = [0u8];
-    file.read_exact_at(&mut byte, at).unwrap();
-    file.write_all_at(&[byte[0] ^ 0x21], at).unwrap();
-}
 
 fn read(dir: &Path) -> [Vec<u8>; 2] {
     ["dense.bin", "experts.bin"].map(|f| std::fs::read(dir.join(f)).unwrap())

@@ -141,3 +141,13 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Flips a bit of the byte at `at` in place (the file's inode and length kept: readers and maps open on it
+/// see the change).
+pub fn flip(path: &Path, at: u64) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let mut byte = [0u8];
+    file.read_exact_at(&mut byte, at).unwrap();
+    file.write_all_at(&[byte[0] ^ 0x40], at).unwrap();
+}
