@@ -260,8 +260,8 @@ pub fn rope_cos_sin(positions: &[u32], head_dim: usize, freq_base: f32) -> Vec<[
         .collect()
 }
 
-/// Per-head RMSNorm with weight `w [d]`, then NeoX RoPE (pairs `i, i + d/2`) with `rope [T, d/2]`.
-/// `x` is `[T, heads, d]`.
+/// Per-head RMSNorm with weight `w [d]`, then NeoX RoPE (pairs `i, i + d/2`) with `rope [T, d/2]`:
+/// [`qk_norm_rope_partial`] turning every dim. `x` is `[T, heads, d]`.
 pub fn qk_norm_rope(
     x: &[f32],
     w: &[f32],
@@ -270,19 +270,7 @@ pub fn qk_norm_rope(
     head_dim: usize,
     eps: f32,
 ) -> Vec<f32> {
-    let half = head_dim / 2;
-    let normed = rms_norm(x, w, head_dim, eps);
-    let mut out = vec![0.0; x.len()];
-    for (i, head) in normed.chunks(head_dim).enumerate() {
-        let t = i / heads;
-        for j in 0..half {
-            let [c, s] = rope[t * half + j];
-            let (h0, h1) = (head[j], head[j + half]);
-            out[i * head_dim + j] = h0 * c - h1 * s;
-            out[i * head_dim + j + half] = h0 * s + h1 * c;
-        }
-    }
-    out
+    qk_norm_rope_partial(x, w, rope, heads, head_dim, head_dim, head_dim, eps)
 }
 
 /// KV-cache store: `dst[positions[t], ..] = f16(src[t, ..])` (round to nearest even); positions past
@@ -900,6 +888,9 @@ pub fn qk_norm_rope_partial(
     eps: f32,
 ) -> Vec<f32> {
     let (d, half) = (head_dim, rope_dims / 2);
+    if x.len() < d {
+        return Vec::new();
+    }
     let n_heads = (x.len() - d) / in_stride + 1;
     let mut out = Vec::with_capacity(n_heads * d);
     for i in 0..n_heads {
