@@ -61,13 +61,7 @@ impl Config {
     pub fn from_metadata(metadata: &Metadata) -> Result<Config> {
         check_keys(metadata, ARCHITECTURE, "this engine runs \"qwen3moe\" models", &KEYS)?;
         let key = |stem: &str| format!("{ARCHITECTURE}.{stem}");
-        let uint = |stem: &str| -> Result<u32> {
-            let k = key(stem);
-            let v =
-                metadata.get_uint(&k).map_err(|e| Error::BadValue { key: k.clone(), what: e.to_string() })?;
-            u32::try_from(v)
-                .map_err(|_| Error::BadValue { key: k, what: format!("{v} does not fit in 32 bits") })
-        };
+        let uint = |stem: &str| get_u32(metadata, &key(stem));
         let float = |stem: &str| -> Result<f32> {
             let k = key(stem);
             match metadata.get(&k) {
@@ -162,4 +156,14 @@ pub(crate) fn check_keys(
         return Err(Error::MissingKeys { keys: missing });
     }
     Ok(())
+}
+
+/// The non-negative integer at `key`, which must fit in 32 bits.
+///
+/// # Errors
+/// [`Error::BadValue`] naming the key when it is absent, not a non-negative integer, or too large.
+pub(crate) fn get_u32(metadata: &Metadata, key: &str) -> Result<u32> {
+    let bad = |what: String| Error::BadValue { key: key.to_owned(), what };
+    let v = metadata.get_uint(key).map_err(|e| bad(e.to_string()))?;
+    u32::try_from(v).map_err(|_| bad(format!("{v} does not fit in 32 bits")))
 }

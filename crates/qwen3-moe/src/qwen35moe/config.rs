@@ -3,7 +3,7 @@
 
 use diskformer_gguf::{Array, Metadata, Value};
 
-use crate::config::check_keys;
+use crate::config::{check_keys, get_u32};
 use crate::{Error, Result};
 
 /// The architecture name.
@@ -79,11 +79,7 @@ impl Config {
         check_keys(metadata, ARCHITECTURE, "expected a qwen35moe model", &REQUIRED)?;
         let key = |stem: &str| format!("{ARCHITECTURE}.{stem}");
         let bad = |stem: &str, what: String| Error::BadValue { key: key(stem), what };
-        let uint = |stem: &str| -> Result<u32> {
-            let k = key(stem);
-            let v = metadata.get_uint(&k).map_err(|e| bad(stem, e.to_string()))?;
-            u32::try_from(v).map_err(|_| bad(stem, format!("{v} does not fit in 32 bits")))
-        };
+        let uint = |stem: &str| get_u32(metadata, &key(stem));
         let uint_or = |stem: &str, default: u32| {
             if metadata.get(&key(stem)).is_some() { uint(stem) } else { Ok(default) }
         };
