@@ -46,9 +46,9 @@
 
 mod config;
 mod cpu_tier;
+mod decoder;
 mod engine;
 mod error;
-mod generate;
 mod graph;
 pub mod qwen35moe;
 pub mod synthetic;
@@ -56,7 +56,9 @@ mod unit_stock;
 mod weights;
 
 pub use config::{ARCHITECTURE, Config};
+pub use decoder::Generation;
 pub use diskformer_runtime::sampling;
+pub use diskformer_runtime::{EndReason, Event, GenerateOptions, Next};
 pub use diskformer_runtime::{GpuBytes, Stats};
 pub use diskformer_runtime::{Routing, Sampler, SamplingOptions, log_softmax, top_n};
 pub use engine::{
@@ -64,4 +66,3 @@ pub use engine::{
     ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, default_store_dir,
 };
 pub use error::{Error, Result};
-pub use generate::{EndReason, Event, GenerateOptions, Generation};

@@ -1,5 +1,7 @@
 //! The model-agnostic runtime of diskformer: what drives any model definition and knows no model names.
 //!
+//! - [`generate`]: a chat reply streamed as [`Event`]s ([`Generation`]) from any engine that implements
+//!   [`Decoder`]: template, prefill, steps, stop tokens and strings, limits, cancellation.
 //! - [`sampling`]: temperature, top-k, top-p, min-p and repetition penalties with a seeded draw, as the GPU's
 //!   sampling kernels compute them ([`Sampler`]), and [`log_softmax`] / [`top_n`] over logits.
 //! - [`routing`]: routing workloads, a step's expert picks forced from `uniform` picks or a trace instead of
@@ -7,13 +9,15 @@
 //! - [`stats`]: what a run did, stage by stage ([`Stats`]), from the counters a step driver keeps
 //!   ([`EngineStats`]).
 //!
-//! The engine (`diskformer-qwen3-moe`) still holds the step drivers, prefill and generation; they move here
-//! as the model definitions get their seam.
+//! The engine (`diskformer-qwen3-moe`) still holds the step drivers and prefill; they move here as the model
+//! definitions get their seam.
 
+pub mod generate;
 pub mod routing;
 pub mod sampling;
 pub mod stats;
 
+pub use generate::{Decoder, EndReason, Event, GenerateOptions, Generation, Next};
 pub use routing::{ForcedRoutes, RouteRecorder, Routing, layer_stride};
 pub use sampling::{Sampler, SamplingOptions, log_softmax, top_n};
 pub use stats::{EngineStats, GpuBytes, Stats};
