@@ -371,6 +371,8 @@ fn main() -> anyhow::Result<()> {
             "isa": isa.name(), "threads": threads, "per_token": d.cpu_experts as f64 / tokens,
             "share": d.cpu_share(), "ms_per_token": d.cpu_time.as_secs_f64() * 1e3 / tokens,
             "admitted_per_token": d.cpu_admitted as f64 / tokens,
+            "first_uses_per_token": d.cpu_first_uses as f64 / tokens,
+            "first_use_ms_per_token": d.cpu_first_use_time.as_secs_f64() * 1e3 / tokens,
             "reuse_window": opts.cpu_tiers.reuse_window,
         });
     }

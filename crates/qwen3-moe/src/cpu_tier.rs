@@ -31,6 +31,8 @@ pub(crate) struct CpuTier {
     math: Math,
     /// The host tier's call [`CpuTier::fetch`] began for (layer, ids), which the next compute finishes.
     pending: Option<(u32, Vec<u32>, HostFetch)>,
+    /// Mapped records first used in a step (not mapped in ahead by the mapper thread), and the time it took.
+    first_uses: (u64, Duration),
 }
 
 /// Where the tier's records lie.
@@ -38,7 +40,7 @@ enum Records {
     /// The records mapped from the page cache (`experts.bin`, or the GGUF when they were not copied).
     Mapped {
         map: Arc<ExpertMap>,
-        /// Per record: whether its pages are mapped in yet, and checked (see [`CpuTier::mapped`]).
+        /// Per record: whether its pages are mapped in yet, and checked (see [`CpuTier::map_in`]).
         ready: Arc<[AtomicBool]>,
         /// The records' checksums, when reads are checked.
         checks: Option<RecordChecks>,
@@ -141,7 +143,14 @@ impl CpuTier {
                 Math::F32
             },
             pending: None,
+            first_uses: (0, Duration::ZERO),
         })
+    }
+
+    /// Mapped records a step used for the first time (mapped in, and checked, on its path), and the time
+    /// that took; zeroed by the call.
+    pub fn take_first_uses(&mut self) -> (u64, Duration) {
+        std::mem::take(&mut self.first_uses)
     }
 
     /// The host tier's counters, when it runs.
@@ -229,7 +238,8 @@ impl CpuTier {
     /// `Σ w · FFN_e(xn)` over `layer`'s experts `ids` with routing weights `weights`, the time from start to
     /// finish, and what `meanwhile` returned: this thread runs it while the pool's threads start on the
     /// experts (see [`CpuExperts::moe_while`]). Through the host tier, the experts it holds are computed
-    /// while a thread reads the others, which are computed next.
+    /// while a thread reads the others, which are computed next. Mapped records used for the first time
+    /// are counted ([`CpuTier::take_first_uses`]).
     pub fn compute_while<R>(
         &mut self,
         layer: u32,
@@ -241,8 +251,13 @@ impl CpuTier {
         let started = Instant::now();
         let mut out = vec![0f32; xn.len()];
         if !matches!(self.records, Records::Host(..)) {
-            let records: Vec<RecordBytes<'_>> =
-                ids.iter().map(|&e| self.mapped(ExpertKey::new(layer, e))).collect::<Result<_>>()?;
+            let keys: Vec<ExpertKey> = ids.iter().map(|&e| ExpertKey::new(layer, e)).collect();
+            let mapped_in = self.map_in(&keys)?;
+            if mapped_in > 0 {
+                self.first_uses.0 += mapped_in as u64;
+                self.first_uses.1 += started.elapsed();
+            }
+            let records: Vec<RecordBytes<'_>> = keys.iter().map(|&key| self.mapped(key)).collect();
             let r = self.moe_while(layer, &records, weights, xn, &mut out, meanwhile)?;
             return Ok((out, started.elapsed(), r));
         }
@@ -298,27 +313,52 @@ impl CpuTier {
         Ok(self.kernels.moe_while(self.math, &experts, xn, &assignments, out, meanwhile)?)
     }
 
-    /// The mapped record of `key`. Its first use maps its pages in one call (`MADV_POPULATE_READ`): touched
-    /// one by one, a 5 MB record's 1,220 page faults cost more than reading it (on the H200 the tier then
-    /// read 20 GB/s where its kernels run at 55); and with checks, checks it (once: a page the kernel
-    /// drops and reads again later is not checked again).
+    /// Maps in the records of `keys` not mapped in yet, on up to one thread a core, and returns how many.
+    /// A first use maps a record's pages in one call (`MADV_POPULATE_READ`): touched one by one, a 5 MB
+    /// record's 1,220 page faults cost more than reading it (on the H200 the tier then read 20 GB/s where its
+    /// kernels run at 55); and with checks, checks it (once: a page the kernel drops and reads again later
+    /// is not checked again). On one thread, a calibrated token's dozen first uses took ~3 ms of its 25.
     ///
     /// # Errors
-    /// [`DamagedRecord`](diskformer_store::Error::DamagedRecord) when it does not match its checksum.
-    fn mapped(&self, key: ExpertKey) -> Result<RecordBytes<'_>> {
+    /// [`DamagedRecord`](diskformer_store::Error::DamagedRecord) when one does not match its checksum.
+    fn map_in(&self, keys: &[ExpertKey]) -> Result<usize> {
         let Records::Mapped { map, ready, checks, .. } = &self.records else {
+            unreachable!("only mapped records are mapped in")
+        };
+        let index = |key: ExpertKey| (key.layer * self.layout.n_experts + key.expert) as usize;
+        let todo: Vec<ExpertKey> =
+            keys.iter().copied().filter(|&k| !ready[index(k)].load(Ordering::Acquire)).collect();
+        let map_in = |keys: &[ExpertKey]| -> Result<()> {
+            for &key in keys {
+                match checks {
+                    Some(checks) => map.check(key, checks)?,
+                    None => map.populate(key),
+                }
+                ready[index(key)].store(true, Ordering::Release);
+            }
+            Ok(())
+        };
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(todo.len());
+        if threads <= 1 {
+            map_in(&todo)?;
+        } else {
+            std::thread::scope(|scope| {
+                let running: Vec<_> = todo
+                    .chunks(todo.len().div_ceil(threads))
+                    .map(|part| scope.spawn(|| map_in(part)))
+                    .collect();
+                running.into_iter().try_for_each(|t| t.join().expect("mapping a record does not panic"))
+            })?;
+        }
+        Ok(todo.len())
+    }
+
+    /// The mapped record of `key` ([`CpuTier::map_in`] mapped it in).
+    fn mapped(&self, key: ExpertKey) -> RecordBytes<'_> {
+        let Records::Mapped { map, .. } = &self.records else {
             unreachable!("only mapped records are looked up here")
         };
-        let l = &self.layout;
-        let index = (key.layer * l.n_experts + key.expert) as usize;
-        if !ready[index].load(Ordering::Acquire) {
-            match checks {
-                Some(checks) => map.check(key, checks)?,
-                None => map.populate(key),
-            }
-            ready[index].store(true, Ordering::Release);
-        }
-        Ok(map.record(key))
+        map.record(key)
     }
 
     /// A record of `layer` as its three matrices.

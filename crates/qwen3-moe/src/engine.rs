@@ -1234,6 +1234,9 @@ impl Engine {
                     head_ready = next_head;
                     self.stats.cpu_experts += ids.len() as u64;
                     self.stats.cpu_time += took;
+                    let (first_uses, first_use_time) = tier.take_first_uses();
+                    self.stats.cpu_first_uses += first_uses;
+                    self.stats.cpu_first_use_time += first_use_time;
                     queue.write_buffer(&s.cpu_sum, 0, bytemuck::cast_slice(&sum));
                 }
                 _ => timed(&mut self.stats.record_time, || record(&mut enc, &lg.experts)),

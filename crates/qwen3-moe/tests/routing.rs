@@ -116,6 +116,38 @@ fn a_recorded_trace_forced_again_gives_the_same_logits() {
     }
 }
 
+/// The CPU tier maps each record in (and checks it) once, at its first use or ahead on its mapping thread,
+/// never again: over runs that compute more picks on the host than the model has records, the first uses
+/// counted stay within the records. The store's pages are dropped first, so that the mapping thread (which
+/// maps in only records already in the page cache) leaves them to their first use.
+#[test]
+fn the_cpu_tier_maps_each_record_in_once() {
+    let m = model("first-uses");
+    let experts = std::fs::File::open(m.store.join("experts.bin")).unwrap();
+    experts.sync_all().unwrap();
+    // Safety: a plain advisory call on an open descriptor.
+    unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&experts), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let mut e = open(&m, |o| {
+        o.cpu_experts = Some(true);
+        o.pool_slots = Some(4);
+        o.routing = Routing::Uniform { seed: 3 };
+    })
+    .unwrap();
+    let c = e.config();
+    let records = u64::from(c.block_count * c.expert_count);
+    let (mut picks, mut first_uses) = (0, 0);
+    for _ in 0..4 {
+        e.reset();
+        e.reset_stats();
+        run(&mut e, false).unwrap();
+        let s = e.stats();
+        assert!(s.cpu_first_uses <= s.cpu_experts, "{} first uses of {} picks", s.cpu_first_uses, s.cpu_experts);
+        (picks, first_uses) = (picks + s.cpu_experts, first_uses + s.cpu_first_uses);
+    }
+    assert!(picks > 2 * records, "the host computed {picks} picks, too few to repeat records");
+    assert!((1..=records).contains(&first_uses), "{first_uses} first uses of {records} records");
+}
+
 #[test]
 fn uniform_picks_are_the_seeded_generators() {
     let m = model("uniform");

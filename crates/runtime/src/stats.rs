@@ -40,6 +40,11 @@ pub struct EngineStats {
     pub cpu_time: Duration,
     /// See `cpu_experts`.
     pub cpu_admitted: u64,
+    /// The CPU tier: mapped records a step used for the first time (mapped in and checked on its path), and
+    /// the time that took (of `cpu_time`).
+    pub cpu_first_uses: u64,
+    /// See `cpu_first_uses`.
+    pub cpu_first_use_time: Duration,
 }
 
 /// GPU memory by category, in bytes.
@@ -101,6 +106,10 @@ pub struct Stats {
     pub cpu_time: Duration,
     /// The CPU tier: misses also uploaded into the pool in the background.
     pub cpu_admitted: u64,
+    /// The CPU tier: mapped records a step used first (mapped in, and checked, on its path).
+    pub cpu_first_uses: u64,
+    /// The CPU tier: the time that took (of `cpu_time`).
+    pub cpu_first_use_time: Duration,
     /// The CPU tier's SIMD path and threads, when it runs.
     pub cpu_isa: Option<(diskformer_cpu_kernels::Isa, usize)>,
     /// The host tier's counters (`EngineOptions::ram_budget`), when it runs.
@@ -144,6 +153,8 @@ impl Stats {
             cpu_experts: e.cpu_experts,
             cpu_time: e.cpu_time,
             cpu_admitted: e.cpu_admitted,
+            cpu_first_uses: e.cpu_first_uses,
+            cpu_first_use_time: e.cpu_first_use_time,
             cpu_isa: None,
             host: None,
             pool,
