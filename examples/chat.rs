@@ -19,6 +19,7 @@ mod common;
 use diskformer::bpe::chat::Message;
 use diskformer::qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
 use diskformer::qwen3_moe::{Engine, EngineOptions, Event, GenerateOptions, LoadProgress, SamplingOptions};
+use diskformer::runtime::generate::fit_to_context;
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Terminal chat with a Qwen3-MoE model whose experts stream from disk.
@@ -127,6 +128,7 @@ fn count_bar(len: u64, what: &str) -> ProgressBar {
 }
 
 fn main() -> anyhow::Result<()> {
+    common::runtime_dir_for_drivers();
     let args = Args::parse();
     let mut opts = EngineOptions::default();
     opts.gpu_budget = args.budget;
@@ -252,6 +254,14 @@ fn main() -> anyhow::Result<()> {
             _ => {}
         }
         history.push(Message::user(input.trim()));
+        // A long conversation keeps going: its oldest turns go once the prompt would leave the reply less
+        // than its token limit (or half the context).
+        let context = engine.max_context() as usize;
+        let room = gen_opts.max_tokens.min(context / 2);
+        let dropped = fit_to_context(engine.tokenizer(), &mut history, gen_opts.thinking, context, room);
+        if dropped > 0 {
+            eprintln!("(dropped the {dropped} oldest messages to fit the context of {context} tokens)");
+        }
         let before = engine.stats();
         let mut reply = String::new();
         let mut out = std::io::stdout();

@@ -10,4 +10,5 @@ pub use diskformer_expert_stream as expert_stream;
 pub use diskformer_gguf as gguf;
 pub use diskformer_kernels as kernels;
 pub use diskformer_qwen3_moe as qwen3_moe;
+pub use diskformer_runtime as runtime;
 pub use diskformer_store as store;

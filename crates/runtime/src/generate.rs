@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use diskformer_bpe::chat::{ChatOptions, ChatTemplate, Message};
+use diskformer_bpe::chat::{ChatOptions, ChatTemplate, Message, Role};
 use diskformer_bpe::{Tokenizer, Utf8Stream};
 
 use crate::{Sampler, SamplingOptions};
@@ -129,6 +129,32 @@ pub fn prompt_ids(tokenizer: &Tokenizer, messages: &[Message], thinking: bool) -
     let template = ChatTemplate::for_pre_tokenizer(tokenizer.pre_tokenizer());
     let chat = ChatOptions { enable_thinking: thinking, ..ChatOptions::default() };
     tokenizer.encode(&template.render(messages, &chat), true)
+}
+
+/// Drops the oldest turns of a conversation until its prompt leaves `room` of `context` positions for the
+/// reply, and returns how many messages went: a turn is a user message with the messages after it up to the
+/// next user message; system messages stay, and so does the last turn (whose prompt alone may still not
+/// fit: the prefill then says so). The cached prefix no longer matches after a drop, so the next reply runs
+/// its whole prompt again.
+pub fn fit_to_context(
+    tokenizer: &Tokenizer,
+    messages: &mut Vec<Message>,
+    thinking: bool,
+    context: usize,
+    room: usize,
+) -> usize {
+    let before = messages.len();
+    while prompt_ids(tokenizer, messages, thinking).len() + room > context {
+        let Some(first) = messages.iter().position(|m| m.role == Role::User) else { break };
+        let Some(next) = messages[first + 1..].iter().position(|m| m.role == Role::User) else { break };
+        // The first turn, and any non-system messages before it.
+        let mut at = 0;
+        messages.retain(|m| {
+            at += 1;
+            m.role == Role::System || at > first + 1 + next
+        });
+    }
+    before - messages.len()
 }
 
 impl<'a, D: Decoder + ?Sized> Generation<'a, D> {
@@ -419,6 +445,31 @@ mod tests {
         let cancel = Arc::new(AtomicBool::new(true));
         opts.cancel = Some(Arc::clone(&cancel));
         assert_eq!(run(&mut Script::new("abc", 4096), &opts), (String::new(), vec![], EndReason::Cancelled));
+    }
+
+    #[test]
+    fn the_oldest_turns_go_until_the_prompt_leaves_room_for_the_reply() {
+        let tokenizer = Script::new("", 0).tokenizer;
+        let turn =
+            |n: usize| [Message::user(format!("question {n}")), Message::assistant(format!("answer {n}"))];
+        let mut chat = vec![Message::system("be brief")];
+        (0..4).for_each(|n| chat.extend(turn(n)));
+        chat.push(Message::user("last"));
+        let full = prompt_ids(&tokenizer, &chat, false).len();
+
+        let mut kept = chat.clone();
+        assert_eq!(fit_to_context(&tokenizer, &mut kept, false, full + 10, 10), 0, "it fits as it is");
+        assert_eq!(kept, chat);
+
+        let dropped = fit_to_context(&tokenizer, &mut kept, false, full + 9, 10);
+        assert_eq!(dropped, 2, "one turn: a question and its answer");
+        assert_eq!(kept[0], chat[0], "the system message stays");
+        assert_eq!(kept[1..], chat[3..]);
+        assert!(prompt_ids(&tokenizer, &kept, false).len() + 10 <= full + 9);
+
+        // However small the context, the system message and the last question stay.
+        assert_eq!(fit_to_context(&tokenizer, &mut kept, false, 1, 0), 6);
+        assert_eq!(kept, [chat[0].clone(), Message::user("last")]);
     }
 
     #[test]

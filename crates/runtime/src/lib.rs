@@ -1,7 +1,8 @@
 //! The model-agnostic runtime of diskformer: what drives any model definition and knows no model names.
 //!
 //! - [`generate`]: a chat reply streamed as [`Event`]s ([`Generation`]) from any engine that implements
-//!   [`Decoder`]: template, prefill, steps, stop tokens and strings, limits, cancellation.
+//!   [`Decoder`]: template, prefill, steps, stop tokens and strings, limits, cancellation; a conversation's
+//!   oldest turns dropped to fit the context ([`generate::fit_to_context`]).
 //! - [`sampling`]: temperature, top-k, top-p, min-p and repetition penalties with a seeded draw, as the GPU's
 //!   sampling kernels compute them ([`Sampler`]), and [`log_softmax`] / [`top_n`] over logits.
 //! - [`routing`]: routing workloads, a step's expert picks forced from `uniform` picks or a trace instead of
