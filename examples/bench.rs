@@ -157,6 +157,7 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
+    common::runtime_dir_for_drivers();
     let args = Args::parse();
     let model = match &args.model {
         Some(m) => m.clone(),
