@@ -1,7 +1,7 @@
 //! Protects forced routing and its recording on a tiny synthetic model (lavapipe in CI): a run forced
 //! from the trace a router run recorded gives that run's logits bit for bit on every step path; uniform
-//! picks are the seeded generator's; the CPU tier gives the GPU's logits under forced picks; a bad trace
-//! line or a trace too short is a clear error naming it.
+//! picks are the seeded generator's; the CPU tier gives the GPU's logits under forced picks and maps each
+//! record in once; a bad trace line or a trace too short is a clear error naming it.
 
 use std::path::Path;
 
@@ -126,7 +126,9 @@ fn the_cpu_tier_maps_each_record_in_once() {
     let experts = std::fs::File::open(m.store.join("experts.bin")).unwrap();
     experts.sync_all().unwrap();
     // Safety: a plain advisory call on an open descriptor.
-    unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&experts), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    unsafe {
+        libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&experts), 0, 0, libc::POSIX_FADV_DONTNEED)
+    };
     let mut e = open(&m, |o| {
         o.cpu_experts = Some(true);
         o.pool_slots = Some(4);
@@ -141,7 +143,12 @@ fn the_cpu_tier_maps_each_record_in_once() {
         e.reset_stats();
         run(&mut e, false).unwrap();
         let s = e.stats();
-        assert!(s.cpu_first_uses <= s.cpu_experts, "{} first uses of {} picks", s.cpu_first_uses, s.cpu_experts);
+        assert!(
+            s.cpu_first_uses <= s.cpu_experts,
+            "{} first uses of {} picks",
+            s.cpu_first_uses,
+            s.cpu_experts
+        );
         (picks, first_uses) = (picks + s.cpu_experts, first_uses + s.cpu_first_uses);
     }
     assert!(picks > 2 * records, "the host computed {picks} picks, too few to repeat records");
