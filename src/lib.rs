@@ -2,7 +2,10 @@
 //! reaches: dense weights and the KV cache live on the GPU, the routed experts live in a store on disk and
 //! stream into a GPU slot pool as the router asks for them.
 //!
-//! This crate is a facade: each module re-exports one workspace crate.
+//! This crate is a facade: each module re-exports one workspace crate, beside [`cli`], what command-line
+//! programs share. Its `diskformer` binary (feature `cli`, on by default) serves models over the OpenAI API.
+
+pub mod cli;
 
 pub use diskformer_bpe as bpe;
 pub use diskformer_cpu_kernels as cpu_kernels;

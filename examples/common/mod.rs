@@ -1,42 +1,4 @@
 //! Helpers the examples share (not an example itself: cargo only builds `examples/*.rs` and
 //! `examples/*/main.rs`).
 
-/// Gives the process a private `XDG_RUNTIME_DIR` when it has none (a container, a service, ssh without a
-/// login session): Mesa's drivers (lavapipe among them) look for a display server there and print
-/// "XDG_RUNTIME_DIR is invalid or not set" otherwise. Call first thing in `main`, before any thread starts.
-pub fn runtime_dir_for_drivers() {
-    let valid = std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| std::path::Path::new(&d).is_dir());
-    if valid {
-        return;
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        // Per user (the name carries the uid), private as the spec asks.
-        let dir = std::env::temp_dir().join(format!("diskformer-runtime-{}", unsafe { libc::getuid() }));
-        if std::fs::DirBuilder::new().mode(0o700).create(&dir).is_ok() || dir.is_dir() {
-            // Safety: called before any other thread exists, so nothing reads the environment meanwhile.
-            unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
-        }
-    }
-}
-
-/// A byte size as people write it: `4GB`, `512MiB`, `4g`, `1.5GB` (units B, K/KB, M/MB, G/GB = powers of
-/// 1000; KiB, MiB, GiB = powers of 1024; case ignored).
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim().to_ascii_lowercase();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a size like 4GB or 512MiB"))?;
-    let mult = match unit.trim() {
-        "" | "b" => 1.0,
-        "kb" | "k" => 1e3,
-        "mb" | "m" => 1e6,
-        "gb" | "g" => 1e9,
-        "kib" => 1024.0,
-        "mib" => 1024.0 * 1024.0,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        other => return Err(format!("unknown unit {other:?} in {s:?}; use B, KB, MB, GB, KiB, MiB or GiB")),
-    };
-    Ok((n * mult) as u64)
-}
+pub use diskformer::cli::{parse_bytes, runtime_dir_for_drivers};

@@ -114,6 +114,7 @@ pub struct Generation<'a, D: Decoder + ?Sized> {
     sampler: Sampler,
     /// What the next token is picked from.
     next: Next,
+    prompt_tokens: usize,
     recent: Vec<u32>,
     utf8: Utf8Stream,
     text: String,
@@ -165,16 +166,30 @@ impl<'a, D: Decoder + ?Sized> Generation<'a, D> {
     /// [`Decoder::bad_sampling`] for bad sampling options; the prefill's errors (a prompt that does not fit
     /// among them).
     pub fn start(engine: &'a mut D, messages: &[Message], opts: &GenerateOptions) -> Result<Self, D::Error> {
+        let prompt = prompt_ids(&engine.tokenizer(), messages, opts.thinking);
+        Self::from_prompt(engine, prompt, opts)
+    }
+
+    /// Starts a reply that continues the token ids `prompt` as they are (no chat template): prefills them
+    /// (the prefix they share with the cache is not run again) and returns the events to come.
+    ///
+    /// # Errors
+    /// As [`Generation::start`].
+    pub fn from_prompt(
+        engine: &'a mut D,
+        prompt: Vec<u32>,
+        opts: &GenerateOptions,
+    ) -> Result<Self, D::Error> {
         opts.sampling.validate().map_err(D::bad_sampling)?;
-        let tokenizer = engine.tokenizer();
-        let prompt = prompt_ids(&tokenizer, messages, opts.thinking);
         let logits = engine.prefill(&prompt, opts.batched_prefill)?;
+        let tokenizer = engine.tokenizer();
         Ok(Generation {
             engine,
             tokenizer,
             sampler: Sampler::new(opts.sampling),
             opts: opts.clone(),
             next: Next::Logits(logits),
+            prompt_tokens: prompt.len(),
             recent: prompt,
             utf8: Utf8Stream::default(),
             text: String::new(),
@@ -183,6 +198,16 @@ impl<'a, D: Decoder + ?Sized> Generation<'a, D> {
             events: VecDeque::new(),
             done: false,
         })
+    }
+
+    /// Tokens of the prompt (the cached prefix included).
+    pub fn prompt_tokens(&self) -> usize {
+        self.prompt_tokens
+    }
+
+    /// Tokens generated so far (an end-of-generation token not counted).
+    pub fn generated_tokens(&self) -> usize {
+        self.produced
     }
 
     /// Generates until the next event is ready.

@@ -1,0 +1,350 @@
+//! The OpenAI API's requests and responses as this server reads and writes them, and the checks that turn a
+//! request into a prompt and generation options (each failure a 400 naming the field).
+
+use diskformer::bpe::chat::{Message, Role};
+use diskformer::runtime::{EndReason, GenerateOptions, SamplingOptions};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// `POST /v1/chat/completions`.
+#[derive(Debug, Deserialize)]
+pub struct ChatRequest {
+    #[allow(dead_code)] // one model is served, whatever the name asked for
+    pub model: Option<String>,
+    pub messages: Vec<ChatMessage>,
+    #[serde(flatten)]
+    pub common: Common,
+    /// Qwen3's thinking switch (llama-server's and vLLM's spellings).
+    pub enable_thinking: Option<bool>,
+    pub chat_template_kwargs: Option<TemplateKwargs>,
+}
+
+/// `POST /v1/completions`.
+#[derive(Debug, Deserialize)]
+pub struct CompletionRequest {
+    #[allow(dead_code)]
+    pub model: Option<String>,
+    pub prompt: String,
+    #[serde(flatten)]
+    pub common: Common,
+}
+
+/// The fields both endpoints take.
+#[derive(Debug, Default, Deserialize)]
+pub struct Common {
+    #[serde(default)]
+    pub stream: bool,
+    pub stream_options: Option<StreamOptions>,
+    pub max_tokens: Option<u32>,
+    pub max_completion_tokens: Option<u32>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<u32>,
+    pub min_p: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    pub seed: Option<u64>,
+    pub stop: Option<Stop>,
+    pub n: Option<u32>,
+    #[allow(dead_code)]
+    pub user: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateKwargs {
+    pub enable_thinking: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: Option<Content>,
+    pub reasoning_content: Option<String>,
+    #[allow(dead_code)]
+    pub name: Option<String>,
+}
+
+/// A message's content: text, or parts of which only text is taken.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Part {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+/// The fields of [`Common`], and each endpoint's own.
+const COMMON: [&str; 16] = [
+    "stream",
+    "stream_options",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "seed",
+    "stop",
+    "n",
+    "user",
+    "model",
+];
+const CHAT: [&str; 3] = ["messages", "enable_thinking", "chat_template_kwargs"];
+const COMPLETION: [&str; 1] = ["prompt"];
+
+/// Parses a request body of type `T`, refusing malformed JSON, wrong types and fields the endpoint does not
+/// know (serde cannot deny unknown fields of a struct with a flattened part).
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8], own: &[&str]) -> Result<T, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
+    let Some(fields) = value.as_object() else {
+        return Err(ApiError::bad_request("the body must be a JSON object"));
+    };
+    if let Some(unknown) = fields.keys().find(|k| !COMMON.contains(&k.as_str()) && !own.contains(&k.as_str()))
+    {
+        return Err(ApiError::bad_request(format!("unknown field {unknown:?}")));
+    }
+    serde_json::from_value(value).map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+impl ChatRequest {
+    pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
+        parse(body, &CHAT)
+    }
+}
+
+impl CompletionRequest {
+    pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
+        parse(body, &COMPLETION)
+    }
+}
+
+/// A request refused: its status and what to tell the client.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+    pub kind: &'static str,
+}
+
+impl ApiError {
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError { status: 400, message: message.into(), kind: "invalid_request_error" }
+    }
+
+    /// The body OpenAI's clients parse.
+    pub fn body(&self) -> Value {
+        json!({ "error": { "message": self.message, "type": self.kind, "param": null, "code": null } })
+    }
+}
+
+/// What a request asks the engine for.
+pub struct Asked {
+    pub opts: GenerateOptions,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+impl Common {
+    /// Generation options from the request's fields, each checked.
+    pub fn asked(&self, default_max_tokens: u32) -> Result<Asked, ApiError> {
+        if self.n.is_some_and(|n| n != 1) {
+            return Err(ApiError::bad_request("n: one choice a request is served (n = 1)"));
+        }
+        if self.frequency_penalty.is_some_and(|p| p != 0.0) {
+            return Err(ApiError::bad_request(
+                "frequency_penalty is not supported: use presence_penalty or repetition_penalty",
+            ));
+        }
+        let mut sampling = SamplingOptions {
+            // OpenAI's default temperature is 1; top-k 0 and top-p 1 leave every token in.
+            temperature: self.temperature.unwrap_or(1.0),
+            top_p: self.top_p.unwrap_or(1.0),
+            top_k: self.top_k.unwrap_or(0) as usize,
+            min_p: self.min_p.unwrap_or(0.0),
+            presence_penalty: self.presence_penalty.unwrap_or(0.0),
+            repetition_penalty: self.repetition_penalty.unwrap_or(1.0),
+            ..SamplingOptions::default()
+        };
+        // Without a seed, each request draws differently.
+        sampling.seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        });
+        sampling.validate().map_err(ApiError::bad_request)?;
+        let max_tokens = self.max_completion_tokens.or(self.max_tokens).unwrap_or(default_max_tokens);
+        if max_tokens == 0 {
+            return Err(ApiError::bad_request("max_tokens must be at least 1"));
+        }
+        let stop = match &self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) if v.len() > 4 => {
+                return Err(ApiError::bad_request("stop: at most 4 strings"));
+            }
+            Some(Stop::Many(v)) => v.clone(),
+        };
+        let mut opts = GenerateOptions::default();
+        opts.sampling = sampling;
+        opts.max_tokens = max_tokens as usize;
+        opts.stop = stop;
+        let include_usage = self.stream_options.as_ref().is_some_and(|o| o.include_usage);
+        Ok(Asked { opts, stream: self.stream, include_usage })
+    }
+}
+
+impl ChatRequest {
+    /// The conversation as the chat template takes it, and whether the model may think first.
+    pub fn conversation(&self) -> Result<(Vec<Message>, bool), ApiError> {
+        if self.messages.is_empty() {
+            return Err(ApiError::bad_request("messages: at least one message is needed"));
+        }
+        let mut out = Vec::with_capacity(self.messages.len());
+        for (i, m) in self.messages.iter().enumerate() {
+            let role = match m.role.as_str() {
+                "system" | "developer" => Role::System,
+                "user" => Role::User,
+                "assistant" => Role::Assistant,
+                "tool" => Role::Tool,
+                other => {
+                    return Err(ApiError::bad_request(format!(
+                        "messages[{i}].role: {other:?} is not one of system, developer, user, assistant, tool"
+                    )));
+                }
+            };
+            let content = match &m.content {
+                None => String::new(),
+                Some(Content::Text(t)) => t.clone(),
+                Some(Content::Parts(parts)) => {
+                    let mut text = String::new();
+                    for (j, p) in parts.iter().enumerate() {
+                        match (p.kind.as_str(), &p.text) {
+                            ("text", Some(t)) => text.push_str(t),
+                            _ => {
+                                return Err(ApiError::bad_request(format!(
+                                    "messages[{i}].content[{j}]: only text parts are read (type \"text\" with a text)"
+                                )));
+                            }
+                        }
+                    }
+                    text
+                }
+            };
+            let mut message = match role {
+                Role::System => Message::system(content),
+                Role::User => Message::user(content),
+                Role::Assistant => Message::assistant(content),
+                Role::Tool => Message::tool(content),
+            };
+            message.reasoning_content.clone_from(&m.reasoning_content);
+            out.push(message);
+        }
+        let thinking = self
+            .chat_template_kwargs
+            .as_ref()
+            .and_then(|k| k.enable_thinking)
+            .or(self.enable_thinking)
+            .unwrap_or(true);
+        Ok((out, thinking))
+    }
+}
+
+/// OpenAI's name for why a reply ended.
+pub fn finish_reason(end: &EndReason) -> &'static str {
+    match end {
+        EndReason::StopToken(_) | EndReason::StopString(_) | EndReason::Cancelled => "stop",
+        EndReason::MaxTokens | EndReason::ContextFull => "length",
+    }
+}
+
+/// The `usage` object.
+pub fn usage(prompt: usize, completion: usize) -> Value {
+    json!({ "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat(body: Value) -> Result<ChatRequest, ApiError> {
+        ChatRequest::parse(body.to_string().as_bytes())
+    }
+
+    #[test]
+    fn a_chat_request_becomes_a_conversation_and_options() {
+        let r = chat(json!({
+            "model": "m", "messages": [{"role": "system", "content": "be brief"},
+                {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]}],
+            "temperature": 0.5, "top_k": 20, "max_tokens": 7, "stop": "x", "seed": 3, "stream": true,
+            "stream_options": {"include_usage": true}, "chat_template_kwargs": {"enable_thinking": false}
+        }))
+        .unwrap();
+        let (messages, thinking) = r.conversation().unwrap();
+        assert_eq!(messages, [Message::system("be brief"), Message::user("hi there")]);
+        assert!(!thinking);
+        let a = r.common.asked(100).unwrap();
+        assert!(a.stream && a.include_usage);
+        assert_eq!((a.opts.max_tokens, a.opts.stop.clone()), (7, vec!["x".to_owned()]));
+        assert_eq!((a.opts.sampling.temperature, a.opts.sampling.top_k, a.opts.sampling.seed), (0.5, 20, 3));
+    }
+
+    #[test]
+    fn bad_requests_are_refused_naming_the_field() {
+        assert!(
+            chat(json!({"messages": [], "temperature": "hot"})).unwrap_err().message.contains("invalid type")
+        );
+        assert!(chat(json!({"messages": [], "tempature": 1})).unwrap_err().message.contains("tempature"));
+        assert!(ChatRequest::parse(b"{\"messages\": [").unwrap_err().message.contains("not JSON"));
+        assert!(ChatRequest::parse(b"[]").unwrap_err().message.contains("object"));
+        let nested = json!({"messages": [{"role": "user", "content": "x", "mood": 1}]});
+        assert!(chat(nested).unwrap_err().message.contains("mood"));
+        let refused = |body: Value| {
+            let r = chat(body).unwrap();
+            r.conversation().err().or_else(|| r.common.asked(10).err()).unwrap().message
+        };
+        assert!(refused(json!({"messages": []})).contains("messages"));
+        assert!(
+            refused(json!({"messages": [{"role": "robot", "content": "x"}]})).contains("messages[0].role")
+        );
+        let image = json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]});
+        assert!(refused(image).contains("messages[0].content[0]"));
+        let one = |extra: Value| {
+            let mut body = json!({"messages": [{"role": "user", "content": "x"}]});
+            body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            refused(body)
+        };
+        assert!(one(json!({"n": 2})).contains("n:"));
+        assert!(one(json!({"frequency_penalty": 0.5})).contains("frequency_penalty"));
+        assert!(one(json!({"max_tokens": 0})).contains("max_tokens"));
+        assert!(one(json!({"temperature": -1.0})).contains("temperature"));
+        assert!(one(json!({"stop": ["a", "b", "c", "d", "e"]})).contains("stop"));
+    }
+}

@@ -1,0 +1,97 @@
+//! The `diskformer` command: `diskformer serve --model FILE.gguf` answers the OpenAI API over HTTP.
+
+mod api;
+mod reasoning;
+mod serve;
+mod worker;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use clap::{Parser, Subcommand};
+use diskformer::qwen3_moe::EngineOptions;
+
+#[derive(Parser)]
+#[command(name = "diskformer", version, about = "Mixture-of-experts LLMs larger than the GPU's memory")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve a model over the OpenAI API (`/v1/chat/completions`, `/v1/completions`, `/v1/models`, `/health`).
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// The model: a qwen3moe GGUF (the first shard of a split set), ingested into a store beside it once.
+    #[arg(long)]
+    model: PathBuf,
+    /// The store's directory (default: beside the GGUF).
+    #[arg(long)]
+    store: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0: any free one, printed at start).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// GPU memory for the model: dense weights, KV cache and scratch; the rest holds experts.
+    #[arg(long, default_value = "4GB", value_parser = parse_bytes)]
+    budget: u64,
+    /// Context length (default: the model's, bounded by the budget).
+    #[arg(long)]
+    ctx: Option<u32>,
+    /// Most tokens of a reply when a request names no limit.
+    #[arg(long, default_value_t = 4096)]
+    max_tokens: usize,
+    /// Requests that may wait while one runs; more are refused with 503 and Retry-After.
+    #[arg(long, default_value_t = 8)]
+    queue: usize,
+    /// Largest request body in bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    body_limit: usize,
+    /// The model's name in responses (default: the file's stem).
+    #[arg(long)]
+    name: Option<String>,
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    diskformer::cli::parse_bytes(s)
+}
+
+fn main() -> anyhow::Result<()> {
+    diskformer::cli::runtime_dir_for_drivers();
+    let Command::Serve(args) = Cli::parse().command;
+    let mut opts = EngineOptions::default();
+    opts.gpu_budget = args.budget;
+    opts.max_context = args.ctx;
+    eprintln!("loading {}", args.model.display());
+    let (queue, info) = worker::start(args.model.clone(), args.store.clone(), opts, args.queue)?;
+    let model = args.name.clone().unwrap_or_else(|| {
+        args.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
+    });
+    let served = serve::Served {
+        queue,
+        info: Arc::new(info),
+        model,
+        max_tokens: args.max_tokens,
+        next_id: Arc::new(AtomicU64::new(1)),
+    };
+    let app = serve::router(served, args.body_limit);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port)).await?;
+        let at: SocketAddr = listener.local_addr()?;
+        // Tests and scripts read this line for the port.
+        println!("listening on http://{at}");
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async { drop(tokio::signal::ctrl_c().await) })
+            .await?;
+        Ok(())
+    })
+}

@@ -1,0 +1,237 @@
+//! `diskformer serve` over plain HTTP on a tiny random model (lavapipe in CI): health and model list, chat
+//! and text completions streamed and whole with their usage, and every bad request a 4xx JSON error after
+//! which the server keeps answering: malformed JSON, unknown fields, wrong types, a prompt past the context,
+//! max_tokens past it, a body over the limit, an unknown route; a full queue is a 503 with Retry-After, and
+//! a client that leaves mid-stream frees the engine for the next request.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use diskformer::qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
+use serde_json::{Value, json};
+
+/// The server on a tiny model, killed when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn server(name: &str, args: &[&str]) -> Server {
+    let dir = std::env::temp_dir().join(format!("diskformer-serve-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("tiny.gguf");
+    write_synthetic(&SynthSpec { shape: SynthShape::tiny(), vocab: SynthVocab::Bytes, seed: 5 }, &model)
+        .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_diskformer"))
+        .args(["serve", "--model", model.to_str().unwrap(), "--port", "0"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let port =
+        line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{line:?}"));
+    Server { child, port, dir }
+}
+
+/// A response: status, headers (lower-cased names) and body.
+struct Reply {
+    status: u16,
+    headers: String,
+    body: String,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {:?}", self.body))
+    }
+
+    /// The data of each server-sent event.
+    fn events(&self) -> Vec<String> {
+        self.body.lines().filter_map(|l| l.strip_prefix("data: ")).map(str::to_owned).collect()
+    }
+
+    /// The error message of a JSON error response.
+    fn error(&self) -> String {
+        self.json()["error"]["message"].as_str().unwrap_or_else(|| panic!("{:?}", self.body)).to_owned()
+    }
+}
+
+fn send(port: u16, method: &str, path: &str, body: &[u8]) -> TcpStream {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    let _ = s.write_all(body); // a refused body may be cut off
+    s
+}
+
+fn request(port: u16, method: &str, path: &str, body: &[u8]) -> Reply {
+    let mut raw = String::new();
+    send(port, method, path, body).read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{head:?}"));
+    Reply { status, headers: head.to_ascii_lowercase(), body: body.to_owned() }
+}
+
+fn post(port: u16, path: &str, body: Value) -> Reply {
+    request(port, "POST", path, body.to_string().as_bytes())
+}
+
+fn hello(extra: Value) -> Value {
+    let mut body = json!({"model": "tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8,
+                          "temperature": 0});
+    body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    body
+}
+
+#[test]
+fn completions_whole_and_streamed() {
+    let s = server("ok", &["--ctx", "256"]);
+    assert_eq!(request(s.port, "GET", "/health", b"").json()["status"], "ok");
+    assert_eq!(request(s.port, "GET", "/v1/models", b"").json()["data"][0]["id"], "tiny");
+
+    let r = post(s.port, "/v1/chat/completions", hello(json!({})));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    let u = &v["usage"];
+    assert!(u["prompt_tokens"].as_u64().unwrap() > 0);
+    let completion = u["completion_tokens"].as_u64().unwrap();
+    assert!(completion <= 8);
+    assert_eq!(u["total_tokens"].as_u64(), Some(u["prompt_tokens"].as_u64().unwrap() + completion));
+    let finish = v["choices"][0]["finish_reason"].as_str().unwrap();
+    assert!(finish == "length" && completion == 8 || finish == "stop", "{finish} after {completion}");
+    let whole = format!(
+        "{}{}",
+        v["choices"][0]["message"]["reasoning_content"].as_str().unwrap_or(""),
+        v["choices"][0]["message"]["content"].as_str().unwrap()
+    );
+
+    // The same greedy reply, streamed: a role chunk, text chunks, the finish reason, the usage, [DONE].
+    let r = post(
+        s.port,
+        "/v1/chat/completions",
+        hello(json!({"stream": true, "stream_options": {"include_usage": true}})),
+    );
+    assert_eq!(r.status, 200);
+    assert!(r.headers.contains("content-type: text/event-stream"), "{}", r.headers);
+    let events = r.events();
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{events:?}");
+    let chunks: Vec<Value> =
+        events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"].get(0))
+        .flat_map(|c| [&c["delta"]["reasoning_content"], &c["delta"]["content"]])
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(text, whole);
+    assert_eq!(
+        chunks.iter().filter_map(|c| c["choices"].get(0)?["finish_reason"].as_str()).collect::<Vec<_>>(),
+        [finish]
+    );
+    assert_eq!(chunks.last().unwrap()["usage"], *u);
+
+    let r =
+        post(s.port, "/v1/completions", json!({"prompt": "Once upon", "max_tokens": 5, "temperature": 0}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["object"], "text_completion");
+    assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() >= 9, "one token a byte");
+    assert!(v["choices"][0]["text"].is_string());
+}
+
+#[test]
+fn bad_requests_are_json_errors_and_the_server_keeps_answering() {
+    let s = server("bad", &["--ctx", "256", "--body-limit", "4096"]);
+    let chat = "/v1/chat/completions";
+    let cases: Vec<(&str, Reply, u16, &str)> = vec![
+        ("malformed JSON", request(s.port, "POST", chat, b"{\"messages\": ["), 400, "not JSON"),
+        ("an unknown field", post(s.port, chat, hello(json!({"tempature": 1}))), 400, "tempature"),
+        ("a wrong type", post(s.port, chat, hello(json!({"max_tokens": "many"}))), 400, "invalid type"),
+        ("no messages", post(s.port, chat, json!({"messages": []})), 400, "messages"),
+        (
+            "a prompt past the context",
+            post(s.port, "/v1/completions", json!({"prompt": "a".repeat(300)})),
+            400,
+            "context",
+        ),
+        (
+            "max_tokens past the context",
+            post(s.port, chat, hello(json!({"max_tokens": 1000}))),
+            400,
+            "max_tokens",
+        ),
+        (
+            "a body over the limit",
+            post(s.port, "/v1/completions", json!({"prompt": "a".repeat(5000)})),
+            413,
+            "length limit",
+        ),
+        ("an unknown route", post(s.port, "/v1/embeddings", json!({})), 404, "route"),
+    ];
+    for (what, reply, status, says) in cases {
+        assert_eq!(reply.status, status, "{what}: {}", reply.body);
+        let message = reply.error();
+        assert!(message.contains(says), "{what}: {message:?} does not say {says:?}");
+    }
+    let r = post(s.port, chat, hello(json!({})));
+    assert_eq!(r.status, 200, "after the errors: {}", r.body);
+}
+
+#[test]
+fn a_full_queue_is_refused_and_a_client_that_leaves_frees_the_engine() {
+    // No waiting room: a request is taken only while the engine waits for one.
+    let s = server("queue", &["--queue", "0"]);
+    // A long reply whose client stops reading: the engine is busy with it until it is cancelled.
+    let long =
+        hello(json!({"stream": true, "max_tokens": 3000, "messages": [{"role": "user", "content": "go"}]}));
+    let mut busy = (0..200)
+        .find_map(|_| {
+            let mut s = send(s.port, "POST", "/v1/chat/completions", long.to_string().as_bytes());
+            let mut first = [0u8; 12];
+            s.read_exact(&mut first).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            (&first == b"HTTP/1.1 200").then_some(s)
+        })
+        .expect("the engine took the long request");
+    let mut refused = false;
+    for _ in 0..50 {
+        let r = post(s.port, "/v1/chat/completions", hello(json!({})));
+        if r.status == 503 {
+            assert!(r.headers.contains("retry-after:"), "{}", r.headers);
+            assert!(r.error().contains("queue"));
+            refused = true;
+            break;
+        }
+        assert_eq!(r.status, 200, "{}", r.body); // the long reply ended before this one came
+    }
+    assert!(refused, "no request was refused while the engine was busy");
+    let _ = busy.flush();
+    drop(busy);
+    // The engine is free again: a request is answered (the queue takes one only while the engine waits).
+    let answered = (0..200).any(|_| {
+        let r = post(s.port, "/v1/chat/completions", hello(json!({})));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        r.status == 200
+    });
+    assert!(answered, "the engine stayed busy after its client left");
+}
