@@ -2,7 +2,8 @@
 //! and text completions streamed and whole with their usage, and every bad request a 4xx JSON error after
 //! which the server keeps answering: malformed JSON, unknown fields, wrong types, a prompt past the context,
 //! max_tokens past it, a body over the limit, an unknown route; a full queue is a 503 with Retry-After, and
-//! a client that leaves mid-stream frees the engine for the next request.
+//! a client that leaves mid-stream frees the engine for the next request, a client that stalls its body gets a
+//! 408, and a bounded load (16 clients × 8 requests) ends with each answered or refused and memory flat.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -161,7 +162,12 @@ fn completions_whole_and_streamed() {
 
 #[test]
 fn bad_requests_are_json_errors_and_the_server_keeps_answering() {
-    let s = server("bad", &["--ctx", "256", "--body-limit", "4096"]);
+    let s = server("bad", &["--ctx", "256", "--body-limit", "4096", "--body-timeout", "1"]);
+    // A client that stalls midway through its body holds its connection only, and only for the timeout.
+    let mut stalled = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    stalled
+        .write_all(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"prompt\"")
+        .unwrap();
     let chat = "/v1/chat/completions";
     let cases: Vec<(&str, Reply, u16, &str)> = vec![
         ("malformed JSON", request(s.port, "POST", chat, b"{\"messages\": ["), 400, "not JSON"),
@@ -184,7 +190,7 @@ fn bad_requests_are_json_errors_and_the_server_keeps_answering() {
             "a body over the limit",
             post(s.port, "/v1/completions", json!({"prompt": "a".repeat(5000)})),
             413,
-            "length limit",
+            "--body-limit",
         ),
         ("an unknown route", post(s.port, "/v1/embeddings", json!({})), 404, "route"),
     ];
@@ -195,6 +201,9 @@ fn bad_requests_are_json_errors_and_the_server_keeps_answering() {
     }
     let r = post(s.port, chat, hello(json!({})));
     assert_eq!(r.status, 200, "after the errors: {}", r.body);
+    let mut raw = String::new();
+    stalled.read_to_string(&mut raw).unwrap();
+    assert!(raw.starts_with("HTTP/1.1 408"), "the stalled client got {raw:?}");
 }
 
 #[test]
@@ -234,4 +243,64 @@ fn a_full_queue_is_refused_and_a_client_that_leaves_frees_the_engine() {
         r.status == 200
     });
     assert!(answered, "the engine stayed busy after its client left");
+}
+
+/// The server's resident memory, in bytes.
+fn rss(s: &Server) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id())).unwrap();
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap().trim().trim_end_matches(" kB");
+    kb.trim().parse::<u64>().unwrap() * 1024
+}
+
+/// 16 clients × 8 requests, a third of them streamed and left midway: every request is answered or refused
+/// with a 503, and the server's memory ends where it started (within what the allocator keeps).
+#[test]
+fn a_bounded_load_ends_with_every_request_answered_or_refused() {
+    let s = server("load", &["--ctx", "512"]);
+    let warm = post(s.port, "/v1/chat/completions", hello(json!({})));
+    assert_eq!(warm.status, 200);
+    let before = rss(&s);
+    let port = s.port;
+    let clients: Vec<_> = (0..16)
+        .map(|c| {
+            std::thread::spawn(move || {
+                let (mut answered, mut refused, mut left) = (0, 0, 0);
+                for r in 0..8 {
+                    if (c + r) % 3 == 0 {
+                        let body = hello(json!({"stream": true, "max_tokens": 64}));
+                        let mut stream =
+                            send(port, "POST", "/v1/chat/completions", body.to_string().as_bytes());
+                        let mut first = [0u8; 12];
+                        stream.read_exact(&mut first).unwrap();
+                        assert!(&first == b"HTTP/1.1 200" || &first == b"HTTP/1.1 503", "{first:?}");
+                        left += 1; // and gone, mid-reply
+                        continue;
+                    }
+                    let reply = post(port, "/v1/chat/completions", hello(json!({"seed": c * 8 + r})));
+                    match reply.status {
+                        200 => assert!(reply.json()["choices"][0]["message"]["content"].is_string()),
+                        503 => assert!(reply.error().contains("queue")),
+                        other => panic!("status {other}: {}", reply.body),
+                    }
+                    if reply.status == 200 { answered += 1 } else { refused += 1 }
+                }
+                (answered, refused, left)
+            })
+        })
+        .collect();
+    let (mut answered, mut refused, mut left) = (0, 0, 0);
+    for c in clients {
+        let (a, r, l) = c.join().unwrap();
+        (answered, refused, left) = (answered + a, refused + r, left + l);
+    }
+    assert_eq!(answered + refused + left, 128);
+    assert!(answered > 0, "no request was answered ({refused} refused)");
+    let after = post(s.port, "/v1/chat/completions", hello(json!({})));
+    assert_eq!(after.status, 200, "after the load: {}", after.body);
+    let grown = rss(&s).saturating_sub(before);
+    assert!(
+        grown < 64 << 20,
+        "the server grew {} MB over {answered} answered, {refused} refused, {left} left",
+        grown >> 20
+    );
 }

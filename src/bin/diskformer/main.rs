@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use diskformer::qwen3_moe::EngineOptions;
@@ -55,6 +56,9 @@ struct ServeArgs {
     /// Largest request body in bytes.
     #[arg(long, default_value_t = 4 << 20)]
     body_limit: usize,
+    /// Seconds a request's body may take to arrive.
+    #[arg(long, default_value_t = 30.0)]
+    body_timeout: f64,
     /// The model's name in responses (default: the file's stem).
     #[arg(long)]
     name: Option<String>,
@@ -81,8 +85,11 @@ fn main() -> anyhow::Result<()> {
         model,
         max_tokens: args.max_tokens,
         next_id: Arc::new(AtomicU64::new(1)),
+        body_limit: args.body_limit,
+        body_timeout: Duration::try_from_secs_f64(args.body_timeout)
+            .map_err(|_| anyhow::anyhow!("--body-timeout {}: a number of seconds", args.body_timeout))?,
     };
-    let app = serve::router(served, args.body_limit);
+    let app = serve::router(served);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port)).await?;

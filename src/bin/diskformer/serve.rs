@@ -3,12 +3,11 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::body::{Body, Bytes};
+use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
@@ -32,10 +31,14 @@ pub struct Served {
     /// Most tokens a reply gets when the request names no limit (less where the context ends first).
     pub max_tokens: usize,
     pub next_id: Arc<AtomicU64>,
+    /// Largest request body, in bytes.
+    pub body_limit: usize,
+    /// How long a request's body may take to arrive.
+    pub body_timeout: Duration,
 }
 
-/// The routes, with request bodies limited to `body_limit` bytes.
-pub fn router(served: Served, body_limit: usize) -> Router {
+/// The routes.
+pub fn router(served: Served) -> Router {
     Router::new()
         .route("/health", get(|| async { axum::Json(json!({ "status": "ok" })) }))
         .route("/v1/models", get(models))
@@ -44,7 +47,6 @@ pub fn router(served: Served, body_limit: usize) -> Router {
         .fallback(|| async {
             refuse(&ApiError { status: 404, message: "no such route".into(), kind: "not_found" })
         })
-        .layer(DefaultBodyLimit::max(body_limit))
         .with_state(served)
 }
 
@@ -57,13 +59,32 @@ fn refuse(e: &ApiError) -> Response {
     response
 }
 
-/// A body the extractor refused (too large, unreadable) as a JSON error.
-fn body(got: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    got.map_err(|e| ApiError {
-        status: e.status().as_u16(),
-        message: e.body_text(),
-        kind: "invalid_request_error",
-    })
+/// A request's body, refused (as a JSON error) when it is over the limit or does not arrive in time: a
+/// client that stalls holds its connection, never the engine.
+async fn body(s: &Served, body: Body) -> Result<Bytes, ApiError> {
+    let error = |status, message| ApiError { status, message, kind: "invalid_request_error" };
+    match tokio::time::timeout(s.body_timeout, axum::body::to_bytes(body, s.body_limit)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) if is_over_limit(&e) => {
+            Err(error(413, format!("the body is over the limit of {} bytes (--body-limit)", s.body_limit)))
+        }
+        Ok(Err(e)) => Err(error(400, format!("the body could not be read: {e}"))),
+        Err(_) => {
+            Err(error(408, format!("the body did not arrive within {} s", s.body_timeout.as_secs_f64())))
+        }
+    }
+}
+
+/// Whether reading a body failed on its length limit.
+fn is_over_limit(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 async fn models(State(s): State<Served>) -> Response {
@@ -80,8 +101,8 @@ enum Kind {
     Text,
 }
 
-async fn chat(State(s): State<Served>, got: Result<Bytes, BytesRejection>) -> Response {
-    let asked = body(got).and_then(|b| ChatRequest::parse(&b)).and_then(|r| {
+async fn chat(State(s): State<Served>, got: Body) -> Response {
+    let asked = body(&s, got).await.and_then(|b| ChatRequest::parse(&b)).and_then(|r| {
         let (messages, thinking) = r.conversation()?;
         let ids = prompt_ids(&s.info.tokenizer, &messages, thinking);
         // A template that opens the reasoning itself (Qwen3.5's) ends the prompt with `<think>`.
@@ -95,8 +116,8 @@ async fn chat(State(s): State<Served>, got: Result<Bytes, BytesRejection>) -> Re
     }
 }
 
-async fn completions(State(s): State<Served>, got: Result<Bytes, BytesRejection>) -> Response {
-    match body(got).and_then(|b| CompletionRequest::parse(&b)) {
+async fn completions(State(s): State<Served>, got: Body) -> Response {
+    match body(&s, got).await.and_then(|b| CompletionRequest::parse(&b)) {
         Ok(r) => {
             let ids = s.info.tokenizer.encode(&r.prompt, true);
             reply(s, ids, &r.common, Kind::Text).await
