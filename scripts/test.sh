@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: installs what is missing (scripts/setup.sh), checks our gguf-dump against the PyPI gguf
 # package's on a gguf-py-written fixture and the real Qwen vocabularies, then `cargo test --workspace`, then
-# the chat example once on its built-in model, then `diskformer serve` driven by the PyPI openai client.
+# `diskformer chat` once on its built-in model, then `diskformer serve` driven by the PyPI openai client.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -19,8 +19,8 @@ done
 cargo test --workspace
 
 # The README's main job, end to end on the built-in model (ingest, upload, streamed experts, generation).
-cargo run --example chat -- --prompt "Hello" --max-tokens 8 --temperature 0 > /dev/null
-echo "chat example: ok"
+cargo run --bin diskformer -- chat --prompt "Hello" --max-tokens 8 --temperature 0 > /dev/null
+echo "diskformer chat: ok"
 
 # The server through a real OpenAI client, streamed and not, on a tiny random model.
 cargo build --bin diskformer --example synth-gguf

@@ -162,6 +162,12 @@ impl Context {
         self.limits.max_storage_buffer_binding_size
     }
 
+    /// Whether the adapter is a software renderer on the CPU (lavapipe, llvmpipe, SwiftShader, WARP): it
+    /// runs every kernel, at a CPU's speed.
+    pub fn is_software(&self) -> bool {
+        self.info.device_type == wgpu::DeviceType::Cpu
+    }
+
     /// A one-line description: adapter name, backend, driver, subgroup use and binding limit.
     pub fn describe(&self) -> String {
         format!(

@@ -769,6 +769,11 @@ impl Engine {
         self.ctx.describe()
     }
 
+    /// Whether the GPU is a software renderer on the CPU (lavapipe and the like): correct, and slow.
+    pub fn software_adapter(&self) -> bool {
+        self.ctx.is_software()
+    }
+
     /// Forgets the cached tokens (the next prefill starts at position 0); the pool keeps its experts.
     pub fn reset(&mut self) {
         self.cached.clear();

@@ -1,6 +1,8 @@
-//! The `diskformer` command: `diskformer serve --model FILE.gguf` answers the OpenAI API over HTTP.
+//! The `diskformer` command: `diskformer chat` talks with a model in the terminal, `diskformer serve` answers
+//! the OpenAI API over HTTP.
 
 mod api;
+mod chat;
 mod reasoning;
 mod serve;
 mod worker;
@@ -23,6 +25,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Chat in the terminal (without --model, a tiny built-in model with random weights shows the pipeline).
+    Chat(chat::ChatArgs),
     /// Serve a model over the OpenAI API (`/v1/chat/completions`, `/v1/completions`, `/v1/models`, `/health`).
     Serve(ServeArgs),
 }
@@ -64,18 +68,34 @@ struct ServeArgs {
     name: Option<String>,
 }
 
+/// Says so when the GPU is a software renderer: a fresh machine without its GPU driver gets lavapipe.
+fn warn_if_software(software: bool, adapter: &str) {
+    if software {
+        eprintln!(
+            "warning: {} is a software renderer on the CPU (no GPU driver found): replies are correct but slow; \
+             install the GPU's Vulkan driver, or pick an adapter with DISKFORMER_ADAPTER",
+            adapter.split(" (").next().unwrap_or(adapter)
+        );
+    }
+}
+
 fn parse_bytes(s: &str) -> Result<u64, String> {
     diskformer::cli::parse_bytes(s)
 }
 
 fn main() -> anyhow::Result<()> {
     diskformer::cli::runtime_dir_for_drivers();
-    let Command::Serve(args) = Cli::parse().command;
+    let args = match Cli::parse().command {
+        Command::Chat(args) => return chat::run(args),
+        Command::Serve(args) => args,
+    };
     let mut opts = EngineOptions::default();
     opts.gpu_budget = args.budget;
     opts.max_context = args.ctx;
     eprintln!("loading {}", args.model.display());
     let (queue, info) = worker::start(args.model.clone(), args.store.clone(), opts, args.queue)?;
+    eprintln!("{}, context {}", info.adapter, info.context);
+    warn_if_software(info.software, &info.adapter);
     let model = args.name.clone().unwrap_or_else(|| {
         args.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
     });

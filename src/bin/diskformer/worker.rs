@@ -33,6 +33,9 @@ pub enum Update {
 pub struct EngineInfo {
     pub tokenizer: Arc<Tokenizer>,
     pub context: usize,
+    /// The GPU, described, and whether it is a software renderer.
+    pub adapter: String,
+    pub software: bool,
 }
 
 /// The queue into the engine's thread.
@@ -64,8 +67,12 @@ pub fn start(
             Ok(e) => e,
             Err(e) => return drop(opened.send(Err(e.to_string()))),
         };
-        let info =
-            EngineInfo { tokenizer: Decoder::tokenizer(&engine), context: engine.max_context() as usize };
+        let info = EngineInfo {
+            tokenizer: Decoder::tokenizer(&engine),
+            context: engine.max_context() as usize,
+            adapter: engine.adapter(),
+            software: engine.software_adapter(),
+        };
         if opened.send(Ok(info)).is_ok() {
             serve(&mut engine, &queue);
         }

@@ -1,8 +1,8 @@
-//! This example shows how to chat with a Qwen3-MoE GGUF whose experts stream from disk: the README's main job.
+//! `diskformer chat`: a terminal chat with a Qwen3-MoE GGUF whose experts stream from disk.
 //!
 //! ```text
-//! cargo run --release --example chat -- --model Qwen3-30B-A3B-Q8_0.gguf --budget 4GB
-//! cargo run --release --example chat -- --prompt "Hello"      # the built-in random model, one reply
+//! diskformer chat --model Qwen3-30B-A3B-Q8_0.gguf --budget 4GB
+//! diskformer chat --prompt "Hello"      # the built-in random model, one reply
 //! ```
 //!
 //! Commands while chatting: `/stats`, `/reset`, `/quit`. Ctrl-C stops the reply being written (the
@@ -13,18 +13,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use clap::Parser;
-
-mod common;
 use diskformer::bpe::chat::Message;
+use diskformer::cli::parse_bytes;
 use diskformer::qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
 use diskformer::qwen3_moe::{Engine, EngineOptions, Event, GenerateOptions, LoadProgress, SamplingOptions};
 use diskformer::runtime::generate::fit_to_context;
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Terminal chat with a Qwen3-MoE model whose experts stream from disk.
-#[derive(Parser)]
-struct Args {
+#[derive(clap::Args)]
+pub struct ChatArgs {
     /// A qwen3moe GGUF. Without it, a small built-in model with random weights runs.
     #[arg(long)]
     model: Option<PathBuf>,
@@ -32,7 +30,7 @@ struct Args {
     #[arg(long)]
     store: Option<PathBuf>,
     /// GPU memory to use: dense weights, KV cache, scratch, and expert slots with the rest (e.g. 4GB, 512MiB).
-    #[arg(long, default_value = "4GB", value_parser = common::parse_bytes)]
+    #[arg(long, default_value = "4GB", value_parser = parse_bytes)]
     budget: u64,
     /// Context length (KV-cache positions).
     #[arg(long)]
@@ -85,7 +83,7 @@ struct Args {
     /// Keep expert records in this much host memory, read with O_DIRECT, for a store larger than RAM (e.g.
     /// 64GB; the CPU then computes the layers' misses from there; default: with --direct-io half the
     /// available memory, else none: the page cache holds them).
-    #[arg(long, value_parser = common::parse_bytes)]
+    #[arg(long, value_parser = parse_bytes)]
     ram_budget: Option<u64>,
     /// Threads reading expert misses (default: 8, or with --direct-io as many as a probe of the disk finds
     /// fastest while the model loads).
@@ -127,9 +125,8 @@ fn count_bar(len: u64, what: &str) -> ProgressBar {
     pb
 }
 
-fn main() -> anyhow::Result<()> {
-    common::runtime_dir_for_drivers();
-    let args = Args::parse();
+/// Chats until the input ends, `/quit`, or (with `--prompt`) after one reply.
+pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     let mut opts = EngineOptions::default();
     opts.gpu_budget = args.budget;
     opts.max_context = args.ctx;
@@ -188,6 +185,7 @@ fn main() -> anyhow::Result<()> {
         s.gpu_bytes.total() as f64 / 1e9,
         engine.max_context()
     );
+    crate::warn_if_software(engine.software_adapter(), &engine.adapter());
     if let Some(probe) = engine.reader_probe() {
         let rates: Vec<String> =
             probe.rates.iter().map(|r| format!("{}: {:.2}", r.threads, r.bytes_per_sec / 1e9)).collect();
