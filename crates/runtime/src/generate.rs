@@ -205,11 +205,6 @@ impl<'a, D: Decoder + ?Sized> Generation<'a, D> {
         self.prompt_tokens
     }
 
-    /// Tokens generated so far (an end-of-generation token not counted).
-    pub fn generated_tokens(&self) -> usize {
-        self.produced
-    }
-
     /// Generates until the next event is ready.
     fn advance(&mut self) -> Result<(), D::Error> {
         if self.opts.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {

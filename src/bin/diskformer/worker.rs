@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
 use diskformer::bpe::Tokenizer;
-use diskformer::qwen3_moe::{Engine, EngineOptions};
+use diskformer::qwen3_moe::{Engine, EngineOptions, LoadProgress};
 use diskformer::runtime::{Decoder, EndReason, Event, GenerateOptions, Generation};
 use tokio::sync::mpsc;
 
@@ -63,7 +63,7 @@ pub fn start(
     let (jobs, queue) = sync_channel::<Job>(len);
     let (opened, open_result) = sync_channel(1);
     std::thread::Builder::new().name("engine".into()).spawn(move || {
-        let mut engine = match Engine::open_gguf(&model, store.as_deref(), &opts, &mut |_| {}) {
+        let mut engine = match Engine::open_gguf(&model, store.as_deref(), &opts, &mut report_progress()) {
             Ok(e) => e,
             Err(e) => return drop(opened.send(Err(e.to_string()))),
         };
@@ -77,8 +77,25 @@ pub fn start(
             serve(&mut engine, &queue);
         }
     })?;
-    let info = open_result.recv()?.map_err(|e| anyhow::anyhow!("{}: {e}", "opening the model"))?;
+    let info = open_result.recv()?.map_err(|e| anyhow::anyhow!("opening the model: {e}"))?;
     Ok((Queue(jobs), info))
+}
+
+/// Prints the load's stages to stderr a line each 10 %: an ingest of a 30 GB GGUF takes minutes.
+fn report_progress() -> impl FnMut(LoadProgress) {
+    let mut last: Option<(&'static str, u64)> = None;
+    move |p| {
+        let (stage, done, total) = match p {
+            LoadProgress::Ingest { done, total, .. } => ("ingest", done, total),
+            LoadProgress::Upload { done, total } => ("upload", done, total),
+            LoadProgress::Experts { done, total } => ("experts", done, total),
+        };
+        let tenth = (done * 10).checked_div(total).unwrap_or(10);
+        if last != Some((stage, tenth)) {
+            last = Some((stage, tenth));
+            eprintln!("{stage} {}%", tenth * 10);
+        }
+    }
 }
 
 /// Runs the queued requests one after another until the queue's senders are gone.
