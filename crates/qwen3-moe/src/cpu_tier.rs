@@ -330,10 +330,7 @@ impl CpuTier {
             keys.iter().copied().filter(|&k| !ready[index(k)].load(Ordering::Acquire)).collect();
         let map_in = |keys: &[ExpertKey]| -> Result<()> {
             for &key in keys {
-                match checks {
-                    Some(checks) => map.check(key, checks)?,
-                    None => map.populate(key),
-                }
+                map_in_record(map, key, checks.as_ref())?;
                 ready[index(key)].store(true, Ordering::Release);
             }
             Ok(())
@@ -422,6 +419,18 @@ fn map_records(store: &Store, layout: &ExpertLayout, checks: Option<RecordChecks
     Ok(Records::Mapped { map, ready, checks, mapper: mapper.map(|thread| (thread, stop)) })
 }
 
+/// Maps in the pages of `key`'s record in one call (`MADV_POPULATE_READ`) and, with `checks`, checks it.
+///
+/// # Errors
+/// [`DamagedRecord`](diskformer_store::Error::DamagedRecord) when it does not match its checksum.
+fn map_in_record(map: &ExpertMap, key: ExpertKey, checks: Option<&RecordChecks>) -> Result<()> {
+    match checks {
+        Some(checks) => map.check(key, checks)?,
+        None => map.populate(key),
+    }
+    Ok(())
+}
+
 /// Maps in, record by record, every record whose pages are all in the page cache already, so that a
 /// step's first use of a record does not pay for it (1,220 pages a 5 MB record, up to 384 records a
 /// step). A record not cached is left to its first use: mapping it here would read it from the disk, and
@@ -448,14 +457,7 @@ fn map_cached_records(
             if done.load(Ordering::Acquire) || !map.cached(key, &mut resident) {
                 continue;
             }
-            let good = match checks {
-                Some(checks) => map.check(key, checks).is_ok(),
-                None => {
-                    map.populate(key);
-                    true
-                }
-            };
-            if good {
+            if map_in_record(map, key, checks).is_ok() {
                 done.store(true, Ordering::Release);
             }
         }
