@@ -150,12 +150,9 @@ async fn reply(s: Served, ids: Vec<u32>, common: &api::Common, kind: Kind) -> Re
         );
         return refuse(&ApiError::bad_request(what));
     }
-    let mut opts = asked.opts;
-    if let Kind::Chat { thinking, .. } = kind {
-        opts.thinking = thinking;
-    }
     let (updates, rx) = mpsc::channel(64);
-    if let Err(why) = s.queue.submit(Job { prompt: ids, opts, updates }) {
+    // The prompt is rendered (thinking on or off) already: the options only say how to reply.
+    if let Err(why) = s.queue.submit(Job { prompt: ids, opts: asked.opts, updates }) {
         return refuse(&ApiError { status: 503, message: why.into(), kind: "server_busy" });
     }
     let n = s.next_id.fetch_add(1, Ordering::Relaxed);
