@@ -19,7 +19,7 @@ use diskformer::qwen3_moe::synthetic::{SynthFtype, SynthShape, SynthSpec, SynthV
 #[derive(Parser)]
 struct Args {
     /// Model shape: tiny, qwen3-30b-a3b, qwen3-coder-30b-a3b or qwen3-235b-a22b (qwen3moe), or
-    /// qwen35moe-tiny (every tensor F32; only --layers and --seed apply).
+    /// qwen35moe-tiny or qwen35moe-small (every tensor F32; only --layers and --seed apply).
     #[arg(long, default_value = "tiny")]
     shape: String,
     /// Output path.
@@ -67,8 +67,8 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if args.shape == "qwen35moe-tiny" {
-        return qwen35moe_tiny(&args);
+    if args.shape.starts_with("qwen35moe-") {
+        return qwen35moe(&args);
     }
     let mut shape = SynthShape::named(&args.shape).ok_or_else(|| {
         anyhow::anyhow!("unknown shape {:?}; use one of {:?}", args.shape, SynthShape::NAMES)
@@ -116,14 +116,20 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A tiny qwen35moe model (`qwen35moe::synthetic::Shape::tiny`), every tensor F32.
-fn qwen35moe_tiny(args: &Args) -> anyhow::Result<()> {
+/// A qwen35moe model (`qwen35moe::synthetic::Shape::tiny` or `small`), every tensor F32.
+fn qwen35moe(args: &Args) -> anyhow::Result<()> {
     use diskformer::qwen3_moe::qwen35moe::synthetic::{Shape, write};
     let others = [args.hidden, args.heads, args.kv_heads, args.head_dim, args.experts, args.top_k, args.ffn];
     if others.iter().any(Option::is_some) || args.vocab_from.is_some() || args.ftype != "q8_0" {
-        anyhow::bail!("only --layers and --seed apply to qwen35moe-tiny");
+        anyhow::bail!("only --layers and --seed apply to {}", args.shape);
     }
-    let mut shape = Shape::tiny();
+    let mut shape = match args.shape.as_str() {
+        "qwen35moe-tiny" => Shape::tiny(),
+        "qwen35moe-small" => Shape::small(),
+        other => anyhow::bail!(
+            "unknown shape {other}; the qwen35moe shapes are qwen35moe-tiny and qwen35moe-small"
+        ),
+    };
     shape.layers = args.layers.unwrap_or(shape.layers);
     let n = write(&shape, args.seed, &args.out)?;
     println!("wrote {} ({:.3} MB, qwen35moe)", args.out.display(), n as f64 / 1e6);

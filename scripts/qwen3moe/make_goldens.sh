@@ -78,3 +78,10 @@ mkdir -p "$out/qwen35moe"
 .venv/bin/python scripts/qwen3moe/llama_golden.py "$tmp/qwen35moe-tiny.gguf" \
   --ids 256,257,72,101,108,108,111,44,32,119,111,114,108,100,33,258,10,256,257,97 -n 24 --top 5 \
   --out "$out/qwen35moe/golden-tiny.json" --synth-args "$args"
+# The GPU engine's golden: the same layer pattern at sizes its block GEMVs take (every input a multiple of 256).
+args="--shape qwen35moe-small --seed 42"
+# shellcheck disable=SC2086
+./target/release/examples/synth-gguf $args --out "$tmp/qwen35moe-small.gguf"
+.venv/bin/python scripts/qwen3moe/llama_golden.py "$tmp/qwen35moe-small.gguf" \
+  --ids 256,257,72,101,108,108,111,44,32,119,111,114,108,100,33,258,10,256,257,97 -n 24 --top 5 \
+  --out "$out/qwen35moe/golden-small.json" --synth-args "$args"

@@ -1809,7 +1809,7 @@ const SPIN_FOR_PICKS: Duration = Duration::from_millis(1);
 /// Maps the first `bytes` of `buffer`, waits for the GPU to finish `submission` (else everything
 /// submitted; polling without blocking for up to `spin` first; adding the wait to `wait`), and copies them
 /// out.
-fn readback(
+pub(crate) fn readback(
     device: &wgpu::Device,
     buffer: &wgpu::Buffer,
     bytes: u64,

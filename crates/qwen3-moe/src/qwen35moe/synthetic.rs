@@ -73,6 +73,13 @@ impl Shape {
             vocab: BYTE_VOCAB,
         }
     }
+
+    /// [`Shape::tiny`]'s layer pattern at the sizes the GPU's block GEMVs take (every matrix's input a
+    /// multiple of 256): E = 256, 4 query heads of 64 over 2 KV heads with 16 rotated, 8 experts top-2 of
+    /// 256 and a shared expert of 256, S = 64, 2 q/k heads and 4 v heads.
+    pub fn small() -> Self {
+        Shape { hidden: 256, experts: 8, expert_ffn: 256, shared_ffn: 256, state_size: 64, ..Shape::tiny() }
+    }
 }
 
 /// Writes a `shape` model of `seed` with the byte vocabulary to `path`, every tensor F32; returns its size.

@@ -1,0 +1,756 @@
+//! qwen35moe on the GPU with every weight resident: the GGUF's tensors uploaded as they lie in the file (any
+//! type the block GEMVs read), the recurrent state (each DeltaNet layer's conv inputs and delta-rule state)
+//! and the KV cache of each attention layer beside them, and one graph of dispatches a chunk size that runs
+//! the reference's forward pass ([`super::Reference`]) for T tokens at once: the same kernels whose CPU
+//! references the reference runs, so llama.cpp's goldens hold both.
+//!
+//! Streaming the experts through the pool and the CPU tier is the qwen3moe engine's alone for now; this is
+//! the model definition those step drivers are to drive once they are the runtime's.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use diskformer_bpe::Tokenizer;
+use diskformer_gguf::{GgufFile, TensorInfo};
+use diskformer_kernels::{
+    AttentionShape, BlockMatrix, BlockQuant, Context, DeltaNetShape, Dispatch, ExpertBlocks, ExpertOut,
+    Kernels, MoeCombineParams, QkNormRopePartialParams, View,
+};
+use diskformer_runtime::{Decoder, Next, Sampler};
+use wgpu::util::DeviceExt;
+
+use super::config::Config;
+use crate::engine::readback;
+use crate::graph::record;
+use crate::{Error, Result};
+
+/// Tokens a prefill chunk runs at most (the scratch is sized for it).
+pub const MAX_CHUNK: u32 = 64;
+
+/// A qwen35moe model on the GPU, every weight resident, and its state.
+pub struct Resident {
+    ctx: Context,
+    kernels: Kernels,
+    config: Config,
+    tokenizer: Arc<Tokenizer>,
+    gguf: GgufFile,
+    vocab: u32,
+    /// Positions the KV cache holds.
+    max_context: u32,
+    weights: Weights,
+    state: Vec<LayerState>,
+    scratch: Scratch,
+    /// The graph of each chunk size run so far.
+    graphs: HashMap<u32, Vec<Dispatch>>,
+    /// The tokens the state and the cache hold, in order.
+    cached: Vec<u32>,
+}
+
+impl std::fmt::Debug for Resident {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resident").field("config", &self.config).field("cached", &self.cached.len()).finish()
+    }
+}
+
+/// A matrix on the GPU as the GGUF holds it.
+struct Matrix {
+    buffer: wgpu::Buffer,
+    quant: BlockQuant,
+    rows: u32,
+    cols: u32,
+}
+
+impl Matrix {
+    fn blocks(&self) -> BlockMatrix<'_> {
+        BlockMatrix { data: (&self.buffer).into(), quant: self.quant, rows: self.rows, cols: self.cols }
+    }
+}
+
+/// One layer's routed experts: gate, up and down, each `[experts, rows, cols]` as the GGUF holds them.
+struct Experts {
+    parts: [Matrix; 3],
+    count: u32,
+}
+
+impl Experts {
+    /// Part `p` (0 gate, 1 up, 2 down) as the expert GEMVs take it: expert `e` in slot `e`.
+    fn blocks(&self, p: usize) -> ExpertBlocks<'_> {
+        let m = &self.parts[p];
+        ExpertBlocks {
+            data: (&m.buffer).into(),
+            quant: m.quant,
+            slot_bytes: u64::from(m.rows) * u64::from(m.cols) / 256 * m.quant.block_bytes(),
+            offset: 0,
+            slots: self.count,
+            first_slot: 0,
+            rows: m.rows,
+            cols: m.cols,
+        }
+    }
+}
+
+/// Every tensor the forward pass reads, by its GGUF name: matrices as blocks, vectors as f32.
+struct Weights {
+    matrices: HashMap<String, Matrix>,
+    vectors: HashMap<String, wgpu::Buffer>,
+    experts: Vec<Experts>,
+}
+
+impl Weights {
+    fn m(&self, name: &str) -> &Matrix {
+        &self.matrices[name]
+    }
+
+    fn v(&self, name: &str) -> View<'_> {
+        (&self.vectors[name]).into()
+    }
+}
+
+/// A layer's state on the GPU between steps.
+enum LayerState {
+    /// Keys and values, `[max_context, kv_heads · head_dim]` f16 each.
+    Attention { keys: wgpu::Buffer, values: wgpu::Buffer },
+    /// The last `conv_kernel − 1` conv inputs and each v head's `S × S` delta-rule state, f32.
+    DeltaNet { conv: wgpu::Buffer, delta: wgpu::Buffer },
+}
+
+/// Activations of a chunk of up to [`MAX_CHUNK`] tokens.
+struct Scratch {
+    /// The residual stream: layer `l` reads `residual[l % 2]` and writes `residual[(l + 1) % 2]`.
+    residual: [wgpu::Buffer; 2],
+    /// The mixer's normed input, then the FFN's.
+    normed: wgpu::Buffer,
+    /// Projections: attention's query‖gate rows, or DeltaNet's q‖k‖v.
+    projected: wgpu::Buffer,
+    keys: wgpu::Buffer,
+    values: wgpu::Buffer,
+    /// Attention's normed and turned queries, or DeltaNet's conv output.
+    queries: wgpu::Buffer,
+    /// Attention's output, or DeltaNet's rule output.
+    mixed: wgpu::Buffer,
+    /// DeltaNet's z, and its gated-norm output.
+    z: wgpu::Buffer,
+    gated: wgpu::Buffer,
+    beta_alpha: wgpu::Buffer,
+    router: wgpu::Buffer,
+    pick_ids: wgpu::Buffer,
+    pick_weights: wgpu::Buffer,
+    gate_up: wgpu::Buffer,
+    swiglu: wgpu::Buffer,
+    expert_out: wgpu::Buffer,
+    shared_gate_up: wgpu::Buffer,
+    shared_swiglu: wgpu::Buffer,
+    shared_out: wgpu::Buffer,
+    positions: wgpu::Buffer,
+    rope: wgpu::Buffer,
+    head_normed: wgpu::Buffer,
+    logits: wgpu::Buffer,
+    readback: wgpu::Buffer,
+}
+
+impl Resident {
+    /// Opens the qwen35moe GGUF at `path` on the first GPU, with a KV cache of `max_context` positions
+    /// (at most the model's context length).
+    ///
+    /// # Errors
+    /// As [`Resident::open_on`], and [`Error::Kernels`] without a usable GPU.
+    pub fn open(path: &Path, max_context: u32) -> Result<Resident> {
+        Self::open_on(Context::new()?, path, max_context)
+    }
+
+    /// [`Resident::open`] on a given GPU context.
+    ///
+    /// # Errors
+    /// The GGUF's read errors; [`Config::from_metadata`]'s; [`Error::BadTensor`] for a tensor missing, of the
+    /// wrong shape, of a type the kernels do not read, or a matrix whose input is not a multiple of 256
+    /// values (checked before anything is uploaded); [`Error::BadOption`] for a context of 0 or past the
+    /// model's; the tokenizer's errors; [`Error::Gpu`] when a tensor is larger than a GPU buffer can be.
+    pub fn open_on(ctx: Context, path: &Path, max_context: u32) -> Result<Resident> {
+        let gguf = GgufFile::open(path)?;
+        let config = Config::from_metadata(gguf.metadata())?;
+        if max_context == 0 || max_context > config.context_length {
+            return Err(Error::BadOption {
+                option: "max_context",
+                what: format!("{max_context} positions; allowed 1..={}", config.context_length),
+            });
+        }
+        let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf)?);
+        let wanted = wanted_tensors(&config, &gguf)?;
+        let vocab = gguf.header().tensor("token_embd.weight").map_or(0, |t| t.dims[1] as u32);
+        let weights = upload_weights(&ctx, &gguf, &config, &wanted)?;
+        let state = layer_state(&ctx.device, &config, max_context);
+        let scratch = Scratch::new(&ctx.device, &config, vocab);
+        let kernels = Kernels::new(&ctx);
+        let mut r = Resident {
+            ctx,
+            kernels,
+            config,
+            tokenizer,
+            gguf,
+            vocab,
+            max_context,
+            weights,
+            state,
+            scratch,
+            graphs: HashMap::new(),
+            cached: Vec::new(),
+        };
+        r.reset();
+        // Built now, so that a shape the kernels refuse is an error at open.
+        let graph = r.graph(1)?;
+        r.graphs.insert(1, graph);
+        Ok(r)
+    }
+
+    /// The model's hyper-parameters.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The model's tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// Logits a step returns.
+    pub fn vocab(&self) -> u32 {
+        self.vocab
+    }
+
+    /// Positions the cache holds.
+    pub fn max_context(&self) -> u32 {
+        self.max_context
+    }
+
+    /// The tokens the cache and the recurrent state hold.
+    pub fn cached_tokens(&self) -> &[u32] {
+        &self.cached
+    }
+
+    /// Forgets every token: an empty cache, zero recurrent state.
+    pub fn reset(&mut self) {
+        let mut enc = self.ctx.device.create_command_encoder(&Default::default());
+        for s in &self.state {
+            if let LayerState::DeltaNet { conv, delta } = s {
+                enc.clear_buffer(conv, 0, None);
+                enc.clear_buffer(delta, 0, None);
+            }
+        }
+        self.ctx.queue.submit([enc.finish()]);
+        self.cached.clear();
+    }
+
+    /// Runs `ids` and returns the last one's logits. Where the cache holds a prefix of `ids` (all of what it
+    /// holds: the recurrent state cannot be cut back), only the rest runs; otherwise it starts over.
+    ///
+    /// # Errors
+    /// [`Error::BadOption`] for no ids; [`Error::BadToken`]; [`Error::ContextFull`] when they do not fit;
+    /// GPU errors.
+    pub fn prefill(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
+        if ids.is_empty() {
+            return Err(Error::BadOption { option: "ids", what: "no tokens to run".into() });
+        }
+        if ids.len() > self.max_context as usize {
+            return Err(Error::ContextFull { needed: ids.len(), ctx: self.max_context });
+        }
+        let reusable = self.cached.len() < ids.len() && ids.starts_with(&self.cached);
+        if !reusable {
+            self.reset();
+        }
+        let mut logits = Vec::new();
+        for chunk in ids[self.cached.len()..].chunks(MAX_CHUNK as usize) {
+            logits = self.run(chunk)?;
+        }
+        Ok(logits)
+    }
+
+    /// Runs `id` at the next position and returns its logits.
+    ///
+    /// # Errors
+    /// As [`Resident::prefill`].
+    pub fn step(&mut self, id: u32) -> Result<Vec<f32>> {
+        self.run(&[id])
+    }
+
+    /// One chunk after the cache: the embedding rows, positions and RoPE table written, the chunk's graph
+    /// recorded and submitted, the last token's logits read back.
+    fn run(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
+        let t = ids.len() as u32;
+        let start = self.cached.len() as u32;
+        if start + t > self.max_context {
+            return Err(Error::ContextFull { needed: (start + t) as usize, ctx: self.max_context });
+        }
+        if let Some(&bad) = ids.iter().find(|&&id| id >= self.vocab) {
+            return Err(Error::BadToken { id: bad, vocab: self.vocab });
+        }
+        let positions: Vec<u32> = (start..start + t).collect();
+        let queue = &self.ctx.queue;
+        let s = &self.scratch;
+        queue.write_buffer(&s.residual[0], 0, bytemuck::cast_slice(&self.embedding_rows(ids)?));
+        queue.write_buffer(&s.positions, 0, bytemuck::cast_slice(&positions));
+        queue.write_buffer(&s.rope, 0, bytemuck::cast_slice(&self.config.rope_table(&positions)));
+        if !self.graphs.contains_key(&t) {
+            let graph = self.graph(t)?;
+            self.graphs.insert(t, graph);
+        }
+        let device = &self.ctx.device;
+        let mut enc = device.create_command_encoder(&Default::default());
+        record(&mut enc, &self.graphs[&t]);
+        let bytes = 4 * u64::from(self.vocab);
+        enc.copy_buffer_to_buffer(&self.scratch.logits, 0, &self.scratch.readback, 0, bytes);
+        let submitted = self.ctx.queue.submit([enc.finish()]);
+        let mut waited = Duration::ZERO;
+        let out =
+            readback(device, &self.scratch.readback, bytes, Some(submitted), Duration::ZERO, &mut waited)?;
+        self.cached.extend_from_slice(ids);
+        Ok(out.into_iter().map(f32::from_bits).collect())
+    }
+
+    /// The embedding rows of `ids`, dequantised from the mapped GGUF.
+    fn embedding_rows(&self, ids: &[u32]) -> Result<Vec<f32>> {
+        let info = self.gguf.header().tensor("token_embd.weight").expect("checked at open");
+        let data = self.gguf.tensor_data("token_embd.weight").expect("checked at open");
+        let hidden = self.config.hidden as usize;
+        let row_bytes = data.len() / self.vocab as usize;
+        let mut rows = vec![0f32; ids.len() * hidden];
+        for (&id, out) in ids.iter().zip(rows.chunks_mut(hidden)) {
+            diskformer_gguf::dequantize(info.ty, &data[id as usize * row_bytes..][..row_bytes], out)?;
+        }
+        Ok(rows)
+    }
+
+    /// The dispatches of a chunk of `t` tokens: every layer's mixer and MoE, then the last token's head.
+    fn graph(&self, t: u32) -> Result<Vec<Dispatch>> {
+        let (c, k, w, s) = (&self.config, &self.kernels, &self.weights, &self.scratch);
+        let mut out = Vec::new();
+        for l in 0..c.layers as usize {
+            let (x, next) = (&s.residual[l % 2], &s.residual[(l + 1) % 2]);
+            let name = |n: &str| format!("blk.{l}.{n}.weight");
+            out.push(k.rms_norm(
+                x.into(),
+                w.v(&name("attn_norm")),
+                (&s.normed).into(),
+                c.hidden,
+                t,
+                c.eps,
+            )?);
+            match &self.state[l] {
+                LayerState::Attention { keys, values } => {
+                    self.attention(&mut out, l, t, (keys, values))?;
+                }
+                LayerState::DeltaNet { conv, delta } => self.delta_net(&mut out, l, t, (conv, delta))?,
+            }
+            let post = w.v(&name("post_attention_norm"));
+            out.push(k.rms_norm(x.into(), post, (&s.normed).into(), c.hidden, t, c.eps)?);
+            self.moe(&mut out, l, t, x, next)?;
+        }
+        // The head on the last token only.
+        let last = View::at(&s.residual[c.layers as usize % 2], u64::from(t - 1) * 4 * u64::from(c.hidden));
+        let norm = w.v("output_norm.weight");
+        out.push(k.rms_norm(last, norm, (&s.head_normed).into(), c.hidden, 1, c.eps)?);
+        let head = w.matrices.get("output.weight").unwrap_or_else(|| w.m("token_embd.weight"));
+        out.push(k.kquant_gemv(head.blocks(), (&s.head_normed).into(), (&s.logits).into(), 1)?);
+        Ok(out)
+    }
+
+    /// Gated full attention (§3.1): the query‖gate rows, q and k normed per head and turned by partial
+    /// RoPE, both stored in the cache, causal attention, the output times σ(gate), its projection added
+    /// onto the residual stream.
+    fn attention(
+        &self,
+        out: &mut Vec<Dispatch>,
+        l: usize,
+        t: u32,
+        (keys, values): (&wgpu::Buffer, &wgpu::Buffer),
+    ) -> Result<()> {
+        let (c, k, w, s) = (&self.config, &self.kernels, &self.weights, &self.scratch);
+        let name = |n: &str| format!("blk.{l}.{n}.weight");
+        let (d, kv) = (c.head_dim, c.kv_heads * c.head_dim);
+        let x = &s.residual[l % 2];
+        out.push(k.kquant_gemv(
+            w.m(&name("attn_q")).blocks(),
+            (&s.normed).into(),
+            (&s.projected).into(),
+            t,
+        )?);
+        out.push(k.kquant_gemv(w.m(&name("attn_k")).blocks(), (&s.normed).into(), (&s.keys).into(), t)?);
+        out.push(k.kquant_gemv(w.m(&name("attn_v")).blocks(), (&s.normed).into(), (&s.values).into(), t)?);
+        let rope = |heads: u32, in_stride: u32| QkNormRopePartialParams {
+            heads,
+            head_dim: d,
+            tokens: t,
+            eps: c.eps,
+            rope_dims: c.rope_dims,
+            in_stride,
+            _pad: [0; 2],
+        };
+        let q_norm = w.v(&name("attn_q_norm"));
+        let (projected, queries) = ((&s.projected).into(), (&s.queries).into());
+        out.push(k.qk_norm_rope_partial(
+            projected,
+            q_norm,
+            (&s.rope).into(),
+            queries,
+            rope(c.heads, 2 * d),
+        )?);
+        // The keys normed and turned into `mixed` (free until the attention's output), then stored.
+        let k_norm = w.v(&name("attn_k_norm"));
+        out.push(k.qk_norm_rope_partial(
+            (&s.keys).into(),
+            k_norm,
+            (&s.rope).into(),
+            (&s.mixed).into(),
+            rope(c.kv_heads, d),
+        )?);
+        let ctx = self.max_context;
+        out.push(k.kv_store((&s.mixed).into(), (&s.positions).into(), keys.into(), kv, t, ctx)?);
+        out.push(k.kv_store((&s.values).into(), (&s.positions).into(), values.into(), kv, t, ctx)?);
+        let shape = AttentionShape { heads: c.heads, kv_heads: c.kv_heads, head_dim: d, tokens: t, ctx };
+        let (q, o) = ((&s.queries).into(), (&s.mixed).into());
+        out.push(k.attention(q, keys.into(), values.into(), (&s.positions).into(), o, shape)?);
+        out.push(k.attention_gate((&s.projected).into(), (&s.mixed).into(), c.heads, d, t)?);
+        let output = w.m(&name("attn_output")).blocks();
+        out.push(k.kquant_gemv_add(output, (&s.mixed).into(), x.into(), t)?);
+        Ok(())
+    }
+
+    /// Gated DeltaNet (§3.2): the projections (q‖k‖v, z, β and α), the causal conv over the saved inputs
+    /// with SiLU, the delta rule per v head, the gated RMSNorm with z, the output projection added onto the
+    /// residual stream.
+    fn delta_net(
+        &self,
+        out: &mut Vec<Dispatch>,
+        l: usize,
+        t: u32,
+        (conv, delta): (&wgpu::Buffer, &wgpu::Buffer),
+    ) -> Result<()> {
+        let (c, k, w, s) = (&self.config, &self.kernels, &self.weights, &self.scratch);
+        let name = |n: &str| format!("blk.{l}.{n}.weight");
+        let (channels, h_v) = (c.conv_channels() as u32, c.v_heads);
+        let normed = || (&s.normed).into();
+        out.push(k.kquant_gemv(w.m(&name("attn_qkv")).blocks(), normed(), (&s.projected).into(), t)?);
+        out.push(k.kquant_gemv(w.m(&name("attn_gate")).blocks(), normed(), (&s.z).into(), t)?);
+        let ba = (&s.beta_alpha).into();
+        out.push(k.kquant_gemv_into(w.m(&name("ssm_beta")).blocks(), normed(), (ba, 2 * h_v, 0), t)?);
+        out.push(k.kquant_gemv_into(w.m(&name("ssm_alpha")).blocks(), normed(), (ba, 2 * h_v, h_v), t)?);
+        let kernel = w.v(&name("ssm_conv1d"));
+        let (projected, u) = ((&s.projected).into(), (&s.queries).into());
+        out.push(k.delta_net_conv(projected, kernel, conv.into(), u, channels, c.conv_kernel, t)?);
+        let shape = DeltaNetShape { state: c.state_size, k_heads: c.k_heads, v_heads: h_v };
+        let (dt_bias, decay) = (w.v(&format!("blk.{l}.ssm_dt.bias")), w.v(&format!("blk.{l}.ssm_a")));
+        let rule =
+            k.delta_net_rule(u, ba, dt_bias, decay, delta.into(), (&s.mixed).into(), shape, t, c.eps)?;
+        out.push(rule);
+        let norm = w.v(&name("ssm_norm"));
+        let (o, z, gated) = ((&s.mixed).into(), (&s.z).into(), (&s.gated).into());
+        out.push(k.gated_rms_norm(o, z, norm, gated, c.state_size, t * h_v, c.eps)?);
+        let x = (&s.residual[l % 2]).into();
+        out.push(k.kquant_gemv_add(w.m(&name("ssm_out")).blocks(), gated, x, t)?);
+        Ok(())
+    }
+
+    /// The routed experts (softmax, top-k, renormalised; expert `e` is slot `e`) added onto `x` into `next`,
+    /// then the σ-gated shared expert onto `next` (§3.3).
+    fn moe(
+        &self,
+        out: &mut Vec<Dispatch>,
+        l: usize,
+        t: u32,
+        x: &wgpu::Buffer,
+        next: &wgpu::Buffer,
+    ) -> Result<()> {
+        let (c, k, w, s) = (&self.config, &self.kernels, &self.weights, &self.scratch);
+        let name = |n: &str| format!("blk.{l}.{n}.weight");
+        let (experts, top_k, f) = (c.experts, c.top_k, c.expert_ffn);
+        let pairs = t * top_k;
+        let u = || (&s.normed).into();
+        out.push(k.kquant_gemv(w.m(&name("ffn_gate_inp")).blocks(), u(), (&s.router).into(), t)?);
+        let (ids, weights) = ((&s.pick_ids).into(), (&s.pick_weights).into());
+        out.push(k.router_topk((&s.router).into(), ids, weights, experts, top_k, t)?);
+        let layer = &w.experts[l];
+        for (p, offset) in [(0, 0), (1, f)] {
+            let y = ExpertOut { y: (&s.gate_up).into(), stride: 2 * f, offset };
+            out.push(k.expert_kquant_gemv(layer.blocks(p), u(), ids, y, pairs, top_k)?);
+        }
+        out.push(k.silu_mul((&s.gate_up).into(), (&s.swiglu).into(), f, pairs)?);
+        let y = ExpertOut { y: (&s.expert_out).into(), stride: c.hidden, offset: 0 };
+        out.push(k.expert_kquant_gemv(layer.blocks(2), (&s.swiglu).into(), ids, y, pairs, 1)?);
+        let p = MoeCombineParams { hidden: c.hidden, k: top_k, tokens: t, _pad: 0 };
+        out.push(k.moe_combine((&s.expert_out).into(), weights, x.into(), next.into(), p)?);
+        let fs = c.shared_ffn;
+        let sgu = (&s.shared_gate_up).into();
+        out.push(k.kquant_gemv_into(w.m(&name("ffn_gate_shexp")).blocks(), u(), (sgu, 2 * fs, 0), t)?);
+        out.push(k.kquant_gemv_into(w.m(&name("ffn_up_shexp")).blocks(), u(), (sgu, 2 * fs, fs), t)?);
+        out.push(k.silu_mul(sgu, (&s.shared_swiglu).into(), fs, t)?);
+        let down = w.m(&name("ffn_down_shexp")).blocks();
+        out.push(k.kquant_gemv(down, (&s.shared_swiglu).into(), (&s.shared_out).into(), t)?);
+        let gate = w.v(&name("ffn_gate_inp_shexp"));
+        out.push(k.shared_expert_gate(u(), gate, (&s.shared_out).into(), next.into(), c.hidden, t)?);
+        Ok(())
+    }
+}
+
+impl Decoder for Resident {
+    type Error = Error;
+
+    fn tokenizer(&self) -> Arc<Tokenizer> {
+        self.tokenizer.clone()
+    }
+
+    fn prefill(&mut self, ids: &[u32], _batched: bool) -> Result<Vec<f32>> {
+        Resident::prefill(self, ids)
+    }
+
+    fn step_next(&mut self, id: u32, _sampler: &mut Sampler) -> Result<Next> {
+        self.step(id).map(Next::Logits)
+    }
+
+    fn is_context_full(error: &Error) -> bool {
+        matches!(error, Error::ContextFull { .. })
+    }
+
+    fn bad_sampling(what: String) -> Error {
+        Error::BadOption { option: "sampling", what }
+    }
+}
+
+/// What a tensor the forward pass reads must be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Want {
+    /// A vector of this many values (uploaded as f32, whatever its type).
+    Vector(u64),
+    /// A matrix of `rows` outputs of `cols` inputs (as blocks).
+    Matrix { rows: u64, cols: u64 },
+    /// A layer's experts: `experts` matrices of `rows × cols`.
+    Experts { rows: u64, cols: u64, experts: u64 },
+}
+
+/// Every tensor the forward pass reads and its shape, each checked against the file: present, of the
+/// config's shape, of a type the kernels read (matrices: inputs a multiple of 256).
+fn wanted_tensors(c: &Config, gguf: &GgufFile) -> Result<Vec<(String, Want)>> {
+    let (e, v) = (u64::from(c.hidden), gguf.header().tensor("token_embd.weight").map_or(0, |t| t.dims[1]));
+    let (q, kv, d) =
+        (u64::from(c.heads * c.head_dim), u64::from(c.kv_heads * c.head_dim), u64::from(c.head_dim));
+    let (n_e, f_e, f_s) = (u64::from(c.experts), u64::from(c.expert_ffn), u64::from(c.shared_ffn));
+    let (ch, vd, h_v) = (c.conv_channels() as u64, c.value_dim() as u64, u64::from(c.v_heads));
+    let m = |rows, cols| Want::Matrix { rows, cols };
+    let mut want = vec![
+        ("token_embd.weight".to_string(), m(v.max(1), e)),
+        ("output_norm.weight".to_string(), Want::Vector(e)),
+    ];
+    if gguf.header().tensor("output.weight").is_some() {
+        want.push(("output.weight".into(), m(v, e)));
+    }
+    for (l, &recurrent) in c.recurrent.iter().enumerate() {
+        let t = |n: &str| format!("blk.{l}.{n}.weight");
+        want.extend([(t("attn_norm"), Want::Vector(e)), (t("post_attention_norm"), Want::Vector(e))]);
+        if recurrent {
+            want.extend([
+                (t("attn_qkv"), m(ch, e)),
+                (t("attn_gate"), m(vd, e)),
+                (t("ssm_conv1d"), Want::Vector(u64::from(c.conv_kernel) * ch)),
+                (format!("blk.{l}.ssm_dt.bias"), Want::Vector(h_v)),
+                (format!("blk.{l}.ssm_a"), Want::Vector(h_v)),
+                (t("ssm_beta"), m(h_v, e)),
+                (t("ssm_alpha"), m(h_v, e)),
+                (t("ssm_norm"), Want::Vector(u64::from(c.state_size))),
+                (t("ssm_out"), m(e, vd)),
+            ]);
+        } else {
+            want.extend([
+                (t("attn_q"), m(2 * q, e)),
+                (t("attn_k"), m(kv, e)),
+                (t("attn_v"), m(kv, e)),
+                (t("attn_output"), m(e, q)),
+                (t("attn_q_norm"), Want::Vector(d)),
+                (t("attn_k_norm"), Want::Vector(d)),
+            ]);
+        }
+        want.extend([
+            (t("ffn_gate_inp"), m(n_e, e)),
+            (t("ffn_gate_exps"), Want::Experts { rows: f_e, cols: e, experts: n_e }),
+            (t("ffn_up_exps"), Want::Experts { rows: f_e, cols: e, experts: n_e }),
+            (t("ffn_down_exps"), Want::Experts { rows: e, cols: f_e, experts: n_e }),
+            (t("ffn_gate_inp_shexp"), Want::Vector(e)),
+            (t("ffn_gate_shexp"), m(f_s, e)),
+            (t("ffn_up_shexp"), m(f_s, e)),
+            (t("ffn_down_shexp"), m(e, f_s)),
+        ]);
+    }
+    for (name, w) in &want {
+        let bad = |what: String| Error::BadTensor { name: name.clone(), what };
+        let info = gguf.header().tensor(name).ok_or_else(|| bad("missing".into()))?;
+        check_tensor(info, *w).map_err(bad)?;
+    }
+    Ok(want)
+}
+
+/// Whether `info` is what `want` asks for; else what is wrong.
+fn check_tensor(info: &TensorInfo, want: Want) -> std::result::Result<(), String> {
+    let dims: Vec<u64> = match want {
+        Want::Vector(n) => {
+            return if info.n_elements == n {
+                Ok(())
+            } else {
+                Err(format!("{} values, the config gives {n}", info.n_elements))
+            };
+        }
+        Want::Matrix { rows, cols } => vec![cols, rows],
+        Want::Experts { rows, cols, experts } => vec![cols, rows, experts],
+    };
+    if info.dims != dims {
+        return Err(format!("shape {:?}, the config gives {dims:?}", info.dims));
+    }
+    if BlockQuant::from_name(info.ty.name()).is_none() {
+        return Err(format!("type {}; the GPU's matrices are {}", info.ty.name(), type_names()));
+    }
+    if !dims[0].is_multiple_of(256) {
+        return Err(format!("rows of {} values; the GPU's block GEMVs take multiples of 256", dims[0]));
+    }
+    Ok(())
+}
+
+fn type_names() -> String {
+    BlockQuant::ALL.iter().map(|q| q.name()).collect::<Vec<_>>().join(", ")
+}
+
+/// Uploads every tensor of `wanted`: vectors dequantised to f32, matrices and experts as their blocks.
+fn upload_weights(ctx: &Context, gguf: &GgufFile, c: &Config, wanted: &[(String, Want)]) -> Result<Weights> {
+    let device = &ctx.device;
+    let max = ctx.limits.max_buffer_size;
+    let upload = |name: &str, bytes: &[u8]| -> Result<wgpu::Buffer> {
+        if bytes.len() as u64 > max {
+            return Err(Error::Gpu(format!(
+                "tensor {name:?} is {} bytes; this device binds at most {max} (resident qwen35moe runs each tensor in one buffer)",
+                bytes.len()
+            )));
+        }
+        // Whole 4-byte words: the block kernels read words.
+        let mut padded = bytes.to_vec();
+        padded.resize(bytes.len().next_multiple_of(4), 0);
+        Ok(device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(name),
+            contents: &padded,
+            usage: wgpu::BufferUsages::STORAGE,
+        }))
+    };
+    let mut w = Weights { matrices: HashMap::new(), vectors: HashMap::new(), experts: Vec::new() };
+    let mut parts: Vec<Matrix> = Vec::new();
+    let tied = gguf.header().tensor("output.weight").is_none();
+    for (name, want) in wanted {
+        if name == "token_embd.weight" && !tied {
+            continue; // the embedding rows are read from the file; the lm head is output.weight
+        }
+        let info = gguf.header().tensor(name).expect("checked");
+        let data = gguf.tensor_data(name).expect("checked");
+        let quant = || BlockQuant::from_name(info.ty.name()).expect("checked");
+        match *want {
+            Want::Vector(n) => {
+                let mut values = vec![0f32; n as usize];
+                diskformer_gguf::dequantize(info.ty, data, &mut values)
+                    .map_err(|e| Error::BadTensor { name: name.clone(), what: e.to_string() })?;
+                w.vectors.insert(name.clone(), upload(name, bytemuck::cast_slice(&values))?);
+            }
+            Want::Matrix { rows, cols } => {
+                let m = Matrix {
+                    buffer: upload(name, data)?,
+                    quant: quant(),
+                    rows: rows as u32,
+                    cols: cols as u32,
+                };
+                w.matrices.insert(name.clone(), m);
+            }
+            Want::Experts { rows, cols, .. } => {
+                parts.push(Matrix {
+                    buffer: upload(name, data)?,
+                    quant: quant(),
+                    rows: rows as u32,
+                    cols: cols as u32,
+                });
+                // Gate, up and down are listed one after another.
+                if parts.len() == 3 {
+                    let three =
+                        <[Matrix; 3]>::try_from(std::mem::take(&mut parts)).ok().expect("three parts");
+                    w.experts.push(Experts { parts: three, count: c.experts });
+                }
+            }
+        }
+    }
+    Ok(w)
+}
+
+/// Zeroed state buffers of every layer.
+fn layer_state(device: &wgpu::Device, c: &Config, max_context: u32) -> Vec<LayerState> {
+    let buffer = |label, bytes: u64| {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes.next_multiple_of(4).max(4),
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    };
+    let kv = u64::from(max_context) * u64::from(c.kv_heads * c.head_dim) * 2;
+    let conv = 4 * u64::from(c.conv_kernel - 1) * c.conv_channels() as u64;
+    let delta = 4 * u64::from(c.v_heads) * u64::from(c.state_size * c.state_size);
+    (c.recurrent.iter())
+        .map(|&r| match r {
+            true => {
+                LayerState::DeltaNet { conv: buffer("conv state", conv), delta: buffer("delta state", delta) }
+            }
+            false => LayerState::Attention { keys: buffer("keys", kv), values: buffer("values", kv) },
+        })
+        .collect()
+}
+
+impl Scratch {
+    fn new(device: &wgpu::Device, c: &Config, vocab: u32) -> Scratch {
+        let t = u64::from(MAX_CHUNK);
+        let f32s = |label, n: u64| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: 4 * n.max(1),
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_DST
+                    | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            })
+        };
+        let (e, q, kv) =
+            (u64::from(c.hidden), u64::from(c.heads * c.head_dim), u64::from(c.kv_heads * c.head_dim));
+        let (ch, vd, h_v) = (c.conv_channels() as u64, c.value_dim() as u64, u64::from(c.v_heads));
+        let (pairs, f, fs) = (t * u64::from(c.top_k), u64::from(c.expert_ffn), u64::from(c.shared_ffn));
+        Scratch {
+            residual: [f32s("residual a", t * e), f32s("residual b", t * e)],
+            normed: f32s("normed", t * e),
+            projected: f32s("projected", t * (2 * q).max(ch)),
+            keys: f32s("keys", t * kv),
+            values: f32s("values", t * kv),
+            queries: f32s("queries", t * q.max(ch)),
+            mixed: f32s("mixed", t * q.max(vd).max(kv)),
+            z: f32s("z", t * vd),
+            gated: f32s("gated", t * vd),
+            beta_alpha: f32s("beta alpha", t * 2 * h_v),
+            router: f32s("router", t * u64::from(c.experts)),
+            pick_ids: f32s("pick ids", pairs),
+            pick_weights: f32s("pick weights", pairs),
+            gate_up: f32s("gate up", pairs * 2 * f),
+            swiglu: f32s("swiglu", pairs * f),
+            expert_out: f32s("expert out", pairs * e),
+            shared_gate_up: f32s("shared gate up", t * 2 * fs),
+            shared_swiglu: f32s("shared swiglu", t * fs),
+            shared_out: f32s("shared out", t * e),
+            positions: f32s("positions", t),
+            rope: f32s("rope", t * u64::from(c.rope_dims)),
+            head_normed: f32s("head normed", e),
+            logits: f32s("logits", u64::from(vocab)),
+            readback: device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("logits readback"),
+                size: 4 * u64::from(vocab.max(1)),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+        }
+    }
+}
