@@ -138,6 +138,26 @@ fn the_gpu_model_gives_llama_cpps_log_probabilities() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// What the GPU model cannot run is refused at open, naming the tensor: the tiny file's 64-value rows (the
+/// block GEMVs take multiples of 256), a context past the model's.
+#[test]
+fn the_gpu_model_refuses_what_it_cannot_run_at_open() {
+    let dir = temp_dir("gpu-refusals");
+    let (_, tiny) = fixture("tiny", &dir);
+    let err = match Resident::open(&tiny, 64) {
+        Err(Error::Kernels(e)) if std::env::var("DISKFORMER_SKIP_GPU_TESTS").is_ok_and(|v| v == "1") => {
+            eprintln!("SKIPPING: {e}");
+            return;
+        }
+        other => other.unwrap_err().to_string(),
+    };
+    assert!(err.contains("\"token_embd.weight\": rows of 64 values; the GPU's block GEMVs take multiples of 256"), "{err}");
+    let (_, small) = fixture("small", &dir);
+    let err = Resident::open(&small, 4097).unwrap_err().to_string();
+    assert!(err.contains("max_context: 4097 positions; allowed 1..=4096"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A metadata set of the tiny shape, with `f` applied.
 fn metadata(f: impl FnOnce(&mut Vec<(String, Value)>)) -> Metadata {
     let a = "qwen35moe";
