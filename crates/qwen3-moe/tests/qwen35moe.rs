@@ -102,7 +102,7 @@ fn the_reference_gives_llama_cpps_log_probabilities() {
 fn the_gpu_model_gives_llama_cpps_log_probabilities() {
     let dir = temp_dir("gpu");
     let (golden, gguf) = fixture("small", &dir);
-    let mut m = match Resident::open(&gguf, 256) {
+    let mut m = match Resident::open(&gguf, Some(256)) {
         Ok(m) => m,
         Err(Error::Kernels(e)) if std::env::var("DISKFORMER_SKIP_GPU_TESTS").is_ok_and(|v| v == "1") => {
             eprintln!("SKIPPING: {e}");
@@ -144,16 +144,19 @@ fn the_gpu_model_gives_llama_cpps_log_probabilities() {
 fn the_gpu_model_refuses_what_it_cannot_run_at_open() {
     let dir = temp_dir("gpu-refusals");
     let (_, tiny) = fixture("tiny", &dir);
-    let err = match Resident::open(&tiny, 64) {
+    let err = match Resident::open(&tiny, None) {
         Err(Error::Kernels(e)) if std::env::var("DISKFORMER_SKIP_GPU_TESTS").is_ok_and(|v| v == "1") => {
             eprintln!("SKIPPING: {e}");
             return;
         }
         other => other.unwrap_err().to_string(),
     };
-    assert!(err.contains("\"token_embd.weight\": rows of 64 values; the GPU's block GEMVs take multiples of 256"), "{err}");
+    assert!(
+        err.contains("\"token_embd.weight\": rows of 64 values; the GPU's block GEMVs take multiples of 256"),
+        "{err}"
+    );
     let (_, small) = fixture("small", &dir);
-    let err = Resident::open(&small, 4097).unwrap_err().to_string();
+    let err = Resident::open(&small, Some(4097)).unwrap_err().to_string();
     assert!(err.contains("max_context: 4097 positions; allowed 1..=4096"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

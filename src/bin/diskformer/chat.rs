@@ -1,4 +1,5 @@
-//! `diskformer chat`: a terminal chat with a Qwen3-MoE GGUF whose experts stream from disk.
+//! `diskformer chat`: a terminal chat with a Qwen3-MoE GGUF whose experts stream from disk, or a Qwen3.5/3.6-MoE
+//! (qwen35moe) GGUF with every weight on the GPU (its experts do not stream yet).
 //!
 //! ```text
 //! diskformer chat --model Qwen3-30B-A3B-Q8_0.gguf --budget 4GB
@@ -12,18 +13,23 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use diskformer::bpe::chat::Message;
 use diskformer::cli::parse_bytes;
+use diskformer::qwen3_moe::qwen35moe::{self, Resident};
 use diskformer::qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
-use diskformer::qwen3_moe::{Engine, EngineOptions, Event, GenerateOptions, LoadProgress, SamplingOptions};
+use diskformer::qwen3_moe::{
+    Engine, EngineOptions, Error, Event, GenerateOptions, LoadProgress, SamplingOptions,
+};
 use diskformer::runtime::generate::fit_to_context;
+use diskformer::runtime::{Decoder, Generation};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Terminal chat with a Qwen3-MoE model whose experts stream from disk.
 #[derive(clap::Args)]
 pub struct ChatArgs {
-    /// A qwen3moe GGUF. Without it, a small built-in model with random weights runs.
+    /// A qwen3moe or qwen35moe GGUF. Without it, a small built-in model with random weights runs.
     #[arg(long)]
     model: Option<PathBuf>,
     /// Store directory (default: `<model>.diskformer` beside the GGUF).
@@ -162,7 +168,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         Option<ProgressBar>,
         Option<ProgressBar>,
     ) = (None, None, None);
-    let mut engine = Engine::open_gguf(&model, args.store.as_deref(), &opts, &mut |p| match p {
+    let opened = Engine::open_gguf(&model, args.store.as_deref(), &opts, &mut |p| match p {
         LoadProgress::Ingest { done, total, .. } => {
             ingest.get_or_insert_with(|| bar(total, "ingest")).set_position(done);
         }
@@ -172,26 +178,86 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         LoadProgress::Experts { done, total } => {
             experts.get_or_insert_with(|| count_bar(total, "experts")).set_position(done);
         }
-    })?;
+    });
     for pb in [ingest, upload, experts].into_iter().flatten() {
         pb.finish();
     }
-    let s = engine.stats();
-    eprintln!(
-        "{}\n{} expert slots of {} ({:.2} GB on the GPU), context {}",
-        engine.adapter(),
-        engine.pool_slots(),
-        engine.config().block_count * engine.config().expert_count,
-        s.gpu_bytes.total() as f64 / 1e9,
-        engine.max_context()
-    );
-    crate::warn_if_software(engine.software_adapter(), &engine.adapter());
-    if let Some(probe) = engine.reader_probe() {
-        let rates: Vec<String> =
-            probe.rates.iter().map(|r| format!("{}: {:.2}", r.threads, r.bytes_per_sec / 1e9)).collect();
-        eprintln!("{} expert readers (disk probe, GB/s by threads: {})", engine.readers(), rates.join(", "));
+    match opened {
+        Ok(mut engine) => {
+            let s = engine.stats();
+            eprintln!(
+                "{}\n{} expert slots of {} ({:.2} GB on the GPU), context {}",
+                engine.adapter(),
+                engine.pool_slots(),
+                engine.config().block_count * engine.config().expert_count,
+                s.gpu_bytes.total() as f64 / 1e9,
+                engine.max_context()
+            );
+            crate::warn_if_software(engine.software_adapter(), &engine.adapter());
+            if let Some(probe) = engine.reader_probe() {
+                let rates: Vec<String> = probe
+                    .rates
+                    .iter()
+                    .map(|r| format!("{}: {:.2}", r.threads, r.bytes_per_sec / 1e9))
+                    .collect();
+                eprintln!(
+                    "{} expert readers (disk probe, GB/s by threads: {})",
+                    engine.readers(),
+                    rates.join(", ")
+                );
+            }
+            converse(&mut engine, &args)
+        }
+        Err(Error::WrongArchitecture { found, .. }) if found == qwen35moe::ARCHITECTURE => {
+            // The streaming engine runs qwen3moe alone so far: qwen35moe runs with every weight on the GPU.
+            let mut model = Resident::open(&model, args.ctx)?;
+            eprintln!(
+                "{}\nqwen35moe, every weight on the GPU (its experts do not stream yet: --budget and the \
+                 streaming options do not apply), context {}",
+                model.adapter(),
+                model.max_context()
+            );
+            crate::warn_if_software(model.software_adapter(), &model.adapter());
+            converse(&mut model, &args)
+        }
+        Err(e) => Err(e.into()),
     }
+}
 
+/// What the chat loop needs of a model besides generating.
+trait ChatModel: Decoder<Error = Error> {
+    fn max_context(&self) -> u32;
+    fn reset(&mut self);
+    /// What `/stats` prints.
+    fn stats_text(&self) -> String;
+}
+
+impl ChatModel for Engine {
+    fn max_context(&self) -> u32 {
+        Engine::max_context(self)
+    }
+    fn reset(&mut self) {
+        Engine::reset(self);
+    }
+    fn stats_text(&self) -> String {
+        self.stats().to_string()
+    }
+}
+
+impl ChatModel for Resident {
+    fn max_context(&self) -> u32 {
+        Resident::max_context(self)
+    }
+    fn reset(&mut self) {
+        Resident::reset(self);
+    }
+    fn stats_text(&self) -> String {
+        format!("{} tokens in the cache of {}", self.cached_tokens().len(), Resident::max_context(self))
+    }
+}
+
+/// The conversation: a prompt from the command line or lines from stdin, each reply streamed to stdout.
+fn converse(engine: &mut impl ChatModel, args: &ChatArgs) -> anyhow::Result<()> {
     let sampling = SamplingOptions {
         temperature: args.temperature,
         top_k: args.top_k,
@@ -239,7 +305,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         match input.trim() {
             "/quit" | "/exit" => break,
             "/stats" => {
-                eprintln!("{}", engine.stats());
+                eprintln!("{}", engine.stats_text());
                 continue;
             }
             "/reset" => {
@@ -256,16 +322,17 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         // than its token limit (or half the context).
         let context = engine.max_context() as usize;
         let room = gen_opts.max_tokens.min(context / 2);
-        let dropped = fit_to_context(engine.tokenizer(), &mut history, gen_opts.thinking, context, room);
+        let dropped = fit_to_context(&engine.tokenizer(), &mut history, gen_opts.thinking, context, room);
         if dropped > 0 {
             eprintln!("(dropped the {dropped} oldest messages to fit the context of {context} tokens)");
         }
-        let before = engine.stats();
         let mut reply = String::new();
         let mut out = std::io::stdout();
         cancel.store(false, Ordering::SeqCst);
         replying.store(true, Ordering::SeqCst);
-        let mut generation = engine.generate(&history, &gen_opts)?;
+        let started = Instant::now();
+        let mut generation = Generation::start(engine, &history, &gen_opts)?;
+        let (prompt_tokens, prompt_time) = (generation.prompt_tokens(), started.elapsed());
         let (mut end, mut tokens) = (None, 0u64);
         for event in &mut generation {
             match event? {
@@ -279,14 +346,11 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
             }
         }
         replying.store(false, Ordering::SeqCst);
-        let after = engine.stats();
-        let secs = (after.decode_time - before.decode_time).as_secs_f64();
-        let ptoks = after.prefill_tokens - before.prefill_tokens;
-        let psecs = (after.prefill_time - before.prefill_time).as_secs_f64();
+        let secs = (started.elapsed() - prompt_time).as_secs_f64();
         eprintln!(
-            "\n[{tokens} tokens, {:.2} tok/s; prompt {ptoks} tokens, {:.1} tok/s; ended: {end:?}]",
-            (after.decode_tokens - before.decode_tokens) as f64 / secs.max(1e-9),
-            ptoks as f64 / psecs.max(1e-9),
+            "\n[{tokens} tokens, {:.2} tok/s; prompt {prompt_tokens} tokens, {:.1} tok/s; ended: {end:?}]",
+            tokens as f64 / secs.max(1e-9),
+            prompt_tokens as f64 / prompt_time.as_secs_f64().max(1e-9),
         );
         history.push(Message::assistant(reply));
     }

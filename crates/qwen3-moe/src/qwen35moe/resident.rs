@@ -151,12 +151,12 @@ struct Scratch {
 }
 
 impl Resident {
-    /// Opens the qwen35moe GGUF at `path` on the first GPU, with a KV cache of `max_context` positions
-    /// (at most the model's context length).
+    /// Opens the qwen35moe GGUF at `path` on the first GPU, with a KV cache of `max_context` positions (at
+    /// most the model's context length; default min(4096, it)).
     ///
     /// # Errors
     /// As [`Resident::open_on`], and [`Error::Kernels`] without a usable GPU.
-    pub fn open(path: &Path, max_context: u32) -> Result<Resident> {
+    pub fn open(path: &Path, max_context: Option<u32>) -> Result<Resident> {
         Self::open_on(Context::new()?, path, max_context)
     }
 
@@ -167,9 +167,10 @@ impl Resident {
     /// wrong shape, of a type the kernels do not read, or a matrix whose input is not a multiple of 256
     /// values (checked before anything is uploaded); [`Error::BadOption`] for a context of 0 or past the
     /// model's; the tokenizer's errors; [`Error::Gpu`] when a tensor is larger than a GPU buffer can be.
-    pub fn open_on(ctx: Context, path: &Path, max_context: u32) -> Result<Resident> {
+    pub fn open_on(ctx: Context, path: &Path, max_context: Option<u32>) -> Result<Resident> {
         let gguf = GgufFile::open(path)?;
         let config = Config::from_metadata(gguf.metadata())?;
+        let max_context = max_context.unwrap_or(config.context_length.min(4096));
         if max_context == 0 || max_context > config.context_length {
             return Err(Error::BadOption {
                 option: "max_context",
@@ -222,6 +223,16 @@ impl Resident {
     /// Positions the cache holds.
     pub fn max_context(&self) -> u32 {
         self.max_context
+    }
+
+    /// The GPU's description.
+    pub fn adapter(&self) -> String {
+        self.ctx.describe()
+    }
+
+    /// Whether the GPU is a software renderer on the CPU.
+    pub fn software_adapter(&self) -> bool {
+        self.ctx.is_software()
     }
 
     /// The tokens the cache and the recurrent state hold.
