@@ -1,5 +1,5 @@
-//! `diskformer serve` over plain HTTP on a tiny random model (lavapipe in CI): health and model list, chat
-//! and text completions streamed and whole with their usage, and every bad request a 4xx JSON error after
+//! `diskformer serve` over plain HTTP on a tiny random model (lavapipe in CI; one test a qwen35moe file): health
+//! and model list, chat and text completions streamed and whole with their usage, and every bad request a 4xx JSON error after
 //! which the server keeps answering: malformed JSON, unknown fields, wrong types, a prompt past the context,
 //! max_tokens past it, a body over the limit, an unknown route; a full queue is a 503 with Retry-After, and
 //! a client that leaves mid-stream frees the engine for the next request, a client that stalls its body gets a
@@ -7,9 +7,10 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use diskformer::qwen3_moe::qwen35moe::synthetic::{Shape, write};
 use diskformer::qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
 use serde_json::{Value, json};
 
@@ -29,12 +30,19 @@ impl Drop for Server {
 }
 
 fn server(name: &str, args: &[&str]) -> Server {
+    server_of(name, args, |model| {
+        write_synthetic(&SynthSpec { shape: SynthShape::tiny(), vocab: SynthVocab::Bytes, seed: 5 }, model)
+            .unwrap();
+    })
+}
+
+/// The server on the model `write` writes.
+fn server_of(name: &str, args: &[&str], write: impl FnOnce(&Path)) -> Server {
     let dir = std::env::temp_dir().join(format!("diskformer-serve-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let model = dir.join("tiny.gguf");
-    write_synthetic(&SynthSpec { shape: SynthShape::tiny(), vocab: SynthVocab::Bytes, seed: 5 }, &model)
-        .unwrap();
+    write(&model);
     let mut child = Command::new(env!("CARGO_BIN_EXE_diskformer"))
         .args(["serve", "--model", model.to_str().unwrap(), "--port", "0"])
         .args(args)
@@ -99,6 +107,19 @@ fn hello(extra: Value) -> Value {
                           "temperature": 0});
     body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
     body
+}
+
+/// A qwen35moe file is served (every weight on the GPU): a whole reply of the length asked for.
+#[test]
+fn a_qwen35moe_file_is_served() {
+    let s = server_of("qwen35moe", &["--ctx", "256"], |model| {
+        write(&Shape::small(), 3, model).unwrap();
+    });
+    let r = post(s.port, "/v1/chat/completions", hello(json!({"max_tokens": 4})));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["usage"]["completion_tokens"].as_u64(), Some(4), "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
 }
 
 #[test]

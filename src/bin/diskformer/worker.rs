@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
 use diskformer::bpe::Tokenizer;
-use diskformer::qwen3_moe::{Engine, EngineOptions, LoadProgress};
+use diskformer::qwen3_moe::qwen35moe::{self, Resident};
+use diskformer::qwen3_moe::{Engine, EngineOptions, Error, LoadProgress};
 use diskformer::runtime::{Decoder, EndReason, Event, GenerateOptions, Generation};
 use tokio::sync::mpsc;
 
@@ -63,18 +64,36 @@ pub fn start(
     let (jobs, queue) = sync_channel::<Job>(len);
     let (opened, open_result) = sync_channel(1);
     std::thread::Builder::new().name("engine".into()).spawn(move || {
-        let mut engine = match Engine::open_gguf(&model, store.as_deref(), &opts, &mut report_progress()) {
-            Ok(e) => e,
-            Err(e) => return drop(opened.send(Err(e.to_string()))),
-        };
-        let info = EngineInfo {
-            tokenizer: Decoder::tokenizer(&engine),
-            context: engine.max_context() as usize,
-            adapter: engine.adapter(),
-            software: engine.software_adapter(),
-        };
-        if opened.send(Ok(info)).is_ok() {
-            serve(&mut engine, &queue);
+        match Engine::open_gguf(&model, store.as_deref(), &opts, &mut report_progress()) {
+            Ok(mut engine) => {
+                let info = EngineInfo {
+                    tokenizer: Decoder::tokenizer(&engine),
+                    context: engine.max_context() as usize,
+                    adapter: engine.adapter(),
+                    software: engine.software_adapter(),
+                };
+                if opened.send(Ok(info)).is_ok() {
+                    serve(&mut engine, &queue);
+                }
+            }
+            // The streaming engine runs qwen3moe alone so far: qwen35moe runs with every weight on the GPU.
+            Err(Error::WrongArchitecture { found, .. }) if found == qwen35moe::ARCHITECTURE => {
+                let mut model = match Resident::open(&model, opts.max_context) {
+                    Ok(m) => m,
+                    Err(e) => return drop(opened.send(Err(e.to_string()))),
+                };
+                eprintln!("qwen35moe: every weight on the GPU (its experts do not stream yet; --budget does not apply)");
+                let info = EngineInfo {
+                    tokenizer: Decoder::tokenizer(&model),
+                    context: model.max_context() as usize,
+                    adapter: model.adapter(),
+                    software: model.software_adapter(),
+                };
+                if opened.send(Ok(info)).is_ok() {
+                    serve(&mut model, &queue);
+                }
+            }
+            Err(e) => drop(opened.send(Err(e.to_string()))),
         }
     })?;
     let info = open_result.recv()?.map_err(|e| anyhow::anyhow!("opening the model: {e}"))?;
