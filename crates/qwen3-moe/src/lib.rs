@@ -9,6 +9,8 @@
 //!   [`step_greedy`](Engine::step_greedy) and [`step_sampled`](Engine::step_sampled) (the pick made on the
 //!   GPU), [`stats`](Engine::stats).
 //! - [`synthetic`]: seeded random qwen3moe GGUFs of any shape, for tests and benchmarks.
+//! - [`qwen35moe`]: Qwen3.5/3.6-MoE's config, synthetic files, CPU reference, and
+//!   [`qwen35moe::Resident`]: the model on the GPU with every weight resident (its experts do not stream).
 //!
 //! ```no_run
 //! use diskformer_bpe::chat::Message;
