@@ -6,6 +6,7 @@
 //! cargo run --release --example synth-gguf -- --shape qwen3-30b-a3b --out /dev/shm/q3.gguf
 //! cargo run --release --example synth-gguf -- --shape qwen3-30b-a3b --ftype q4_k_m --out /dev/shm/q3-q4km.gguf
 //! cargo run --release --example synth-gguf -- --shape qwen3-235b-a22b --ftype q4_k_m --layers 8 --out /tmp/big.gguf
+//! cargo run --release --example synth-gguf -- --shape qwen36-35b-a3b --matrices q8_0 --out /dev/shm/q36.gguf
 //! cargo run --release --example synth-gguf -- --shape tiny --layers 3 --experts 16 --top-k 4 --out /tmp/t.gguf
 //! ```
 
@@ -19,7 +20,8 @@ use diskformer::qwen3_moe::synthetic::{SynthFtype, SynthShape, SynthSpec, SynthV
 #[derive(Parser)]
 struct Args {
     /// Model shape: tiny, qwen3-30b-a3b, qwen3-coder-30b-a3b or qwen3-235b-a22b (qwen3moe), or
-    /// qwen35moe-tiny or qwen35moe-small (every tensor F32; only --layers and --seed apply).
+    /// qwen35moe-tiny, qwen35moe-small or qwen36-35b-a3b (qwen35moe: only --layers, --seed and --matrices
+    /// apply).
     #[arg(long, default_value = "tiny")]
     shape: String,
     /// Output path.
@@ -63,11 +65,15 @@ struct Args {
     /// f32: every tensor F32, a source for llama-quantize.
     #[arg(long, default_value = "q8_0")]
     ftype: String,
+    /// qwen35moe shapes: the type of every matrix but the router and DeltaNet's conv (f32, q8_0, q4_k, …;
+    /// default f32).
+    #[arg(long, default_value = "f32")]
+    matrices: String,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if args.shape.starts_with("qwen35moe-") {
+    if QWEN35MOE_SHAPES.contains(&args.shape.as_str()) {
         return qwen35moe(&args);
     }
     let mut shape = SynthShape::named(&args.shape).ok_or_else(|| {
@@ -116,22 +122,28 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A qwen35moe model (`qwen35moe::synthetic::Shape::tiny` or `small`), every tensor F32.
+/// The qwen35moe shapes (`qwen35moe::synthetic::Shape::tiny`, `small`, `qwen36_35b_a3b`).
+const QWEN35MOE_SHAPES: [&str; 3] = ["qwen35moe-tiny", "qwen35moe-small", "qwen36-35b-a3b"];
+
+/// A qwen35moe model, its matrices of `--matrices`' type.
 fn qwen35moe(args: &Args) -> anyhow::Result<()> {
-    use diskformer::qwen3_moe::qwen35moe::synthetic::{Shape, write};
+    use diskformer::gguf::TensorType;
+    use diskformer::qwen3_moe::qwen35moe::synthetic::{Shape, write_as};
     let others = [args.hidden, args.heads, args.kv_heads, args.head_dim, args.experts, args.top_k, args.ffn];
     if others.iter().any(Option::is_some) || args.vocab_from.is_some() || args.ftype != "q8_0" {
-        anyhow::bail!("only --layers and --seed apply to {}", args.shape);
+        anyhow::bail!("only --layers, --seed and --matrices apply to {}", args.shape);
     }
     let mut shape = match args.shape.as_str() {
         "qwen35moe-tiny" => Shape::tiny(),
         "qwen35moe-small" => Shape::small(),
-        other => anyhow::bail!(
-            "unknown shape {other}; the qwen35moe shapes are qwen35moe-tiny and qwen35moe-small"
-        ),
+        _ => Shape::qwen36_35b_a3b(),
     };
     shape.layers = args.layers.unwrap_or(shape.layers);
-    let n = write(&shape, args.seed, &args.out)?;
+    let matrices = TensorType::ALL
+        .into_iter()
+        .find(|t| t.name().eq_ignore_ascii_case(&args.matrices))
+        .ok_or_else(|| anyhow::anyhow!("unknown tensor type {:?} for --matrices", args.matrices))?;
+    let n = write_as(&shape, args.seed, matrices, &args.out)?;
     println!("wrote {} ({:.3} MB, qwen35moe)", args.out.display(), n as f64 / 1e6);
     Ok(())
 }

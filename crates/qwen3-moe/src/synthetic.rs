@@ -350,11 +350,7 @@ pub fn synthetic_writer(spec: &SynthSpec) -> Result<GgufWriter<'static>> {
     };
     let mut quant = |w: &mut GgufWriter<'static>, name: String, ty: TensorType, dims: &[u64]| -> Result<()> {
         let (n, row, mut rng) = (dims.iter().product::<u64>(), dims[0], next());
-        w.add_tensor_fill(name, ty, dims, move |out| match ty {
-            TensorType::Q4_0 => write_q4_0(out, n, row, &mut rng),
-            TensorType::Q8_0 => write_q8_0(out, n, row, &mut rng),
-            _ => write_blocks(out, ty, n, row, &mut rng),
-        })?;
+        w.add_tensor_fill(name, ty, dims, move |out| write_quantised(out, ty, n, row, &mut rng))?;
         Ok(())
     };
     let layers = d.layers;
@@ -455,6 +451,21 @@ impl SplitMix64 {
     /// Uniform in [-0.5, 0.5).
     pub(crate) fn centered(&mut self) -> f32 {
         (self.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+    }
+}
+
+/// `n_values` of random blocks of `ty` in rows of `row` values, of about the magnitude 1/sqrt(row) gives.
+pub(crate) fn write_quantised(
+    out: &mut dyn Write,
+    ty: TensorType,
+    n_values: u64,
+    row: u64,
+    rng: &mut SplitMix64,
+) -> io::Result<()> {
+    match ty {
+        TensorType::Q4_0 => write_q4_0(out, n_values, row, rng),
+        TensorType::Q8_0 => write_q8_0(out, n_values, row, rng),
+        _ => write_blocks(out, ty, n_values, row, rng),
     }
 }
 

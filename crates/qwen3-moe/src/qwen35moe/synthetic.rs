@@ -6,8 +6,8 @@ use std::path::Path;
 use diskformer_gguf::{Array, GgufWriter, TensorType, Value};
 
 use super::config::ARCHITECTURE;
-use crate::Result;
-use crate::synthetic::{BYTE_VOCAB, SplitMix64, SynthVocab, tokenizer_metadata, write_f32};
+use crate::synthetic::{BYTE_VOCAB, SplitMix64, SynthVocab, tokenizer_metadata, write_f32, write_quantised};
+use crate::{Error, Result};
 
 /// The dimensions of a synthetic qwen35moe model.
 #[derive(Clone, Debug, PartialEq)]
@@ -82,11 +82,49 @@ impl Shape {
     }
 }
 
+impl Shape {
+    /// Qwen3.6-35B-A3B: 40 blocks (every 4th full attention), E = 2048, 16 query heads of 256 over 2 KV
+    /// heads with 64 rotated (IMROPE sections 11/11/10), 256 experts top-8 of 512 and a shared expert of
+    /// 512, DeltaNet with 16 q/k heads and 32 v heads of 128, a vocabulary of 248,320 rows.
+    pub fn qwen36_35b_a3b() -> Self {
+        Shape {
+            layers: 40,
+            interval: 4,
+            hidden: 2048,
+            heads: 16,
+            kv_heads: 2,
+            head_dim: 256,
+            rope_dims: 64,
+            rope_sections: [11, 11, 10, 0],
+            experts: 256,
+            top_k: 8,
+            expert_ffn: 512,
+            shared_ffn: 512,
+            conv_kernel: 4,
+            state_size: 128,
+            k_heads: 16,
+            v_heads: 32,
+            vocab: 248_320,
+        }
+    }
+}
+
 /// Writes a `shape` model of `seed` with the byte vocabulary to `path`, every tensor F32; returns its size.
 ///
 /// # Errors
 /// [`Error::BadValue`](crate::Error::BadValue) for a vocabulary too small for the byte tokens; a write error.
 pub fn write(shape: &Shape, seed: u64, path: &Path) -> Result<u64> {
+    write_as(shape, seed, TensorType::F32, path)
+}
+
+/// [`write`] with every matrix but the router and DeltaNet's conv of type `matrices` (random blocks of about
+/// the F32 file's magnitudes; those two, the norms and DeltaNet's vectors stay F32, as in llama.cpp's files). The
+/// file is streamed: a full-size model never sits in memory.
+///
+/// # Errors
+/// As [`write`], and [`Error::BadValue`](crate::Error::BadValue) for a type without a synthetic writer or a
+/// row that is not whole blocks of it.
+pub fn write_as(shape: &Shape, seed: u64, matrices: TensorType, path: &Path) -> Result<u64> {
     let d = shape;
     let a = ARCHITECTURE;
     let mut w = GgufWriter::new();
@@ -132,8 +170,16 @@ pub fn write(shape: &Shape, seed: u64, path: &Path) -> Result<u64> {
             index += 1;
             let mut rng = SplitMix64::new(seed.wrapping_mul(0x1000_0000_01B3).wrapping_add(index));
             let n = dims.iter().product::<u64>();
-            w.add_tensor_fill(name, TensorType::F32, dims, move |out| {
-                write_f32(out, n, around, spread, &mut rng)
+            let f32_always = ["ffn_gate_inp.weight", "ssm_conv1d.weight"].iter().any(|n| name.ends_with(n));
+            let ty = if dims.len() == 1 || f32_always { TensorType::F32 } else { matrices };
+            if ty != TensorType::F32 && !dims[0].is_multiple_of(ty.block_size()) {
+                let what = format!("{name}: rows of {} values are not whole {} blocks", dims[0], ty.name());
+                return Err(Error::BadValue { key: "synthetic shape".into(), what });
+            }
+            let row = dims[0];
+            w.add_tensor_fill(name, ty, dims, move |out| match ty {
+                TensorType::F32 => write_f32(out, n, around, spread, &mut rng),
+                _ => write_quantised(out, ty, n, row, &mut rng),
             })?;
             Ok(())
         };

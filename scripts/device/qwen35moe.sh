@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# qwen35moe on the H200 (issue #34): a Qwen3.6-35B-A3B-shaped synthetic GGUF (synth-gguf --shape qwen36-35b-a3b,
+# every matrix of MATRICES, default q8_0) in /dev/shm, then examples/bench on it (qwen35moe::Resident: every
+# weight on the GPU, the prompt in chunks of 64, greedy decode with the logits read back) and llama.cpp CUDA
+# with every layer on the GPU (llama-bench -ngl 99) on the same file, in one call. Binaries in .device/
+# (bench, synth-gguf), llama.cpp's source in .llama/ (scripts/device/llama-cuda.sh pack). Writes $OUT/*.json
+# and prints a table last. LAYERS cuts the model (default all 40); DECODE the decode tokens (default 64).
+set -uo pipefail
+source scripts/device/call-setup.sh
+MATRICES=${MATRICES:-q8_0}
+DECODE=${DECODE:-64}
+G=/dev/shm/q36-$MATRICES.gguf
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+[ -x /tmp/ll/build/bin/llama-bench ] || [ -d /tmp/ll ] || bash scripts/device/llama-cuda.sh build
+SECONDS=0
+[ -s $G ] || $D/synth-gguf --shape qwen36-35b-a3b --matrices "$MATRICES" ${LAYERS:+--layers $LAYERS} --out $G | tail -1
+echo "synth: $SECONDS s"
+bash scripts/device/llama-cuda.sh wait || tail -5 /tmp/llama-build.log
+echo "llama.cpp built: $SECONDS s"
+for run in 1 2; do
+    timeout 400 $D/bench --model $G --prompt-tokens 512 --decode-tokens "$DECODE" --warmup-tokens 4 \
+        > "$OUT/bench-$run.json" 2> "/tmp/bench-$run.err" || tail -5 "/tmp/bench-$run.err"
+done
+timeout 400 /tmp/ll/build/bin/llama-bench -m $G -ngl 99 -p 512 -n "$DECODE" -r 2 -t 16 -o json \
+    > "$OUT/llama.json" 2> /tmp/llama.err || tail -5 /tmp/llama.err
+echo "== table (qwen35moe $MATRICES, every weight on the GPU; tok/s)"
+python3 - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+for run in (1, 2):
+    p = f"{out}/bench-{run}.json"
+    if os.path.getsize(p) if os.path.exists(p) else 0:
+        b = json.load(open(p))
+        print(f'diskformer run {run}: decode {b["decode_tok_s"]:8.2f}  prefill 512 {b["prefill_tok_s"]:8.1f}  load {b["load_s"]:.1f} s')
+    else:
+        print(f"diskformer run {run}: failed")
+try:
+    for x in json.load(open(f"{out}/llama.json")):
+        print(f'llama.cpp -ngl 99: {"pp" if x["n_prompt"] else "tg"} {x["avg_ts"]:.2f} +- {x["stddev_ts"]:.2f}')
+except Exception as e:
+    print("llama.cpp failed:", e)
+PY
