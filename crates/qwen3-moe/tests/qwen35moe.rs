@@ -163,7 +163,7 @@ fn the_gpu_model_matches_the_reference_on_quantised_files() {
             want = r.step(t).unwrap();
         }
         let mut worst = 0f32;
-        for step in 0..6 {
+        for _ in 0..6 {
             // The reference's five most likely tokens, as the goldens compare llama.cpp's.
             let (g, w) = (log_softmax(&got), log_softmax(&want));
             let mut order: Vec<usize> = (0..w.len()).collect();
