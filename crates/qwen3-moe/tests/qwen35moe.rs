@@ -138,6 +138,42 @@ fn the_gpu_model_gives_llama_cpps_log_probabilities() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A chat's next turn: the prompt goes on from the last prompt's end, not from the reply the cache holds
+/// after it, so the model goes back to its checkpoint there and runs only the new tokens; the logits are
+/// those of the whole prompt run from a reset.
+#[test]
+fn the_gpu_model_resumes_a_prompt_from_its_checkpoint() {
+    let dir = temp_dir("gpu-checkpoint");
+    let (golden, gguf) = fixture("small", &dir);
+    let mut m = match Resident::open(&gguf, Some(256)) {
+        Err(Error::Kernels(e)) if std::env::var("DISKFORMER_SKIP_GPU_TESTS").is_ok_and(|v| v == "1") => {
+            eprintln!("SKIPPING: {e}");
+            return;
+        }
+        other => other.unwrap(),
+    };
+    let prompt = &golden.prompt_ids;
+    m.prefill(prompt).unwrap();
+    for &id in &golden.ids[..5] {
+        m.step(id).unwrap();
+    }
+    // The next turn: the prompt, then not the reply the cache holds but other tokens.
+    let next: Vec<u32> = prompt.iter().copied().chain([258, 10, 256, 257, 104, 105]).collect();
+    let before = m.tokens_run();
+    let resumed = m.prefill(&next).unwrap();
+    assert_eq!(m.tokens_run() - before, 6, "only the new tokens ran");
+    assert_eq!(m.cached_tokens(), &next[..]);
+    m.reset();
+    let whole = m.prefill(&next).unwrap();
+    let worst = resumed.iter().zip(&whole).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst < 1e-5, "{worst}");
+    // A prompt that departs before the checkpoint starts over.
+    let before = m.tokens_run();
+    m.prefill(&next[..10]).unwrap();
+    assert_eq!(m.tokens_run() - before, 10);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The GPU model on quantised matrices (Q8_0, Q4_K: the block GEMVs' own paths) against the CPU reference
 /// on the same file, which dequantises every tensor and multiplies in f32: the same top log-probabilities
 /// within issue 34's 2e-3 over a prompt and a few steps.

@@ -46,6 +46,15 @@ pub struct Resident {
     graphs: HashMap<u32, Vec<Dispatch>>,
     /// The tokens the state and the cache hold, in order.
     cached: Vec<u32>,
+    /// A copy of the recurrent state (each DeltaNet layer's conv inputs and delta state, in
+    /// [`Resident::recurrent_buffers`]' order) after the first `checkpoint_at` tokens of `cached`: the end
+    /// of the last prompt, so that the next turn of a chat, whose prompt departs from the cache where the
+    /// reply was, runs from there instead of from its start (the KV cache needs no copy: positions past the
+    /// checkpoint are written again before they are read).
+    checkpoint: Vec<wgpu::Buffer>,
+    checkpoint_at: Option<usize>,
+    /// Tokens run through the model since it opened.
+    tokens_run: u64,
 }
 
 impl std::fmt::Debug for Resident {
@@ -184,6 +193,20 @@ impl Resident {
         let state = layer_state(&ctx.device, &config, max_context);
         let scratch = Scratch::new(&ctx.device, &config, vocab);
         let kernels = Kernels::new(&ctx);
+        let checkpoint = (state.iter())
+            .flat_map(|s| match s {
+                LayerState::DeltaNet { conv, delta } => vec![conv.size(), delta.size()],
+                LayerState::Attention { .. } => Vec::new(),
+            })
+            .map(|size| {
+                ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("recurrent state checkpoint"),
+                    size,
+                    usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
+            })
+            .collect();
         let mut r = Resident {
             ctx,
             kernels,
@@ -197,6 +220,9 @@ impl Resident {
             scratch,
             graphs: HashMap::new(),
             cached: Vec::new(),
+            checkpoint,
+            checkpoint_at: None,
+            tokens_run: 0,
         };
         r.reset();
         // Built now, so that a shape the kernels refuse is an error at open.
@@ -240,21 +266,44 @@ impl Resident {
         &self.cached
     }
 
-    /// Forgets every token: an empty cache, zero recurrent state.
+    /// Tokens run through the model since it opened (a prompt's reused prefix is not run again).
+    pub fn tokens_run(&self) -> u64 {
+        self.tokens_run
+    }
+
+    /// Forgets every token: an empty cache, zero recurrent state, no checkpoint.
     pub fn reset(&mut self) {
         let mut enc = self.ctx.device.create_command_encoder(&Default::default());
-        for s in &self.state {
-            if let LayerState::DeltaNet { conv, delta } = s {
-                enc.clear_buffer(conv, 0, None);
-                enc.clear_buffer(delta, 0, None);
-            }
+        for b in self.recurrent_buffers() {
+            enc.clear_buffer(b, 0, None);
         }
         self.ctx.queue.submit([enc.finish()]);
         self.cached.clear();
+        self.checkpoint_at = None;
     }
 
-    /// Runs `ids` and returns the last one's logits. Where the cache holds a prefix of `ids` (all of what it
-    /// holds: the recurrent state cannot be cut back), only the rest runs; otherwise it starts over.
+    /// Each DeltaNet layer's conv inputs, then its delta state, layer by layer.
+    fn recurrent_buffers(&self) -> impl Iterator<Item = &wgpu::Buffer> {
+        self.state.iter().flat_map(|s| match s {
+            LayerState::DeltaNet { conv, delta } => vec![conv, delta],
+            LayerState::Attention { .. } => Vec::new(),
+        })
+    }
+
+    /// Copies the recurrent state into the checkpoint (`to_checkpoint`) or back from it.
+    fn copy_checkpoint(&self, to_checkpoint: bool) {
+        let mut enc = self.ctx.device.create_command_encoder(&Default::default());
+        for (live, saved) in self.recurrent_buffers().zip(&self.checkpoint) {
+            let (from, to) = if to_checkpoint { (live, saved) } else { (saved, live) };
+            enc.copy_buffer_to_buffer(from, 0, to, 0, live.size());
+        }
+        self.ctx.queue.submit([enc.finish()]);
+    }
+
+    /// Runs `ids` and returns the last one's logits. What the cache holds of them is not run again: all of
+    /// it where it is a prefix of `ids`, else up to the checkpoint at the end of the last prompt where `ids`
+    /// begin with that prompt (a chat's next turn); otherwise it starts over (the recurrent state cannot be
+    /// cut back to an arbitrary position). The state at the end of `ids` becomes the checkpoint.
     ///
     /// # Errors
     /// [`Error::BadOption`] for no ids; [`Error::BadToken`]; [`Error::ContextFull`] when they do not fit;
@@ -266,14 +315,21 @@ impl Resident {
         if ids.len() > self.max_context as usize {
             return Err(Error::ContextFull { needed: ids.len(), ctx: self.max_context });
         }
-        let reusable = self.cached.len() < ids.len() && ids.starts_with(&self.cached);
-        if !reusable {
+        let at_checkpoint = |n: usize| n < ids.len() && ids[..n] == self.cached[..n];
+        if self.cached.len() < ids.len() && ids.starts_with(&self.cached) {
+            // The cache goes on.
+        } else if let Some(n) = self.checkpoint_at.filter(|&n| at_checkpoint(n)) {
+            self.copy_checkpoint(false);
+            self.cached.truncate(n);
+        } else {
             self.reset();
         }
         let mut logits = Vec::new();
         for chunk in ids[self.cached.len()..].chunks(MAX_CHUNK as usize) {
             logits = self.run(chunk)?;
         }
+        self.copy_checkpoint(true);
+        self.checkpoint_at = Some(self.cached.len());
         Ok(logits)
     }
 
@@ -316,6 +372,7 @@ impl Resident {
         let out =
             readback(device, &self.scratch.readback, bytes, Some(submitted), Duration::ZERO, &mut waited)?;
         self.cached.extend_from_slice(ids);
+        self.tokens_run += u64::from(t);
         Ok(out.into_iter().map(f32::from_bits).collect())
     }
 
@@ -698,7 +755,7 @@ fn layer_state(device: &wgpu::Device, c: &Config, max_context: u32) -> Vec<Layer
         device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: bytes.next_multiple_of(4).max(4),
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         })
     };
