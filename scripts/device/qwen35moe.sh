@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # qwen35moe on the H200 (issue #34): a Qwen3.6-35B-A3B-shaped synthetic GGUF (synth-gguf --shape qwen36-35b-a3b,
 # every matrix of MATRICES, default q8_0) in /dev/shm, then examples/bench on it (qwen35moe::Resident: every
-# weight on the GPU, the prompt in chunks of 64, greedy decode with the logits read back) and llama.cpp CUDA
+# weight on the GPU, the prompt in chunks of 64, greedy decode with the argmax on the GPU) and llama.cpp CUDA
 # with every layer on the GPU (llama-bench -ngl 99) on the same file, in one call. Binaries in .device/
 # (bench, synth-gguf), llama.cpp's source in .llama/ (scripts/device/llama-cuda.sh pack). Writes $OUT/*.json
 # and prints a table last. LAYERS cuts the model (default all 40); DECODE the decode tokens (default 64).

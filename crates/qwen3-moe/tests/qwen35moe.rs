@@ -132,6 +132,12 @@ fn the_gpu_model_gives_llama_cpps_log_probabilities() {
     let logits = m.prefill(prompt).unwrap();
     assert_eq!(m.cached_tokens(), &prompt[..]);
     worst.push(worst_against(&golden, logits, |id| m.step(id).unwrap()));
+    // Greedy steps picked on the GPU: llama.cpp's ids.
+    m.reset();
+    m.prefill(prompt).unwrap();
+    for (i, pair) in golden.ids.windows(2).enumerate() {
+        assert_eq!(m.step_greedy(pair[0]).unwrap(), pair[1], "greedy step {}", i + 1);
+    }
     eprintln!("worst |Δ log-probability| (token by token, one chunk, after a prefix): {worst:?}");
     assert!(worst.iter().all(|&w| w < 2e-3), "{worst:?}");
     assert!(matches!(m.step(100_000), Err(Error::BadToken { .. })));

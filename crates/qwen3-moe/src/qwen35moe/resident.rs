@@ -16,7 +16,7 @@ use diskformer_bpe::Tokenizer;
 use diskformer_gguf::{GgufFile, TensorInfo};
 use diskformer_kernels::{
     AttentionShape, BlockMatrix, BlockQuant, Context, DeltaNetShape, Dispatch, ExpertBlocks, ExpertOut,
-    Kernels, MoeCombineParams, QkNormRopePartialParams, View,
+    Kernels, MoeCombineParams, QkNormRopePartialParams, View, argmax_partial_len,
 };
 use diskformer_runtime::{Decoder, Next, Sampler};
 use wgpu::util::DeviceExt;
@@ -42,6 +42,8 @@ pub struct Resident {
     weights: Weights,
     state: Vec<LayerState>,
     scratch: Scratch,
+    /// The logits' argmax, for greedy steps.
+    argmax: Dispatch,
     /// The graph of each chunk size run so far.
     graphs: HashMap<u32, Vec<Dispatch>>,
     /// The tokens the state and the cache hold, in order.
@@ -156,6 +158,9 @@ struct Scratch {
     rope: wgpu::Buffer,
     head_normed: wgpu::Buffer,
     logits: wgpu::Buffer,
+    /// The argmax's per-slice pairs, and its pick.
+    argmax_partial: wgpu::Buffer,
+    picked: wgpu::Buffer,
     readback: wgpu::Buffer,
 }
 
@@ -193,6 +198,9 @@ impl Resident {
         let state = layer_state(&ctx.device, &config, max_context);
         let scratch = Scratch::new(&ctx.device, &config, vocab);
         let kernels = Kernels::new(&ctx);
+        let s = &scratch;
+        let argmax =
+            kernels.argmax((&s.logits).into(), (&s.argmax_partial).into(), (&s.picked).into(), vocab, 1)?;
         let checkpoint = (state.iter())
             .flat_map(|s| match s {
                 LayerState::DeltaNet { conv, delta } => vec![conv.size(), delta.size()],
@@ -218,6 +226,7 @@ impl Resident {
             weights,
             state,
             scratch,
+            argmax,
             graphs: HashMap::new(),
             cached: Vec::new(),
             checkpoint,
@@ -341,9 +350,24 @@ impl Resident {
         self.run(&[id])
     }
 
-    /// One chunk after the cache: the embedding rows, positions and RoPE table written, the chunk's graph
-    /// recorded and submitted, the last token's logits read back.
+    /// Runs `id` at the next position and returns the most likely next token (ties to the lower id), picked
+    /// on the GPU: 4 bytes read back instead of the logits.
+    ///
+    /// # Errors
+    /// As [`Resident::prefill`].
+    pub fn step_greedy(&mut self, id: u32) -> Result<u32> {
+        let out = self.submit(&[id], true)?;
+        Ok(out[0])
+    }
+
+    /// [`Resident::submit`] reading the logits back.
     fn run(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
+        Ok(self.submit(ids, false)?.into_iter().map(f32::from_bits).collect())
+    }
+
+    /// One chunk after the cache: the embedding rows, positions and RoPE table written, the chunk's graph
+    /// recorded and submitted, then the last token's logits read back, or with `pick` their argmax.
+    fn submit(&mut self, ids: &[u32], pick: bool) -> Result<Vec<u32>> {
         let t = ids.len() as u32;
         let start = self.cached.len() as u32;
         if start + t > self.max_context {
@@ -365,15 +389,21 @@ impl Resident {
         let device = &self.ctx.device;
         let mut enc = device.create_command_encoder(&Default::default());
         record(&mut enc, &self.graphs[&t]);
-        let bytes = 4 * u64::from(self.vocab);
-        enc.copy_buffer_to_buffer(&self.scratch.logits, 0, &self.scratch.readback, 0, bytes);
+        let (from, bytes) = match pick {
+            true => {
+                record(&mut enc, std::slice::from_ref(&self.argmax));
+                (&self.scratch.picked, 4)
+            }
+            false => (&self.scratch.logits, 4 * u64::from(self.vocab)),
+        };
+        enc.copy_buffer_to_buffer(from, 0, &self.scratch.readback, 0, bytes);
         let submitted = self.ctx.queue.submit([enc.finish()]);
         let mut waited = Duration::ZERO;
         let out =
             readback(device, &self.scratch.readback, bytes, Some(submitted), Duration::ZERO, &mut waited)?;
         self.cached.extend_from_slice(ids);
         self.tokens_run += u64::from(t);
-        Ok(out.into_iter().map(f32::from_bits).collect())
+        Ok(out)
     }
 
     /// The embedding rows of `ids`, dequantised from the mapped GGUF.
@@ -571,8 +601,13 @@ impl Decoder for Resident {
         Resident::prefill(self, ids)
     }
 
-    fn step_next(&mut self, id: u32, _sampler: &mut Sampler) -> Result<Next> {
-        self.step(id).map(Next::Logits)
+    fn step_next(&mut self, id: u32, sampler: &mut Sampler) -> Result<Next> {
+        // Plain greedy: the GPU's argmax (ties to the lower index, as the sampler's); else the logits.
+        if sampler.options().is_plain_greedy() {
+            self.step_greedy(id).map(Next::Token)
+        } else {
+            self.step(id).map(Next::Logits)
+        }
     }
 
     fn is_context_full(error: &Error) -> bool {
@@ -813,6 +848,8 @@ impl Scratch {
             rope: f32s("rope", t * u64::from(c.rope_dims)),
             head_normed: f32s("head normed", e),
             logits: f32s("logits", u64::from(vocab)),
+            argmax_partial: f32s("argmax partial", argmax_partial_len(vocab.max(1), 1)),
+            picked: f32s("picked", 1),
             readback: device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("logits readback"),
                 size: 4 * u64::from(vocab.max(1)),
