@@ -198,7 +198,7 @@ fn the_gpu_model_matches_the_reference_on_quantised_files() {
             other => other.unwrap(),
         };
         let mut r = Reference::open(&gguf).unwrap();
-        let prompt = [256u32, 257, 72, 105, 33, 258, 10];
+        let prompt = [256u32, 257, 72, 105, 33, 258, 10, 256, 257, 97, 98, 99];
         let mut got = m.prefill(&prompt).unwrap();
         let mut want = Vec::new();
         for &t in &prompt {

@@ -29,6 +29,9 @@ use crate::{Error, Result};
 /// Tokens a prefill chunk runs at most (the scratch is sized for it).
 pub const MAX_CHUNK: u32 = 64;
 
+/// Chunks of this many tokens or more multiply dense matrices by the tiled GEMM instead of the GEMV.
+const GEMM_FROM: u32 = 8;
+
 /// A qwen35moe model on the GPU, every weight resident, and its state.
 pub struct Resident {
     ctx: Context,
@@ -453,6 +456,20 @@ impl Resident {
         Ok(out)
     }
 
+    /// `y[t] = W x[t]` into columns `offset..offset + rows` of rows of `stride`: a GEMV for a few tokens, the
+    /// tiled GEMM (each weight read once per 32 tokens) for a chunk of [`GEMM_FROM`] or more.
+    fn project(&self, w: BlockMatrix<'_>, x: View<'_>, y: (View<'_>, u32, u32), t: u32) -> Result<Dispatch> {
+        Ok(match t >= GEMM_FROM {
+            true => self.kernels.kquant_gemm_into(w, x, y, t)?,
+            false => self.kernels.kquant_gemv_into(w, x, y, t)?,
+        })
+    }
+
+    /// [`Resident::project`] into whole rows of `y`.
+    fn project_all(&self, w: BlockMatrix<'_>, x: View<'_>, y: View<'_>, t: u32) -> Result<Dispatch> {
+        self.project(w, x, (y, w.rows, 0), t)
+    }
+
     /// Gated full attention (§3.1): the query‖gate rows, q and k normed per head and turned by partial
     /// RoPE, both stored in the cache, causal attention, the output times σ(gate), its projection added
     /// onto the residual stream.
@@ -467,14 +484,19 @@ impl Resident {
         let name = |n: &str| format!("blk.{l}.{n}.weight");
         let (d, kv) = (c.head_dim, c.kv_heads * c.head_dim);
         let x = &s.residual[l % 2];
-        out.push(k.kquant_gemv(
+        out.push(self.project_all(
             w.m(&name("attn_q")).blocks(),
             (&s.normed).into(),
             (&s.projected).into(),
             t,
         )?);
-        out.push(k.kquant_gemv(w.m(&name("attn_k")).blocks(), (&s.normed).into(), (&s.keys).into(), t)?);
-        out.push(k.kquant_gemv(w.m(&name("attn_v")).blocks(), (&s.normed).into(), (&s.values).into(), t)?);
+        out.push(self.project_all(w.m(&name("attn_k")).blocks(), (&s.normed).into(), (&s.keys).into(), t)?);
+        out.push(self.project_all(
+            w.m(&name("attn_v")).blocks(),
+            (&s.normed).into(),
+            (&s.values).into(),
+            t,
+        )?);
         let rope = |heads: u32, in_stride: u32| QkNormRopePartialParams {
             heads,
             head_dim: d,
@@ -528,11 +550,11 @@ impl Resident {
         let name = |n: &str| format!("blk.{l}.{n}.weight");
         let (channels, h_v) = (c.conv_channels() as u32, c.v_heads);
         let normed = || (&s.normed).into();
-        out.push(k.kquant_gemv(w.m(&name("attn_qkv")).blocks(), normed(), (&s.projected).into(), t)?);
-        out.push(k.kquant_gemv(w.m(&name("attn_gate")).blocks(), normed(), (&s.z).into(), t)?);
+        out.push(self.project_all(w.m(&name("attn_qkv")).blocks(), normed(), (&s.projected).into(), t)?);
+        out.push(self.project_all(w.m(&name("attn_gate")).blocks(), normed(), (&s.z).into(), t)?);
         let ba = (&s.beta_alpha).into();
-        out.push(k.kquant_gemv_into(w.m(&name("ssm_beta")).blocks(), normed(), (ba, 2 * h_v, 0), t)?);
-        out.push(k.kquant_gemv_into(w.m(&name("ssm_alpha")).blocks(), normed(), (ba, 2 * h_v, h_v), t)?);
+        out.push(self.project(w.m(&name("ssm_beta")).blocks(), normed(), (ba, 2 * h_v, 0), t)?);
+        out.push(self.project(w.m(&name("ssm_alpha")).blocks(), normed(), (ba, 2 * h_v, h_v), t)?);
         let kernel = w.v(&name("ssm_conv1d"));
         let (projected, u) = ((&s.projected).into(), (&s.queries).into());
         out.push(k.delta_net_conv(projected, kernel, conv.into(), u, channels, c.conv_kernel, t)?);
@@ -564,7 +586,7 @@ impl Resident {
         let (experts, top_k, f) = (c.experts, c.top_k, c.expert_ffn);
         let pairs = t * top_k;
         let u = || (&s.normed).into();
-        out.push(k.kquant_gemv(w.m(&name("ffn_gate_inp")).blocks(), u(), (&s.router).into(), t)?);
+        out.push(self.project_all(w.m(&name("ffn_gate_inp")).blocks(), u(), (&s.router).into(), t)?);
         let (ids, weights) = ((&s.pick_ids).into(), (&s.pick_weights).into());
         out.push(k.router_topk((&s.router).into(), ids, weights, experts, top_k, t)?);
         let layer = &w.experts[l];
@@ -579,11 +601,11 @@ impl Resident {
         out.push(k.moe_combine((&s.expert_out).into(), weights, x.into(), next.into(), p)?);
         let fs = c.shared_ffn;
         let sgu = (&s.shared_gate_up).into();
-        out.push(k.kquant_gemv_into(w.m(&name("ffn_gate_shexp")).blocks(), u(), (sgu, 2 * fs, 0), t)?);
-        out.push(k.kquant_gemv_into(w.m(&name("ffn_up_shexp")).blocks(), u(), (sgu, 2 * fs, fs), t)?);
+        out.push(self.project(w.m(&name("ffn_gate_shexp")).blocks(), u(), (sgu, 2 * fs, 0), t)?);
+        out.push(self.project(w.m(&name("ffn_up_shexp")).blocks(), u(), (sgu, 2 * fs, fs), t)?);
         out.push(k.silu_mul(sgu, (&s.shared_swiglu).into(), fs, t)?);
         let down = w.m(&name("ffn_down_shexp")).blocks();
-        out.push(k.kquant_gemv(down, (&s.shared_swiglu).into(), (&s.shared_out).into(), t)?);
+        out.push(self.project_all(down, (&s.shared_swiglu).into(), (&s.shared_out).into(), t)?);
         let gate = w.v(&name("ffn_gate_inp_shexp"));
         out.push(k.shared_expert_gate(u(), gate, (&s.shared_out).into(), next.into(), c.hidden, t)?);
         Ok(())
