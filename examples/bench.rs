@@ -92,6 +92,10 @@ struct Args {
     /// One-token steps run their Q8_0 GEMVs on Q8_0-quantised inputs (EngineOptions::int8_decode).
     #[arg(long)]
     int8_decode: bool,
+    /// With a qwen35moe file, after the measurements: each kernel's GPU time in a one-token step and in a
+    /// full prefill chunk (`kernel_times` in the JSON; the graph of each kind alone, 10 submissions of a step, 3 of a chunk).
+    #[arg(long)]
+    kernel_times: bool,
     /// While experts stream, layers a one-token step queues past the last one checked (with prefetch off;
     /// 0 reads each layer's picks back first; default: the engine's, EngineOptions::route_ahead: 8 with
     /// --direct-io, else 4).
@@ -432,6 +436,23 @@ fn bench_resident(model: &std::path::Path, args: &Args, prompt: &[u32]) -> anyho
         next = m.step_greedy(next)?;
     }
     let decode_s = started.elapsed().as_secs_f64();
+    let kernel_times = match args.kernel_times {
+        true => {
+            let rows = |times: Vec<qwen35moe::KernelTime>| -> Vec<serde_json::Value> {
+                let row =
+                    |k: qwen35moe::KernelTime| serde_json::json!([k.kernel, k.dispatches, k.seconds * 1e3]);
+                times.into_iter().map(row).collect()
+            };
+            // Rows of [kernel, dispatches, ms].
+            let times = serde_json::json!({
+                "step": rows(m.kernel_times(1, 10)?),
+                "chunk": rows(m.kernel_times(qwen35moe::MAX_CHUNK, 3)?),
+            });
+            m.reset();
+            Some(times)
+        }
+        false => None,
+    };
     let c = m.config();
     let out = serde_json::json!({
         "model": model.display().to_string(),
@@ -445,6 +466,7 @@ fn bench_resident(model: &std::path::Path, args: &Args, prompt: &[u32]) -> anyho
         "prefill_tok_s": prompt.len() as f64 / prefill_s,
         "decode_tokens": args.decode_tokens,
         "decode_tok_s": args.decode_tokens as f64 / decode_s.max(1e-9),
+        "kernel_times": kernel_times,
     });
     println!("{out}");
     Ok(())

@@ -4,24 +4,30 @@
 # weight on the GPU, the prompt in chunks of 64, greedy decode with the argmax on the GPU) and llama.cpp CUDA
 # with every layer on the GPU (llama-bench -ngl 99) on the same file, in one call. Binaries in .device/
 # (bench, synth-gguf), llama.cpp's source in .llama/ (scripts/device/llama-cuda.sh pack). Writes $OUT/*.json
-# and prints a table last. LAYERS cuts the model (default all 40); DECODE the decode tokens (default 64).
+# and prints a table last. LAYERS cuts the model (default all 40); DECODE the decode tokens (default 64);
+# KERNEL_TIMES=1 has the first run time each kernel (bench --kernel-times); LLAMA=0 leaves llama.cpp out.
 set -uo pipefail
 source scripts/device/call-setup.sh
 MATRICES=${MATRICES:-q8_0}
 DECODE=${DECODE:-64}
 G=/dev/shm/q36-$MATRICES.gguf
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-[ -x /tmp/ll/build/bin/llama-bench ] || [ -d /tmp/ll ] || bash scripts/device/llama-cuda.sh build
+LLAMA=${LLAMA:-1}
+[ "$LLAMA" = 0 ] || [ -x /tmp/ll/build/bin/llama-bench ] || [ -d /tmp/ll ] || bash scripts/device/llama-cuda.sh build
 SECONDS=0
 [ -s $G ] || $D/synth-gguf --shape qwen36-35b-a3b --matrices "$MATRICES" ${LAYERS:+--layers $LAYERS} --out $G | tail -1
 echo "synth: $SECONDS s"
-bash scripts/device/llama-cuda.sh wait || tail -5 /tmp/llama-build.log
-echo "llama.cpp built: $SECONDS s"
+if [ "$LLAMA" != 0 ]; then
+    bash scripts/device/llama-cuda.sh wait || tail -5 /tmp/llama-build.log
+    echo "llama.cpp built: $SECONDS s"
+fi
 for run in 1 2; do
-    timeout 400 $D/bench --model $G --prompt-tokens 512 --decode-tokens "$DECODE" --warmup-tokens 4 \
+    extra=()
+    [ "$run" = 1 ] && [ -n "${KERNEL_TIMES:-}" ] && extra=(--kernel-times)
+    timeout 400 $D/bench --model $G --prompt-tokens 512 --decode-tokens "$DECODE" --warmup-tokens 4 "${extra[@]}" \
         > "$OUT/bench-$run.json" 2> "/tmp/bench-$run.err" || tail -5 "/tmp/bench-$run.err"
 done
-timeout 400 /tmp/ll/build/bin/llama-bench -m $G -ngl 99 -p 512 -n "$DECODE" -r 2 -t 16 -o json \
+[ "$LLAMA" = 0 ] || timeout 400 /tmp/ll/build/bin/llama-bench -m $G -ngl 99 -p 512 -n "$DECODE" -r 2 -t 16 -o json \
     > "$OUT/llama.json" 2> /tmp/llama.err || tail -5 /tmp/llama.err
 echo "== table (qwen35moe $MATRICES, every weight on the GPU; tok/s)"
 python3 - "$OUT" <<'PY'
@@ -32,6 +38,9 @@ for run in (1, 2):
     if os.path.getsize(p) if os.path.exists(p) else 0:
         b = json.load(open(p))
         print(f'diskformer run {run}: decode {b["decode_tok_s"]:8.2f}  prefill 512 {b["prefill_tok_s"]:8.1f}  load {b["load_s"]:.1f} s')
+        for what, rows in (b.get("kernel_times") or {}).items():
+            # [kernel, dispatches, ms]: the whole graph first, then each kernel alone, costliest first.
+            print(f"  {what}: " + ", ".join(f"{k} x{n} {ms:.2f} ms" for k, n, ms in rows[:1] + sorted(rows[1:], key=lambda r: -r[2])))
     else:
         print(f"diskformer run {run}: failed")
 try:

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use diskformer_gguf::{Array, Metadata, TensorType, Value};
 use diskformer_qwen3_moe::qwen35moe::synthetic::{Shape, write, write_as};
-use diskformer_qwen3_moe::qwen35moe::{Config, Reference, Resident};
+use diskformer_qwen3_moe::qwen35moe::{Config, MAX_CHUNK, Reference, Resident};
 use diskformer_qwen3_moe::{Error, log_softmax};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -141,6 +141,33 @@ fn the_gpu_model_gives_llama_cpps_log_probabilities() {
     eprintln!("worst |Δ log-probability| (token by token, one chunk, after a prefix): {worst:?}");
     assert!(worst.iter().all(|&w| w < 2e-3), "{worst:?}");
     assert!(matches!(m.step(100_000), Err(Error::BadToken { .. })));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The kernel times cover the chunk's graph, each kernel once, and a chunk of 8 tokens or more groups its
+/// pairs by expert for the grouped expert GEMMs where a one-token step does not.
+#[test]
+fn the_gpu_model_times_each_kernel_of_a_chunk() {
+    let dir = temp_dir("gpu-kernel-times");
+    let (_, gguf) = fixture("small", &dir);
+    let mut m = match Resident::open(&gguf, Some(64)) {
+        Err(Error::Kernels(e)) if std::env::var("DISKFORMER_SKIP_GPU_TESTS").is_ok_and(|v| v == "1") => {
+            eprintln!("SKIPPING: {e}");
+            return;
+        }
+        other => other.unwrap(),
+    };
+    for (t, grouped) in [(1, false), (9, true)] {
+        let times = m.kernel_times(t, 1).unwrap();
+        assert_eq!(times[0].kernel, "chunk");
+        let kernels: Vec<&str> = times[1..].iter().map(|k| k.kernel.as_str()).collect();
+        let distinct: std::collections::HashSet<&str> = kernels.iter().copied().collect();
+        assert_eq!(distinct.len(), kernels.len(), "each kernel once: {kernels:?}");
+        assert_eq!(times[1..].iter().map(|k| k.dispatches).sum::<usize>(), times[0].dispatches);
+        assert_eq!(kernels.contains(&"expert_groups"), grouped, "{t} tokens: {kernels:?}");
+    }
+    assert!(matches!(m.kernel_times(0, 1), Err(Error::BadOption { .. })));
+    assert!(matches!(m.kernel_times(MAX_CHUNK + 1, 1), Err(Error::BadOption { .. })));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -10,4 +10,4 @@ pub mod synthetic;
 
 pub use config::{ARCHITECTURE, Config};
 pub use reference::Reference;
-pub use resident::{MAX_CHUNK, Resident};
+pub use resident::{KernelTime, MAX_CHUNK, Resident};

@@ -15,8 +15,9 @@ use std::time::Duration;
 use diskformer_bpe::Tokenizer;
 use diskformer_gguf::{GgufFile, TensorInfo};
 use diskformer_kernels::{
-    AttentionShape, BlockMatrix, BlockQuant, Context, DeltaNetShape, Dispatch, ExpertBlocks, ExpertOut,
-    Kernels, MoeCombineParams, QkNormRopePartialParams, View, argmax_partial_len,
+    AttentionShape, BlockMatrix, BlockQuant, Context, DeltaNetShape, Dispatch, EXPERT_GEMM_TILED_GROUP,
+    EXPERT_GROUPS_MAX_EXPERTS, ExpertBlocks, ExpertGroupsParams, ExpertOut, Kernel, Kernels,
+    MoeCombineParams, QkNormRopePartialParams, View, argmax_partial_len, expert_gemm_group_bound,
 };
 use diskformer_runtime::{Decoder, Next, Sampler};
 use wgpu::util::DeviceExt;
@@ -31,6 +32,17 @@ pub const MAX_CHUNK: u32 = 64;
 
 /// Chunks of this many tokens or more multiply dense matrices by the tiled GEMM instead of the GEMV.
 const GEMM_FROM: u32 = 8;
+
+/// One row of [`Resident::kernel_times`].
+#[derive(Clone, Debug)]
+pub struct KernelTime {
+    /// The kernel's name, or `chunk` for the whole graph.
+    pub kernel: String,
+    /// Its dispatches in the chunk's graph.
+    pub dispatches: usize,
+    /// Seconds they took, one submission.
+    pub seconds: f64,
+}
 
 /// A qwen35moe model on the GPU, every weight resident, and its state.
 pub struct Resident {
@@ -151,6 +163,11 @@ struct Scratch {
     router: wgpu::Buffer,
     pick_ids: wgpu::Buffer,
     pick_weights: wgpu::Buffer,
+    /// Expert `e`'s slot, `e` (what [`Kernels::expert_groups`] maps picks through).
+    expert_slots: wgpu::Buffer,
+    /// A chunk's pairs grouped by expert for the grouped expert GEMMs: the groups, and the pairs in order.
+    expert_groups: wgpu::Buffer,
+    expert_order: wgpu::Buffer,
     gate_up: wgpu::Buffer,
     swiglu: wgpu::Buffer,
     expert_out: wgpu::Buffer,
@@ -292,6 +309,56 @@ impl Resident {
         self.ctx.queue.submit([enc.finish()]);
         self.cached.clear();
         self.checkpoint_at = None;
+    }
+
+    /// Where a chunk of `t` tokens spends its GPU time: the whole chunk's graph, then each kernel's
+    /// dispatches of it alone (in graph order, one pass), each submitted `repeats` times and timed from the
+    /// host to the end of the work (so each row carries one submission's latency). The dispatches run on
+    /// whatever the scratch holds and write the cache and the recurrent state: [`Resident::reset`] after.
+    ///
+    /// # Errors
+    /// [`Error::BadOption`] for `t` of 0 or past [`MAX_CHUNK`]; GPU errors.
+    pub fn kernel_times(&mut self, t: u32, repeats: u32) -> Result<Vec<KernelTime>> {
+        if t == 0 || t > MAX_CHUNK {
+            return Err(Error::BadOption { option: "tokens", what: format!("{t}: must be 1..={MAX_CHUNK}") });
+        }
+        if !self.graphs.contains_key(&t) {
+            let graph = self.graph(t)?;
+            self.graphs.insert(t, graph);
+        }
+        let graph = &self.graphs[&t];
+        let mut kinds: Vec<Kernel> = Vec::new();
+        for d in graph {
+            if !kinds.contains(&d.kernel()) {
+                kinds.push(d.kernel());
+            }
+        }
+        let time = |dispatches: &[&Dispatch]| -> Result<f64> {
+            let device = &self.ctx.device;
+            let wait =
+                || device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(e.to_string()));
+            wait()?;
+            let started = std::time::Instant::now();
+            for _ in 0..repeats.max(1) {
+                let mut enc = device.create_command_encoder(&Default::default());
+                {
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                    dispatches.iter().for_each(|d| d.record(&mut pass));
+                }
+                self.ctx.queue.submit([enc.finish()]);
+                wait()?;
+            }
+            Ok(started.elapsed().as_secs_f64() / f64::from(repeats.max(1)))
+        };
+        let all: Vec<&Dispatch> = graph.iter().collect();
+        let mut out =
+            vec![KernelTime { kernel: "chunk".into(), dispatches: all.len(), seconds: time(&all)? }];
+        for kind in kinds {
+            let of_kind: Vec<&Dispatch> = graph.iter().filter(|d| d.kernel() == kind).collect();
+            let seconds = time(&of_kind)?;
+            out.push(KernelTime { kernel: kind.name().into(), dispatches: of_kind.len(), seconds });
+        }
+        Ok(out)
     }
 
     /// Each DeltaNet layer's conv inputs, then its delta state, layer by layer.
@@ -590,13 +657,37 @@ impl Resident {
         let (ids, weights) = ((&s.pick_ids).into(), (&s.pick_weights).into());
         out.push(k.router_topk((&s.router).into(), ids, weights, experts, top_k, t)?);
         let layer = &w.experts[l];
+        // A chunk groups its pairs by expert so that each expert's rows are read once for all of its pairs.
+        let grouped = t >= GEMM_FROM && experts <= EXPERT_GROUPS_MAX_EXPERTS;
+        let len = expert_group_entries(c, t);
+        if grouped {
+            let p = ExpertGroupsParams {
+                pairs,
+                experts,
+                size: EXPERT_GEMM_TILED_GROUP as u32,
+                len,
+                base: 0,
+                entries: experts,
+                _pad: [0; 2],
+            };
+            let (slots, groups, order) =
+                ((&s.expert_slots).into(), (&s.expert_groups).into(), (&s.expert_order).into());
+            out.push(k.expert_groups(ids, slots, groups, order, p)?);
+        }
+        let matmul = |w: ExpertBlocks<'_>, x: View<'_>, y: ExpertOut<'_>, x_div: u32| match grouped {
+            true => {
+                let (groups, order) = ((&s.expert_groups).into(), (&s.expert_order).into());
+                k.expert_kquant_gemm(w, x, groups, order, y, (pairs, len), x_div)
+            }
+            false => k.expert_kquant_gemv(w, x, ids, y, pairs, x_div),
+        };
         for (p, offset) in [(0, 0), (1, f)] {
             let y = ExpertOut { y: (&s.gate_up).into(), stride: 2 * f, offset };
-            out.push(k.expert_kquant_gemv(layer.blocks(p), u(), ids, y, pairs, top_k)?);
+            out.push(matmul(layer.blocks(p), u(), y, top_k)?);
         }
         out.push(k.silu_mul((&s.gate_up).into(), (&s.swiglu).into(), f, pairs)?);
         let y = ExpertOut { y: (&s.expert_out).into(), stride: c.hidden, offset: 0 };
-        out.push(k.expert_kquant_gemv(layer.blocks(2), (&s.swiglu).into(), ids, y, pairs, 1)?);
+        out.push(matmul(layer.blocks(2), (&s.swiglu).into(), y, 1)?);
         let p = MoeCombineParams { hidden: c.hidden, k: top_k, tokens: t, _pad: 0 };
         out.push(k.moe_combine((&s.expert_out).into(), weights, x.into(), next.into(), p)?);
         let fs = c.shared_ffn;
@@ -829,6 +920,12 @@ fn layer_state(device: &wgpu::Device, c: &Config, max_context: u32) -> Vec<Layer
         .collect()
 }
 
+/// Group entries a chunk of `t` tokens can make of its pairs (the grouped expert GEMMs' dispatch rows).
+fn expert_group_entries(c: &Config, t: u32) -> u32 {
+    let pairs = (t * c.top_k) as usize;
+    expert_gemm_group_bound(pairs, c.experts as usize, EXPERT_GEMM_TILED_GROUP) as u32
+}
+
 impl Scratch {
     fn new(device: &wgpu::Device, c: &Config, vocab: u32) -> Scratch {
         let t = u64::from(MAX_CHUNK);
@@ -860,6 +957,13 @@ impl Scratch {
             router: f32s("router", t * u64::from(c.experts)),
             pick_ids: f32s("pick ids", pairs),
             pick_weights: f32s("pick weights", pairs),
+            expert_slots: device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("expert slots"),
+                contents: bytemuck::cast_slice(&(0..c.experts).collect::<Vec<u32>>()),
+                usage: wgpu::BufferUsages::STORAGE,
+            }),
+            expert_groups: f32s("expert groups", 4 * expert_group_entries(c, MAX_CHUNK) as u64),
+            expert_order: f32s("expert order", pairs),
             gate_up: f32s("gate up", pairs * 2 * f),
             swiglu: f32s("swiglu", pairs * f),
             expert_out: f32s("expert out", pairs * e),
