@@ -94,16 +94,18 @@ impl Matrix {
     }
 }
 
-/// One layer's routed experts: gate, up and down, each `[experts, rows, cols]` as the GGUF holds them.
+/// One layer's routed experts as the GGUF holds them, expert `e` in slot `e`: gate‖up as one matrix of 2F
+/// rows a slot where gate and up share a type (expert `e`'s gate rows, then its up rows: one GEMV for both),
+/// else gate and up each their own; then down.
 struct Experts {
-    parts: [Matrix; 3],
+    gate_up: Vec<Matrix>,
+    down: Matrix,
     count: u32,
 }
 
 impl Experts {
-    /// Part `p` (0 gate, 1 up, 2 down) as the expert GEMVs take it: expert `e` in slot `e`.
-    fn blocks(&self, p: usize) -> ExpertBlocks<'_> {
-        let m = &self.parts[p];
+    /// `m` (one of this layer's) as the expert GEMVs take it.
+    fn blocks<'a>(&self, m: &'a Matrix) -> ExpertBlocks<'a> {
         ExpertBlocks {
             data: (&m.buffer).into(),
             quant: m.quant,
@@ -620,8 +622,11 @@ impl Resident {
         out.push(self.project_all(w.m(&name("attn_qkv")).blocks(), normed(), (&s.projected).into(), t)?);
         out.push(self.project_all(w.m(&name("attn_gate")).blocks(), normed(), (&s.z).into(), t)?);
         let ba = (&s.beta_alpha).into();
-        out.push(self.project(w.m(&name("ssm_beta")).blocks(), normed(), (ba, 2 * h_v, 0), t)?);
-        out.push(self.project(w.m(&name("ssm_alpha")).blocks(), normed(), (ba, 2 * h_v, h_v), t)?);
+        let beta = w.m(&name("ssm_beta"));
+        out.push(self.project(beta.blocks(), normed(), (ba, 2 * h_v, 0), t)?);
+        if beta.rows == h_v {
+            out.push(self.project(w.m(&name("ssm_alpha")).blocks(), normed(), (ba, 2 * h_v, h_v), t)?);
+        }
         let kernel = w.v(&name("ssm_conv1d"));
         let (projected, u) = ((&s.projected).into(), (&s.queries).into());
         out.push(k.delta_net_conv(projected, kernel, conv.into(), u, channels, c.conv_kernel, t)?);
@@ -681,19 +686,22 @@ impl Resident {
             }
             false => k.expert_kquant_gemv(w, x, ids, y, pairs, x_div),
         };
-        for (p, offset) in [(0, 0), (1, f)] {
-            let y = ExpertOut { y: (&s.gate_up).into(), stride: 2 * f, offset };
-            out.push(matmul(layer.blocks(p), u(), y, top_k)?);
+        for (i, m) in layer.gate_up.iter().enumerate() {
+            let y = ExpertOut { y: (&s.gate_up).into(), stride: 2 * f, offset: i as u32 * f };
+            out.push(matmul(layer.blocks(m), u(), y, top_k)?);
         }
         out.push(k.silu_mul((&s.gate_up).into(), (&s.swiglu).into(), f, pairs)?);
         let y = ExpertOut { y: (&s.expert_out).into(), stride: c.hidden, offset: 0 };
-        out.push(matmul(layer.blocks(2), (&s.swiglu).into(), y, 1)?);
+        out.push(matmul(layer.blocks(&layer.down), (&s.swiglu).into(), y, 1)?);
         let p = MoeCombineParams { hidden: c.hidden, k: top_k, tokens: t, _pad: 0 };
         out.push(k.moe_combine((&s.expert_out).into(), weights, x.into(), next.into(), p)?);
         let fs = c.shared_ffn;
         let sgu = (&s.shared_gate_up).into();
-        out.push(self.project(w.m(&name("ffn_gate_shexp")).blocks(), u(), (sgu, 2 * fs, 0), t)?);
-        out.push(self.project(w.m(&name("ffn_up_shexp")).blocks(), u(), (sgu, 2 * fs, fs), t)?);
+        let gate = w.m(&name("ffn_gate_shexp"));
+        out.push(self.project(gate.blocks(), u(), (sgu, 2 * fs, 0), t)?);
+        if gate.rows == fs {
+            out.push(self.project(w.m(&name("ffn_up_shexp")).blocks(), u(), (sgu, 2 * fs, fs), t)?);
+        }
         out.push(k.silu_mul(sgu, (&s.shared_swiglu).into(), fs, t)?);
         let down = w.m(&name("ffn_down_shexp")).blocks();
         out.push(self.project_all(down, (&s.shared_swiglu).into(), (&s.shared_out).into(), t)?);
@@ -833,6 +841,11 @@ fn type_names() -> String {
 }
 
 /// Uploads every tensor of `wanted`: vectors dequantised to f32, matrices and experts as their blocks.
+/// Matrices of one layer uploaded as one (the second's rows after the first's, under the first's name) where
+/// they have the same type: they multiply the same input into adjacent outputs.
+const JOINED_ROWS: [(&str, &str); 2] =
+    [("ffn_gate_shexp.weight", "ffn_up_shexp.weight"), ("ssm_beta.weight", "ssm_alpha.weight")];
+
 fn upload_weights(ctx: &Context, gguf: &GgufFile, c: &Config, wanted: &[(String, Want)]) -> Result<Weights> {
     let device = &ctx.device;
     let max = ctx.limits.max_buffer_size;
@@ -853,7 +866,8 @@ fn upload_weights(ctx: &Context, gguf: &GgufFile, c: &Config, wanted: &[(String,
         }))
     };
     let mut w = Weights { matrices: HashMap::new(), vectors: HashMap::new(), experts: Vec::new() };
-    let mut parts: Vec<Matrix> = Vec::new();
+    let mut parts: Vec<(&str, &[u8], BlockQuant, u32, u32)> = Vec::new();
+    let mut joined_into: Vec<String> = Vec::new();
     let tied = gguf.header().tensor("output.weight").is_none();
     for (name, want) in wanted {
         if name == "token_embd.weight" && !tied {
@@ -870,26 +884,56 @@ fn upload_weights(ctx: &Context, gguf: &GgufFile, c: &Config, wanted: &[(String,
                 w.vectors.insert(name.clone(), upload(name, bytemuck::cast_slice(&values))?);
             }
             Want::Matrix { rows, cols } => {
-                let m = Matrix {
-                    buffer: upload(name, data)?,
-                    quant: quant(),
-                    rows: rows as u32,
-                    cols: cols as u32,
+                if joined_into.contains(name) {
+                    continue;
+                }
+                // Two projections of the same input and type, one after the other's rows: one GEMV.
+                let partner = JOINED_ROWS
+                    .iter()
+                    .find(|(first, _)| name.ends_with(first))
+                    .map(|(first, second)| format!("{}{second}", &name[..name.len() - first.len()]))
+                    .filter(|p| gguf.header().tensor(p).is_some_and(|t| t.ty == info.ty));
+                let (bytes, rows) = match &partner {
+                    Some(p) => ([data, gguf.tensor_data(p).expect("checked")].concat(), 2 * rows),
+                    None => (data.to_vec(), rows),
                 };
-                w.matrices.insert(name.clone(), m);
+                let buffer = upload(name, &bytes)?;
+                joined_into.extend(partner);
+                w.matrices.insert(
+                    name.clone(),
+                    Matrix { buffer, quant: quant(), rows: rows as u32, cols: cols as u32 },
+                );
             }
             Want::Experts { rows, cols, .. } => {
-                parts.push(Matrix {
-                    buffer: upload(name, data)?,
-                    quant: quant(),
-                    rows: rows as u32,
-                    cols: cols as u32,
-                });
                 // Gate, up and down are listed one after another.
-                if parts.len() == 3 {
-                    let three =
-                        <[Matrix; 3]>::try_from(std::mem::take(&mut parts)).ok().expect("three parts");
-                    w.experts.push(Experts { parts: three, count: c.experts });
+                parts.push((name.as_str(), data, quant(), rows as u32, cols as u32));
+                if let [
+                    (gate, gate_data, q, f, h),
+                    (_, up_data, up_q, ..),
+                    (down, down_data, down_q, rows, cols),
+                ] = parts[..]
+                {
+                    let joined_bytes = gate_data.len() + up_data.len();
+                    let gate_up = if q == up_q && joined_bytes as u64 <= max.min(ctx.max_binding()) {
+                        // Expert e's gate rows, then its up rows: gate‖up of 2F rows a slot.
+                        let n = c.experts as usize;
+                        let (g, u) = (gate_data.len() / n, up_data.len() / n);
+                        let mut joined = Vec::with_capacity(joined_bytes);
+                        for e in 0..n {
+                            joined.extend_from_slice(&gate_data[e * g..][..g]);
+                            joined.extend_from_slice(&up_data[e * u..][..u]);
+                        }
+                        vec![Matrix { buffer: upload(gate, &joined)?, quant: q, rows: 2 * f, cols: h }]
+                    } else {
+                        let (up, up_data) = (parts[1].0, parts[1].1);
+                        vec![
+                            Matrix { buffer: upload(gate, gate_data)?, quant: q, rows: f, cols: h },
+                            Matrix { buffer: upload(up, up_data)?, quant: up_q, rows: f, cols: h },
+                        ]
+                    };
+                    let down = Matrix { buffer: upload(down, down_data)?, quant: down_q, rows, cols };
+                    w.experts.push(Experts { gate_up, down, count: c.experts });
+                    parts.clear();
                 }
             }
         }
