@@ -5,6 +5,8 @@
 //! This crate is a facade: each module re-exports one workspace crate, beside [`cli`], what command-line
 //! programs share. Its `diskformer` binary (feature `cli`, on by default) serves models over the OpenAI API.
 
+#[cfg(feature = "cli")]
+pub mod api;
 pub mod cli;
 
 pub use diskformer_bpe as bpe;

@@ -5,7 +5,8 @@
 # with every layer on the GPU (llama-bench -ngl 99) on the same file, in one call. Binaries in .device/
 # (bench, synth-gguf), llama.cpp's source in .llama/ (scripts/device/llama-cuda.sh pack). Writes $OUT/*.json
 # and prints a table last. LAYERS cuts the model (default all 40); DECODE the decode tokens (default 64);
-# KERNEL_TIMES=1 has the first run time each kernel (bench --kernel-times); LLAMA=0 leaves llama.cpp out.
+# KERNEL_TIMES=1 has the first run time each kernel (bench --kernel-times); LLAMA=0 leaves llama.cpp out;
+# RUNS the runs of ours (default "1 2").
 set -uo pipefail
 source scripts/device/call-setup.sh
 MATRICES=${MATRICES:-q8_0}
@@ -21,7 +22,7 @@ if [ "$LLAMA" != 0 ]; then
     bash scripts/device/llama-cuda.sh wait || tail -5 /tmp/llama-build.log
     echo "llama.cpp built: $SECONDS s"
 fi
-for run in 1 2; do
+for run in ${RUNS:-1 2}; do
     extra=()
     [ "$run" = 1 ] && [ -n "${KERNEL_TIMES:-}" ] && extra=(--kernel-times)
     timeout 400 $D/bench --model $G --prompt-tokens 512 --decode-tokens "$DECODE" --warmup-tokens 4 "${extra[@]}" \
@@ -30,10 +31,10 @@ done
 [ "$LLAMA" = 0 ] || timeout 400 /tmp/ll/build/bin/llama-bench -m $G -ngl 99 -p 512 -n "$DECODE" -r 2 -t 16 -o json \
     > "$OUT/llama.json" 2> /tmp/llama.err || tail -5 /tmp/llama.err
 echo "== table (qwen35moe $MATRICES, every weight on the GPU; tok/s)"
-python3 - "$OUT" <<'PY'
+python3 - "$OUT" ${RUNS:-1 2} <<'PY'
 import json, os, sys
 out = sys.argv[1]
-for run in (1, 2):
+for run in sys.argv[2:]:
     p = f"{out}/bench-{run}.json"
     if os.path.getsize(p) if os.path.exists(p) else 0:
         b = json.load(open(p))

@@ -1,7 +1,6 @@
 //! The `diskformer` command: `diskformer chat` talks with a model in the terminal, `diskformer serve` answers
 //! the OpenAI API over HTTP.
 
-mod api;
 mod chat;
 mod reasoning;
 mod serve;

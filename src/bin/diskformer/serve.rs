@@ -17,9 +17,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::api::{self, ApiError, ChatRequest, CompletionRequest};
 use crate::reasoning::ReasoningSplitter;
 use crate::worker::{EngineInfo, Job, Queue, Update};
+use diskformer::api::{self, ApiError, ChatRequest, CompletionRequest};
 
 /// What every handler shares.
 #[derive(Clone)]

@@ -1,30 +1,37 @@
-//! The OpenAI API's requests and responses as this server reads and writes them, and the checks that turn a
-//! request into a prompt and generation options (each failure a 400 naming the field).
+//! The OpenAI API's requests and responses as the `diskformer serve` server reads and writes them, and the
+//! checks that turn a request into a prompt and generation options (each failure a 400 naming the field).
+//! Here in the library (feature `cli`) rather than in the binary so that a fuzz target reaches the request
+//! parsing (`fuzz/`: any bytes as a body either parse or are refused, never a panic).
 
-use diskformer::bpe::chat::{Message, Role};
-use diskformer::runtime::{EndReason, GenerateOptions, SamplingOptions};
+use crate::bpe::chat::{Message, Role};
+use crate::runtime::{EndReason, GenerateOptions, SamplingOptions};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// `POST /v1/chat/completions`.
 #[derive(Debug, Deserialize)]
 pub struct ChatRequest {
-    #[allow(dead_code)] // one model is served, whatever the name asked for
+    /// The model asked for (one model is served, whatever the name).
     pub model: Option<String>,
+    /// The conversation so far.
     pub messages: Vec<ChatMessage>,
+    /// The fields both endpoints take.
     #[serde(flatten)]
     pub common: Common,
     /// Qwen3's thinking switch (llama-server's and vLLM's spellings).
     pub enable_thinking: Option<bool>,
+    /// The chat template's arguments (vLLM's and llama-server's way to switch thinking).
     pub chat_template_kwargs: Option<TemplateKwargs>,
 }
 
 /// `POST /v1/completions`.
 #[derive(Debug, Deserialize)]
 pub struct CompletionRequest {
-    #[allow(dead_code)]
+    /// The model asked for (one model is served, whatever the name).
     pub model: Option<String>,
+    /// The text to continue.
     pub prompt: String,
+    /// The fields both endpoints take.
     #[serde(flatten)]
     pub common: Common,
 }
@@ -32,52 +39,77 @@ pub struct CompletionRequest {
 /// The fields both endpoints take.
 #[derive(Debug, Default, Deserialize)]
 pub struct Common {
+    /// Server-sent events, a chunk a token.
     #[serde(default)]
     pub stream: bool,
+    /// With `stream`: whether a last chunk carries the usage.
     pub stream_options: Option<StreamOptions>,
+    /// Most tokens to generate (the older spelling).
     pub max_tokens: Option<u32>,
+    /// Most tokens to generate (the newer spelling, which wins).
     pub max_completion_tokens: Option<u32>,
+    /// Sampling temperature (0: greedy).
     pub temperature: Option<f32>,
+    /// Nucleus sampling's mass.
     pub top_p: Option<f32>,
+    /// Most candidates kept (0: all).
     pub top_k: Option<u32>,
+    /// Candidates below this fraction of the best one's probability dropped.
     pub min_p: Option<f32>,
+    /// Subtracted from the logit of every token already generated.
     pub presence_penalty: Option<f32>,
+    /// Refused unless 0 (not supported).
     pub frequency_penalty: Option<f32>,
+    /// llama.cpp's repetition penalty.
     pub repetition_penalty: Option<f32>,
+    /// The sampler's seed (default: a new one a request).
     pub seed: Option<u64>,
+    /// Strings that end the reply.
     pub stop: Option<Stop>,
+    /// Choices asked for: only 1 is served.
     pub n: Option<u32>,
-    #[allow(dead_code)]
+    /// The caller's name (not used).
     pub user: Option<String>,
 }
 
+/// `stream_options`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StreamOptions {
+    /// A last chunk with the usage.
     #[serde(default)]
     pub include_usage: bool,
 }
 
+/// `chat_template_kwargs`: of the template's arguments, only the thinking switch is read.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TemplateKwargs {
+    /// Qwen3's thinking switch.
     pub enable_thinking: Option<bool>,
 }
 
+/// `stop`: one string or several.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum Stop {
+    /// One string.
     One(String),
+    /// Up to 4.
     Many(Vec<String>),
 }
 
+/// One message of a conversation.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChatMessage {
+    /// system, developer, user, assistant or tool.
     pub role: String,
+    /// Its text.
     pub content: Option<Content>,
+    /// An assistant message's reasoning, as this server returns it.
     pub reasoning_content: Option<String>,
-    #[allow(dead_code)]
+    /// The speaker's name (not used).
     pub name: Option<String>,
 }
 
@@ -85,15 +117,20 @@ pub struct ChatMessage {
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum Content {
+    /// Plain text.
     Text(String),
+    /// Parts, each of which must be text.
     Parts(Vec<Part>),
 }
 
+/// One part of a message's content.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Part {
+    /// Its type: only `text` is read.
     #[serde(rename = "type")]
     pub kind: String,
+    /// Its text.
     pub text: Option<String>,
 }
 
@@ -135,12 +172,20 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8], own: &[&str]) -> Result<T,
 }
 
 impl ChatRequest {
+    /// Parses a body, refusing malformed JSON, wrong types and unknown fields.
+    ///
+    /// # Errors
+    /// A 400 [`ApiError`] naming what was wrong.
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
         parse(body, &CHAT)
     }
 }
 
 impl CompletionRequest {
+    /// Parses a body, as [`ChatRequest::parse`].
+    ///
+    /// # Errors
+    /// A 400 [`ApiError`] naming what was wrong.
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
         parse(body, &COMPLETION)
     }
@@ -149,12 +194,16 @@ impl CompletionRequest {
 /// A request refused: its status and what to tell the client.
 #[derive(Debug)]
 pub struct ApiError {
+    /// The HTTP status.
     pub status: u16,
+    /// What was wrong, and what to do.
     pub message: String,
+    /// OpenAI's error type.
     pub kind: &'static str,
 }
 
 impl ApiError {
+    /// A 400 with this message.
     pub fn bad_request(message: impl Into<String>) -> Self {
         ApiError { status: 400, message: message.into(), kind: "invalid_request_error" }
     }
@@ -167,13 +216,19 @@ impl ApiError {
 
 /// What a request asks the engine for.
 pub struct Asked {
+    /// Generation options.
     pub opts: GenerateOptions,
+    /// Server-sent events.
     pub stream: bool,
+    /// A last chunk with the usage.
     pub include_usage: bool,
 }
 
 impl Common {
     /// Generation options from the request's fields, each checked.
+    ///
+    /// # Errors
+    /// A 400 [`ApiError`] naming the field.
     pub fn asked(&self, default_max_tokens: u32) -> Result<Asked, ApiError> {
         if self.n.is_some_and(|n| n != 1) {
             return Err(ApiError::bad_request("n: one choice a request is served (n = 1)"));
@@ -223,6 +278,9 @@ impl Common {
 
 impl ChatRequest {
     /// The conversation as the chat template takes it, and whether the model may think first.
+    ///
+    /// # Errors
+    /// A 400 [`ApiError`] naming the message.
     pub fn conversation(&self) -> Result<(Vec<Message>, bool), ApiError> {
         if self.messages.is_empty() {
             return Err(ApiError::bad_request("messages: at least one message is needed"));
