@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # qwen35moe on the H200 (issue #34): a Qwen3.6-35B-A3B-shaped synthetic GGUF (synth-gguf --shape qwen36-35b-a3b,
 # every matrix of MATRICES, default q8_0) in /dev/shm, then examples/bench on it (qwen35moe::Resident: every
-# weight on the GPU, the prompt in chunks of 64, greedy decode with the argmax on the GPU) and llama.cpp CUDA
+# weight on the GPU, the prompt in chunks of up to 512, greedy decode with the argmax on the GPU) and llama.cpp CUDA
 # with every layer on the GPU (llama-bench -ngl 99) on the same file, in one call. Binaries in .device/
 # (bench, synth-gguf), llama.cpp's source in .llama/ (scripts/device/llama-cuda.sh pack). Writes $OUT/*.json
 # and prints a table last. LAYERS cuts the model (default all 40); DECODE the decode tokens (default 64);
@@ -38,7 +38,7 @@ for run in sys.argv[2:]:
     p = f"{out}/bench-{run}.json"
     if os.path.getsize(p) if os.path.exists(p) else 0:
         b = json.load(open(p))
-        print(f'diskformer run {run}: decode {b["decode_tok_s"]:8.2f}  prefill 512 {b["prefill_tok_s"]:8.1f}  load {b["load_s"]:.1f} s')
+        print(f'diskformer run {run}: decode {b["decode_tok_s"]:8.2f}  prefill 512 {b["prefill_tok_s"]:8.1f} (first {b.get("first_prefill_tok_s", 0):.1f})  load {b["load_s"]:.1f} s')
         for what, rows in (b.get("kernel_times") or {}).items():
             # [kernel, dispatches, ms]: the whole graph first, then each kernel alone, costliest first.
             print(f"  {what}: " + ", ".join(f"{k} x{n} {ms:.2f} ms" for k, n, ms in rows[:1] + sorted(rows[1:], key=lambda r: -r[2])))

@@ -144,6 +144,32 @@ fn the_gpu_model_gives_llama_cpps_log_probabilities() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A long prompt as one chunk (the dense and grouped expert GEMMs, attention over the chunk, the delta rule
+/// through it) gives the logits that running it token by token gives.
+#[test]
+fn a_long_chunk_matches_the_same_tokens_one_by_one() {
+    let dir = temp_dir("gpu-long-chunk");
+    let (_, gguf) = fixture("small", &dir);
+    let mut m = match Resident::open(&gguf, Some(256)) {
+        Err(Error::Kernels(e)) if std::env::var("DISKFORMER_SKIP_GPU_TESTS").is_ok_and(|v| v == "1") => {
+            eprintln!("SKIPPING: {e}");
+            return;
+        }
+        other => other.unwrap(),
+    };
+    let prompt: Vec<u32> = (0..150u32).map(|i| 97 + (i * 7 + i / 5) % 26).collect();
+    let chunk = m.prefill(&prompt).unwrap();
+    m.reset();
+    let mut steps = Vec::new();
+    for &id in &prompt {
+        steps = m.step(id).unwrap();
+    }
+    let worst = chunk.iter().zip(&steps).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    eprintln!("one chunk against one by one: worst |Δ logit| {worst:.2e}");
+    assert!(worst < 1e-4, "one chunk against one by one: {worst}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The kernel times cover the chunk's graph, each kernel once, and a chunk of 8 tokens or more groups its
 /// pairs by expert for the grouped expert GEMMs where a one-token step does not.
 #[test]

@@ -27,8 +27,9 @@ use crate::engine::readback;
 use crate::graph::record;
 use crate::{Error, Result};
 
-/// Tokens a prefill chunk runs at most (the scratch is sized for it).
-pub const MAX_CHUNK: u32 = 64;
+/// Tokens a prefill chunk runs at most (the scratch is sized for it): llama.cpp's batch. A chunk's pairs touch
+/// nearly every expert of a 256-expert layer, whose weights the grouped GEMMs then read once for the chunk.
+pub const MAX_CHUNK: u32 = 512;
 
 /// Chunks of this many tokens or more multiply dense matrices by the tiled GEMM instead of the GEMV.
 const GEMM_FROM: u32 = 8;
@@ -158,6 +159,9 @@ struct Scratch {
     queries: wgpu::Buffer,
     /// Attention's output, or DeltaNet's rule output.
     mixed: wgpu::Buffer,
+    /// Its projection, and that added onto the residual stream (the routed experts' residual).
+    mixer_out: wgpu::Buffer,
+    mixed_sum: wgpu::Buffer,
     /// DeltaNet's z, and its gated-norm output.
     z: wgpu::Buffer,
     gated: wgpu::Buffer,
@@ -512,9 +516,11 @@ impl Resident {
                 }
                 LayerState::DeltaNet { conv, delta } => self.delta_net(&mut out, l, t, (conv, delta))?,
             }
-            let post = w.v(&name("post_attention_norm"));
-            out.push(k.rms_norm(x.into(), post, (&s.normed).into(), c.hidden, t, c.eps)?);
-            self.moe(&mut out, l, t, x, next)?;
+            // The mixer's output joins the residual stream as the FFN's norm reads it.
+            let (post, sum) = (w.v(&name("post_attention_norm")), &s.mixed_sum);
+            let (mixer_out, normed) = ((&s.mixer_out).into(), (&s.normed).into());
+            out.push(k.add_rms_norm(x.into(), mixer_out, post, sum.into(), normed, c.hidden, t, c.eps)?);
+            self.moe(&mut out, l, t, sum, next)?;
         }
         // The head on the last token only.
         let last = View::at(&s.residual[c.layers as usize % 2], u64::from(t - 1) * 4 * u64::from(c.hidden));
@@ -540,8 +546,8 @@ impl Resident {
     }
 
     /// Gated full attention (§3.1): the query‖gate rows, q and k normed per head and turned by partial
-    /// RoPE, both stored in the cache, causal attention, the output times σ(gate), its projection added
-    /// onto the residual stream.
+    /// RoPE, both stored in the cache, causal attention, the output times σ(gate), its projection into
+    /// `mixer_out`.
     fn attention(
         &self,
         out: &mut Vec<Dispatch>,
@@ -552,7 +558,6 @@ impl Resident {
         let (c, k, w, s) = (&self.config, &self.kernels, &self.weights, &self.scratch);
         let name = |n: &str| format!("blk.{l}.{n}.weight");
         let (d, kv) = (c.head_dim, c.kv_heads * c.head_dim);
-        let x = &s.residual[l % 2];
         out.push(self.project_all(
             w.m(&name("attn_q")).blocks(),
             (&s.normed).into(),
@@ -601,13 +606,13 @@ impl Resident {
         out.push(k.attention(q, keys.into(), values.into(), (&s.positions).into(), o, shape)?);
         out.push(k.attention_gate((&s.projected).into(), (&s.mixed).into(), c.heads, d, t)?);
         let output = w.m(&name("attn_output")).blocks();
-        out.push(k.kquant_gemv_add(output, (&s.mixed).into(), x.into(), t)?);
+        out.push(self.project_all(output, (&s.mixed).into(), (&s.mixer_out).into(), t)?);
         Ok(())
     }
 
     /// Gated DeltaNet (§3.2): the projections (q‖k‖v, z, β and α), the causal conv over the saved inputs
-    /// with SiLU, the delta rule per v head, the gated RMSNorm with z, the output projection added onto the
-    /// residual stream.
+    /// with SiLU, the delta rule per v head, the gated RMSNorm with z, the output projection into
+    /// `mixer_out`.
     fn delta_net(
         &self,
         out: &mut Vec<Dispatch>,
@@ -638,8 +643,7 @@ impl Resident {
         let norm = w.v(&name("ssm_norm"));
         let (o, z, gated) = ((&s.mixed).into(), (&s.z).into(), (&s.gated).into());
         out.push(k.gated_rms_norm(o, z, norm, gated, c.state_size, t * h_v, c.eps)?);
-        let x = (&s.residual[l % 2]).into();
-        out.push(k.kquant_gemv_add(w.m(&name("ssm_out")).blocks(), gated, x, t)?);
+        out.push(self.project_all(w.m(&name("ssm_out")).blocks(), gated, (&s.mixer_out).into(), t)?);
         Ok(())
     }
 
@@ -995,6 +999,8 @@ impl Scratch {
             values: f32s("values", t * kv),
             queries: f32s("queries", t * q.max(ch)),
             mixed: f32s("mixed", t * q.max(vd).max(kv)),
+            mixer_out: f32s("mixer out", t * e),
+            mixed_sum: f32s("mixed sum", t * e),
             z: f32s("z", t * vd),
             gated: f32s("gated", t * vd),
             beta_alpha: f32s("beta alpha", t * 2 * h_v),
