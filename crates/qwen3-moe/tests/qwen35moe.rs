@@ -171,7 +171,8 @@ fn a_long_chunk_matches_the_same_tokens_one_by_one() {
 }
 
 /// The kernel times cover the chunk's graph, each kernel once, and a chunk of 8 tokens or more groups its
-/// pairs by expert for the grouped expert GEMMs where a one-token step does not.
+/// pairs by expert for the grouped expert GEMMs where a one-token step does not (which attends through the
+/// split kernel instead).
 #[test]
 fn the_gpu_model_times_each_kernel_of_a_chunk() {
     let dir = temp_dir("gpu-kernel-times");
@@ -191,6 +192,8 @@ fn the_gpu_model_times_each_kernel_of_a_chunk() {
         assert_eq!(distinct.len(), kernels.len(), "each kernel once: {kernels:?}");
         assert_eq!(times[1..].iter().map(|k| k.dispatches).sum::<usize>(), times[0].dispatches);
         assert_eq!(kernels.contains(&"expert_groups"), grouped, "{t} tokens: {kernels:?}");
+        // One token attends through the split kernel, a chunk through the chunk kernels.
+        assert_eq!(kernels.contains(&"attention_split"), t == 1, "{t} tokens: {kernels:?}");
     }
     assert!(matches!(m.kernel_times(0, 1), Err(Error::BadOption { .. })));
     assert!(matches!(m.kernel_times(MAX_CHUNK + 1, 1), Err(Error::BadOption { .. })));

@@ -50,9 +50,13 @@ impl AttentionShape {
         self.split_passes() * (128 / lanes)
     }
 
-    /// Query heads a workgroup of the split attention: those of a kv head, at most 8 (more are groups of 8).
+    /// Query heads a workgroup of the split attention (G): the largest divisor of a kv head's query heads
+    /// that is at most 8 and at most `1024 / d` (its workgroup memory holds G · d values of q). So all of
+    /// them up to 8 at d = 128, groups of 8 for Qwen3-235B-A22B's 16, of 4 for Qwen3.6's 8 at d = 256.
     pub fn split_group(&self) -> u32 {
-        (self.heads / self.kv_heads.max(1)).min(8)
+        let per_kv = self.heads / self.kv_heads.max(1);
+        let cap = 8.min(1024 / self.head_dim.max(1)).max(1);
+        (1..=cap.min(per_kv)).rev().find(|g| per_kv.is_multiple_of(*g)).unwrap_or(1)
     }
 
     /// Whether [`Kernels::attention_split`] takes this shape (its errors list the limits); else
@@ -60,7 +64,7 @@ impl AttentionShape {
     pub fn split_fits(&self) -> bool {
         let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
         let per_kv = if kvh > 0 && h.is_multiple_of(kvh) { h / kvh } else { return false };
-        (per_kv <= 8 || per_kv.is_multiple_of(8))
+        per_kv > 0
             && d > 0
             && d <= 256
             && d.is_multiple_of(8)
@@ -86,17 +90,16 @@ impl AttentionShape {
 impl Kernels {
     /// Split-K attention for decode, part 1 of 2 (then [`Kernels::attention_combine`]): one workgroup per
     /// (group of query heads, block of [`AttentionShape::split_block`] positions, token), K and V read
-    /// once, in coalesced 16-byte chunks, for the query heads of a kv head, or once for each 8 of them
-    /// where more share it (a group: [`AttentionShape::split_group`] heads).
+    /// once, in coalesced 16-byte chunks, for each group of a kv head's query heads
+    /// ([`AttentionShape::split_group`] heads: all of them where they are at most 8 and `d` at most 128).
     /// Same result as [`Kernels::attention`], with far more workgroups for one token; its scratch grows
     /// with T · ctx, so prefill chunks use [`Kernels::attention`].
     /// Shapes: `q [T, heads, d] f32`, `k, v [ctx, kv_heads, d] f16`, `positions [T] u32`,
     /// `partial [T, heads, blocks, 4 + d] f32` (see [`AttentionShape::partial_len`]).
     ///
     /// # Errors
-    /// Shape errors for `kv_heads` not dividing `heads`, more than 8 query heads per kv head but not a
-    /// multiple of 8, `head_dim` not a multiple of 8 or over 256, (query heads a group) · `head_dim` over
-    /// 1024, zero sizes; buffer errors as usual.
+    /// Shape errors for `kv_heads` not dividing `heads`, `head_dim` not a multiple of 8 or over 256, zero
+    /// sizes; buffer errors as usual.
     pub fn attention_split(
         &self,
         q: View<'_>,
@@ -116,8 +119,7 @@ impl Kernels {
         );
         b.ensure(s.split_fits(), || {
             format!(
-                "needs kv_heads dividing heads, at most 8 query heads per kv head or a multiple of 8, head_dim a \
-                 multiple of 8 up to 256, (query heads a group) * head_dim <= 1024 and ctx > 0; got {s:?}"
+                "needs kv_heads dividing heads, head_dim a multiple of 8 up to 256 and ctx > 0; got {s:?}"
             )
         })?;
         let g = u64::from(s.split_group());

@@ -1,7 +1,8 @@
 // Split-K causal GQA attention for decode, part 1 (flash-decoding): one workgroup per (group of query
 // heads, block of `block` cache positions, token) computes, for each of the G query heads of its group (G =
-// heads / kv_heads where that is at most 8, else 8: Qwen3-235B-A22B's 16 query heads a kv head are two
-// groups, which read that kv head's K and V once each), the block's max m, sum l = sum exp(s - m) and
+// the largest divisor of heads / kv_heads at most 8 and 1024 / d: Qwen3-235B-A22B's 16 query heads a kv
+// head are two groups of 8, Qwen3.6's 8 at d = 256 two of 4, each group reading that kv head's K and V
+// once), the block's max m, sum l = sum exp(s - m) and
 // unnormalised sum acc = sum exp(s - m) v, with
 // s = q . k * scale over positions blk*block .. min(blk*block + block, positions[t] + 1).
 // attention_combine merges the blocks. Blocks past the token's length write nothing (the combine never
@@ -30,7 +31,7 @@
 
 struct Params {
     heads: u32,    // query heads
-    kv_heads: u32, // key/value heads; heads / kv_heads at most 8 or a multiple of 8
+    kv_heads: u32, // key/value heads, dividing heads
     head_dim: u32, // d, a multiple of 8, at most 256, G * d <= 1024 (G: query heads a workgroup)
     tokens: u32,   // T
     ctx: u32,      // positions the cache holds
@@ -181,7 +182,11 @@ fn weigh(ln: Lane, i: u32, va: vec4<u32>, vb: vec4<u32>, gv: u32, cv: u32, acc: 
 fn attention_split(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {
     // wg.x: a group of G query heads, h0 .. h0 + G, all of kv head kvh.
     let per_kv = p.heads / p.kv_heads;
-    let g_count = min(per_kv, GMAX);
+    // G: the largest divisor of per_kv at most GMAX and 1024 / d (AttentionShape::split_group).
+    var g_count = min(min(per_kv, GMAX), max(1024u / p.head_dim, 1u));
+    while (per_kv % g_count != 0u) {
+        g_count -= 1u;
+    }
     let h0 = wg.x * g_count;
     let kvh = h0 / per_kv;
     let blk = wg.y;

@@ -159,6 +159,8 @@ struct Scratch {
     queries: wgpu::Buffer,
     /// Attention's output, or DeltaNet's rule output.
     mixed: wgpu::Buffer,
+    /// One token's split attention: each block's max, sum and weighted values.
+    attention_partial: wgpu::Buffer,
     /// Its projection, and that added onto the residual stream (the routed experts' residual).
     mixer_out: wgpu::Buffer,
     mixed_sum: wgpu::Buffer,
@@ -222,7 +224,7 @@ impl Resident {
         let vocab = gguf.header().tensor("token_embd.weight").map_or(0, |t| t.dims[1] as u32);
         let weights = upload_weights(&ctx, &gguf, &config, &wanted)?;
         let state = layer_state(&ctx.device, &config, max_context);
-        let scratch = Scratch::new(&ctx.device, &config, vocab);
+        let scratch = Scratch::new(&ctx.device, &config, vocab, max_context);
         let kernels = Kernels::new(&ctx);
         let s = &scratch;
         let argmax =
@@ -602,8 +604,15 @@ impl Resident {
         out.push(k.kv_store((&s.mixed).into(), (&s.positions).into(), keys.into(), kv, t, ctx)?);
         out.push(k.kv_store((&s.values).into(), (&s.positions).into(), values.into(), kv, t, ctx)?);
         let shape = AttentionShape { heads: c.heads, kv_heads: c.kv_heads, head_dim: d, tokens: t, ctx };
-        let (q, o) = ((&s.queries).into(), (&s.mixed).into());
-        out.push(k.attention(q, keys.into(), values.into(), (&s.positions).into(), o, shape)?);
+        let (q, o, positions) = ((&s.queries).into(), (&s.mixed).into(), (&s.positions).into());
+        if t == 1 && shape.split_fits() {
+            // One token: the cache in blocks over many workgroups, then their merge.
+            let partial = (&s.attention_partial).into();
+            out.push(k.attention_split(q, keys.into(), values.into(), positions, partial, shape)?);
+            out.push(k.attention_combine(partial, positions, o, shape)?);
+        } else {
+            out.push(k.attention(q, keys.into(), values.into(), positions, o, shape)?);
+        }
         out.push(k.attention_gate((&s.projected).into(), (&s.mixed).into(), c.heads, d, t)?);
         let output = w.m(&name("attn_output")).blocks();
         out.push(self.project_all(output, (&s.mixed).into(), (&s.mixer_out).into(), t)?);
@@ -968,6 +977,11 @@ fn layer_state(device: &wgpu::Device, c: &Config, max_context: u32) -> Vec<Layer
         .collect()
 }
 
+/// One token's attention over a cache of `ctx` positions.
+fn attention_shape(c: &Config, ctx: u32) -> AttentionShape {
+    AttentionShape { heads: c.heads, kv_heads: c.kv_heads, head_dim: c.head_dim, tokens: 1, ctx }
+}
+
 /// Group entries a chunk of `t` tokens can make of its pairs (the grouped expert GEMMs' dispatch rows).
 fn expert_group_entries(c: &Config, t: u32) -> u32 {
     let pairs = (t * c.top_k) as usize;
@@ -975,7 +989,7 @@ fn expert_group_entries(c: &Config, t: u32) -> u32 {
 }
 
 impl Scratch {
-    fn new(device: &wgpu::Device, c: &Config, vocab: u32) -> Scratch {
+    fn new(device: &wgpu::Device, c: &Config, vocab: u32, max_context: u32) -> Scratch {
         let t = u64::from(MAX_CHUNK);
         let f32s = |label, n: u64| {
             device.create_buffer(&wgpu::BufferDescriptor {
@@ -999,6 +1013,7 @@ impl Scratch {
             values: f32s("values", t * kv),
             queries: f32s("queries", t * q.max(ch)),
             mixed: f32s("mixed", t * q.max(vd).max(kv)),
+            attention_partial: f32s("attention partial", attention_shape(c, max_context).partial_len()),
             mixer_out: f32s("mixer out", t * e),
             mixed_sum: f32s("mixed sum", t * e),
             z: f32s("z", t * vd),
