@@ -1,8 +1,10 @@
 //! qwen35moe on the GPU with every weight resident: the GGUF's tensors uploaded as they lie in the file (any
-//! type the block GEMVs read), the recurrent state (each DeltaNet layer's conv inputs and delta-rule state)
+//! type the block GEMVs read; pairs that multiply the same input, such as the experts' gate and up, joined
+//! into one matrix where they share a type), the recurrent state (each DeltaNet layer's conv inputs and delta-rule state)
 //! and the KV cache of each attention layer beside them, and one graph of dispatches a chunk size that runs
 //! the reference's forward pass ([`super::Reference`]) for T tokens at once: the same kernels whose CPU
-//! references the reference runs, so llama.cpp's goldens hold both.
+//! references the reference runs, so llama.cpp's goldens hold both. One token runs GEMVs and the split
+//! attention; a chunk of [`GEMM_FROM`] tokens or more the tiled GEMMs, its pairs grouped by expert on the GPU.
 //!
 //! Streaming the experts through the pool and the CPU tier is the qwen3moe engine's alone for now; this is
 //! the model definition those step drivers are to drive once they are the runtime's.

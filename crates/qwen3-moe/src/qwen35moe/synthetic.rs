@@ -112,7 +112,7 @@ impl Shape {
 /// Writes a `shape` model of `seed` with the byte vocabulary to `path`, every tensor F32; returns its size.
 ///
 /// # Errors
-/// [`Error::BadValue`](crate::Error::BadValue) for a vocabulary too small for the byte tokens; a write error.
+/// [`Error::BadValue`] for a vocabulary too small for the byte tokens; a write error.
 pub fn write(shape: &Shape, seed: u64, path: &Path) -> Result<u64> {
     write_as(shape, seed, TensorType::F32, path)
 }
@@ -122,7 +122,7 @@ pub fn write(shape: &Shape, seed: u64, path: &Path) -> Result<u64> {
 /// file is streamed: a full-size model never sits in memory.
 ///
 /// # Errors
-/// As [`write`], and [`Error::BadValue`](crate::Error::BadValue) for a type without a synthetic writer or a
+/// As [`write`], and [`Error::BadValue`] for a type without a synthetic writer or a
 /// row that is not whole blocks of it.
 pub fn write_as(shape: &Shape, seed: u64, matrices: TensorType, path: &Path) -> Result<u64> {
     let d = shape;
