@@ -117,12 +117,12 @@ pub fn write(shape: &Shape, seed: u64, path: &Path) -> Result<u64> {
     write_as(shape, seed, TensorType::F32, path)
 }
 
-/// [`write`] with every matrix but the router and DeltaNet's conv of type `matrices` (random blocks of about
+/// [`write()`] with every matrix but the router and DeltaNet's conv of type `matrices` (random blocks of about
 /// the F32 file's magnitudes; those two, the norms and DeltaNet's vectors stay F32, as in llama.cpp's files). The
 /// file is streamed: a full-size model never sits in memory.
 ///
 /// # Errors
-/// As [`write`], and [`Error::BadValue`] for a type without a synthetic writer or a
+/// As [`write()`], and [`Error::BadValue`] for a type without a synthetic writer or a
 /// row that is not whole blocks of it.
 pub fn write_as(shape: &Shape, seed: u64, matrices: TensorType, path: &Path) -> Result<u64> {
     let d = shape;
