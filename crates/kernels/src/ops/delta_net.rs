@@ -104,7 +104,8 @@ impl Kernels {
         Ok(b.finish(vec![(DeltaNetConvParams { channels, taps, tokens, _pad: 0 }, bound, dims)]))
     }
 
-    /// The gated delta rule over `tokens` tokens, one workgroup a v head (`delta_net_rule.wgsl`): `u` the
+    /// The gated delta rule over `tokens` tokens, one workgroup a block of 32 rows of a v head's state
+    /// (`delta_net_rule.wgsl`): `u` the
     /// conv's output (q ‖ k ‖ v), `ba` each token's β logits then α (`[T, 2·H_v]`), `dt_bias` and `a`
     /// (`[H_v]`), the state `[H_v, S, S]` updated in place, `out [T, H_v·S]`.
     ///
@@ -134,7 +135,8 @@ impl Kernels {
         })?;
         b.ensure(tokens > 0, || "tokens must be > 0".into())?;
         let (ss, hv, t) = (u64::from(s), u64::from(v_heads), u64::from(tokens));
-        let dims = [b.groups("v heads", hv)?, 1, 1];
+        // A workgroup a block of 32 rows of a head's state.
+        let dims = [b.groups("v heads", hv)?, b.groups("row blocks", ss.div_ceil(32))?, 1];
         let bound = vec![
             b.storage("u", u, 0, f32s(t * u64::from(shape.channels())))?,
             b.storage("ba", ba, 0, f32s(t * 2 * hv))?,
