@@ -149,6 +149,10 @@ struct Args {
     /// Threads of the CPU tier (default: every core but two).
     #[arg(long)]
     cpu_threads: Option<usize>,
+    /// The CPU tier multiplies in f32, the GPU's arithmetic (EngineOptions::cpu_int8 off; default: on
+    /// Q8_0-quantised inputs where its kernels take them).
+    #[arg(long)]
+    cpu_f32: bool,
     /// The host tier (EngineOptions::ram_budget): host memory for expert records read with O_DIRECT, for
     /// stores larger than RAM (e.g. 16g; default: with --direct-io half the available memory, else none:
     /// the CPU tier maps the store from the page cache).
@@ -223,6 +227,7 @@ fn main() -> anyhow::Result<()> {
         _ => None,
     };
     opts.cpu_threads = args.cpu_threads;
+    opts.cpu_int8 = !args.cpu_f32;
     opts.ram_budget = args.ram_budget;
     if let Some(w) = args.cpu_reuse_window {
         opts.cpu_tiers.reuse_window = w;
@@ -382,11 +387,12 @@ fn main() -> anyhow::Result<()> {
     });
     if let Some((isa, threads)) = d.cpu_isa {
         out["cpu_experts"] = serde_json::json!({
-            "isa": isa.name(), "threads": threads, "per_token": d.cpu_experts as f64 / tokens,
+            "isa": isa.name(), "threads": threads, "int8": d.cpu_int8, "per_token": d.cpu_experts as f64 / tokens,
             "share": d.cpu_share(), "ms_per_token": d.cpu_time.as_secs_f64() * 1e3 / tokens,
             "admitted_per_token": d.cpu_admitted as f64 / tokens,
             "first_uses_per_token": d.cpu_first_uses as f64 / tokens,
             "first_use_ms_per_token": d.cpu_first_use_time.as_secs_f64() * 1e3 / tokens,
+            "recording_ms_per_token": d.cpu_recording_time.as_secs_f64() * 1e3 / tokens,
             "reuse_window": opts.cpu_tiers.reuse_window,
         });
     }

@@ -9,6 +9,7 @@
 
 // Performance note (2026-12-04, on the 2-core development machine): a dot of 4 rows at once (each input
 // block loaded once for the 4, their sums side by side) ran 35 % slower than one row at a time.
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::dot::dot;
@@ -240,6 +241,8 @@ impl CpuExperts {
         };
         let mut act_s = vec![0f32; if math == Math::Q8 { n * ffn / BLOCK } else { 0 }];
         let mut ys = vec![0f32; n * hidden];
+        let act_q8: Vec<OnceLock<Q8Row>> =
+            (0..if math == Math::Q8 { n } else { 0 }).map(|_| OnceLock::new()).collect();
         let up_chunks = ffn / TASK_ROWS;
         let down_chunks = hidden.div_ceil(DOWN_ROWS);
         let up_tasks = groups.len() * up_chunks;
@@ -289,16 +292,15 @@ impl CpuExperts {
                     // Safety: the expert's gate‖up tasks have finished (the Acquire above), and nothing
                     // writes these rows again during the job.
                     let act_row = unsafe { act_w.read(a * ffn, ffn) };
-                    let q8;
                     let x = match math {
                         Math::F32 => Input::F32(act_row),
-                        Math::Q8 => {
+                        // The quantised row with its sums, made once for the expert's down tasks.
+                        Math::Q8 => Input::Q8(act_q8[a].get_or_init(|| {
                             // Safety: as above.
                             let (q, s) =
                                 unsafe { (q_w.read(a * ffn, ffn), s_w.read(a * ffn / BLOCK, ffn / BLOCK)) };
-                            q8 = Q8Row::from_parts(q.to_vec(), s.to_vec());
-                            Input::Q8(&q8)
-                        }
+                            Q8Row::from_parts(q.to_vec(), s.to_vec())
+                        })),
                     };
                     // Safety: task (expert, chunk) alone writes these rows of its assignments' outputs.
                     let y = unsafe { ys_w.range(a * hidden + r0, count) };

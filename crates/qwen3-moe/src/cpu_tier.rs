@@ -178,6 +178,11 @@ impl CpuTier {
         self.kernels.threads()
     }
 
+    /// Whether the kernels multiply on Q8_0-quantised inputs.
+    pub fn int8(&self) -> bool {
+        self.math == Math::Q8
+    }
+
     /// Starts the next token's plans.
     pub fn next_token(&mut self) {
         self.policy.next_token();
@@ -236,8 +241,8 @@ impl CpuTier {
     }
 
     /// `Σ w · FFN_e(xn)` over `layer`'s experts `ids` with routing weights `weights`, the time from start to
-    /// finish, and what `meanwhile` returned: this thread runs it while the pool's threads start on the
-    /// experts (see [`CpuExperts::moe_while`]). Through the host tier, the experts it holds are computed
+    /// finish, and what `meanwhile` returned with the time it took: this thread runs it while the pool's
+    /// threads start on the experts (see [`CpuExperts::moe_while`]). Through the host tier, the experts it holds are computed
     /// while a thread reads the others, which are computed next. Mapped records used for the first time
     /// are counted ([`CpuTier::take_first_uses`]).
     pub fn compute_while<R>(
@@ -247,8 +252,12 @@ impl CpuTier {
         weights: &[f32],
         xn: &[f32],
         meanwhile: impl FnOnce() -> R,
-    ) -> Result<(Vec<f32>, Duration, R)> {
+    ) -> Result<(Vec<f32>, Duration, (R, Duration))> {
         let started = Instant::now();
+        let meanwhile = || {
+            let r = meanwhile();
+            (r, started.elapsed())
+        };
         let mut out = vec![0f32; xn.len()];
         if !matches!(self.records, Records::Host(..)) {
             let keys: Vec<ExpertKey> = ids.iter().map(|&e| ExpertKey::new(layer, e)).collect();

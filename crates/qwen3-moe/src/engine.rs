@@ -107,9 +107,7 @@ pub struct EngineOptions {
     /// 0.05-0.27; default off: the f32 steps match llama.cpp's F32 twins to 2e-3; on the H200 int8 steps
     /// decoded 6 % slower before gate‖up took the router's quantised row, BENCHMARKS.md; not measured
     /// since). Q4_0 experts keep f32. Applies to the fused decode layer (top-k ≤ 64, expert FFN a multiple
-    /// of 16); other shapes' steps stay f32. The CPU tier's experts (`cpu_experts`) then multiply on
-    /// Q8_0-quantised inputs too, as llama.cpp's CPU backend does, Q4_0 ones included, and K-quant files'
-    /// where every expert tensor is Q4_K, Q5_K or Q6_K and the CPU has AVX2 or AVX-512 VNNI.
+    /// of 16); other shapes' steps stay f32. Turns `cpu_int8` on too.
     pub int8_decode: bool,
     /// While experts stream, a one-token step queues up to this many layers past the last one whose picks
     /// the host has checked (0 reads each layer's picks back before its experts run; `None`, the default,
@@ -159,6 +157,12 @@ pub struct EngineOptions {
     pub ram_budget: Option<u64>,
     /// Threads of the CPU tier, the stepping thread's included (`None`: every core but two).
     pub cpu_threads: Option<usize>,
+    /// The CPU tier multiplies on inputs quantised to Q8_0 (the token row before gate‖up, the activation
+    /// before down) with integer dot products, as llama.cpp's CPU backend does, where its records take them:
+    /// Q8_0 and Q4_0, or K-quant records whose every tensor is Q4_K, Q5_K or Q6_K on a CPU with AVX2 or
+    /// AVX-512 VNNI (default on: the fastest measured path, BENCHMARKS.md). Off, it multiplies in f32, the
+    /// GPU's arithmetic (what the llama.cpp goldens' 2e-3 holds for). `int8_decode` turns it on as well.
+    pub cpu_int8: bool,
     /// The CPU tier's admission rules.
     pub cpu_tiers: TierConfig,
     /// Where the experts' picks come from: the router's own top-k (default), or forced from a workload for
@@ -208,6 +212,7 @@ impl Default for EngineOptions {
             cpu_experts: None,
             ram_budget: None,
             cpu_threads: None,
+            cpu_int8: true,
             cpu_tiers: TierConfig::default(),
             routing: Routing::Router,
             record_routing: None,
@@ -650,7 +655,7 @@ impl Engine {
         });
         let cpu_tier = (cpu_experts && !resident)
             .then(|| {
-                let (threads, int8) = (opts.cpu_threads, opts.int8_decode);
+                let (threads, int8) = (opts.cpu_threads, opts.cpu_int8 || opts.int8_decode);
                 CpuTier::open(&store, &experts, threads, opts.cpu_tiers, int8, host, checks.clone())
             })
             .transpose()?;
@@ -800,6 +805,7 @@ impl Engine {
             self.pool_slots(),
         );
         stats.cpu_isa = self.cpu_tier.as_ref().map(|t| (t.isa(), t.threads()));
+        stats.cpu_int8 = self.cpu_tier.as_ref().is_some_and(CpuTier::int8);
         stats.host = self.cpu_tier.as_ref().and_then(CpuTier::host_stats);
         stats
     }
@@ -1235,10 +1241,12 @@ impl Engine {
                         })
                     };
                     let tier = self.cpu_tier.as_mut().expect("CPU work comes from the tier");
-                    let (sum, took, next_head) = tier.compute_while(l, &ids, &weights, &xn, meanwhile)?;
+                    let (sum, took, (next_head, recording)) =
+                        tier.compute_while(l, &ids, &weights, &xn, meanwhile)?;
                     head_ready = next_head;
                     self.stats.cpu_experts += ids.len() as u64;
                     self.stats.cpu_time += took;
+                    self.stats.cpu_recording_time += recording;
                     let (first_uses, first_use_time) = tier.take_first_uses();
                     self.stats.cpu_first_uses += first_uses;
                     self.stats.cpu_first_use_time += first_use_time;

@@ -463,43 +463,32 @@ pub(crate) fn write_quantised(
     rng: &mut SplitMix64,
 ) -> io::Result<()> {
     match ty {
-        TensorType::Q4_0 => write_q4_0(out, n_values, row, rng),
-        TensorType::Q8_0 => write_q8_0(out, n_values, row, rng),
+        TensorType::Q4_0 => write_legacy(out, (8.0, 2), n_values, row, rng),
+        TensorType::Q8_0 => write_legacy(out, (127.0, 4), n_values, row, rng),
         _ => write_blocks(out, ty, n_values, row, rng),
     }
 }
 
-/// `n_values` of Q8_0 blocks: random quants, and a scale of 1/(127·sqrt(row)) jittered per block so values
-/// keep a unit-ish scale after a dot product over a row.
-fn write_q8_0(out: &mut dyn Write, n_values: u64, row: u64, rng: &mut SplitMix64) -> io::Result<()> {
-    let base = 1.0 / (127.0 * (row as f32).sqrt());
+/// `n_values` of Q8_0 or Q4_0 blocks: random quants (`words` u64s a block: Q4_0's nibbles are value + 8),
+/// and a scale of 1/(`largest` · sqrt(row)) jittered per block, `largest` the type's largest quant, so values
+/// keep a unit-ish scale after a dot product over a row whatever the type.
+fn write_legacy(
+    out: &mut dyn Write,
+    (largest, words): (f32, usize),
+    n_values: u64,
+    row: u64,
+    rng: &mut SplitMix64,
+) -> io::Result<()> {
+    let base = 1.0 / (largest * (row as f32).sqrt());
+    let block = 2 + 8 * words;
     let mut buf = Vec::with_capacity(1 << 20);
     for _ in 0..n_values / 32 {
         let d = f16::from_f32(base * (1.5 + rng.centered()));
         buf.extend_from_slice(&d.to_le_bytes());
-        for _ in 0..4 {
+        for _ in 0..words {
             buf.extend_from_slice(&rng.next().to_le_bytes());
         }
-        if buf.len() >= (1 << 20) - 34 {
-            out.write_all(&buf)?;
-            buf.clear();
-        }
-    }
-    out.write_all(&buf)
-}
-
-/// `n_values` of Q4_0 blocks: random nibbles (value = nibble − 8), and a scale of 1/(8·sqrt(row)) jittered
-/// per block, so values keep the magnitude of the Q8_0 tensors.
-fn write_q4_0(out: &mut dyn Write, n_values: u64, row: u64, rng: &mut SplitMix64) -> io::Result<()> {
-    let base = 1.0 / (8.0 * (row as f32).sqrt());
-    let mut buf = Vec::with_capacity(1 << 20);
-    for _ in 0..n_values / 32 {
-        let d = f16::from_f32(base * (1.5 + rng.centered()));
-        buf.extend_from_slice(&d.to_le_bytes());
-        for _ in 0..2 {
-            buf.extend_from_slice(&rng.next().to_le_bytes());
-        }
-        if buf.len() >= (1 << 20) - 18 {
+        if buf.len() >= (1 << 20) - block {
             out.write_all(&buf)?;
             buf.clear();
         }

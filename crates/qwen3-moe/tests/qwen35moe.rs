@@ -67,6 +67,18 @@ fn worst_against(golden: &Golden, mut logits: Vec<f32>, mut step: impl FnMut(u32
     worst
 }
 
+/// The GPU model of `gguf` with room for `context` positions; `None` (the test then returns) only where no
+/// GPU can run it and `DISKFORMER_SKIP_GPU_TESTS=1` says to skip.
+fn gpu_model(gguf: &Path, context: Option<u32>) -> Option<Resident> {
+    match Resident::open(gguf, context) {
+        Err(Error::Kernels(e)) if std::env::var("DISKFORMER_SKIP_GPU_TESTS").is_ok_and(|v| v == "1") => {
+            eprintln!("SKIPPING: {e}");
+            None
+        }
+        other => Some(other.unwrap()),
+    }
+}
+
 fn temp_dir(what: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("diskformer-qwen35moe-{what}-{}", std::process::id()))
 }
@@ -102,14 +114,7 @@ fn the_reference_gives_llama_cpps_log_probabilities() {
 fn the_gpu_model_gives_llama_cpps_log_probabilities() {
     let dir = temp_dir("gpu");
     let (golden, gguf) = fixture("small", &dir);
-    let mut m = match Resident::open(&gguf, Some(256)) {
-        Ok(m) => m,
-        Err(Error::Kernels(e)) if std::env::var("DISKFORMER_SKIP_GPU_TESTS").is_ok_and(|v| v == "1") => {
-            eprintln!("SKIPPING: {e}");
-            return;
-        }
-        Err(e) => panic!("{e}"),
-    };
+    let Some(mut m) = gpu_model(&gguf, Some(256)) else { return };
     let prompt = &golden.prompt_ids;
     let mut worst = Vec::new();
     // Token by token.
@@ -150,13 +155,7 @@ fn the_gpu_model_gives_llama_cpps_log_probabilities() {
 fn a_long_chunk_matches_the_same_tokens_one_by_one() {
     let dir = temp_dir("gpu-long-chunk");
     let (_, gguf) = fixture("small", &dir);
-    let mut m = match Resident::open(&gguf, Some(256)) {
-        Err(Error::Kernels(e)) if std::env::var("DISKFORMER_SKIP_GPU_TESTS").is_ok_and(|v| v == "1") => {
-            eprintln!("SKIPPING: {e}");
-            return;
-        }
-        other => other.unwrap(),
-    };
+    let Some(mut m) = gpu_model(&gguf, Some(256)) else { return };
     let prompt: Vec<u32> = (0..150u32).map(|i| 97 + (i * 7 + i / 5) % 26).collect();
     let chunk = m.prefill(&prompt).unwrap();
     m.reset();
@@ -177,13 +176,7 @@ fn a_long_chunk_matches_the_same_tokens_one_by_one() {
 fn the_gpu_model_times_each_kernel_of_a_chunk() {
     let dir = temp_dir("gpu-kernel-times");
     let (_, gguf) = fixture("small", &dir);
-    let mut m = match Resident::open(&gguf, Some(64)) {
-        Err(Error::Kernels(e)) if std::env::var("DISKFORMER_SKIP_GPU_TESTS").is_ok_and(|v| v == "1") => {
-            eprintln!("SKIPPING: {e}");
-            return;
-        }
-        other => other.unwrap(),
-    };
+    let Some(mut m) = gpu_model(&gguf, Some(64)) else { return };
     for (t, grouped) in [(1, false), (9, true)] {
         let times = m.kernel_times(t, 1).unwrap();
         assert_eq!(times[0].kernel, "chunk");
@@ -207,13 +200,7 @@ fn the_gpu_model_times_each_kernel_of_a_chunk() {
 fn the_gpu_model_resumes_a_prompt_from_its_checkpoint() {
     let dir = temp_dir("gpu-checkpoint");
     let (golden, gguf) = fixture("small", &dir);
-    let mut m = match Resident::open(&gguf, Some(256)) {
-        Err(Error::Kernels(e)) if std::env::var("DISKFORMER_SKIP_GPU_TESTS").is_ok_and(|v| v == "1") => {
-            eprintln!("SKIPPING: {e}");
-            return;
-        }
-        other => other.unwrap(),
-    };
+    let Some(mut m) = gpu_model(&gguf, Some(256)) else { return };
     let prompt = &golden.prompt_ids;
     m.prefill(prompt).unwrap();
     for &id in &golden.ids[..5] {
@@ -246,13 +233,7 @@ fn the_gpu_model_matches_the_reference_on_quantised_files() {
     for ty in [TensorType::Q8_0, TensorType::Q4K] {
         let gguf = dir.join(format!("small-{}.gguf", ty.name()));
         write_as(&Shape::small(), 9, ty, &gguf).unwrap();
-        let mut m = match Resident::open(&gguf, Some(64)) {
-            Err(Error::Kernels(e)) if std::env::var("DISKFORMER_SKIP_GPU_TESTS").is_ok_and(|v| v == "1") => {
-                eprintln!("SKIPPING: {e}");
-                return;
-            }
-            other => other.unwrap(),
-        };
+        let Some(mut m) = gpu_model(&gguf, Some(64)) else { return };
         let mut r = Reference::open(&gguf).unwrap();
         let prompt = [256u32, 257, 72, 105, 33, 258, 10, 256, 257, 97, 98, 99];
         let mut got = m.prefill(&prompt).unwrap();

@@ -45,6 +45,9 @@ pub struct EngineStats {
     pub cpu_first_uses: u64,
     /// See `cpu_first_uses`.
     pub cpu_first_use_time: Duration,
+    /// The CPU tier: of `cpu_time`, the stepping thread recording the GPU's next commands before it joined
+    /// the host's experts (when it is most of `cpu_time`, the recording, not the experts, bounds a layer).
+    pub cpu_recording_time: Duration,
 }
 
 /// GPU memory by category, in bytes.
@@ -110,8 +113,13 @@ pub struct Stats {
     pub cpu_first_uses: u64,
     /// The CPU tier: the time that took (of `cpu_time`).
     pub cpu_first_use_time: Duration,
+    /// The CPU tier: of `cpu_time`, the stepping thread recording the GPU's next commands before it joined
+    /// the host's experts.
+    pub cpu_recording_time: Duration,
     /// The CPU tier's SIMD path and threads, when it runs.
     pub cpu_isa: Option<(diskformer_cpu_kernels::Isa, usize)>,
+    /// The CPU tier multiplies on Q8_0-quantised inputs (else f32), when it runs.
+    pub cpu_int8: bool,
     /// The host tier's counters (`EngineOptions::ram_budget`), when it runs.
     pub host: Option<HostStats>,
     /// The pool's counters (hits, late hits, misses, bytes, read and upload times, prefetch, by layer).
@@ -155,7 +163,9 @@ impl Stats {
             cpu_admitted: e.cpu_admitted,
             cpu_first_uses: e.cpu_first_uses,
             cpu_first_use_time: e.cpu_first_use_time,
+            cpu_recording_time: e.cpu_recording_time,
             cpu_isa: None,
+            cpu_int8: false,
             host: None,
             pool,
             speculative,
@@ -248,7 +258,8 @@ impl fmt::Display for Stats {
         if let Some((isa, threads)) = self.cpu_isa {
             writeln!(
                 f,
-                "CPU experts ({isa}, {threads} threads): {:.1} a token ({} of picks), {:.2} ms a token, {} admitted to the pool",
+                "CPU experts ({isa}, {} inputs, {threads} threads): {:.1} a token ({} of picks), {:.2} ms a token, {} admitted to the pool",
+                if self.cpu_int8 { "Q8_0" } else { "f32" },
                 self.cpu_experts as f64 / self.tokens().max(1) as f64,
                 pct(self.cpu_share()),
                 self.ms_per_token(self.cpu_time),

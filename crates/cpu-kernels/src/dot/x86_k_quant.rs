@@ -269,12 +269,6 @@ fn load_q8x64(x: &Q8Row, r: usize) -> __m512i {
     unsafe { _mm512_loadu_si512(q.as_ptr().cast()) }
 }
 
-/// `a` in lanes 0..8, `b` in lanes 8..16.
-#[target_feature(enable = "avx512f")]
-fn halves(a: f32, b: f32) -> __m512 {
-    _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(a), _mm512_set1_ps(b))
-}
-
 /// A Q4_K row times a Q8_0-quantised `x` (`vpdpbusd`: the nibbles are the unsigned operand): two sub-blocks
 /// a 512-bit register, per sub-block `dx · ((d · sc) · Σ q·xq − (dmin · m) · Σ xq)`, as
 /// `k_quant_q8::dot`. `Σ xq` is the input's own (`Q8Row::sums`), so the minimums' term is a few scalars a
@@ -297,19 +291,98 @@ fn fifth_bits(high: __m256i, sub: usize) -> __m256i {
     _mm256_slli_epi16::<4>(bits)
 }
 
+/// A Q4_K or Q5_K block's eight sub-block scales and eight minimums from its 12 packed bytes, byte `j` of
+/// each `u64` sub-block `j`'s (llama.cpp's unpacking with `kmask1..3`; `q4_k_scale_min` one at a time).
+fn q4_k_scales_and_mins(packed: &[u8]) -> (u64, u64) {
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const LOW2: u32 = 0x0303_0303;
+    let word = |i: usize| {
+        u32::from_le_bytes([packed[4 * i], packed[4 * i + 1], packed[4 * i + 2], packed[4 * i + 3]])
+    };
+    let (u0, u1, u2) = (word(0), word(1), word(2));
+    // Sub-blocks 0..4: the low 6 bits of bytes 0..4 (scales) and 4..8 (minimums); 4..8: the nibbles of bytes
+    // 8..12 with the top 2 bits of bytes 0..4 (scales) or 4..8 (minimums) above them.
+    let scales = u64::from(u0 & LOW6) | u64::from((u2 & LOW4) | (((u0 >> 6) & LOW2) << 4)) << 32;
+    let mins = u64::from(u1 & LOW6) | u64::from(((u2 >> 4) & LOW4) | (((u1 >> 6) & LOW2) << 4)) << 32;
+    (scales, mins)
+}
+
+/// The eight bytes of `v` as f32.
+#[target_feature(enable = "avx2")]
+fn bytes_as_f32(v: u64) -> __m256 {
+    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64)))
+}
+
+/// `Σ xq` of the eight 32-value runs of `x`'s super-block `b`, as f32 (from its sums of 16).
+#[target_feature(enable = "avx2")]
+fn run_sums(x: &Q8Row, b: usize) -> __m256 {
+    let s = &x.sums[16 * b..][..16];
+    // Safety: `s` holds 16 i32; these read 8 at 0 and at 8.
+    let (lo, hi) =
+        unsafe { (_mm256_loadu_si256(s.as_ptr().cast()), _mm256_loadu_si256(s.as_ptr().add(8).cast())) };
+    // hadd pairs within 128-bit lanes: [lo01 lo23 hi01 hi23 | lo45 lo67 hi45 hi67]; then in order.
+    let pairs = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(lo, hi));
+    _mm256_cvtepi32_ps(pairs)
+}
+
+/// The eight run scales of `x`'s super-block `b`.
+#[target_feature(enable = "avx2")]
+fn run_scales(x: &Q8Row, b: usize) -> __m256 {
+    let s = &x.scales[8 * b..][..8];
+    // Safety: `s` holds 8 f32.
+    unsafe { _mm256_loadu_ps(s.as_ptr()) }
+}
+
+/// Per block, the eight products `d · sc_j · dx_j` in one register and the minimums' term
+/// `dmin · Σ_j m_j · dx_j · Σ xq_j` added into `mins` (eight lanes): no scalar work a sub-block.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q45_k_block_scales(block: &[u8], x: &Q8Row, b: usize, mins: &mut __m256) -> __m256 {
+    let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
+    let (sc, m) = q4_k_scales_and_mins(&block[4..16]);
+    let dx = run_scales(x, b);
+    *mins = _mm256_fmadd_ps(
+        _mm256_mul_ps(bytes_as_f32(m), _mm256_set1_ps(dmin)),
+        _mm256_mul_ps(run_sums(x, b), dx),
+        *mins,
+    );
+    _mm256_mul_ps(_mm256_mul_ps(bytes_as_f32(sc), dx), _mm256_set1_ps(d))
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 fn dot_q45_k_q8_vnni<const Q5: bool>(row: RowRef<'_>, x: &Q8Row) -> f32 {
     let bytes = row.quant_stride;
     let mask = _mm256_set1_epi8(0x0F);
-    let (mut acc, mut mins) = (_mm512_setzero_ps(), 0f32);
+    // Lanes 0..8 take sub-block 2c's scale, 8..16 sub-block 2c + 1's.
+    let lanes = |c: i32| {
+        _mm512_set_epi32(
+            2 * c + 1,
+            2 * c + 1,
+            2 * c + 1,
+            2 * c + 1,
+            2 * c + 1,
+            2 * c + 1,
+            2 * c + 1,
+            2 * c + 1,
+            2 * c,
+            2 * c,
+            2 * c,
+            2 * c,
+            2 * c,
+            2 * c,
+            2 * c,
+            2 * c,
+        )
+    };
+    let chunk_lanes = [lanes(0), lanes(1), lanes(2), lanes(3)];
+    let (mut acc, mut mins) = (_mm512_setzero_ps(), _mm256_setzero_ps());
     for b in 0..row.blocks {
         let block = &row.quants[b * bytes..][..bytes];
-        let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
-        let (scales, qs) = (&block[4..16], &block[if Q5 { 48 } else { 16 }..]);
+        let qs = &block[if Q5 { 48 } else { 16 }..];
         // Safety: a Q5_K block holds 32 bytes of fifth bits at 16 (a Q4_K block, its quants: unused).
         let high = unsafe { _mm256_loadu_si256(block.as_ptr().add(16).cast()) };
-        let (mut block_acc, mut block_mins) = (_mm512_setzero_ps(), 0f32);
-        for chunk in 0..4 {
+        let scales = _mm512_castps256_ps512(q45_k_block_scales(block, x, b, &mut mins));
+        for (chunk, lanes) in chunk_lanes.iter().enumerate() {
             // Safety: `qs` holds 128 bytes; this reads 32 at 32 · chunk.
             let q = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * chunk).cast()) };
             let (mut lo, mut hi) =
@@ -319,55 +392,70 @@ fn dot_q45_k_q8_vnni<const Q5: bool>(row: RowRef<'_>, x: &Q8Row) -> f32 {
                 hi = _mm256_or_si256(hi, fifth_bits(high, 2 * chunk + 1));
             }
             let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-            let r = 8 * b + 2 * chunk;
-            let qx = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w, load_q8x64(x, r)));
-            let (sc0, m0) = q4_k_scale_min(2 * chunk, scales);
-            let (sc1, m1) = q4_k_scale_min(2 * chunk + 1, scales);
-            let (dx0, dx1) = (x.scales[r], x.scales[r + 1]);
-            block_acc = _mm512_fmadd_ps(qx, halves(dx0 * f32::from(sc0), dx1 * f32::from(sc1)), block_acc);
-            let sx = |r: usize| (x.sums[2 * r] + x.sums[2 * r + 1]) as f32;
-            block_mins += dx0 * f32::from(m0) * sx(r) + dx1 * f32::from(m1) * sx(r + 1);
+            let qx = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
+                _mm512_setzero_si512(),
+                w,
+                load_q8x64(x, 8 * b + 2 * chunk),
+            ));
+            acc = _mm512_fmadd_ps(qx, _mm512_permutexvar_ps(*lanes, scales), acc);
         }
-        acc = _mm512_fmadd_ps(block_acc, _mm512_set1_ps(d), acc);
-        mins += dmin * block_mins;
     }
-    _mm512_reduce_add_ps(acc) - mins
+    _mm512_reduce_add_ps(acc) - hsum256(mins)
+}
+
+/// A Q6_K block's sixteen 16-value scales times `d` and their runs' `dx` (scale `j` under run `j / 2`):
+/// scales 0..8 in the first register, 8..16 in the second.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_k_block_scales(block: &[u8], x: &Q8Row, b: usize) -> [__m256; 2] {
+    let d = _mm256_set1_ps(f16_at(block, 208));
+    // Safety: a Q6_K block holds 16 scale bytes at 192.
+    let sc = unsafe { _mm_loadu_si128(block.as_ptr().add(192).cast()) };
+    let (lo, hi) = (_mm256_cvtepi8_epi32(sc), _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(sc)));
+    let dx = run_scales(x, b);
+    let dx_lo = _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+    let dx_hi = _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
+    [
+        _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(lo), dx_lo), d),
+        _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(hi), dx_hi), d),
+    ]
 }
 
 /// A Q6_K row times a Q8_0-quantised `x` (`vpdpbusd` on the unsigned 6-bit quants, then 32 · Σ xq taken
 /// off): two runs of 32 a 512-bit register, each lane of four values under one of the four 16-value scales,
-/// per 16 values `dx · (d · sc) · Σ (q − 32)·xq`, as `k_quant_q8::dot`.
+/// per 16 values `dx · (d · sc) · Σ (q − 32)·xq`, as `k_quant_q8::dot`; a block's scales made once.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 pub(super) fn dot_q6_k_q8_vnni(row: RowRef<'_>, x: &Q8Row) -> f32 {
     let bytes = row.quant_stride;
     let ones = _mm512_set1_epi8(1);
-    // Lane i of a register (values 4i .. 4i + 4 of its 64) takes scale i / 4 of its four.
-    let scale_of_lane = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    // Lane i of the register of runs r, r + 1 (values 4i .. 4i + 4 of its 64) takes scale 2r + i / 4.
+    let lanes = |r: i32| {
+        _mm512_add_epi32(
+            _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+            _mm512_set1_epi32(2 * r),
+        )
+    };
+    let run_lanes = [lanes(0), lanes(2), lanes(4), lanes(6)];
     let mut acc = _mm512_setzero_ps();
     for b in 0..row.blocks {
         let block = &row.quants[b * bytes..][..bytes];
-        let d = f16_at(block, 208);
-        let (ql, qh, scales) = (&block[..128], &block[128..192], &block[192..208]);
+        let (ql, qh) = (&block[..128], &block[128..192]);
+        let [lo, hi] = q6_k_block_scales(block, x, b);
+        // (`vinsertf64x4`: AVX-512F; the f32x8 form needs DQ.)
+        let scales = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+            _mm512_castpd256_pd512(_mm256_castps_pd(lo)),
+            _mm256_castps_pd(hi),
+        ));
         for half in 0..2 {
             // Safety: `qh` holds 64 bytes; this reads 32 at 32 · half.
             let high = unsafe { _mm256_loadu_si256(qh.as_ptr().add(32 * half).cast()) };
             for k in [0, 2] {
                 let (w0, w1) = (q6_quants(ql, high, half, k), q6_quants(ql, high, half, k + 1));
                 let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(w0), w1);
-                let r = 8 * b + 4 * half + k;
-                let xv = load_q8x64(x, r);
+                let xv = load_q8x64(x, 8 * b + 4 * half + k);
                 let qx = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xv);
                 let sx = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, xv);
                 let sums = _mm512_cvtepi32_ps(_mm512_sub_epi32(qx, _mm512_slli_epi32::<5>(sx)));
-                let s = &scales[8 * half + 2 * k..][..4];
-                let (dx0, dx1) = (d * x.scales[r], d * x.scales[r + 1]);
-                let four = _mm_set_ps(
-                    dx1 * f32::from(s[3] as i8),
-                    dx1 * f32::from(s[2] as i8),
-                    dx0 * f32::from(s[1] as i8),
-                    dx0 * f32::from(s[0] as i8),
-                );
-                let scale = _mm512_permutexvar_ps(scale_of_lane, _mm512_castps128_ps512(four));
+                let scale = _mm512_permutexvar_ps(run_lanes[2 * half + k / 2], scales);
                 acc = _mm512_fmadd_ps(sums, scale, acc);
             }
         }
@@ -406,14 +494,13 @@ pub(super) fn dot_q5_k_q8_avx2(row: RowRef<'_>, x: &Q8Row) -> f32 {
 fn dot_q45_k_q8_avx2<const Q5: bool>(row: RowRef<'_>, x: &Q8Row) -> f32 {
     let bytes = row.quant_stride;
     let mask = _mm256_set1_epi8(0x0F);
-    let (mut acc, mut mins) = (_mm256_setzero_ps(), 0f32);
+    let (mut acc, mut mins) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     for b in 0..row.blocks {
         let block = &row.quants[b * bytes..][..bytes];
-        let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
-        let (scales, qs) = (&block[4..16], &block[if Q5 { 48 } else { 16 }..]);
+        let qs = &block[if Q5 { 48 } else { 16 }..];
         // Safety: a Q5_K block holds 32 bytes of fifth bits at 16 (a Q4_K block, its quants: unused).
         let high = unsafe { _mm256_loadu_si256(block.as_ptr().add(16).cast()) };
-        let (mut block_acc, mut block_mins) = (_mm256_setzero_ps(), 0f32);
+        let scales = q45_k_block_scales(block, x, b, &mut mins);
         for chunk in 0..4 {
             // Safety: `qs` holds 128 bytes; this reads 32 at 32 · chunk.
             let q = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * chunk).cast()) };
@@ -421,49 +508,45 @@ fn dot_q45_k_q8_avx2<const Q5: bool>(row: RowRef<'_>, x: &Q8Row) -> f32 {
             for (half, w) in nibbles.into_iter().enumerate() {
                 let sub = 2 * chunk + half;
                 let w = if Q5 { _mm256_or_si256(w, fifth_bits(high, sub)) } else { w };
-                let r = 8 * b + sub;
-                let qx = _mm256_cvtepi32_ps(dot_u8_i8_by_4(w, load_q8x32(x, r)));
-                let (sc, m) = q4_k_scale_min(sub, scales);
-                block_acc = _mm256_fmadd_ps(qx, _mm256_set1_ps(x.scales[r] * f32::from(sc)), block_acc);
-                block_mins += x.scales[r] * f32::from(m) * (x.sums[2 * r] + x.sums[2 * r + 1]) as f32;
+                let qx = _mm256_cvtepi32_ps(dot_u8_i8_by_4(w, load_q8x32(x, 8 * b + sub)));
+                let scale = _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(sub as i32));
+                acc = _mm256_fmadd_ps(qx, scale, acc);
             }
         }
-        acc = _mm256_fmadd_ps(block_acc, _mm256_set1_ps(d), acc);
-        mins += dmin * block_mins;
     }
-    hsum256(acc) - mins
+    hsum256(acc) - hsum256(mins)
 }
 
 /// [`dot_q6_k_q8_vnni`] on AVX2: a run of 32 a 256-bit register, lanes 0..4 under its first 16-value scale
-/// and 4..8 under its second; the 32 · Σ xq offsets from the input's sums, in scalars.
+/// and 4..8 under its second; the 32 · Σ xq offsets from the input's sums, eight lanes a block.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn dot_q6_k_q8_avx2(row: RowRef<'_>, x: &Q8Row) -> f32 {
     let bytes = row.quant_stride;
-    let (mut acc, mut offsets) = (_mm256_setzero_ps(), 0f32);
+    let (mut acc, mut offsets) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     for b in 0..row.blocks {
         let block = &row.quants[b * bytes..][..bytes];
-        let d = f16_at(block, 208);
-        let (ql, qh, scales) = (&block[..128], &block[128..192], &block[192..208]);
-        let (mut block_acc, mut block_offsets) = (_mm256_setzero_ps(), 0f32);
-        for half in 0..2 {
+        let (ql, qh) = (&block[..128], &block[128..192]);
+        let scales = q6_k_block_scales(block, x, b);
+        // Safety: `x.sums` holds 16 sums of 16 a super-block.
+        let sums = unsafe {
+            let s = x.sums[16 * b..][..16].as_ptr();
+            [_mm256_loadu_si256(s.cast()), _mm256_loadu_si256(s.add(8).cast())]
+        };
+        for (s, sum) in scales.iter().zip(sums) {
+            offsets = _mm256_fmadd_ps(*s, _mm256_cvtepi32_ps(sum), offsets);
+        }
+        for (half, half_scales) in scales.into_iter().enumerate() {
             // Safety: `qh` holds 64 bytes; this reads 32 at 32 · half.
             let high = unsafe { _mm256_loadu_si256(qh.as_ptr().add(32 * half).cast()) };
             for k in 0..4 {
                 let q = q6_quants(ql, high, half, k);
-                let r = 8 * b + 4 * half + k;
-                let qx = _mm256_cvtepi32_ps(dot_u8_i8_by_4(q, load_q8x32(x, r)));
-                let (s0, s1) = (
-                    f32::from(scales[8 * half + 2 * k] as i8),
-                    f32::from(scales[8 * half + 2 * k + 1] as i8),
-                );
-                let dx = x.scales[r];
-                let scale = _mm256_set_m128(_mm_set1_ps(dx * s1), _mm_set1_ps(dx * s0));
-                block_acc = _mm256_fmadd_ps(qx, scale, block_acc);
-                block_offsets += dx * 32.0 * (s0 * x.sums[2 * r] as f32 + s1 * x.sums[2 * r + 1] as f32);
+                let qx = _mm256_cvtepi32_ps(dot_u8_i8_by_4(q, load_q8x32(x, 8 * b + 4 * half + k)));
+                // Run 4 · half + k's two scales: 2k and 2k + 1 of the half's register.
+                let at = 2 * k as i32;
+                let lanes = _mm256_setr_epi32(at, at, at, at, at + 1, at + 1, at + 1, at + 1);
+                acc = _mm256_fmadd_ps(qx, _mm256_permutevar8x32_ps(half_scales, lanes), acc);
             }
         }
-        acc = _mm256_fmadd_ps(block_acc, _mm256_set1_ps(d), acc);
-        offsets += d * block_offsets;
     }
-    hsum256(acc) - offsets
+    hsum256(acc) - 32.0 * hsum256(offsets)
 }

@@ -9,7 +9,7 @@
 //! Streaming the experts through the pool and the CPU tier is the qwen3moe engine's alone for now; this is
 //! the model definition those step drivers are to drive once they are the runtime's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +32,9 @@ use crate::{Error, Result};
 /// Tokens a prefill chunk runs at most (the scratch is sized for it): llama.cpp's batch. A chunk's pairs touch
 /// nearly every expert of a 256-expert layer, whose weights the grouped GEMMs then read once for the chunk.
 pub const MAX_CHUNK: u32 = 512;
+
+/// Graphs of chunk sizes other than 1 and [`MAX_CHUNK`] a [`Resident`] keeps.
+const GRAPHS_KEPT: usize = 4;
 
 /// Chunks of this many tokens or more multiply dense matrices by the tiled GEMM instead of the GEMV.
 const GEMM_FROM: u32 = 8;
@@ -62,8 +65,10 @@ pub struct Resident {
     scratch: Scratch,
     /// The logits' argmax, for greedy steps.
     argmax: Dispatch,
-    /// The graph of each chunk size run so far.
+    /// The graphs of the chunk sizes run lately (one token's and [`MAX_CHUNK`]'s always; see
+    /// [`Resident::ensure_graph`]), and the order the others were built in.
     graphs: HashMap<u32, Vec<Dispatch>>,
+    built: VecDeque<u32>,
     /// The tokens the state and the cache hold, in order.
     cached: Vec<u32>,
     /// A copy of the recurrent state (each DeltaNet layer's conv inputs and delta state, in
@@ -258,6 +263,7 @@ impl Resident {
             scratch,
             argmax,
             graphs: HashMap::new(),
+            built: VecDeque::new(),
             cached: Vec::new(),
             checkpoint,
             checkpoint_at: None,
@@ -321,6 +327,26 @@ impl Resident {
         self.checkpoint_at = None;
     }
 
+    /// Builds the graph of a chunk of `t` tokens unless it is kept. Besides one token's and [`MAX_CHUNK`]'s,
+    /// the [`GRAPHS_KEPT`] sizes built last are kept (a prompt's last chunk is of any size, and each graph
+    /// holds its bind groups), the oldest dropped first.
+    fn ensure_graph(&mut self, t: u32) -> Result<()> {
+        if self.graphs.contains_key(&t) {
+            return Ok(());
+        }
+        let graph = self.graph(t)?;
+        self.graphs.insert(t, graph);
+        if t != 1 && t != MAX_CHUNK {
+            self.built.push_back(t);
+            if self.built.len() > GRAPHS_KEPT
+                && let Some(oldest) = self.built.pop_front()
+            {
+                self.graphs.remove(&oldest);
+            }
+        }
+        Ok(())
+    }
+
     /// Where a chunk of `t` tokens spends its GPU time: the whole chunk's graph, then each kernel's
     /// dispatches of it alone (in graph order, one pass), each submitted `repeats` times and timed from the
     /// host to the end of the work (so each row carries one submission's latency). The dispatches run on
@@ -332,10 +358,7 @@ impl Resident {
         if t == 0 || t > MAX_CHUNK {
             return Err(Error::BadOption { option: "tokens", what: format!("{t}: must be 1..={MAX_CHUNK}") });
         }
-        if !self.graphs.contains_key(&t) {
-            let graph = self.graph(t)?;
-            self.graphs.insert(t, graph);
-        }
+        self.ensure_graph(t)?;
         let graph = &self.graphs[&t];
         let mut kinds: Vec<Kernel> = Vec::new();
         for d in graph {
@@ -462,10 +485,7 @@ impl Resident {
         queue.write_buffer(&s.residual[0], 0, bytemuck::cast_slice(&self.embedding_rows(ids)?));
         queue.write_buffer(&s.positions, 0, bytemuck::cast_slice(&positions));
         queue.write_buffer(&s.rope, 0, bytemuck::cast_slice(&self.config.rope_table(&positions)));
-        if !self.graphs.contains_key(&t) {
-            let graph = self.graph(t)?;
-            self.graphs.insert(t, graph);
-        }
+        self.ensure_graph(t)?;
         let device = &self.ctx.device;
         let mut enc = device.create_command_encoder(&Default::default());
         record(&mut enc, &self.graphs[&t]);
