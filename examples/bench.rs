@@ -149,10 +149,10 @@ struct Args {
     /// Threads of the CPU tier (default: every core but two).
     #[arg(long)]
     cpu_threads: Option<usize>,
-    /// The CPU tier multiplies in f32, the GPU's arithmetic (EngineOptions::cpu_int8 off; default: on
-    /// Q8_0-quantised inputs where its kernels take them).
+    /// The CPU tier multiplies on Q8_0-quantised inputs where its kernels take them (EngineOptions::cpu_int8;
+    /// default f32, the GPU's arithmetic).
     #[arg(long)]
-    cpu_f32: bool,
+    cpu_int8: bool,
     /// The host tier (EngineOptions::ram_budget): host memory for expert records read with O_DIRECT, for
     /// stores larger than RAM (e.g. 16g; default: with --direct-io half the available memory, else none:
     /// the CPU tier maps the store from the page cache).
@@ -202,7 +202,7 @@ fn main() -> anyhow::Result<()> {
     };
     sampling.validate().map_err(|e| anyhow::anyhow!("bad sampling option: {e}"))?;
     let mut opts = EngineOptions::default();
-    opts.gpu_budget = args.budget;
+    opts.gpu_budget = Some(args.budget);
     opts.pool_slots = args.pool_slots;
     opts.prefetch = !args.no_prefetch;
     opts.lookahead = args.lookahead;
@@ -227,7 +227,7 @@ fn main() -> anyhow::Result<()> {
         _ => None,
     };
     opts.cpu_threads = args.cpu_threads;
-    opts.cpu_int8 = !args.cpu_f32;
+    opts.cpu_int8 = args.cpu_int8;
     opts.ram_budget = args.ram_budget;
     if let Some(w) = args.cpu_reuse_window {
         opts.cpu_tiers.reuse_window = w;

@@ -1,5 +1,5 @@
-//! What command-line programs built on diskformer share: byte sizes as people write them, and an
-//! environment the GPU drivers start quietly in.
+//! What command-line programs built on diskformer share: byte sizes as people write them, GPU budgets, and
+//! an environment the GPU drivers start quietly in.
 
 /// A byte size as people write it: `4GB`, `512MiB`, `4g`, `1.5GB` (units B, K/KB, M/MB, G/GB = powers of
 /// 1000; KiB, MiB, GiB = powers of 1024; case ignored).
@@ -20,6 +20,20 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     };
     Ok((n * mult) as u64)
 }
+
+/// A GPU memory budget as people give it: `auto` (`None`: the engine sizes it from the adapter's memory,
+/// `auto_gpu_budget`) or a size as [`parse_bytes`] reads it.
+pub fn parse_budget(s: &str) -> Result<Budget, String> {
+    if s.trim().eq_ignore_ascii_case("auto") {
+        Ok(Budget(None))
+    } else {
+        parse_bytes(s).map(|b| Budget(Some(b)))
+    }
+}
+
+/// What [`parse_budget`] read: `None` for `auto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget(pub Option<u64>);
 
 /// Gives the process a private `XDG_RUNTIME_DIR` when it has none (a container, a service, ssh without a
 /// login session): Mesa's drivers (lavapipe among them) look for a display server there and print

@@ -168,6 +168,29 @@ impl Context {
         self.info.device_type == wgpu::DeviceType::Cpu
     }
 
+    /// Bytes of the adapter's largest device-local memory heap (its VRAM on a discrete GPU), where the
+    /// backend tells (Vulkan); `None` elsewhere.
+    pub fn device_memory(&self) -> Option<u64> {
+        #[cfg(any(target_os = "linux", target_os = "windows", target_os = "android"))]
+        {
+            // SAFETY: the adapter outlives the guard, which is dropped at the end of this block; the query
+            // reads the physical device's properties and changes nothing.
+            let hal = unsafe { self.adapter.as_hal::<wgpu::hal::api::Vulkan>() }?;
+            let instance = hal.shared_instance().raw_instance();
+            // SAFETY: the physical device is the adapter's own, of this instance.
+            let props = unsafe { instance.get_physical_device_memory_properties(hal.raw_physical_device()) };
+            let heaps =
+                &props.memory_heaps[..(props.memory_heap_count as usize).min(props.memory_heaps.len())];
+            heaps
+                .iter()
+                .filter(|h| h.flags.contains(ash::vk::MemoryHeapFlags::DEVICE_LOCAL))
+                .map(|h| h.size)
+                .max()
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "windows", target_os = "android")))]
+        None
+    }
+
     /// A one-line description: adapter name, backend, driver, subgroup use and binding limit.
     pub fn describe(&self) -> String {
         format!(

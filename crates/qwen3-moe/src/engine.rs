@@ -25,7 +25,7 @@ use diskformer_store::{ExpertLayout, IngestOptions, ReaderProbe, Store};
 
 use crate::cpu_tier::{CpuTier, HostTier};
 use crate::graph::{
-    Bindings, CpuJoin, ExpertKernels, Graph, KvCache, LayerGraph, Residual, Scratch, ScratchSizes,
+    Bindings, CpuJoin, ExpertKernels, Graph, JoinVia, KvCache, LayerGraph, Scratch, ScratchSizes,
     fused_decode, gemm_groups_len, record,
 };
 use crate::unit_stock::{UnitBuffers, UnitKind, UnitStock};
@@ -38,9 +38,9 @@ use diskformer_runtime::{ForcedRoutes, RouteRecorder, Routing};
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct EngineOptions {
-    /// GPU memory the engine may use, in bytes (default 4 GB): what the dense weights, KV cache and scratch
-    /// leave becomes expert slots (all experts when they fit).
-    pub gpu_budget: u64,
+    /// GPU memory the engine may use, in bytes: what the dense weights, KV cache and scratch leave becomes
+    /// expert slots (all experts when they fit). `None`, the default: [`auto_gpu_budget`] of the adapter.
+    pub gpu_budget: Option<u64>,
     /// An explicit number of expert slots (overrides the budget), at least `2 × top-k`.
     pub pool_slots: Option<usize>,
     /// KV-cache positions (default min(4096, the model's context length)).
@@ -160,8 +160,10 @@ pub struct EngineOptions {
     /// The CPU tier multiplies on inputs quantised to Q8_0 (the token row before gate‖up, the activation
     /// before down) with integer dot products, as llama.cpp's CPU backend does, where its records take them:
     /// Q8_0 and Q4_0, or K-quant records whose every tensor is Q4_K, Q5_K or Q6_K on a CPU with AVX2 or
-    /// AVX-512 VNNI (default on: the fastest measured path, BENCHMARKS.md). Off, it multiplies in f32, the
-    /// GPU's arithmetic (what the llama.cpp goldens' 2e-3 holds for). `int8_decode` turns it on as well.
+    /// AVX-512 VNNI. Default off: in f32 the host computes a pick as the GPU does, to rounding, so a step's
+    /// result does not depend on which picks the pool held when the layer was planned (which background
+    /// loads move from run to run); on quantised inputs a pick moves by ~1e-2 in log-probability between
+    /// the two. `int8_decode` turns it on as well.
     pub cpu_int8: bool,
     /// The CPU tier's admission rules.
     pub cpu_tiers: TierConfig,
@@ -190,7 +192,7 @@ pub struct EngineOptions {
 impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
-            gpu_budget: 4_000_000_000,
+            gpu_budget: None,
             pool_slots: None,
             max_context: None,
             prefetch: true,
@@ -212,7 +214,7 @@ impl Default for EngineOptions {
             cpu_experts: None,
             ram_budget: None,
             cpu_threads: None,
-            cpu_int8: true,
+            cpu_int8: false,
             cpu_tiers: TierConfig::default(),
             routing: Routing::Router,
             record_routing: None,
@@ -281,6 +283,8 @@ pub(crate) enum Output {
 
 /// A loaded Qwen3-MoE model: GPU weights, KV cache, expert pool, tokenizer.
 pub struct Engine {
+    /// The GPU budget it was sized for (the option's, or [`auto_gpu_budget`]'s).
+    gpu_budget: u64,
     config: Config,
     tokenizer: Arc<Tokenizer>,
     vocab: u32,
@@ -433,6 +437,7 @@ impl Engine {
                 what: format!("{} layers; allowed 0..=8", opts.lookahead),
             });
         }
+        let gpu_budget = opts.gpu_budget.unwrap_or_else(|| auto_gpu_budget(&ctx));
         let ctx_len = opts.max_context.unwrap_or(config.context_length.min(4096));
         if ctx_len == 0 || ctx_len > config.context_length {
             return Err(Error::BadOption {
@@ -547,7 +552,7 @@ impl Engine {
                 forced: forced.is_some(),
             };
             let scratch = Scratch::estimate(&config, sizes) + staging;
-            let budget = GpuBudget { budget: opts.gpu_budget, dense, kv_cache: kv_bytes, scratch };
+            let budget = GpuBudget { budget: gpu_budget, dense, kv_cache: kv_bytes, scratch };
             Ok(budget.expert_slots(experts.record_bytes, top_k)?.min(all))
         };
         let slots_for = |batch: u32| slots_for_dense(batch, true, dense);
@@ -662,6 +667,7 @@ impl Engine {
         let kernels = Kernels::new(&ctx);
         let kernels_coop = kernels.cooperative_matrix();
         let mut engine = Engine {
+            gpu_budget,
             config,
             tokenizer,
             vocab,
@@ -720,6 +726,12 @@ impl Engine {
     /// Vocabulary rows of the embedding and lm head.
     pub fn vocab(&self) -> u32 {
         self.vocab
+    }
+
+    /// The GPU memory budget it was sized for, in bytes ([`EngineOptions::gpu_budget`], or
+    /// [`auto_gpu_budget`]'s when that was `None`).
+    pub fn gpu_budget(&self) -> u64 {
+        self.gpu_budget
     }
 
     /// KV-cache positions.
@@ -1147,15 +1159,18 @@ impl Engine {
                 let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
                 let (mut weights, xn) = (floats(&read[k..2 * k]), floats(&read[2 * k..2 * k + hidden]));
                 let cpu_weights: Vec<f32> = plan.cpu_picks().map(|i| weights[i]).collect();
-                if !ids.is_empty() && matches!(lg.cpu_join, Some(CpuJoin { residual: Residual::H, .. })) {
-                    // The unfused combine adds every pick's down row: the host's picks count zero there
-                    // (their rows hold an earlier step's finite values).
+                // The unfused combine adds every pick's down row: the host's sum comes in as its first
+                // pick's, with weight 1, and its other picks count zero (their rows hold an earlier step's
+                // finite values).
+                let sum_row = plan.cpu_picks().next();
+                if let (Some(first), Some(CpuJoin { via: JoinVia::AsPick, .. })) = (sum_row, &lg.cpu_join) {
                     plan.cpu_picks().for_each(|i| weights[i] = 0.0);
+                    weights[first] = 1.0;
                     queue.write_buffer(&s.pick_weights, 0, bytemuck::cast_slice(&weights));
                 }
                 let weights = cpu_weights;
-                if !ids.is_empty() {
-                    cpu_work = Some((ids, weights, xn));
+                if let Some(first) = sum_row {
+                    cpu_work = Some((ids, weights, xn, first));
                 }
                 (Some(pinned), slots)
             } else if let Some((_, table)) = &self.resident_table {
@@ -1210,11 +1225,12 @@ impl Engine {
             }
             self.held = pinned;
             match (cpu_work, &lg.cpu_join) {
-                (Some((ids, weights, xn)), Some(CpuJoin { at: down_from, join, residual })) => {
-                    // gate‖up of the hits runs while the host computes the misses; their sum joins the
-                    // residual stream before the GPU's down and combine add the hits'. Meanwhile this
-                    // thread submits the hits' gate‖up and records (and finishes: most of wgpu's encoding
-                    // cost) what follows the sum: down, the combine, and the next layer up to its picks.
+                (Some((ids, weights, xn, sum_row)), Some(CpuJoin { at: down_from, via })) => {
+                    // gate‖up of the hits (and, unfused, their down) runs while the host computes the
+                    // misses; their sum joins the residual stream before the GPU's combine adds the hits'.
+                    // Meanwhile this thread submits the hits' gate‖up and records (and finishes: most of
+                    // wgpu's encoding cost) what follows the sum: the join, down and the combine, and the
+                    // next layer up to its picks.
                     let (record_time, submit_time) =
                         (&mut self.stats.record_time, &mut self.stats.submit_time);
                     let next = graph.layers.get(l as usize + 1);
@@ -1226,9 +1242,10 @@ impl Engine {
                         });
                         timed(submit_time, || queue.submit([gate_up]));
                         timed(record_time, || {
-                            record(&mut enc, std::slice::from_ref(join));
-                            let residual = s.residual(*residual);
-                            enc.copy_buffer_to_buffer(&s.cpu_joined, 0, residual, 0, 4 * hidden as u64);
+                            if let JoinVia::Add(join) = via {
+                                record(&mut enc, std::slice::from_ref(join));
+                                enc.copy_buffer_to_buffer(&s.cpu_joined, 0, &s.x, 0, 4 * hidden as u64);
+                            }
                             record(&mut enc, &lg.experts[*down_from..]);
                             next.map(|next| {
                                 record_layer_head(&mut enc, next, s, cpu_layer(next), k, hidden, pairs);
@@ -1250,7 +1267,13 @@ impl Engine {
                     let (first_uses, first_use_time) = tier.take_first_uses();
                     self.stats.cpu_first_uses += first_uses;
                     self.stats.cpu_first_use_time += first_use_time;
-                    queue.write_buffer(&s.cpu_sum, 0, bytemuck::cast_slice(&sum));
+                    match via {
+                        JoinVia::Add(_) => queue.write_buffer(&s.cpu_sum, 0, bytemuck::cast_slice(&sum)),
+                        JoinVia::AsPick => {
+                            let row = 4 * (sum_row * hidden) as u64;
+                            queue.write_buffer(&s.down, row, bytemuck::cast_slice(&sum));
+                        }
+                    }
                 }
                 _ => timed(&mut self.stats.record_time, || record(&mut enc, &lg.experts)),
             }
@@ -1589,6 +1612,19 @@ const ABSENT: u32 = u32::MAX;
 
 /// Whether the CPU tier's kernels multiply every expert part of `layout` with SIMD (else it computes them on
 /// its portable path, dequantising each block first).
+/// The budget when none is given: 90 % of the adapter's device-local memory (the rest left to the driver and
+/// the display), or [`FALLBACK_GPU_BUDGET`] where the backend does not tell it or the adapter is a software
+/// renderer (whose memory is the host's, which the page cache and the CPU tier use too).
+pub fn auto_gpu_budget(ctx: &Context) -> u64 {
+    match ctx.device_memory() {
+        Some(bytes) if !ctx.is_software() => bytes / 10 * 9,
+        _ => FALLBACK_GPU_BUDGET,
+    }
+}
+
+/// [`auto_gpu_budget`] where the adapter's memory is unknown or the host's.
+pub const FALLBACK_GPU_BUDGET: u64 = 4_000_000_000;
+
 fn cpu_tier_fast(layout: &ExpertLayout) -> bool {
     layout.part_types().all(|ty| ty.is_none_or(diskformer_cpu_kernels::has_simd_kernel))
 }

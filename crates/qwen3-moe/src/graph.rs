@@ -107,7 +107,8 @@ pub(crate) struct ScratchOf<B> {
     pub gemm_order: Vec<B>,
     gate_up: B,
     act: B,
-    down: B,
+    /// The picks' down rows (`[T, k, H]`); for the CPU tier's unfused join, the host's sum in one of them.
+    pub down: B,
     /// Chunks: the input of the int8 GEMM about to run, Q8_0-quantised (`quantize_q8` rows of the normed
     /// state, the attention output or the SwiGLU activations); int8 one-token steps: the FFN norm's output
     /// quantised by the router kernel, gate‖up's input.
@@ -147,8 +148,8 @@ pub(crate) struct ScratchOf<B> {
     /// The CPU tier ([`crate::EngineOptions::cpu_experts`]): a one-token layer's picks, their weights and
     /// its normed state (`[k] u32, [k] f32, [H] f32`), copied out for the host's experts.
     pub cpu_readback: B,
-    /// The CPU tier: the host's weighted sum of its experts (`[H]`, written by the host), and the residual
-    /// stream with it added (`[H]`, copied back into `x` before the GPU's experts add theirs).
+    /// The CPU tier in fused decode: the host's weighted sum of its experts (`[H]`, written by the host), and
+    /// the residual stream with it added (`[H]`, copied back into `x` before the GPU's experts add theirs).
     pub cpu_sum: B,
     pub cpu_joined: B,
     /// Forced routing ([`crate::EngineOptions::routing`]): per layer the step's `[T, E]` mask added to the
@@ -366,33 +367,25 @@ pub(crate) struct LayerGraph {
 }
 
 /// Where the CPU tier's sum joins a one-token layer: `experts[..at]` (the GPU's picks up to their down
-/// projection, or in fused decode their gate‖up) run while the host computes its picks, then `join` adds the
-/// host's sum (`cpu_sum`) to the residual stream into `cpu_joined`, which the engine copies back over it,
-/// then `experts[at..]` add the GPU's picks.
+/// projection, or in fused decode their gate‖up) run while the host computes its picks, then `via` brings
+/// the host's sum in, then `experts[at..]` add the GPU's picks.
 #[derive(Debug)]
 pub(crate) struct CpuJoin {
     pub at: usize,
-    pub join: Dispatch,
-    pub residual: Residual,
+    pub via: JoinVia,
 }
 
-/// Which buffer holds a layer's residual stream while its experts run.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Residual {
-    /// `x` (fused decode: the combine adds onto it in place).
-    X,
-    /// `h` (the unfused layer: `moe_combine_norm` reads it and writes `x`).
-    H,
-}
-
-impl Scratch {
-    /// The buffer of `residual`.
-    pub fn residual(&self, residual: Residual) -> &wgpu::Buffer {
-        match residual {
-            Residual::X => &self.x,
-            Residual::H => &self.h,
-        }
-    }
+/// How the CPU tier's sum enters a layer's residual stream.
+#[derive(Debug)]
+pub(crate) enum JoinVia {
+    /// Fused decode (the combine adds each GPU pick onto `x` in place): the dispatch adds the host's sum
+    /// (`cpu_sum`) to `x` into `cpu_joined`, which the engine copies back over `x`.
+    Add(Dispatch),
+    /// The unfused layer (`moe_combine_norm` adds every pick's down row to `h`): the engine writes the host's
+    /// sum as the down row of its first pick, with weight 1 and its other picks' 0 (rows the GPU's kernels
+    /// skip, their slots absent), so the combine adds it with the GPU's picks: no dispatch or copy between
+    /// the host's sum and the next layer.
+    AsPick,
 }
 
 /// Every kernel of a step of `t` tokens, bound.
@@ -698,7 +691,7 @@ impl Graph {
             let mut cpu_join = None;
             if fused {
                 let join = k.add(v(&s.x), v(&s.cpu_sum), v(&s.cpu_joined), h)?;
-                cpu_join = Some(CpuJoin { at: experts_dispatches.len(), join, residual: Residual::X });
+                cpu_join = Some(CpuJoin { at: experts_dispatches.len(), via: JoinVia::Add(join) });
                 let parts = in_layer(&down, (Plane::DownQ, Plane::DownScales));
                 let last_layer = l + 1 == w.layers.len();
                 for (i, &part) in parts.iter().enumerate() {
@@ -755,10 +748,7 @@ impl Graph {
                     }
                 }
                 if t == 1 {
-                    // The CPU tier's sum joins the residual `h` before the combine adds the GPU's picks (the
-                    // engine zeroes the weights of the picks computed on the CPU).
-                    let join = k.add(v(&s.h), v(&s.cpu_sum), v(&s.cpu_joined), h)?;
-                    cpu_join = Some(CpuJoin { at: experts_dispatches.len(), join, residual: Residual::H });
+                    cpu_join = Some(CpuJoin { at: experts_dispatches.len(), via: JoinVia::AsPick });
                 }
                 let cp = MoeCombineNormParams { hidden: h, k: top_k, tokens: t, eps };
                 let (down_out, weights, residual) = (v(&s.down), v(&s.pick_weights), v(&s.h));

@@ -17,7 +17,7 @@
 //! use diskformer_qwen3_moe::{Engine, EngineOptions, Event, GenerateOptions};
 //!
 //! let mut opts = EngineOptions::default();
-//! opts.gpu_budget = 4_000_000_000; // dense weights, KV cache, scratch; the rest holds experts
+//! opts.gpu_budget = Some(4_000_000_000); // dense weights, KV cache, scratch; the rest holds experts
 //! let gguf = std::path::Path::new("Qwen3-30B-A3B-Q8_0.gguf");
 //! let mut engine = Engine::open_gguf(gguf, None, &opts, &mut |_| {})?; // ingests into a store beside it
 //! for event in engine.generate(&[Message::user("Hello")], &GenerateOptions::default())? {
@@ -64,7 +64,7 @@ pub use diskformer_runtime::{EndReason, Event, GenerateOptions, Next};
 pub use diskformer_runtime::{GpuBytes, Stats};
 pub use diskformer_runtime::{Routing, Sampler, SamplingOptions, log_softmax, top_n};
 pub use engine::{
-    Engine, EngineOptions, LoadProgress, READ_SPLIT_DIRECT, READ_SPLIT_IN_GGUF, READ_SPLIT_PAGE_CACHE,
-    ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, default_store_dir,
+    Engine, EngineOptions, FALLBACK_GPU_BUDGET, LoadProgress, READ_SPLIT_DIRECT, READ_SPLIT_IN_GGUF,
+    READ_SPLIT_PAGE_CACHE, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, auto_gpu_budget, default_store_dir,
 };
 pub use error::{Error, Result};

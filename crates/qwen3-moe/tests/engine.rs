@@ -11,9 +11,9 @@ use diskformer_qwen3_moe::synthetic::SynthShape;
 mod common;
 use common::{Model, model};
 use diskformer_qwen3_moe::{
-    EndReason, Engine, EngineOptions, Error, Event, GenerateOptions, READ_SPLIT_DIRECT,
-    READ_SPLIT_PAGE_CACHE, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, Sampler, SamplingOptions, log_softmax,
-    top_n,
+    EndReason, Engine, EngineOptions, Error, Event, FALLBACK_GPU_BUDGET, GenerateOptions, READ_SPLIT_DIRECT,
+    READ_SPLIT_PAGE_CACHE, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, Sampler, SamplingOptions,
+    auto_gpu_budget, log_softmax, top_n,
 };
 
 /// The engine with `f`'s options, the CPU tier off unless `f` turns it on: these tests protect the GPU's
@@ -273,7 +273,7 @@ fn refusals_are_clear() {
     };
     assert!(opts(|o| o.pool_slots = Some(3)).contains("2 × top-k = 4"));
     assert!(opts(|o| o.max_context = Some(1 << 20)).contains("max_context"));
-    assert!(opts(|o| o.gpu_budget = 1000).contains("budget"));
+    assert!(opts(|o| o.gpu_budget = Some(1000)).contains("budget"));
     assert!(opts(|o| o.lookahead = 100).contains("lookahead"));
     let missing = Engine::open(&m.dir.join("nowhere"), &EngineOptions::default(), &mut |_| {});
     assert!(matches!(missing, Err(Error::Store(_))));
@@ -835,4 +835,26 @@ fn a_damaged_dense_tensor_is_refused_at_load() {
     bytes[at] ^= 0x10;
     std::fs::write(&dense, &bytes).unwrap();
     Engine::open(&m.store, &EngineOptions::default(), &mut |_| {}).unwrap();
+}
+
+/// With no budget given the engine sizes itself from the adapter: 90 % of a GPU's device-local memory, or
+/// the fallback on a software adapter (lavapipe in CI, whose memory is the host's) or where the backend does
+/// not tell; Vulkan adapters tell it.
+#[test]
+fn the_budget_defaults_to_the_adapters_memory() {
+    let m = model("auto-budget", SynthShape::tiny(), 3);
+    let ctx = diskformer_kernels::Context::new().unwrap();
+    let memory = ctx.device_memory();
+    if ctx.info.backend == wgpu::Backend::Vulkan {
+        assert!(memory.is_some_and(|b| b > 0), "{}: {memory:?}", ctx.describe());
+    }
+    let want = match memory {
+        Some(bytes) if !ctx.is_software() => bytes / 10 * 9,
+        _ => FALLBACK_GPU_BUDGET,
+    };
+    assert_eq!(auto_gpu_budget(&ctx), want);
+    let e = Engine::open_on(ctx, &m.store, &EngineOptions::default(), &mut |_| {}).unwrap();
+    assert_eq!(e.gpu_budget(), want);
+    let given = open(&m, |o| o.gpu_budget = Some(3_000_000_000));
+    assert_eq!(given.gpu_budget(), 3_000_000_000);
 }

@@ -205,7 +205,7 @@ fn check(f: &Fixture, pool_slots: Option<usize>, batched: bool, tensor: bool, cp
     opts.pool_slots = pool_slots;
     opts.tensor_prefill = tensor;
     opts.cpu_experts = Some(cpu.is_some());
-    // The tier's f32 arithmetic is what these tolerances hold for; its default, Q8_0 inputs, is checked by
+    // The tier's f32 arithmetic is what these tolerances hold for; its Q8_0 inputs are checked by
     // `int8_cpu_experts_on_k_quant_blocks_stay_near_llama_cpp` and
     // `int8_prefill_matches_llama_cpp_on_q8_0_fixtures`.
     opts.cpu_int8 = false;

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use diskformer::bpe::chat::Message;
-use diskformer::cli::parse_bytes;
+use diskformer::cli::{Budget, parse_budget, parse_bytes};
 use diskformer::qwen3_moe::qwen35moe::{self, Resident};
 use diskformer::qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
 use diskformer::qwen3_moe::{
@@ -35,9 +35,10 @@ pub struct ChatArgs {
     /// Store directory (default: `<model>.diskformer` beside the GGUF).
     #[arg(long)]
     store: Option<PathBuf>,
-    /// GPU memory to use: dense weights, KV cache, scratch, and expert slots with the rest (e.g. 4GB, 512MiB).
-    #[arg(long, default_value = "4GB", value_parser = parse_bytes)]
-    budget: u64,
+    /// GPU memory to use: dense weights, KV cache, scratch, and expert slots with the rest (e.g. 4GB, 512MiB;
+    /// auto: 90 % of the GPU's memory, 4GB on a software adapter).
+    #[arg(long, default_value = "auto", value_parser = parse_budget)]
+    budget: Budget,
     /// Context length (KV-cache positions).
     #[arg(long)]
     ctx: Option<u32>,
@@ -134,7 +135,7 @@ fn count_bar(len: u64, what: &str) -> ProgressBar {
 /// Chats until the input ends, `/quit`, or (with `--prompt`) after one reply.
 pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     let mut opts = EngineOptions::default();
-    opts.gpu_budget = args.budget;
+    opts.gpu_budget = args.budget.0;
     opts.max_context = args.ctx;
     opts.prefetch = !args.no_prefetch;
     opts.direct_io = args.direct_io;
@@ -186,11 +187,13 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         Ok(mut engine) => {
             let s = engine.stats();
             eprintln!(
-                "{}\n{} expert slots of {} ({:.2} GB on the GPU), context {}",
+                "{}\n{} expert slots of {} ({:.2} GB on the GPU of a {:.2} GB budget{}), context {}",
                 engine.adapter(),
                 engine.pool_slots(),
                 engine.config().block_count * engine.config().expert_count,
                 s.gpu_bytes.total() as f64 / 1e9,
+                engine.gpu_budget() as f64 / 1e9,
+                if opts.gpu_budget.is_none() { ", auto" } else { "" },
                 engine.max_context()
             );
             crate::warn_if_software(engine.software_adapter(), &engine.adapter());

@@ -44,9 +44,10 @@ struct ServeArgs {
     /// Port to listen on (0: any free one, printed at start).
     #[arg(long, default_value_t = 8080)]
     port: u16,
-    /// GPU memory for the model: dense weights, KV cache and scratch; the rest holds experts.
-    #[arg(long, default_value = "4GB", value_parser = parse_bytes)]
-    budget: u64,
+    /// GPU memory for the model: dense weights, KV cache and scratch; the rest holds experts (e.g. 4GB;
+    /// auto: 90 % of the GPU's memory, 4GB on a software adapter).
+    #[arg(long, default_value = "auto", value_parser = diskformer::cli::parse_budget)]
+    budget: diskformer::cli::Budget,
     /// Context length (default: the model's, bounded by the budget).
     #[arg(long)]
     ctx: Option<u32>,
@@ -78,10 +79,6 @@ fn warn_if_software(software: bool, adapter: &str) {
     }
 }
 
-fn parse_bytes(s: &str) -> Result<u64, String> {
-    diskformer::cli::parse_bytes(s)
-}
-
 fn main() -> anyhow::Result<()> {
     diskformer::cli::runtime_dir_for_drivers();
     let args = match Cli::parse().command {
@@ -89,11 +86,16 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => args,
     };
     let mut opts = EngineOptions::default();
-    opts.gpu_budget = args.budget;
+    opts.gpu_budget = args.budget.0;
     opts.max_context = args.ctx;
     eprintln!("loading {}", args.model.display());
     let (queue, info) = worker::start(args.model.clone(), args.store.clone(), opts, args.queue)?;
-    eprintln!("{}, context {}", info.adapter, info.context);
+    match info.budget {
+        Some(b) => {
+            eprintln!("{}, context {}, GPU budget {:.2} GB", info.adapter, info.context, b as f64 / 1e9)
+        }
+        None => eprintln!("{}, context {}", info.adapter, info.context),
+    }
     warn_if_software(info.software, &info.adapter);
     let model = args.name.clone().unwrap_or_else(|| {
         args.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())

@@ -37,6 +37,8 @@ pub struct EngineInfo {
     /// The GPU, described, and whether it is a software renderer.
     pub adapter: String,
     pub software: bool,
+    /// The GPU budget the engine was sized for (none for a model that keeps every weight on the GPU).
+    pub budget: Option<u64>,
 }
 
 /// The queue into the engine's thread.
@@ -71,6 +73,7 @@ pub fn start(
                     context: engine.max_context() as usize,
                     adapter: engine.adapter(),
                     software: engine.software_adapter(),
+                    budget: Some(engine.gpu_budget()),
                 };
                 if opened.send(Ok(info)).is_ok() {
                     serve(&mut engine, &queue);
@@ -88,6 +91,7 @@ pub fn start(
                     context: model.max_context() as usize,
                     adapter: model.adapter(),
                     software: model.software_adapter(),
+                    budget: None,
                 };
                 if opened.send(Ok(info)).is_ok() {
                     serve(&mut model, &queue);
