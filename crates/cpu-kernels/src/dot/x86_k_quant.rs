@@ -6,8 +6,6 @@
 
 use core::arch::x86_64::*;
 
-use diskformer_gguf::q4_k_scale_min;
-
 use super::x86::{f16_at, hsum256};
 use crate::matrix::{K_BLOCK, RowRef};
 use crate::{BLOCK, Q8Row};
@@ -44,10 +42,10 @@ fn dot_q45_k<const Q5: bool>(row: RowRef<'_>, x: &[f32]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for b in 0..row.blocks {
         let block = &row.quants[b * bytes..][..bytes];
-        let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
-        let (scales, qs) = (&block[4..16], &block[if Q5 { 48 } else { 16 }..]);
+        let qs = &block[if Q5 { 48 } else { 16 }..];
         // Safety: a Q5_K block holds 32 bytes of fifth bits at 16 (a Q4_K block, its quants: unused).
         let high = unsafe { _mm256_loadu_si256(block.as_ptr().add(16).cast()) };
+        let (scales, mins) = q45_k_scales_f32(block);
         let xb = &x[b * K_BLOCK..][..K_BLOCK];
         for chunk in 0..4 {
             // Safety: `qs` holds 128 bytes; this reads 32 at 32 · chunk.
@@ -64,13 +62,21 @@ fn dot_q45_k<const Q5: bool>(row: RowRef<'_>, x: &[f32]) -> f32 {
                     qx = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), xv, qx);
                     sx = _mm256_add_ps(sx, xv);
                 }
-                let (sc, m) = q4_k_scale_min(sub, scales);
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * f32::from(sc)), qx, acc);
-                acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * f32::from(m)), sx, acc);
+                let lane = _mm256_set1_epi32(sub as i32);
+                acc = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(scales, lane), qx, acc);
+                acc = _mm256_fnmadd_ps(_mm256_permutevar8x32_ps(mins, lane), sx, acc);
             }
         }
     }
     hsum256(acc)
+}
+
+/// A Q4_K or Q5_K block's eight `d · sc` and eight `dmin · m`, one register each.
+#[target_feature(enable = "avx2,f16c")]
+fn q45_k_scales_f32(block: &[u8]) -> (__m256, __m256) {
+    let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
+    let (sc, m) = q4_k_scales_and_mins(&block[4..16]);
+    (_mm256_mul_ps(bytes_as_f32(sc), _mm256_set1_ps(d)), _mm256_mul_ps(bytes_as_f32(m), _mm256_set1_ps(dmin)))
 }
 
 /// Q3_K's sixteen signed 6-bit scales (KQUANTS.md §1.5): low four bits from bytes 0..8, high two from
@@ -239,8 +245,9 @@ pub(super) fn dot_q4_k_512(row: RowRef<'_>, x: &[f32]) -> f32 {
     let mut acc = _mm512_setzero_ps();
     for b in 0..row.blocks {
         let block = &row.quants[b * bytes..][..bytes];
-        let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
-        let (scales, qs) = (&block[4..16], &block[16..144]);
+        let qs = &block[16..144];
+        let (scales, mins) = q45_k_scales_f32(block);
+        let (scales, mins) = (_mm512_castps256_ps512(scales), _mm512_castps256_ps512(mins));
         let xb = &x[b * K_BLOCK..][..K_BLOCK];
         for sub in 0..8 {
             // Sub-block `sub`: the low (even) or high (odd) nibbles of chunk sub / 2's 32 bytes.
@@ -253,9 +260,9 @@ pub(super) fn dot_q4_k_512(row: RowRef<'_>, x: &[f32]) -> f32 {
                 qx = _mm512_fmadd_ps(q, xv, qx);
                 sx = _mm512_add_ps(sx, xv);
             }
-            let (sc, m) = q4_k_scale_min(sub, scales);
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(d * f32::from(sc)), qx, acc);
-            acc = _mm512_fnmadd_ps(_mm512_set1_ps(dmin * f32::from(m)), sx, acc);
+            let lane = _mm512_set1_epi32(sub as i32);
+            acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(lane, scales), qx, acc);
+            acc = _mm512_fnmadd_ps(_mm512_permutexvar_ps(lane, mins), sx, acc);
         }
     }
     _mm512_reduce_add_ps(acc)
