@@ -206,7 +206,7 @@ fn main() -> anyhow::Result<()> {
     opts.pool_slots = args.pool_slots;
     opts.prefetch = !args.no_prefetch;
     opts.lookahead = args.lookahead;
-    opts.direct_io = args.direct_io;
+    opts.direct_io = Some(args.direct_io);
     opts.copy_experts = !args.experts_in_gguf;
     opts.max_batch = args.max_batch;
     opts.max_context = args.ctx;

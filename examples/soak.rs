@@ -66,7 +66,7 @@ fn main() -> anyhow::Result<()> {
         opts.pool_slots = Some((2 * top_k + rng.below(all_slots - 2 * top_k + 1)) as usize);
         opts.prefetch = rng.below(2) == 0;
         opts.cpu_experts = [None, Some(true), Some(false)][rng.below(3) as usize];
-        opts.direct_io = rng.below(4) == 0;
+        opts.direct_io = Some(rng.below(4) == 0);
         opts.max_context = Some(128 + rng.below(384) as u32);
         let mut engine = Engine::open(&store, &opts, &mut |_| {})?;
         engines += 1;

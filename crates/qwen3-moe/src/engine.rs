@@ -59,8 +59,10 @@ pub struct EngineOptions {
     /// each count, ~0.6 GB). Disks differ: the H200 machine's served one outstanding read fastest, and there
     /// cold decode ran 37 % faster with 1 reader than with 8 (BENCHMARKS.md); NVMe drives want many.
     pub readers: Option<usize>,
-    /// Read records with O_DIRECT, bypassing the page cache (default off).
-    pub direct_io: bool,
+    /// Read records with O_DIRECT, bypassing the page cache. `None`, the default: where the expert records
+    /// are more bytes than the host's available memory ([`records_exceed_memory`]), whose page cache could
+    /// not hold them (each read would push out another record), else through the page cache.
+    pub direct_io: Option<bool>,
     /// How records reach the pool (default: each reader's ring of 2 mapped staging buffers, read into
     /// directly through the page cache).
     pub upload: UploadMethod,
@@ -199,7 +201,7 @@ impl Default for EngineOptions {
             lookahead: 2,
             policy: EvictionPolicy::Cyclic,
             readers: None,
-            direct_io: false,
+            direct_io: None,
             upload: UploadMethod::StagingRing(2),
             read_split: None,
             max_batch: 512,
@@ -285,6 +287,8 @@ pub(crate) enum Output {
 pub struct Engine {
     /// The GPU budget it was sized for (the option's, or [`auto_gpu_budget`]'s).
     gpu_budget: u64,
+    /// Whether records are read with O_DIRECT ([`EngineOptions::direct_io`], or its default's choice).
+    direct_io: bool,
     config: Config,
     tokenizer: Arc<Tokenizer>,
     vocab: u32,
@@ -459,15 +463,16 @@ impl Engine {
         // The CPU tier is on by default only where its kernels multiply every expert type with SIMD: on the
         // portable path (Q5_K) it took 325 ms a token at 4 GB on the H200, 10× slower than leaving it off.
         let cpu_default = cpu_tier_fast(&experts) && opts.cpu_experts != Some(false);
+        let direct_io = opts.direct_io.unwrap_or_else(|| records_exceed_memory(&experts));
         let ram_budget = opts.ram_budget.or_else(|| {
-            (opts.direct_io && (opts.cpu_experts == Some(true) || cpu_default))
+            (direct_io && (opts.cpu_experts == Some(true) || cpu_default))
                 .then(|| default_ram_budget(&experts, top_k as usize))
                 .flatten()
         });
         // The disk probe runs once the options are known good (it reads ~0.6 GB); the staging rings are sized
         // by the readers it picks.
         let checks = opts.check_reads.then(|| store.record_checks()).transpose()?;
-        let mut reader = store.record_reader(opts.direct_io)?;
+        let mut reader = store.record_reader(direct_io)?;
         if let Some(checks) = &checks {
             reader = reader.with_checks(checks.clone());
         }
@@ -485,20 +490,16 @@ impl Engine {
             (None, None) => DEFAULT_READERS,
         };
         let all = (config.block_count * config.expert_count) as usize;
-        let cpu_experts =
-            opts.cpu_experts.unwrap_or(cpu_default && (!opts.direct_io || ram_budget.is_some()));
+        let cpu_experts = opts.cpu_experts.unwrap_or(cpu_default && (!direct_io || ram_budget.is_some()));
         // The CPU tier runs without the routers' guesses: its admissions take the pool's background loads
         // (the configuration measured, BENCHMARKS.md).
         let mut lookahead =
             if opts.prefetch && !cpu_experts { opts.lookahead.min(config.block_count - 1) } else { 0 };
-        let window = opts.route_ahead.unwrap_or(if opts.direct_io {
-            ROUTE_AHEAD_DIRECT
-        } else {
-            ROUTE_AHEAD_PAGE_CACHE
-        });
+        let window =
+            opts.route_ahead.unwrap_or(if direct_io { ROUTE_AHEAD_DIRECT } else { ROUTE_AHEAD_PAGE_CACHE });
         let read_split = opts.read_split.unwrap_or(if store.experts_in_gguf().is_some() {
             READ_SPLIT_IN_GGUF
-        } else if opts.direct_io {
+        } else if direct_io {
             READ_SPLIT_DIRECT
         } else {
             READ_SPLIT_PAGE_CACHE
@@ -668,6 +669,7 @@ impl Engine {
         let kernels_coop = kernels.cooperative_matrix();
         let mut engine = Engine {
             gpu_budget,
+            direct_io,
             config,
             tokenizer,
             vocab,
@@ -732,6 +734,11 @@ impl Engine {
     /// [`auto_gpu_budget`]'s when that was `None`).
     pub fn gpu_budget(&self) -> u64 {
         self.gpu_budget
+    }
+
+    /// Whether it reads records with O_DIRECT ([`EngineOptions::direct_io`], or what its default chose).
+    pub fn direct_io(&self) -> bool {
+        self.direct_io
     }
 
     /// KV-cache positions.
@@ -1926,6 +1933,12 @@ impl MissGuesses<'_> {
         self.spec.guess(&self.lacked[self.units.clone()].concat());
         Ok(self.next < self.units.end)
     }
+}
+
+/// Whether `experts`' records are more bytes than the host's available memory (`false` where it does not
+/// say): [`EngineOptions::direct_io`]'s default then reads them with O_DIRECT.
+pub fn records_exceed_memory(experts: &ExpertLayout) -> bool {
+    diskformer_expert_stream::available_memory().is_some_and(|available| experts.file_bytes() > available)
 }
 
 /// The host tier's budget when `direct_io` asks for none: half the host's available memory, at most the

@@ -66,5 +66,6 @@ pub use diskformer_runtime::{Routing, Sampler, SamplingOptions, log_softmax, top
 pub use engine::{
     Engine, EngineOptions, FALLBACK_GPU_BUDGET, LoadProgress, READ_SPLIT_DIRECT, READ_SPLIT_IN_GGUF,
     READ_SPLIT_PAGE_CACHE, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, auto_gpu_budget, default_store_dir,
+    records_exceed_memory,
 };
 pub use error::{Error, Result};

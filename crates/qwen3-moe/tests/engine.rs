@@ -186,7 +186,7 @@ fn batched_prefill_pool_sizes_and_prefix_reuse_agree() {
     for (direct_io, read_split, readers) in cases {
         let mut e = open(&m, |o| {
             o.pool_slots = Some(5);
-            o.direct_io = direct_io;
+            o.direct_io = Some(direct_io);
             o.read_split = read_split;
             o.readers = readers;
         });
@@ -656,7 +656,7 @@ fn route_ahead_gives_the_logits_of_checking_every_layer_first() {
         let e = open(&m, |o| {
             o.pool_slots = Some(12);
             o.prefetch = false;
-            o.direct_io = direct_io;
+            o.direct_io = Some(direct_io);
         });
         e.route_ahead()
     };
@@ -729,7 +729,7 @@ fn the_cpu_tier_is_on_by_default_while_experts_stream() {
     ];
     for (direct_io, slots, cpu_experts, on) in cases {
         let mut opts = EngineOptions::default();
-        (opts.direct_io, opts.pool_slots, opts.readers) = (direct_io, slots, Some(1));
+        (opts.direct_io, opts.pool_slots, opts.readers) = (Some(direct_io), slots, Some(1));
         opts.cpu_experts = cpu_experts;
         let mut e = Engine::open(&m.store, &opts, &mut |_| {}).unwrap();
         e.prefill(&PROMPT[..3], false).unwrap();
@@ -839,9 +839,9 @@ fn a_damaged_dense_tensor_is_refused_at_load() {
 
 /// With no budget given the engine sizes itself from the adapter: 90 % of a GPU's device-local memory, or
 /// the fallback on a software adapter (lavapipe in CI, whose memory is the host's) or where the backend does
-/// not tell; Vulkan adapters tell it.
+/// not tell; Vulkan adapters tell it. O_DIRECT is chosen by the store's size against the host's memory.
 #[test]
-fn the_budget_defaults_to_the_adapters_memory() {
+fn the_budget_and_o_direct_default_to_the_machine() {
     let m = model("auto-budget", SynthShape::tiny(), 3);
     let ctx = diskformer_kernels::Context::new().unwrap();
     let memory = ctx.device_memory();
@@ -857,4 +857,7 @@ fn the_budget_defaults_to_the_adapters_memory() {
     assert_eq!(e.gpu_budget(), want);
     let given = open(&m, |o| o.gpu_budget = Some(3_000_000_000));
     assert_eq!(given.gpu_budget(), 3_000_000_000);
+    // A store far smaller than the host's memory reads through the page cache unless told otherwise.
+    assert!(!e.direct_io());
+    assert!(open(&m, |o| (o.direct_io, o.pool_slots) = (Some(true), Some(4))).direct_io());
 }

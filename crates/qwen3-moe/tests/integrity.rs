@@ -59,7 +59,7 @@ fn a_damaged_record_stops_every_path_that_reads_it() {
         ),
         (
             "gpu pool, O_DIRECT",
-            fresh(&|o| (o.pool_slots, o.cpu_experts, o.direct_io) = (Some(5), Some(false), true)),
+            fresh(&|o| (o.pool_slots, o.cpu_experts, o.direct_io) = (Some(5), Some(false), Some(true))),
         ),
         (
             "gpu pool, route-ahead with speculative reads",
@@ -68,7 +68,7 @@ fn a_damaged_record_stops_every_path_that_reads_it() {
         ("cpu tier, mapped", fresh(&|o| (o.pool_slots, o.cpu_experts) = (Some(4), Some(true)))),
         (
             "cpu tier, host tier",
-            fresh(&|o| (o.pool_slots, o.direct_io, o.cpu_experts) = (Some(4), true, Some(true))),
+            fresh(&|o| (o.pool_slots, o.direct_io, o.cpu_experts) = (Some(4), Some(true), Some(true))),
         ),
         ("resident", fresh(&|_| {})),
     ];

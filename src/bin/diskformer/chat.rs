@@ -79,8 +79,9 @@ pub struct ChatArgs {
     /// Turn expert prefetch off.
     #[arg(long)]
     no_prefetch: bool,
-    /// Read experts with O_DIRECT, past the page cache (for stores larger than RAM, or to keep the cache for
-    /// other work), into a budget of host memory the CPU computes misses from (--ram-budget).
+    /// Read experts with O_DIRECT, past the page cache (to keep the cache for other work; a store larger
+    /// than the available memory is read so without it), into a budget of host memory the CPU computes
+    /// misses from (--ram-budget).
     #[arg(long)]
     direct_io: bool,
     /// With a GGUF: read a K-quant file's experts (and its dense tensors but the Q8_0 ones) in place from it
@@ -138,7 +139,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     opts.gpu_budget = args.budget.0;
     opts.max_context = args.ctx;
     opts.prefetch = !args.no_prefetch;
-    opts.direct_io = args.direct_io;
+    opts.direct_io = args.direct_io.then_some(true);
     opts.copy_experts = !args.experts_in_gguf;
     opts.ram_budget = args.ram_budget;
     opts.readers = args.readers;
@@ -197,6 +198,9 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
                 engine.max_context()
             );
             crate::warn_if_software(engine.software_adapter(), &engine.adapter());
+            if engine.direct_io() && !args.direct_io {
+                eprintln!("the experts are larger than the available memory: reading them with O_DIRECT");
+            }
             if let Some(probe) = engine.reader_probe() {
                 let rates: Vec<String> = probe
                     .rates
