@@ -9,7 +9,6 @@
 
 // Performance note (2026-12-04, on the 2-core development machine): a dot of 4 rows at once (each input
 // block loaded once for the 4, their sums side by side) ran 35 % slower than one row at a time.
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::dot::dot;
@@ -241,8 +240,10 @@ impl CpuExperts {
         };
         let mut act_s = vec![0f32; if math == Math::Q8 { n * ffn / BLOCK } else { 0 }];
         let mut ys = vec![0f32; n * hidden];
-        let act_q8: Vec<OnceLock<Q8Row>> =
-            (0..if math == Math::Q8 { n } else { 0 }).map(|_| OnceLock::new()).collect();
+        // Q8 math: each gate‖up task also sums its quantised block by 16 (what the K-quant kernels' minimums
+        // take), so down tasks copy the row whole rather than making it again (or waiting on one that does).
+        let mut act_sums = vec![0i32; if math == Math::Q8 { n * ffn / 16 } else { 0 }];
+
         let up_chunks = ffn / TASK_ROWS;
         let down_chunks = hidden.div_ceil(DOWN_ROWS);
         let up_tasks = groups.len() * up_chunks;
@@ -251,6 +252,7 @@ impl CpuExperts {
         let result = {
             let (act_w, q_w, s_w) = (Shared::new(&mut act), Shared::new(&mut act_q), Shared::new(&mut act_s));
             let ys_w = Shared::new(&mut ys);
+            let sums_w = Shared::new(&mut act_sums);
             let task = |task: usize| {
                 if task < up_tasks {
                     let group = task / up_chunks;
@@ -275,6 +277,11 @@ impl CpuExperts {
                                 (q_w.range(a * ffn + r0, TASK_ROWS), s_w.range((a * ffn + r0) / BLOCK, 1))
                             };
                             s[0] = crate::activation::quantize_block(out, q);
+                            // Safety: as above, the block's two sums of 16.
+                            let sums = unsafe { sums_w.range((a * ffn + r0) / 16, 2) };
+                            for (sum, q) in sums.iter_mut().zip(q.chunks_exact(16)) {
+                                *sum = q.iter().map(|&v| i32::from(v)).sum();
+                            }
                         }
                     }
                     return;
@@ -292,15 +299,21 @@ impl CpuExperts {
                     // Safety: the expert's gate‖up tasks have finished (the Acquire above), and nothing
                     // writes these rows again during the job.
                     let act_row = unsafe { act_w.read(a * ffn, ffn) };
+                    let q8;
                     let x = match math {
                         Math::F32 => Input::F32(act_row),
-                        // The quantised row with its sums, made once for the expert's down tasks.
-                        Math::Q8 => Input::Q8(act_q8[a].get_or_init(|| {
-                            // Safety: as above.
-                            let (q, s) =
-                                unsafe { (q_w.read(a * ffn, ffn), s_w.read(a * ffn / BLOCK, ffn / BLOCK)) };
-                            Q8Row::from_parts(q.to_vec(), s.to_vec())
-                        })),
+                        Math::Q8 => {
+                            // Safety: as above; the gate‖up tasks wrote the sums with the quants.
+                            let (q, s, sums) = unsafe {
+                                (
+                                    q_w.read(a * ffn, ffn),
+                                    s_w.read(a * ffn / BLOCK, ffn / BLOCK),
+                                    sums_w.read(a * ffn / 16, ffn / 16),
+                                )
+                            };
+                            q8 = Q8Row { quants: q.to_vec(), scales: s.to_vec(), sums: sums.to_vec() };
+                            Input::Q8(&q8)
+                        }
                     };
                     // Safety: task (expert, chunk) alone writes these rows of its assignments' outputs.
                     let y = unsafe { ys_w.range(a * hidden + r0, count) };
