@@ -229,30 +229,12 @@ mod tests {
 
     const SHAPE: RouteShape = RouteShape { layers: 2, experts: 8, top_k: 3 };
 
-    fn trace(text: &str) -> (tempdir::Dir, TraceRoutes) {
-        let dir = tempdir::Dir::new();
-        let path = dir.0.join("t.jsonl");
+    fn trace(text: &str) -> (tempfile::TempDir, TraceRoutes) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
         std::fs::write(&path, text).unwrap();
         let routes = TraceRoutes::open(&path, SHAPE).unwrap();
         (dir, routes)
-    }
-
-    mod tempdir {
-        pub struct Dir(pub std::path::PathBuf);
-        impl Dir {
-            pub fn new() -> Self {
-                static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-                let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let p = std::env::temp_dir().join(format!("diskformer-workload-{}-{n}", std::process::id()));
-                std::fs::create_dir_all(&p).unwrap();
-                Dir(p)
-            }
-        }
-        impl Drop for Dir {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
     }
 
     fn line_error(text: &str) -> (usize, String) {
@@ -268,8 +250,8 @@ mod tests {
 
     #[test]
     fn a_written_trace_reads_back() {
-        let dir = tempdir::Dir::new();
-        let path = dir.0.join("w.jsonl");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.jsonl");
         let mut uniform = UniformRoutes::new(SHAPE, 7);
         let tokens: Vec<TokenPicks> = (0..5).map(|_| uniform.next_token().unwrap()).collect();
         let mut w = TraceWriter::create(&path).unwrap();

@@ -115,7 +115,7 @@ fn spec_from_args(args: &str) -> SynthSpec {
 }
 
 struct Fixture {
-    _dir: tempdir::TempDir,
+    _dir: tempfile::TempDir,
     store: PathBuf,
     golden: Golden,
     name: String,
@@ -150,7 +150,7 @@ fn data_files(prefix: &str) -> Vec<PathBuf> {
 /// Rebuilds a golden's fixture from its synth-gguf arguments (or copies the committed file llama.cpp's
 /// quantizer made), checks it is the file llama.cpp ran, and ingests it: the temporary directory (kept alive
 /// by the caller, the fixture in it as `{name}.gguf`) and the store.
-fn rebuild(name: &str, golden: &Golden) -> (tempdir::TempDir, PathBuf) {
+fn rebuild(name: &str, golden: &Golden) -> (tempfile::TempDir, PathBuf) {
     let committed = golden.quantized.is_some().then_some(golden.fixture.as_str());
     rebuild_from(name, &golden.synth_args, &golden.fixture_sha256, committed)
 }
@@ -161,8 +161,8 @@ fn rebuild_from(
     synth_args: &str,
     sha256: &str,
     committed: Option<&str>,
-) -> (tempdir::TempDir, PathBuf) {
-    let dir = tempdir::TempDir::new(name);
+) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new().prefix(&format!("diskformer-golden-{name}-")).tempdir().unwrap();
     let gguf = dir.path().join(format!("{name}.gguf"));
     if let Some(file) = committed {
         let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(file);
@@ -497,34 +497,6 @@ fn int8_cpu_experts_on_k_quant_blocks_stay_near_llama_cpp() {
             stats.cpu_isa
         );
         assert!(worst <= INT8_CPU_TWIN_TOL, "{name}: {worst:.3e} from llama.cpp's F32 twin");
-    }
-}
-
-/// A temporary directory removed on drop (no extra crate for one type).
-mod tempdir {
-    use std::path::{Path, PathBuf};
-
-    pub struct TempDir(PathBuf);
-
-    impl TempDir {
-        /// A directory of its own: tests running at once may rebuild the same golden's fixture.
-        pub fn new(name: &str) -> Self {
-            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let p = std::env::temp_dir().join(format!("diskformer-golden-{name}-{}-{n}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&p);
-            std::fs::create_dir_all(&p).unwrap();
-            TempDir(p)
-        }
-        pub fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
     }
 }
 

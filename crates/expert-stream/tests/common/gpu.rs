@@ -1,7 +1,7 @@
 //! GPU test helpers: the shared device (or a loud skip), small qwen3moe-shaped stores with seeded random
 //! experts, and reading a buffer back.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 use diskformer_expert_stream::SeededRng;
@@ -65,25 +65,15 @@ impl Rng {
     }
 }
 
-/// A fresh temporary directory (removed on drop).
-pub struct TempDir(pub PathBuf);
+/// A fresh temporary directory named for the test (`tempfile`'s, removed on drop).
+pub struct TempDir(tempfile::TempDir);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-        let n = Rng::new(nanos as u64).next_u64();
-        let p = std::env::temp_dir().join(format!("diskformer-xs-{tag}-{}-{n:x}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
+        TempDir(tempfile::Builder::new().prefix(&format!("diskformer-xs-{tag}-")).tempdir().unwrap())
     }
     pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.0.path()
     }
 }
 

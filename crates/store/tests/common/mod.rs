@@ -118,27 +118,15 @@ pub fn write_model(dir: &Path, name: &str, shape: &Shape, seed: u64) -> PathBuf 
     path
 }
 
-/// A fresh temporary directory (removed on drop).
-pub struct TempDir(pub PathBuf);
+/// A fresh temporary directory named for the test (`tempfile`'s, removed on drop).
+pub struct TempDir(tempfile::TempDir);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
-        let n = Rng(
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-        )
-        .next_u64();
-        let p = std::env::temp_dir().join(format!("diskformer-store-{tag}-{}-{n:x}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
+        TempDir(tempfile::Builder::new().prefix(&format!("diskformer-store-{tag}-")).tempdir().unwrap())
     }
     pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.0.path()
     }
 }
 
