@@ -53,9 +53,9 @@ struct Args {
     /// Layers of lookahead for prefetch.
     #[arg(long, default_value_t = 2)]
     lookahead: u32,
-    /// Eviction policy: lru, hot, lfu or cyclic.
-    #[arg(long, default_value = "cyclic")]
-    policy: String,
+    /// Eviction policy.
+    #[arg(long, value_enum, default_value_t = Policy::Cyclic)]
+    policy: Policy,
     /// Read records with O_DIRECT (cold-disk figures without dropping the page cache).
     #[arg(long)]
     direct_io: bool,
@@ -106,8 +106,8 @@ struct Args {
     #[arg(long)]
     speculative_reads: Option<usize>,
     /// How records reach the pool: ring (mapped staging, read into directly) or write (queue.write_buffer).
-    #[arg(long, default_value = "ring")]
-    upload: String,
+    #[arg(long, value_enum, default_value_t = Upload::Ring)]
+    upload: Upload,
     /// Pieces a record is read, staged and uploaded in (ring upload; default: the engine's, EngineOptions::
     /// read_split: whole records with --direct-io, else 4).
     #[arg(long)]
@@ -166,6 +166,24 @@ struct Args {
     /// (EngineOptions::check_reads; to measure what the checks cost).
     #[arg(long)]
     no_read_checks: bool,
+}
+
+/// `--policy`: the pool's eviction policy.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Policy {
+    Lru,
+    Hot,
+    Lfu,
+    Cyclic,
+}
+
+/// `--upload`: how records reach the pool.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Upload {
+    /// Mapped staging buffers, read into directly.
+    Ring,
+    /// `queue.write_buffer`.
+    Write,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -232,17 +250,15 @@ fn main() -> anyhow::Result<()> {
     if let Some(w) = args.cpu_reuse_window {
         opts.cpu_tiers.reuse_window = w;
     }
-    opts.upload = match args.upload.as_str() {
-        "ring" => UploadMethod::StagingRing(2),
-        "write" => UploadMethod::WriteBuffer,
-        other => anyhow::bail!("unknown upload method {other:?}; use ring or write"),
+    opts.upload = match args.upload {
+        Upload::Ring => UploadMethod::StagingRing(2),
+        Upload::Write => UploadMethod::WriteBuffer,
     };
-    opts.policy = match args.policy.as_str() {
-        "lru" => EvictionPolicy::Lru,
-        "hot" => EvictionPolicy::HOT,
-        "lfu" => EvictionPolicy::Lfu,
-        "cyclic" => EvictionPolicy::Cyclic,
-        other => anyhow::bail!("unknown policy {other:?}; use lru, hot, lfu or cyclic"),
+    opts.policy = match args.policy {
+        Policy::Lru => EvictionPolicy::Lru,
+        Policy::Hot => EvictionPolicy::HOT,
+        Policy::Lfu => EvictionPolicy::Lfu,
+        Policy::Cyclic => EvictionPolicy::Cyclic,
     };
     // A seeded prompt of ordinary tokens (the first 256 ids are bytes in every vocabulary used here).
     let mut x = 0x9E37_79B9u64;
@@ -319,9 +335,9 @@ fn main() -> anyhow::Result<()> {
         "run_ahead": !args.no_run_ahead,
         "prefetch": !args.no_prefetch,
         "lookahead": args.lookahead,
-        "policy": args.policy,
+        "policy": format!("{:?}", args.policy).to_lowercase(),
         "direct_io": args.direct_io,
-        "upload": args.upload,
+        "upload": format!("{:?}", args.upload).to_lowercase(),
         "read_split": engine.read_split(),
         "readers": engine.readers(),
         "warmup_tokens": args.warmup_tokens,
