@@ -25,10 +25,9 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
 /// `auto_gpu_budget`) or a size as [`parse_bytes`] reads it.
 pub fn parse_budget(s: &str) -> Result<Budget, String> {
     if s.trim().eq_ignore_ascii_case("auto") {
-        Ok(Budget(None))
-    } else {
-        parse_bytes(s).map(|b| Budget(Some(b)))
+        return Ok(Budget(None));
     }
+    parse_bytes(s).map(|b| Budget(Some(b))).map_err(|e| format!("{e}, or auto"))
 }
 
 /// What [`parse_budget`] read: `None` for `auto`.
@@ -52,5 +51,23 @@ pub fn runtime_dir_for_drivers() {
             // Safety: called before any other thread exists, so nothing reads the environment meanwhile.
             unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_budgets_parse_as_people_write_them() {
+        assert_eq!(parse_bytes("4GB"), Ok(4_000_000_000));
+        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1.5g"), Ok(1_500_000_000));
+        assert!(parse_bytes("4 parsecs").unwrap_err().contains("unknown unit"));
+        assert_eq!(parse_budget("auto"), Ok(Budget(None)));
+        assert_eq!(parse_budget(" AUTO "), Ok(Budget(None)));
+        assert_eq!(parse_budget("16GB"), Ok(Budget(Some(16_000_000_000))));
+        let bad = parse_budget("lots").unwrap_err();
+        assert!(bad.contains("\"lots\"") && bad.ends_with("or auto"), "{bad}");
     }
 }
