@@ -18,7 +18,7 @@ mod routing_args;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 
 mod common;
 use diskformer::expert_stream::{EvictionPolicy, UploadMethod};
@@ -335,9 +335,9 @@ fn main() -> anyhow::Result<()> {
         "run_ahead": !args.no_run_ahead,
         "prefetch": !args.no_prefetch,
         "lookahead": args.lookahead,
-        "policy": format!("{:?}", args.policy).to_lowercase(),
+        "policy": args.policy.to_possible_value().map(|v| v.get_name().to_owned()),
         "direct_io": args.direct_io,
-        "upload": format!("{:?}", args.upload).to_lowercase(),
+        "upload": args.upload.to_possible_value().map(|v| v.get_name().to_owned()),
         "read_split": engine.read_split(),
         "readers": engine.readers(),
         "warmup_tokens": args.warmup_tokens,

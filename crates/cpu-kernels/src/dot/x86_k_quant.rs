@@ -350,15 +350,10 @@ fn run_scales(x: &Q8Row, b: usize) -> __m256 {
 /// `dmin · Σ_j m_j · dx_j · Σ xq_j` added into `mins` (eight lanes): no scalar work a sub-block.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q45_k_block_scales(block: &[u8], x: &Q8Row, b: usize, mins: &mut __m256) -> __m256 {
-    let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
-    let (sc, m) = q4_k_scales_and_mins(&block[4..16]);
+    let (scales, block_mins) = q45_k_scales_f32(block);
     let dx = run_scales(x, b);
-    *mins = _mm256_fmadd_ps(
-        _mm256_mul_ps(bytes_as_f32(m), _mm256_set1_ps(dmin)),
-        _mm256_mul_ps(run_sums(x, b), dx),
-        *mins,
-    );
-    _mm256_mul_ps(_mm256_mul_ps(bytes_as_f32(sc), dx), _mm256_set1_ps(d))
+    *mins = _mm256_fmadd_ps(block_mins, _mm256_mul_ps(run_sums(x, b), dx), *mins);
+    _mm256_mul_ps(scales, dx)
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
