@@ -6,7 +6,7 @@
 //! - `read/floor`: every thread summing its share of the same experts' bytes (the bound the kernels chase);
 //! - `moe/{q8_0,q4_0}/{f32,q8}/{isa}/t{1,4}`: [`CpuExperts::moe`] for 1 token (8 experts) or 4 tokens (32
 //!   assignments over their union), every available path;
-//! - `moe-blocks/{q4_K,q6_K}/f32/{avx2,avx512vnni}/t1`: K-quant experts as a GGUF's blocks, on each of
+//! - `moe-blocks/{q2_K,…,q6_K,iq4_xs}/{f32,q8,q16}/{avx2,avx512vnni}/t1`: K-quant experts as a GGUF's blocks, on each of
 //!   their SIMD kernels the CPU runs;
 //! - `moe-mapped/q8_0/{f32,q8}/{isa}/t1`: the same experts written to a file in the temporary directory and
 //!   mapped from the page cache (4 KiB pages, where the heap's may be huge), as the engine's CPU tier reads
@@ -19,7 +19,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use diskformer_cpu_kernels::{Assignment, CpuExperts, ExpertWeights, Isa, Math, QuantMatrix, WorkerPool};
+use diskformer_cpu_kernels::{
+    Assignment, CpuExperts, ExpertWeights, Isa, Math, QuantMatrix, WorkerPool, takes_quantised_input,
+};
 use diskformer_gguf::TensorType;
 
 const HIDDEN: usize = 2048;
@@ -171,7 +173,7 @@ fn benches(c: &mut Criterion) {
     group.finish();
 }
 
-/// `moe-blocks/{q2_K,…,q6_K,iq4_xs}/{f32,q8}/{avx2,avx512vnni}/t1`: one layer's experts as a GGUF's K-quant blocks (random quants, finite
+/// `moe-blocks/{q2_K,…,q6_K,iq4_xs}/{f32,q8,q16}/{avx2,avx512vnni}/t1`: one layer's experts as a GGUF's K-quant blocks (random quants, finite
 /// scales), one token.
 fn dequantised(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
@@ -216,8 +218,13 @@ fn dequantised(
     let counts: &[usize] = if ty == TensorType::Q4K { &[TOP_K, 4] } else { &[TOP_K] };
     for isa in [Isa::Avx2, Isa::Avx512Vnni].into_iter().filter(|i| i.available()) {
         let cpu = CpuExperts::new(threads, isa).unwrap();
-        for math in [Math::F32, Math::Q8] {
-            let mname = if math == Math::F32 { "f32" } else { "q8" };
+        // Quantised inputs only where the type takes them (Q4_K, Q5_K, Q6_K).
+        let maths: &[(Math, &str)] = if takes_quantised_input(ty) {
+            &[(Math::F32, "f32"), (Math::Q8, "q8"), (Math::Q16, "q16")]
+        } else {
+            &[(Math::F32, "f32")]
+        };
+        for &(math, mname) in maths {
             for &count in counts {
                 group.throughput(Throughput::Bytes((count * experts[0].weight_bytes()) as u64));
                 let k = if count == TOP_K { String::new() } else { format!("k{count}") };

@@ -11,9 +11,10 @@
 // block loaded once for the 4, their sums side by side) ran 35 % slower than one row at a time.
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::activation::{quantize_block, quantize_block_16};
 use crate::dot::dot;
 use crate::gemv::check_input;
-use crate::{BLOCK, Error, Input, Isa, Q8Row, QuantMatrix, Result, WorkerPool};
+use crate::{BLOCK, Error, Input, Isa, Q8Row, Q16Row, QuantMatrix, Result, WorkerPool};
 
 /// Rows a gate‖up task takes: one Q8_0 block of the activation, so a task quantises what it wrote.
 const TASK_ROWS: usize = BLOCK;
@@ -77,6 +78,10 @@ pub enum Math {
     /// 256-value block; here they take the same Q8_0 rows): integer dot products, less to read from cache,
     /// faster.
     Q8,
+    /// Inputs quantised to 16 bits as two int8 halves ([`crate::Q16Row`]), at the same points: the Q8
+    /// kernels' integer products twice, within 2^-16 of a block's largest value (2^-15 at worst) where Q8 is within 2^-8,
+    /// so that a pick computed here agrees with the GPU's f32 one to about f32's own rounding.
+    Q16,
 }
 
 /// One token's use of one expert.
@@ -195,7 +200,9 @@ impl CpuExperts {
             .flat_map(|e| [e.gate, e.up, e.down])
             .find(|m| !m.weight_type().takes_q8())
         {
-            Some(k) if math == Math::Q8 => Err(Error::QuantisedInput { what: "expert", ty: k.tensor_type() }),
+            Some(k) if math != Math::F32 => {
+                Err(Error::QuantisedInput { what: "expert", ty: k.tensor_type() })
+            }
             _ => Ok(()),
         });
         if let Err(e) = checked {
@@ -213,13 +220,14 @@ impl CpuExperts {
             }
         }
         let rows: Vec<&[f32]> = x.chunks_exact(hidden).collect();
-        let quantised: Vec<Q8Row> = match math {
-            Math::Q8 => rows.iter().map(|r| Q8Row::quantize(r)).collect(),
-            Math::F32 => Vec::new(),
-        };
+        let q8: Vec<Q8Row> =
+            if math == Math::Q8 { rows.iter().map(|r| Q8Row::quantize(r)).collect() } else { Vec::new() };
+        let q16: Vec<Q16Row> =
+            if math == Math::Q16 { rows.iter().map(|r| Q16Row::quantize(r)).collect() } else { Vec::new() };
         let input = |t: usize| match math {
             Math::F32 => Input::F32(rows[t]),
-            Math::Q8 => Input::Q8(&quantised[t]),
+            Math::Q8 => Input::Q8(&q8[t]),
+            Math::Q16 => Input::Q16(&q16[t]),
         };
         if let Err(e) = check_input("token row", hidden, input(0)) {
             meanwhile();
@@ -234,15 +242,16 @@ impl CpuExperts {
         // task's length, and the job has no barrier between its halves.
         let n = assignments.len();
         let mut act = vec![0f32; n * ffn];
-        let mut act_q = match math {
-            Math::Q8 => vec![0i8; n * ffn],
-            Math::F32 => Vec::new(),
-        };
-        let mut act_s = vec![0f32; if math == Math::Q8 { n * ffn / BLOCK } else { 0 }];
+        // Quantised math: the activation's (high) quants, Q16's low halves, the blocks' scales, and the sums
+        // of 16 of each (what the K-quant kernels' minimums take), written by each gate‖up task for its block
+        // so that down tasks copy the row whole rather than making it again (or waiting on one that does).
+        let (quantised, two) = (math != Math::F32, math == Math::Q16);
+        let mut act_q = vec![0i8; if quantised { n * ffn } else { 0 }];
+        let mut act_lo = vec![0i8; if two { n * ffn } else { 0 }];
+        let mut act_s = vec![0f32; if quantised { n * ffn / BLOCK } else { 0 }];
+        let mut act_sums = vec![0i32; if quantised { n * ffn / 16 } else { 0 }];
+        let mut act_lo_sums = vec![0i32; if two { n * ffn / 16 } else { 0 }];
         let mut ys = vec![0f32; n * hidden];
-        // Q8 math: each gate‖up task also sums its quantised block by 16 (what the K-quant kernels' minimums
-        // take), so down tasks copy the row whole rather than making it again (or waiting on one that does).
-        let mut act_sums = vec![0i32; if math == Math::Q8 { n * ffn / 16 } else { 0 }];
 
         let up_chunks = ffn / TASK_ROWS;
         let down_chunks = hidden.div_ceil(DOWN_ROWS);
@@ -251,6 +260,7 @@ impl CpuExperts {
         let isa = self.isa;
         let result = {
             let (act_w, q_w, s_w) = (Shared::new(&mut act), Shared::new(&mut act_q), Shared::new(&mut act_s));
+            let (lo_w, lo_sums_w) = (Shared::new(&mut act_lo), Shared::new(&mut act_lo_sums));
             let ys_w = Shared::new(&mut ys);
             let sums_w = Shared::new(&mut act_sums);
             let task = |task: usize| {
@@ -271,17 +281,29 @@ impl CpuExperts {
                             let u = dot(isa, ty.1, e.up.row(r0 + i), xt);
                             *o = g / (1.0 + (-g).exp()) * u;
                         }
-                        if math == Math::Q8 {
-                            // Safety: as above, one block of the quantised activation.
-                            let (q, s) = unsafe {
-                                (q_w.range(a * ffn + r0, TASK_ROWS), s_w.range((a * ffn + r0) / BLOCK, 1))
+                        if quantised {
+                            // Safety: as above, one block of the quantised activation and its two sums of 16.
+                            let (q, s, sums) = unsafe {
+                                (
+                                    q_w.range(a * ffn + r0, TASK_ROWS),
+                                    s_w.range((a * ffn + r0) / BLOCK, 1),
+                                    sums_w.range((a * ffn + r0) / 16, 2),
+                                )
                             };
-                            s[0] = crate::activation::quantize_block(out, q);
-                            // Safety: as above, the block's two sums of 16.
-                            let sums = unsafe { sums_w.range((a * ffn + r0) / 16, 2) };
-                            for (sum, q) in sums.iter_mut().zip(q.chunks_exact(16)) {
-                                *sum = q.iter().map(|&v| i32::from(v)).sum();
+                            if two {
+                                // Safety: as above, the block's low halves and their sums.
+                                let (lo, lo_sums) = unsafe {
+                                    (
+                                        lo_w.range(a * ffn + r0, TASK_ROWS),
+                                        lo_sums_w.range((a * ffn + r0) / 16, 2),
+                                    )
+                                };
+                                s[0] = quantize_block_16(out, q, lo);
+                                sums_of_16(lo, lo_sums);
+                            } else {
+                                s[0] = quantize_block(out, q);
                             }
+                            sums_of_16(q, sums);
                         }
                     }
                     return;
@@ -299,20 +321,32 @@ impl CpuExperts {
                     // Safety: the expert's gate‖up tasks have finished (the Acquire above), and nothing
                     // writes these rows again during the job.
                     let act_row = unsafe { act_w.read(a * ffn, ffn) };
-                    let q8;
+                    // Safety (the reads below): as above; the gate‖up tasks wrote the sums with the quants.
+                    let high = || unsafe {
+                        Q8Row {
+                            quants: q_w.read(a * ffn, ffn).to_vec(),
+                            scales: s_w.read(a * ffn / BLOCK, ffn / BLOCK).to_vec(),
+                            sums: sums_w.read(a * ffn / 16, ffn / 16).to_vec(),
+                        }
+                    };
+                    let (q8, q16);
                     let x = match math {
                         Math::F32 => Input::F32(act_row),
                         Math::Q8 => {
-                            // Safety: as above; the gate‖up tasks wrote the sums with the quants.
-                            let (q, s, sums) = unsafe {
-                                (
-                                    q_w.read(a * ffn, ffn),
-                                    s_w.read(a * ffn / BLOCK, ffn / BLOCK),
-                                    sums_w.read(a * ffn / 16, ffn / 16),
-                                )
-                            };
-                            q8 = Q8Row { quants: q.to_vec(), scales: s.to_vec(), sums: sums.to_vec() };
+                            q8 = high();
                             Input::Q8(&q8)
+                        }
+                        Math::Q16 => {
+                            let hi = high();
+                            let lo = Q8Row {
+                                // Safety: as above.
+                                quants: unsafe { lo_w.read(a * ffn, ffn) }.to_vec(),
+                                scales: hi.scales.iter().map(|d| d / 256.0).collect(),
+                                // Safety: as above.
+                                sums: unsafe { lo_sums_w.read(a * ffn / 16, ffn / 16) }.to_vec(),
+                            };
+                            q16 = Q16Row { hi, lo };
+                            Input::Q16(&q16)
                         }
                     };
                     // Safety: task (expert, chunk) alone writes these rows of its assignments' outputs.
@@ -333,6 +367,13 @@ impl CpuExperts {
             }
         }
         Ok(result)
+    }
+}
+
+/// Each 16 of `q`'s sums into `sums`.
+fn sums_of_16(q: &[i8], sums: &mut [i32]) {
+    for (sum, q) in sums.iter_mut().zip(q.chunks_exact(16)) {
+        *sum = q.iter().map(|&v| i32::from(v)).sum();
     }
 }
 

@@ -14,7 +14,7 @@ pub fn gemv(isa: Isa, m: &QuantMatrix<'_>, x: Input<'_>, out: &mut [f32]) -> Res
         return Err(Error::IsaUnavailable { isa });
     }
     check_input("input", m.cols(), x)?;
-    if !m.weight_type().takes_q8() && matches!(x, Input::Q8(_)) {
+    if !m.weight_type().takes_q8() && matches!(x, Input::Q8(_) | Input::Q16(_)) {
         return Err(Error::QuantisedInput { what: "matrix", ty: m.tensor_type() });
     }
     if out.len() != m.rows() {
@@ -26,12 +26,20 @@ pub fn gemv(isa: Isa, m: &QuantMatrix<'_>, x: Input<'_>, out: &mut [f32]) -> Res
     Ok(())
 }
 
-/// Checks that `x` holds `cols` values (and, quantised, `cols / 32` scales and `cols / 16` sums).
+/// Checks that `x` holds `cols` values (and, quantised, each half `cols / 32` scales and `cols / 16` sums).
 pub(crate) fn check_input(what: &'static str, cols: usize, x: Input<'_>) -> Result<()> {
     if x.len() != cols {
         return Err(Error::BadLength { what, expected: cols, got: x.len() });
     }
-    if let Input::Q8(q) = x {
+    let halves = match x {
+        Input::F32(_) => vec![],
+        Input::Q8(q) => vec![q],
+        Input::Q16(q) => vec![&q.hi, &q.lo],
+    };
+    for q in halves {
+        if q.len() != cols {
+            return Err(Error::BadLength { what, expected: cols, got: q.len() });
+        }
         if q.scales.len() != cols / crate::BLOCK {
             return Err(Error::BadLength { what, expected: cols / crate::BLOCK, got: q.scales.len() });
         }

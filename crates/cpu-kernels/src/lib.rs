@@ -46,7 +46,7 @@ mod pool;
 
 use diskformer_gguf::TensorType;
 
-pub use activation::{Input, Q8Row};
+pub use activation::{Input, Q8Row, Q16Row};
 pub use error::{Error, Result};
 pub use ffn::{Assignment, CpuExperts, ExpertWeights, Math};
 pub use gemv::gemv;

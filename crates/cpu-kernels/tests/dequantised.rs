@@ -3,7 +3,7 @@
 //! by diskformer-gguf (itself bit-exact against PyPI gguf), on random blocks; and what they refuse.
 
 use diskformer_cpu_kernels::{
-    Assignment, CpuExperts, Error, ExpertWeights, Input, Isa, K_BLOCK, Math, Q8Row, QuantMatrix, gemv,
+    Assignment, CpuExperts, Error, ExpertWeights, Input, Isa, K_BLOCK, Math, Q8Row, Q16Row, QuantMatrix, gemv,
 };
 use diskformer_gguf::{TensorType, dequantize};
 use proptest::prelude::*;
@@ -106,9 +106,9 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
-    /// Q4_K, Q5_K and Q6_K rows times Q8_0-quantised inputs: every path against the f64 product of the
-    /// dequantised weights and the input's quantised values (`q · d`), which the integer sums compute
-    /// exactly up to the f32 scaling.
+    /// Q4_K, Q5_K and Q6_K rows times Q8_0- and Q16-quantised inputs: every path against the f64 product of
+    /// the dequantised weights and the input's quantised values (`q · d`; Q16: both halves'), which the
+    /// integer sums compute exactly up to the f32 scaling.
     #[test]
     fn q4_k_q5_k_and_q6_k_gemv_with_quantised_inputs_match_the_reference(
         (ty, rows, per_row, data, x) in (prop_oneof![Just(TensorType::Q4K), Just(TensorType::Q5K), Just(TensorType::Q6K)], 1usize..4, 1usize..3)
@@ -120,20 +120,24 @@ proptest! {
         let cols = per_row * K_BLOCK;
         let m = QuantMatrix::blocks("w", ty, (rows, cols), &data).unwrap();
         let w = values(ty, &data, rows * cols);
-        let xq = Q8Row::quantize(&x);
-        let xv: Vec<f64> =
-            xq.quants.iter().enumerate().map(|(i, &q)| f64::from(q) * f64::from(xq.scales[i / 32])).collect();
-        for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
-            let mut got = vec![0f32; rows];
-            gemv(isa, &m, Input::Q8(&xq), &mut got).unwrap();
-            for r in 0..rows {
-                let row = &w[r * cols..][..cols];
-                let want: f64 = row.iter().zip(&xv).map(|(w, x)| f64::from(*w) * x).sum();
-                let size: f64 = row.iter().zip(&xv).map(|(w, x)| (f64::from(*w) * x).abs()).sum();
-                prop_assert!(
-                    (f64::from(got[r]) - want).abs() <= 1e-5 * size + 1e-30,
-                    "{} {} row {}: {} vs {}", ty, isa, r, got[r], want
-                );
+        let (xq, x16) = (Q8Row::quantize(&x), Q16Row::quantize(&x));
+        let values = |q: &Q8Row| -> Vec<f64> {
+            q.quants.iter().enumerate().map(|(i, &v)| f64::from(v) * f64::from(q.scales[i / 32])).collect()
+        };
+        let x16v: Vec<f64> = values(&x16.hi).iter().zip(values(&x16.lo)).map(|(h, l)| h + l).collect();
+        for (input, xv) in [(Input::Q8(&xq), values(&xq)), (Input::Q16(&x16), x16v)] {
+            for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+                let mut got = vec![0f32; rows];
+                gemv(isa, &m, input, &mut got).unwrap();
+                for r in 0..rows {
+                    let row = &w[r * cols..][..cols];
+                    let want: f64 = row.iter().zip(&xv).map(|(w, x)| f64::from(*w) * x).sum();
+                    let size: f64 = row.iter().zip(&xv).map(|(w, x)| (f64::from(*w) * x).abs()).sum();
+                    prop_assert!(
+                        (f64::from(got[r]) - want).abs() <= 1e-5 * size + 1e-30,
+                        "{} {} {:?} row {}: {} vs {}", ty, isa, input, r, got[r], want
+                    );
+                }
             }
         }
     }
@@ -221,6 +225,14 @@ fn the_experts_ffn_matches_the_reference_on_every_type() {
                 let worst =
                     out.iter().zip(&want).map(|(g, w)| (f64::from(*g) - w).abs()).fold(0f64, f64::max);
                 assert!(worst <= 2e-2 * size, "{ty} Q8, {threads} threads: worst {worst:e} against {size:e}");
+                // Q16 inputs: within f32's tolerance.
+                cpu.moe(Math::Q16, &experts, &x, &assignments, &mut out).unwrap();
+                let worst =
+                    out.iter().zip(&want).map(|(g, w)| (f64::from(*g) - w).abs()).fold(0f64, f64::max);
+                assert!(
+                    worst <= 1e-4 * size,
+                    "{ty} Q16, {threads} threads: worst {worst:e} against {size:e}"
+                );
             }
         }
     }

@@ -2,7 +2,7 @@
 //! both layouts and both input kinds, and the layouts and the activation quantisation against ggml's
 //! definitions.
 
-use diskformer_cpu_kernels::{BLOCK, Input, Isa, Q8Row, QuantMatrix, dot_reference, gemv};
+use diskformer_cpu_kernels::{BLOCK, Input, Isa, Q8Row, Q16Row, QuantMatrix, dot_reference, gemv};
 use diskformer_gguf::{TensorType, dequantize, join_planes};
 use proptest::prelude::*;
 
@@ -51,7 +51,9 @@ proptest! {
         let interleaved = QuantMatrix::blocks("w", ty, (rows, cols), &blocks).unwrap();
         let xq = Q8Row::quantize(&x);
         let xq_f32: Vec<f32> = xq.quants.iter().enumerate().map(|(i, &v)| f32::from(v) * xq.scales[i / BLOCK]).collect();
-        for (input, values) in [(Input::F32(&x), &x), (Input::Q8(&xq), &xq_f32)] {
+        // Q8_0 and Q4_0 take a Q16 input as its two halves, each a Q8_0 row.
+        let x16 = Q16Row::quantize(&x);
+        for (input, values) in [(Input::F32(&x), &x), (Input::Q8(&xq), &xq_f32), (Input::Q16(&x16), &x)] {
             let want: Vec<f32> = (0..rows).map(|r| dot_reference(&planes, r, input)).collect();
             for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
                 for m in [&planes, &interleaved] {
@@ -93,6 +95,37 @@ proptest! {
             for (j, v) in block.iter().enumerate() {
                 let want = if d == 0.0 { 0.0 } else { (v * (1.0 / d)).round() };
                 prop_assert_eq!(f32::from(q.quants[b * BLOCK + j]), want);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn q16_halves_hold_each_value_within_a_256th_of_its_blocks_scale(
+        x in proptest::collection::vec(prop_oneof![-100f32..100f32, -1e-3f32..1e-3, Just(0f32)], 32..=256)
+    ) {
+        let q = Q16Row::quantize(&x);
+        prop_assert_eq!(q.len(), x.len() / BLOCK * BLOCK);
+        for (b, block) in x.chunks_exact(BLOCK).enumerate() {
+            let d = block.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+            prop_assert_eq!(q.hi.scales[b], d);
+            prop_assert_eq!(q.lo.scales[b], d / 256.0);
+            for (j, &v) in block.iter().enumerate() {
+                let (hi, lo) = (q.hi.quants[b * BLOCK + j], q.lo.quants[b * BLOCK + j]);
+                let back = f64::from(hi) * f64::from(d) + f64::from(lo) * f64::from(d) / 256.0;
+                // d / 512 from the rounding of the low half (d / 256 where it is clamped to ±127), and a few
+                // ulps of 127 · d from x / d's.
+                let bound = f64::from(d) * (1.0 / 256.0 + 1e-5);
+                prop_assert!(hi.abs() <= 127 && lo.abs() <= 127);
+                prop_assert!((back - f64::from(v)).abs() <= bound, "{v} came back as {back} (d {d})");
+            }
+            let sums = |r: &Q8Row, i: usize| r.quants[16 * i..][..16].iter().map(|&v| i32::from(v)).sum::<i32>();
+            for i in 2 * b..2 * b + 2 {
+                prop_assert_eq!(q.hi.sums[i], sums(&q.hi, i));
+                prop_assert_eq!(q.lo.sums[i], sums(&q.lo, i));
             }
         }
     }

@@ -1,9 +1,10 @@
 //! Protects the experts' FFN on the CPU: every path and thread count against a plain reference built from
-//! dequantised rows, in f32 and Q8 math, at random small shapes and at real models' expert shapes; bad
+//! dequantised rows, in f32, Q8 and Q16 math, at random small shapes and at real models' expert shapes; bad
 //! assignments refused before anything runs.
 
 use diskformer_cpu_kernels::{
-    Assignment, BLOCK, CpuExperts, Error, ExpertWeights, Input, Isa, Math, Q8Row, QuantMatrix, dot_reference,
+    Assignment, BLOCK, CpuExperts, Error, ExpertWeights, Input, Isa, Math, Q8Row, Q16Row, QuantMatrix,
+    dot_reference,
 };
 use diskformer_gguf::TensorType;
 use proptest::prelude::*;
@@ -67,9 +68,10 @@ impl Experts {
         let input = |v: &[f32]| -> Vec<f32> {
             match math {
                 Math::F32 => v.to_vec(),
-                Math::Q8 => {
-                    let q = Q8Row::quantize(v);
-                    q.quants.iter().enumerate().map(|(i, &v)| f32::from(v) * q.scales[i / BLOCK]).collect()
+                Math::Q8 => values(&Q8Row::quantize(v)),
+                Math::Q16 => {
+                    let q = Q16Row::quantize(v);
+                    values(&q.hi).iter().zip(values(&q.lo)).map(|(h, l)| h + l).collect()
                 }
             }
         };
@@ -99,6 +101,11 @@ impl Experts {
     }
 }
 
+/// A quantised row's values, `q · d`.
+fn values(q: &Q8Row) -> Vec<f32> {
+    q.quants.iter().enumerate().map(|(i, &v)| f32::from(v) * q.scales[i / BLOCK]).collect()
+}
+
 fn arbitrary_assignments(tokens: usize, experts: usize) -> impl Strategy<Value = Vec<Assignment>> {
     proptest::collection::vec((0..tokens, 0..experts, 0.01f32..1.0), 1..=4 * tokens).prop_map(|v| {
         v.into_iter().map(|(token, expert, weight)| Assignment { token, expert, weight }).collect()
@@ -118,8 +125,13 @@ fn check(
     cpu.moe(math, &experts.weights(), x, assignments, &mut out).unwrap();
     let (want, mag) = experts.reference(math, x, assignments);
     // f32 sums in any order lie within a few ulps of Σ|terms|; the Q8 path also rounds the activation to
-    // Q8_0 from its own f32 SwiGLU, so one step of that rounding (|act|/127 a block) can differ.
-    let rel = if math == Math::Q8 { 2e-2 } else { 1e-4 };
+    // Q8_0 from its own f32 SwiGLU, so one step of that rounding (|act|/127 a block) can differ, and the
+    // Q16 path one step of its own (|act|/127/256).
+    let rel = match math {
+        Math::Q8 => 2e-2,
+        Math::Q16 => 2e-4,
+        Math::F32 => 1e-4,
+    };
     for (i, (g, (w, m))) in out.iter().zip(want.iter().zip(&mag)).enumerate() {
         assert!(
             (f64::from(*g) - w).abs() <= rel * m + 1e-6,
@@ -145,7 +157,7 @@ proptest! {
         let assignments: Vec<_> = assignments.into_iter().filter(|a| a.token < tokens).collect();
         let x: Vec<f32> = (0..tokens * hidden).map(|i| ((i * 7919 + seed as usize) % 2001) as f32 / 1000.0 - 1.0).collect();
         for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
-            for math in [Math::F32, Math::Q8] {
+            for math in [Math::F32, Math::Q8, Math::Q16] {
                 check(&experts, math, isa, 3, &x, &assignments);
             }
         }
@@ -160,7 +172,7 @@ fn the_result_does_not_depend_on_the_thread_count() {
         .map(|k| Assignment { token: k % 2, expert: (3 * k) % 8, weight: 0.1 + k as f32 / 20.0 })
         .collect();
     let isa = Isa::detect();
-    for math in [Math::F32, Math::Q8] {
+    for math in [Math::F32, Math::Q8, Math::Q16] {
         let one = check(&experts, math, isa, 1, &x, &assignments);
         for threads in [2, 5] {
             let many = check(&experts, math, isa, threads, &x, &assignments);
@@ -184,9 +196,14 @@ fn real_expert_shapes_match_the_reference() {
                 (0..8).map(|e| Assignment { token: 0, expert: e, weight: 1.0 / 8.0 }).collect();
             let f32_out = check(&experts, Math::F32, Isa::detect(), 4, &x, &assignments);
             let q8_out = check(&experts, Math::Q8, Isa::detect(), 4, &x, &assignments);
+            let q16_out = check(&experts, Math::Q16, Isa::detect(), 4, &x, &assignments);
             let norm = f32_out.iter().map(|v| v * v).sum::<f32>().sqrt();
-            let diff = f32_out.iter().zip(&q8_out).map(|(a, b)| (a - b) * (a - b)).sum::<f32>().sqrt();
-            assert!(diff / norm < 0.05, "{ty} [{hidden}, {ffn}]: Q8 math {diff} from f32's (norm {norm})");
+            let from_f32 =
+                |out: &[f32]| f32_out.iter().zip(out).map(|(a, b)| (a - b) * (a - b)).sum::<f32>().sqrt();
+            let (q8, q16) = (from_f32(&q8_out), from_f32(&q16_out));
+            assert!(q8 / norm < 0.05, "{ty} [{hidden}, {ffn}]: Q8 math {q8} from f32's (norm {norm})");
+            // Q16's rounding is 256 times finer: it lies far nearer f32 than Q8 does.
+            assert!(q16 < q8 / 32.0, "{ty} [{hidden}, {ffn}]: Q16 math {q16} from f32's, Q8 {q8}");
         }
     }
 }

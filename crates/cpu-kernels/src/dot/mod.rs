@@ -1,7 +1,8 @@
 //! One weight row times one input row: the inner loop of every CPU matmul, a path per instruction set.
 //!
 //! Every path sums the same terms: per block `d_w · Σ q·x` (f32 input) or `Σ_int q·xq · (d_w · d_x)` (Q8
-//! input); they differ only in the order of the f32 sums across blocks, so they agree to rounding.
+//! input; a Q16 input is its two halves' sum); they differ only in the order of the f32 sums across blocks,
+//! so they agree to rounding.
 
 mod dequantised;
 mod k_quant_q8;
@@ -22,6 +23,27 @@ use crate::{Input, Isa};
 #[inline]
 pub(crate) fn dot(isa: Isa, ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f32 {
     debug_assert!(isa.available());
+    if let Input::Q16(x16) = x {
+        #[cfg(target_arch = "x86_64")]
+        // Safety: as for Q8 inputs below; `x16`'s halves are as long as `x`.
+        match (ty.is_dequantised().then(|| ty.tensor_type()), isa) {
+            (Some(TensorType::Q4K), Isa::Avx512Vnni) => {
+                return unsafe { x86_k_quant::dot_q4_k_q16_vnni(row, x16) };
+            }
+            (Some(TensorType::Q5K), Isa::Avx512Vnni) => {
+                return unsafe { x86_k_quant::dot_q5_k_q16_vnni(row, x16) };
+            }
+            (Some(TensorType::Q6K), Isa::Avx512Vnni) => {
+                return unsafe { x86_k_quant::dot_q6_k_q16_vnni(row, x16) };
+            }
+            (Some(TensorType::Q4K), Isa::Avx2) => return unsafe { x86_k_quant::dot_q4_k_q16_avx2(row, x16) },
+            (Some(TensorType::Q5K), Isa::Avx2) => return unsafe { x86_k_quant::dot_q5_k_q16_avx2(row, x16) },
+            (Some(TensorType::Q6K), Isa::Avx2) => return unsafe { x86_k_quant::dot_q6_k_q16_avx2(row, x16) },
+            _ => {}
+        }
+        // The halves apart: each a Q8_0 row (the row is read twice, the second time from L1).
+        return dot(isa, ty, row, Input::Q8(&x16.hi)) + dot(isa, ty, row, Input::Q8(&x16.lo));
+    }
     if let (true, Input::Q8(xq)) = (ty.is_dequantised(), x) {
         #[cfg(target_arch = "x86_64")]
         // Safety: the AVX-512 path's `available()` includes AVX-512F, BW, VNNI, AVX2, FMA and F16C, the AVX2
@@ -74,6 +96,7 @@ pub(crate) fn dot(isa: Isa, ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f3
 /// The reference of `row · x`: the scalar path (the dequantised types have only their portable one).
 pub(crate) fn dot_scalar(ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f32 {
     match (ty.is_dequantised(), x) {
+        (_, Input::Q16(x)) => dot_scalar(ty, row, Input::Q8(&x.hi)) + dot_scalar(ty, row, Input::Q8(&x.lo)),
         (true, Input::Q8(xq)) => k_quant_q8::dot(ty.tensor_type(), row, xq),
         (true, _) => dequantised::dot(ty, row, x),
         _ => scalar::dot(ty, row, x),

@@ -35,6 +35,7 @@ pub(crate) fn dot(ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f32 {
                 let inner = w.iter().zip(xb).fold(0f32, |s, (&w, &x)| (w as f32).mul_add(x, s));
                 sum = d.mul_add(inner, sum);
             }
+            Input::Q16(_) => unreachable!("dot::dot takes a Q16 input's halves apart"),
             Input::Q8(x) => {
                 let xb = &x.quants[b * BLOCK..][..BLOCK];
                 let sumi: i32 = w.iter().zip(xb).map(|(&w, &x)| w * i32::from(x)).sum();

@@ -96,6 +96,7 @@ pub(super) fn dot_avx2(ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f32 {
                 acc = _mm256_fmadd_ps(inner, _mm256_set1_ps(f16_to_f32(row.scale_bits(b))), acc);
             }
         }
+        Input::Q16(_) => unreachable!("dot::dot takes a Q16 input's halves apart"),
         Input::Q8(x) => {
             let ones = _mm256_set1_epi16(1);
             for b in 0..row.blocks {
@@ -145,6 +146,7 @@ pub(super) fn dot_avx512(ty: WeightType, row: RowRef<'_>, x: Input<'_>) -> f32 {
                 acc = _mm512_fmadd_ps(inner, _mm512_set1_ps(f16_to_f32(row.scale_bits(b))), acc);
             }
         }
+        Input::Q16(_) => unreachable!("dot::dot takes a Q16 input's halves apart"),
         Input::Q8(x) => {
             for p in 0..pairs {
                 let b = 2 * p;

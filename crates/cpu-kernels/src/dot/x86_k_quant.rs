@@ -8,7 +8,7 @@ use core::arch::x86_64::*;
 
 use super::x86::{f16_at, hsum256};
 use crate::matrix::{K_BLOCK, RowRef};
-use crate::{BLOCK, Q8Row};
+use crate::{BLOCK, Q8Row, Q16Row};
 
 /// How far past the super-block being multiplied its row's bytes are asked for (rows lie one after another
 /// in a matrix, so near a row's end this reaches into the next row's).
@@ -312,13 +312,26 @@ fn load_q8x64(x: &Q8Row, r: usize) -> __m512i {
 // GiB/s against 5.1 with each sub-block's scale and minimum unpacked and multiplied in scalars.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 pub(super) fn dot_q4_k_q8_vnni(row: RowRef<'_>, x: &Q8Row) -> f32 {
-    dot_q45_k_q8_vnni::<false>(row, x)
+    dot_q45_k_vnni::<false, false>(row, x, x)
 }
 
 /// [`dot_q4_k_q8_vnni`] for Q5_K: each quant's fifth bit (bit `sub` of `qh[j]`) added as 16.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 pub(super) fn dot_q5_k_q8_vnni(row: RowRef<'_>, x: &Q8Row) -> f32 {
-    dot_q45_k_q8_vnni::<true>(row, x)
+    dot_q45_k_vnni::<true, false>(row, x, x)
+}
+
+/// A Q4_K row times a [`Q16Row`]: per 64 values `256 · Σ q·hi + Σ q·lo` in integers (a second `vpdpbusd`
+/// onto the first's sum shifted by 8), scaled by the low halves' `dx = d / 256`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) fn dot_q4_k_q16_vnni(row: RowRef<'_>, x: &Q16Row) -> f32 {
+    dot_q45_k_vnni::<false, true>(row, &x.hi, &x.lo)
+}
+
+/// [`dot_q4_k_q16_vnni`] for Q5_K.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) fn dot_q5_k_q16_vnni(row: RowRef<'_>, x: &Q16Row) -> f32 {
+    dot_q45_k_vnni::<true, true>(row, &x.hi, &x.lo)
 }
 
 /// Bit `sub` of each of the 32 bytes `high`, as 16 (a 16-bit shift moves each byte's bit `sub` to its bit 0).
@@ -371,18 +384,34 @@ fn run_scales(x: &Q8Row, b: usize) -> __m256 {
     unsafe { _mm256_loadu_ps(s.as_ptr()) }
 }
 
-/// Per block, the eight products `d · sc_j · dx_j` in one register and the minimums' term
-/// `dmin · Σ_j m_j · dx_j · Σ xq_j` added into `mins` (eight lanes): no scalar work a sub-block.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q45_k_block_scales(block: &[u8], x: &Q8Row, b: usize, mins: &mut __m256) -> __m256 {
-    let (scales, block_mins) = q45_k_scales_f32(block);
+/// A block's eight `d · sc` (`scales`) times the runs' `dx` of `x`'s super-block `b`, and the minimums' term
+/// `dmin · Σ_j m_j · dx_j · Σ xq_j` (`block_mins` the eight `dmin · m`) added into `mins` (eight lanes): no
+/// scalar work a sub-block.
+#[target_feature(enable = "avx2,fma")]
+fn q45_k_run_scales(scales: __m256, block_mins: __m256, x: &Q8Row, b: usize, mins: &mut __m256) -> __m256 {
     let dx = run_scales(x, b);
     *mins = _mm256_fmadd_ps(block_mins, _mm256_mul_ps(run_sums(x, b), dx), *mins);
     _mm256_mul_ps(scales, dx)
 }
 
+/// A block's scales for its integer sums over `hi` (one half) or, with `TWO`, over `256 · hi + lo`: those of
+/// `lo` (whose `dx` is `hi`'s over 256); the minimums' terms of both halves go into `mins`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q45_k_block_scales<const TWO: bool>(
+    block: &[u8],
+    hi: &Q8Row,
+    lo: &Q8Row,
+    b: usize,
+    mins: &mut __m256,
+) -> __m256 {
+    let (scales, block_mins) = q45_k_scales_f32(block);
+    let run = q45_k_run_scales(scales, block_mins, hi, b, mins);
+    if TWO { q45_k_run_scales(scales, block_mins, lo, b, mins) } else { run }
+}
+
+/// Q4_K or Q5_K times a Q8_0 row (`hi`; `lo` unused) or, with `TWO`, a [`Q16Row`]'s halves.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-fn dot_q45_k_q8_vnni<const Q5: bool>(row: RowRef<'_>, x: &Q8Row) -> f32 {
+fn dot_q45_k_vnni<const Q5: bool, const TWO: bool>(row: RowRef<'_>, hi: &Q8Row, lo: &Q8Row) -> f32 {
     let bytes = row.quant_stride;
     let mask = _mm256_set1_epi8(0x0F);
     // Lanes 0..8 take sub-block 2c's scale, 8..16 sub-block 2c + 1's.
@@ -395,23 +424,24 @@ fn dot_q45_k_q8_vnni<const Q5: bool>(row: RowRef<'_>, x: &Q8Row) -> f32 {
         let qs = &block[if Q5 { 48 } else { 16 }..];
         // Safety: a Q5_K block holds 32 bytes of fifth bits at 16 (a Q4_K block, its quants: unused).
         let high = unsafe { _mm256_loadu_si256(block.as_ptr().add(16).cast()) };
-        let scales = _mm512_castps256_ps512(q45_k_block_scales(block, x, b, &mut mins));
+        let scales = _mm512_castps256_ps512(q45_k_block_scales::<TWO>(block, hi, lo, b, &mut mins));
         for (chunk, lanes) in chunk_lanes.iter().enumerate() {
             // Safety: `qs` holds 128 bytes; this reads 32 at 32 · chunk.
             let q = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * chunk).cast()) };
-            let (mut lo, mut hi) =
+            let (mut even, mut odd) =
                 (_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16::<4>(q), mask));
             if Q5 {
-                lo = _mm256_or_si256(lo, fifth_bits(high, 2 * chunk));
-                hi = _mm256_or_si256(hi, fifth_bits(high, 2 * chunk + 1));
+                even = _mm256_or_si256(even, fifth_bits(high, 2 * chunk));
+                odd = _mm256_or_si256(odd, fifth_bits(high, 2 * chunk + 1));
             }
-            let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-            let qx = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
-                _mm512_setzero_si512(),
-                w,
-                load_q8x64(x, 8 * b + 2 * chunk),
-            ));
-            acc = _mm512_fmadd_ps(qx, _mm512_permutexvar_ps(*lanes, scales), acc);
+            let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(even), odd);
+            let run = 8 * b + 2 * chunk;
+            let mut sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, load_q8x64(hi, run));
+            if TWO {
+                // At most 4 · 31 · 127 · 256 + 4 · 31 · 128 a lane: no overflow.
+                sums = _mm512_dpbusd_epi32(_mm512_slli_epi32::<8>(sums), w, load_q8x64(lo, run));
+            }
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_permutexvar_ps(*lanes, scales), acc);
         }
     }
     _mm512_reduce_add_ps(acc) - hsum256(mins)
@@ -439,6 +469,17 @@ fn q6_k_block_scales(block: &[u8], x: &Q8Row, b: usize) -> [__m256; 2] {
 /// per 16 values `dx · (d · sc) · Σ (q − 32)·xq`, as `k_quant_q8::dot`; a block's scales made once.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 pub(super) fn dot_q6_k_q8_vnni(row: RowRef<'_>, x: &Q8Row) -> f32 {
+    dot_q6_k_vnni::<false>(row, x, x)
+}
+
+/// A Q6_K row times a [`Q16Row`]: as [`dot_q4_k_q16_vnni`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) fn dot_q6_k_q16_vnni(row: RowRef<'_>, x: &Q16Row) -> f32 {
+    dot_q6_k_vnni::<true>(row, &x.hi, &x.lo)
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+fn dot_q6_k_vnni<const TWO: bool>(row: RowRef<'_>, hi: &Q8Row, lo: &Q8Row) -> f32 {
     let bytes = row.quant_stride;
     let ones = _mm512_set1_epi8(1);
     // Lane i of the register of runs r, r + 1 (values 4i .. 4i + 4 of its 64) takes scale 2r + i / 4.
@@ -454,11 +495,11 @@ pub(super) fn dot_q6_k_q8_vnni(row: RowRef<'_>, x: &Q8Row) -> f32 {
         prefetch_block(&row, b);
         let block = &row.quants[b * bytes..][..bytes];
         let (ql, qh) = (&block[..128], &block[128..192]);
-        let [lo, hi] = q6_k_block_scales(block, x, b);
+        let [first, second] = q6_k_block_scales(block, if TWO { lo } else { hi }, b);
         // (`vinsertf64x4`: AVX-512F; the f32x8 form needs DQ.)
         let scales = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
-            _mm512_castpd256_pd512(_mm256_castps_pd(lo)),
-            _mm256_castps_pd(hi),
+            _mm512_castpd256_pd512(_mm256_castps_pd(first)),
+            _mm256_castps_pd(second),
         ));
         for half in 0..2 {
             // Safety: `qh` holds 64 bytes; this reads 32 at 32 · half.
@@ -466,9 +507,16 @@ pub(super) fn dot_q6_k_q8_vnni(row: RowRef<'_>, x: &Q8Row) -> f32 {
             for k in [0, 2] {
                 let (w0, w1) = (q6_quants(ql, high, half, k), q6_quants(ql, high, half, k + 1));
                 let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(w0), w1);
-                let xv = load_q8x64(x, 8 * b + 4 * half + k);
-                let qx = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xv);
-                let sx = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, xv);
+                let run = 8 * b + 4 * half + k;
+                let xv = load_q8x64(hi, run);
+                let mut qx = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xv);
+                let mut sx = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, xv);
+                if TWO {
+                    // At most 4 · 63 · 127 · 256 + 4 · 63 · 128 a lane: no overflow.
+                    let xl = load_q8x64(lo, run);
+                    qx = _mm512_dpbusd_epi32(_mm512_slli_epi32::<8>(qx), w, xl);
+                    sx = _mm512_dpbusd_epi32(_mm512_slli_epi32::<8>(sx), ones, xl);
+                }
                 let sums = _mm512_cvtepi32_ps(_mm512_sub_epi32(qx, _mm512_slli_epi32::<5>(sx)));
                 let scale = _mm512_permutexvar_ps(run_lanes[2 * half + k / 2], scales);
                 acc = _mm512_fmadd_ps(sums, scale, acc);
@@ -496,17 +544,29 @@ fn load_q8x32(x: &Q8Row, r: usize) -> __m256i {
 /// [`dot_q4_k_q8_vnni`] on AVX2: a sub-block a 256-bit register.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn dot_q4_k_q8_avx2(row: RowRef<'_>, x: &Q8Row) -> f32 {
-    dot_q45_k_q8_avx2::<false>(row, x)
+    dot_q45_k_avx2::<false, false>(row, x, x)
 }
 
 /// [`dot_q5_k_q8_vnni`] on AVX2.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn dot_q5_k_q8_avx2(row: RowRef<'_>, x: &Q8Row) -> f32 {
-    dot_q45_k_q8_avx2::<true>(row, x)
+    dot_q45_k_avx2::<true, false>(row, x, x)
+}
+
+/// [`dot_q4_k_q16_vnni`] on AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q4_k_q16_avx2(row: RowRef<'_>, x: &Q16Row) -> f32 {
+    dot_q45_k_avx2::<false, true>(row, &x.hi, &x.lo)
+}
+
+/// [`dot_q5_k_q16_vnni`] on AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q5_k_q16_avx2(row: RowRef<'_>, x: &Q16Row) -> f32 {
+    dot_q45_k_avx2::<true, true>(row, &x.hi, &x.lo)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dot_q45_k_q8_avx2<const Q5: bool>(row: RowRef<'_>, x: &Q8Row) -> f32 {
+fn dot_q45_k_avx2<const Q5: bool, const TWO: bool>(row: RowRef<'_>, hi: &Q8Row, lo: &Q8Row) -> f32 {
     let bytes = row.quant_stride;
     let mask = _mm256_set1_epi8(0x0F);
     let (mut acc, mut mins) = (_mm256_setzero_ps(), _mm256_setzero_ps());
@@ -516,7 +576,7 @@ fn dot_q45_k_q8_avx2<const Q5: bool>(row: RowRef<'_>, x: &Q8Row) -> f32 {
         let qs = &block[if Q5 { 48 } else { 16 }..];
         // Safety: a Q5_K block holds 32 bytes of fifth bits at 16 (a Q4_K block, its quants: unused).
         let high = unsafe { _mm256_loadu_si256(block.as_ptr().add(16).cast()) };
-        let scales = q45_k_block_scales(block, x, b, &mut mins);
+        let scales = q45_k_block_scales::<TWO>(block, hi, lo, b, &mut mins);
         for chunk in 0..4 {
             // Safety: `qs` holds 128 bytes; this reads 32 at 32 · chunk.
             let q = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * chunk).cast()) };
@@ -524,9 +584,13 @@ fn dot_q45_k_q8_avx2<const Q5: bool>(row: RowRef<'_>, x: &Q8Row) -> f32 {
             for (half, w) in nibbles.into_iter().enumerate() {
                 let sub = 2 * chunk + half;
                 let w = if Q5 { _mm256_or_si256(w, fifth_bits(high, sub)) } else { w };
-                let qx = _mm256_cvtepi32_ps(dot_u8_i8_by_4(w, load_q8x32(x, 8 * b + sub)));
+                let mut sums = dot_u8_i8_by_4(w, load_q8x32(hi, 8 * b + sub));
+                if TWO {
+                    let low = dot_u8_i8_by_4(w, load_q8x32(lo, 8 * b + sub));
+                    sums = _mm256_add_epi32(_mm256_slli_epi32::<8>(sums), low);
+                }
                 let scale = _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(sub as i32));
-                acc = _mm256_fmadd_ps(qx, scale, acc);
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc);
             }
         }
     }
@@ -537,31 +601,63 @@ fn dot_q45_k_q8_avx2<const Q5: bool>(row: RowRef<'_>, x: &Q8Row) -> f32 {
 /// and 4..8 under its second; the 32 · Σ xq offsets from the input's sums, eight lanes a block.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn dot_q6_k_q8_avx2(row: RowRef<'_>, x: &Q8Row) -> f32 {
+    dot_q6_k_avx2::<false>(row, x, x)
+}
+
+/// [`dot_q6_k_q16_vnni`] on AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q6_k_q16_avx2(row: RowRef<'_>, x: &Q16Row) -> f32 {
+    dot_q6_k_avx2::<true>(row, &x.hi, &x.lo)
+}
+
+/// The 32 · Σ xq offsets of `x`'s super-block `b` under its Q6_K block's `scales`, added into `offsets`.
+#[target_feature(enable = "avx2,fma")]
+fn q6_k_offsets(scales: &[__m256; 2], x: &Q8Row, b: usize, offsets: &mut __m256) {
+    // Safety: `x.sums` holds 16 sums of 16 a super-block.
+    let sums = unsafe {
+        let s = x.sums[16 * b..][..16].as_ptr();
+        [_mm256_loadu_si256(s.cast()), _mm256_loadu_si256(s.add(8).cast())]
+    };
+    for (s, sum) in scales.iter().zip(sums) {
+        *offsets = _mm256_fmadd_ps(*s, _mm256_cvtepi32_ps(sum), *offsets);
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_q6_k_avx2<const TWO: bool>(row: RowRef<'_>, hi: &Q8Row, lo: &Q8Row) -> f32 {
     let bytes = row.quant_stride;
     let (mut acc, mut offsets) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     for b in 0..row.blocks {
         prefetch_block(&row, b);
         let block = &row.quants[b * bytes..][..bytes];
         let (ql, qh) = (&block[..128], &block[128..192]);
-        let scales = q6_k_block_scales(block, x, b);
-        // Safety: `x.sums` holds 16 sums of 16 a super-block.
-        let sums = unsafe {
-            let s = x.sums[16 * b..][..16].as_ptr();
-            [_mm256_loadu_si256(s.cast()), _mm256_loadu_si256(s.add(8).cast())]
-        };
-        for (s, sum) in scales.iter().zip(sums) {
-            offsets = _mm256_fmadd_ps(*s, _mm256_cvtepi32_ps(sum), offsets);
+        let mut scales = q6_k_block_scales(block, hi, b);
+        q6_k_offsets(&scales, hi, b, &mut offsets);
+        if TWO {
+            scales = q6_k_block_scales(block, lo, b);
+            q6_k_offsets(&scales, lo, b, &mut offsets);
         }
         for (half, half_scales) in scales.into_iter().enumerate() {
             // Safety: `qh` holds 64 bytes; this reads 32 at 32 · half.
             let high = unsafe { _mm256_loadu_si256(qh.as_ptr().add(32 * half).cast()) };
             for k in 0..4 {
                 let q = q6_quants(ql, high, half, k);
-                let qx = _mm256_cvtepi32_ps(dot_u8_i8_by_4(q, load_q8x32(x, 8 * b + 4 * half + k)));
+                let run = 8 * b + 4 * half + k;
+                let mut sums = dot_u8_i8_by_4(q, load_q8x32(hi, run));
+                if TWO {
+                    sums = _mm256_add_epi32(
+                        _mm256_slli_epi32::<8>(sums),
+                        dot_u8_i8_by_4(q, load_q8x32(lo, run)),
+                    );
+                }
                 // Run 4 · half + k's two scales: 2k and 2k + 1 of the half's register.
                 let at = 2 * k as i32;
                 let lanes = _mm256_setr_epi32(at, at, at, at, at + 1, at + 1, at + 1, at + 1);
-                acc = _mm256_fmadd_ps(qx, _mm256_permutevar8x32_ps(half_scales, lanes), acc);
+                acc = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(sums),
+                    _mm256_permutevar8x32_ps(half_scales, lanes),
+                    acc,
+                );
             }
         }
     }
