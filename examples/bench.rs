@@ -149,10 +149,10 @@ struct Args {
     /// Threads of the CPU tier (default: every core but two).
     #[arg(long)]
     cpu_threads: Option<usize>,
-    /// The CPU tier multiplies on Q8_0-quantised inputs where its kernels take them (EngineOptions::cpu_int8;
-    /// default f32, the GPU's arithmetic).
-    #[arg(long)]
-    cpu_int8: bool,
+    /// How the CPU tier takes its inputs where its kernels take quantised ones (EngineOptions::cpu_math;
+    /// default: q16 on K-quant records, else f32).
+    #[arg(long, value_enum)]
+    cpu_math: Option<CpuMath>,
     /// The host tier (EngineOptions::ram_budget): host memory for expert records read with O_DIRECT, for
     /// stores larger than RAM (e.g. 16g; default: with --direct-io half the available memory, else none:
     /// the CPU tier maps the store from the page cache).
@@ -184,6 +184,28 @@ enum Upload {
     Ring,
     /// `queue.write_buffer`.
     Write,
+}
+
+/// `--cpu-math`: how the CPU tier takes its inputs.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum CpuMath {
+    /// f32, the GPU's arithmetic.
+    F32,
+    /// Quantised to 16 bits as two int8 halves (within 2^-16 of f32's inputs).
+    Q16,
+    /// Quantised to Q8_0, as llama.cpp's CPU backend does.
+    Q8,
+}
+
+impl CpuMath {
+    fn math(self) -> diskformer_cpu_kernels::Math {
+        use diskformer_cpu_kernels::Math;
+        match self {
+            CpuMath::F32 => Math::F32,
+            CpuMath::Q16 => Math::Q16,
+            CpuMath::Q8 => Math::Q8,
+        }
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -245,7 +267,7 @@ fn main() -> anyhow::Result<()> {
         _ => None,
     };
     opts.cpu_threads = args.cpu_threads;
-    opts.cpu_int8 = args.cpu_int8;
+    opts.cpu_math = args.cpu_math.map(CpuMath::math);
     opts.ram_budget = args.ram_budget;
     if let Some(w) = args.cpu_reuse_window {
         opts.cpu_tiers.reuse_window = w;
@@ -403,7 +425,8 @@ fn main() -> anyhow::Result<()> {
     });
     if let Some((isa, threads)) = d.cpu_isa {
         out["cpu_experts"] = serde_json::json!({
-            "isa": isa.name(), "threads": threads, "int8": d.cpu_int8, "per_token": d.cpu_experts as f64 / tokens,
+            "isa": isa.name(), "threads": threads, "math": d.cpu_math.map(|m| m.name()),
+            "per_token": d.cpu_experts as f64 / tokens,
             "share": d.cpu_share(), "ms_per_token": d.cpu_time.as_secs_f64() * 1e3 / tokens,
             "admitted_per_token": d.cpu_admitted as f64 / tokens,
             "first_uses_per_token": d.cpu_first_uses as f64 / tokens,

@@ -84,6 +84,17 @@ pub enum Math {
     Q16,
 }
 
+impl Math {
+    /// Its name in stats and JSON: `f32`, `q8` or `q16`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Math::F32 => "f32",
+            Math::Q8 => "q8",
+            Math::Q16 => "q16",
+        }
+    }
+}
+
 /// One token's use of one expert.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Assignment {

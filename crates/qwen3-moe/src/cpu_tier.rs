@@ -87,15 +87,16 @@ impl std::fmt::Debug for CpuTier {
 
 impl CpuTier {
     /// Maps the store's `experts.bin` (or, with `host`, sets up the host tier over it) and starts `threads`
-    /// CPU threads (`None`: every core but two) on the best SIMD path the CPU has, multiplying on
-    /// Q8_0-quantised inputs when `int8` and the records take them (Q8_0, Q4_0, or Q4_K, Q5_K and Q6_K blocks;
-    /// else f32). With `checks`, every record is checked before it is first computed on.
+    /// CPU threads (`None`: every core but two) on the best SIMD path the CPU has, multiplying on inputs as
+    /// `math` asks where the records take quantised ones (Q8_0, Q4_0, or Q4_K, Q5_K and Q6_K blocks with
+    /// SIMD kernels; else f32), and by default ([`EngineOptions::cpu_math`](crate::EngineOptions::cpu_math))
+    /// Q16 on such blocks. With `checks`, every record is checked before it is first computed on.
     pub fn open(
         store: &Store,
         layout: &ExpertLayout,
         threads: Option<usize>,
         config: TierConfig,
-        int8: bool,
+        math: Option<Math>,
         host: Option<HostTier>,
         checks: Option<RecordChecks>,
     ) -> Result<Self> {
@@ -135,13 +136,7 @@ impl CpuTier {
             layout: layout.clone(),
             ty,
             policy: TierPolicy::new(config, layout.n_layers, layout.n_experts),
-            // Of blocks, only Q4_K, Q5_K and Q6_K ones multiply quantised inputs, with kernels on AVX-512 VNNI and
-            // AVX2 (elsewhere their scalar reference, slower than f32): int8 needs all of that.
-            math: if int8 && (ty.is_some() || (blocks_take_q8(layout) && isa != Isa::Scalar)) {
-                Math::Q8
-            } else {
-                Math::F32
-            },
+            math: tier_math(math, ty.is_some(), blocks_take_q8(layout) && isa != Isa::Scalar),
             pending: None,
             first_uses: (0, Duration::ZERO),
         })
@@ -178,9 +173,9 @@ impl CpuTier {
         self.kernels.threads()
     }
 
-    /// Whether the kernels multiply on Q8_0-quantised inputs.
-    pub fn int8(&self) -> bool {
-        self.math == Math::Q8
+    /// How the kernels take their inputs.
+    pub fn math(&self) -> Math {
+        self.math
     }
 
     /// Starts the next token's plans.
@@ -405,7 +400,19 @@ fn finish_stale(host: &mut HostRecords, pending: &mut Option<(u32, Vec<u32>, Hos
     }
 }
 
-/// Whether the records are blocks whose every part multiplies quantised inputs (`Math::Q8`).
+/// How the tier multiplies, asked for `asked` (`None`: the default), on records of Q8_0 or Q4_0 planes
+/// (`planes`) or of K-quant blocks whose every part has quantised-input kernels on this CPU (`blocks`):
+/// quantised inputs only there. The default is Q16 on such blocks (their fused kernels, nearly Q8's speed)
+/// and f32 on planes (which would take a Q16 input as two Q8 passes, slower than f32).
+fn tier_math(asked: Option<Math>, planes: bool, blocks: bool) -> Math {
+    match asked {
+        None if blocks => Math::Q16,
+        Some(math @ (Math::Q8 | Math::Q16)) if planes || blocks => math,
+        _ => Math::F32,
+    }
+}
+
+/// Whether the records are blocks whose every part multiplies quantised inputs (`Math::Q8`, `Math::Q16`).
 fn blocks_take_q8(layout: &ExpertLayout) -> bool {
     layout.blocks.is_some() && layout.part_types().all(|ty| ty.is_some_and(takes_quantised_input))
 }

@@ -13,6 +13,7 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use diskformer_bpe::Tokenizer;
+use diskformer_cpu_kernels::Math;
 use diskformer_expert_stream::{
     EvictionPolicy, ExpertKey, ExpertPool, GpuBackend, GpuBudget, GpuPool, HostHandoff, Pinned, PoolConfig,
     RouteShape, SlotView, SpeculativeReads, StagingRing, Stats as PoolStats, Tier, TierConfig, UploadMethod,
@@ -109,7 +110,7 @@ pub struct EngineOptions {
     /// 0.05-0.27; default off: the f32 steps match llama.cpp's F32 twins to 2e-3; on the H200 int8 steps
     /// decoded 6 % slower before gate‖up took the router's quantised row, BENCHMARKS.md; not measured
     /// since). Q4_0 experts keep f32. Applies to the fused decode layer (top-k ≤ 64, expert FFN a multiple
-    /// of 16); other shapes' steps stay f32. Turns `cpu_int8` on too.
+    /// of 16); other shapes' steps stay f32. Sets `cpu_math` to Q8 too.
     pub int8_decode: bool,
     /// While experts stream, a one-token step queues up to this many layers past the last one whose picks
     /// the host has checked (0 reads each layer's picks back before its experts run; `None`, the default,
@@ -159,14 +160,16 @@ pub struct EngineOptions {
     pub ram_budget: Option<u64>,
     /// Threads of the CPU tier, the stepping thread's included (`None`: every core but two).
     pub cpu_threads: Option<usize>,
-    /// The CPU tier multiplies on inputs quantised to Q8_0 (the token row before gate‖up, the activation
-    /// before down) with integer dot products, as llama.cpp's CPU backend does, where its records take them:
-    /// Q8_0 and Q4_0, or K-quant records whose every tensor is Q4_K, Q5_K or Q6_K on a CPU with AVX2 or
-    /// AVX-512 VNNI. Default off: in f32 the host computes a pick as the GPU does, to rounding, so a step's
-    /// result does not depend on which picks the pool held when the layer was planned (which background
-    /// loads move from run to run); on quantised inputs a pick moves by ~1e-2 in log-probability between
-    /// the two. `int8_decode` turns it on as well.
-    pub cpu_int8: bool,
+    /// How the CPU tier takes its inputs (the token row before gate‖up, the activation before down), where
+    /// its records take quantised ones (Q8_0 and Q4_0, or K-quant records whose every tensor is Q4_K, Q5_K
+    /// or Q6_K on a CPU with AVX2 or AVX-512 VNNI; else f32):
+    /// - `None` (default): [`Math::Q16`] on such K-quant records, else f32. Both compute a pick as the GPU
+    ///   does to about f32's rounding, so a step's result does not depend on which picks the pool held when
+    ///   the layer was planned (which background loads move from run to run); Q16's integer kernels run
+    ///   nearly at Q8's speed.
+    /// - `Some(Math::Q8)`: quantised to Q8_0 as llama.cpp's CPU backend does; a pick then moves by ~1e-2 in
+    ///   log-probability between the tiers. `int8_decode` chooses it too.
+    pub cpu_math: Option<Math>,
     /// The CPU tier's admission rules.
     pub cpu_tiers: TierConfig,
     /// Where the experts' picks come from: the router's own top-k (default), or forced from a workload for
@@ -216,7 +219,7 @@ impl Default for EngineOptions {
             cpu_experts: None,
             ram_budget: None,
             cpu_threads: None,
-            cpu_int8: false,
+            cpu_math: None,
             cpu_tiers: TierConfig::default(),
             routing: Routing::Router,
             record_routing: None,
@@ -661,8 +664,8 @@ impl Engine {
         });
         let cpu_tier = (cpu_experts && !resident)
             .then(|| {
-                let (threads, int8) = (opts.cpu_threads, opts.cpu_int8 || opts.int8_decode);
-                CpuTier::open(&store, &experts, threads, opts.cpu_tiers, int8, host, checks.clone())
+                let math = if opts.int8_decode { Some(Math::Q8) } else { opts.cpu_math };
+                CpuTier::open(&store, &experts, opts.cpu_threads, opts.cpu_tiers, math, host, checks.clone())
             })
             .transpose()?;
         let kernels = Kernels::new(&ctx);
@@ -824,7 +827,7 @@ impl Engine {
             self.pool_slots(),
         );
         stats.cpu_isa = self.cpu_tier.as_ref().map(|t| (t.isa(), t.threads()));
-        stats.cpu_int8 = self.cpu_tier.as_ref().is_some_and(CpuTier::int8);
+        stats.cpu_math = self.cpu_tier.as_ref().map(CpuTier::math);
         stats.host = self.cpu_tier.as_ref().and_then(CpuTier::host_stats);
         stats
     }

@@ -205,10 +205,9 @@ fn check(f: &Fixture, pool_slots: Option<usize>, batched: bool, tensor: bool, cp
     opts.pool_slots = pool_slots;
     opts.tensor_prefill = tensor;
     opts.cpu_experts = Some(cpu.is_some());
-    // The tier's f32 arithmetic is what these tolerances hold for; its Q8_0 inputs are checked by
-    // `int8_cpu_experts_on_k_quant_blocks_stay_near_llama_cpp` and
+    // The tier's default arithmetic (f32, or Q16 inputs on K-quant blocks) is what these tolerances hold
+    // for; its Q8_0 inputs are checked by `int8_cpu_experts_on_k_quant_blocks_stay_near_llama_cpp` and
     // `int8_prefill_matches_llama_cpp_on_q8_0_fixtures`.
-    opts.cpu_int8 = false;
     if cpu.is_some() {
         opts.prefetch = false;
         opts.cpu_tiers.reuse_window = 0;
@@ -273,12 +272,13 @@ fn check(f: &Fixture, pool_slots: Option<usize>, batched: bool, tensor: bool, cp
     let stats = engine.stats();
     eprintln!(
         "{what}: {} steps, worst |Δ logprob| {worst:.2e}, near-ties at {near_ties:?}; hits {} late {} misses {} \
-         on the CPU {}",
+         on the CPU {} ({} inputs)",
         g.ids.len(),
         stats.pool.hits,
         stats.pool.late_hits,
         stats.pool.misses,
-        stats.cpu_experts
+        stats.cpu_experts,
+        stats.cpu_math.map_or("-", |m| m.name())
     );
     assert_eq!(stats.host.is_some(), cpu == Some(CpuRecords::Host) && pool_slots.is_some(), "{what}");
     if cpu.is_some() && pool_slots.is_some() {

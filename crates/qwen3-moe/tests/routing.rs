@@ -16,11 +16,10 @@ fn model(name: &str) -> Model {
     common::model(&format!("routing-{name}"), SynthShape::tiny(), 11)
 }
 
-/// The model opened with `f`'s options; the CPU tier, where it runs, multiplies in f32 (as the GPU does), so
-/// that runs on different paths agree to rounding.
+/// The model opened with `f`'s options; the CPU tier, where it runs, takes its default inputs (f32 or Q16,
+/// each to about f32's rounding of the GPU's), so that runs on different paths agree to rounding.
 fn open(m: &Model, f: impl FnOnce(&mut EngineOptions)) -> Result<Engine, Error> {
     let mut opts = EngineOptions::default();
-    opts.cpu_int8 = false;
     f(&mut opts);
     Engine::open(&m.store, &opts, &mut |_| {})
 }

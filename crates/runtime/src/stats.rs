@@ -118,8 +118,8 @@ pub struct Stats {
     pub cpu_recording_time: Duration,
     /// The CPU tier's SIMD path and threads, when it runs.
     pub cpu_isa: Option<(diskformer_cpu_kernels::Isa, usize)>,
-    /// The CPU tier multiplies on Q8_0-quantised inputs (else f32), when it runs.
-    pub cpu_int8: bool,
+    /// How the CPU tier takes its inputs (f32, Q8_0- or Q16-quantised), when it runs.
+    pub cpu_math: Option<diskformer_cpu_kernels::Math>,
     /// The host tier's counters (`EngineOptions::ram_budget`), when it runs.
     pub host: Option<HostStats>,
     /// The pool's counters (hits, late hits, misses, bytes, read and upload times, prefetch, by layer).
@@ -165,7 +165,7 @@ impl Stats {
             cpu_first_use_time: e.cpu_first_use_time,
             cpu_recording_time: e.cpu_recording_time,
             cpu_isa: None,
-            cpu_int8: false,
+            cpu_math: None,
             host: None,
             pool,
             speculative,
@@ -259,7 +259,7 @@ impl fmt::Display for Stats {
             writeln!(
                 f,
                 "CPU experts ({isa}, {} inputs, {threads} threads): {:.1} a token ({} of picks), {:.2} ms a token, {} admitted to the pool",
-                if self.cpu_int8 { "Q8_0" } else { "f32" },
+                self.cpu_math.map_or("f32", |m| m.name()),
                 self.cpu_experts as f64 / self.tokens().max(1) as f64,
                 pct(self.cpu_share()),
                 self.ms_per_token(self.cpu_time),
