@@ -5,13 +5,14 @@
 //!   type diskformer-gguf dequantises as its blocks (K-quants, IQ4, Q4_1, Q5_0/1, F16, BF16, F32:
 //!   multiplied in f32, the K-quants and IQ4s with AVX2, the others on a portable path dequantising each
 //!   block as ggml does).
-//! - [`gemv`] and [`CpuExperts::moe`] multiply it, in f32 or (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) on inputs
-//!   quantised to Q8_0 as llama.cpp does ([`Math`]), with the fastest SIMD path the CPU runs ([`Isa::detect`]: AVX-512 VNNI, AVX2, else
-//!   scalar), on a persistent [`WorkerPool`].
+//! - [`gemv`] and [`CpuExperts::moe`] multiply it ([`Math`]) in f32, or (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) on
+//!   inputs quantised to Q8_0 as llama.cpp does, or to 16 bits as two int8 halves ([`Q16Row`]: integer
+//!   kernels at nearly Q8_0's speed, within 2^-16 of f32's inputs), with the fastest SIMD path the CPU runs
+//!   ([`Isa::detect`]: AVX-512 VNNI, AVX2, else scalar), on a persistent [`WorkerPool`].
 //!
 //! It does not choose which experts run here (the expert-stream crate's tier policy does), and does not
-//! yet multiply types other than Q8_0 and Q4_0 on quantised inputs (llama.cpp's Q8_K), nor use NEON or
-//! AMX: on aarch64 it runs the scalar path.
+//! yet multiply Q2_K, Q3_K or the IQ4s on quantised inputs, nor use NEON or AMX: on aarch64 it runs the
+//! scalar path.
 //!
 //! ```
 //! use diskformer_cpu_kernels::{Assignment, CpuExperts, ExpertWeights, Isa, Math, QuantMatrix};

@@ -1,10 +1,10 @@
 //! Any bytes as rows of any block type the CPU kernels take, times an input made from more of the bytes:
 //! every SIMD path this CPU has must agree with the scalar reference, on f32 inputs and (for the types that
-//! take them) Q8_0-quantised ones, to the rounding of the sum's terms (`Σ |w · x|` of the dequantised
+//! take them) Q8_0- and Q16-quantised ones, to the rounding of the sum's terms (`Σ |w · x|` of the dequantised
 //! values, in f64); a matrix of the wrong size is refused, never a panic.
 #![no_main]
 
-use diskformer_cpu_kernels::{Input, Isa, Q8Row, QuantMatrix, gemv, takes_quantised_input};
+use diskformer_cpu_kernels::{Input, Isa, Q8Row, Q16Row, QuantMatrix, gemv, takes_quantised_input};
 use diskformer_gguf::{TensorType, dequantize};
 use libfuzzer_sys::fuzz_target;
 
@@ -111,5 +111,7 @@ fuzz_target!(|data: &[u8]| {
         let xq: Vec<f64> =
             q.quants.iter().enumerate().map(|(i, &v)| f64::from(v) * f64::from(q.scales[i / 32])).collect();
         check(Input::Q8(&q), &xq);
+        // Q16: its halves' values lie within a 256th of a block's scale of `x`'s.
+        check(Input::Q16(&Q16Row::quantize(&x)), &xf);
     }
 });
