@@ -16,7 +16,7 @@ const PREFETCH_BYTES: usize = 2048;
 
 /// Asks for the lines of the block `PREFETCH_BYTES` past block `b`'s start into L1: a K-quant block spans
 /// two to four cache lines, and without it a thread spent about a third of its time waiting on them.
-#[inline(always)]
+#[inline]
 fn prefetch_block(row: &RowRef<'_>, b: usize) {
     let start = row.quants.as_ptr().wrapping_add(b * row.quant_stride + PREFETCH_BYTES);
     let mut at = 0;
@@ -95,6 +95,7 @@ fn dot_q45_k<const Q5: bool>(row: RowRef<'_>, x: &[f32]) -> f32 {
 }
 
 /// A Q4_K or Q5_K block's eight `d · sc` and eight `dmin · m`, one register each.
+#[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn q45_k_scales_f32(block: &[u8]) -> (__m256, __m256) {
     let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
@@ -198,6 +199,7 @@ pub(super) fn dot_q2_k(row: RowRef<'_>, x: &[f32]) -> f32 {
 /// Q6_K's unsigned 6-bit quants (0..63) of values `128 · half + 32 · k ..` (32 of them): the low nibble of
 /// `ql[64 · half + 32 · (k & 1) + l]` (k < 2) or its high one, and bits `2k, 2k + 1` of `qh[32 · half + l]`
 /// (`high`, those 32 bytes) on top.
+#[inline]
 #[target_feature(enable = "avx2")]
 fn q6_quants(ql: &[u8], high: __m256i, half: usize, k: usize) -> __m256i {
     let ql = &ql[64 * half + 32 * (k & 1)..][..32];
@@ -296,6 +298,7 @@ pub(super) fn dot_q4_k_512(row: RowRef<'_>, x: &[f32]) -> f32 {
 }
 
 /// 64 int8 values of `x` from run `r` (32 values a run).
+#[inline]
 #[target_feature(enable = "avx512f")]
 fn load_q8x64(x: &Q8Row, r: usize) -> __m512i {
     let q = &x.quants[r * BLOCK..][..2 * BLOCK];
@@ -335,6 +338,7 @@ pub(super) fn dot_q5_k_q16_vnni(row: RowRef<'_>, x: &Q16Row) -> f32 {
 }
 
 /// Bit `sub` of each of the 32 bytes `high`, as 16 (a 16-bit shift moves each byte's bit `sub` to its bit 0).
+#[inline]
 #[target_feature(enable = "avx2")]
 fn fifth_bits(high: __m256i, sub: usize) -> __m256i {
     let bits = _mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(sub as i32)), _mm256_set1_epi8(1));
@@ -359,12 +363,14 @@ fn q4_k_scales_and_mins(packed: &[u8]) -> (u64, u64) {
 }
 
 /// The eight bytes of `v` as f32.
+#[inline]
 #[target_feature(enable = "avx2")]
 fn bytes_as_f32(v: u64) -> __m256 {
     _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64)))
 }
 
 /// `Σ xq` of the eight 32-value runs of `x`'s super-block `b`, as f32 (from its sums of 16).
+#[inline]
 #[target_feature(enable = "avx2")]
 fn run_sums(x: &Q8Row, b: usize) -> __m256 {
     let s = &x.sums[16 * b..][..16];
@@ -377,6 +383,7 @@ fn run_sums(x: &Q8Row, b: usize) -> __m256 {
 }
 
 /// The eight run scales of `x`'s super-block `b`.
+#[inline]
 #[target_feature(enable = "avx2")]
 fn run_scales(x: &Q8Row, b: usize) -> __m256 {
     let s = &x.scales[8 * b..][..8];
@@ -387,6 +394,7 @@ fn run_scales(x: &Q8Row, b: usize) -> __m256 {
 /// A block's eight `d · sc` (`scales`) times the runs' `dx` of `x`'s super-block `b`, and the minimums' term
 /// `dmin · Σ_j m_j · dx_j · Σ xq_j` (`block_mins` the eight `dmin · m`) added into `mins` (eight lanes): no
 /// scalar work a sub-block.
+#[inline]
 #[target_feature(enable = "avx2,fma")]
 fn q45_k_run_scales(scales: __m256, block_mins: __m256, x: &Q8Row, b: usize, mins: &mut __m256) -> __m256 {
     let dx = run_scales(x, b);
@@ -395,18 +403,15 @@ fn q45_k_run_scales(scales: __m256, block_mins: __m256, x: &Q8Row, b: usize, min
 }
 
 /// A block's scales for its integer sums over `hi` (one half) or, with `TWO`, over `256 · hi + lo`: those of
-/// `lo` (whose `dx` is `hi`'s over 256); the minimums' terms of both halves go into `mins`.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q45_k_block_scales<const TWO: bool>(
-    block: &[u8],
-    hi: &Q8Row,
-    lo: &Q8Row,
-    b: usize,
-    mins: &mut __m256,
-) -> __m256 {
-    let (scales, block_mins) = q45_k_scales_f32(block);
-    let run = q45_k_run_scales(scales, block_mins, hi, b, mins);
-    if TWO { q45_k_run_scales(scales, block_mins, lo, b, mins) } else { run }
+/// `lo` (whose `dx` is `hi`'s over 256); the minimums' terms of both halves go into `mins`. A macro, so that
+/// it lies inside each kernel: as a function of its own it was not inlined, and its calls cost a third of
+/// the Q16 kernel's time (development machine, one thread).
+macro_rules! q45_k_block_scales {
+    ($two:expr, $block:expr, $hi:expr, $lo:expr, $b:expr, $mins:expr) => {{
+        let (scales, block_mins) = q45_k_scales_f32($block);
+        let run = q45_k_run_scales(scales, block_mins, $hi, $b, $mins);
+        if $two { q45_k_run_scales(scales, block_mins, $lo, $b, $mins) } else { run }
+    }};
 }
 
 /// Q4_K or Q5_K times a Q8_0 row (`hi`; `lo` unused) or, with `TWO`, a [`Q16Row`]'s halves.
@@ -424,7 +429,7 @@ fn dot_q45_k_vnni<const Q5: bool, const TWO: bool>(row: RowRef<'_>, hi: &Q8Row, 
         let qs = &block[if Q5 { 48 } else { 16 }..];
         // Safety: a Q5_K block holds 32 bytes of fifth bits at 16 (a Q4_K block, its quants: unused).
         let high = unsafe { _mm256_loadu_si256(block.as_ptr().add(16).cast()) };
-        let scales = _mm512_castps256_ps512(q45_k_block_scales::<TWO>(block, hi, lo, b, &mut mins));
+        let scales = _mm512_castps256_ps512(q45_k_block_scales!(TWO, block, hi, lo, b, &mut mins));
         for (chunk, lanes) in chunk_lanes.iter().enumerate() {
             // Safety: `qs` holds 128 bytes; this reads 32 at 32 · chunk.
             let q = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * chunk).cast()) };
@@ -449,6 +454,7 @@ fn dot_q45_k_vnni<const Q5: bool, const TWO: bool>(row: RowRef<'_>, hi: &Q8Row, 
 
 /// A Q6_K block's sixteen 16-value scales times `d` and their runs' `dx` (scale `j` under run `j / 2`):
 /// scales 0..8 in the first register, 8..16 in the second.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q6_k_block_scales(block: &[u8], x: &Q8Row, b: usize) -> [__m256; 2] {
     let d = _mm256_set1_ps(f16_at(block, 208));
@@ -528,12 +534,14 @@ fn dot_q6_k_vnni<const TWO: bool>(row: RowRef<'_>, hi: &Q8Row, lo: &Q8Row) -> f3
 
 /// The int32 sums of four consecutive products of unsigned `w` (at most 63) and signed `x`, eight lanes:
 /// `vpmaddubsw` pairs (at most 2 · 63 · 128, no i16 saturation) then `vpmaddwd` by ones.
+#[inline]
 #[target_feature(enable = "avx2")]
 fn dot_u8_i8_by_4(w: __m256i, x: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
 }
 
 /// 32 int8 values of `x` from run `r`.
+#[inline]
 #[target_feature(enable = "avx2")]
 fn load_q8x32(x: &Q8Row, r: usize) -> __m256i {
     let q = &x.quants[r * BLOCK..][..BLOCK];
@@ -576,7 +584,7 @@ fn dot_q45_k_avx2<const Q5: bool, const TWO: bool>(row: RowRef<'_>, hi: &Q8Row, 
         let qs = &block[if Q5 { 48 } else { 16 }..];
         // Safety: a Q5_K block holds 32 bytes of fifth bits at 16 (a Q4_K block, its quants: unused).
         let high = unsafe { _mm256_loadu_si256(block.as_ptr().add(16).cast()) };
-        let scales = q45_k_block_scales::<TWO>(block, hi, lo, b, &mut mins);
+        let scales = q45_k_block_scales!(TWO, block, hi, lo, b, &mut mins);
         for chunk in 0..4 {
             // Safety: `qs` holds 128 bytes; this reads 32 at 32 · chunk.
             let q = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * chunk).cast()) };
@@ -611,6 +619,7 @@ pub(super) fn dot_q6_k_q16_avx2(row: RowRef<'_>, x: &Q16Row) -> f32 {
 }
 
 /// The 32 · Σ xq offsets of `x`'s super-block `b` under its Q6_K block's `scales`, added into `offsets`.
+#[inline]
 #[target_feature(enable = "avx2,fma")]
 fn q6_k_offsets(scales: &[__m256; 2], x: &Q8Row, b: usize, offsets: &mut __m256) {
     // Safety: `x.sums` holds 16 sums of 16 a super-block.
