@@ -4,7 +4,7 @@
 //! Weights are one layer's 128 experts (641 MB in Q8_0, past any L3), each iteration the next 8, so they come
 //! from memory as a decode step's would from the page cache. Groups:
 //! - `read/floor`: every thread summing its share of the same experts' bytes (the bound the kernels chase);
-//! - `moe/{q8_0,q4_0}/{f32,q8}/{isa}/t{1,4}`: [`CpuExperts::moe`] for 1 token (8 experts) or 4 tokens (32
+//! - `moe/{q8_0,q4_0}/{f32,q8,q16}/{isa}/t{1,4}`: [`CpuExperts::moe`] for 1 token (8 experts) or 4 tokens (32
 //!   assignments over their union), every available path;
 //! - `moe-blocks/{q2_K,…,q6_K,iq4_xs}/{f32,q8,q16}/{avx2,avx512vnni}/t1`: K-quant experts as a GGUF's blocks, on each of
 //!   their SIMD kernels the CPU runs;
@@ -127,8 +127,8 @@ fn benches(c: &mut Criterion) {
 
         for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
             let cpu = CpuExperts::new(threads, isa).unwrap();
-            for math in [Math::F32, Math::Q8] {
-                let mname = if math == Math::F32 { "f32" } else { "q8" };
+            for math in [Math::F32, Math::Q8, Math::Q16] {
+                let mname = math.name();
                 for tokens in [1usize, 4] {
                     let x: Vec<f32> =
                         (0..tokens * HIDDEN).map(|_| (rng.next() % 2001) as f32 / 1000.0 - 1.0).collect();
