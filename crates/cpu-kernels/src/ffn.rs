@@ -2,8 +2,8 @@
 //! the assignments `a` of token `t`, in assignment order, for one token or a few.
 //!
 //! One job on the pool. gate‖up: a task is 32 rows of one expert for every token assigned to it (each
-//! weight row read once, while it is in L1, for all of them), its SwiGLU written and, for Q8 math,
-//! quantised as a block. down: a task is 64 output rows of one expert for each of its assignments, into
+//! weight row read once, while it is in L1, for all of them), its SwiGLU written and, for quantised
+//! math, quantised as a block. down: a task is 64 output rows of one expert for each of its assignments, into
 //! the assignment's own output; the outputs are summed in assignment order at the end, so the result
 //! does not depend on the thread count.
 
@@ -79,8 +79,8 @@ pub enum Math {
     /// faster.
     Q8,
     /// Inputs quantised to 16 bits as two int8 halves ([`crate::Q16Row`]), at the same points: the Q8
-    /// kernels' integer products twice, within 2^-16 of a block's largest value (2^-15 at worst) where Q8 is within 2^-8,
-    /// so that a pick computed here agrees with the GPU's f32 one to about f32's own rounding.
+    /// kernels' integer products twice, within 2^-16 of a block's largest value (2^-15 at worst) where Q8
+    /// is within 2^-8, so that a pick computed here agrees with the GPU's f32 one to about f32's rounding.
     Q16,
 }
 
