@@ -29,7 +29,7 @@ use crate::graph::{
     Bindings, CpuJoin, ExpertKernels, Graph, JoinVia, KvCache, LayerGraph, Scratch, ScratchSizes,
     fused_decode, gemm_groups_len, record,
 };
-use crate::unit_stock::{ROUTE_AHEAD_UNITS, TIER_UNITS, UnitBuffers, UnitKind, UnitStock};
+use crate::unit_stock::{UnitBuffers, UnitKind, UnitStock};
 use crate::weights::Weights;
 use crate::{Config, Error, Result, Sampler, SamplingOptions};
 use diskformer_runtime::{EngineStats, GpuBytes};
@@ -316,9 +316,6 @@ pub struct Engine {
     /// With route-ahead, once a one-token step ran: what its layer units copy between, and the stock of
     /// them a thread keeps recorded (`None` if that thread could not start: the host then records them all).
     route_units: Option<(UnitBuffers, Option<UnitStock<wgpu::CommandBuffer>>)>,
-    /// The CPU tier's one-token layer units, recorded ahead on a thread (started by the first such step;
-    /// `None` also where the thread could not start: the stepping thread records them then).
-    tier_units: Option<UnitStock<wgpu::CommandBuffer>>,
     /// [`EngineOptions::read_split`], resolved.
     read_split: usize,
     lookahead: u32,
@@ -691,7 +688,6 @@ impl Engine {
             route_table,
             route_ahead,
             route_units: None,
-            tier_units: None,
             read_split,
             lookahead,
             max_batch,
@@ -1067,14 +1063,6 @@ impl Engine {
         if t == 1 && self.route_ahead > 0 {
             return self.route_ahead_step(want);
         }
-        if t == 1 && self.cpu_tier.is_some() && self.tier_units.is_none() {
-            let (graph, device, s) = (self.graphs[&1].clone(), self.ctx.device.clone(), self.scratch.clone());
-            let (k, hidden) = (self.config.expert_used_count as usize, self.config.embedding_length as usize);
-            self.tier_units = UnitStock::start(graph.layers.len(), TIER_UNITS, move |kind, l| {
-                record_tier_unit(&device, &graph, &s, kind, l, k, hidden)
-            })
-            .ok();
-        }
         let graph = &self.graphs[&t];
         let (k, layers) = (self.config.expert_used_count as usize, self.config.block_count);
         let lookahead = if t == 1 { self.lookahead } else { 0 };
@@ -1247,30 +1235,37 @@ impl Engine {
             }
             self.held = pinned;
             match (cpu_work, &lg.cpu_join) {
-                (Some((ids, weights, xn, sum_row)), Some(CpuJoin { via, .. })) => {
+                (Some((ids, weights, xn, sum_row)), Some(CpuJoin { at: down_from, via })) => {
                     // gate‖up of the hits (and, unfused, their down) runs while the host computes the
                     // misses; their sum joins the residual stream before the GPU's combine adds the hits'.
-                    // Meanwhile this thread submits the hits' part and takes what follows the sum (the
-                    // join, down and the combine, and the next layer up to its picks) from the units the
-                    // stock's thread recorded, or records them itself where it has none.
+                    // Meanwhile this thread submits the hits' gate‖up and records (and finishes: most of
+                    // wgpu's encoding cost) what follows the sum: the join, down and the combine, and the
+                    // next layer up to its picks.
                     let (record_time, submit_time) =
                         (&mut self.stats.record_time, &mut self.stats.submit_time);
-                    let units = self.tier_units.as_ref();
+                    let next = graph.layers.get(l as usize + 1);
                     let meanwhile = || {
-                        let mut unit = |kind| {
-                            units.and_then(|u| u.take(kind, l as usize)).unwrap_or_else(|| {
-                                timed(record_time, || {
-                                    record_tier_unit(device, graph, s, kind, l as usize, k, hidden)
-                                })
+                        let gate_up = timed(record_time, || {
+                            record(&mut enc, &lg.experts[..*down_from]);
+                            std::mem::replace(&mut enc, device.create_command_encoder(&Default::default()))
+                                .finish()
+                        });
+                        timed(submit_time, || queue.submit([gate_up]));
+                        timed(record_time, || {
+                            if let JoinVia::Add(join) = via {
+                                record(&mut enc, std::slice::from_ref(join));
+                                enc.copy_buffer_to_buffer(&s.cpu_joined, 0, &s.x, 0, 4 * hidden as u64);
+                            }
+                            record(&mut enc, &lg.experts[*down_from..]);
+                            next.map(|next| {
+                                record_layer_head(&mut enc, next, s, cpu_layer(next), k, hidden, pairs);
+                                std::mem::replace(
+                                    &mut enc,
+                                    device.create_command_encoder(&Default::default()),
+                                )
+                                .finish()
                             })
-                        };
-                        let hits = unit(UnitKind::TierHits);
-                        let join = unit(UnitKind::TierJoin);
-                        timed(submit_time, || queue.submit([hits]));
-                        if let Some(units) = units {
-                            units.refill();
-                        }
-                        Some(join)
+                        })
                     };
                     let tier = self.cpu_tier.as_mut().expect("CPU work comes from the tier");
                     let (sum, took, (next_head, recording)) =
@@ -1295,10 +1290,7 @@ impl Engine {
         }
 
         timed(&mut self.stats.record_time, || record_head(&mut enc, graph, s, want, shape, 0));
-        // The last layer's join, when the CPU tier computed some of its picks, then the head.
-        timed(&mut self.stats.submit_time, || {
-            queue.submit(head_ready.take().into_iter().chain([enc.finish()]))
-        });
+        timed(&mut self.stats.submit_time, || queue.submit([enc.finish()]));
         if let Some(recorder) = &mut self.recorder {
             recorder.write_step(&recorded)?;
         }
@@ -1328,9 +1320,7 @@ impl Engine {
             let hidden = self.config.embedding_length;
             let buffers = UnitBuffers::new(&self.scratch, hidden, k as u32);
             let (graph, device, b) = (self.graphs[&1].clone(), self.ctx.device.clone(), buffers.clone());
-            let stock = UnitStock::start(layers, ROUTE_AHEAD_UNITS, move |kind, l| {
-                b.commands(&device, &graph, kind, l)
-            });
+            let stock = UnitStock::start(layers, move |kind, l| b.commands(&device, &graph, kind, l));
             self.route_units = Some((buffers, stock.ok()));
         }
         self.sync_route_table();
@@ -1827,36 +1817,6 @@ fn timed<T>(total: &mut Duration, f: impl FnOnce() -> T) -> T {
     let out = f();
     *total += started.elapsed();
     out
-}
-
-/// Records a CPU-tier unit of one-token layer `l` ([`UnitKind::TierHits`] or [`UnitKind::TierJoin`]).
-fn record_tier_unit(
-    device: &wgpu::Device,
-    graph: &Graph,
-    s: &Scratch,
-    kind: UnitKind,
-    l: usize,
-    k: usize,
-    hidden: usize,
-) -> wgpu::CommandBuffer {
-    let lg = &graph.layers[l];
-    let CpuJoin { at, via } = lg.cpu_join.as_ref().expect("a one-token layer the CPU tier joins");
-    let mut enc = device.create_command_encoder(&Default::default());
-    match kind {
-        UnitKind::TierHits => record(&mut enc, &lg.experts[..*at]),
-        UnitKind::TierJoin => {
-            if let JoinVia::Add(join) = via {
-                record(&mut enc, std::slice::from_ref(join));
-                enc.copy_buffer_to_buffer(&s.cpu_joined, 0, &s.x, 0, 4 * hidden as u64);
-            }
-            record(&mut enc, &lg.experts[*at..]);
-            if let Some(next) = graph.layers.get(l + 1) {
-                record_layer_head(&mut enc, next, s, next.cpu_join.is_some(), k, hidden, k);
-            }
-        }
-        UnitKind::Layer | UnitKind::Rerun => unreachable!("route-ahead's units are UnitBuffers'"),
-    }
-    enc.finish()
 }
 
 /// Records layer `lg`'s attention and router, and the copies of what the host reads back after them

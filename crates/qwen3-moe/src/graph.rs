@@ -67,7 +67,7 @@ enum Use {
 /// Activations for steps of up to `max_t` tokens, allocated once: [`Scratch`]. Generic over the buffer so
 /// that the same layout gives both the buffers and, without allocating, their sizes
 /// ([`Scratch::estimate`]).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct ScratchOf<B> {
     pub positions: B,
     pub rope: B,
