@@ -59,7 +59,16 @@ impl Q8Row {
 
 /// The sum of each 16 of `quants`.
 fn sums_of(quants: &[i8]) -> Vec<i32> {
-    quants.chunks_exact(16).map(|c| c.iter().map(|&q| i32::from(q)).sum()).collect()
+    let mut sums = vec![0; quants.len() / 16];
+    sums_of_16(quants, &mut sums);
+    sums
+}
+
+/// Each 16 of `quants`' sums into `sums`.
+pub(crate) fn sums_of_16(quants: &[i8], sums: &mut [i32]) {
+    for (sum, q) in sums.iter_mut().zip(quants.chunks_exact(16)) {
+        *sum = q.iter().map(|&v| i32::from(v)).sum();
+    }
 }
 
 /// One block into `q`; returns its scale.

@@ -31,12 +31,7 @@ pub(crate) fn check_input(what: &'static str, cols: usize, x: Input<'_>) -> Resu
     if x.len() != cols {
         return Err(Error::BadLength { what, expected: cols, got: x.len() });
     }
-    let halves = match x {
-        Input::F32(_) => vec![],
-        Input::Q8(q) => vec![q],
-        Input::Q16(q) => vec![&q.hi, &q.lo],
-    };
-    for q in halves {
+    let half = |q: &crate::Q8Row| {
         if q.len() != cols {
             return Err(Error::BadLength { what, expected: cols, got: q.len() });
         }
@@ -46,6 +41,11 @@ pub(crate) fn check_input(what: &'static str, cols: usize, x: Input<'_>) -> Resu
         if q.sums.len() != cols / 16 {
             return Err(Error::BadLength { what, expected: cols / 16, got: q.sums.len() });
         }
+        Ok(())
+    };
+    match x {
+        Input::F32(_) => Ok(()),
+        Input::Q8(q) => half(q),
+        Input::Q16(q) => half(&q.hi).and_then(|()| half(&q.lo)),
     }
-    Ok(())
 }
