@@ -64,9 +64,9 @@ pub(crate) fn gb(bytes: u64) -> String {
     format!("{:.2} GB", bytes as f64 / 1e9)
 }
 
-/// How many bytes short of `min_slots` records `left` is.
-pub(crate) fn short_by(min_slots: u64, record_bytes: u64, left: u64) -> u64 {
-    min_slots.saturating_mul(record_bytes).saturating_sub(left)
+/// The smallest budget that holds the dense weights, the KV cache, the scratch and `min_slots` records.
+pub(crate) fn needed(dense: u64, kv_cache: u64, scratch: u64, min_slots: u64, record_bytes: u64) -> u64 {
+    [kv_cache, scratch, min_slots.saturating_mul(record_bytes)].into_iter().fold(dense, u64::saturating_add)
 }
 
 #[cfg(test)]
@@ -119,9 +119,22 @@ mod tests {
         assert_eq!((left, record_bytes, min_slots), (50_000_000, RECORD, 16));
         let msg = err.to_string();
         for part in
-            ["2.00 GB", "1.50 GB", "0.40 GB", "0.05 GB leave", "0.08 GB", "0.03 GB more", "16 records"]
+            ["2.00 GB", "1.50 GB", "0.40 GB", "0.05 GB leave", "0.08 GB", "0.03 GB short", "16 records"]
         {
             assert!(msg.contains(part), "{part:?} missing from {msg:?}");
+        }
+    }
+
+    #[test]
+    fn a_budget_under_the_fixed_costs_is_told_what_it_needs_in_all() {
+        // Dense weights, KV cache and scratch past the budget: the budget it names holds them and the
+        // records, whatever the budget asked for.
+        for budget in [300_000_000, 450_000_000] {
+            let b = GpuBudget { budget, dense: 350_000_000, kv_cache: 70_000_000, scratch: 230_000_000 };
+            let msg = b.expert_slots(RECORD, 8).unwrap_err().to_string();
+            let needed = 650_000_000 + 16 * RECORD;
+            assert!(msg.contains(&format!("at least {}", gb(needed))), "{msg}");
+            assert!(msg.contains(&format!("{} short", gb(needed - budget))), "{msg}");
         }
     }
 

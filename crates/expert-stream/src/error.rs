@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::budget::{gb, short_by};
+use crate::budget::{gb, needed};
 use crate::{ExpertKey, Slot};
 
 /// What a [`Backend`](crate::Backend) returns when a read or an upload fails.
@@ -127,12 +127,12 @@ pub enum Error {
     /// The GPU budget leaves fewer than `2 × top-k` records for the expert pool.
     #[error(
         "GPU budget {} is too small: dense weights {}, KV cache {}, scratch {} leave {}, and the expert cache \
-         needs at least {} more (2 × top-k = {min_slots} records of {:.2} MB = {}); raise the budget to at least \
-         {} or shorten the context",
+         needs {} (2 × top-k = {min_slots} records of {:.2} MB): {} short; raise the budget to at \
+         least {} or shorten the context",
         gb(*.budget), gb(*.dense), gb(*.kv_cache), gb(*.scratch), gb(*.left),
-        gb(short_by(*.min_slots, *.record_bytes, *.left)), *.record_bytes as f64 / 1e6,
-        gb(.min_slots.saturating_mul(*.record_bytes)),
-        gb(.budget.saturating_add(short_by(*.min_slots, *.record_bytes, *.left)))
+        gb(.min_slots.saturating_mul(*.record_bytes)), *.record_bytes as f64 / 1e6,
+        gb(needed(*.dense, *.kv_cache, *.scratch, *.min_slots, *.record_bytes).saturating_sub(*.budget)),
+        gb(needed(*.dense, *.kv_cache, *.scratch, *.min_slots, *.record_bytes))
     )]
     BudgetTooSmall {
         /// The whole GPU budget.
