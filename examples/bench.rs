@@ -432,6 +432,7 @@ fn main() -> anyhow::Result<()> {
             "first_uses_per_token": d.cpu_first_uses as f64 / tokens,
             "first_use_ms_per_token": d.cpu_first_use_time.as_secs_f64() * 1e3 / tokens,
             "recording_ms_per_token": d.cpu_recording_time.as_secs_f64() * 1e3 / tokens,
+            "pool": pool_times(&d.cpu_pool, tokens),
             "reuse_window": opts.cpu_tiers.reuse_window,
         });
     }
@@ -529,4 +530,19 @@ fn bench_resident(model: &std::path::Path, args: &Args, prompt: &[u32]) -> anyho
 fn storage_read_bytes() -> Option<u64> {
     let io = std::fs::read_to_string("/proc/self/io").ok()?;
     io.lines().find_map(|l| l.strip_prefix("read_bytes:")).and_then(|v| v.trim().parse().ok())
+}
+
+/// The CPU tier's pool a token: its jobs' wall time, their tasks' time summed over the threads, the stepping thread's part before it joined, its wait
+/// for tasks other threads held, the workers' start, and the longest task (a thread that lost its core).
+fn pool_times(p: &diskformer::cpu_kernels::PoolTimes, tokens: f64) -> serde_json::Value {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3 / tokens;
+    let jobs = p.jobs.max(1) as f64;
+    serde_json::json!({
+        "jobs_per_token": p.jobs as f64 / tokens, "tasks_per_job": p.tasks as f64 / jobs,
+        "caller_tasks_per_job": p.caller_tasks as f64 / jobs, "busy_ms_per_token": ms(p.busy),
+        "task_ms_per_token": ms(p.task_time),
+        "meanwhile_ms_per_token": ms(p.meanwhile), "join_wait_ms_per_token": ms(p.join_wait),
+        "worker_start_us_per_job": p.worker_start.as_secs_f64() * 1e6 / jobs,
+        "longest_task_us": p.longest_task.as_secs_f64() * 1e6,
+    })
 }

@@ -135,6 +135,12 @@ for l in open(sys.argv[1]):
           f'(recording {c.get("recording_ms_per_token", 0):5.2f}) first uses/tok {c.get("first_uses_per_token", 0):5.2f} ({c.get("first_use_ms_per_token", 0):5.2f} ms) GB read/tok {b["bytes_read_per_token"]/1e9:5.2f} '
           f'wait {b["gpu_wait_ms_per_token"]:5.2f} ensure {b["ensure_ms_per_token"]:5.2f} '
           f'host {b["host_ms_per_token"]:5.2f} record {b["record_ms_per_token"]:5.2f} submit {b["submit_ms_per_token"]:5.2f}')
+    q = c.get("pool")
+    if q:
+        print(f'{"":18} pool ms/tok: busy {q["busy_ms_per_token"]:6.2f} tasks {q["task_ms_per_token"]:7.2f} (all threads) '
+              f'meanwhile {q["meanwhile_ms_per_token"]:5.2f} join wait {q["join_wait_ms_per_token"]:5.2f}; '
+              f'{q["tasks_per_job"]:5.1f} tasks a job ({q["caller_tasks_per_job"]:4.1f} on the caller), workers start '
+              f'{q["worker_start_us_per_job"]:5.1f} us, longest task {q["longest_task_us"]:8.1f} us')
     p = b.get("prefill")
     if p:
         print(f'{"":18} prefill {p["seconds"]:6.2f} s: pool {p["pool_bytes"]/1e9:5.2f} GB at {p["pool_gb_s"]:5.2f} GB/s, '

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::activation::{quantize_block, quantize_block_16, sums_of_16};
 use crate::dot::dot;
 use crate::gemv::check_input;
-use crate::{BLOCK, Error, Input, Isa, Q8Row, Q16Row, QuantMatrix, Result, WorkerPool};
+use crate::{BLOCK, Error, Input, Isa, PoolTimes, Q8Row, Q16Row, QuantMatrix, Result, WorkerPool};
 
 /// Rows a gate‖up task takes: one Q8_0 block of the activation, so a task quantises what it wrote.
 const TASK_ROWS: usize = BLOCK;
@@ -163,6 +163,11 @@ impl CpuExperts {
     /// Threads, the caller's included.
     pub fn threads(&self) -> usize {
         self.pool.threads()
+    }
+
+    /// Where the pool's jobs spent their time since it started or the last call ([`WorkerPool::take_times`]).
+    pub fn take_pool_times(&self) -> PoolTimes {
+        self.pool.take_times()
     }
 
     /// `out[t · hidden..][..hidden] = Σ_a w_a · FFN_{expert_a}(x[t])` over the assignments of each token `t`,

@@ -53,7 +53,7 @@ pub use ffn::{Assignment, CpuExperts, ExpertWeights, Math};
 pub use gemv::gemv;
 pub use isa::Isa;
 pub use matrix::{BLOCK, K_BLOCK, QuantMatrix};
-pub use pool::WorkerPool;
+pub use pool::{PoolTimes, WorkerPool};
 
 /// Whether the SIMD paths multiply `ty` with a kernel of its own (Q8_0, Q4_0, Q2_K to Q6_K, IQ4_NL and
 /// IQ4_XS) rather than dequantising each block first (the portable path: several times slower).

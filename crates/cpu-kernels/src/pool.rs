@@ -1,7 +1,8 @@
 //! A persistent worker pool: `run(n, f)` calls `f(0..n)` across the pool's threads and the caller's, and
 //! returns when every call has. Threads spin a while between jobs and then sleep: a decode step hands out
 //! a job a layer, the GPU's part of the layer (a few hundred microseconds) between them, and a sleeping
-//! thread takes tens of microseconds to wake.
+//! thread takes tens of microseconds to wake. Each job's times are summed ([`PoolTimes`]), so a caller can
+//! see where a job's wall time went: the tasks, the threads' start, a task held up by a descheduled thread.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -21,34 +22,93 @@ unsafe impl Send for TaskFn {}
 // Safety: as above.
 unsafe impl Sync for TaskFn {}
 
-/// One `run`: its function, the next task to hand out, and how many have finished.
+/// One `run`: its function, the next task to hand out, and how many have finished; when it was published,
+/// when a worker first claimed a task and the longest task (nanoseconds after `published`, for
+/// [`PoolTimes`]).
 struct Job {
     f: TaskFn,
     tasks: usize,
     next: AtomicUsize,
     done: AtomicUsize,
     panicked: AtomicBool,
+    published: Instant,
+    first_claim_ns: AtomicU64,
+    longest_ns: AtomicU64,
+    /// The tasks' time, summed over the threads.
+    task_ns: AtomicU64,
 }
 
 impl Job {
-    /// Claims and runs tasks until none are left.
-    fn work(&self) {
+    /// Claims and runs tasks until none are left, and returns how many it ran. `worker`: whether a pool
+    /// thread (not the caller) runs it, whose first claim times the workers' start.
+    fn work(&self, worker: bool) -> usize {
+        let mut ran = 0;
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             if i >= self.tasks {
-                return;
+                return ran;
+            }
+            let started = self.published.elapsed();
+            if worker && ran == 0 {
+                self.first_claim_ns.fetch_min(started.as_nanos() as u64, Ordering::Relaxed);
             }
             // Safety: task `i < tasks` is unfinished, so the `run` that lent `f` is still waiting for it.
             let f = unsafe { &*self.f.0 };
             if catch_unwind(AssertUnwindSafe(|| f(i))).is_err() {
                 self.panicked.store(true, Ordering::Relaxed);
             }
+            let took = self.published.elapsed().saturating_sub(started);
+            self.longest_ns.fetch_max(took.as_nanos() as u64, Ordering::Relaxed);
+            self.task_ns.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
             self.done.fetch_add(1, Ordering::Release);
+            ran += 1;
         }
     }
 }
 
+/// Where the pool's jobs spent their wall time, summed over the jobs since the pool started or the last
+/// [`WorkerPool::take_times`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolTimes {
+    /// Jobs run.
+    pub jobs: u64,
+    /// Their tasks, and those of them the caller ran itself (after its `meanwhile`).
+    pub tasks: u64,
+    /// See `tasks`.
+    pub caller_tasks: u64,
+    /// From a job's start until its last task finished.
+    pub busy: Duration,
+    /// The tasks' own time, summed over the threads that ran them (against `busy` times the threads: how
+    /// much of the pool's time went to tasks rather than to waiting for a job or a dependency).
+    pub task_time: Duration,
+    /// The caller's `meanwhile` ([`WorkerPool::run_while`]).
+    pub meanwhile: Duration,
+    /// The caller's wait, once `meanwhile` and the tasks it claimed were done, for the tasks other threads
+    /// still held: long when a thread holding a task lost its core.
+    pub join_wait: Duration,
+    /// From a job's start until a worker claimed its first task (jobs the workers took part in).
+    pub worker_start: Duration,
+    /// The longest task of any job.
+    pub longest_task: Duration,
+}
+
+impl std::ops::AddAssign for PoolTimes {
+    fn add_assign(&mut self, o: Self) {
+        self.jobs += o.jobs;
+        self.tasks += o.tasks;
+        self.caller_tasks += o.caller_tasks;
+        self.busy += o.busy;
+        self.task_time += o.task_time;
+        self.meanwhile += o.meanwhile;
+        self.join_wait += o.join_wait;
+        self.worker_start += o.worker_start;
+        self.longest_task = self.longest_task.max(o.longest_task);
+    }
+}
+
 struct Shared {
+    /// The jobs' times so far.
+    times: Mutex<PoolTimes>,
     /// Bumped for every job; workers spin on it.
     generation: AtomicU64,
     job: Mutex<Option<Arc<Job>>>,
@@ -66,6 +126,7 @@ impl WorkerPool {
     /// A pool of `threads` threads in all, the caller's included (so `threads − 1` workers; at least 1).
     pub fn new(threads: usize) -> Self {
         let shared = Arc::new(Shared {
+            times: Mutex::new(PoolTimes::default()),
             generation: AtomicU64::new(0),
             job: Mutex::new(None),
             wake: Condvar::new(),
@@ -93,6 +154,11 @@ impl WorkerPool {
         self.workers.len() + 1
     }
 
+    /// The jobs' times since the pool started or the last call, which starts them again.
+    pub fn take_times(&self) -> PoolTimes {
+        std::mem::take(&mut *self.shared.times.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// Calls `f(i)` for every `i` in `0..tasks`, on the pool's threads and this one, and returns when all
     /// have returned. A panic in `f` is raised again here, after every task has finished.
     pub fn run(&self, tasks: usize, f: &(dyn Fn(usize) + Sync)) {
@@ -117,6 +183,10 @@ impl WorkerPool {
             next: AtomicUsize::new(0),
             done: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
+            published: Instant::now(),
+            first_claim_ns: AtomicU64::new(u64::MAX),
+            longest_ns: AtomicU64::new(0),
+            task_ns: AtomicU64::new(0),
         });
         if !self.workers.is_empty() && tasks > 1 {
             // Published and bumped under the lock that a worker holds between its last check and its
@@ -128,7 +198,8 @@ impl WorkerPool {
         }
         // Caught, so that this function still waits for every task before unwinding (the safety above).
         let result = catch_unwind(AssertUnwindSafe(meanwhile));
-        job.work();
+        let meanwhile = job.published.elapsed();
+        let caller_tasks = job.work(false);
         let start = Instant::now();
         while job.done.load(Ordering::Acquire) < tasks {
             if start.elapsed() < SPIN {
@@ -136,6 +207,22 @@ impl WorkerPool {
             } else {
                 std::thread::yield_now();
             }
+        }
+        {
+            let mut times = self.shared.times.lock().unwrap_or_else(|e| e.into_inner());
+            times.jobs += 1;
+            times.tasks += tasks as u64;
+            times.caller_tasks += caller_tasks as u64;
+            times.busy += job.published.elapsed();
+            times.task_time += Duration::from_nanos(job.task_ns.load(Ordering::Relaxed));
+            times.meanwhile += meanwhile;
+            times.join_wait += start.elapsed();
+            let first_claim = job.first_claim_ns.load(Ordering::Relaxed);
+            if first_claim != u64::MAX {
+                times.worker_start += Duration::from_nanos(first_claim);
+            }
+            times.longest_task =
+                times.longest_task.max(Duration::from_nanos(job.longest_ns.load(Ordering::Relaxed)));
         }
         let result = result.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         if job.panicked.load(Ordering::Relaxed) {
@@ -172,7 +259,7 @@ fn worker(shared: &Shared) {
         };
         seen = generation;
         if let Some(job) = job {
-            job.work();
+            job.work(true);
         }
     }
 }
@@ -259,6 +346,23 @@ mod tests {
         }));
         assert!(caught.is_err());
         assert_eq!(count.load(Ordering::Relaxed), 50, "every task ran before the panic was raised");
+    }
+
+    #[test]
+    fn the_jobs_times_add_up_and_start_again_when_taken() {
+        for threads in [1, 3] {
+            let pool = WorkerPool::new(threads);
+            let nap = Duration::from_millis(5);
+            pool.run_while(40, &|_| std::hint::black_box(()), || std::thread::sleep(nap));
+            pool.run(1, &|_| std::thread::sleep(nap));
+            let t = pool.take_times();
+            assert_eq!((t.jobs, t.tasks), (2, 41), "{threads} threads");
+            // One task runs on the caller; without workers every task does.
+            assert!(t.caller_tasks >= 1 && (threads > 1 || t.caller_tasks == 41), "{t:?}");
+            assert!(t.meanwhile >= nap && t.longest_task >= nap && t.task_time >= t.longest_task, "{t:?}");
+            assert!(t.busy >= t.meanwhile + nap && t.busy >= t.join_wait, "{t:?}");
+            assert_eq!(pool.take_times(), PoolTimes::default());
+        }
     }
 
     #[test]

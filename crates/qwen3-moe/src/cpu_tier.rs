@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use diskformer_cpu_kernels::{
-    Assignment, CpuExperts, ExpertWeights, Isa, Math, QuantMatrix, takes_quantised_input,
+    Assignment, CpuExperts, ExpertWeights, Isa, Math, PoolTimes, QuantMatrix, takes_quantised_input,
 };
 use diskformer_expert_stream::{
     ExpertKey, HostFetch, HostHandoff, HostRecords, HostStats, LayerPlan, TierConfig, TierPolicy,
@@ -146,6 +146,11 @@ impl CpuTier {
     /// that took; zeroed by the call.
     pub fn take_first_uses(&mut self) -> (u64, Duration) {
         std::mem::take(&mut self.first_uses)
+    }
+
+    /// Where the kernels' pool spent its jobs' time since the last call.
+    pub fn take_pool_times(&self) -> PoolTimes {
+        self.kernels.take_pool_times()
     }
 
     /// The host tier's counters, when it runs.

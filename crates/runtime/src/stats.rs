@@ -48,6 +48,8 @@ pub struct EngineStats {
     /// The CPU tier: of `cpu_time`, the stepping thread recording the GPU's next commands before it joined
     /// the host's experts (when it is most of `cpu_time`, the recording, not the experts, bounds a layer).
     pub cpu_recording_time: Duration,
+    /// The CPU tier: where its pool's jobs spent their time.
+    pub cpu_pool: diskformer_cpu_kernels::PoolTimes,
 }
 
 /// GPU memory by category, in bytes.
@@ -116,6 +118,9 @@ pub struct Stats {
     /// The CPU tier: of `cpu_time`, the stepping thread recording the GPU's next commands before it joined
     /// the host's experts.
     pub cpu_recording_time: Duration,
+    /// The CPU tier: where its pool's jobs spent their time (the tasks, the workers' start, the stepping
+    /// thread's wait for tasks other threads held).
+    pub cpu_pool: diskformer_cpu_kernels::PoolTimes,
     /// The CPU tier's SIMD path and threads, when it runs.
     pub cpu_isa: Option<(diskformer_cpu_kernels::Isa, usize)>,
     /// How the CPU tier takes its inputs (f32, Q8_0- or Q16-quantised), when it runs.
@@ -164,6 +169,7 @@ impl Stats {
             cpu_first_uses: e.cpu_first_uses,
             cpu_first_use_time: e.cpu_first_use_time,
             cpu_recording_time: e.cpu_recording_time,
+            cpu_pool: e.cpu_pool,
             cpu_isa: None,
             cpu_math: None,
             host: None,
