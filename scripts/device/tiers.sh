@@ -6,7 +6,8 @@
 # the same GGUF. Binaries in .device/ (built here, gzipped: bench, synth-gguf, ingest, cpu-bench), llama.cpp's
 # source in .llama/ (scripts/device/llama-cuda.sh pack). Writes JSON lines to $OUT/tiers.jsonl and prints a
 # table last. PHASES picks what runs (default "cpu rows llama"); REUSE=1 keeps a model and store a call on the
-# same machine left; ROWS and LLAMA_ROWS override the row lists; DECODE the decode tokens of a row. A row
+# same machine left; PHASES "build" builds llama.cpp (waiting for it before measuring) without running it, for
+# a next call on the same machine; ROWS and LLAMA_ROWS override the row lists; DECODE the decode tokens of a row. A row
 # labelled cold-* runs with the page cache dropped (COLD_DECODE tokens), between two reads of 384 whole
 # records with O_DIRECT (record-read), whose mean rate over the bytes the row read a token is its bound.
 # FTYPE (default q8_0) is synth-gguf's --ftype: q4_k_m writes the model as llama.cpp's quantizer types it.
@@ -25,7 +26,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 lscpu | grep -E "^Model name|^CPU\(s\)" | tee "$OUT/cpu.txt"
 
 # llama.cpp builds in the background (~5.5 min) while the model is written and the rows run.
-if [[ $PHASES == *llama* ]] && [ ! -x /tmp/ll/build/bin/llama-bench ] && [ ! -d /tmp/ll ]; then
+if [[ $PHASES == *llama* || $PHASES == *build* ]] && [ ! -x /tmp/ll/build/bin/llama-bench ] && [ ! -d /tmp/ll ]; then
     bash scripts/device/llama-cuda.sh build
 fi
 SECONDS=0
@@ -43,7 +44,7 @@ fi
 echo "synth + ingest: $SECONDS s"
 
 # Measurements wait for llama.cpp's build: its 15 compilers would share the host with them.
-[[ $PHASES == *llama* ]] && { bash scripts/device/llama-cuda.sh wait || tail -5 /tmp/llama-build.log; }
+[[ $PHASES == *llama* || $PHASES == *build* ]] && { bash scripts/device/llama-cuda.sh wait || tail -5 /tmp/llama-build.log; }
 echo "llama.cpp built: $SECONDS s"
 if [[ $PHASES == *cpu* ]]; then
     # One layer's 128 experts rotating (641 MB, past the 300 MiB L3): the floor and the FFN on every path, on
