@@ -1091,11 +1091,9 @@ impl Engine {
         let mut recorded = Vec::with_capacity(if self.recorder.is_some() { layers as usize } else { 0 });
         let tier_on = t == 1 && self.cpu_tier.is_some();
         let cpu_layer = |lg: &LayerGraph| tier_on && lg.cpu_join.is_some();
-        // A layer's attention and router, recorded while the GPU ran the head of the layer before (the CPU
-        // tier); else recorded into `enc` at the layer's start. Before it, commands of the layer before
-        // that are still to be submitted (its part before the host's sum, when the host computed none).
+        // A layer's attention and router, recorded and finished while the host computed the experts of
+        // the layer before (the CPU tier); else recorded into `enc` at the layer's start.
         let mut head_ready: Option<wgpu::CommandBuffer> = None;
-        let mut before_head: Option<wgpu::CommandBuffer> = None;
         for l in 0..layers {
             let lg = &graph.layers[l as usize];
             let guesses = lookahead.min(layers - 1 - l);
@@ -1108,9 +1106,7 @@ impl Engine {
                     std::mem::replace(&mut enc, device.create_command_encoder(&Default::default())).finish()
                 }),
             };
-            let picked = timed(&mut self.stats.submit_time, || {
-                queue.submit(before_head.take().into_iter().chain([commands]))
-            });
+            let picked = timed(&mut self.stats.submit_time, || queue.submit([commands]));
             // The guesses in a submission of their own, so that the host maps the picks and loads the
             // layer's misses while the GPU runs them (each of their 2 · lookahead dependent dispatches costs
             // several µs in the chain).
@@ -1132,17 +1128,6 @@ impl Engine {
             if let Some(p) = self.held.take() {
                 self.pool.release(p);
             }
-            // The CPU tier's layers: while the GPU runs the head, this thread records what follows it, none of
-            // which depends on the picks (they reach the GPU through buffers written before the submits), so
-            // that the tier's window holds a submit instead: recorded there, beside the pool's threads
-            // streaming memory, the same commands took ~3× as long (BENCHMARKS.md).
-            let next = graph.layers.get(l as usize + 1).map(|next| (next, cpu_layer(next)));
-            let prepared = match &lg.cpu_join {
-                Some(join) if on_cpu => Some(timed(&mut self.stats.record_time, || {
-                    record_cpu_layer(device, &mut enc, lg, join, next, s, (k, hidden, pairs))
-                })),
-                _ => None,
-            };
             let read: Vec<u32> =
                 readback(device, rb, rb_bytes, Some(picked), SPIN_FOR_PICKS, &mut self.stats.gpu_wait)?;
             let picks = &read[..pairs];
@@ -1250,17 +1235,43 @@ impl Engine {
                 }
             }
             self.held = pinned;
-            match (cpu_work, prepared) {
-                (Some((ids, weights, xn, sum_row)), Some(commands)) => {
-                    // The hits' part before the join (gate‖up; unfused, their down too) runs while the host
-                    // computes the misses; its sum joins the residual stream before the GPU's combine adds
-                    // the hits'. This thread submits that part, then joins the pool.
-                    let submit_time = &mut self.stats.submit_time;
-                    let meanwhile = || timed(submit_time, || queue.submit([commands.before_join]));
+            match (cpu_work, &lg.cpu_join) {
+                (Some((ids, weights, xn, sum_row)), Some(CpuJoin { at: down_from, via })) => {
+                    // gate‖up of the hits (and, unfused, their down) runs while the host computes the
+                    // misses; their sum joins the residual stream before the GPU's combine adds the hits'.
+                    // Meanwhile this thread submits the hits' gate‖up and records (and finishes: most of
+                    // wgpu's encoding cost) what follows the sum: the join, down and the combine, and the
+                    // next layer up to its picks.
+                    let (record_time, submit_time) =
+                        (&mut self.stats.record_time, &mut self.stats.submit_time);
+                    let next = graph.layers.get(l as usize + 1);
+                    let meanwhile = || {
+                        let gate_up = timed(record_time, || {
+                            record(&mut enc, &lg.experts[..*down_from]);
+                            std::mem::replace(&mut enc, device.create_command_encoder(&Default::default()))
+                                .finish()
+                        });
+                        timed(submit_time, || queue.submit([gate_up]));
+                        timed(record_time, || {
+                            if let JoinVia::Add(join) = via {
+                                record(&mut enc, std::slice::from_ref(join));
+                                enc.copy_buffer_to_buffer(&s.cpu_joined, 0, &s.x, 0, 4 * hidden as u64);
+                            }
+                            record(&mut enc, &lg.experts[*down_from..]);
+                            next.map(|next| {
+                                record_layer_head(&mut enc, next, s, cpu_layer(next), k, hidden, pairs);
+                                std::mem::replace(
+                                    &mut enc,
+                                    device.create_command_encoder(&Default::default()),
+                                )
+                                .finish()
+                            })
+                        })
+                    };
                     let tier = self.cpu_tier.as_mut().expect("CPU work comes from the tier");
-                    let (sum, took, (_, recording)) =
+                    let (sum, took, (next_head, recording)) =
                         tier.compute_while(l, &ids, &weights, &xn, meanwhile)?;
-                    head_ready = commands.after_join;
+                    head_ready = next_head;
                     self.stats.cpu_experts += ids.len() as u64;
                     self.stats.cpu_time += took;
                     self.stats.cpu_recording_time += recording;
@@ -1268,30 +1279,20 @@ impl Engine {
                     let (first_uses, first_use_time) = tier.take_first_uses();
                     self.stats.cpu_first_uses += first_uses;
                     self.stats.cpu_first_use_time += first_use_time;
-                    match lg.cpu_join.as_ref().map(|j| &j.via) {
-                        Some(JoinVia::AsPick) => {
+                    match via {
+                        JoinVia::Add(_) => queue.write_buffer(&s.cpu_sum, 0, bytemuck::cast_slice(&sum)),
+                        JoinVia::AsPick => {
                             let row = 4 * (sum_row * hidden) as u64;
                             queue.write_buffer(&s.down, row, bytemuck::cast_slice(&sum));
                         }
-                        _ => queue.write_buffer(&s.cpu_sum, 0, bytemuck::cast_slice(&sum)),
                     }
                 }
-                (None, Some(commands)) => {
-                    // Every pick ran on the GPU: the host's sum is zero, and both parts go with the next head.
-                    if let Some(CpuJoin { via: JoinVia::Add(_), .. }) = &lg.cpu_join {
-                        queue.write_buffer(&s.cpu_sum, 0, bytemuck::cast_slice(&vec![0f32; hidden]));
-                    }
-                    before_head = Some(commands.before_join);
-                    head_ready = commands.after_join;
-                }
-                (_, None) => timed(&mut self.stats.record_time, || record(&mut enc, &lg.experts)),
+                _ => timed(&mut self.stats.record_time, || record(&mut enc, &lg.experts)),
             }
         }
 
         timed(&mut self.stats.record_time, || record_head(&mut enc, graph, s, want, shape, 0));
-        timed(&mut self.stats.submit_time, || {
-            queue.submit(before_head.take().into_iter().chain([enc.finish()]))
-        });
+        timed(&mut self.stats.submit_time, || queue.submit([enc.finish()]));
         if let Some(recorder) = &mut self.recorder {
             recorder.write_step(&recorded)?;
         }
@@ -1841,40 +1842,6 @@ fn record_layer_head(
     } else {
         enc.copy_buffer_to_buffer(&s.pick_ids, 0, rb, 0, 4 * pairs as u64);
     }
-}
-
-/// A CPU-tier layer's commands after its head, recorded before its picks are known: the GPU's part before
-/// the host's sum joins, and the join, the rest and the next layer's head (`next`, with whether the CPU tier
-/// runs it). For the last layer the rest is left in `enc`, for the step's lm head to follow.
-struct CpuLayerCommands {
-    before_join: wgpu::CommandBuffer,
-    after_join: Option<wgpu::CommandBuffer>,
-}
-
-fn record_cpu_layer(
-    device: &wgpu::Device,
-    enc: &mut wgpu::CommandEncoder,
-    lg: &LayerGraph,
-    join: &CpuJoin,
-    next: Option<(&LayerGraph, bool)>,
-    s: &Scratch,
-    (k, hidden, pairs): (usize, usize, usize),
-) -> CpuLayerCommands {
-    let finish = |enc: &mut wgpu::CommandEncoder| {
-        std::mem::replace(enc, device.create_command_encoder(&Default::default())).finish()
-    };
-    record(enc, &lg.experts[..join.at]);
-    let before_join = finish(enc);
-    if let JoinVia::Add(add) = &join.via {
-        record(enc, std::slice::from_ref(add));
-        enc.copy_buffer_to_buffer(&s.cpu_joined, 0, &s.x, 0, 4 * hidden as u64);
-    }
-    record(enc, &lg.experts[join.at..]);
-    let after_join = next.map(|(next, on_cpu)| {
-        record_layer_head(enc, next, s, on_cpu, k, hidden, pairs);
-        finish(enc)
-    });
-    CpuLayerCommands { before_join, after_join }
 }
 
 /// Where a layer's picks are read back from, and how many bytes: the picks of the step's `pairs`, or for
