@@ -37,7 +37,8 @@ impl Q8Row {
         {
             *s = quantize_block(block, q);
         }
-        self.sums = sums_of(&self.quants);
+        self.sums.resize(self.quants.len() / 16, 0);
+        sums_of_16(&self.quants, &mut self.sums);
     }
 
     /// A row of quantised values `quants` and their block `scales` (its sums computed).
@@ -119,8 +120,10 @@ impl Q16Row {
             self.hi.scales[b] = d;
             self.lo.scales[b] = d / 256.0;
         }
-        self.hi.sums = sums_of(&self.hi.quants);
-        self.lo.sums = sums_of(&self.lo.quants);
+        for half in [&mut self.hi, &mut self.lo] {
+            half.sums.resize(half.quants.len() / 16, 0);
+            sums_of_16(&half.quants, &mut half.sums);
+        }
     }
 
     /// Values.
@@ -140,13 +143,21 @@ pub(crate) fn quantize_block_16(x: &[f32], hi: &mut [i8], lo: &mut [i8]) -> f32 
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     for ((h, l), v) in hi.iter_mut().zip(lo.iter_mut()).zip(x) {
         let scaled = (v * id).clamp(-127.0, 127.0);
-        let high = scaled.round();
+        let high = round_even(scaled);
         *h = high as i8;
         // |scaled − high| ≤ 0.5, so 256 times it lies in −128..=128; clamped to ±127 (off by at most one
         // step then), since the Q8_0 kernels negate an input value where the weight is negative.
-        *l = ((scaled - high) * 256.0).round().clamp(-127.0, 127.0) as i8;
+        *l = round_even((scaled - high) * 256.0).clamp(-127.0, 127.0) as i8;
     }
     d
+}
+
+/// `v` rounded to the nearest integer, ties to even, for |v| ≤ 2^22: adding and taking away 1.5 · 2^23
+/// leaves no fraction bits. Plain arithmetic, so the block's loop vectorises, where `f32::round` is a
+/// libm call a value (Q16's own halves need no particular tie rule; Q8_0's keep llama.cpp's `roundf`).
+fn round_even(v: f32) -> f32 {
+    const SHIFT: f32 = 12_582_912.0;
+    (v + SHIFT) - SHIFT
 }
 
 /// What a matmul multiplies by.

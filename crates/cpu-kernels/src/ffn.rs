@@ -9,6 +9,7 @@
 
 // Performance note (2026-12-04, on the 2-core development machine): a dot of 4 rows at once (each input
 // block loaded once for the 4, their sums side by side) ran 35 % slower than one row at a time.
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::activation::{quantize_block, quantize_block_16, sums_of_16};
@@ -141,6 +142,27 @@ impl<T> Shared<T> {
 pub struct CpuExperts {
     pool: WorkerPool,
     isa: Isa,
+    buffers: Mutex<Buffers>,
+}
+
+/// A job's working memory, kept from call to call: made afresh, a decode layer's ~100 KB came from pages
+/// the allocator had handed back, and faulting them in again took tens of microseconds a layer on the
+/// calling thread before the job started. Every value a job reads it wrote first, so nothing is cleared.
+#[derive(Debug, Default)]
+struct Buffers {
+    /// Each assignment's SwiGLU activation, `[A, ffn]`, and with quantised math its quants (high halves),
+    /// Q16's low halves, block scales, and sums of 16 of each.
+    act: Vec<f32>,
+    act_q: Vec<i8>,
+    act_lo: Vec<i8>,
+    act_s: Vec<f32>,
+    act_sums: Vec<i32>,
+    act_lo_sums: Vec<i32>,
+    /// Each assignment's down row, `[A, hidden]`.
+    ys: Vec<f32>,
+    /// The token rows, quantised for `Math::Q8` or `Math::Q16`.
+    q8: Vec<Q8Row>,
+    q16: Vec<Q16Row>,
 }
 
 impl CpuExperts {
@@ -152,7 +174,7 @@ impl CpuExperts {
         if !isa.available() {
             return Err(Error::IsaUnavailable { isa });
         }
-        Ok(Self { pool: WorkerPool::new(threads), isa })
+        Ok(Self { pool: WorkerPool::new(threads), isa, buffers: Mutex::default() })
     }
 
     /// The path it runs.
@@ -236,10 +258,20 @@ impl CpuExperts {
             }
         }
         let rows: Vec<&[f32]> = x.chunks_exact(hidden).collect();
-        let q8: Vec<Q8Row> =
-            if math == Math::Q8 { rows.iter().map(|r| Q8Row::quantize(r)).collect() } else { Vec::new() };
-        let q16: Vec<Q16Row> =
-            if math == Math::Q16 { rows.iter().map(|r| Q16Row::quantize(r)).collect() } else { Vec::new() };
+        let mut buffers = self.buffers.lock().unwrap_or_else(|e| e.into_inner());
+        let Buffers { act, act_q, act_lo, act_s, act_sums, act_lo_sums, ys, q8, q16 } = &mut *buffers;
+        match math {
+            Math::F32 => {}
+            Math::Q8 => {
+                q8.resize_with(tokens, Q8Row::default);
+                q8.iter_mut().zip(&rows).for_each(|(q, x)| q.quantize_from(x));
+            }
+            Math::Q16 => {
+                q16.resize_with(tokens, Q16Row::default);
+                q16.iter_mut().zip(&rows).for_each(|(q, x)| q.quantize_from(x));
+            }
+        }
+        let (q8, q16) = (&*q8, &*q16);
         let input = |t: usize| match math {
             Math::F32 => Input::F32(rows[t]),
             Math::Q8 => Input::Q8(&q8[t]),
@@ -257,17 +289,17 @@ impl CpuExperts {
         // which were all claimed before it (tasks are claimed in order), so the wait is at most one
         // task's length, and the job has no barrier between its halves.
         let n = assignments.len();
-        let mut act = vec![0f32; n * ffn];
+        act.resize(n * ffn, 0.0);
         // Quantised math: the activation's (high) quants, Q16's low halves, the blocks' scales, and the sums
         // of 16 of each (what the K-quant kernels' minimums take), written by each gate‖up task for its block
         // so that down tasks copy the row whole rather than making it again (or waiting on one that does).
         let (quantised, two) = (math != Math::F32, math == Math::Q16);
-        let mut act_q = vec![0i8; if quantised { n * ffn } else { 0 }];
-        let mut act_lo = vec![0i8; if two { n * ffn } else { 0 }];
-        let mut act_s = vec![0f32; if quantised { n * ffn / BLOCK } else { 0 }];
-        let mut act_sums = vec![0i32; if quantised { n * ffn / 16 } else { 0 }];
-        let mut act_lo_sums = vec![0i32; if two { n * ffn / 16 } else { 0 }];
-        let mut ys = vec![0f32; n * hidden];
+        act_q.resize(if quantised { n * ffn } else { 0 }, 0);
+        act_lo.resize(if two { n * ffn } else { 0 }, 0);
+        act_s.resize(if quantised { n * ffn / BLOCK } else { 0 }, 0.0);
+        act_sums.resize(if quantised { n * ffn / 16 } else { 0 }, 0);
+        act_lo_sums.resize(if two { n * ffn / 16 } else { 0 }, 0);
+        ys.resize(n * hidden, 0.0);
 
         let up_chunks = ffn / TASK_ROWS;
         let down_chunks = hidden.div_ceil(DOWN_ROWS);
@@ -275,10 +307,10 @@ impl CpuExperts {
         let finished: Vec<AtomicUsize> = groups.iter().map(|_| AtomicUsize::new(0)).collect();
         let isa = self.isa;
         let result = {
-            let (act_w, q_w, s_w) = (Shared::new(&mut act), Shared::new(&mut act_q), Shared::new(&mut act_s));
-            let (lo_w, lo_sums_w) = (Shared::new(&mut act_lo), Shared::new(&mut act_lo_sums));
-            let ys_w = Shared::new(&mut ys);
-            let sums_w = Shared::new(&mut act_sums);
+            let (act_w, q_w, s_w) = (Shared::new(act), Shared::new(act_q), Shared::new(act_s));
+            let (lo_w, lo_sums_w) = (Shared::new(act_lo), Shared::new(act_lo_sums));
+            let ys_w = Shared::new(ys);
+            let sums_w = Shared::new(act_sums);
             let task = |task: usize| {
                 if task < up_tasks {
                     let group = task / up_chunks;

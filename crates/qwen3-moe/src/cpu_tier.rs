@@ -33,6 +33,9 @@ pub(crate) struct CpuTier {
     pending: Option<(u32, Vec<u32>, HostFetch)>,
     /// Mapped records first used in a step (not mapped in ahead by the mapper thread), and the time it took.
     first_uses: (u64, Duration),
+    /// The host's cores, asked once: `available_parallelism` reads the cgroup's files on every call (tens of
+    /// microseconds, where a layer's whole CPU work takes a few hundred).
+    cores: usize,
 }
 
 /// Where the tier's records lie.
@@ -126,9 +129,8 @@ impl CpuTier {
         // Two cores are left to the stepping thread (it records the GPU's next commands while the others
         // compute, then joins them), the pool's loaders and the mapping thread: on the H200 (16 cores) 14
         // threads decoded faster than 15, and 15 than 16 (BENCHMARKS.md).
-        let threads = threads.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(2)).max(1)
-        });
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = threads.unwrap_or(cores.saturating_sub(2).max(1));
         let isa = Isa::detect();
         Ok(CpuTier {
             kernels: CpuExperts::new(threads, isa)?,
@@ -139,6 +141,7 @@ impl CpuTier {
             math: tier_math(math, ty.is_some(), blocks_take_q8(layout) && isa != Isa::Scalar),
             pending: None,
             first_uses: (0, Duration::ZERO),
+            cores,
         })
     }
 
@@ -337,6 +340,9 @@ impl CpuTier {
         let index = |key: ExpertKey| (key.layer * self.layout.n_experts + key.expert) as usize;
         let todo: Vec<ExpertKey> =
             keys.iter().copied().filter(|&k| !ready[index(k)].load(Ordering::Acquire)).collect();
+        if todo.is_empty() {
+            return Ok(0);
+        }
         let map_in = |keys: &[ExpertKey]| -> Result<()> {
             for &key in keys {
                 map_in_record(map, key, checks.as_ref())?;
@@ -344,7 +350,7 @@ impl CpuTier {
             }
             Ok(())
         };
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(todo.len());
+        let threads = self.cores.min(todo.len());
         if threads <= 1 {
             map_in(&todo)?;
         } else {
