@@ -81,10 +81,16 @@ run() { # label, bench args... (a label NAME-* runs .device/bench-NAME where it 
     else
         cat $S/experts.bin > /dev/null # the store in the page cache
     fi
+    local cpu0; cpu0=$(head -1 /proc/stat)
     line=$(timeout 300 $bin --model $G --store $store --decode-tokens "$decode" "$@" 2> "/tmp/$label.err")
     if [ -z "$line" ]; then tail -3 "/tmp/$label.err"; line=null; fi
+    # The share of the vCPUs' time the hypervisor gave to others during the row (/proc/stat's steal), and
+    # the share busy here: a row slowed by the host's contention, not by the engine, shows there.
+    local cpu; cpu=$(printf '%s\n%s\n' "$cpu0" "$(head -1 /proc/stat)" | awk '{for (i = 2; i <= 9; i++) { t[NR] += $i }
+        s[NR] = $9; idle[NR] = $5 + $6} END {d = t[2] - t[1]; if (d <= 0) d = 1;
+        printf "{\"steal\":%.4f,\"busy\":%.4f}", (s[2] - s[1]) / d, 1 - (idle[2] - idle[1]) / d}')
     [[ $label == cold-* ]] && after=$(disk_rate)
-    echo "{\"label\":\"$label\",\"disk_before\":$before,\"disk_after\":$after,\"run\":$line}" >> "$OUT/tiers.jsonl"
+    echo "{\"label\":\"$label\",\"disk_before\":$before,\"disk_after\":$after,\"cpu\":$cpu,\"run\":$line}" >> "$OUT/tiers.jsonl"
     echo "$label: $(echo "$line" | cut -c1-100)"
 }
 T=$D/calibrated.jsonl
@@ -138,7 +144,8 @@ for l in open(sys.argv[1]):
           f'host {b["host_ms_per_token"]:5.2f} record {b["record_ms_per_token"]:5.2f} submit {b["submit_ms_per_token"]:5.2f}')
     q = c.get("pool")
     if q:
-        print(f'{"":18} pool ms/tok: busy {q["busy_ms_per_token"]:6.2f} tasks {q["task_ms_per_token"]:7.2f} (all threads) '
+        host = r.get("cpu") or {}
+        print(f'{"":18} vCPUs: stolen {100*host.get("steal", 0):4.1f}% busy {100*host.get("busy", 0):4.1f}%; pool ms/tok: busy {q["busy_ms_per_token"]:6.2f} tasks {q["task_ms_per_token"]:7.2f} (all threads) '
               f'meanwhile {q["meanwhile_ms_per_token"]:5.2f} join wait {q["join_wait_ms_per_token"]:5.2f}; '
               f'{q["tasks_per_job"]:5.1f} tasks a job ({q["caller_tasks_per_job"]:4.1f} on the caller), workers start '
               f'{q["worker_start_us_per_job"]:5.1f} us, longest task {q["longest_task_us"]:8.1f} us')
