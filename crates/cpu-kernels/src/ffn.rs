@@ -8,7 +8,11 @@
 //! does not depend on the thread count.
 
 // Performance note (2026-12-04, on the 2-core development machine): a dot of 4 rows at once (each input
-// block loaded once for the 4, their sums side by side) ran 35 % slower than one row at a time.
+// block loaded once for the 4, their sums side by side) ran 35 % slower than one row at a time. Again
+// (2026-12-05, the same machine, now with AVX-512 VNNI): Q4_K/Q5_K rows two at once on quantised inputs (a
+// gate row with its up row, down rows in pairs, the input's loads and run terms shared) took Q4_K on Q16
+// inputs from 7.0 to 7.3–7.5 GiB/s on one thread but Q5_K on Q8_0 from 8.3–8.6 to 7.8–8.2, and moved two
+// threads by ±6 %: not kept.
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
