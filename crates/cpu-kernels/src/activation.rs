@@ -96,9 +96,30 @@ pub struct Q16Row {
     pub hi: Q8Row,
     /// The low halves, with the scales `d / 256`.
     pub lo: Q8Row,
+    /// Each 32-value run's sum as the halves hold it (`d · Σ hi + d / 256 · Σ lo`), `[cols / 32]`: what a
+    /// Q4_K or Q5_K block's minimums multiply, made once for the row rather than in every block of every
+    /// weight row (the Q16 kernels' minimums then take one load and one multiply-add a block).
+    pub totals: Vec<f32>,
 }
 
 impl Q16Row {
+    /// The row of the halves `hi` and `lo` (the scales of `lo` those of `hi` over 256), its totals made.
+    pub fn from_halves(hi: Q8Row, lo: Q8Row) -> Self {
+        let mut row = Q16Row { hi, lo, totals: Vec::new() };
+        row.make_totals();
+        row
+    }
+
+    /// `totals` from the halves' sums of 16 and scales.
+    fn make_totals(&mut self) {
+        let run = |h: &Q8Row, j: usize| (h.sums[2 * j] + h.sums[2 * j + 1]) as f32 * h.scales[j];
+        let runs = self.hi.scales.len();
+        self.totals.resize(runs, 0.0);
+        for (j, t) in self.totals.iter_mut().enumerate() {
+            *t = run(&self.hi, j) + run(&self.lo, j);
+        }
+    }
+
     /// Quantises `x` (a multiple of 32 values; a tail is dropped).
     pub fn quantize(x: &[f32]) -> Self {
         let mut row = Q16Row::default();
@@ -124,6 +145,7 @@ impl Q16Row {
             half.sums.resize(half.quants.len() / 16, 0);
             sums_of_16(&half.quants, &mut half.sums);
         }
+        self.make_totals();
     }
 
     /// Values.

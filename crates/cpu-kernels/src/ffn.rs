@@ -397,7 +397,7 @@ impl CpuExperts {
                                 // Safety: as above.
                                 sums: unsafe { lo_sums_w.read(a * ffn / 16, ffn / 16) }.to_vec(),
                             };
-                            q16 = Q16Row { hi, lo };
+                            q16 = Q16Row::from_halves(hi, lo);
                             Input::Q16(&q16)
                         }
                     };

@@ -46,6 +46,9 @@ pub(crate) fn check_input(what: &'static str, cols: usize, x: Input<'_>) -> Resu
     match x {
         Input::F32(_) => Ok(()),
         Input::Q8(q) => half(q),
+        Input::Q16(q) if q.totals.len() != cols / crate::BLOCK => {
+            Err(Error::BadLength { what, expected: cols / crate::BLOCK, got: q.totals.len() })
+        }
         Input::Q16(q) => half(&q.hi).and_then(|()| half(&q.lo)),
     }
 }

@@ -126,6 +126,13 @@ proptest! {
                 prop_assert!(hi != i8::MIN && lo != i8::MIN, "the Q8_0 kernels negate inputs: -128 is never written");
                 prop_assert!((back - f64::from(v)).abs() <= bound, "{v} came back as {back} (d {d})");
             }
+            // The run's total as the halves hold it, to f32 rounding of the two products.
+            let held: f64 = (0..BLOCK).map(|j| {
+                let i = b * BLOCK + j;
+                f64::from(q.hi.quants[i]) * f64::from(d) + f64::from(q.lo.quants[i]) * f64::from(d) / 256.0
+            }).sum();
+            prop_assert!((f64::from(q.totals[b]) - held).abs() <= 1e-6 * (32.0 * 128.0 * f64::from(d)) + 1e-30,
+                "run {} total {} against {}", b, q.totals[b], held);
             let sums = |r: &Q8Row, i: usize| r.quants[16 * i..][..16].iter().map(|&v| i32::from(v)).sum::<i32>();
             for i in 2 * b..2 * b + 2 {
                 prop_assert_eq!(q.hi.sums[i], sums(&q.hi, i));
@@ -133,6 +140,17 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn a_q16_row_without_its_totals_is_refused() {
+    let x: Vec<f32> = (0..256).map(|i| (i as f32 - 128.0) / 64.0).collect();
+    let data = vec![0u8; 144];
+    let m = QuantMatrix::blocks("w", TensorType::Q4K, (1, 256), &data).unwrap();
+    let mut q = Q16Row::quantize(&x);
+    q.totals.pop();
+    let err = gemv(Isa::Scalar, &m, Input::Q16(&q), &mut [0f32]).unwrap_err();
+    assert!(err.to_string().contains("8") && err.to_string().contains("7"), "{err}");
 }
 
 #[test]

@@ -315,26 +315,26 @@ fn load_q8x64(x: &Q8Row, r: usize) -> __m512i {
 // GiB/s against 5.1 with each sub-block's scale and minimum unpacked and multiplied in scalars.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 pub(super) fn dot_q4_k_q8_vnni(row: RowRef<'_>, x: &Q8Row) -> f32 {
-    dot_q45_k_vnni::<false, false>(row, x, x)
+    dot_q45_k_vnni::<false, false>(row, x, x, &[])
 }
 
 /// [`dot_q4_k_q8_vnni`] for Q5_K: each quant's fifth bit (bit `sub` of `qh[j]`) added as 16.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 pub(super) fn dot_q5_k_q8_vnni(row: RowRef<'_>, x: &Q8Row) -> f32 {
-    dot_q45_k_vnni::<true, false>(row, x, x)
+    dot_q45_k_vnni::<true, false>(row, x, x, &[])
 }
 
 /// A Q4_K row times a [`Q16Row`]: per 64 values `256 · Σ q·hi + Σ q·lo` in integers (a second `vpdpbusd`
 /// onto the first's sum shifted by 8), scaled by the low halves' `dx = d / 256`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 pub(super) fn dot_q4_k_q16_vnni(row: RowRef<'_>, x: &Q16Row) -> f32 {
-    dot_q45_k_vnni::<false, true>(row, &x.hi, &x.lo)
+    dot_q45_k_vnni::<false, true>(row, &x.hi, &x.lo, &x.totals)
 }
 
 /// [`dot_q4_k_q16_vnni`] for Q5_K.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 pub(super) fn dot_q5_k_q16_vnni(row: RowRef<'_>, x: &Q16Row) -> f32 {
-    dot_q45_k_vnni::<true, true>(row, &x.hi, &x.lo)
+    dot_q45_k_vnni::<true, true>(row, &x.hi, &x.lo, &x.totals)
 }
 
 /// Bit `sub` of each of the 32 bytes `high`, as 16 (a 16-bit shift moves each byte's bit `sub` to its bit 0).
@@ -406,17 +406,29 @@ fn q45_k_run_scales(scales: __m256, block_mins: __m256, x: &Q8Row, b: usize, min
 /// `lo` (whose `dx` is `hi`'s over 256); the minimums' terms of both halves go into `mins`. A macro, so that
 /// it lies inside each kernel: as a function of its own it was not inlined, and its calls cost a third of
 /// the Q16 kernel's time (development machine, one thread).
+/// With `TWO` the minimums' term takes the row's own run totals ([`Q16Row::totals`]), made once for it.
 macro_rules! q45_k_block_scales {
-    ($two:expr, $block:expr, $hi:expr, $lo:expr, $b:expr, $mins:expr) => {{
+    ($two:expr, $block:expr, $hi:expr, $lo:expr, $totals:expr, $b:expr, $mins:expr) => {{
         let (scales, block_mins) = q45_k_scales_f32($block);
-        let run = q45_k_run_scales(scales, block_mins, $hi, $b, $mins);
-        if $two { q45_k_run_scales(scales, block_mins, $lo, $b, $mins) } else { run }
+        if $two {
+            let totals: &[f32] = &$totals[8 * $b..][..8];
+            // Safety: `totals` holds 8 f32.
+            *$mins = _mm256_fmadd_ps(block_mins, unsafe { _mm256_loadu_ps(totals.as_ptr()) }, *$mins);
+            _mm256_mul_ps(scales, run_scales($lo, $b))
+        } else {
+            q45_k_run_scales(scales, block_mins, $hi, $b, $mins)
+        }
     }};
 }
 
 /// Q4_K or Q5_K times a Q8_0 row (`hi`; `lo` unused) or, with `TWO`, a [`Q16Row`]'s halves.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-fn dot_q45_k_vnni<const Q5: bool, const TWO: bool>(row: RowRef<'_>, hi: &Q8Row, lo: &Q8Row) -> f32 {
+fn dot_q45_k_vnni<const Q5: bool, const TWO: bool>(
+    row: RowRef<'_>,
+    hi: &Q8Row,
+    lo: &Q8Row,
+    totals: &[f32],
+) -> f32 {
     let bytes = row.quant_stride;
     let mask = _mm256_set1_epi8(0x0F);
     // Lanes 0..8 take sub-block 2c's scale, 8..16 sub-block 2c + 1's.
@@ -429,7 +441,7 @@ fn dot_q45_k_vnni<const Q5: bool, const TWO: bool>(row: RowRef<'_>, hi: &Q8Row, 
         let qs = &block[if Q5 { 48 } else { 16 }..];
         // Safety: a Q5_K block holds 32 bytes of fifth bits at 16 (a Q4_K block, its quants: unused).
         let high = unsafe { _mm256_loadu_si256(block.as_ptr().add(16).cast()) };
-        let scales = _mm512_castps256_ps512(q45_k_block_scales!(TWO, block, hi, lo, b, &mut mins));
+        let scales = _mm512_castps256_ps512(q45_k_block_scales!(TWO, block, hi, lo, totals, b, &mut mins));
         for (chunk, lanes) in chunk_lanes.iter().enumerate() {
             // Safety: `qs` holds 128 bytes; this reads 32 at 32 · chunk.
             let q = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * chunk).cast()) };
@@ -552,29 +564,34 @@ fn load_q8x32(x: &Q8Row, r: usize) -> __m256i {
 /// [`dot_q4_k_q8_vnni`] on AVX2: a sub-block a 256-bit register.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn dot_q4_k_q8_avx2(row: RowRef<'_>, x: &Q8Row) -> f32 {
-    dot_q45_k_avx2::<false, false>(row, x, x)
+    dot_q45_k_avx2::<false, false>(row, x, x, &[])
 }
 
 /// [`dot_q5_k_q8_vnni`] on AVX2.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn dot_q5_k_q8_avx2(row: RowRef<'_>, x: &Q8Row) -> f32 {
-    dot_q45_k_avx2::<true, false>(row, x, x)
+    dot_q45_k_avx2::<true, false>(row, x, x, &[])
 }
 
 /// [`dot_q4_k_q16_vnni`] on AVX2.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn dot_q4_k_q16_avx2(row: RowRef<'_>, x: &Q16Row) -> f32 {
-    dot_q45_k_avx2::<false, true>(row, &x.hi, &x.lo)
+    dot_q45_k_avx2::<false, true>(row, &x.hi, &x.lo, &x.totals)
 }
 
 /// [`dot_q5_k_q16_vnni`] on AVX2.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn dot_q5_k_q16_avx2(row: RowRef<'_>, x: &Q16Row) -> f32 {
-    dot_q45_k_avx2::<true, true>(row, &x.hi, &x.lo)
+    dot_q45_k_avx2::<true, true>(row, &x.hi, &x.lo, &x.totals)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dot_q45_k_avx2<const Q5: bool, const TWO: bool>(row: RowRef<'_>, hi: &Q8Row, lo: &Q8Row) -> f32 {
+fn dot_q45_k_avx2<const Q5: bool, const TWO: bool>(
+    row: RowRef<'_>,
+    hi: &Q8Row,
+    lo: &Q8Row,
+    totals: &[f32],
+) -> f32 {
     let bytes = row.quant_stride;
     let mask = _mm256_set1_epi8(0x0F);
     let (mut acc, mut mins) = (_mm256_setzero_ps(), _mm256_setzero_ps());
@@ -584,7 +601,7 @@ fn dot_q45_k_avx2<const Q5: bool, const TWO: bool>(row: RowRef<'_>, hi: &Q8Row, 
         let qs = &block[if Q5 { 48 } else { 16 }..];
         // Safety: a Q5_K block holds 32 bytes of fifth bits at 16 (a Q4_K block, its quants: unused).
         let high = unsafe { _mm256_loadu_si256(block.as_ptr().add(16).cast()) };
-        let scales = q45_k_block_scales!(TWO, block, hi, lo, b, &mut mins);
+        let scales = q45_k_block_scales!(TWO, block, hi, lo, totals, b, &mut mins);
         for chunk in 0..4 {
             // Safety: `qs` holds 128 bytes; this reads 32 at 32 · chunk.
             let q = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * chunk).cast()) };
