@@ -37,14 +37,20 @@ impl Q8Row {
         {
             *s = quantize_block(block, q);
         }
+        self.make_sums();
+    }
+
+    /// `sums` from `quants`, reusing their memory.
+    fn make_sums(&mut self) {
         self.sums.resize(self.quants.len() / 16, 0);
         sums_of_16(&self.quants, &mut self.sums);
     }
 
     /// A row of quantised values `quants` and their block `scales` (its sums computed).
     pub fn from_parts(quants: Vec<i8>, scales: Vec<f32>) -> Self {
-        let sums = sums_of(&quants);
-        Q8Row { quants, scales, sums }
+        let mut row = Q8Row { quants, scales, sums: Vec::new() };
+        row.make_sums();
+        row
     }
 
     /// Values.
@@ -56,13 +62,6 @@ impl Q8Row {
     pub fn is_empty(&self) -> bool {
         self.quants.is_empty()
     }
-}
-
-/// The sum of each 16 of `quants`.
-fn sums_of(quants: &[i8]) -> Vec<i32> {
-    let mut sums = vec![0; quants.len() / 16];
-    sums_of_16(quants, &mut sums);
-    sums
 }
 
 /// Each 16 of `quants`' sums into `sums`.
@@ -141,10 +140,8 @@ impl Q16Row {
             self.hi.scales[b] = d;
             self.lo.scales[b] = d / 256.0;
         }
-        for half in [&mut self.hi, &mut self.lo] {
-            half.sums.resize(half.quants.len() / 16, 0);
-            sums_of_16(&half.quants, &mut half.sums);
-        }
+        self.hi.make_sums();
+        self.lo.make_sums();
         self.make_totals();
     }
 

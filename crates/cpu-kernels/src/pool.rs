@@ -208,22 +208,23 @@ impl WorkerPool {
                 std::thread::yield_now();
             }
         }
-        {
-            let mut times = self.shared.times.lock().unwrap_or_else(|e| e.into_inner());
-            times.jobs += 1;
-            times.tasks += tasks as u64;
-            times.caller_tasks += caller_tasks as u64;
-            times.busy += job.published.elapsed();
-            times.task_time += Duration::from_nanos(job.task_ns.load(Ordering::Relaxed));
-            times.meanwhile += meanwhile;
-            times.join_wait += start.elapsed();
-            let first_claim = job.first_claim_ns.load(Ordering::Relaxed);
-            if first_claim != u64::MAX {
-                times.worker_start += Duration::from_nanos(first_claim);
-            }
-            times.longest_task =
-                times.longest_task.max(Duration::from_nanos(job.longest_ns.load(Ordering::Relaxed)));
-        }
+        let first_claim = job.first_claim_ns.load(Ordering::Relaxed);
+        let this_job = PoolTimes {
+            jobs: 1,
+            tasks: tasks as u64,
+            caller_tasks: caller_tasks as u64,
+            busy: job.published.elapsed(),
+            task_time: Duration::from_nanos(job.task_ns.load(Ordering::Relaxed)),
+            meanwhile,
+            join_wait: start.elapsed(),
+            worker_start: if first_claim == u64::MAX {
+                Duration::ZERO
+            } else {
+                Duration::from_nanos(first_claim)
+            },
+            longest_task: Duration::from_nanos(job.longest_ns.load(Ordering::Relaxed)),
+        };
+        *self.shared.times.lock().unwrap_or_else(|e| e.into_inner()) += this_job;
         let result = result.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         if job.panicked.load(Ordering::Relaxed) {
             panic!("a CPU expert task panicked");
