@@ -616,6 +616,10 @@ pub struct GpuBackend {
 /// prefill's burst of misses) the loads already keep the cores busy and more threads only add switching.
 const PARALLEL_LOADS: usize = 2;
 
+/// Bytes a checked load from the page cache reads, hashes and copies at a time: small enough to stay in a
+/// core's cache between the three.
+const CHECK_CHUNK: usize = 128 << 10;
+
 impl GpuBackend {
     /// A backend filling `pool` from `reader`.
     ///
@@ -804,14 +808,39 @@ impl Backend for GpuBackend {
         let read = |start: usize, dst: &mut [u8]| -> Result<(), BackendError> {
             Ok(reader.read_part_into(key, start, dst, dst.len())?)
         };
-        if reader.is_direct() || reader.checks_reads() {
-            // O_DIRECT cannot read into mapped device memory, and checks cannot read it back at speed
-            // (write-combined): the pieces land in the record buffer, one read at a time, each staged and
-            // uploaded while the next is read; the whole record is checked there before the load completes
-            // (a slot is used only then), and read again once when it does not match.
+        if reader.is_direct() {
+            // O_DIRECT cannot read into mapped device memory: the pieces land in the record buffer, one read
+            // at a time, each staged and uploaded while the next is read; with checks the whole record is
+            // checked there before the load completes (a slot is used only then), and read again once when
+            // it does not match.
             reader.with_reread(key, || {
                 self.pool.upload_read_ahead(slot, ring, record.as_mut_slice(), read)?;
                 Ok::<_, BackendError>(reader.matches(key, record.as_slice()))
+            })?;
+        } else if reader.checks_reads() {
+            // Through the page cache, checked: each piece read in chunks through a small bounce buffer that
+            // stays in the CPU's cache, hashed there and copied on into mapped staging memory, so that the
+            // record crosses memory once, as an unchecked load's does (read whole into the record buffer,
+            // copied and then hashed from there, it crossed it three times more, beside the CPU tier's
+            // own reads). The pieces go one after another, in the order the hash takes them; the check
+            // completes before the load does.
+            reader.with_reread(key, || {
+                let chunk = CHECK_CHUNK.min(record.as_slice().len());
+                let hasher = reader.hasher(key).expect("reads are checked");
+                let state = std::sync::Mutex::new((hasher, &mut record.as_mut_slice()[..chunk]));
+                self.pool.upload_pieces(slot, ring, false, |start, dst| {
+                    let mut state = state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let (hasher, bounce) = &mut *state;
+                    for (i, out) in dst.chunks_mut(chunk).enumerate() {
+                        let (at, bounce) = (start + i * chunk, &mut bounce[..out.len()]);
+                        reader.read_part_into(key, at, bounce, out.len())?;
+                        hasher.update(at, bounce);
+                        out.copy_from_slice(bounce);
+                    }
+                    Ok(())
+                })?;
+                let (hasher, _) = state.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+                Ok::<_, BackendError>(hasher.matches())
             })?;
         } else {
             // Through the page cache, straight into mapped staging memory (one host copy).

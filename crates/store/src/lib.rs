@@ -73,6 +73,6 @@ pub use layout::{
 };
 pub use manifest::{Checkpoint, FORMAT, FORMAT_VERSION, MANIFEST, Manifest, SourceInfo};
 pub use probe::{ReaderProbe, ThreadsRate};
-pub use record_checks::RecordChecks;
+pub use record_checks::{RecordChecks, RecordHasher};
 pub use repair::{RepairSummary, repair};
 pub use store::{BUFFER_ALIGN, ReadActivity, RecordBuf, RecordReader, Store, part_bytes};

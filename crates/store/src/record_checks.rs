@@ -6,7 +6,10 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use xxhash_rust::xxh3::Xxh3Default;
+
 use crate::checksum::{combine, part_hash};
+use crate::layout::Region;
 use crate::manifest::MANIFEST;
 use crate::{Error, ExpertKey, ExpertLayout, Result, Store};
 
@@ -63,12 +66,74 @@ impl RecordChecks {
     }
 
     fn matches_parts(&self, key: ExpertKey, parts: [&[u8]; 6]) -> bool {
+        self.sum(key).is_some_and(|sum| combine(&parts.map(part_hash)) == sum)
+    }
+
+    /// The checksum of `key`'s record; `None` past the layout.
+    fn sum(&self, key: ExpertKey) -> Option<u64> {
         let x = &self.layout;
         if key.layer >= x.n_layers || key.expert >= x.n_experts {
-            return false;
+            return None;
         }
-        let index = key.layer as usize * x.n_experts as usize + key.expert as usize;
-        combine(&parts.map(part_hash)) == self.sums[index]
+        Some(self.sums[key.layer as usize * x.n_experts as usize + key.expert as usize])
+    }
+
+    /// Checks `key`'s record as its bytes stream past in pieces ([`RecordHasher`]).
+    pub fn hasher(&self, key: ExpertKey) -> RecordHasher {
+        let parts = if key.layer < self.layout.n_layers {
+            self.layout.record_parts(key.layer)
+        } else {
+            [Region { offset: 0, len: 0 }; 6]
+        };
+        RecordHasher { parts, fed: [0; 6], states: Default::default(), sum: self.sum(key), in_order: true }
+    }
+}
+
+/// A record's check taken as its bytes pass by in record order, in pieces of any size: a load hashes each
+/// piece while it is in the cache on its way to the device, instead of reading the whole record once more
+/// from memory after it was copied. Bytes between the checksum's parts are ignored.
+#[derive(Clone)]
+pub struct RecordHasher {
+    parts: [Region; 6],
+    /// Bytes of each part hashed so far.
+    fed: [u64; 6],
+    states: [Xxh3Default; 6],
+    /// The manifest's checksum; `None` for a key past the layout (which never matches).
+    sum: Option<u64>,
+    /// Every piece so far continued each part where the last left it.
+    in_order: bool,
+}
+
+impl RecordHasher {
+    /// Hashes `bytes`, the record's bytes from offset `start`. Pieces must come in record order, each byte
+    /// once; anything else makes [`matches`](Self::matches) false.
+    pub fn update(&mut self, start: usize, bytes: &[u8]) {
+        let (start, end) = (start as u64, (start + bytes.len()) as u64);
+        for ((part, fed), state) in self.parts.iter().zip(&mut self.fed).zip(&mut self.states) {
+            let (from, to) = (start.max(part.offset), end.min(part.end()));
+            if from >= to {
+                continue;
+            }
+            if from != part.offset + *fed {
+                self.in_order = false;
+                return;
+            }
+            state.update(&bytes[(from - start) as usize..(to - start) as usize]);
+            *fed += to - from;
+        }
+    }
+
+    /// Whether every part was hashed whole and the record matches its checksum.
+    pub fn matches(&self) -> bool {
+        let whole = self.parts.iter().zip(&self.fed).all(|(part, &fed)| fed == part.len);
+        let hashes = self.states.each_ref().map(Xxh3Default::digest);
+        self.in_order && whole && self.sum == Some(combine(&hashes))
+    }
+}
+
+impl std::fmt::Debug for RecordHasher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordHasher").field("parts", &self.parts).field("fed", &self.fed).finish()
     }
 }
 

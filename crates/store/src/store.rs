@@ -13,7 +13,8 @@ use crate::ingest::{DENSE_FILE, EXPERTS_FILE, HEADER_FILE};
 use crate::manifest::Manifest;
 use crate::record_checks::{damaged, drop_cached};
 use crate::{
-    DenseData, Error, ExpertKey, ExpertLayout, ExpertPart, ExpertsInGguf, Layout, RecordChecks, Result,
+    DenseData, Error, ExpertKey, ExpertLayout, ExpertPart, ExpertsInGguf, Layout, RecordChecks, RecordHasher,
+    Result,
 };
 
 /// A complete store, opened read-only.
@@ -298,6 +299,12 @@ impl RecordReader {
     /// are not checked.
     pub fn matches(&self, key: ExpertKey, record: &[u8]) -> bool {
         self.checks.as_ref().is_none_or(|c| c.matches(key, record))
+    }
+
+    /// A check of `key`'s record to take as its bytes pass by ([`RecordHasher`]); `None` when reads are not
+    /// checked.
+    pub fn hasher(&self, key: ExpertKey) -> Option<RecordHasher> {
+        self.checks.as_ref().map(|c| c.hasher(key))
     }
 
     /// Runs `attempt`, a read of the record of `key` that returns whether its bytes

@@ -128,6 +128,70 @@ fn checked_reads_refuse_a_damaged_record_naming_it() {
     }
 }
 
+/// A record's check taken piece by piece as its bytes stream past agrees with the whole record's, for any
+/// cut into pieces, on records of planes and of blocks, intact or with a byte flipped; pieces out of
+/// order, missing or given twice never match.
+#[test]
+fn a_record_hashed_in_pieces_matches_as_it_does_whole() {
+    for (name, shape) in [("planes", Shape::small()), ("blocks", Shape::small_k_quant())] {
+        let dir = TempDir::new(&format!("hasher-{name}"));
+        let src = write_model(dir.path(), "m.gguf", &shape, 3);
+        ingest(&src, &dir.path().join("s"), &IngestOptions::default(), &mut |_| {}).unwrap();
+        let store = Store::open(dir.path().join("s")).unwrap();
+        let checks = store.record_checks().unwrap();
+        let reader = store.record_reader(false).unwrap();
+        let x = store.layout().experts.clone().unwrap();
+        let mut buf = RecordBuf::new(x.record_bytes as usize);
+        let mut rng = common::Rng(11);
+        for trial in 0..200u64 {
+            let key = ExpertKey { layer: (trial % 2) as u32, expert: (trial / 2 % 4) as u32 };
+            reader.read(key, &mut buf).unwrap();
+            let mut record = buf.as_slice()[..x.record_bytes as usize].to_vec();
+            if trial % 3 == 1 {
+                let at = rng.below(record.len() as u64) as usize;
+                record[at] ^= 1 << rng.below(8);
+            }
+            let whole = checks.matches(key, &record);
+            let mut cuts: Vec<usize> =
+                (0..rng.below(6)).map(|_| rng.below(record.len() as u64) as usize).collect();
+            cuts.extend([0, record.len()]);
+            cuts.sort_unstable();
+            let pieces: Vec<(usize, usize)> = cuts.windows(2).map(|w| (w[0], w[1])).collect();
+            let hash = |pieces: &[(usize, usize)]| {
+                let mut h = checks.hasher(key);
+                for &(a, b) in pieces {
+                    h.update(a, &record[a..b]);
+                }
+                h.matches()
+            };
+            assert_eq!(hash(&pieces), whole, "{name} trial {trial}");
+            // Pieces holding some of a part's bytes (the rest is padding, which the check ignores).
+            let parts = x.record_parts(key.layer);
+            let counted: Vec<usize> = (0..pieces.len())
+                .filter(|&i| {
+                    let (a, b) = (pieces[i].0 as u64, pieces[i].1 as u64);
+                    parts.iter().any(|p| a.max(p.offset) < b.min(p.end()))
+                })
+                .collect();
+            if whole && let [i, j, ..] = counted[..] {
+                let mut swapped = pieces.clone();
+                swapped.swap(i, j);
+                assert!(!hash(&swapped), "{name} trial {trial}: out of order");
+                let mut missing = pieces.clone();
+                missing.remove(j);
+                assert!(!hash(&missing), "{name} trial {trial}: a piece missing");
+                let mut twice = pieces.clone();
+                twice.insert(i, pieces[i]);
+                assert!(!hash(&twice), "{name} trial {trial}: a piece twice");
+            }
+        }
+        let past = ExpertKey { layer: x.n_layers, expert: 0 };
+        let mut h = checks.hasher(past);
+        h.update(0, &buf.as_slice()[..x.record_bytes as usize]);
+        assert!(!h.matches(), "{name}: a key past the model");
+    }
+}
+
 #[test]
 fn incomplete_foreign_and_damaged_stores_are_refused() {
     let dir = TempDir::new("refuse");
