@@ -831,13 +831,7 @@ impl Backend for GpuBackend {
                 self.pool.upload_pieces(slot, ring, false, |start, dst| {
                     let mut state = state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                     let (hasher, bounce) = &mut *state;
-                    for (i, out) in dst.chunks_mut(chunk).enumerate() {
-                        let (at, bounce) = (start + i * chunk, &mut bounce[..out.len()]);
-                        reader.read_part_into(key, at, bounce, out.len())?;
-                        hasher.update(at, bounce);
-                        out.copy_from_slice(bounce);
-                    }
-                    Ok(())
+                    Ok(reader.read_part_hashed(key, start, dst, bounce, hasher)?)
                 })?;
                 let (hasher, _) = state.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
                 Ok::<_, BackendError>(hasher.matches())

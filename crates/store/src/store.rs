@@ -426,6 +426,35 @@ impl RecordReader {
         self.read_part_into(key, 0, dst, self.layout.record_bytes as usize)
     }
 
+    /// Reads record bytes `start..start + dst.len()` of `key` into `dst` as
+    /// [`read_part_into`](Self::read_part_into) does, and hands them to `hasher` on the way: in chunks of
+    /// `bounce`'s length read into `bounce` (small enough to stay in the CPU's cache), hashed there and copied
+    /// on, so that a checked read crosses memory once, as an unchecked one does, even where `dst` is
+    /// write-combined staging memory (slow to read back for a hash).
+    ///
+    /// # Errors
+    /// As [`read_part_into`](Self::read_part_into); [`Error::BadBuffer`] for an empty `bounce`.
+    pub fn read_part_hashed(
+        &self,
+        key: ExpertKey,
+        start: usize,
+        dst: &mut [u8],
+        bounce: &mut [u8],
+        hasher: &mut RecordHasher,
+    ) -> Result<()> {
+        if bounce.is_empty() {
+            return Err(Error::BadBuffer { len: 0, align: 0, needed: 1, needed_align: 1 });
+        }
+        let chunk = bounce.len();
+        for (i, out) in dst.chunks_mut(chunk).enumerate() {
+            let (at, bounce) = (start + i * chunk, &mut bounce[..out.len()]);
+            self.read_part_into(key, at, bounce, out.len())?;
+            hasher.update(at, bounce);
+            out.copy_from_slice(bounce);
+        }
+        Ok(())
+    }
+
     /// Reads `len` bytes of the record of `key`, from byte `start` of the record, into the start of `dst`:
     /// several threads can read one record's parts at once. With O_DIRECT, `dst`, `start` and `len` must be
     /// [`BUFFER_ALIGN`]-aligned (the record's last part may end at the record's end).
