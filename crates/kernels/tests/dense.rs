@@ -5,7 +5,7 @@
 mod common;
 
 use common::{
-    Gpu, Rng, abs_of, assert_close, assert_some_apart, poisoned, quant_allowance, read_n, run, upload,
+    Gpu, Rng, Scales, abs_of, assert_close, assert_some_apart, poisoned, quant_allowance, read_n, run, upload,
 };
 use diskformer_kernels::{InputNorm, Kernels, Q8Matrix, argmax_partial_len, cpu, q8_row_bytes};
 

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Gpu, Rng, assert_close, poisoned, read_n, run, upload};
+use common::{Gpu, Rng, Scales, assert_close, poisoned, read_n, run, upload};
 use diskformer_kernels::{
     AttentionShape, ExpertPlanes, MoeCombineParams, Q8Matrix, QkNormRopeParams, argmax_partial_len, cpu,
 };

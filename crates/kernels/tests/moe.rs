@@ -6,7 +6,7 @@
 mod common;
 
 use common::{
-    Gpu, Rng, abs_of, assert_close, assert_some_apart, poisoned, quant_allowance, read_n, run, upload,
+    Gpu, Rng, Scales, abs_of, assert_close, assert_some_apart, poisoned, quant_allowance, read_n, run, upload,
 };
 use diskformer_kernels::{
     CombineOut, EXPERT_GEMM_TILED_GROUP, ExpertGroupsParams, ExpertPlanes, ExpertSlotsParams, Kernels,

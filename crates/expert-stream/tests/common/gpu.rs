@@ -4,10 +4,11 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use diskformer_expert_stream::SeededRng;
 use diskformer_gguf::{GgufWriter, TensorType, Value};
 use diskformer_kernels::Context;
 use diskformer_store::{IngestOptions, Store, ingest};
+#[allow(unused_imports)] // Not every test binary uses each.
+pub use diskformer_testkit::{Rng, TempDir};
 
 /// Set to 1 to skip the GPU tests when no adapter exists (they fail otherwise).
 pub const SKIP_ENV: &str = "DISKFORMER_SKIP_GPU_TESTS";
@@ -40,41 +41,6 @@ macro_rules! gpu_or_skip {
             None => return,
         }
     };
-}
-
-/// The crate's seeded generator, with random record contents.
-pub struct Rng(SeededRng);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(SeededRng::new(seed))
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0.next_u64()
-    }
-    /// Random bytes for `n_values` values of `ty`, with finite f16 scales for Q8_0.
-    pub fn blocks(&mut self, ty: TensorType, n_values: u64) -> Vec<u8> {
-        let n = ty.bytes_for(n_values).unwrap() as usize;
-        let mut out: Vec<u8> = (0..n).map(|_| self.next_u64() as u8).collect();
-        if ty == TensorType::Q8_0 {
-            for b in out.chunks_exact_mut(ty.block_bytes() as usize) {
-                b[1] &= 0x3B;
-            }
-        }
-        out
-    }
-}
-
-/// A fresh temporary directory named for the test (`tempfile`'s, removed on drop).
-pub struct TempDir(tempfile::TempDir);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        TempDir(tempfile::Builder::new().prefix(&format!("diskformer-xs-{tag}-")).tempdir().unwrap())
-    }
-    pub fn path(&self) -> &Path {
-        self.0.path()
-    }
 }
 
 /// Writes a qwen3moe-shaped GGUF (`layers` layers of `experts` Q8_0 experts, hidden `h`, expert FFN `f`, a

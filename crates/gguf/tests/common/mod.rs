@@ -53,21 +53,7 @@ impl Raw {
     }
 }
 
-/// Small deterministic PRNG (SplitMix64) for seeded test data.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next_u64() as u8).collect()
-    }
-}
+pub use diskformer_testkit::Rng;
 
 pub fn arbitrary_array(depth: u32) -> BoxedStrategy<Array> {
     let leaf = prop_oneof![

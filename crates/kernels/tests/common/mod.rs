@@ -49,36 +49,16 @@ macro_rules! gpu_or_skip {
     };
 }
 
-/// splitmix64: small, seeded, good enough for test data.
-pub struct Rng(u64);
+pub use diskformer_testkit::Rng;
 
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [lo, hi).
-    pub fn f32(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-    pub fn vec_f32(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        (0..n).map(|_| self.f32(lo, hi)).collect()
-    }
-    /// Full int8 range, -128 included.
-    pub fn vec_i8(&mut self, n: usize) -> Vec<i8> {
-        (0..n).map(|_| self.next_u64() as i8).collect()
-    }
-    /// Q8_0-like scales: magnitude in [0.002, 0.02], either sign.
-    pub fn vec_scales(&mut self, n: usize) -> Vec<f16> {
+/// Q8_0-like scales for the kernels' tests.
+pub trait Scales {
+    /// `n` scales of magnitude in [0.002, 0.02], either sign.
+    fn vec_scales(&mut self, n: usize) -> Vec<f16>;
+}
+
+impl Scales for Rng {
+    fn vec_scales(&mut self, n: usize) -> Vec<f16> {
         (0..n)
             .map(|_| {
                 let m = self.f32(0.002, 0.02);

@@ -5,33 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use diskformer_gguf::{GgufWriter, TensorType, Value};
-
-/// SplitMix64.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-    /// Random blocks of `ty` with finite f16 scales.
-    pub fn blocks(&mut self, ty: TensorType, n_values: u64) -> Vec<u8> {
-        let n = ty.bytes_for(n_values).unwrap() as usize;
-        let mut out: Vec<u8> = (0..n).map(|_| self.next_u64() as u8).collect();
-        if matches!(ty, TensorType::Q8_0 | TensorType::Q4_0) {
-            for b in out.chunks_exact_mut(ty.block_bytes() as usize) {
-                b[1] &= 0x3B;
-            }
-        }
-        out
-    }
-}
+#[allow(unused_imports)] // Not every test binary uses each.
+pub use diskformer_testkit::{Rng, TempDir, flip};
 
 /// The shape of a test model.
 #[derive(Clone, Debug)]
@@ -116,26 +91,4 @@ pub fn write_model(dir: &Path, name: &str, shape: &Shape, seed: u64) -> PathBuf 
     let path = dir.join(name);
     w.write_file(&path).unwrap();
     path
-}
-
-/// A fresh temporary directory named for the test (`tempfile`'s, removed on drop).
-pub struct TempDir(tempfile::TempDir);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        TempDir(tempfile::Builder::new().prefix(&format!("diskformer-store-{tag}-")).tempdir().unwrap())
-    }
-    pub fn path(&self) -> &Path {
-        self.0.path()
-    }
-}
-
-/// Flips a bit of the byte at `at` in place (the file's inode and length kept: readers and maps open on it
-/// see the change).
-pub fn flip(path: &Path, at: u64) {
-    use std::os::unix::fs::FileExt;
-    let file = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
-    let mut byte = [0u8];
-    file.read_exact_at(&mut byte, at).unwrap();
-    file.write_all_at(&[byte[0] ^ 0x40], at).unwrap();
 }
