@@ -818,12 +818,10 @@ impl Backend for GpuBackend {
                 Ok::<_, BackendError>(reader.matches(key, record.as_slice()))
             })?;
         } else if reader.checks_reads() {
-            // Through the page cache, checked: each piece read in chunks through a small bounce buffer that
-            // stays in the CPU's cache, hashed there and copied on into mapped staging memory, so that the
-            // record crosses memory once, as an unchecked load's does (read whole into the record buffer,
-            // copied and then hashed from there, it crossed it three times more, beside the CPU tier's
-            // own reads). The pieces go one after another, in the order the hash takes them; the check
-            // completes before the load does.
+            // Through the page cache, checked: each piece read 128 KiB at a time through a bounce buffer that
+            // stays in the CPU's cache, hashed there and copied on into mapped staging memory
+            // (`read_part_hashed`), so that the record crosses memory once, as an unchecked load's does. The
+            // pieces go in record order, as the hash takes them; the check completes before the load does.
             reader.with_reread(key, || {
                 let chunk = CHECK_CHUNK.min(record.as_slice().len());
                 let hasher = reader.hasher(key).expect("reads are checked");

@@ -185,6 +185,22 @@ fn a_record_hashed_in_pieces_matches_as_it_does_whole() {
                 assert!(!hash(&twice), "{name} trial {trial}: a piece twice");
             }
         }
+        // Read through a bounce buffer of any size, in pieces, as a checked load does: the same bytes, and
+        // they match.
+        let checked = store.record_reader(false).unwrap().with_checks(checks.clone());
+        for trial in 0..20u64 {
+            let key = ExpertKey { layer: (trial % 2) as u32, expert: (trial % 4) as u32 };
+            reader.read(key, &mut buf).unwrap();
+            let record = x.record_bytes as usize;
+            let mut got = vec![0u8; record];
+            let mut bounce = vec![0u8; 1 + rng.below(9000) as usize];
+            let (mut hasher, cut) = (checked.hasher(key).unwrap(), rng.below(record as u64) as usize);
+            let (head, tail) = got.split_at_mut(cut);
+            checked.read_part_hashed(key, 0, head, &mut bounce, &mut hasher).unwrap();
+            checked.read_part_hashed(key, cut, tail, &mut bounce, &mut hasher).unwrap();
+            assert_eq!(got, buf.as_slice()[..record], "{name} trial {trial}");
+            assert!(hasher.matches(), "{name} trial {trial}");
+        }
         let past = ExpertKey { layer: x.n_layers, expert: 0 };
         let mut h = checks.hasher(past);
         h.update(0, &buf.as_slice()[..x.record_bytes as usize]);
