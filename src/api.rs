@@ -58,7 +58,7 @@ pub struct Common {
     pub min_p: Option<f32>,
     /// Subtracted from the logit of every token already generated.
     pub presence_penalty: Option<f32>,
-    /// Refused unless 0 (not supported).
+    /// Subtracted from the logit of every recent token once for each time it occurs among them.
     pub frequency_penalty: Option<f32>,
     /// llama.cpp's repetition penalty.
     pub repetition_penalty: Option<f32>,
@@ -233,11 +233,6 @@ impl Common {
         if self.n.is_some_and(|n| n != 1) {
             return Err(ApiError::bad_request("n: one choice a request is served (n = 1)"));
         }
-        if self.frequency_penalty.is_some_and(|p| p != 0.0) {
-            return Err(ApiError::bad_request(
-                "frequency_penalty is not supported: use presence_penalty or repetition_penalty",
-            ));
-        }
         let mut sampling = SamplingOptions {
             // OpenAI's default temperature is 1; top-k 0 and top-p 1 leave every token in.
             temperature: self.temperature.unwrap_or(1.0),
@@ -245,6 +240,7 @@ impl Common {
             top_k: self.top_k.unwrap_or(0) as usize,
             min_p: self.min_p.unwrap_or(0.0),
             presence_penalty: self.presence_penalty.unwrap_or(0.0),
+            frequency_penalty: self.frequency_penalty.unwrap_or(0.0),
             repetition_penalty: self.repetition_penalty.unwrap_or(1.0),
             ..SamplingOptions::default()
         };
@@ -384,6 +380,8 @@ mod tests {
         assert!(ChatRequest::parse(b"[]").unwrap_err().message.contains("object"));
         let nested = json!({"messages": [{"role": "user", "content": "x", "mood": 1}]});
         assert!(chat(nested).unwrap_err().message.contains("mood"));
+        let body = json!({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 0.5});
+        assert_eq!(chat(body).unwrap().common.asked(10).unwrap().opts.sampling.frequency_penalty, 0.5);
         let refused = |body: Value| {
             let r = chat(body).unwrap();
             r.conversation().err().or_else(|| r.common.asked(10).err()).unwrap().message
@@ -400,7 +398,6 @@ mod tests {
             refused(body)
         };
         assert!(one(json!({"n": 2})).contains("n:"));
-        assert!(one(json!({"frequency_penalty": 0.5})).contains("frequency_penalty"));
         assert!(one(json!({"max_tokens": 0})).contains("max_tokens"));
         assert!(one(json!({"temperature": -1.0})).contains("temperature"));
         assert!(one(json!({"stop": ["a", "b", "c", "d", "e"]})).contains("stop"));

@@ -980,6 +980,7 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
         repetition_penalty: 1.0,
         presence_penalty: 0.0,
         last_n: 0,
+        frequency_penalty: 0.0,
     };
     let sample_step = g.ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
         label: Some("sample step"),

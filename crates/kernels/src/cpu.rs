@@ -789,17 +789,17 @@ pub fn sample_top_k(logits: &[f32], step: &crate::SampleStep) -> u32 {
     c.iter().rev().find(|c| c.1 > 0.0).or(c.first()).map_or(0, |c| c.0)
 }
 
-/// Repetition and presence penalties in place (`apply_penalties`, as llama.cpp's
+/// Repetition, presence and frequency penalties in place (`apply_penalties`, as llama.cpp's
 /// `llama_sampler_penalties_apply`): each distinct token of `window` below the vocabulary has its logit
-/// divided by `repetition` when positive, multiplied when not, then `presence` subtracted.
-pub fn apply_penalties(logits: &mut [f32], window: &[u32], repetition: f32, presence: f32) {
+/// divided by `repetition` when positive, multiplied when not, then `presence` subtracted, and `frequency`
+/// once for each time it occurs in `window`.
+pub fn apply_penalties(logits: &mut [f32], window: &[u32], repetition: f32, presence: f32, frequency: f32) {
     let mut seen: Vec<u32> = window.to_vec();
     seen.sort_unstable();
-    seen.dedup();
-    for id in seen {
-        if let Some(l) = logits.get_mut(id as usize) {
+    for run in seen.chunk_by(|a, b| a == b) {
+        if let Some(l) = logits.get_mut(run[0] as usize) {
             let scaled = if *l <= 0.0 { *l * repetition } else { *l / repetition };
-            *l = scaled - presence;
+            *l = scaled - presence - run.len() as f32 * frequency;
         }
     }
 }

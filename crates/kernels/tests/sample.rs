@@ -20,6 +20,7 @@ fn step(k: u32, temperature: f32, top_p: f32, min_p: f32) -> SampleStep {
         repetition_penalty: 1.0,
         presence_penalty: 0.0,
         last_n: 0,
+        frequency_penalty: 0.0,
     }
 }
 
@@ -142,7 +143,8 @@ fn sample_top_k_refuses_rows_it_cannot_rank() {
 
 #[test]
 fn apply_penalties_matches_the_cpu_reference() {
-    // A window through the ring's wrap, with repeats (applied once) and an id past the vocabulary
+    // A window through the ring's wrap, with repeats (repetition and presence applied once, frequency once
+    // an occurrence) and an id past the vocabulary
     // (ignored); a window longer than the sequence so far; the ring's slot for the step's own position
     // written from token_ids. Only the window's logits move.
     let g = gpu_or_skip!();
@@ -161,6 +163,7 @@ fn apply_penalties_matches_the_cpu_reference() {
         let s = SampleStep {
             repetition_penalty: rp,
             presence_penalty: presence,
+            frequency_penalty: presence / 3.0,
             last_n,
             ..step(20, 1.0, 1.0, 0.0)
         };
@@ -179,7 +182,7 @@ fn apply_penalties_matches_the_cpu_reference() {
         let len = (last_n as usize).min(p + 1);
         let window: Vec<u32> = (0..len).map(|j| with_token[(p - j) % ring]).collect();
         let mut want = logits.clone();
-        cpu::apply_penalties(&mut want, &window, rp, presence);
+        cpu::apply_penalties(&mut want, &window, rp, presence, presence / 3.0);
         let got = read_n::<f32>(g, &lb, n);
         let moved = (0..n).filter(|&i| want[i] != logits[i]).count();
         assert!(moved > len / 2, "the window moved {moved} logits");

@@ -498,7 +498,13 @@ fn gpu_draws_are_the_cpu_samplers_run_ahead_waiting_or_streaming() {
 
     // With penalties the GPU keeps the window itself (the prompt's tokens and the draws): the tokens of the
     // CPU sampler given the recent tokens, and not those without penalties.
-    let op = SamplingOptions { repetition_penalty: 1.6, presence_penalty: 0.8, penalty_last_n: 20, ..o };
+    let op = SamplingOptions {
+        repetition_penalty: 1.6,
+        presence_penalty: 0.8,
+        frequency_penalty: 0.4,
+        penalty_last_n: 20,
+        ..o
+    };
     let want_p = cpu_chain(&mut by_logits, op, 16);
     assert_ne!(want_p, want);
     for e in [&mut ahead, &mut waits, &mut streams] {

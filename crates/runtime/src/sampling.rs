@@ -1,4 +1,4 @@
-//! Picking the next token from the model's logits, on the CPU: repetition and presence penalties, then greedy
+//! Picking the next token from the model's logits, on the CPU: repetition, presence and frequency penalties, then greedy
 //! argmax or top-k → temperature → top-p → min-p → a draw from a seeded RNG. Pure Rust with no crate beyond
 //! the kernels' CPU references, so a run is reproducible from its seed. Penalties follow llama.cpp's
 //! `llama_sampler_penalties_apply` (`cpu::apply_penalties`).
@@ -40,6 +40,9 @@ pub struct SamplingOptions {
     pub repetition_penalty: f32,
     /// Subtracted once from the logit of each distinct recent token; `0` turns it off.
     pub presence_penalty: f32,
+    /// Subtracted from the logit of each recent token once for each time it occurs among them; `0` turns
+    /// it off.
+    pub frequency_penalty: f32,
     /// How many of the most recent tokens the penalties look at; `0` turns them off.
     pub penalty_last_n: usize,
     /// Seed of the sampler's RNG: the same seed and inputs give the same tokens.
@@ -55,6 +58,7 @@ impl Default for SamplingOptions {
             min_p: 0.0,
             repetition_penalty: 1.0,
             presence_penalty: 0.0,
+            frequency_penalty: 0.0,
             penalty_last_n: 64,
             seed: 0,
         }
@@ -71,7 +75,10 @@ impl SamplingOptions {
     /// (the engine's `Engine::step_greedy`, 4 bytes read back instead of the logits; the
     /// two differ only on NaN logits, which the sampler skips).
     pub fn is_plain_greedy(&self) -> bool {
-        self.temperature == 0.0 && self.repetition_penalty == 1.0 && self.presence_penalty == 0.0
+        self.temperature == 0.0
+            && self.repetition_penalty == 1.0
+            && self.presence_penalty == 0.0
+            && self.frequency_penalty == 0.0
     }
 
     /// Whether the GPU can draw with these options ([`Sampler::gpu_step`]): a temperature above 0, top-k
@@ -85,7 +92,10 @@ impl SamplingOptions {
 
     /// Whether the penalties do anything.
     fn penalised(&self) -> bool {
-        self.penalty_last_n > 0 && (self.repetition_penalty != 1.0 || self.presence_penalty != 0.0)
+        self.penalty_last_n > 0
+            && (self.repetition_penalty != 1.0
+                || self.presence_penalty != 0.0
+                || self.frequency_penalty != 0.0)
     }
 
     /// Checks every field is in range, so a bad request is refused before decoding starts.
@@ -109,6 +119,9 @@ impl SamplingOptions {
         }
         if !self.presence_penalty.is_finite() {
             return bad("presence_penalty", "finite (0 = off)", self.presence_penalty);
+        }
+        if !self.frequency_penalty.is_finite() {
+            return bad("frequency_penalty", "finite (0 = off)", self.frequency_penalty);
         }
         Ok(())
     }
@@ -147,7 +160,9 @@ impl Sampler {
             self.logits.extend_from_slice(logits);
             let window = &recent[recent.len().saturating_sub(o.penalty_last_n)..];
             // The GPU's penalty kernel is tested against the same reference.
-            cpu::apply_penalties(&mut self.logits, window, o.repetition_penalty, o.presence_penalty);
+            let (repetition, presence, frequency) =
+                (o.repetition_penalty, o.presence_penalty, o.frequency_penalty);
+            cpu::apply_penalties(&mut self.logits, window, repetition, presence, frequency);
         }
         let logits = if penalised { &self.logits[..] } else { logits };
         if o.temperature == 0.0 {
@@ -201,6 +216,7 @@ impl Sampler {
             repetition_penalty: o.repetition_penalty,
             presence_penalty: o.presence_penalty,
             last_n: if o.penalised() { o.penalty_last_n as u32 } else { 0 },
+            frequency_penalty: o.frequency_penalty,
         })
     }
 }
@@ -487,6 +503,12 @@ mod tests {
         let o = SamplingOptions { presence_penalty: 0.6, ..SamplingOptions::greedy() };
         assert_eq!(Sampler::new(o).sample(&[2.0, 1.5], &[0, 0, 0]), 1); // 1.4 < 1.5
         assert_eq!(Sampler::new(o).sample(&[2.0, 0.9], &[0, 0, 0]), 0); // 1.4, not 2.0 - 3 × 0.6
+        // Frequency subtracts once per occurrence, after presence.
+        let o =
+            SamplingOptions { frequency_penalty: 0.3, presence_penalty: 0.1, ..SamplingOptions::greedy() };
+        assert_eq!(Sampler::new(o).sample(&[2.0, 1.05], &[0, 0, 0]), 1); // 2.0 - 0.1 - 0.9 = 1.0
+        assert_eq!(Sampler::new(o).sample(&[2.0, 1.05], &[0, 1, 0]), 0); // 1.3 against 1.05 - 0.4
+        assert!(!o.is_plain_greedy());
     }
 
     #[test]
@@ -504,6 +526,7 @@ mod tests {
             ("repetition_penalty", SamplingOptions { repetition_penalty: 0.0, ..d() }),
             ("repetition_penalty", SamplingOptions { repetition_penalty: f32::NAN, ..d() }),
             ("presence_penalty", SamplingOptions { presence_penalty: f32::NEG_INFINITY, ..d() }),
+            ("frequency_penalty", SamplingOptions { frequency_penalty: f32::NAN, ..d() }),
         ];
         for (field, o) in cases {
             let err = o.validate().unwrap_err();
@@ -756,6 +779,7 @@ mod tests {
             top_p: 0.9,
             repetition_penalty: 1.4,
             presence_penalty: 0.7,
+            frequency_penalty: 0.2,
             penalty_last_n: 48,
             ..opts(0.9, 21)
         };
@@ -769,7 +793,7 @@ mod tests {
             assert_eq!(step.last_n, 48);
             let mut penalised = logits.clone();
             let window = &recent[recent.len() - 48..];
-            cpu::apply_penalties(&mut penalised, window, 1.4, 0.7);
+            cpu::apply_penalties(&mut penalised, window, 1.4, 0.7, 0.2);
             let want = cpu::sample_top_k(&penalised, &step);
             assert_eq!(on_cpu.sample(&logits, &recent), want, "token {t}");
         }

@@ -40,13 +40,19 @@ pub struct SampleStep {
     /// The window: the step's input token and those before it, up to [`PENALTY_MAX_N`]; 0 turns penalties
     /// off.
     pub last_n: u32,
+    /// Subtracted from the logit of each token in the window once for each time it occurs there; 0 turns
+    /// it off.
+    pub frequency_penalty: f32,
 }
-const _: () = assert!(size_of::<SampleStep>() == 32);
+const _: () = assert!(size_of::<SampleStep>() == 36);
 
 impl SampleStep {
     /// Whether [`Kernels::apply_penalties`] has anything to do.
     pub fn penalised(&self) -> bool {
-        self.last_n > 0 && (self.repetition_penalty != 1.0 || self.presence_penalty != 0.0)
+        self.last_n > 0
+            && (self.repetition_penalty != 1.0
+                || self.presence_penalty != 0.0
+                || self.frequency_penalty != 0.0)
     }
 }
 

@@ -1,7 +1,8 @@
-// Repetition and presence penalties on a one-token step's logits, in place, before sample_top_k (as the
-// CPU sampler applies them, llama.cpp's llama_sampler_penalties_apply): each distinct token of the window
-// (the step's input token and the last_n - 1 before it, ids past the vocabulary ignored) has its logit
-// divided by repetition_penalty when positive, multiplied when not, then presence_penalty subtracted.
+// Repetition, presence and frequency penalties on a one-token step's logits, in place, before sample_top_k
+// (as the CPU sampler applies them, llama.cpp's llama_sampler_penalties_apply): each distinct token of the
+// window (the step's input token and the last_n - 1 before it, ids past the vocabulary ignored) has its logit
+// divided by repetition_penalty when positive, multiplied when not, then presence_penalty subtracted, and
+// frequency_penalty once for each time the token occurs in the window.
 // The window lives in a ring indexed by position: lane 0 first writes the step's input token (token_ids,
 // which the GPU copies from the step before's pick when a step is queued on it) at its position; the host
 // writes the earlier positions of the ring before a step it submits itself.
@@ -39,8 +40,12 @@ fn apply_penalties(@builtin(local_invocation_index) li: u32) {
         }
     }
     if (t < p.n) {
+        var count = 1u;
+        for (var j = li + 1u; j < len; j++) {
+            count += u32(recent[(pos - j) % p.ring] == t);
+        }
         let l = logits[t];
         let scaled = select(l / step.repetition_penalty, l * step.repetition_penalty, l <= 0.0);
-        logits[t] = scaled - step.presence_penalty;
+        logits[t] = scaled - step.presence_penalty - f32(count) * step.frequency_penalty;
     }
 }

@@ -10,4 +10,5 @@ struct Step {
     repetition_penalty: f32, // the penalties (apply_penalties), before the draw
     presence_penalty: f32,
     last_n: u32,
+    frequency_penalty: f32,
 }
