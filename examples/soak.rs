@@ -106,15 +106,20 @@ fn main() -> anyhow::Result<()> {
     let words = ["hello", "the quick brown fox", "why is the sky blue?", "count to ten", "ok"];
     while tokens < args.tokens && !out_of_time() {
         let mut opts = EngineOptions::default();
-        opts.prefetch = rng.below(2) == 0;
-        opts.cpu_experts = [None, Some(true), Some(false)][rng.below(3) as usize];
+        let prefetch_and_tier = |opts: &mut EngineOptions, rng: &mut SeededRng| {
+            opts.prefetch = rng.below(2) == 0;
+            opts.cpu_experts = [None, Some(true), Some(false)][rng.below(3) as usize];
+        };
+        // (The tiny model's draws in the order RELIABILITY.md's runs made them.)
         if let Some(shape) = &tiny {
             // From 2 × top-k slots (every step loads) to every expert resident.
             let (top_k, all_slots) = (u64::from(shape.top_k), u64::from(shape.layers * shape.experts));
             opts.pool_slots = Some((2 * top_k + rng.below(all_slots - 2 * top_k + 1)) as usize);
+            prefetch_and_tier(&mut opts, &mut rng);
             opts.direct_io = Some(rng.below(4) == 0);
             opts.max_context = Some(128 + rng.below(384) as u32);
         } else {
+            prefetch_and_tier(&mut opts, &mut rng);
             opts.gpu_budget = Some(args.budgets[rng.below(args.budgets.len() as u64) as usize]);
             opts.direct_io = Some(args.direct_io);
             if args.direct_io && opts.cpu_experts != Some(false) {
