@@ -18,9 +18,9 @@ done
 
 cargo test --workspace
 
-# The README's main job, end to end on the built-in model (ingest, upload, streamed experts, generation).
-cargo run --bin diskformer -- chat --prompt "Hello" --max-tokens 8 --temperature 0 > /dev/null
-echo "diskformer chat: ok"
+# The README's main job, end to end on the built-in demo model (ingest, upload, streamed experts, generation).
+reply=$(cargo run --bin diskformer -- chat --prompt "What is a cynic?" --max-tokens 40 --temperature 0)
+echo "diskformer chat: ok: ${reply}"
 
 # The server through a real OpenAI client, streamed and not, on a tiny random model.
 cargo build --bin diskformer --example synth-gguf

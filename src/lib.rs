@@ -3,11 +3,12 @@
 //! stream into a GPU slot pool as the router asks for them.
 //!
 //! This crate is a facade: each module re-exports one workspace crate, beside [`cli`], what command-line
-//! programs share. Its `diskformer` binary (feature `cli`, on by default) serves models over the OpenAI API.
+//! programs share, and [`demo`], the small trained model `diskformer chat` runs without one. Its `diskformer` binary (feature `cli`, on by default) serves models over the OpenAI API.
 
 #[cfg(feature = "cli")]
 pub mod api;
 pub mod cli;
+pub mod demo;
 
 pub use diskformer_bpe as bpe;
 pub use diskformer_cpu_kernels as cpu_kernels;

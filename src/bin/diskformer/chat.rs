@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! diskformer chat --model Qwen3-30B-A3B-Q8_0.gguf --budget 4GB
-//! diskformer chat --prompt "Hello"      # the built-in random model, one reply
+//! diskformer chat --prompt "What is a cynic?"   # the built-in demo model, one reply
 //! ```
 //!
 //! Commands while chatting: `/stats`, `/reset`, `/quit`. Ctrl-C stops the reply being written (the
@@ -18,7 +18,6 @@ use std::time::Instant;
 use diskformer::bpe::chat::Message;
 use diskformer::cli::{Budget, parse_budget, parse_bytes};
 use diskformer::qwen3_moe::qwen35moe::{self, Resident};
-use diskformer::qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
 use diskformer::qwen3_moe::{
     Engine, EngineOptions, Error, Event, GenerateOptions, LoadProgress, SamplingOptions,
 };
@@ -29,7 +28,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 /// Terminal chat with a Qwen3-MoE model whose experts stream from disk.
 #[derive(clap::Args)]
 pub struct ChatArgs {
-    /// A qwen3moe or qwen35moe GGUF. Without it, a small built-in model with random weights runs.
+    /// A qwen3moe or qwen35moe GGUF. Without it, the small built-in demo model runs (`diskformer::demo`).
     #[arg(long)]
     model: Option<PathBuf>,
     /// Store directory (default: `<model>.diskformer` beside the GGUF).
@@ -61,6 +60,9 @@ pub struct ChatArgs {
     /// Presence penalty (0 = off).
     #[arg(long, default_value_t = 0.0)]
     presence_penalty: f32,
+    /// Frequency penalty: subtracted once for each time a token occurs among the recent ones (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    frequency_penalty: f32,
     /// Sampling seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -109,6 +111,11 @@ pub struct ChatArgs {
     /// does (off by default: the exact f32 path; 6 % slower on an H200).
     #[arg(long)]
     int8_decode: bool,
+    /// Write every step's expert picks to this file as a routing trace (one JSON line a token, prompts
+    /// included), a workload to measure streaming with (`bench --routing-trace`) and to share. Steps then read
+    /// each layer's picks back, which is slower.
+    #[arg(long)]
+    record_routing: Option<PathBuf>,
 }
 
 fn bar(len: u64, what: &str) -> ProgressBar {
@@ -146,18 +153,15 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     opts.int8_prefill = args.int8_prefill;
     opts.tensor_prefill = args.tensor_prefill;
     opts.int8_decode = args.int8_decode;
+    opts.record_routing = args.record_routing.clone();
 
     let model = match &args.model {
         Some(m) => m.clone(),
         None => {
-            let dir = std::env::temp_dir().join("diskformer-demo");
-            std::fs::create_dir_all(&dir)?;
-            let path = dir.join("tiny-random.gguf");
-            let spec = SynthSpec { shape: SynthShape::tiny(), vocab: SynthVocab::Bytes, seed: 1 };
-            write_synthetic(&spec, &path)?;
+            let path = diskformer::demo::write_demo(&std::env::temp_dir().join("diskformer-demo"))?;
             eprintln!(
-                "No --model given: running a built-in tiny model with RANDOM weights ({}).\n\
-                 Its replies are noise; it shows the pipeline (ingest, GPU upload, streamed experts) works here.\n\
+                "No --model given: running the built-in demo model ({}), 2 MB trained on Ambrose Bierce's\n\
+                 \"The Devil's Dictionary\" (1911): ask it what a word means, e.g. \"What is a cynic?\".\n\
                  Pass --model PATH.gguf for a real Qwen3-MoE model.",
                 path.display()
             );
@@ -217,6 +221,9 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         }
         Err(Error::WrongArchitecture { found, .. }) if found == qwen35moe::ARCHITECTURE => {
             // The streaming engine runs qwen3moe alone so far: qwen35moe runs with every weight on the GPU.
+            if args.record_routing.is_some() {
+                anyhow::bail!("--record-routing records qwen3moe models' picks; this file is qwen35moe");
+            }
             let mut model = Resident::open(&model, args.ctx)?;
             eprintln!(
                 "{}\nqwen35moe, every weight on the GPU (its experts do not stream yet: --budget and the \
@@ -272,6 +279,7 @@ fn converse(engine: &mut impl ChatModel, args: &ChatArgs) -> anyhow::Result<()> 
         min_p: args.min_p,
         repetition_penalty: args.repeat_penalty,
         presence_penalty: args.presence_penalty,
+        frequency_penalty: args.frequency_penalty,
         seed: args.seed,
         ..SamplingOptions::default()
     };

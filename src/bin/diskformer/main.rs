@@ -24,7 +24,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Chat in the terminal (without --model, a tiny built-in model with random weights shows the pipeline).
+    /// Chat in the terminal (without --model, a small built-in demo model answers what words mean).
     Chat(chat::ChatArgs),
     /// Serve a model over the OpenAI API (`/v1/chat/completions`, `/v1/completions`, `/v1/models`, `/health`).
     Serve(ServeArgs),
@@ -32,9 +32,10 @@ enum Command {
 
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// The model: a qwen3moe GGUF (the first shard of a split set), ingested into a store beside it once.
+    /// The model: a qwen3moe GGUF (the first shard of a split set), ingested into a store beside it once
+    /// (default: the small built-in demo model, `diskformer::demo`).
     #[arg(long)]
-    model: PathBuf,
+    model: Option<PathBuf>,
     /// The store's directory (default: beside the GGUF).
     #[arg(long)]
     store: Option<PathBuf>,
@@ -88,8 +89,12 @@ fn main() -> anyhow::Result<()> {
     let mut opts = EngineOptions::default();
     opts.gpu_budget = args.budget.0;
     opts.max_context = args.ctx;
-    eprintln!("loading {}", args.model.display());
-    let (queue, info) = worker::start(args.model.clone(), args.store.clone(), opts, args.queue)?;
+    let path = match &args.model {
+        Some(model) => model.clone(),
+        None => diskformer::demo::write_demo(&std::env::temp_dir().join("diskformer-demo"))?,
+    };
+    eprintln!("loading {}", path.display());
+    let (queue, info) = worker::start(path.clone(), args.store.clone(), opts, args.queue)?;
     match info.budget {
         Some(b) => {
             eprintln!("{}, context {}, GPU budget {:.2} GB", info.adapter, info.context, b as f64 / 1e9)
@@ -98,7 +103,7 @@ fn main() -> anyhow::Result<()> {
     }
     warn_if_software(info.software, &info.adapter);
     let model = args.name.clone().unwrap_or_else(|| {
-        args.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
+        path.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
     });
     let served = serve::Served {
         queue,

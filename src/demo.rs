@@ -1,0 +1,38 @@
+//! The demo model `diskformer chat` runs when no `--model` is given: a 2 MB qwen3moe (4 layers, 8 experts of
+//! which the router picks 2, a 1,024-token byte-level BPE) trained by `scripts/demo/train_demo.py` on Ambrose
+//! Bierce's "The Devil's Dictionary" (1911, public domain) set as chats, so that the whole pipeline answers in
+//! words: ask it what a word means. `demo/README.md` says how it was made and what it does.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The demo model's GGUF.
+pub const DEMO_GGUF: &[u8] = include_bytes!("../demo/devil-moe.gguf");
+
+/// Its file name: a new model gets a new name, so that a store ingested from an older one beside it is not
+/// taken for its own.
+pub const DEMO_FILE: &str = "devil-moe-1.gguf";
+
+/// Writes the demo model into `dir` (made if missing) unless a file of its size is there already, and
+/// returns its path. The bytes go to a temporary file first, renamed into place, so an interrupted write
+/// leaves no partial model behind.
+///
+/// # Errors
+/// Creating the directory or writing the file.
+pub fn write_demo(dir: &Path) -> std::io::Result<PathBuf> {
+    let path = dir.join(DEMO_FILE);
+    if std::fs::metadata(&path).is_ok_and(|m| m.len() == DEMO_GGUF.len() as u64) {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(dir)?;
+    let part = dir.join(format!("{DEMO_FILE}.{}.part", std::process::id()));
+    let written =
+        std::fs::File::create(&part).and_then(|mut f| f.write_all(DEMO_GGUF).and_then(|()| f.sync_all()));
+    match written.and_then(|()| std::fs::rename(&part, &path)) {
+        Ok(()) => Ok(path),
+        Err(e) => {
+            let _ = std::fs::remove_file(&part);
+            Err(e)
+        }
+    }
+}
