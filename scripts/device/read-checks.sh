@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Issue #37's device figures: what checked reads cost decode at a 4 GB budget (Q4_K_M 30B-A3B synthetic, page
+# cache and cold, calibrated and uniform; rows alternating checked, unchecked and, where .device/bench-old
+# exists, an older build's checked rows), and the 10-minute soak from a cold store, on one machine in three
+# calls made back to back (a machine stays held 30 s after a call):
+#   CALL=1  the model and store, the rows, then the soak started (it outlives the call) and llama.cpp's
+#           build started beside it;
+#   CALL=2  waits for the soak and prints its end;
+#   CALL=3  two more page-cache rows and llama.cpp's best 4 GB configuration beside them.
+# Binaries in .device/ (bench, synth-gguf, ingest, record-read, soak; bench-old optional), .device/calibrated.jsonl
+# (routing-trace), llama.cpp's source in .llama/; carry .gl, .device and .llama.
+set -uo pipefail
+B=--budget,4g,--prompt-tokens,512
+C=--budget,4g,--prompt-tokens,4,--direct-io
+T=.device/calibrated.jsonl
+cal="--routing-trace,$T"
+uni="--routing,uniform"
+off="--no-read-checks"
+case "${CALL:-}" in
+1)
+    ROWS="cal-chk:$B,$cal cal-nochk:$B,$cal,$off old-cal-chk:$B,$cal uni-chk:$B,$uni uni-nochk:$B,$uni,$off"
+    ROWS+=" old-uni-chk:$B,$uni old-cal-chk2:$B,$cal cal-nochk2:$B,$cal,$off cal-chk2:$B,$cal"
+    ROWS+=" old-uni-chk2:$B,$uni uni-nochk2:$B,$uni,$off uni-chk2:$B,$uni"
+    ROWS+=" cold-cal-chk:$C,$cal cold-cal-nochk:$C,$cal,$off cold-uni-nochk:$C,$uni,$off cold-uni-chk:$C,$uni"
+    FTYPE=q4_k_m DECODE=128 PHASES=rows ROWS="$ROWS" timeout 500 bash scripts/device/tiers.sh
+    pkill -f 'device/bench' || true
+    # The soak (a reliability run, not a speed one) shares the host with llama.cpp's build for its first minutes.
+    PHASE=start MINUTES=10.2 bash scripts/device/soak.sh
+    bash scripts/device/llama-cuda.sh build ;;
+2) PHASE=wait WAIT=585 bash scripts/device/soak.sh ;;
+3)
+    PHASE=wait WAIT=60 bash scripts/device/soak.sh | tail -3
+    REUSE=1 FTYPE=q4_k_m DECODE=128 PHASES="rows llama" LLAMA_ROWS="cpu-moe-40:--n-cpu-moe,40" \
+        ROWS="cal-nochk3:$B,$cal,$off cal-chk3:$B,$cal" bash scripts/device/tiers.sh ;;
+*) echo "usage: CALL=1|2|3 bash scripts/device/read-checks.sh"; exit 2 ;;
+esac
