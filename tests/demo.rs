@@ -48,7 +48,8 @@ fn the_demo_model_answers_with_its_dictionary_entries() {
 fn chat_without_a_model_runs_the_demo() {
     let home = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_diskformer"))
-        .args(["chat", "--prompt", "What is a cynic?", "--max-tokens", "24", "--temperature", "0", "--no-think"])
+        .args(["chat", "--prompt", "What is a cynic?", "--max-tokens", "24"])
+        .args(["--temperature", "0", "--no-think"])
         .env("TMPDIR", home.path())
         .output()
         .unwrap();
