@@ -158,7 +158,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     let model = match &args.model {
         Some(m) => m.clone(),
         None => {
-            let path = diskformer::demo::write_demo(&std::env::temp_dir().join("diskformer-demo"))?;
+            let path = diskformer::demo::demo_in_temp_dir()?;
             eprintln!(
                 "No --model given: running the built-in demo model ({}), 2 MB trained on Ambrose Bierce's\n\
                  \"The Devil's Dictionary\" (1911): ask it what a word means, e.g. \"What is a cynic?\".\n\

@@ -91,7 +91,7 @@ fn main() -> anyhow::Result<()> {
     opts.max_context = args.ctx;
     let path = match &args.model {
         Some(model) => model.clone(),
-        None => diskformer::demo::write_demo(&std::env::temp_dir().join("diskformer-demo"))?,
+        None => diskformer::demo::demo_in_temp_dir()?,
     };
     eprintln!("loading {}", path.display());
     let (queue, info) = worker::start(path.clone(), args.store.clone(), opts, args.queue)?;
