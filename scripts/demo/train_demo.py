@@ -7,13 +7,13 @@ routers) with its tokenizer, and a JSON line of what it did.
 
     python3 -m venv /tmp/demo-venv && /tmp/demo-venv/bin/pip install "jax[cpu]==0.10.2" numpy==2.4.6 \\
         gguf==0.19.0 tokenizers==0.23.3
-    /tmp/demo-venv/bin/python scripts/demo/train_demo.py --out crates/qwen3-moe/demo/devil-moe.gguf
+    /tmp/demo-venv/bin/python scripts/demo/train_demo.py --out demo/devil-moe.gguf
 
 Without --corpus it fetches the package with `apt-get download dict-devil` (Debian's archive is reachable
 from the development machine). 37 minutes on two cores; XLA's CPU kernels may round differently on another
-machine, so a rerun elsewhere makes a model of the same quality, not the same bytes. The model is the engine's architecture exactly as
-llama.cpp's qwen3moe runs it: RMSNorm, per-head q/k RMSNorm, NeoX RoPE (base 1e6), grouped-query attention,
-a softmax router whose top-k weights are renormalised, SwiGLU experts; trained in f32 with a small
+machine, so a rerun elsewhere makes a model of the same quality, not the same bytes. The model is the
+engine's architecture exactly as llama.cpp's qwen3moe runs it: RMSNorm, per-head q/k RMSNorm, NeoX RoPE
+(base 1e6), grouped-query attention, a softmax router whose top-k weights are renormalised, SwiGLU experts; trained in f32 with a small
 load-balancing loss so that the router spreads its picks (a real routing workload, if a small one).
 """
 
@@ -45,8 +45,8 @@ QWEN2_SPLIT = (
 SPECIALS = [("<|endoftext|>", 3), ("<|im_start|>", 3), ("<|im_end|>", 3), ("<think>", 4), ("</think>", 4)]
 SHAPE = dict(layers=4, hidden=128, heads=4, kv_heads=2, head_dim=32, experts=8, top_k=2, ffn=128, vocab=1024)
 ROPE_BASE, EPS, CONTEXT = 1e6, 1e-6, 2048
-# Each holds the word after a space, as the answers of nouns do ("A cynic, n. …"): the same tokens, which a
-# model this small copies far more reliably than it maps " cynic" to "Cynic".
+# Each holds the word after a space, as the answers of nouns do ("A cynic, n. …"), so that question and answer
+# share its tokens (answers opening "Cynic, n." had the headword right in 16 of 40 random entries, these 19).
 QUESTIONS = [
     "What is {w}?", "Define {w}.", "What does {w} mean?", "Tell me about {w}.", "What is the meaning of {w}?",
     "Explain {w}.",
@@ -136,7 +136,7 @@ def vocabulary(merges):
     """Tokens in id order: the 256 bytes (as byte-level text), each merge's result, the specials; and types."""
     byte_text = pre_tokenizers.ByteLevel.alphabet()
     # The byte-level alphabet in byte order (GPT-2's mapping).
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     cs, n = bs[:], 0
     for b in range(256):
         if b not in bs:
