@@ -40,9 +40,12 @@ fn apply_penalties(@builtin(local_invocation_index) li: u32) {
         }
     }
     if (t < p.n) {
+        // The occurrences, counted only when they weigh something (the window is read again to the end).
         var count = 1u;
-        for (var j = li + 1u; j < len; j++) {
-            count += u32(recent[(pos - j) % p.ring] == t);
+        if (step.frequency_penalty != 0.0) {
+            for (var j = li + 1u; j < len; j++) {
+                count += u32(recent[(pos - j) % p.ring] == t);
+            }
         }
         let l = logits[t];
         let scaled = select(l / step.repetition_penalty, l * step.repetition_penalty, l <= 0.0);
