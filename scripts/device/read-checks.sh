@@ -6,7 +6,8 @@
 #   CALL=1  the model and store, the rows, then the soak started (it outlives the call) and llama.cpp's
 #           build started beside it;
 #   CALL=2  waits for the soak and prints its end;
-#   CALL=3  two more page-cache rows and llama.cpp's best 4 GB configuration beside them.
+#   CALL=3  three more page-cache rows, four of issue #32's levers (2 pool readers, 12 CPU-tier threads:
+#           fewer threads than vCPUs, for a host whose vCPUs stall), and llama.cpp's best 4 GB configuration.
 # Binaries in .device/ (bench, synth-gguf, ingest, record-read, soak; bench-old optional), .device/calibrated.jsonl
 # (routing-trace), llama.cpp's source in .llama/; carry .gl, .device and .llama.
 set -uo pipefail
@@ -31,6 +32,8 @@ case "${CALL:-}" in
 3)
     PHASE=wait WAIT=60 bash scripts/device/soak.sh | tail -3
     REUSE=1 FTYPE=q4_k_m DECODE=128 PHASES="rows llama" LLAMA_ROWS="cpu-moe-40:--n-cpu-moe,40" \
-        ROWS="cal-nochk3:$B,$cal,$off cal-chk3:$B,$cal" bash scripts/device/tiers.sh ;;
+        ROWS="cal-nochk3:$B,$cal,$off cal-chk3:$B,$cal uni-chk3:$B,$uni cal-r2:$B,$cal,--readers,2 \
+        uni-r2:$B,$uni,--readers,2 cal-t12:$B,$cal,--cpu-threads,12 uni-t12:$B,$uni,--cpu-threads,12" \
+        bash scripts/device/tiers.sh ;;
 *) echo "usage: CALL=1|2|3 bash scripts/device/read-checks.sh"; exit 2 ;;
 esac

@@ -42,29 +42,29 @@ pub struct ChatArgs {
     #[arg(long)]
     ctx: Option<u32>,
     /// Sampling temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.6)]
+    #[arg(long, default_value_t = 0.6, help_heading = "Sampling")]
     temperature: f32,
     /// Top-k (0 = off). From 1 to 64 the GPU draws each token, penalties included (and, with every expert
     /// resident, runs ahead); else the logits are read back and sampled on the CPU.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, help_heading = "Sampling")]
     top_k: usize,
     /// Top-p (1 = off).
-    #[arg(long, default_value_t = 0.95)]
+    #[arg(long, default_value_t = 0.95, help_heading = "Sampling")]
     top_p: f32,
     /// Min-p (0 = off).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, help_heading = "Sampling")]
     min_p: f32,
     /// Repetition penalty (1 = off).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, help_heading = "Sampling")]
     repeat_penalty: f32,
     /// Presence penalty (0 = off).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, help_heading = "Sampling")]
     presence_penalty: f32,
     /// Frequency penalty: subtracted once for each time a token occurs among the recent ones (0 = off).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, help_heading = "Sampling")]
     frequency_penalty: f32,
     /// Sampling seed.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, help_heading = "Sampling")]
     seed: u64,
     /// Most tokens per reply.
     #[arg(long, default_value_t = 1024)]
@@ -79,42 +79,42 @@ pub struct ChatArgs {
     #[arg(long)]
     prompt: Option<String>,
     /// Turn expert prefetch off.
-    #[arg(long)]
+    #[arg(long, help_heading = "Streaming")]
     no_prefetch: bool,
     /// Read experts with O_DIRECT, past the page cache (to keep the cache for other work; a store larger
     /// than the available memory is read so without it), into a budget of host memory the CPU computes
     /// misses from (--ram-budget).
-    #[arg(long)]
+    #[arg(long, help_heading = "Streaming")]
     direct_io: bool,
     /// With a GGUF: read a K-quant file's experts (and its dense tensors but the Q8_0 ones) in place from it
     /// instead of copying them into the store.
-    #[arg(long)]
+    #[arg(long, help_heading = "Streaming")]
     experts_in_gguf: bool,
     /// Keep expert records in this much host memory, read with O_DIRECT, for a store larger than RAM (e.g.
     /// 64GB; the CPU then computes the layers' misses from there; default: with --direct-io half the
     /// available memory, else none: the page cache holds them).
-    #[arg(long, value_parser = parse_bytes)]
+    #[arg(long, value_parser = parse_bytes, help_heading = "Streaming")]
     ram_budget: Option<u64>,
     /// Threads reading expert misses (default: 8, or with --direct-io as many as a probe of the disk finds
     /// fastest while the model loads).
-    #[arg(long)]
+    #[arg(long, help_heading = "Tuning and measurement")]
     readers: Option<usize>,
     /// Prompts multiply by Q8_0-quantised activations with int8 dot products, as llama.cpp does (faster
     /// prefill; off by default: the exact f32 path).
-    #[arg(long)]
+    #[arg(long, help_heading = "Tuning and measurement")]
     int8_prefill: bool,
     /// Prompts multiply on tensor cores where the GPU offers cooperative matrices: f16 weights and
     /// activations, f32 sums (EngineOptions::tensor_prefill; elsewhere the f32 path).
-    #[arg(long)]
+    #[arg(long, help_heading = "Tuning and measurement")]
     tensor_prefill: bool,
     /// Replies multiply Q8_0 weights by Q8_0-quantised activations with int8 dot products, as llama.cpp
-    /// does (off by default: the exact f32 path; 6 % slower on an H200).
-    #[arg(long)]
+    /// does (off by default: the exact f32 path).
+    #[arg(long, help_heading = "Tuning and measurement")]
     int8_decode: bool,
     /// Write every step's expert picks to this file as a routing trace (one JSON line a token, prompts
     /// included), a workload to measure streaming with (`bench --routing-trace`) and to share. Steps then read
     /// each layer's picks back, which is slower.
-    #[arg(long)]
+    #[arg(long, help_heading = "Tuning and measurement")]
     record_routing: Option<PathBuf>,
 }
 
