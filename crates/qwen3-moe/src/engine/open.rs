@@ -1,0 +1,471 @@
+//! Loading: a GGUF ingested into a store (or a store opened), the budgets and the pool sized, the dense
+//! weights uploaded, and with every expert fitting, all of them loaded.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use diskformer_bpe::Tokenizer;
+use diskformer_cpu_kernels::Math;
+use diskformer_expert_stream::{
+    ExpertPool, GpuBackend, GpuBudget, GpuPool, HostHandoff, PoolConfig, RouteShape, StagingRing,
+    UploadMethod,
+};
+use diskformer_gguf::GgufModel;
+use diskformer_kernels::{Context, Kernels};
+use diskformer_runtime::{EngineStats, ForcedRoutes, GpuBytes, RouteRecorder};
+use diskformer_store::{ExpertLayout, IngestOptions, Store};
+
+use super::{
+    Engine, EngineOptions, LoadProgress, READ_SPLIT_DIRECT, READ_SPLIT_IN_GGUF, READ_SPLIT_PAGE_CACHE,
+    ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE,
+};
+use crate::cpu_tier::{CpuTier, HostTier};
+use crate::graph::{ExpertKernels, KvCache, Scratch, ScratchSizes, fused_decode};
+use crate::weights::Weights;
+use crate::{Config, Error, Result};
+
+impl Engine {
+    /// Loads the model of `gguf`, ingesting it into `store_dir` first when the store is missing, stale or
+    /// incomplete (resuming an interrupted ingest). `store_dir` defaults to [`default_store_dir`]. The
+    /// GGUF's architecture and hyperparameters are checked before anything is copied.
+    ///
+    /// # Errors
+    /// [`Error::Gguf`] for a file that does not parse or a broken gguf-split set (`gguf` may be a set's
+    /// first shard); [`Error::WrongArchitecture`], [`Error::MissingKeys`] or [`Error::BadValue`] for a model
+    /// this engine does not run; [`Error::BadTensor`] for a tensor type it cannot run; any ingest error; then
+    /// as [`Engine::open`].
+    pub fn open_gguf(
+        gguf: &Path,
+        store_dir: Option<&Path>,
+        opts: &EngineOptions,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<Engine> {
+        let model = GgufModel::open(gguf)?;
+        Config::from_metadata(model.metadata())?;
+        // Every tensor's type, from the header (a split set's merged one): a file the kernels cannot run is
+        // refused before it is copied.
+        let header = model.header()?;
+        check_types(&diskformer_store::Layout::plan(&header)?)?;
+        let dir = store_dir.map_or_else(|| default_store_dir(gguf), Path::to_owned);
+        let ingest =
+            IngestOptions { copy_experts: opts.copy_experts, either_mode: true, ..IngestOptions::default() };
+        diskformer_store::ingest(gguf, &dir, &ingest, &mut |p| {
+            progress(LoadProgress::Ingest { done: p.done, total: p.total, bytes_per_sec: p.bytes_per_sec })
+        })?;
+        Self::open(&dir, opts, progress)
+    }
+
+    /// Loads the model of a complete store on the default GPU ([`Context::new`]).
+    ///
+    /// # Errors
+    /// Store, config, tokenizer and tensor errors; [`Error::Kernels`] without a usable GPU;
+    /// [`Error::Pool`] for a budget that cannot hold the dense part, the KV cache, scratch and `2 × top-k`
+    /// records (with the numbers); [`Error::BadOption`] for an option out of range.
+    pub fn open(
+        store_dir: &Path,
+        opts: &EngineOptions,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<Engine> {
+        Self::open_on(Context::new()?, store_dir, opts, progress)
+    }
+
+    /// [`Engine::open`] on a given GPU context.
+    ///
+    /// # Errors
+    /// As [`Engine::open`].
+    pub fn open_on(
+        ctx: Context,
+        store_dir: &Path,
+        opts: &EngineOptions,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<Engine> {
+        let store = Store::open(store_dir)?;
+        let config = Config::from_metadata(&store.header().metadata)?;
+        let tokenizer = Arc::new(Tokenizer::from_header(store.header())?);
+        check_types(store.layout())?;
+        let experts = store.layout().experts.clone().ok_or_else(|| Error::BadTensor {
+            name: "blk.0.ffn_gate_exps.weight".into(),
+            what: "the store holds no routed experts".into(),
+        })?;
+        if config.value_length != config.key_length {
+            return Err(Error::BadValue {
+                key: "qwen3moe.attention.value_length".into(),
+                what: format!(
+                    "{} differs from key_length {}; the attention kernels need one head dim",
+                    config.value_length, config.key_length
+                ),
+            });
+        }
+        if opts.lookahead > 8 {
+            return Err(Error::BadOption {
+                option: "lookahead",
+                what: format!("{} layers; allowed 0..=8", opts.lookahead),
+            });
+        }
+        let gpu_budget = opts.gpu_budget.unwrap_or_else(|| auto_gpu_budget(&ctx));
+        let ctx_len = opts.max_context.unwrap_or(config.context_length.min(4096));
+        if ctx_len == 0 || ctx_len > config.context_length {
+            return Err(Error::BadOption {
+                option: "max_context",
+                what: format!(
+                    "{ctx_len} positions; allowed 1..={} (the model's context length)",
+                    config.context_length
+                ),
+            });
+        }
+        if opts.ram_budget.is_some() && opts.cpu_experts == Some(false) {
+            return Err(Error::BadOption {
+                option: "ram_budget",
+                what: "the host tier feeds the CPU tier, which cpu_experts turns off; drop one of them"
+                    .into(),
+            });
+        }
+        let top_k = config.expert_used_count;
+        // The CPU tier is on by default only where its kernels multiply every expert type with SIMD: on the
+        // portable path (Q5_K) it took 325 ms a token at 4 GB on the H200, 10× slower than leaving it off.
+        let cpu_default = cpu_tier_fast(&experts) && opts.cpu_experts != Some(false);
+        let direct_io = opts.direct_io.unwrap_or_else(|| records_exceed_memory(&experts));
+        let ram_budget = opts.ram_budget.or_else(|| {
+            (direct_io && (opts.cpu_experts == Some(true) || cpu_default))
+                .then(|| default_ram_budget(&experts, top_k as usize))
+                .flatten()
+        });
+        // The disk probe runs once the options are known good (it reads ~0.6 GB); the staging rings are sized
+        // by the readers it picks.
+        let checks = opts.check_reads.then(|| store.record_checks()).transpose()?;
+        let mut reader = store.record_reader(direct_io)?;
+        if let Some(checks) = &checks {
+            reader = reader.with_checks(checks.clone());
+        }
+        let reader_probe = match opts.readers {
+            None if reader.is_direct() => Some(reader.probe_readers(&PROBE_READERS, PROBE_RECORDS)?),
+            // The host tier reads with O_DIRECT whatever the pool does.
+            None if ram_budget.is_some() => {
+                Some(store.record_reader(true)?.probe_readers(&PROBE_READERS, PROBE_RECORDS)?)
+            }
+            _ => None,
+        };
+        let readers = match (opts.readers, &reader_probe) {
+            (Some(n), _) => n.max(1),
+            (None, Some(probe)) => probe.best,
+            (None, None) => DEFAULT_READERS,
+        };
+        let all = (config.block_count * config.expert_count) as usize;
+        let cpu_experts = opts.cpu_experts.unwrap_or(cpu_default && (!direct_io || ram_budget.is_some()));
+        // The CPU tier runs without the routers' guesses: its admissions take the pool's background loads
+        // (the configuration measured, BENCHMARKS.md).
+        let mut lookahead =
+            if opts.prefetch && !cpu_experts { opts.lookahead.min(config.block_count - 1) } else { 0 };
+        let window =
+            opts.route_ahead.unwrap_or(if direct_io { ROUTE_AHEAD_DIRECT } else { ROUTE_AHEAD_PAGE_CACHE });
+        let read_split = opts.read_split.unwrap_or(if store.experts_in_gguf().is_some() {
+            READ_SPLIT_IN_GGUF
+        } else if direct_io {
+            READ_SPLIT_DIRECT
+        } else {
+            READ_SPLIT_PAGE_CACHE
+        });
+        // The CPU tier reads every layer's picks back: no route-ahead with it.
+        let recording = opts.record_routing.is_some();
+        // Route-ahead runs layers again from their router in the fused decode layer, on planes alone.
+        let expert_kernels = ExpertKernels::of(&experts)?;
+        let fused = fused_decode(&config)
+            && !matches!(expert_kernels, ExpertKernels::Blocks(_))
+            && dense_q8(store.layout());
+        let mut route_ahead = if lookahead == 0 && fused && !cpu_experts && !recording { window } else { 0 };
+        let shape = RouteShape {
+            layers: config.block_count,
+            experts: config.expert_count,
+            top_k: config.expert_used_count,
+        };
+        // Both before anything is uploaded: a bad path fails the open at once.
+        let forced = ForcedRoutes::open(&opts.routing, shape)?;
+        let recorder = opts.record_routing.as_deref().map(|p| RouteRecorder::create(p, top_k)).transpose()?;
+        let vocab = store.layout().dense_tensor("token_embd.weight").map_or(0, |t| t.dims[1] as u32);
+
+        // Size everything but the pool, then the pool from what the budget leaves.
+        let dense = Weights::device_bytes(&store, false);
+        let kv_bytes = KvCache::bytes(&config, ctx_len);
+        let probe_batch = opts.max_batch.clamp(1, 1024);
+        // Each reader (and, with prefetch, each prefetch thread) keeps a ring of mapped staging buffers. They
+        // may be device memory (resizable BAR), so they count against the budget.
+        // The CPU tier admits misses into the pool through the same background loads as prefetch.
+        let prefetch_threads =
+            if opts.prefetch || cpu_experts { PoolConfig::new(1, 1, 1).max_prefetch_in_flight } else { 0 };
+        let staging = match opts.upload {
+            UploadMethod::StagingRing(len) => {
+                let record = experts.record_bytes as usize;
+                let demand = StagingRing::bytes(record, len, read_split);
+                readers as u64 * demand + prefetch_threads as u64 * StagingRing::bytes(record, len, 1)
+            }
+            _ => 0,
+        };
+        // The pool from what the budget leaves; while experts stream a chunk is at most slots / top-k
+        // tokens, so the scratch is sized again for that chunk and the pool once more. `streams`: with the
+        // buffers of prefetch guesses and route-ahead (else as every expert resident needs).
+        let slots_for_dense = |batch: u32, streams: bool, dense: u64| -> Result<usize> {
+            let (lookahead, route_ahead) = if streams { (lookahead, route_ahead > 0) } else { (0, false) };
+            let sizes = ScratchSizes {
+                vocab,
+                ctx: ctx_len,
+                max_t: batch,
+                lookahead,
+                route_ahead,
+                forced: forced.is_some(),
+            };
+            let scratch = Scratch::estimate(&config, sizes) + staging;
+            let budget = GpuBudget { budget: gpu_budget, dense, kv_cache: kv_bytes, scratch };
+            Ok(budget.expert_slots(experts.record_bytes, top_k)?.min(all))
+        };
+        let slots_for = |batch: u32| slots_for_dense(batch, true, dense);
+        let (slots, sized_batch) = match opts.pool_slots {
+            Some(s) if s < 2 * top_k as usize => {
+                return Err(Error::BadOption {
+                    option: "pool_slots",
+                    what: format!("{s}; the pool needs at least 2 × top-k = {} slots", 2 * top_k),
+                });
+            }
+            Some(s) => (s.min(all), probe_batch),
+            None => {
+                let first = slots_for(probe_batch)?;
+                let streamed_batch = probe_batch.min(chunk_bound(first, &config)).max(1);
+                if first == all || streamed_batch == probe_batch {
+                    (first, probe_batch)
+                } else {
+                    (slots_for(streamed_batch)?, streamed_batch)
+                }
+            }
+        };
+        // Resident routing also puts the embedding on the GPU (see `Weights`): all must fit with it.
+        let with_embedding = Weights::device_bytes(&store, true);
+        let resident = opts.gpu_routing
+            && !recording
+            && slots == all
+            && (opts.pool_slots.is_some() || slots_for_dense(sized_batch, false, with_embedding)? == all);
+        if resident {
+            lookahead = 0;
+            route_ahead = 0;
+        }
+        let pool_bound = if resident { u32::MAX } else { chunk_bound(slots, &config) };
+        let max_batch = sized_batch.min(pool_bound).min(ctx_len).max(1);
+
+        let device = ctx.device.clone();
+        let weights = Weights::upload(&store, &config, &device, &ctx.queue, resident, &mut |done, total| {
+            progress(LoadProgress::Upload { done, total })
+        })?;
+        if weights.head.rows() != vocab {
+            return Err(Error::BadTensor {
+                name: "output.weight".into(),
+                what: format!("has {} rows; the embedding has {vocab}", weights.head.rows()),
+            });
+        }
+        let kv = KvCache::new(&device, &config, ctx_len);
+        let sizes = ScratchSizes {
+            vocab,
+            ctx: ctx_len,
+            max_t: max_batch,
+            lookahead,
+            route_ahead: route_ahead > 0,
+            forced: forced.is_some(),
+        };
+        let scratch = Scratch::new(&device, &config, sizes);
+        let gpu_pool = GpuPool::new(&ctx, &experts, slots)?;
+        let mut backend =
+            GpuBackend::new(gpu_pool, reader)?.with_method(opts.upload).with_read_split(read_split);
+        // The host tier's admissions and chunks hand their records to the pool's loads.
+        let handoff = ram_budget.map(|_| Arc::new(HostHandoff::default()));
+        if let Some(handoff) = &handoff {
+            backend = backend.with_handoff(Arc::clone(handoff));
+        }
+        // route_ahead is 0 when resident: nothing streams.
+        if route_ahead > 0 && opts.speculative_reads > 0 {
+            backend = backend.with_speculation(opts.speculative_reads, read_split)?;
+        }
+        let mut pc = PoolConfig::new(slots, config.block_count, config.expert_count);
+        pc.policy = opts.policy;
+        pc.readers = readers;
+        pc.max_prefetch_in_flight = prefetch_threads;
+        pc.prefetch_reserve = top_k as usize;
+        let pool = ExpertPool::new(backend, pc)?;
+        let gpu_bytes = GpuBytes {
+            dense: weights.bytes,
+            pool: pool.backend().pool().device_bytes(),
+            kv: kv_bytes,
+            scratch: scratch.bytes(),
+            staging,
+        };
+        let resident_table = if resident {
+            let table = load_every_expert(&pool, &config, progress)?;
+            let buffer = crate::weights::storage(
+                &device,
+                "resident slots",
+                4 * table.len() as u64,
+                wgpu::BufferUsages::empty(),
+            );
+            ctx.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&table));
+            Some((buffer, table))
+        } else {
+            None
+        };
+        let route_table = (route_ahead > 0).then(|| {
+            let len = (config.block_count * config.expert_count) as usize;
+            let buffer =
+                crate::weights::storage(&device, "route table", 4 * len as u64, wgpu::BufferUsages::empty());
+            // Written before each step from the pool (`sync_route_table`).
+            (buffer, Vec::new())
+        });
+        let host = ram_budget.zip(handoff).map(|(budget, handoff)| HostTier {
+            budget,
+            min_records: top_k as usize,
+            readers,
+            handoff,
+        });
+        let cpu_tier = (cpu_experts && !resident)
+            .then(|| {
+                let math = if opts.int8_decode { Some(Math::Q8) } else { opts.cpu_math };
+                CpuTier::open(&store, &experts, opts.cpu_threads, opts.cpu_tiers, math, host, checks.clone())
+            })
+            .transpose()?;
+        let kernels = Kernels::new(&ctx);
+        let kernels_coop = kernels.cooperative_matrix();
+        let mut engine = Engine {
+            gpu_budget,
+            direct_io,
+            config,
+            tokenizer,
+            vocab,
+            ctx,
+            kernels,
+            weights,
+            kv,
+            scratch,
+            pool,
+            graphs: HashMap::new(),
+            chunk_graphs: VecDeque::new(),
+            resident_table,
+            route_table,
+            route_ahead,
+            route_units: None,
+            read_split,
+            lookahead,
+            max_batch,
+            reader_probe,
+            cached: Vec::new(),
+            held: None,
+            next_step: None,
+            run_ahead: None,
+            run_ahead_enabled: opts.run_ahead && forced.is_none() && !recording,
+            draw: None,
+            next_draw: None,
+            expert_kernels,
+            int8_prefill: opts.int8_prefill,
+            tensor_prefill: opts.tensor_prefill && kernels_coop,
+            int8_decode: opts.int8_decode,
+            stats: EngineStats::default(),
+            gpu_bytes,
+            store_dir: store_dir.to_owned(),
+            cpu_tier,
+            forced,
+            recorder,
+        };
+        engine.graph(1)?;
+        Ok(engine)
+    }
+}
+
+/// The budget when none is given: 90 % of the adapter's device-local memory (the rest left to the driver and
+/// the display), or [`FALLBACK_GPU_BUDGET`] where the backend does not tell it or the adapter is a software
+/// renderer (whose memory is the host's, which the page cache and the CPU tier use too).
+pub fn auto_gpu_budget(ctx: &Context) -> u64 {
+    match ctx.device_memory() {
+        Some(bytes) if !ctx.is_software() => bytes / 10 * 9,
+        _ => FALLBACK_GPU_BUDGET,
+    }
+}
+
+/// [`auto_gpu_budget`] where the adapter's memory is unknown or the host's.
+pub const FALLBACK_GPU_BUDGET: u64 = 4_000_000_000;
+
+/// Whether the CPU tier's kernels multiply every expert part of `layout` with SIMD (else it computes them on
+/// its portable path, dequantising each block first).
+fn cpu_tier_fast(layout: &ExpertLayout) -> bool {
+    layout.part_types().all(|ty| ty.is_none_or(diskformer_cpu_kernels::has_simd_kernel))
+}
+
+/// Checks that the kernels multiply every matrix of `layout` (dense and experts), naming the first they
+/// do not.
+fn check_types(layout: &diskformer_store::Layout) -> Result<()> {
+    crate::weights::check_dense_types(layout)?;
+    layout.experts.as_ref().map_or(Ok(()), |x| ExpertKernels::of(x).map(|_| ()))
+}
+
+/// Whether every dense matrix of the store is Q8_0 planes (norms and routers are F32), as the fused decode
+/// layer reads them; the token embedding may be of any type (the host embeds it).
+fn dense_q8(layout: &diskformer_store::Layout) -> bool {
+    layout
+        .dense
+        .iter()
+        .filter(|t| t.name != "token_embd.weight" || layout.dense_tensor("output.weight").is_none())
+        .all(|t| t.ty == "q8_0" || t.ty == "f32")
+}
+
+/// Demand readers when [`EngineOptions::readers`] is `None` and reads go through the page cache.
+const DEFAULT_READERS: usize = 8;
+/// Reader counts the O_DIRECT probe tries, and the random records it reads at each.
+const PROBE_READERS: [usize; 4] = [1, 2, 4, 8];
+const PROBE_RECORDS: usize = 32;
+
+/// Whether `experts`' records are more bytes than the host's available memory (`false` where it does not
+/// say): [`EngineOptions::direct_io`]'s default then reads them with O_DIRECT.
+pub fn records_exceed_memory(experts: &ExpertLayout) -> bool {
+    diskformer_expert_stream::available_memory().is_some_and(|available| experts.file_bytes() > available)
+}
+
+/// The host tier's budget when `direct_io` asks for none: half the host's available memory, at most the
+/// whole store's records (`None` where the host does not say, or half holds fewer than `min_records`).
+fn default_ram_budget(experts: &ExpertLayout, min_records: usize) -> Option<u64> {
+    let half = diskformer_expert_stream::available_memory()? / 2;
+    let stride = experts.record_bytes.next_multiple_of(diskformer_store::BUFFER_ALIGN as u64);
+    (half / stride >= min_records as u64).then(|| half.min(experts.file_bytes().next_multiple_of(stride)))
+}
+
+/// The most tokens a chunk may have while experts stream through `slots` slots: a chunk pins the union of
+/// a layer's picks, at most `chunk · top-k` experts and at most the layer's `expert_count`. A pool of two
+/// layers' experts holds any union with room to spare, so chunks are then bounded only by
+/// [`EngineOptions::max_batch`] (each layer's experts read once a chunk, not once every `slots / top-k`
+/// tokens); a smaller pool bounds them by `slots / top-k`.
+pub(super) fn chunk_bound(slots: usize, config: &Config) -> u32 {
+    if slots >= 2 * config.expert_count as usize {
+        u32::MAX
+    } else {
+        (slots / config.expert_used_count as usize) as u32
+    }
+}
+
+/// Loads every expert into the pool (all fit), returning the `[layers · experts]` slot table.
+fn load_every_expert(
+    pool: &ExpertPool<GpuBackend>,
+    config: &Config,
+    progress: &mut dyn FnMut(LoadProgress),
+) -> Result<Vec<u32>> {
+    let (layers, experts) = (config.block_count, config.expert_count);
+    let ids: Vec<u32> = (0..experts).collect();
+    let mut table = Vec::with_capacity((layers * experts) as usize);
+    let total = u64::from(layers * experts);
+    for l in 0..layers {
+        let pinned = pool.ensure(l, &ids)?;
+        table.extend(pinned.slots().iter().map(|s| s.0));
+        pool.release(pinned);
+        progress(LoadProgress::Experts { done: u64::from((l + 1) * experts), total });
+    }
+    pool.reset_stats();
+    Ok(table)
+}
+
+/// The store directory used for a GGUF when none is given: `<file>.diskformer/` beside it.
+pub fn default_store_dir(gguf: &Path) -> PathBuf {
+    let mut name = gguf.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".diskformer");
+    gguf.with_file_name(name)
+}

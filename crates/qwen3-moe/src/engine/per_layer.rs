@@ -1,0 +1,305 @@
+//! The per-layer step driver, for chunks while experts stream (and one-token steps with prefetch, or the
+//! CPU tier): each layer's head submitted and its picks read back, `ensure` (or the CPU tier's plan) before
+//! the layer's experts are recorded, prefetch guesses for the layers after it.
+
+use std::time::{Duration, Instant};
+
+use diskformer_expert_stream::{ExpertKey, Tier};
+use diskformer_kernels::{EXPERT_GEMM_TILED_GROUP, expert_gemm_groups};
+
+use super::{ABSENT, Engine, Output, Want, chunk_bound, read_output, readback, record_head, timed};
+use crate::Result;
+use crate::graph::{CpuJoin, JoinVia, LayerGraph, Scratch, gemm_groups_len, record};
+
+impl Engine {
+    /// One step of `t` tokens (positions, inputs and graph written), a readback of the picks per layer.
+    pub(super) fn per_layer_step(&mut self, t: u32, want: Want) -> Result<Output> {
+        let queue = self.ctx.queue.clone();
+        let graph = &self.graphs[&t];
+        let (k, layers) = (self.config.expert_used_count as usize, self.config.block_count);
+        let lookahead = if t == 1 { self.lookahead } else { 0 };
+        let device = &self.ctx.device;
+        let s = &self.scratch;
+        let shape = self.head_shape(t);
+        // Streaming (or routing off the GPU): a readback of the picks per layer, `ensure`, then the layer's
+        // experts; chunks group their pairs by slot for the expert GEMM on the host.
+        let mut enc = device.create_command_encoder(&Default::default());
+        debug_assert!(self.held.is_none());
+        let pairs = t as usize * k;
+        let hidden = self.config.embedding_length as usize;
+        if let Some(tier) = self.cpu_tier.as_mut().filter(|_| t == 1) {
+            tier.next_token();
+        }
+        let mut recorded = Vec::with_capacity(if self.recorder.is_some() { layers as usize } else { 0 });
+        let tier_on = t == 1 && self.cpu_tier.is_some();
+        let cpu_layer = |lg: &LayerGraph| tier_on && lg.cpu_join.is_some();
+        // A layer's attention and router, recorded and finished while the host computed the experts of
+        // the layer before (the CPU tier); else recorded into `enc` at the layer's start.
+        let mut head_ready: Option<wgpu::CommandBuffer> = None;
+        for l in 0..layers {
+            let lg = &graph.layers[l as usize];
+            let guesses = lookahead.min(layers - 1 - l);
+            let on_cpu = cpu_layer(lg);
+            let (rb, rb_bytes) = readback_of_picks(s, on_cpu, k, hidden, pairs);
+            let commands = match head_ready.take() {
+                Some(commands) => commands,
+                None => timed(&mut self.stats.record_time, || {
+                    record_layer_head(&mut enc, lg, s, on_cpu, k, hidden, pairs);
+                    std::mem::replace(&mut enc, device.create_command_encoder(&Default::default())).finish()
+                }),
+            };
+            let picked = timed(&mut self.stats.submit_time, || queue.submit([commands]));
+            // The guesses in a submission of their own, so that the host maps the picks and loads the
+            // layer's misses while the GPU runs them (each of their 2 · lookahead dependent dispatches costs
+            // several µs in the chain).
+            let guessed_by = (guesses > 0).then(|| {
+                let mut enc = device.create_command_encoder(&Default::default());
+                timed(&mut self.stats.record_time, || record(&mut enc, &lg.guesses));
+                for j in 0..guesses {
+                    let at = 4 * (j as usize * k) as u64;
+                    enc.copy_buffer_to_buffer(
+                        &s.guess_ids[j as usize],
+                        0,
+                        &s.guess_readback,
+                        at,
+                        4 * k as u64,
+                    );
+                }
+                timed(&mut self.stats.submit_time, || queue.submit([enc.finish()]))
+            });
+            if let Some(p) = self.held.take() {
+                self.pool.release(p);
+            }
+            let read: Vec<u32> =
+                readback(device, rb, rb_bytes, Some(picked), SPIN_FOR_PICKS, &mut self.stats.gpu_wait)?;
+            let picks = &read[..pairs];
+            if self.recorder.is_some() {
+                recorded.push(picks.to_vec());
+            }
+
+            let ensure_started = Instant::now();
+            let mut cpu_work = None;
+            let (pinned, slots) = if let Some(tier) = self.cpu_tier.as_mut().filter(|_| on_cpu) {
+                // Hits run on the GPU, misses on the CPU (their slots absent: the expert kernels skip them).
+                // One look under the pool's lock: which picks it holds ready, and whether loads are queued.
+                let (may_admit, ready) = self.pool.inspect(|core| {
+                    let ready: Vec<bool> =
+                        picks.iter().map(|&e| core.slot_of(ExpertKey::new(l, e)).is_some()).collect();
+                    (core.queued() == 0, ready)
+                });
+                let resident = |e: u32| picks.iter().zip(&ready).any(|(&p, &r)| p == e && r);
+                let plan = tier.plan(l, picks, may_admit, resident)?;
+                let hits: Vec<u32> = picks
+                    .iter()
+                    .zip(&plan.tiers)
+                    .filter(|(_, t)| **t == Tier::Gpu)
+                    .map(|(&e, _)| e)
+                    .collect();
+                let pinned = self.pool.ensure(l, &hits)?;
+                let mut hit_slots = pinned.slots().iter();
+                let slots: Vec<u32> = (plan.tiers.iter())
+                    .map(|t| match t {
+                        Tier::Gpu => hit_slots.next().expect("a slot for every hit").0,
+                        Tier::Cpu => ABSENT,
+                    })
+                    .collect();
+                let ids: Vec<u32> = plan.cpu_picks().map(|i| picks[i]).collect();
+                // The host tier reads what it lacks first, so that the admissions load from host memory.
+                tier.fetch(l, &ids, &plan.admit)?;
+                if !plan.admit.is_empty() {
+                    self.stats.cpu_admitted += self.pool.prefetch(l, &plan.admit)? as u64;
+                }
+                let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
+                let (mut weights, xn) = (floats(&read[k..2 * k]), floats(&read[2 * k..2 * k + hidden]));
+                let cpu_weights: Vec<f32> = plan.cpu_picks().map(|i| weights[i]).collect();
+                // The unfused combine adds every pick's down row: the host's sum comes in as its first
+                // pick's, with weight 1, and its other picks count zero (their rows hold an earlier step's
+                // finite values).
+                let sum_row = plan.cpu_picks().next();
+                if let (Some(first), Some(CpuJoin { via: JoinVia::AsPick, .. })) = (sum_row, &lg.cpu_join) {
+                    plan.cpu_picks().for_each(|i| weights[i] = 0.0);
+                    weights[first] = 1.0;
+                    queue.write_buffer(&s.pick_weights, 0, bytemuck::cast_slice(&weights));
+                }
+                let weights = cpu_weights;
+                if let Some(first) = sum_row {
+                    cpu_work = Some((ids, weights, xn, first));
+                }
+                (Some(pinned), slots)
+            } else if let Some((_, table)) = &self.resident_table {
+                let base = (l * self.config.expert_count) as usize;
+                (None, picks.iter().map(|&id| table[base + id as usize]).collect::<Vec<u32>>())
+            } else if t == 1 {
+                let pinned = self.pool.ensure(l, picks)?;
+                let slots: Vec<u32> = pinned.slots().iter().map(|s| s.0).collect();
+                (Some(pinned), slots)
+            } else {
+                let mut union = picks.to_vec();
+                union.sort_unstable();
+                union.dedup();
+                if let Some(tier) = self.cpu_tier.as_mut() {
+                    // Through the host tier, a chunk's misses are read into host memory once and loaded from
+                    // there: the steps after the prompt find them held instead of reading them again.
+                    let pool = &self.pool;
+                    let missing: Vec<u32> = union
+                        .iter()
+                        .copied()
+                        .filter(|&e| pool.slot_of(ExpertKey::new(l, e)).is_none())
+                        .collect();
+                    tier.stage_for_pool(l, &missing)?;
+                }
+                let pinned = self.pool.ensure(l, &union)?;
+                if let Some(next) = self.chunk_guesses(l, t) {
+                    // The next layer's experts load while the GPU runs this one's and the next router.
+                    self.pool.prefetch(l + 1, &next)?;
+                }
+                let slots = picks
+                    .iter()
+                    .map(|id| pinned.slots()[union.binary_search(id).expect("every pick is in the union")].0)
+                    .collect();
+                (Some(pinned), slots)
+            };
+            self.stats.ensure_time += ensure_started.elapsed();
+            if t == 1 {
+                queue.write_buffer(&s.slot_idx[l as usize], 0, bytemuck::cast_slice(&slots));
+            } else {
+                let len = gemm_groups_len(&self.config, t) as usize;
+                let (groups, order) = expert_gemm_groups(&slots, EXPERT_GEMM_TILED_GROUP, len);
+                queue.write_buffer(&s.gemm_groups[l as usize], 0, bytemuck::cast_slice(&groups));
+                queue.write_buffer(&s.gemm_order[l as usize], 0, bytemuck::cast_slice(&order));
+            }
+            if let Some(submission) = guessed_by {
+                let (bytes, wait) = (4 * (guesses as usize * k) as u64, &mut self.stats.gpu_wait);
+                let guessed =
+                    readback(device, &s.guess_readback, bytes, Some(submission), Duration::ZERO, wait)?;
+                for (j, ids) in guessed.chunks(k).enumerate() {
+                    self.pool.prefetch(l + 1 + j as u32, ids)?;
+                }
+            }
+            self.held = pinned;
+            match (cpu_work, &lg.cpu_join) {
+                (Some((ids, weights, xn, sum_row)), Some(CpuJoin { at: down_from, via })) => {
+                    // gate‖up of the hits (and, unfused, their down) runs while the host computes the
+                    // misses; their sum joins the residual stream before the GPU's combine adds the hits'.
+                    // Meanwhile this thread submits the hits' gate‖up and records (and finishes: most of
+                    // wgpu's encoding cost) what follows the sum: the join, down and the combine, and the
+                    // next layer up to its picks.
+                    let (record_time, submit_time) =
+                        (&mut self.stats.record_time, &mut self.stats.submit_time);
+                    let next = graph.layers.get(l as usize + 1);
+                    let meanwhile = || {
+                        let gate_up = timed(record_time, || {
+                            record(&mut enc, &lg.experts[..*down_from]);
+                            std::mem::replace(&mut enc, device.create_command_encoder(&Default::default()))
+                                .finish()
+                        });
+                        timed(submit_time, || queue.submit([gate_up]));
+                        timed(record_time, || {
+                            if let JoinVia::Add(join) = via {
+                                record(&mut enc, std::slice::from_ref(join));
+                                enc.copy_buffer_to_buffer(&s.cpu_joined, 0, &s.x, 0, 4 * hidden as u64);
+                            }
+                            record(&mut enc, &lg.experts[*down_from..]);
+                            next.map(|next| {
+                                record_layer_head(&mut enc, next, s, cpu_layer(next), k, hidden, pairs);
+                                std::mem::replace(
+                                    &mut enc,
+                                    device.create_command_encoder(&Default::default()),
+                                )
+                                .finish()
+                            })
+                        })
+                    };
+                    let tier = self.cpu_tier.as_mut().expect("CPU work comes from the tier");
+                    let (sum, took, (next_head, recording)) =
+                        tier.compute_while(l, &ids, &weights, &xn, meanwhile)?;
+                    head_ready = next_head;
+                    self.stats.cpu_experts += ids.len() as u64;
+                    self.stats.cpu_time += took;
+                    self.stats.cpu_recording_time += recording;
+                    self.stats.cpu_pool += tier.take_pool_times();
+                    let (first_uses, first_use_time) = tier.take_first_uses();
+                    self.stats.cpu_first_uses += first_uses;
+                    self.stats.cpu_first_use_time += first_use_time;
+                    match via {
+                        JoinVia::Add(_) => queue.write_buffer(&s.cpu_sum, 0, bytemuck::cast_slice(&sum)),
+                        JoinVia::AsPick => {
+                            let row = 4 * (sum_row * hidden) as u64;
+                            queue.write_buffer(&s.down, row, bytemuck::cast_slice(&sum));
+                        }
+                    }
+                }
+                _ => timed(&mut self.stats.record_time, || record(&mut enc, &lg.experts)),
+            }
+        }
+
+        timed(&mut self.stats.record_time, || record_head(&mut enc, graph, s, want, shape, 0));
+        timed(&mut self.stats.submit_time, || queue.submit([enc.finish()]));
+        if let Some(recorder) = &mut self.recorder {
+            recorder.write_step(&recorded)?;
+        }
+        let out = read_output(device, s, want, shape, 0, None, &mut self.stats.gpu_wait)?;
+        // Writes for the next step (ids, positions, slots, uploads into freed slots) are ordered after
+        // this submit by the queue, so nothing waits here.
+        if let Some(p) = self.held.take() {
+            self.pool.release(p);
+        }
+        Ok(out)
+    }
+
+    /// What a chunk of `tokens` tokens streaming through the pool loads of layer `l + 1` while layer `l`
+    /// runs: every expert of it when the chunk's picks are at least as many as the layer's experts (a chunk
+    /// of 16 tokens at 128 experts and top-8 touches ~64 % of them under uniform routing, a 512-token
+    /// chunk all), so that the loads of one layer overlap the GPU's work on the one before instead of
+    /// following it; none for smaller chunks, for the last layer, through the host tier (whose reads a
+    /// chunk's misses go through), and for a pool of less than two layers' experts (the union of a chunk's
+    /// picks may need every slot that loads of guesses would hold).
+    fn chunk_guesses(&self, l: u32, tokens: u32) -> Option<Vec<u32>> {
+        let (experts, k) = (self.config.expert_count, self.config.expert_used_count);
+        let through_host = self.cpu_tier.as_ref().is_some_and(|t| t.host_stats().is_some());
+        let fits = chunk_bound(self.pool_slots(), &self.config) == u32::MAX;
+        (l + 1 < self.config.block_count && tokens * k >= experts && fits && !through_host)
+            .then(|| (0..experts).collect())
+    }
+}
+
+/// How long the per-layer path's readback of a layer's picks polls before it blocks: a blocking wait wakes
+/// ~25 µs later than a spinning one (H200, `submit-latency` in the kernels crate), once a layer. Other
+/// readbacks block at once: they wait for a whole step, and with them polling too resident decode ran
+/// slower on the H200 (BENCHMARKS.md).
+const SPIN_FOR_PICKS: Duration = Duration::from_millis(1);
+
+/// Records layer `lg`'s attention and router, and the copies of what the host reads back after them
+/// (see [`readback_of_picks`]).
+fn record_layer_head(
+    enc: &mut wgpu::CommandEncoder,
+    lg: &LayerGraph,
+    s: &Scratch,
+    on_cpu: bool,
+    k: usize,
+    hidden: usize,
+    pairs: usize,
+) {
+    record(enc, &lg.attention);
+    let (rb, _) = readback_of_picks(s, on_cpu, k, hidden, pairs);
+    if on_cpu {
+        let (w, x) = (4 * k as u64, 4 * hidden as u64);
+        enc.copy_buffer_to_buffer(&s.pick_ids, 0, rb, 0, w);
+        enc.copy_buffer_to_buffer(&s.pick_weights, 0, rb, w, w);
+        enc.copy_buffer_to_buffer(s.xn(), 0, rb, 2 * w, x);
+    } else {
+        enc.copy_buffer_to_buffer(&s.pick_ids, 0, rb, 0, 4 * pairs as u64);
+    }
+}
+
+/// Where a layer's picks are read back from, and how many bytes: the picks of the step's `pairs`, or for
+/// the CPU tier the token's `k` picks with their weights and the layer's normed state (`hidden` values).
+fn readback_of_picks(
+    s: &Scratch,
+    on_cpu: bool,
+    k: usize,
+    hidden: usize,
+    pairs: usize,
+) -> (&wgpu::Buffer, u64) {
+    if on_cpu { (&s.cpu_readback, 4 * (2 * k + hidden) as u64) } else { (&s.readback, 4 * pairs as u64) }
+}
