@@ -82,14 +82,14 @@ struct Args {
     /// run-ahead saves).
     #[arg(long)]
     no_run_ahead: bool,
-    /// Chunks multiply by Q8_0-quantised activations with int8 dot products (EngineOptions::int8_prefill).
+    /// Chunks multiply by Q8_0-quantised activations with int8 dot products (KernelOptions::int8_prefill).
     #[arg(long)]
     int8_prefill: bool,
     /// Chunks run their Q8_0 GEMMs on tensor cores where the device has cooperative matrices, f16 weights
-    /// and activations (EngineOptions::tensor_prefill).
+    /// and activations (KernelOptions::tensor_prefill).
     #[arg(long)]
     tensor_prefill: bool,
-    /// One-token steps run their Q8_0 GEMVs on Q8_0-quantised inputs (EngineOptions::int8_decode).
+    /// One-token steps run their Q8_0 GEMVs on Q8_0-quantised inputs (KernelOptions::int8_decode).
     #[arg(long)]
     int8_decode: bool,
     /// With a qwen35moe file, after the measurements: each kernel's GPU time in a one-token step and in a
@@ -97,12 +97,12 @@ struct Args {
     #[arg(long)]
     kernel_times: bool,
     /// While experts stream, layers a one-token step queues past the last one checked (with prefetch off;
-    /// 0 reads each layer's picks back first; default: the engine's, EngineOptions::route_ahead: 8 with
+    /// 0 reads each layer's picks back first; default: the engine's, StreamOptions::route_ahead: 8 with
     /// --direct-io, else 4).
     #[arg(long)]
     route_ahead: Option<u32>,
     /// With route-ahead: host record buffers that guessed misses are read into while a layer's loads run
-    /// (EngineOptions::speculative_reads; default: the engine's, 32; 0 off).
+    /// (StreamOptions::speculative_reads; default: the engine's, 32; 0 off).
     #[arg(long)]
     speculative_reads: Option<usize>,
     /// How records reach the pool: ring (mapped staging, read into directly) or write (queue.write_buffer).
@@ -139,7 +139,7 @@ struct Args {
     cpu_sampling: bool,
     #[command(flatten)]
     routing: routing_args::RoutingArgs,
-    /// Compute each layer's misses on the CPU while the GPU computes the hits (EngineOptions::cpu_experts;
+    /// Compute each layer's misses on the CPU while the GPU computes the hits (CpuTierOptions::enabled;
     /// default: on, through the page cache or with --direct-io the host tier).
     #[arg(long)]
     cpu_experts: bool,
@@ -149,11 +149,11 @@ struct Args {
     /// Threads of the CPU tier (default: every core but two).
     #[arg(long)]
     cpu_threads: Option<usize>,
-    /// How the CPU tier takes its inputs where its kernels take quantised ones (EngineOptions::cpu_math;
+    /// How the CPU tier takes its inputs where its kernels take quantised ones (CpuTierOptions::math;
     /// default: q16 on K-quant records, else f32).
     #[arg(long, value_enum)]
     cpu_math: Option<CpuMath>,
-    /// The host tier (EngineOptions::ram_budget): host memory for expert records read with O_DIRECT, for
+    /// The host tier (CpuTierOptions::ram_budget): host memory for expert records read with O_DIRECT, for
     /// stores larger than RAM (e.g. 16g; default: with --direct-io half the available memory, else none:
     /// the CPU tier maps the store from the page cache).
     #[arg(long, value_parser = common::parse_bytes)]
@@ -163,7 +163,7 @@ struct Args {
     #[arg(long)]
     cpu_reuse_window: Option<u32>,
     /// Do not check expert records against the store's checksums as they are read
-    /// (EngineOptions::check_reads; to measure what the checks cost).
+    /// (StreamOptions::check_reads; to measure what the checks cost).
     #[arg(long)]
     no_read_checks: bool,
 }
@@ -244,39 +244,39 @@ fn main() -> anyhow::Result<()> {
     let mut opts = EngineOptions::default();
     opts.gpu_budget = Some(args.budget);
     opts.pool_slots = args.pool_slots;
-    opts.prefetch = !args.no_prefetch;
-    opts.lookahead = args.lookahead;
-    opts.direct_io = Some(args.direct_io);
-    opts.copy_experts = !args.experts_in_gguf;
+    opts.stream.prefetch = !args.no_prefetch;
+    opts.stream.lookahead = args.lookahead;
+    opts.stream.direct_io = Some(args.direct_io);
+    opts.stream.copy_experts = !args.experts_in_gguf;
     opts.max_batch = args.max_batch;
     opts.max_context = args.ctx;
     opts.gpu_routing = !args.no_gpu_routing;
     opts.run_ahead = !args.no_run_ahead;
-    opts.int8_prefill = args.int8_prefill;
-    opts.tensor_prefill = args.tensor_prefill;
-    opts.int8_decode = args.int8_decode;
-    opts.route_ahead = args.route_ahead.or(opts.route_ahead);
-    opts.speculative_reads = args.speculative_reads.unwrap_or(opts.speculative_reads);
-    opts.read_split = args.read_split.or(opts.read_split);
-    opts.readers = args.readers.or(opts.readers);
-    opts.check_reads = !args.no_read_checks;
+    opts.kernels.int8_prefill = args.int8_prefill;
+    opts.kernels.tensor_prefill = args.tensor_prefill;
+    opts.kernels.int8_decode = args.int8_decode;
+    opts.stream.route_ahead = args.route_ahead.or(opts.stream.route_ahead);
+    opts.stream.speculative_reads = args.speculative_reads.unwrap_or(opts.stream.speculative_reads);
+    opts.stream.read_split = args.read_split.or(opts.stream.read_split);
+    opts.stream.readers = args.readers.or(opts.stream.readers);
+    opts.stream.check_reads = !args.no_read_checks;
     args.routing.apply(&mut opts)?;
-    opts.cpu_experts = match (args.cpu_experts, args.no_cpu_experts) {
+    opts.cpu.enabled = match (args.cpu_experts, args.no_cpu_experts) {
         (true, _) => Some(true),
         (_, true) => Some(false),
         _ => None,
     };
-    opts.cpu_threads = args.cpu_threads;
-    opts.cpu_math = args.cpu_math.map(CpuMath::math);
-    opts.ram_budget = args.ram_budget;
+    opts.cpu.threads = args.cpu_threads;
+    opts.cpu.math = args.cpu_math.map(CpuMath::math);
+    opts.cpu.ram_budget = args.ram_budget;
     if let Some(w) = args.cpu_reuse_window {
-        opts.cpu_tiers.reuse_window = w;
+        opts.cpu.admission.reuse_window = w;
     }
-    opts.upload = match args.upload {
+    opts.stream.upload = match args.upload {
         Upload::Ring => UploadMethod::StagingRing(2),
         Upload::Write => UploadMethod::WriteBuffer,
     };
-    opts.policy = match args.policy {
+    opts.stream.policy = match args.policy {
         Policy::Lru => EvictionPolicy::Lru,
         Policy::Hot => EvictionPolicy::HOT,
         Policy::Lfu => EvictionPolicy::Lfu,
@@ -433,7 +433,7 @@ fn main() -> anyhow::Result<()> {
             "first_use_ms_per_token": d.cpu_first_use_time.as_secs_f64() * 1e3 / tokens,
             "recording_ms_per_token": d.cpu_recording_time.as_secs_f64() * 1e3 / tokens,
             "pool": pool_times(&d.cpu_pool, tokens),
-            "reuse_window": opts.cpu_tiers.reuse_window,
+            "reuse_window": opts.cpu.admission.reuse_window,
         });
     }
     if let Some(h) = &d.host {
@@ -446,7 +446,7 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(spec) = &d.speculative {
         out["speculative"] = serde_json::json!({
-            "buffers": opts.speculative_reads, "started": spec.started, "read": spec.read, "used": spec.used,
+            "buffers": opts.stream.speculative_reads, "started": spec.started, "read": spec.read, "used": spec.used,
             "waited": spec.waited, "dropped": spec.dropped, "wasted": spec.wasted, "failed": spec.failed,
             "bytes_per_token": spec.bytes as f64 / tokens,
             "yielded_ms_per_token": spec.yielded.as_secs_f64() * 1e3 / tokens,

@@ -39,7 +39,7 @@ struct Args {
     /// Run the prompt in chunks instead of token by token.
     #[arg(long)]
     batch_prefill: bool,
-    /// With --batch-prefill: multiply by Q8_0-quantised activations (EngineOptions::int8_prefill).
+    /// With --batch-prefill: multiply by Q8_0-quantised activations (KernelOptions::int8_prefill).
     #[arg(long)]
     int8_prefill: bool,
     /// Turn prefetch off.
@@ -47,12 +47,12 @@ struct Args {
     no_prefetch: bool,
     #[command(flatten)]
     routing: routing_args::RoutingArgs,
-    /// Compute the misses of one-token steps on the CPU (EngineOptions::cpu_experts), admitting none into
+    /// Compute the misses of one-token steps on the CPU (CpuTierOptions::enabled), admitting none into
     /// the pool, so every miss is the CPU's.
     #[arg(long)]
     cpu_experts: bool,
     /// Do not check expert records against the store's checksums as they are read
-    /// (EngineOptions::check_reads).
+    /// (StreamOptions::check_reads).
     #[arg(long)]
     no_read_checks: bool,
 }
@@ -61,13 +61,13 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut opts = EngineOptions::default();
     opts.pool_slots = args.pool_slots;
-    opts.int8_prefill = args.int8_prefill;
-    opts.prefetch = !args.no_prefetch;
-    opts.check_reads = !args.no_read_checks;
+    opts.kernels.int8_prefill = args.int8_prefill;
+    opts.stream.prefetch = !args.no_prefetch;
+    opts.stream.check_reads = !args.no_read_checks;
     args.routing.apply(&mut opts)?;
-    opts.cpu_experts = args.cpu_experts.then_some(true);
+    opts.cpu.enabled = args.cpu_experts.then_some(true);
     if args.cpu_experts {
-        opts.cpu_tiers.reuse_window = 0;
+        opts.cpu.admission.reuse_window = 0;
     }
     let mut engine = if args.model.is_dir() {
         Engine::open(&args.model, &opts, &mut |_| {})?

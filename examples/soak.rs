@@ -60,7 +60,7 @@ struct Args {
     /// With `--store`: read the records with O_DIRECT in every engine (the store read cold).
     #[arg(long)]
     direct_io: bool,
-    /// With `--store --direct-io`: the host tiers (`EngineOptions::ram_budget`) each engine draws one of.
+    /// With `--store --direct-io`: the host tiers (`CpuTierOptions::ram_budget`) each engine draws one of.
     #[arg(long, value_delimiter = ',', default_value = "1g,4g,16g", value_parser = common::parse_bytes)]
     ram_budgets: Vec<u64>,
 }
@@ -107,8 +107,8 @@ fn main() -> anyhow::Result<()> {
     while tokens < args.tokens && !out_of_time() {
         let mut opts = EngineOptions::default();
         let prefetch_and_tier = |opts: &mut EngineOptions, rng: &mut SeededRng| {
-            opts.prefetch = rng.below(2) == 0;
-            opts.cpu_experts = [None, Some(true), Some(false)][rng.below(3) as usize];
+            opts.stream.prefetch = rng.below(2) == 0;
+            opts.cpu.enabled = [None, Some(true), Some(false)][rng.below(3) as usize];
         };
         // (The tiny model's draws in the order RELIABILITY.md's runs made them.)
         if let Some(shape) = &tiny {
@@ -116,14 +116,15 @@ fn main() -> anyhow::Result<()> {
             let (top_k, all_slots) = (u64::from(shape.top_k), u64::from(shape.layers * shape.experts));
             opts.pool_slots = Some((2 * top_k + rng.below(all_slots - 2 * top_k + 1)) as usize);
             prefetch_and_tier(&mut opts, &mut rng);
-            opts.direct_io = Some(rng.below(4) == 0);
+            opts.stream.direct_io = Some(rng.below(4) == 0);
             opts.max_context = Some(128 + rng.below(384) as u32);
         } else {
             prefetch_and_tier(&mut opts, &mut rng);
             opts.gpu_budget = Some(args.budgets[rng.below(args.budgets.len() as u64) as usize]);
-            opts.direct_io = Some(args.direct_io);
-            if args.direct_io && opts.cpu_experts != Some(false) {
-                opts.ram_budget = Some(args.ram_budgets[rng.below(args.ram_budgets.len() as u64) as usize]);
+            opts.stream.direct_io = Some(args.direct_io);
+            if args.direct_io && opts.cpu.enabled != Some(false) {
+                opts.cpu.ram_budget =
+                    Some(args.ram_budgets[rng.below(args.ram_budgets.len() as u64) as usize]);
             }
             opts.routing = Routing::Uniform { seed: rng.next_u64() };
             opts.max_context = Some(256 + rng.below(1792) as u32);
@@ -131,9 +132,9 @@ fn main() -> anyhow::Result<()> {
         let chosen = format!(
             "budget {}, ram budget {}, cpu experts {:?}, prefetch {}",
             opts.gpu_budget.map_or("-".into(), |b| format!("{:.0} GB", b as f64 / 1e9)),
-            opts.ram_budget.map_or("-".into(), |b| format!("{:.0} GB", b as f64 / 1e9)),
-            opts.cpu_experts,
-            opts.prefetch,
+            opts.cpu.ram_budget.map_or("-".into(), |b| format!("{:.0} GB", b as f64 / 1e9)),
+            opts.cpu.enabled,
+            opts.stream.prefetch,
         );
         let opening = Instant::now();
         let mut engine = Engine::open(&store, &opts, &mut |_| {})?;

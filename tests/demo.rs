@@ -33,7 +33,7 @@ fn the_demo_model_answers_with_its_dictionary_entries() {
     let gguf = write_demo(dir.path()).unwrap();
     assert_eq!(write_demo(dir.path()).unwrap(), gguf, "written once");
     let mut streaming = EngineOptions::default();
-    (streaming.pool_slots, streaming.cpu_experts) = (Some(4), Some(true));
+    (streaming.pool_slots, streaming.cpu.enabled) = (Some(4), Some(true));
     for (name, opts) in [("resident", EngineOptions::default()), ("streaming", streaming)] {
         let mut engine = Engine::open_gguf(&gguf, None, &opts, &mut |_| {}).unwrap();
         for noun in NOUNS {

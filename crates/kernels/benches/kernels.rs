@@ -1128,7 +1128,7 @@ fn bench_layer(c: &mut Criterion, g: &Gpu) {
     let layer = layer_of(k, true, false, false);
     let unfused = layer_of(k, false, false, false);
     // Resident decode's layer (gate‖up routing its pairs), and either with their Q8_0 GEMVs on int8 inputs
-    // (`EngineOptions::int8_decode`), timed whole (but the routed gate‖up alone).
+    // (`KernelOptions::int8_decode`), timed whole (but the routed gate‖up alone).
     let routed = layer_of(k, true, false, true);
     let whole =
         |l: Vec<(&'static str, Dispatch)>| -> Vec<Dispatch> { l.into_iter().map(|(_, d)| d).collect() };

@@ -1,7 +1,7 @@
 //! The host tier of a streaming step: the misses of a layer's picks computed on the CPU from their store
 //! records, mapped from the page cache where they lie (or, for stores larger than RAM, read whole into a
 //! budget of host memory: [`HostRecords`]), while the GPU computes the hits
-//! ([`EngineOptions::cpu_experts`](crate::EngineOptions::cpu_experts)). Which pick runs where, and which
+//! ([`CpuTierOptions::enabled`](crate::CpuTierOptions::enabled)). Which pick runs where, and which
 //! misses are also uploaded for next time, is [`TierPolicy`]'s to say.
 
 use std::sync::Arc;
@@ -55,7 +55,7 @@ enum Records {
     Host(HostRecords, Arc<HostHandoff>),
 }
 
-/// The host tier's knobs ([`EngineOptions::ram_budget`](crate::EngineOptions::ram_budget)).
+/// The host tier's knobs ([`CpuTierOptions::ram_budget`](crate::CpuTierOptions::ram_budget)).
 #[derive(Clone, Debug)]
 pub(crate) struct HostTier {
     /// Bytes of host memory for records.
@@ -92,7 +92,7 @@ impl CpuTier {
     /// Maps the store's `experts.bin` (or, with `host`, sets up the host tier over it) and starts `threads`
     /// CPU threads (`None`: every core but two) on the best SIMD path the CPU has, multiplying on inputs as
     /// `math` asks where the records take quantised ones (Q8_0, Q4_0, or Q4_K, Q5_K and Q6_K blocks with
-    /// SIMD kernels; else f32), and by default ([`EngineOptions::cpu_math`](crate::EngineOptions::cpu_math))
+    /// SIMD kernels; else f32), and by default ([`CpuTierOptions::math`](crate::CpuTierOptions::math))
     /// Q16 on such blocks. With `checks`, every record is checked before it is first computed on.
     pub fn open(
         store: &Store,

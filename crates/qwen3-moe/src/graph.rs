@@ -136,7 +136,7 @@ pub(crate) struct ScratchOf<B> {
     /// Where the prefetch guesses are copied to be mapped (`[lookahead, k]`): a buffer of their own, so
     /// that the host can map the picks while the GPU still runs the guesses.
     pub guess_readback: B,
-    /// Route-ahead ([`crate::EngineOptions::route_ahead`]): per layer `[layers, H]`, the residual stream its
+    /// Route-ahead ([`crate::StreamOptions::route_ahead`]): per layer `[layers, H]`, the residual stream its
     /// router read, so that the layer can run again from its router once its experts are loaded.
     pub routed_x: B,
     /// Route-ahead: per layer, its picks and then the slots the GPU found for them (`[2·k]`), to be mapped
@@ -145,7 +145,7 @@ pub(crate) struct ScratchOf<B> {
     /// Two buffers the argmax is copied to, so that one step's pick can be mapped while the next step,
     /// already queued, copies its own pick to the other.
     pub argmax_readback: [B; 2],
-    /// The CPU tier ([`crate::EngineOptions::cpu_experts`]): a one-token layer's picks, their weights and
+    /// The CPU tier ([`crate::CpuTierOptions::enabled`]): a one-token layer's picks, their weights and
     /// its normed state (`[k] u32, [k] f32, [H] f32`), copied out for the host's experts.
     pub cpu_readback: B,
     /// The CPU tier in fused decode: the host's weighted sum of its experts (`[H]`, written by the host), and
@@ -306,7 +306,7 @@ pub(crate) struct ScratchSizes {
     pub max_t: u32,
     /// Prefetch guesses per layer.
     pub lookahead: u32,
-    /// Whether one-token steps route ahead ([`crate::EngineOptions::route_ahead`]).
+    /// Whether one-token steps route ahead ([`crate::StreamOptions::route_ahead`]).
     pub route_ahead: bool,
     /// Whether picks are forced ([`crate::EngineOptions::routing`]).
     pub forced: bool,
@@ -426,14 +426,14 @@ pub(crate) struct Bindings<'a> {
     pub resident_slots: Option<&'a [u32]>,
     /// Which expert kernels the pool's records take.
     pub experts: &'a ExpertKernels,
-    /// Chunks run their Q8_0 GEMMs on quantised inputs by int8 dot products (`EngineOptions::int8_prefill`).
+    /// Chunks run their Q8_0 GEMMs on quantised inputs by int8 dot products (`KernelOptions::int8_prefill`).
     pub int8_prefill: bool,
-    /// Chunks run their Q8_0 GEMMs on tensor cores, f16 weights and inputs (`EngineOptions::tensor_prefill`
+    /// Chunks run their Q8_0 GEMMs on tensor cores, f16 weights and inputs (`KernelOptions::tensor_prefill`
     /// on a device with cooperative matrices; `int8_prefill` and Q4_0 experts go first).
     pub tensor_prefill: bool,
     /// The fused decode layer and the head of one-token steps run their Q8_0 GEMVs on quantised inputs:
     /// gate‖up the router kernel's quantisation of the FFN norm, the others quantised as they are read
-    /// (`EngineOptions::int8_decode`).
+    /// (`KernelOptions::int8_decode`).
     pub int8_decode: bool,
     /// The token embedding on the GPU: one-token steps then embed `token_ids` themselves.
     pub embedding: Option<Q8Matrix<'a>>,

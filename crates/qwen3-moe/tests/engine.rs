@@ -20,7 +20,7 @@ use diskformer_qwen3_moe::{
 /// streaming paths (tests/routing.rs and the goldens cover the tier).
 fn open(m: &Model, f: impl FnOnce(&mut EngineOptions)) -> Engine {
     let mut opts = EngineOptions::default();
-    opts.cpu_experts = Some(false);
+    opts.cpu.enabled = Some(false);
     f(&mut opts);
     Engine::open(&m.store, &opts, &mut |_| {}).unwrap()
 }
@@ -44,10 +44,10 @@ fn int8_prefill_agrees_across_chunkings_and_stays_near_f32() {
     for (name, shape) in [("int8", q8), ("int8-q4", q4)] {
         let m = model(name, shape, 3);
         let exact = open(&m, |_| {}).prefill(&PROMPT, true).unwrap();
-        let want = open(&m, |o| o.int8_prefill = true).prefill(&PROMPT, true).unwrap();
+        let want = open(&m, |o| o.kernels.int8_prefill = true).prefill(&PROMPT, true).unwrap();
         for (batch, slots) in [(5, None), (7, None), (5, Some(10))] {
             let mut e = open(&m, |o| {
-                o.int8_prefill = true;
+                o.kernels.int8_prefill = true;
                 o.max_batch = batch;
                 o.pool_slots = slots;
             });
@@ -71,7 +71,7 @@ fn int8_prefill_agrees_across_chunkings_and_stays_near_f32() {
 fn tensor_prefill_agrees_across_chunkings_and_stays_near_f32() {
     let m = model("tensor", SynthShape::tiny(), 3);
     let exact = open(&m, |_| {}).prefill(&PROMPT, true).unwrap();
-    let mut first = open(&m, |o| o.tensor_prefill = true);
+    let mut first = open(&m, |o| o.kernels.tensor_prefill = true);
     let want = first.prefill(&PROMPT, true).unwrap();
     if !first.tensor_prefill() {
         assert_eq!(want, exact, "without cooperative matrices tensor_prefill must leave the f32 chunks");
@@ -79,7 +79,7 @@ fn tensor_prefill_agrees_across_chunkings_and_stays_near_f32() {
     }
     for (batch, slots) in [(5, None), (7, None), (5, Some(10))] {
         let mut e = open(&m, |o| {
-            o.tensor_prefill = true;
+            o.kernels.tensor_prefill = true;
             o.max_batch = batch;
             o.pool_slots = slots;
         });
@@ -110,10 +110,10 @@ fn int8_decode_streams_as_it_runs_resident() {
         let f32_steps = open(&m, |_| {}).prefill(&PROMPT, false).unwrap();
         let int8 = |slots, route_ahead| {
             let mut e = open(&m, |o| {
-                o.int8_decode = true;
+                o.kernels.int8_decode = true;
                 o.pool_slots = slots;
-                o.prefetch = false;
-                o.route_ahead = Some(route_ahead);
+                o.stream.prefetch = false;
+                o.stream.route_ahead = Some(route_ahead);
             });
             assert_eq!(e.routes_on_gpu(), slots.is_none());
             e.prefill(&PROMPT, false).unwrap()
@@ -186,9 +186,9 @@ fn batched_prefill_pool_sizes_and_prefix_reuse_agree() {
     for (direct_io, read_split, readers) in cases {
         let mut e = open(&m, |o| {
             o.pool_slots = Some(5);
-            o.direct_io = Some(direct_io);
-            o.read_split = read_split;
-            o.readers = readers;
+            o.stream.direct_io = Some(direct_io);
+            o.stream.read_split = read_split;
+            o.stream.readers = readers;
         });
         let default_split = if direct_io { READ_SPLIT_DIRECT } else { READ_SPLIT_PAGE_CACHE };
         assert_eq!(e.read_split(), read_split.unwrap_or(default_split));
@@ -274,7 +274,7 @@ fn refusals_are_clear() {
     assert!(opts(|o| o.pool_slots = Some(3)).contains("2 × top-k = 4"));
     assert!(opts(|o| o.max_context = Some(1 << 20)).contains("max_context"));
     assert!(opts(|o| o.gpu_budget = Some(1000)).contains("budget"));
-    assert!(opts(|o| o.lookahead = 100).contains("lookahead"));
+    assert!(opts(|o| o.stream.lookahead = 100).contains("lookahead"));
     let missing = Engine::open(&m.dir.join("nowhere"), &EngineOptions::default(), &mut |_| {});
     assert!(matches!(missing, Err(Error::Store(_))));
 
@@ -616,9 +616,9 @@ fn route_ahead_gives_the_logits_of_checking_every_layer_first() {
         let open_with = |route_ahead, speculative| {
             open(&m, |o| {
                 o.pool_slots = Some(slots);
-                o.prefetch = false;
-                o.route_ahead = Some(route_ahead);
-                o.speculative_reads = speculative;
+                o.stream.prefetch = false;
+                o.stream.route_ahead = Some(route_ahead);
+                o.stream.speculative_reads = speculative;
             })
         };
         let mut checks = open_with(0, 0);
@@ -661,19 +661,19 @@ fn route_ahead_gives_the_logits_of_checking_every_layer_first() {
     let default_window = |direct_io| {
         let e = open(&m, |o| {
             o.pool_slots = Some(12);
-            o.prefetch = false;
-            o.direct_io = Some(direct_io);
+            o.stream.prefetch = false;
+            o.stream.direct_io = Some(direct_io);
         });
         e.route_ahead()
     };
     assert_eq!((default_window(false), default_window(true)), (ROUTE_AHEAD_PAGE_CACHE, ROUTE_AHEAD_DIRECT));
     // It applies only while experts stream with prefetch off.
     assert_eq!(open(&m, |o| o.pool_slots = Some(12)).route_ahead(), 0);
-    assert_eq!(open(&m, |o| o.prefetch = false).route_ahead(), 0);
+    assert_eq!(open(&m, |o| o.stream.prefetch = false).route_ahead(), 0);
     // Speculative reads ride on route-ahead only.
     let prefetching = open(&m, |o| {
         o.pool_slots = Some(12);
-        o.speculative_reads = 4;
+        o.stream.speculative_reads = 4;
     });
     assert!(prefetching.stats().speculative.is_none());
 }
@@ -690,7 +690,7 @@ fn chunks_are_bounded_by_the_pool_only_when_it_cannot_hold_a_layer() {
         let mut e = open(&m, |o| {
             o.pool_slots = Some(slots);
             o.gpu_routing = false;
-            o.prefetch = prefetch;
+            o.stream.prefetch = prefetch;
         });
         assert_eq!(e.max_batch(), want, "{slots} slots");
         logits.push(e.prefill(&PROMPT, true).unwrap());
@@ -735,8 +735,8 @@ fn the_cpu_tier_is_on_by_default_while_experts_stream() {
     ];
     for (direct_io, slots, cpu_experts, on) in cases {
         let mut opts = EngineOptions::default();
-        (opts.direct_io, opts.pool_slots, opts.readers) = (Some(direct_io), slots, Some(1));
-        opts.cpu_experts = cpu_experts;
+        (opts.stream.direct_io, opts.pool_slots, opts.stream.readers) = (Some(direct_io), slots, Some(1));
+        opts.cpu.enabled = cpu_experts;
         let mut e = Engine::open(&m.store, &opts, &mut |_| {}).unwrap();
         e.prefill(&PROMPT[..3], false).unwrap();
         let stats = e.stats();
@@ -761,7 +761,7 @@ fn the_cpu_tier_is_on_by_default_while_experts_stream() {
         let m = model(&format!("tier-default-{ftype:?}"), shape.clone(), 5);
         for (cpu_experts, on) in cases {
             let mut opts = EngineOptions::default();
-            (opts.pool_slots, opts.readers, opts.cpu_experts) = (Some(4), Some(1), cpu_experts);
+            (opts.pool_slots, opts.stream.readers, opts.cpu.enabled) = (Some(4), Some(1), cpu_experts);
             let mut e = Engine::open(&m.store, &opts, &mut |_| {}).unwrap();
             e.prefill(&PROMPT[..3], false).unwrap();
             assert_eq!(e.stats().cpu_isa.is_some(), on, "{ftype:?} experts, cpu_experts {cpu_experts:?}");
@@ -780,8 +780,8 @@ fn the_host_tier_gives_the_mapped_tiers_logits() {
     let top_k = u64::from(SynthShape::tiny().top_k);
     let run = |ram_budget: Option<u64>| {
         let mut opts = EngineOptions::default();
-        (opts.pool_slots, opts.readers, opts.prefetch) = (Some(4), Some(2), false);
-        opts.ram_budget = ram_budget;
+        (opts.pool_slots, opts.stream.readers, opts.stream.prefetch) = (Some(4), Some(2), false);
+        opts.cpu.ram_budget = ram_budget;
         let mut e = Engine::open(&m.store, &opts, &mut |_| {}).unwrap();
         let mut logits = vec![e.prefill(&PROMPT[..3], false).unwrap()];
         for &t in &PROMPT[3..9] {
@@ -818,9 +818,9 @@ fn the_host_tier_gives_the_mapped_tiers_logits() {
         f(&mut opts);
         Engine::open(&m.store, &opts, &mut |_| {}).unwrap_err().to_string()
     };
-    let small = refused(|o| o.ram_budget = Some(4096));
+    let small = refused(|o| o.cpu.ram_budget = Some(4096));
     assert!(small.contains("RAM budget") && small.contains("holds 0 records"), "{small}");
-    let off = refused(|o| (o.ram_budget, o.cpu_experts) = (Some(1 << 30), Some(false)));
+    let off = refused(|o| (o.cpu.ram_budget, o.cpu.enabled) = (Some(1 << 30), Some(false)));
     assert!(off.contains("ram_budget") && off.contains("cpu_experts"), "{off}");
 }
 
@@ -865,5 +865,5 @@ fn the_budget_and_o_direct_default_to_the_machine() {
     assert_eq!(given.gpu_budget(), 3_000_000_000);
     // A store far smaller than the host's memory reads through the page cache unless told otherwise.
     assert!(!e.direct_io());
-    assert!(open(&m, |o| (o.direct_io, o.pool_slots) = (Some(true), Some(4))).direct_io());
+    assert!(open(&m, |o| (o.stream.direct_io, o.pool_slots) = (Some(true), Some(4))).direct_io());
 }

@@ -48,27 +48,29 @@ fn a_damaged_record_stops_every_path_that_reads_it() {
     let paths: [(&str, EngineOptions); 7] = [
         (
             "gpu pool, pieces through the page cache",
-            fresh(&|o| (o.pool_slots, o.cpu_experts) = (Some(5), Some(false))),
+            fresh(&|o| (o.pool_slots, o.cpu.enabled) = (Some(5), Some(false))),
         ),
         (
             "gpu pool, whole records written",
             fresh(&|o| {
-                (o.pool_slots, o.cpu_experts) = (Some(5), Some(false));
-                o.upload = diskformer_expert_stream::UploadMethod::WriteBuffer;
+                (o.pool_slots, o.cpu.enabled) = (Some(5), Some(false));
+                o.stream.upload = diskformer_expert_stream::UploadMethod::WriteBuffer;
             }),
         ),
         (
             "gpu pool, O_DIRECT",
-            fresh(&|o| (o.pool_slots, o.cpu_experts, o.direct_io) = (Some(5), Some(false), Some(true))),
+            fresh(&|o| {
+                (o.pool_slots, o.cpu.enabled, o.stream.direct_io) = (Some(5), Some(false), Some(true))
+            }),
         ),
         (
             "gpu pool, route-ahead with speculative reads",
-            fresh(&|o| (o.pool_slots, o.cpu_experts, o.prefetch) = (Some(5), Some(false), false)),
+            fresh(&|o| (o.pool_slots, o.cpu.enabled, o.stream.prefetch) = (Some(5), Some(false), false)),
         ),
-        ("cpu tier, mapped", fresh(&|o| (o.pool_slots, o.cpu_experts) = (Some(4), Some(true)))),
+        ("cpu tier, mapped", fresh(&|o| (o.pool_slots, o.cpu.enabled) = (Some(4), Some(true)))),
         (
             "cpu tier, host tier",
-            fresh(&|o| (o.pool_slots, o.direct_io, o.cpu_experts) = (Some(4), Some(true), Some(true))),
+            fresh(&|o| (o.pool_slots, o.stream.direct_io, o.cpu.enabled) = (Some(4), Some(true), Some(true))),
         ),
         ("resident", fresh(&|_| {})),
     ];
@@ -88,7 +90,7 @@ fn a_damaged_record_stops_every_path_that_reads_it() {
             "{name}: {text}"
         );
         let mut unchecked = opts.clone();
-        unchecked.check_reads = false;
+        unchecked.stream.check_reads = false;
         let damaged = run(&unchecked).unwrap_or_else(|e| panic!("{name}, unchecked: {}", chain(&e)));
         assert!(damaged != *clean, "{name}: the damaged weights ran unchecked");
     }

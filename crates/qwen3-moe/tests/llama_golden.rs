@@ -190,34 +190,34 @@ fn check_sha256(name: &str, gguf: &Path, sha256: &str) {
 enum CpuRecords {
     /// The store mapped from the page cache.
     Mapped,
-    /// The host tier (`EngineOptions::ram_budget`).
+    /// The host tier (`CpuTierOptions::ram_budget`).
     Host,
 }
 
 /// Runs the golden's prompt and steps (feeding the golden's ids) and checks every step. `tensor`: the
-/// prompt's chunks on tensor cores (`EngineOptions::tensor_prefill`), checked to their own tolerance; on a
+/// prompt's chunks on tensor cores (`KernelOptions::tensor_prefill`), checked to their own tolerance; on a
 /// device without them this returns at once, as the same run with `tensor` off covers the f32 chunks.
-/// `cpu`: one-token steps compute every miss on the CPU (`EngineOptions::cpu_experts`, prefetch off and
+/// `cpu`: one-token steps compute every miss on the CPU (`CpuTierOptions::enabled`, prefetch off and
 /// no admissions, so the pool never loads for them), from the store mapped or through the host tier.
 fn check(f: &Fixture, pool_slots: Option<usize>, batched: bool, tensor: bool, cpu: Option<CpuRecords>) {
     let g = &f.golden;
     let mut opts = EngineOptions::default();
     opts.pool_slots = pool_slots;
-    opts.tensor_prefill = tensor;
-    opts.cpu_experts = Some(cpu.is_some());
+    opts.kernels.tensor_prefill = tensor;
+    opts.cpu.enabled = Some(cpu.is_some());
     // The tier's default arithmetic (f32, or Q16 inputs on K-quant blocks) is what these tolerances hold
     // for; its Q8_0 inputs are checked by `int8_cpu_experts_on_k_quant_blocks_stay_near_llama_cpp` and
     // `int8_prefill_matches_llama_cpp_on_q8_0_fixtures`.
     if cpu.is_some() {
-        opts.prefetch = false;
-        opts.cpu_tiers.reuse_window = 0;
+        opts.stream.prefetch = false;
+        opts.cpu.admission.reuse_window = 0;
     }
     if cpu == Some(CpuRecords::Host) {
         // Room for one more record than a layer's picks: nearly every record is read again.
         let store = diskformer_store::Store::open(&f.store).unwrap();
         let record = store.layout().experts.as_ref().unwrap().record_bytes;
         let k = spec_from_args(&g.synth_args).shape.top_k as u64;
-        opts.ram_budget = Some((k + 1) * record.next_multiple_of(4096));
+        opts.cpu.ram_budget = Some((k + 1) * record.next_multiple_of(4096));
     }
     let mut engine = Engine::open(&f.store, &opts, &mut |_| {}).unwrap();
     if let Some(n) = pool_slots {
@@ -385,7 +385,8 @@ fn int8_prefill_matches_llama_cpp_on_q8_0_fixtures() {
         // (chunks on tensor cores only where asked for and the device has them).
         let run_on = |batched: bool, int8: bool, tensor: bool| {
             let mut opts = EngineOptions::default();
-            (opts.int8_prefill, opts.int8_decode, opts.tensor_prefill) = (int8, int8, tensor);
+            (opts.kernels.int8_prefill, opts.kernels.int8_decode, opts.kernels.tensor_prefill) =
+                (int8, int8, tensor);
             let mut engine = Engine::open(&store, &opts, &mut |_| {}).unwrap();
             (log_softmax(&engine.prefill(&g.prompt_ids, batched).unwrap()), engine.tensor_prefill())
         };
@@ -399,8 +400,9 @@ fn int8_prefill_matches_llama_cpp_on_q8_0_fixtures() {
         // multiply on quantised inputs as llama.cpp's CPU backend does.
         let step_cpu = {
             let mut opts = EngineOptions::default();
-            (opts.int8_prefill, opts.int8_decode, opts.cpu_experts) = (true, true, Some(true));
-            (opts.prefetch, opts.cpu_tiers.reuse_window) = (false, 0);
+            (opts.kernels.int8_prefill, opts.kernels.int8_decode, opts.cpu.enabled) =
+                (true, true, Some(true));
+            (opts.stream.prefetch, opts.cpu.admission.reuse_window) = (false, 0);
             opts.pool_slots = Some(2 * spec_from_args(&g.synth_args).shape.top_k as usize);
             let mut engine = Engine::open(&store, &opts, &mut |_| {}).unwrap();
             let lp = log_softmax(&engine.prefill(&g.prompt_ids, false).unwrap());
@@ -472,9 +474,9 @@ fn int8_cpu_experts_on_k_quant_blocks_stay_near_llama_cpp() {
         let (_dir, store) = rebuild(name, &g);
         let k = spec_from_args(&g.synth_args).shape.top_k as usize;
         let mut opts = EngineOptions::default();
-        (opts.pool_slots, opts.cpu_experts, opts.int8_decode, opts.prefetch) =
+        (opts.pool_slots, opts.cpu.enabled, opts.kernels.int8_decode, opts.stream.prefetch) =
             (Some(2 * k), Some(true), true, false);
-        opts.cpu_tiers.reuse_window = 0;
+        opts.cpu.admission.reuse_window = 0;
         let mut engine = Engine::open(&store, &opts, &mut |_| {}).unwrap();
         let mut logits = engine.prefill(&g.prompt_ids, false).unwrap();
         let mut worst = 0f64;
@@ -517,7 +519,7 @@ fn a_split_set_read_in_place_matches_llama_cpp_as_its_file_does() {
     let store = dir.path().join("store-split");
     // Opening the set checks every shard and every tensor type, then ingests it.
     let mut opts = EngineOptions::default();
-    opts.copy_experts = false;
+    opts.stream.copy_experts = false;
     drop(Engine::open_gguf(&first, Some(&store), &opts, &mut |_| {}).unwrap());
     let opened = diskformer_store::Store::open(&store).unwrap();
     assert_eq!(

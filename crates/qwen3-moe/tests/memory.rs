@@ -19,7 +19,7 @@ fn resident_mb() -> f64 {
 fn streaming_keeps_resident_memory_flat() {
     let m = model("memory", SynthShape::tiny(), 5);
     let mut opts = EngineOptions::default();
-    (opts.pool_slots, opts.cpu_experts, opts.max_context) = (Some(5), Some(false), Some(512));
+    (opts.pool_slots, opts.cpu.enabled, opts.max_context) = (Some(5), Some(false), Some(512));
     let mut e = Engine::open(&m.store, &opts, &mut |_| {}).unwrap();
     let mut g = GenerateOptions::default();
     g.max_tokens = 40;

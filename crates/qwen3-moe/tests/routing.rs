@@ -63,15 +63,15 @@ fn a_recorded_trace_forced_again_gives_the_same_logits() {
     let m = model("replay");
     let trace = m.dir.join("recorded.jsonl");
     let paths: [(&str, Tweak); 4] = [
-        ("prefetch on", |o| o.cpu_experts = Some(false)),
+        ("prefetch on", |o| o.cpu.enabled = Some(false)),
         ("prefetch off (route-ahead)", |o| {
-            o.cpu_experts = Some(false);
-            o.prefetch = false
+            o.cpu.enabled = Some(false);
+            o.stream.prefetch = false
         }),
-        ("CPU tier", |o| o.cpu_experts = Some(true)),
+        ("CPU tier", |o| o.cpu.enabled = Some(true)),
         ("CPU tier, prefetch off", |o| {
-            o.cpu_experts = Some(true);
-            o.prefetch = false
+            o.cpu.enabled = Some(true);
+            o.stream.prefetch = false
         }),
     ];
     for (batched, slots) in [(false, None), (true, None), (false, Some(4)), (true, Some(6))] {
@@ -132,7 +132,7 @@ fn the_cpu_tier_maps_each_record_in_once() {
         libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&experts), 0, 0, libc::POSIX_FADV_DONTNEED)
     };
     let mut e = open(&m, |o| {
-        o.cpu_experts = Some(true);
+        o.cpu.enabled = Some(true);
         o.pool_slots = Some(4);
         o.routing = Routing::Uniform { seed: 3 };
     })

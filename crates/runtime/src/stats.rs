@@ -97,7 +97,7 @@ pub struct Stats {
     pub record_time: Duration,
     /// Of the host time: `queue.submit` calls.
     pub submit_time: Duration,
-    /// Route-ahead (`EngineOptions::route_ahead`): layers of one-token steps whose queued run
+    /// Route-ahead (`StreamOptions::route_ahead`): layers of one-token steps whose queued run
     /// stood, with every pick's expert in the pool.
     pub layers_routed_ahead: u64,
     /// Route-ahead: layers run again from their router once their experts were loaded.
@@ -105,7 +105,7 @@ pub struct Stats {
     /// Route-ahead: layer units (a layer whole, or again from its router) submitted as a thread had
     /// recorded them ahead; the host recorded the rest.
     pub units_recorded_ahead: u64,
-    /// The CPU tier (`EngineOptions::cpu_experts`): picks computed on the host.
+    /// The CPU tier (`CpuTierOptions::enabled`): picks computed on the host.
     pub cpu_experts: u64,
     /// The CPU tier: time the host spent computing them.
     pub cpu_time: Duration,
@@ -125,11 +125,11 @@ pub struct Stats {
     pub cpu_isa: Option<(diskformer_cpu_kernels::Isa, usize)>,
     /// How the CPU tier takes its inputs (f32, Q8_0- or Q16-quantised), when it runs.
     pub cpu_math: Option<diskformer_cpu_kernels::Math>,
-    /// The host tier's counters (`EngineOptions::ram_budget`), when it runs.
+    /// The host tier's counters (`CpuTierOptions::ram_budget`), when it runs.
     pub host: Option<HostStats>,
     /// The pool's counters (hits, late hits, misses, bytes, read and upload times, prefetch, by layer).
     pub pool: PoolStats,
-    /// The speculative reads' counters (`EngineOptions::speculative_reads`), when they run.
+    /// The speculative reads' counters (`StreamOptions::speculative_reads`), when they run.
     pub speculative: Option<SpeculativeStats>,
     /// The store's expert reads, demand and speculative: time with one in flight, and bytes.
     pub disk: ReadActivity,

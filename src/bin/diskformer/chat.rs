@@ -104,7 +104,7 @@ pub struct ChatArgs {
     #[arg(long, help_heading = "Tuning and measurement")]
     int8_prefill: bool,
     /// Prompts multiply on tensor cores where the GPU offers cooperative matrices: f16 weights and
-    /// activations, f32 sums (EngineOptions::tensor_prefill; elsewhere the f32 path).
+    /// activations, f32 sums (KernelOptions::tensor_prefill; elsewhere the f32 path).
     #[arg(long, help_heading = "Tuning and measurement")]
     tensor_prefill: bool,
     /// Replies multiply Q8_0 weights by Q8_0-quantised activations with int8 dot products, as llama.cpp
@@ -145,14 +145,14 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     let mut opts = EngineOptions::default();
     opts.gpu_budget = args.budget.0;
     opts.max_context = args.ctx;
-    opts.prefetch = !args.no_prefetch;
-    opts.direct_io = args.direct_io.then_some(true);
-    opts.copy_experts = !args.experts_in_gguf;
-    opts.ram_budget = args.ram_budget;
-    opts.readers = args.readers;
-    opts.int8_prefill = args.int8_prefill;
-    opts.tensor_prefill = args.tensor_prefill;
-    opts.int8_decode = args.int8_decode;
+    opts.stream.prefetch = !args.no_prefetch;
+    opts.stream.direct_io = args.direct_io.then_some(true);
+    opts.stream.copy_experts = !args.experts_in_gguf;
+    opts.cpu.ram_budget = args.ram_budget;
+    opts.stream.readers = args.readers;
+    opts.kernels.int8_prefill = args.int8_prefill;
+    opts.kernels.tensor_prefill = args.tensor_prefill;
+    opts.kernels.int8_decode = args.int8_decode;
     opts.record_routing = args.record_routing.clone();
 
     let model = match &args.model {

@@ -17,11 +17,7 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use diskformer_bpe::Tokenizer;
-use diskformer_cpu_kernels::Math;
-use diskformer_expert_stream::{
-    EvictionPolicy, ExpertPool, GpuBackend, Pinned, SpeculativeReads, Stats as PoolStats, TierConfig,
-    UploadMethod,
-};
+use diskformer_expert_stream::{ExpertPool, GpuBackend, Pinned, SpeculativeReads, Stats as PoolStats};
 use diskformer_kernels::{Context, Kernels, PENALTY_MAX_N, SampleStep, cpu};
 use diskformer_store::ReaderProbe;
 
@@ -31,209 +27,21 @@ use crate::unit_stock::{UnitBuffers, UnitStock};
 use crate::weights::Weights;
 use crate::{Config, Error, Result, Sampler, SamplingOptions};
 use diskformer_runtime::{EngineStats, GpuBytes};
-use diskformer_runtime::{ForcedRoutes, RouteRecorder, Routing};
+use diskformer_runtime::{ForcedRoutes, RouteRecorder};
 
 mod open;
+mod options;
 mod per_layer;
 mod resident;
 mod route_ahead;
 
 use open::chunk_bound;
 pub use open::{FALLBACK_GPU_BUDGET, auto_gpu_budget, default_store_dir, records_exceed_memory};
+pub use options::{
+    CpuTierOptions, EngineOptions, KernelOptions, READ_SPLIT_DIRECT, READ_SPLIT_IN_GGUF,
+    READ_SPLIT_PAGE_CACHE, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, StreamOptions,
+};
 use resident::RunAhead;
-
-/// How to load and run a model. Build with [`EngineOptions::default`] and adjust the fields.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct EngineOptions {
-    /// GPU memory the engine may use, in bytes: what the dense weights, KV cache and scratch leave becomes
-    /// expert slots (all experts when they fit). `None`, the default: [`auto_gpu_budget`] of the adapter.
-    pub gpu_budget: Option<u64>,
-    /// An explicit number of expert slots (overrides the budget), at least `2 × top-k`.
-    pub pool_slots: Option<usize>,
-    /// KV-cache positions (default min(4096, the model's context length)).
-    pub max_context: Option<u32>,
-    /// Start loading the next layers' likely experts while this layer computes (default on; no guesses with
-    /// the CPU tier, see `cpu_experts`).
-    pub prefetch: bool,
-    /// Layers ahead whose routers guess (default 2).
-    pub lookahead: u32,
-    /// Which resident expert makes room (default cyclic, LRU aware of the layer cycle: on the H200 at a 4 GB
-    /// budget it kept 90 % of demands hits where LRU kept 44 %, see BENCHMARKS.md).
-    pub policy: EvictionPolicy,
-    /// Threads reading demand misses. `None` (default): 8 through the page cache; with O_DIRECT, the count the
-    /// disk serves fastest among 1, 2, 4 and 8, measured while the model loads
-    /// ([`RecordReader::probe_readers`](diskformer_store::RecordReader::probe_readers): 32 random records at
-    /// each count, ~0.6 GB). Disks differ: the H200 machine's served one outstanding read fastest, and there
-    /// cold decode ran 37 % faster with 1 reader than with 8 (BENCHMARKS.md); NVMe drives want many.
-    pub readers: Option<usize>,
-    /// Read records with O_DIRECT, bypassing the page cache. `None`, the default: where the expert records
-    /// are more bytes than the host's available memory ([`records_exceed_memory`]), whose page cache could
-    /// not hold them (each read would push out another record), else through the page cache.
-    pub direct_io: Option<bool>,
-    /// How records reach the pool (default: each reader's ring of 2 mapped staging buffers, read into
-    /// directly through the page cache).
-    pub upload: UploadMethod,
-    /// Pieces a demand miss's record (and a speculative read's) is read, staged and uploaded in, each
-    /// copied to the device as soon as it is staged (prefetch loads read whole records): through the page
-    /// cache on as many threads while at most two loads run, with O_DIRECT one after another while the
-    /// previous piece is staged. `None`, the default, picks [`READ_SPLIT_IN_GGUF`] for experts read in
-    /// place from the GGUF, [`READ_SPLIT_DIRECT`] (whole records) with `direct_io`, else
-    /// [`READ_SPLIT_PAGE_CACHE`]: on the H200 at a 4 GB budget, 4 pieces decoded 11-20 %
-    /// faster than whole records through the page cache (and prefilled 13 % slower), whole records 11 %
-    /// faster than 4 pieces from a cold disk, which served them at a higher rate (BENCHMARKS.md).
-    pub read_split: Option<usize>,
-    /// Most tokens per prefill chunk (default 512: a chunk reads each picked expert once per 32 of its pairs
-    /// (Q4_0: 8) and each dense weight once per 32 tokens, and at 128 experts and top-8 a 512-token chunk
-    /// gives an expert 32 pairs on average, one full tile; on the H200 a 512-token prompt prefilled 1,395
-    /// tok/s against 1,277 in chunks of 256, before the tiled chunk attention. While experts stream, also
-    /// bounded by the pool: chunk × top-k ≤ slots, unless the pool holds two layers' experts, which any
-    /// chunk's union of a layer's picks fits).
-    pub max_batch: u32,
-    /// When every expert fits, load them all at start and route on the GPU: no readback or `ensure` per
-    /// layer (default on; off keeps the streaming path for comparison). The token embedding then goes to the
-    /// GPU too, and must fit in the budget with the experts.
-    pub gpu_routing: bool,
-    /// With every expert resident: [`Engine::step_greedy`] and [`Engine::step_sampled`] queue the next step
-    /// on the GPU's own pick before they read this one, so that the GPU does not wait for the host between
-    /// tokens (default on; off for comparison). A caller that next runs anything but the same kind of step
-    /// on that pick leaves the queued step's work unused (and waits for it).
-    pub run_ahead: bool,
-    /// Chunks multiply Q8_0 weights (the lm head's too) by Q8_0-quantised activations with int8 dot
-    /// products, as llama.cpp's CPU path and its GPU MMQ kernels do: on the golden fixtures the prompt's
-    /// log-probabilities then lie within 0.02-0.03 of llama.cpp's run on the Q8_0 file itself, where the f32
-    /// chunks lie 0.05-0.27 from it (default off: the f32 chunks match llama.cpp's F32 twins to 2e-3, as
-    /// one-token steps do). Q4_0 experts keep f32.
-    pub int8_prefill: bool,
-    /// Chunks run their Q8_0 GEMMs on tensor cores where the device has cooperative matrices
-    /// (`Kernels::cooperative_matrix`; elsewhere this does nothing): each weight `q · d` and each
-    /// activation rounded to f16, the products summed in f32, finer than `int8_prefill`'s quantised
-    /// activations (which go first when both are set). Q4_0 experts keep their kernels.
-    pub tensor_prefill: bool,
-    /// One-token steps multiply Q8_0 weights (dense, experts, lm head) by Q8_0-quantised activations with
-    /// int8 dot products, each 32-value block quantised as the GEMV reads it, or for gate‖up by the router
-    /// kernel that writes its input: `int8_prefill`'s arithmetic for one-token steps (on the golden
-    /// fixtures 0.016-0.029 from llama.cpp's run on the Q8_0 file in log-probability, the f32 steps
-    /// 0.05-0.27; default off: the f32 steps match llama.cpp's F32 twins to 2e-3; on the H200 int8 steps
-    /// decoded 6 % slower before gate‖up took the router's quantised row, BENCHMARKS.md; not measured
-    /// since). Q4_0 experts keep f32. Applies to the fused decode layer (top-k ≤ 64, expert FFN a multiple
-    /// of 16); other shapes' steps stay f32. Sets `cpu_math` to Q8 too.
-    pub int8_decode: bool,
-    /// While experts stream, a one-token step queues up to this many layers past the last one whose picks
-    /// the host has checked (0 reads each layer's picks back before its experts run; `None`, the default,
-    /// picks [`ROUTE_AHEAD_DIRECT`] with `direct_io`, else [`ROUTE_AHEAD_PAGE_CACHE`]). The GPU turns the
-    /// picks into slots through a table of what the pool holds; a layer that needs an expert the pool lacks
-    /// runs again from its router once the expert is loaded, and the layers queued after it with it. Layers
-    /// whose experts are all resident then cost no round trip to the host (with 1 the next layer is only
-    /// made ready while this one is checked, and submitted after); a thread keeps each layer's commands
-    /// recorded ahead, so queueing a layer again costs the host a submit. A wider window queues more
-    /// layers that a miss makes run again, and lets `speculative_reads` guess further ahead: from the page
-    /// cache the first costs more than the second gains, from a cold disk the other way round
-    /// (BENCHMARKS.md). Applies with prefetch off (`lookahead` 0: a guess loaded meanwhile could replace an
-    /// expert a queued layer reads) and the fused decode layer (top-k ≤ 64, expert FFN a multiple of 16).
-    pub route_ahead: Option<u32>,
-    /// With route-ahead while experts stream: records of host memory (5 MB each at the Qwen3-30B-A3B
-    /// shape) that guessed misses are read into while a layer's loads run, so that the disk goes on while
-    /// the GPU runs the layer again and the ones after it. The guesses are the experts the queued layers
-    /// picked and the pool lacks (they ran on a state without the missing experts, so most of their picks
-    /// stand); each waits for demand reads between its pieces, and none evicts a slot (default 32, 160 MB
-    /// at that shape; 0 off). On the H200 at 4 GB from a cold disk, 32 buffers with a route-ahead window
-    /// of 4 decoded 8.98 tok/s, 16 with a window of 2 7.55, none with 2 6.71 (means of 6-10 alternating
-    /// rows; 98-99 % of the guesses read were taken), the disk then busy 85-88 %, 75-77 % and 67-71 % of
-    /// the time; the same within noise from the page cache (BENCHMARKS.md).
-    pub speculative_reads: usize,
-    /// While experts stream, one-token steps compute each layer's misses on the CPU from their records in
-    /// host memory (the store mapped from the page cache) while the GPU computes the hits, instead of
-    /// waiting for their upload; a miss picked again within a few tokens is also uploaded in the
-    /// background ([`TierConfig`]). Steps then read each layer's picks back (no route-ahead). Chunks still
-    /// upload their experts. With it the routers' prefetch guesses are off (its admissions use the pool's
-    /// background loads either way). `None`, the default, turns it on where the CPU kernels have SIMD
-    /// kernels for every expert type (Q8_0, Q4_0, Q2_K to Q6_K, IQ4_NL, IQ4_XS): through the page cache, or with
-    /// `direct_io` through the host tier (`ram_budget`); off with `direct_io` where the host tier has no
-    /// budget. On the H200 at a 4 GB budget it decoded faster than the prefetch path and route-ahead under
-    /// both a calibrated routing trace and uniform routing, from the page cache and from a cold disk
-    /// (BENCHMARKS.md).
-    pub cpu_experts: Option<bool>,
-    /// The host tier, for stores larger than RAM: the CPU tier keeps its records in this many bytes of host
-    /// memory, each read whole with O_DIRECT when first picked and the least recently used leaving first
-    /// ([`HostRecords`](diskformer_expert_stream::HostRecords)), instead of mapping the store from the page
-    /// cache; the misses it admits into the GPU pool load from there, not from the disk again. Turns the
-    /// CPU tier on; its reads use `readers` threads (with none given, the count a probe of the disk finds).
-    /// Refused when it holds fewer records than top-k, exceeds the host's available memory, or comes with
-    /// `cpu_experts` off. `None`, the default: with `direct_io` (and the CPU tier not turned off) half the
-    /// host's available memory, at most the store's records; else no host tier (the page cache holds the
-    /// records). From a cold disk on the H200 at a 4 GB budget it decoded several times faster than
-    /// uploading every miss (BENCHMARKS.md).
-    pub ram_budget: Option<u64>,
-    /// Threads of the CPU tier, the stepping thread's included (`None`: every core but two).
-    pub cpu_threads: Option<usize>,
-    /// How the CPU tier takes its inputs (the token row before gate‖up, the activation before down), where
-    /// its records take quantised ones (Q8_0 and Q4_0, or K-quant records whose every tensor is Q4_K, Q5_K
-    /// or Q6_K on a CPU with AVX2 or AVX-512 VNNI; else f32):
-    /// - `None` (default): [`Math::Q16`] on such K-quant records, else f32. Both compute a pick as the GPU
-    ///   does to about f32's rounding, so a step's result does not depend on which picks the pool held when
-    ///   the layer was planned (which background loads move from run to run); Q16's integer kernels run
-    ///   nearly at Q8's speed.
-    /// - `Some(Math::Q8)`: quantised to Q8_0 as llama.cpp's CPU backend does; a pick then moves by ~1e-2 in
-    ///   log-probability between the tiers. `int8_decode` chooses it too.
-    pub cpu_math: Option<Math>,
-    /// The CPU tier's admission rules.
-    pub cpu_tiers: TierConfig,
-    /// Where the experts' picks come from: the router's own top-k (default), or forced from a workload for
-    /// measuring streaming on routing like a trained model's whatever the weights (ROUTING.md). Forced
-    /// picks turn run-ahead off (a step queued ahead would take the next token's picks).
-    pub routing: Routing,
-    /// Writes every step's picks to this file as a routing trace (one line a token), so a run on real
-    /// weights can be measured and shared as a workload. Steps then read every layer's picks back (no
-    /// routing on the GPU, no route-ahead, no run-ahead).
-    pub record_routing: Option<PathBuf>,
-    /// [`Engine::open_gguf`]: copy the experts into the store (default), or read a K-quant (records of
-    /// blocks) file's experts, and its dense tensors but the Q8_0 ones, in place from the GGUF, so the model
-    /// takes its own size on disk once ([`IngestOptions::copy_experts`]); a Q8_0 or Q4_0 file's experts are
-    /// copied either way. A complete store of the same file made the other way is used as it is
-    /// ([`IngestOptions::either_mode`]): delete it, or name another store, to have it made this way.
-    pub copy_experts: bool,
-    /// Checks every expert record against the store's checksum where it is read, before anything computes
-    /// on it (default on): each GPU pool load, each host tier read, and each record the CPU tier maps, at
-    /// its first use. A record that does not match is read again once past the page cache, then stops the
-    /// step with [`Error::Store`]'s [`DamagedRecord`](diskformer_store::Error::DamagedRecord) naming it. Off,
-    /// page-cache loads read their pieces in parallel straight into mapped staging memory.
-    pub check_reads: bool,
-}
-
-impl Default for EngineOptions {
-    fn default() -> Self {
-        EngineOptions {
-            gpu_budget: None,
-            pool_slots: None,
-            max_context: None,
-            prefetch: true,
-            lookahead: 2,
-            policy: EvictionPolicy::Cyclic,
-            readers: None,
-            direct_io: None,
-            upload: UploadMethod::StagingRing(2),
-            read_split: None,
-            max_batch: 512,
-            gpu_routing: true,
-            run_ahead: true,
-            int8_prefill: false,
-            tensor_prefill: false,
-            int8_decode: false,
-            route_ahead: None,
-            speculative_reads: 32,
-            check_reads: true,
-            cpu_experts: None,
-            ram_budget: None,
-            cpu_threads: None,
-            cpu_math: None,
-            cpu_tiers: TierConfig::default(),
-            routing: Routing::Router,
-            record_routing: None,
-            copy_experts: true,
-        }
-    }
-}
 
 /// What a load reports while it works.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -297,7 +105,7 @@ pub(crate) enum Output {
 pub struct Engine {
     /// The GPU budget it was sized for (the option's, or [`auto_gpu_budget`]'s).
     gpu_budget: u64,
-    /// Whether records are read with O_DIRECT ([`EngineOptions::direct_io`], or its default's choice).
+    /// Whether records are read with O_DIRECT ([`StreamOptions::direct_io`], or its default's choice).
     direct_io: bool,
     config: Config,
     tokenizer: Arc<Tokenizer>,
@@ -318,12 +126,12 @@ pub struct Engine {
     /// With route-ahead: the `[layers · experts]` slots of what the pool holds ([`ABSENT`] for the rest),
     /// on the device and as last written.
     route_table: Option<(wgpu::Buffer, Vec<u32>)>,
-    /// [`EngineOptions::route_ahead`] where it applies, else 0.
+    /// [`StreamOptions::route_ahead`] where it applies, else 0.
     route_ahead: u32,
     /// With route-ahead, once a one-token step ran: what its layer units copy between, and the stock of
     /// them a thread keeps recorded (`None` if that thread could not start: the host then records them all).
     route_units: Option<(UnitBuffers, Option<UnitStock<wgpu::CommandBuffer>>)>,
-    /// [`EngineOptions::read_split`], resolved.
+    /// [`StreamOptions::read_split`], resolved.
     read_split: usize,
     lookahead: u32,
     max_batch: u32,
@@ -345,16 +153,16 @@ pub struct Engine {
     next_draw: Option<SampleStep>,
     /// Which expert kernels the store's records take.
     expert_kernels: ExpertKernels,
-    /// [`EngineOptions::int8_prefill`].
+    /// [`KernelOptions::int8_prefill`].
     int8_prefill: bool,
-    /// [`EngineOptions::tensor_prefill`] where the device has cooperative matrices.
+    /// [`KernelOptions::tensor_prefill`] where the device has cooperative matrices.
     tensor_prefill: bool,
-    /// [`EngineOptions::int8_decode`].
+    /// [`KernelOptions::int8_decode`].
     int8_decode: bool,
     stats: EngineStats,
     gpu_bytes: GpuBytes,
     store_dir: PathBuf,
-    /// [`EngineOptions::cpu_experts`] while experts stream.
+    /// [`CpuTierOptions::enabled`] while experts stream.
     cpu_tier: Option<CpuTier>,
     /// [`EngineOptions::routing`] when forced.
     forced: Option<ForcedRoutes>,
@@ -399,7 +207,7 @@ impl Engine {
         self.gpu_budget
     }
 
-    /// Whether it reads records with O_DIRECT ([`EngineOptions::direct_io`], or what its default chose).
+    /// Whether it reads records with O_DIRECT ([`StreamOptions::direct_io`], or what its default chose).
     pub fn direct_io(&self) -> bool {
         self.direct_io
     }
@@ -419,7 +227,7 @@ impl Engine {
         self.pool.backend().pool().slots()
     }
 
-    /// Threads reading demand misses: [`EngineOptions::readers`], or the count the disk probe picked.
+    /// Threads reading demand misses: [`StreamOptions::readers`], or the count the disk probe picked.
     pub fn readers(&self) -> usize {
         self.pool.config().readers
     }
@@ -435,13 +243,13 @@ impl Engine {
     }
 
     /// Layers a one-token step queues past the last one the host checked while experts stream:
-    /// [`EngineOptions::route_ahead`] where it applies (streaming, prefetch off, the fused decode layer),
+    /// [`StreamOptions::route_ahead`] where it applies (streaming, prefetch off, the fused decode layer),
     /// else 0.
     pub fn route_ahead(&self) -> u32 {
         self.route_ahead
     }
 
-    /// Pieces a demand miss's record is read in ([`EngineOptions::read_split`], its default resolved).
+    /// Pieces a demand miss's record is read in ([`StreamOptions::read_split`], its default resolved).
     pub fn read_split(&self) -> usize {
         self.read_split
     }
@@ -467,7 +275,7 @@ impl Engine {
         self.run_ahead = None;
     }
 
-    /// Whether chunks run their Q8_0 GEMMs on tensor cores ([`EngineOptions::tensor_prefill`] asked for,
+    /// Whether chunks run their Q8_0 GEMMs on tensor cores ([`KernelOptions::tensor_prefill`] asked for,
     /// and the device has cooperative matrices).
     pub fn tensor_prefill(&self) -> bool {
         self.tensor_prefill
@@ -775,28 +583,6 @@ impl Engine {
 /// The route table's entry for an expert the pool does not hold (no pool part binds it, so the expert
 /// kernels skip the pick).
 const ABSENT: u32 = u32::MAX;
-
-/// [`EngineOptions::route_ahead`]'s window through the page cache: on the H200 at 4 GB, 4 layers decoded
-/// 42.0 tok/s against 40.6 with 8 (means of 3 alternating rows, the layers a miss runs again recorded
-/// ahead on a thread; with the host recording them, 38.5 against 32.2).
-pub const ROUTE_AHEAD_PAGE_CACHE: u32 = 4;
-/// [`EngineOptions::route_ahead`]'s window with O_DIRECT: on the H200 at 4 GB from a cold disk, 8 layers
-/// kept the disk reading 90-93 % of the time against 86-89 % with 4, and decoded 8.9 tok/s against 8.2
-/// (means of 12 alternating rows over two calls).
-pub const ROUTE_AHEAD_DIRECT: u32 = 8;
-
-/// [`EngineOptions::read_split`] through the page cache: on the H200 at 4 GB, 4 pieces a record decoded
-/// 11-20 % faster than whole records (each piece read on its own thread while few loads run).
-pub const READ_SPLIT_PAGE_CACHE: usize = 4;
-/// [`EngineOptions::read_split`] with O_DIRECT, whole records: on the H200 at 4 GB from a cold disk, with a
-/// route-ahead window of 8, they decoded 9.9 tok/s against 8.9 in 4 pieces (means of 10 alternating rows),
-/// the disk serving them at 1.88 GB/s while it had one in flight against 1.61.
-pub const READ_SPLIT_DIRECT: usize = 1;
-
-/// [`EngineOptions::read_split`] for experts read in place from the GGUF ([`EngineOptions::copy_experts`]
-/// off): whole records, each three reads of its parts (a piece would add reads at every part boundary);
-/// measured in BENCHMARKS.md against the store's 4 pieces.
-pub const READ_SPLIT_IN_GGUF: usize = 1;
 
 /// Chunk graphs kept, the most recently used: a graph holds a uniform buffer and a bind group for each of its
 /// dispatches, and a long chat prefills prompts of every length, so one kept for each length up to

@@ -48,8 +48,11 @@ impl Engine {
         let header = model.header()?;
         check_types(&diskformer_store::Layout::plan(&header)?)?;
         let dir = store_dir.map_or_else(|| default_store_dir(gguf), Path::to_owned);
-        let ingest =
-            IngestOptions { copy_experts: opts.copy_experts, either_mode: true, ..IngestOptions::default() };
+        let ingest = IngestOptions {
+            copy_experts: opts.stream.copy_experts,
+            either_mode: true,
+            ..IngestOptions::default()
+        };
         diskformer_store::ingest(gguf, &dir, &ingest, &mut |p| {
             progress(LoadProgress::Ingest { done: p.done, total: p.total, bytes_per_sec: p.bytes_per_sec })
         })?;
@@ -97,10 +100,10 @@ impl Engine {
                 ),
             });
         }
-        if opts.lookahead > 8 {
+        if opts.stream.lookahead > 8 {
             return Err(Error::BadOption {
                 option: "lookahead",
-                what: format!("{} layers; allowed 0..=8", opts.lookahead),
+                what: format!("{} layers; allowed 0..=8", opts.stream.lookahead),
             });
         }
         let gpu_budget = opts.gpu_budget.unwrap_or_else(|| auto_gpu_budget(&ctx));
@@ -114,7 +117,7 @@ impl Engine {
                 ),
             });
         }
-        if opts.ram_budget.is_some() && opts.cpu_experts == Some(false) {
+        if opts.cpu.ram_budget.is_some() && opts.cpu.enabled == Some(false) {
             return Err(Error::BadOption {
                 option: "ram_budget",
                 what: "the host tier feeds the CPU tier, which cpu_experts turns off; drop one of them"
@@ -124,21 +127,21 @@ impl Engine {
         let top_k = config.expert_used_count;
         // The CPU tier is on by default only where its kernels multiply every expert type with SIMD: on the
         // portable path (Q5_K) it took 325 ms a token at 4 GB on the H200, 10× slower than leaving it off.
-        let cpu_default = cpu_tier_fast(&experts) && opts.cpu_experts != Some(false);
-        let direct_io = opts.direct_io.unwrap_or_else(|| records_exceed_memory(&experts));
-        let ram_budget = opts.ram_budget.or_else(|| {
-            (direct_io && (opts.cpu_experts == Some(true) || cpu_default))
+        let cpu_default = cpu_tier_fast(&experts) && opts.cpu.enabled != Some(false);
+        let direct_io = opts.stream.direct_io.unwrap_or_else(|| records_exceed_memory(&experts));
+        let ram_budget = opts.cpu.ram_budget.or_else(|| {
+            (direct_io && (opts.cpu.enabled == Some(true) || cpu_default))
                 .then(|| default_ram_budget(&experts, top_k as usize))
                 .flatten()
         });
         // The disk probe runs once the options are known good (it reads ~0.6 GB); the staging rings are sized
         // by the readers it picks.
-        let checks = opts.check_reads.then(|| store.record_checks()).transpose()?;
+        let checks = opts.stream.check_reads.then(|| store.record_checks()).transpose()?;
         let mut reader = store.record_reader(direct_io)?;
         if let Some(checks) = &checks {
             reader = reader.with_checks(checks.clone());
         }
-        let reader_probe = match opts.readers {
+        let reader_probe = match opts.stream.readers {
             None if reader.is_direct() => Some(reader.probe_readers(&PROBE_READERS, PROBE_RECORDS)?),
             // The host tier reads with O_DIRECT whatever the pool does.
             None if ram_budget.is_some() => {
@@ -146,20 +149,26 @@ impl Engine {
             }
             _ => None,
         };
-        let readers = match (opts.readers, &reader_probe) {
+        let readers = match (opts.stream.readers, &reader_probe) {
             (Some(n), _) => n.max(1),
             (None, Some(probe)) => probe.best,
             (None, None) => DEFAULT_READERS,
         };
         let all = (config.block_count * config.expert_count) as usize;
-        let cpu_experts = opts.cpu_experts.unwrap_or(cpu_default && (!direct_io || ram_budget.is_some()));
+        let cpu_experts = opts.cpu.enabled.unwrap_or(cpu_default && (!direct_io || ram_budget.is_some()));
         // The CPU tier runs without the routers' guesses: its admissions take the pool's background loads
         // (the configuration measured, BENCHMARKS.md).
-        let mut lookahead =
-            if opts.prefetch && !cpu_experts { opts.lookahead.min(config.block_count - 1) } else { 0 };
-        let window =
-            opts.route_ahead.unwrap_or(if direct_io { ROUTE_AHEAD_DIRECT } else { ROUTE_AHEAD_PAGE_CACHE });
-        let read_split = opts.read_split.unwrap_or(if store.experts_in_gguf().is_some() {
+        let mut lookahead = if opts.stream.prefetch && !cpu_experts {
+            opts.stream.lookahead.min(config.block_count - 1)
+        } else {
+            0
+        };
+        let window = opts.stream.route_ahead.unwrap_or(if direct_io {
+            ROUTE_AHEAD_DIRECT
+        } else {
+            ROUTE_AHEAD_PAGE_CACHE
+        });
+        let read_split = opts.stream.read_split.unwrap_or(if store.experts_in_gguf().is_some() {
             READ_SPLIT_IN_GGUF
         } else if direct_io {
             READ_SPLIT_DIRECT
@@ -191,9 +200,12 @@ impl Engine {
         // Each reader (and, with prefetch, each prefetch thread) keeps a ring of mapped staging buffers. They
         // may be device memory (resizable BAR), so they count against the budget.
         // The CPU tier admits misses into the pool through the same background loads as prefetch.
-        let prefetch_threads =
-            if opts.prefetch || cpu_experts { PoolConfig::new(1, 1, 1).max_prefetch_in_flight } else { 0 };
-        let staging = match opts.upload {
+        let prefetch_threads = if opts.stream.prefetch || cpu_experts {
+            PoolConfig::new(1, 1, 1).max_prefetch_in_flight
+        } else {
+            0
+        };
+        let staging = match opts.stream.upload {
             UploadMethod::StagingRing(len) => {
                 let record = experts.record_bytes as usize;
                 let demand = StagingRing::bytes(record, len, read_split);
@@ -272,18 +284,18 @@ impl Engine {
         let scratch = Scratch::new(&device, &config, sizes);
         let gpu_pool = GpuPool::new(&ctx, &experts, slots)?;
         let mut backend =
-            GpuBackend::new(gpu_pool, reader)?.with_method(opts.upload).with_read_split(read_split);
+            GpuBackend::new(gpu_pool, reader)?.with_method(opts.stream.upload).with_read_split(read_split);
         // The host tier's admissions and chunks hand their records to the pool's loads.
         let handoff = ram_budget.map(|_| Arc::new(HostHandoff::default()));
         if let Some(handoff) = &handoff {
             backend = backend.with_handoff(Arc::clone(handoff));
         }
         // route_ahead is 0 when resident: nothing streams.
-        if route_ahead > 0 && opts.speculative_reads > 0 {
-            backend = backend.with_speculation(opts.speculative_reads, read_split)?;
+        if route_ahead > 0 && opts.stream.speculative_reads > 0 {
+            backend = backend.with_speculation(opts.stream.speculative_reads, read_split)?;
         }
         let mut pc = PoolConfig::new(slots, config.block_count, config.expert_count);
-        pc.policy = opts.policy;
+        pc.policy = opts.stream.policy;
         pc.readers = readers;
         pc.max_prefetch_in_flight = prefetch_threads;
         pc.prefetch_reserve = top_k as usize;
@@ -323,8 +335,16 @@ impl Engine {
         });
         let cpu_tier = (cpu_experts && !resident)
             .then(|| {
-                let math = if opts.int8_decode { Some(Math::Q8) } else { opts.cpu_math };
-                CpuTier::open(&store, &experts, opts.cpu_threads, opts.cpu_tiers, math, host, checks.clone())
+                let math = if opts.kernels.int8_decode { Some(Math::Q8) } else { opts.cpu.math };
+                CpuTier::open(
+                    &store,
+                    &experts,
+                    opts.cpu.threads,
+                    opts.cpu.admission,
+                    math,
+                    host,
+                    checks.clone(),
+                )
             })
             .transpose()?;
         let kernels = Kernels::new(&ctx);
@@ -359,9 +379,9 @@ impl Engine {
             draw: None,
             next_draw: None,
             expert_kernels,
-            int8_prefill: opts.int8_prefill,
-            tensor_prefill: opts.tensor_prefill && kernels_coop,
-            int8_decode: opts.int8_decode,
+            int8_prefill: opts.kernels.int8_prefill,
+            tensor_prefill: opts.kernels.tensor_prefill && kernels_coop,
+            int8_decode: opts.kernels.int8_decode,
             stats: EngineStats::default(),
             gpu_bytes,
             store_dir: store_dir.to_owned(),
@@ -410,14 +430,14 @@ fn dense_q8(layout: &diskformer_store::Layout) -> bool {
         .all(|t| t.ty == "q8_0" || t.ty == "f32")
 }
 
-/// Demand readers when [`EngineOptions::readers`] is `None` and reads go through the page cache.
+/// Demand readers when [`StreamOptions::readers`](crate::StreamOptions::readers) is `None` and reads go through the page cache.
 const DEFAULT_READERS: usize = 8;
 /// Reader counts the O_DIRECT probe tries, and the random records it reads at each.
 const PROBE_READERS: [usize; 4] = [1, 2, 4, 8];
 const PROBE_RECORDS: usize = 32;
 
 /// Whether `experts`' records are more bytes than the host's available memory (`false` where it does not
-/// say): [`EngineOptions::direct_io`]'s default then reads them with O_DIRECT.
+/// say): [`StreamOptions::direct_io`](crate::StreamOptions::direct_io)'s default then reads them with O_DIRECT.
 pub fn records_exceed_memory(experts: &ExpertLayout) -> bool {
     diskformer_expert_stream::available_memory().is_some_and(|available| experts.file_bytes() > available)
 }

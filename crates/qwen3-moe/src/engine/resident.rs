@@ -98,7 +98,7 @@ impl Engine {
     }
 }
 
-/// A one-token step queued before the pick it runs on was read (see [`EngineOptions::run_ahead`]).
+/// A one-token step queued before the pick it runs on was read (see [`EngineOptions::run_ahead`](crate::EngineOptions::run_ahead)).
 pub(super) struct RunAhead {
     /// The position it runs at.
     position: u32,

@@ -12,7 +12,7 @@ use crate::graph::Scratch;
 use crate::unit_stock::{UnitBuffers, UnitKind, UnitStock};
 
 impl Engine {
-    /// A one-token step while experts stream, with up to [`EngineOptions::route_ahead`] layers queued past
+    /// A one-token step while experts stream, with up to [`StreamOptions::route_ahead`](crate::StreamOptions::route_ahead) layers queued past
     /// the last one the host has checked. Each layer is its own submission: its attention and router (the
     /// picks turned into slots through the route table), a copy of the residual stream the router read,
     /// its picks and slots copied out, then its experts. The host checks the layers in order: a layer whose
