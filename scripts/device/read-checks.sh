@@ -4,7 +4,8 @@
 # exists, an older build's checked rows), and the 10-minute soak from a cold store, on one machine in three
 # calls made back to back (a machine stays held 30 s after a call):
 #   CALL=1  the model and store, the rows (two with 12 CPU-tier threads, issue #32's lever for a host whose
-#           vCPUs stall), then the soak started (it outlives the call) and llama.cpp's build beside it;
+#           vCPUs stall), then the soak started (it outlives the call) and llama.cpp's build beside it
+#           (SOAK=0: the rows only);
 #   CALL=2  waits for the soak and prints its end;
 #   CALL=3  three more page-cache rows, four of issue #32's levers (2 pool readers, 12 CPU-tier threads:
 #           fewer threads than vCPUs, for a host whose vCPUs stall), and llama.cpp's best 4 GB configuration.
@@ -25,6 +26,7 @@ case "${CALL:-}" in
     ROWS+=" cold-cal-chk:$C,$cal cold-cal-nochk:$C,$cal,$off cold-uni-nochk:$C,$uni,$off cold-uni-chk:$C,$uni"
     FTYPE=q4_k_m DECODE=128 PHASES=rows ROWS="$ROWS" timeout 500 bash scripts/device/tiers.sh
     pkill -f 'device/bench' || true
+    [ "${SOAK:-1}" = 0 ] && exit 0 # rows only, where the device time left holds no second call
     # The soak (a reliability run, not a speed one) shares the host with llama.cpp's build for its first minutes.
     PHASE=start MINUTES=10.2 bash scripts/device/soak.sh
     bash scripts/device/llama-cuda.sh build ;;
