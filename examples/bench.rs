@@ -24,7 +24,7 @@ mod common;
 use diskformer::expert_stream::{EvictionPolicy, UploadMethod};
 use diskformer::qwen3_moe::qwen35moe::{self, Resident};
 use diskformer::qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
-use diskformer::qwen3_moe::{Engine, EngineOptions, Error, Sampler, SamplingOptions};
+use diskformer::qwen3_moe::{Engine, EngineOptions, Error, KernelTime, Sampler, SamplingOptions};
 
 /// End-to-end tokens per second.
 #[derive(Parser)]
@@ -92,8 +92,9 @@ struct Args {
     /// One-token steps run their Q8_0 GEMVs on Q8_0-quantised inputs (KernelOptions::int8_decode).
     #[arg(long)]
     int8_decode: bool,
-    /// With a qwen35moe file, after the measurements: each kernel's GPU time in a one-token step and in a
-    /// full prefill chunk (`kernel_times` in the JSON; the graph of each kind alone, 10 submissions of a step, 3 of a chunk).
+    /// After the measurements, with every expert resident (a qwen35moe file, or a budget that holds every
+    /// expert): each kernel's GPU time in a one-token step and in a prefill chunk (`kernel_times` in the
+    /// JSON; the graph of each kind alone, 10 submissions of a step, 3 of a chunk).
     #[arg(long)]
     kernel_times: bool,
     /// While experts stream, layers a one-token step queues past the last one checked (with prefetch off;
@@ -459,8 +460,22 @@ fn main() -> anyhow::Result<()> {
         "sample_ms_per_token": sample_s * 1e3 / tokens,
         "decode_with_sampling_tok_s": d.decode_tokens as f64 / decode_wall_s,
     });
+    if args.kernel_times {
+        // Rows of [kernel, dispatches, ms]: the engine's own graphs (every expert resident).
+        let chunk = args.max_batch.min(args.prompt_tokens as u32).max(1);
+        out["kernel_times"] = serde_json::json!({
+            "step": kernel_rows(engine.kernel_times(1, 10)?),
+            "chunk": kernel_rows(engine.kernel_times(chunk, 3)?),
+        });
+        engine.reset();
+    }
     println!("{out}");
     Ok(())
+}
+
+/// [`KernelTime`] rows as JSON arrays of [kernel, dispatches, ms].
+fn kernel_rows(times: Vec<KernelTime>) -> Vec<serde_json::Value> {
+    times.into_iter().map(|k| serde_json::json!([k.kernel, k.dispatches, k.seconds * 1e3])).collect()
 }
 
 /// A qwen35moe file, every weight on the GPU (`qwen35moe::Resident`; its experts do not stream, so the
@@ -490,15 +505,9 @@ fn bench_resident(model: &std::path::Path, args: &Args, prompt: &[u32]) -> anyho
     let decode_s = started.elapsed().as_secs_f64();
     let kernel_times = match args.kernel_times {
         true => {
-            let rows = |times: Vec<qwen35moe::KernelTime>| -> Vec<serde_json::Value> {
-                let row =
-                    |k: qwen35moe::KernelTime| serde_json::json!([k.kernel, k.dispatches, k.seconds * 1e3]);
-                times.into_iter().map(row).collect()
-            };
-            // Rows of [kernel, dispatches, ms].
             let times = serde_json::json!({
-                "step": rows(m.kernel_times(1, 10)?),
-                "chunk": rows(m.kernel_times(qwen35moe::MAX_CHUNK, 3)?),
+                "step": kernel_rows(m.kernel_times(1, 10)?),
+                "chunk": kernel_rows(m.kernel_times(qwen35moe::MAX_CHUNK, 3)?),
             });
             m.reset();
             Some(times)

@@ -52,6 +52,7 @@ mod decoder;
 mod engine;
 mod error;
 mod graph;
+mod kernel_times;
 pub mod qwen35moe;
 pub mod synthetic;
 mod unit_stock;
@@ -69,3 +70,4 @@ pub use engine::{
     StreamOptions, auto_gpu_budget, default_store_dir, records_exceed_memory,
 };
 pub use error::{Error, Result};
+pub use kernel_times::KernelTime;

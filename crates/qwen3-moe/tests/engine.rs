@@ -867,3 +867,30 @@ fn the_budget_and_o_direct_default_to_the_machine() {
     assert!(!e.direct_io());
     assert!(open(&m, |o| (o.stream.direct_io, o.pool_slots) = (Some(true), Some(4))).direct_io());
 }
+
+/// The kernel times cover a resident step's whole graph, each kernel once, a chunk grouping its pairs by
+/// expert on the GPU where a one-token step does not; after them and a reset the engine answers as a fresh
+/// one does; while experts stream (a readback between layers) and for a chunk past `max_batch` they are
+/// refused.
+#[test]
+fn kernel_times_cover_a_resident_step_and_leave_the_engine_as_it_was() {
+    let m = model("kernel-times", SynthShape::tiny(), 3);
+    let want = open(&m, |_| {}).prefill(&PROMPT, true).unwrap();
+    let mut e = open(&m, |o| o.max_batch = 8);
+    for (t, grouped) in [(1, false), (8, true)] {
+        let times = e.kernel_times(t, 1).unwrap();
+        assert_eq!(times[0].kernel, "step");
+        let kernels: Vec<&str> = times[1..].iter().map(|k| k.kernel.as_str()).collect();
+        let distinct: std::collections::HashSet<&str> = kernels.iter().copied().collect();
+        assert_eq!(distinct.len(), kernels.len(), "each kernel once: {kernels:?}");
+        assert_eq!(times[1..].iter().map(|k| k.dispatches).sum::<usize>(), times[0].dispatches);
+        assert_eq!(kernels.contains(&"expert_groups"), grouped, "{t} tokens: {kernels:?}");
+        assert!(times.iter().all(|k| k.dispatches > 0 && k.seconds > 0.0), "{times:?}");
+    }
+    e.reset();
+    assert!(max_diff(&e.prefill(&PROMPT, true).unwrap(), &want) < 1e-5);
+    assert!(matches!(e.kernel_times(0, 1), Err(Error::BadOption { .. })));
+    assert!(matches!(e.kernel_times(9, 1), Err(Error::BadOption { .. })));
+    let mut streaming = open(&m, |o| o.pool_slots = Some(10));
+    assert!(matches!(streaming.kernel_times(1, 1), Err(Error::BadOption { .. })));
+}

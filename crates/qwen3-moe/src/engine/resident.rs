@@ -1,11 +1,12 @@
 //! The resident step driver, with every expert on the GPU: one submission a step, the next recorded
 //! while the GPU runs this one, and run-ahead (the next step queued on the GPU's own pick).
 
-use diskformer_kernels::SampleStep;
+use diskformer_kernels::{Dispatch, SampleStep};
 
 use super::{Engine, HeadShape, Output, Want, read_output, record_head, timed};
-use crate::Result;
 use crate::graph::{Graph, Scratch};
+use crate::kernel_times::{KernelTime, time_graph};
+use crate::{Error, Result};
 
 impl Engine {
     /// A one-token step with every expert resident: the token's graph embeds it and turns picks into slots
@@ -84,6 +85,31 @@ impl Engine {
         let shape = self.head_shape(1);
         let (device, graph, s) = (&self.ctx.device, &self.graphs[&1], &self.scratch);
         timed(&mut self.stats.record_time, || record_resident_step(device, graph, s, want, shape, slot))
+    }
+
+    /// Where a step of `t` tokens spends its GPU time with every expert resident: the whole step's graph
+    /// (every layer and the head with its argmax, the row `step`), then each kernel's dispatches of it alone
+    /// ([`KernelTime`]), each submitted `repeats` times. The dispatches run on whatever the scratch holds and
+    /// write the cache at the next positions: [`Engine::reset`] after.
+    ///
+    /// # Errors
+    /// [`Error::BadOption`] where experts stream (the per-layer and route-ahead steps read back between
+    /// layers) or for `t` of 0 or past [`max_batch`](Engine::max_batch); GPU errors.
+    pub fn kernel_times(&mut self, t: u32, repeats: u32) -> Result<Vec<KernelTime>> {
+        if self.resident_table.is_none() {
+            let what = "experts stream; give a budget that holds every expert".into();
+            return Err(Error::BadOption { option: "kernel times", what });
+        }
+        if t == 0 || t > self.max_batch {
+            let what = format!("{t} tokens: must be 1..={}", self.max_batch);
+            return Err(Error::BadOption { option: "kernel times", what });
+        }
+        self.graph(t)?;
+        let graph = &self.graphs[&t];
+        let layers =
+            graph.layers.iter().flat_map(|lg| lg.attention.iter().chain(&lg.guesses).chain(&lg.experts));
+        let dispatches: Vec<&Dispatch> = layers.chain([&graph.head, &graph.argmax]).collect();
+        time_graph(&self.ctx, &dispatches, "step", repeats)
     }
 
     /// A chunk with every expert resident: routing and the grouping of its pairs stay on the GPU, so the

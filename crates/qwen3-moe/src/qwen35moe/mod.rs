@@ -8,6 +8,7 @@ pub mod reference;
 mod resident;
 pub mod synthetic;
 
+pub use crate::KernelTime;
 pub use config::{ARCHITECTURE, Config};
 pub use reference::Reference;
-pub use resident::{KernelTime, MAX_CHUNK, Resident};
+pub use resident::{MAX_CHUNK, Resident};

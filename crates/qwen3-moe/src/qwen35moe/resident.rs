@@ -18,8 +18,8 @@ use diskformer_bpe::Tokenizer;
 use diskformer_gguf::{GgufFile, TensorInfo};
 use diskformer_kernels::{
     AttentionShape, BlockMatrix, BlockQuant, Context, DeltaNetShape, Dispatch, EXPERT_GEMM_TILED_GROUP,
-    EXPERT_GROUPS_MAX_EXPERTS, ExpertBlocks, ExpertGroupsParams, ExpertOut, Kernel, Kernels,
-    MoeCombineParams, QkNormRopePartialParams, View, argmax_partial_len, expert_gemm_group_bound,
+    EXPERT_GROUPS_MAX_EXPERTS, ExpertBlocks, ExpertGroupsParams, ExpertOut, Kernels, MoeCombineParams,
+    QkNormRopePartialParams, View, argmax_partial_len, expert_gemm_group_bound,
 };
 use diskformer_runtime::{Decoder, Next, Sampler};
 use wgpu::util::DeviceExt;
@@ -27,6 +27,7 @@ use wgpu::util::DeviceExt;
 use super::config::Config;
 use crate::engine::readback;
 use crate::graph::record;
+use crate::kernel_times::{KernelTime, time_graph};
 use crate::{Error, Result};
 
 /// Tokens a prefill chunk runs at most (the scratch is sized for it): llama.cpp's batch. A chunk's pairs touch
@@ -38,17 +39,6 @@ const GRAPHS_KEPT: usize = 4;
 
 /// Chunks of this many tokens or more multiply dense matrices by the tiled GEMM instead of the GEMV.
 const GEMM_FROM: u32 = 8;
-
-/// One row of [`Resident::kernel_times`].
-#[derive(Clone, Debug)]
-pub struct KernelTime {
-    /// The kernel's name, or `chunk` for the whole graph.
-    pub kernel: String,
-    /// Its dispatches in the chunk's graph.
-    pub dispatches: usize,
-    /// Seconds they took, one submission.
-    pub seconds: f64,
-}
 
 /// A qwen35moe model on the GPU, every weight resident, and its state.
 pub struct Resident {
@@ -359,39 +349,8 @@ impl Resident {
             return Err(Error::BadOption { option: "tokens", what: format!("{t}: must be 1..={MAX_CHUNK}") });
         }
         self.ensure_graph(t)?;
-        let graph = &self.graphs[&t];
-        let mut kinds: Vec<Kernel> = Vec::new();
-        for d in graph {
-            if !kinds.contains(&d.kernel()) {
-                kinds.push(d.kernel());
-            }
-        }
-        let time = |dispatches: &[&Dispatch]| -> Result<f64> {
-            let device = &self.ctx.device;
-            let wait =
-                || device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(e.to_string()));
-            wait()?;
-            let started = std::time::Instant::now();
-            for _ in 0..repeats.max(1) {
-                let mut enc = device.create_command_encoder(&Default::default());
-                {
-                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-                    dispatches.iter().for_each(|d| d.record(&mut pass));
-                }
-                self.ctx.queue.submit([enc.finish()]);
-                wait()?;
-            }
-            Ok(started.elapsed().as_secs_f64() / f64::from(repeats.max(1)))
-        };
-        let all: Vec<&Dispatch> = graph.iter().collect();
-        let mut out =
-            vec![KernelTime { kernel: "chunk".into(), dispatches: all.len(), seconds: time(&all)? }];
-        for kind in kinds {
-            let of_kind: Vec<&Dispatch> = graph.iter().filter(|d| d.kernel() == kind).collect();
-            let seconds = time(&of_kind)?;
-            out.push(KernelTime { kernel: kind.name().into(), dispatches: of_kind.len(), seconds });
-        }
-        Ok(out)
+        let graph: Vec<&Dispatch> = self.graphs[&t].iter().collect();
+        time_graph(&self.ctx, &graph, "chunk", repeats)
     }
 
     /// Each DeltaNet layer's conv inputs, then its delta state, layer by layer.
