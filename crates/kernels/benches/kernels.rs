@@ -910,6 +910,9 @@ fn bench_prefill(c: &mut Criterion, g: &Gpu) {
 /// sums through workgroup memory),
 /// `router_topk` and `expert_slots` (the two dispatches `router_topk_slots` replaced), gate‖up without and
 /// down with SwiGLU (what ran before gate‖up took the SwiGLU), and the dense GEMVs two rows a lane.
+/// This layer is built here, apart from the engine's graph: the engine's own step and chunk graphs are
+/// timed kernel by kernel by `cargo run --release --example bench -- --budget 100g --kernel-times`
+/// (`Engine::kernel_times`), the figures to trust where the two differ.
 fn bench_layer(c: &mut Criterion, g: &Gpu) {
     use diskformer_kernels::{
         CombineOut, ExpertSlotsParams, InputNorm, KvCacheViews, MoeCombineNormParams, QkvRopeStoreParams,
