@@ -182,9 +182,9 @@ impl Store {
         Ok(damaged)
     }
 
-    /// A reader of expert records; with `direct`, O_DIRECT is used where the file system supports it and
-    /// the records are in `experts.bin` (the GGUF's expert slices are not page-aligned: records read in place
-    /// go through the page cache).
+    /// A reader of expert records; with `direct`, O_DIRECT is used where the file system supports it, for
+    /// `experts.bin` and for the GGUF's files of records read in place (whose slices are not page-aligned:
+    /// each read takes the pages around its bytes through an aligned buffer).
     ///
     /// # Errors
     /// [`Error::Io`] when `experts.bin` or a GGUF cannot be opened; [`Error::BadExpertTensors`] for a store
@@ -195,39 +195,39 @@ impl Store {
             .experts
             .clone()
             .ok_or_else(|| Error::BadExpertTensors { what: "the model has no expert tensors".into() })?;
-        if let Some(in_gguf) = self.experts_in_gguf() {
-            let files = (0..in_gguf.files.len())
-                .map(|i| File::open(in_gguf.path(i)).map_err(Error::io(in_gguf.path(i))))
-                .collect::<Result<Vec<_>>>()?;
-            let backing = Backing::InGguf { files, in_gguf: in_gguf.clone() };
-            return Ok(RecordReader {
-                backing,
-                layout,
-                direct: false,
-                checks: None,
-                activity: Mutex::default(),
-            });
-        }
-        let path = self.dir.join(EXPERTS_FILE);
-        let mut direct_active = false;
-        let file = if direct {
-            match OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&path) {
-                Ok(f) => {
-                    direct_active = true;
-                    f
-                }
-                // tmpfs and some others refuse O_DIRECT: fall back to buffered reads.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    File::open(&path).map_err(Error::io(&path))?
-                }
-                Err(e) => return Err(Error::io(&path)(e)),
+        let (backing, direct) = match self.experts_in_gguf() {
+            Some(in_gguf) => {
+                let paths: Vec<&Path> = (0..in_gguf.files.len()).map(|i| in_gguf.path(i)).collect();
+                let (files, direct) = open_for_reads(&paths, direct)?;
+                (Backing::InGguf { files, in_gguf: in_gguf.clone() }, direct)
             }
-        } else {
-            File::open(&path).map_err(Error::io(&path))?
+            None => {
+                let path = self.dir.join(EXPERTS_FILE);
+                let (mut files, direct) = open_for_reads(&[&path], direct)?;
+                (Backing::Records { file: files.remove(0), path }, direct)
+            }
         };
-        let backing = Backing::Records { file, path };
-        Ok(RecordReader { backing, layout, direct: direct_active, checks: None, activity: Mutex::default() })
+        Ok(RecordReader { backing, layout, direct, checks: None, activity: Mutex::default() })
     }
+}
+
+/// Opens `paths` for reading, with O_DIRECT when `direct` asks and every one of their file systems takes it
+/// (tmpfs and some others refuse it: then all are read through the page cache); returns whether they are
+/// read directly.
+fn open_for_reads(paths: &[&Path], direct: bool) -> Result<(Vec<File>, bool)> {
+    let buffered = || paths.iter().map(|p| File::open(p).map_err(Error::io(p))).collect::<Result<Vec<_>>>();
+    if !direct {
+        return Ok((buffered()?, false));
+    }
+    let mut files = Vec::with_capacity(paths.len());
+    for p in paths {
+        match OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(p) {
+            Ok(f) => files.push(f),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok((buffered()?, false)),
+            Err(e) => return Err(Error::io(p)(e)),
+        }
+    }
+    Ok((files, true))
 }
 
 /// Reads expert records with `pread`; shareable across reader threads (`&self`). With
@@ -456,8 +456,9 @@ impl RecordReader {
     }
 
     /// Reads `len` bytes of the record of `key`, from byte `start` of the record, into the start of `dst`:
-    /// several threads can read one record's parts at once. With O_DIRECT, `dst`, `start` and `len` must be
-    /// [`BUFFER_ALIGN`]-aligned (the record's last part may end at the record's end).
+    /// several threads can read one record's parts at once. With O_DIRECT on `experts.bin`, `dst`, `start`
+    /// and `len` must be [`BUFFER_ALIGN`]-aligned (the record's last part may end at the record's end);
+    /// records read in place from the GGUF take any.
     ///
     /// # Errors
     /// As [`read_into`](Self::read_into); [`Error::BadBuffer`] for a part past the record.
@@ -474,6 +475,7 @@ impl RecordReader {
         let record = x.record_bytes as usize;
         let addr = dst.as_ptr() as usize;
         let misaligned = self.direct
+            && matches!(self.backing, Backing::Records { .. })
             && !(addr.is_multiple_of(BUFFER_ALIGN)
                 && start.is_multiple_of(BUFFER_ALIGN)
                 && (len.is_multiple_of(BUFFER_ALIGN) || start + len == record));
@@ -506,7 +508,12 @@ impl RecordReader {
                     dst[(done - start) as usize..(from - start) as usize].fill(0);
                     let (file, at, _) = in_gguf.locate(key, part);
                     let out = &mut dst[(from - start) as usize..(to - start) as usize];
-                    pread(key, (&files[file], in_gguf.path(file)), out, at + (from - r.offset))?;
+                    let at = at + (from - r.offset);
+                    if self.direct {
+                        pread_unaligned_direct(key, (&files[file], in_gguf.path(file)), out, at)?;
+                    } else {
+                        pread(key, (&files[file], in_gguf.path(file)), out, at)?;
+                    }
                     done = to;
                 }
                 dst[(done.max(start) - start) as usize..].fill(0);
@@ -536,6 +543,55 @@ fn pread(key: ExpertKey, (file, path): (&File, &Path), dst: &mut [u8], offset: u
         }
     }
     Ok(())
+}
+
+/// The aligned buffer an O_DIRECT read of bytes that are not page-aligned goes through, a thread's own.
+const UNALIGNED_BOUNCE: usize = 1 << 20;
+
+thread_local! {
+    static BOUNCE: std::cell::RefCell<Option<RecordBuf>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Reads all of `dst` from `offset` of `file`, opened with O_DIRECT, where neither need be page-aligned: the
+/// pages around them through the thread's aligned buffer, [`UNALIGNED_BOUNCE`] bytes at a time (the last
+/// page may end past the file's end). Names `key` in a short read.
+fn pread_unaligned_direct(
+    key: ExpertKey,
+    (file, path): (&File, &Path),
+    dst: &mut [u8],
+    offset: u64,
+) -> Result<()> {
+    let expected = dst.len() as u64;
+    let short =
+        |got: usize| Error::ShortRead { layer: key.layer, expert: key.expert, got: got as u64, expected };
+    BOUNCE.with(|bounce| {
+        let mut bounce = bounce.borrow_mut();
+        let bounce = bounce.get_or_insert_with(|| RecordBuf::new(UNALIGNED_BOUNCE));
+        let mut done = 0;
+        while done < dst.len() {
+            let at = offset + done as u64;
+            let page = at - at % BUFFER_ALIGN as u64;
+            let skip = (at - page) as usize;
+            let want = (skip + dst.len() - done).next_multiple_of(BUFFER_ALIGN).min(bounce.len());
+            let buf = &mut bounce.as_mut_slice()[..want];
+            let mut got = 0;
+            while got < want {
+                match file.read_at(&mut buf[got..], page + got as u64) {
+                    Ok(0) => break,
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(Error::io(path)(e)),
+                }
+            }
+            if got <= skip {
+                return Err(short(done));
+            }
+            let n = (got - skip).min(dst.len() - done);
+            dst[done..done + n].copy_from_slice(&buf[skip..skip + n]);
+            done += n;
+        }
+        Ok(())
+    })
 }
 
 /// A heap buffer aligned to [`BUFFER_ALIGN`], as O_DIRECT reads need.
