@@ -13,11 +13,12 @@
 # FTYPE (default q8_0) is synth-gguf's --ftype: q4_k_m writes the model as llama.cpp's quantizer types it.
 # A row labelled gg-* (or NAME-gg-*, a variant's build) runs on a second store, $S-gguf, ingested with
 # --experts-in-gguf (a K-quant file's experts read in place from the GGUF in /dev/shm, so from memory as the
-# page-cache rows' store is).
+# page-cache rows' store is; a cold-gg-* row reads them with O_DIRECT, which /dev/shm refuses: put the GGUF on
+# disk, G=/tmp/..., for those).
 set -uo pipefail
 source scripts/device/call-setup.sh
 FTYPE=${FTYPE:-q8_0}
-G=/dev/shm/q3-$FTYPE.gguf
+G=${G:-/dev/shm/q3-$FTYPE.gguf}
 S=/tmp/q3-$FTYPE.store
 DECODE=${DECODE:-64}
 COLD_DECODE=${COLD_DECODE:-32}
@@ -73,7 +74,8 @@ run() { # label, bench args... (a label NAME-* runs .device/bench-NAME where it 
     if [[ $label == gg-* || $label == *-gg-* ]]; then
         store=$S-gguf
         set -- "$@" --experts-in-gguf
-    elif [[ $label == cold-* ]]; then
+    fi
+    if [[ $label == cold-* ]]; then
         # A cold row: the page cache dropped, between two disk reads of the same kind (the bound's rate).
         decode=$COLD_DECODE
         before=$(disk_rate)
