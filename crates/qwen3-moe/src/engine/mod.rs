@@ -509,6 +509,9 @@ impl Engine {
         result
     }
 
+    /// Writes a step's inputs (its forced picks, positions, draw, embedded rows) and runs it on its driver:
+    /// [`resident`] (one-token steps and chunks with every expert on the GPU), [`route_ahead`] (one-token
+    /// steps while experts stream, where it applies: `StreamOptions::route_ahead`) or [`per_layer`] (the rest).
     fn run_inner(&mut self, ids: &[u32], want: Want) -> Result<Output> {
         let t = ids.len() as u32;
         if let Some(forced) = &mut self.forced {
