@@ -792,6 +792,12 @@ impl Graph {
         let penalties = k.apply_penalties(v(&s.sample_step), ids, v(&s.recent), v(&s.logits), head_rows)?;
         Ok(Graph { layers, head, argmax, sample, penalties, groups_on_gpu })
     }
+
+    /// Every layer's dispatches in the order a step with every expert resident records them: attention
+    /// through the router, the guesses, the experts.
+    pub fn layer_dispatches(&self) -> impl Iterator<Item = &Dispatch> {
+        self.layers.iter().flat_map(|lg| lg.attention.iter().chain(&lg.guesses).chain(&lg.experts))
+    }
 }
 
 /// Records `dispatches` into one compute pass.

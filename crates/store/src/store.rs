@@ -525,24 +525,30 @@ impl RecordReader {
 
 /// Reads all of `dst` from `offset` of `file`, naming `key` in a short read.
 fn pread(key: ExpertKey, (file, path): (&File, &Path), dst: &mut [u8], offset: u64) -> Result<()> {
-    let len = dst.len();
+    let got = read_up_to(file, path, dst, offset)?;
+    if got < dst.len() {
+        return Err(Error::ShortRead {
+            layer: key.layer,
+            expert: key.expert,
+            got: got as u64,
+            expected: dst.len() as u64,
+        });
+    }
+    Ok(())
+}
+
+/// Reads `dst` from `offset` of `file` until it is full or the file ends; returns the bytes read.
+fn read_up_to(file: &File, path: &Path, dst: &mut [u8], offset: u64) -> Result<usize> {
     let mut got = 0usize;
-    while got < len {
+    while got < dst.len() {
         match file.read_at(&mut dst[got..], offset + got as u64) {
-            Ok(0) => {
-                return Err(Error::ShortRead {
-                    layer: key.layer,
-                    expert: key.expert,
-                    got: got as u64,
-                    expected: len as u64,
-                });
-            }
+            Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(Error::io(path)(e)),
         }
     }
-    Ok(())
+    Ok(got)
 }
 
 /// The aligned buffer an O_DIRECT read of bytes that are not page-aligned goes through, a thread's own.
@@ -574,15 +580,7 @@ fn pread_unaligned_direct(
             let skip = (at - page) as usize;
             let want = (skip + dst.len() - done).next_multiple_of(BUFFER_ALIGN).min(bounce.len());
             let buf = &mut bounce.as_mut_slice()[..want];
-            let mut got = 0;
-            while got < want {
-                match file.read_at(&mut buf[got..], page + got as u64) {
-                    Ok(0) => break,
-                    Ok(n) => got += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(Error::io(path)(e)),
-                }
-            }
+            let got = read_up_to(file, path, buf, page)?;
             if got <= skip {
                 return Err(short(done));
             }

@@ -106,9 +106,8 @@ impl Engine {
         }
         self.graph(t)?;
         let graph = &self.graphs[&t];
-        let layers =
-            graph.layers.iter().flat_map(|lg| lg.attention.iter().chain(&lg.guesses).chain(&lg.experts));
-        let dispatches: Vec<&Dispatch> = layers.chain([&graph.head, &graph.argmax]).collect();
+        let dispatches: Vec<&Dispatch> =
+            graph.layer_dispatches().chain([&graph.head, &graph.argmax]).collect();
         time_graph(&self.ctx, &dispatches, "step", repeats)
     }
 
@@ -152,11 +151,7 @@ fn record_resident_step(
     let mut enc = device.create_command_encoder(&Default::default());
     {
         let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-        for lg in &graph.layers {
-            for d in lg.attention.iter().chain(&lg.guesses).chain(&lg.experts) {
-                d.record(&mut pass);
-            }
-        }
+        graph.layer_dispatches().for_each(|d| d.record(&mut pass));
     }
     record_head(&mut enc, graph, s, want, shape, slot);
     if want.picks() {
