@@ -404,7 +404,11 @@ fn main() -> anyhow::Result<()> {
         "misses": prefill.pool.misses, "late_hits": prefill.pool.late_hits,
         "prefetch_issued": prefill.pool.prefetch_issued, "prefetch_used": prefill.pool.prefetch_used,
         "ensure_s": prefill.ensure_time.as_secs_f64(), "gpu_wait_s": prefill.gpu_wait.as_secs_f64(),
+        "host_s": prefill.host_time.as_secs_f64(), "record_s": prefill.record_time.as_secs_f64(),
+        "submit_s": prefill.submit_time.as_secs_f64(), "graph_s": prefill.graph_time.as_secs_f64(),
     });
+    out["prefill"]["readers"] = readers_json(&prefill);
+    out["readers"] = readers_json(&d);
     // Beside the rest: more fields would pass json!'s recursion limit.
     out["reader_probe_gb_s"] = serde_json::json!(reader_probe);
     out["routing"] = match &args.routing.routing_trace {
@@ -532,6 +536,17 @@ fn bench_resident(model: &std::path::Path, args: &Args, prompt: &[u32]) -> anyho
     });
     println!("{out}");
     Ok(())
+}
+
+/// The reader threads' side of a run's loads (seconds summed over them): the loads' reads and uploads and,
+/// staged through rings, the pieces' waits for a buffer the device still copied from, fills and submits.
+fn readers_json(s: &diskformer::qwen3_moe::Stats) -> serde_json::Value {
+    let staged = &s.staging;
+    serde_json::json!({
+        "read_s": s.pool.read_time.as_secs_f64(), "upload_s": s.pool.upload_time.as_secs_f64(),
+        "pieces": staged.pieces, "ring_wait_s": staged.ring_wait.as_secs_f64(),
+        "fill_s": staged.fill.as_secs_f64(), "submit_s": staged.submit.as_secs_f64(),
+    })
 }
 
 /// Bytes this process has caused to be read from storage (`read_bytes` of `/proc/self/io`); `None` where

@@ -156,6 +156,14 @@ for l in open(sys.argv[1]):
         print(f'{"":18} prefill {p["seconds"]:6.2f} s: pool {p["pool_bytes"]/1e9:5.2f} GB at {p["pool_gb_s"]:5.2f} GB/s, '
               f'ensure {p["ensure_s"]:5.2f} s, GPU wait {p["gpu_wait_s"]:5.2f} s, misses {p["misses"]} late hits {p["late_hits"]} '
               f'ahead {p["prefetch_issued"]} used {p["prefetch_used"]}')
+        rd = p.get("readers")
+        if rd:
+            # Seconds summed over the reader threads, and per staged piece.
+            n = max(rd["pieces"], 1)
+            print(f'{"":18} prefill host {p["host_s"]:5.2f} s (graph {p["graph_s"]:5.2f}, record {p["record_s"]:5.2f}, '
+                  f'submit {p["submit_s"]:5.2f}); readers: read {rd["read_s"]:6.2f} s, {rd["pieces"]} pieces: ring wait '
+                  f'{rd["ring_wait_s"]:6.2f} fill {rd["fill_s"]:6.2f} submit {rd["submit_s"]:6.2f} s '
+                  f'({1e3*rd["ring_wait_s"]/n:5.2f} / {1e3*rd["fill_s"]/n:5.2f} / {1e3*rd["submit_s"]/n:5.2f} ms a piece)')
 PY
 [ -s "$OUT/llama.txt" ] && cat "$OUT/llama.txt"
 [ -s "$OUT/cpu-bench.txt" ] && python3 - "$OUT/cpu-bench.txt" <<'PY'

@@ -28,11 +28,15 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::task::{Poll, Waker};
+use std::time::Instant;
 
 use diskformer_kernels::{BlockQuant, Context};
 use diskformer_store::{ExpertLayout, ExpertPart, RecordBuf, RecordReader, Region, part_bytes};
 
-use crate::{Backend, BackendError, Error, ExpertKey, HostHandoff, Result, Slot, SpeculativeReads};
+use crate::staging_times::StagingClock;
+use crate::{
+    Backend, BackendError, Error, ExpertKey, HostHandoff, Result, Slot, SpeculativeReads, StagingTimes,
+};
 
 /// One of the four planes of the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -89,6 +93,8 @@ pub struct GpuPool {
     regions: [Region; 4],
     slots: usize,
     record_bytes: usize,
+    /// Where staged uploads spent their time.
+    staging: StagingClock,
 }
 
 /// Slots `first..first + slots` of the pool: one buffer per plane, slot `first + i` at `i × slot bytes`.
@@ -210,7 +216,19 @@ impl GpuPool {
             regions,
             slots,
             record_bytes: layout.record_bytes as usize,
+            staging: StagingClock::default(),
         })
+    }
+
+    /// Where the uploads staged through rings spent their time, since the pool was made or
+    /// [`reset_staging_times`](Self::reset_staging_times).
+    pub fn staging_times(&self) -> StagingTimes {
+        self.staging.times()
+    }
+
+    /// Zeroes [`staging_times`](Self::staging_times).
+    pub fn reset_staging_times(&self) {
+        self.staging.reset();
     }
 
     /// Slots in the pool.
@@ -475,6 +493,7 @@ impl GpuPool {
         len: usize,
         fill: impl FnOnce(&mut [u8]) -> Result<(), BackendError>,
     ) -> Result<(), BackendError> {
+        let started = Instant::now();
         if let Some(index) = entry.submission.take() {
             self.device
                 .poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: None })
@@ -488,6 +507,7 @@ impl GpuPool {
         if entry.state.load(Ordering::Acquire) == FAILED {
             return Err("the device failed to map an expert staging buffer".into());
         }
+        let mapped_at = Instant::now();
         {
             let mut view = entry
                 .buffer
@@ -503,6 +523,7 @@ impl GpuPool {
             fill(&mut dst[..len])?;
         }
         entry.buffer.unmap();
+        let filled_at = Instant::now();
         let mut enc = self
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("expert upload") });
@@ -522,6 +543,7 @@ impl GpuPool {
             }
         }
         entry.submission = Some(self.queue.submit([enc.finish()]));
+        self.staging.add(mapped_at - started, filled_at - mapped_at, filled_at.elapsed());
         entry.state.store(PENDING, Ordering::Release);
         let state = Arc::clone(&entry.state);
         entry.buffer.map_async(wgpu::MapMode::Write, .., move |r| {

@@ -4,8 +4,10 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 use diskformer_bpe::chat::Message;
+use diskformer_expert_stream::{StagingTimes, UploadMethod};
 use diskformer_qwen3_moe::synthetic::SynthShape;
 
 mod common;
@@ -703,6 +705,34 @@ fn chunks_are_bounded_by_the_pool_only_when_it_cannot_hold_a_layer() {
     }
     for other in &logits[1..] {
         assert!(max_diff(&logits[0], other) < 1e-4);
+    }
+}
+
+/// Every load staged through a ring counts in the staging times, in one piece or more (a demand miss in
+/// up to the read split's), and building the chunk's graph in the graph time; both are zero after a reset,
+/// and uploads written with `write_buffer` stage no piece.
+#[test]
+fn staged_loads_and_graph_builds_are_counted() {
+    let m = model("staging-times", SynthShape::tiny(), 5);
+    for upload in [UploadMethod::StagingRing(2), UploadMethod::WriteBuffer] {
+        let mut e = open(&m, |o| {
+            o.pool_slots = Some(10);
+            o.stream.upload = upload;
+        });
+        e.prefill(&PROMPT, true).unwrap();
+        let st = e.stats();
+        assert!(st.pool.misses > 0 && st.graph_time > Duration::ZERO, "{upload:?}: {st}");
+        let pieces = st.staging.pieces;
+        if upload == UploadMethod::WriteBuffer {
+            assert_eq!(st.staging, StagingTimes::default());
+        } else {
+            let most = (st.pool.misses + st.pool.prefetch_issued) * READ_SPLIT_PAGE_CACHE as u64;
+            assert!((st.pool.misses..=most).contains(&pieces), "{pieces} pieces: {st}");
+            assert!(st.staging.fill > Duration::ZERO && st.staging.submit > Duration::ZERO, "{st:?}");
+        }
+        e.reset_stats();
+        let st = e.stats();
+        assert_eq!((st.staging, st.graph_time), (StagingTimes::default(), Duration::ZERO));
     }
 }
 

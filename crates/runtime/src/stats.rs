@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use diskformer_expert_stream::{HostStats, SpeculativeStats, Stats as PoolStats};
+use diskformer_expert_stream::{HostStats, SpeculativeStats, StagingTimes, Stats as PoolStats};
 use diskformer_store::ReadActivity;
 
 /// Engine-side counters a step driver keeps (the pool keeps its own).
@@ -28,6 +28,8 @@ pub struct EngineStats {
     pub record_time: Duration,
     /// Of the host time: `queue.submit` calls.
     pub submit_time: Duration,
+    /// Of the host time: building step graphs (a chunk size's first step, or one evicted since).
+    pub graph_time: Duration,
     /// Route-ahead: layers of one-token steps whose queued run stood (every pick's expert was in the pool).
     pub layers_routed_ahead: u64,
     /// Route-ahead: layers run again from their router after a load.
@@ -97,6 +99,8 @@ pub struct Stats {
     pub record_time: Duration,
     /// Of the host time: `queue.submit` calls.
     pub submit_time: Duration,
+    /// Of the host time: building step graphs (a chunk size's first step, or one evicted since).
+    pub graph_time: Duration,
     /// Route-ahead (`StreamOptions::route_ahead`): layers of one-token steps whose queued run
     /// stood, with every pick's expert in the pool.
     pub layers_routed_ahead: u64,
@@ -133,6 +137,9 @@ pub struct Stats {
     pub speculative: Option<SpeculativeStats>,
     /// The store's expert reads, demand and speculative: time with one in flight, and bytes.
     pub disk: ReadActivity,
+    /// Where the loads staged through mapped rings spent the reader threads' time (left zero by engines
+    /// whose experts do not stream).
+    pub staging: StagingTimes,
     /// Expert slots.
     pub pool_slots: usize,
     /// GPU memory by category.
@@ -160,6 +167,7 @@ impl Stats {
             host_time: e.host_time,
             record_time: e.record_time,
             submit_time: e.submit_time,
+            graph_time: e.graph_time,
             layers_routed_ahead: e.layers_routed_ahead,
             layers_rerun: e.layers_rerun,
             units_recorded_ahead: e.units_recorded_ahead,
@@ -176,6 +184,7 @@ impl Stats {
             pool,
             speculative,
             disk,
+            staging: StagingTimes::default(),
             pool_slots,
             gpu_bytes,
         }

@@ -297,6 +297,7 @@ impl Engine {
         stats.cpu_isa = self.cpu_tier.as_ref().map(|t| (t.isa(), t.threads()));
         stats.cpu_math = self.cpu_tier.as_ref().map(CpuTier::math);
         stats.host = self.cpu_tier.as_ref().and_then(CpuTier::host_stats);
+        stats.staging = backend.pool().staging_times();
         stats
     }
 
@@ -310,6 +311,7 @@ impl Engine {
         }
         let backend = self.pool.backend();
         backend.reader().reset_activity();
+        backend.pool().reset_staging_times();
         if let Some(spec) = backend.speculation() {
             spec.reset_stats();
         }
@@ -481,7 +483,7 @@ impl Engine {
                 embedding: self.weights.gpu_embedding.as_ref().map(|e| e.m()),
                 forced: self.forced.is_some(),
             };
-            let g = Graph::build(&b, t)?;
+            let g = timed(&mut self.stats.graph_time, || Graph::build(&b, t))?;
             self.graphs.insert(t, Arc::new(g));
         }
         Ok(&self.graphs[&t])
