@@ -29,6 +29,7 @@ use crate::{Config, Error, Result, Sampler, SamplingOptions};
 use diskformer_runtime::{EngineStats, GpuBytes};
 use diskformer_runtime::{ForcedRoutes, RouteRecorder};
 
+mod cpu_window;
 mod open;
 mod options;
 mod per_layer;
@@ -114,7 +115,8 @@ pub struct Engine {
     kernels: Kernels,
     weights: Weights,
     kv: KvCache,
-    scratch: Scratch,
+    /// Shared with the step drivers while they also borrow the engine mutably.
+    scratch: Arc<Scratch>,
     pool: ExpertPool<GpuBackend>,
     /// Shared with the route-ahead unit stock's thread.
     graphs: HashMap<u32, Arc<Graph>>,

@@ -281,7 +281,7 @@ impl Engine {
             route_ahead: route_ahead > 0,
             forced: forced.is_some(),
         };
-        let scratch = Scratch::new(&device, &config, sizes);
+        let scratch = Arc::new(Scratch::new(&device, &config, sizes));
         let gpu_pool = GpuPool::new(&ctx, &experts, slots)?;
         let mut backend =
             GpuBackend::new(gpu_pool, reader)?.with_method(opts.stream.upload).with_read_split(read_split);

@@ -1,25 +1,25 @@
 //! The per-layer step driver, for chunks while experts stream (and one-token steps with prefetch, or the
-//! CPU tier): each layer's head submitted and its picks read back, `ensure` (or the CPU tier's plan) before
-//! the layer's experts are recorded, prefetch guesses for the layers after it.
+//! CPU tier): each layer's head submitted and its picks read back, `ensure` (or the CPU tier's plan and join,
+//! in [`cpu_window`](super::cpu_window)) before the layer's experts are recorded, prefetch guesses for the
+//! layers after it.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use diskformer_expert_stream::{ExpertKey, Tier};
+use diskformer_expert_stream::ExpertKey;
 use diskformer_kernels::{EXPERT_GEMM_TILED_GROUP, expert_gemm_groups};
 
-use super::{ABSENT, Engine, Output, Want, chunk_bound, read_output, readback, record_head, timed};
+use super::{Engine, Output, Want, chunk_bound, read_output, readback, record_head, timed};
 use crate::Result;
-use crate::graph::{CpuJoin, JoinVia, LayerGraph, Scratch, gemm_groups_len, record};
+use crate::graph::{LayerGraph, Scratch, gemm_groups_len, record};
 
 impl Engine {
     /// One step of `t` tokens (positions, inputs and graph written), a readback of the picks per layer.
     pub(super) fn per_layer_step(&mut self, t: u32, want: Want) -> Result<Output> {
-        let queue = self.ctx.queue.clone();
-        let graph = &self.graphs[&t];
+        let (queue, device) = (self.ctx.queue.clone(), self.ctx.device.clone());
+        let (graph, s) = (Arc::clone(&self.graphs[&t]), Arc::clone(&self.scratch));
         let (k, layers) = (self.config.expert_used_count as usize, self.config.block_count);
         let lookahead = if t == 1 { self.lookahead } else { 0 };
-        let device = &self.ctx.device;
-        let s = &self.scratch;
         let shape = self.head_shape(t);
         // Streaming (or routing off the GPU): a readback of the picks per layer, `ensure`, then the layer's
         // experts; chunks group their pairs by slot for the expert GEMM on the host.
@@ -40,11 +40,11 @@ impl Engine {
             let lg = &graph.layers[l as usize];
             let guesses = lookahead.min(layers - 1 - l);
             let on_cpu = cpu_layer(lg);
-            let (rb, rb_bytes) = readback_of_picks(s, on_cpu, k, hidden, pairs);
+            let (rb, rb_bytes) = readback_of_picks(&s, on_cpu, k, hidden, pairs);
             let commands = match head_ready.take() {
                 Some(commands) => commands,
                 None => timed(&mut self.stats.record_time, || {
-                    record_layer_head(&mut enc, lg, s, on_cpu, k, hidden, pairs);
+                    record_layer_head(&mut enc, lg, &s, on_cpu, k, hidden, pairs);
                     std::mem::replace(&mut enc, device.create_command_encoder(&Default::default())).finish()
                 }),
             };
@@ -71,7 +71,7 @@ impl Engine {
                 self.pool.release(p);
             }
             let read: Vec<u32> =
-                readback(device, rb, rb_bytes, Some(picked), SPIN_FOR_PICKS, &mut self.stats.gpu_wait)?;
+                readback(&device, rb, rb_bytes, Some(picked), SPIN_FOR_PICKS, &mut self.stats.gpu_wait)?;
             let picks = &read[..pairs];
             if self.recorder.is_some() {
                 recorded.push(picks.to_vec());
@@ -79,52 +79,10 @@ impl Engine {
 
             let ensure_started = Instant::now();
             let mut cpu_work = None;
-            let (pinned, slots) = if let Some(tier) = self.cpu_tier.as_mut().filter(|_| on_cpu) {
+            let (pinned, slots) = if let Some(join) = lg.cpu_join.as_ref().filter(|_| on_cpu) {
                 // Hits run on the GPU, misses on the CPU (their slots absent: the expert kernels skip them).
-                // One look under the pool's lock: which picks it holds ready, and whether loads are queued.
-                let (may_admit, ready) = self.pool.inspect(|core| {
-                    let ready: Vec<bool> =
-                        picks.iter().map(|&e| core.slot_of(ExpertKey::new(l, e)).is_some()).collect();
-                    (core.queued() == 0, ready)
-                });
-                let resident = |e: u32| picks.iter().zip(&ready).any(|(&p, &r)| p == e && r);
-                let plan = tier.plan(l, picks, may_admit, resident)?;
-                let hits: Vec<u32> = picks
-                    .iter()
-                    .zip(&plan.tiers)
-                    .filter(|(_, t)| **t == Tier::Gpu)
-                    .map(|(&e, _)| e)
-                    .collect();
-                let pinned = self.pool.ensure(l, &hits)?;
-                let mut hit_slots = pinned.slots().iter();
-                let slots: Vec<u32> = (plan.tiers.iter())
-                    .map(|t| match t {
-                        Tier::Gpu => hit_slots.next().expect("a slot for every hit").0,
-                        Tier::Cpu => ABSENT,
-                    })
-                    .collect();
-                let ids: Vec<u32> = plan.cpu_picks().map(|i| picks[i]).collect();
-                // The host tier reads what it lacks first, so that the admissions load from host memory.
-                tier.fetch(l, &ids, &plan.admit)?;
-                if !plan.admit.is_empty() {
-                    self.stats.cpu_admitted += self.pool.prefetch(l, &plan.admit)? as u64;
-                }
-                let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
-                let (mut weights, xn) = (floats(&read[k..2 * k]), floats(&read[2 * k..2 * k + hidden]));
-                let cpu_weights: Vec<f32> = plan.cpu_picks().map(|i| weights[i]).collect();
-                // The unfused combine adds every pick's down row: the host's sum comes in as its first
-                // pick's, with weight 1, and its other picks count zero (their rows hold an earlier step's
-                // finite values).
-                let sum_row = plan.cpu_picks().next();
-                if let (Some(first), Some(CpuJoin { via: JoinVia::AsPick, .. })) = (sum_row, &lg.cpu_join) {
-                    plan.cpu_picks().for_each(|i| weights[i] = 0.0);
-                    weights[first] = 1.0;
-                    queue.write_buffer(&s.pick_weights, 0, bytemuck::cast_slice(&weights));
-                }
-                let weights = cpu_weights;
-                if let Some(first) = sum_row {
-                    cpu_work = Some((ids, weights, xn, first));
-                }
+                let (pinned, slots, work) = self.plan_cpu_layer(l, &read, join)?;
+                cpu_work = work;
                 (Some(pinned), slots)
             } else if let Some((_, table)) = &self.resident_table {
                 let base = (l * self.config.expert_count) as usize;
@@ -171,74 +129,27 @@ impl Engine {
             if let Some(submission) = guessed_by {
                 let (bytes, wait) = (4 * (guesses as usize * k) as u64, &mut self.stats.gpu_wait);
                 let guessed =
-                    readback(device, &s.guess_readback, bytes, Some(submission), Duration::ZERO, wait)?;
+                    readback(&device, &s.guess_readback, bytes, Some(submission), Duration::ZERO, wait)?;
                 for (j, ids) in guessed.chunks(k).enumerate() {
                     self.pool.prefetch(l + 1 + j as u32, ids)?;
                 }
             }
             self.held = pinned;
-            match (cpu_work, &lg.cpu_join) {
-                (Some((ids, weights, xn, sum_row)), Some(CpuJoin { at: down_from, via })) => {
-                    // gate‖up of the hits (and, unfused, their down) runs while the host computes the
-                    // misses; their sum joins the residual stream before the GPU's combine adds the hits'.
-                    // Meanwhile this thread submits the hits' gate‖up and records (and finishes: most of
-                    // wgpu's encoding cost) what follows the sum: the join, down and the combine, and the
-                    // next layer up to its picks.
-                    let (record_time, submit_time) =
-                        (&mut self.stats.record_time, &mut self.stats.submit_time);
-                    let next = graph.layers.get(l as usize + 1);
-                    let meanwhile = || {
-                        let gate_up = timed(record_time, || {
-                            record(&mut enc, &lg.experts[..*down_from]);
-                            std::mem::replace(&mut enc, device.create_command_encoder(&Default::default()))
-                                .finish()
-                        });
-                        timed(submit_time, || queue.submit([gate_up]));
-                        timed(record_time, || {
-                            if let JoinVia::Add(join) = via {
-                                record(&mut enc, std::slice::from_ref(join));
-                                enc.copy_buffer_to_buffer(&s.cpu_joined, 0, &s.x, 0, 4 * hidden as u64);
-                            }
-                            record(&mut enc, &lg.experts[*down_from..]);
-                            next.map(|next| {
-                                record_layer_head(&mut enc, next, s, cpu_layer(next), k, hidden, pairs);
-                                std::mem::replace(
-                                    &mut enc,
-                                    device.create_command_encoder(&Default::default()),
-                                )
-                                .finish()
-                            })
-                        })
-                    };
-                    let tier = self.cpu_tier.as_mut().expect("CPU work comes from the tier");
-                    let (sum, took, (next_head, recording)) =
-                        tier.compute_while(l, &ids, &weights, &xn, meanwhile)?;
-                    head_ready = next_head;
-                    self.stats.cpu_experts += ids.len() as u64;
-                    self.stats.cpu_time += took;
-                    self.stats.cpu_recording_time += recording;
-                    self.stats.cpu_pool += tier.take_pool_times();
-                    let (first_uses, first_use_time) = tier.take_first_uses();
-                    self.stats.cpu_first_uses += first_uses;
-                    self.stats.cpu_first_use_time += first_use_time;
-                    match via {
-                        JoinVia::Add(_) => queue.write_buffer(&s.cpu_sum, 0, bytemuck::cast_slice(&sum)),
-                        JoinVia::AsPick => {
-                            let row = 4 * (sum_row * hidden) as u64;
-                            queue.write_buffer(&s.down, row, bytemuck::cast_slice(&sum));
-                        }
-                    }
+            match cpu_work {
+                Some(work) => {
+                    let next_on_cpu = graph.layers.get(l as usize + 1).is_some_and(cpu_layer);
+                    head_ready = self.join_cpu_layer(&mut enc, &graph, l, work, next_on_cpu)?;
                 }
-                _ => timed(&mut self.stats.record_time, || record(&mut enc, &lg.experts)),
+                None => timed(&mut self.stats.record_time, || record(&mut enc, &lg.experts)),
             }
         }
 
-        timed(&mut self.stats.record_time, || record_head(&mut enc, graph, s, want, shape, 0));
+        timed(&mut self.stats.record_time, || record_head(&mut enc, &graph, &s, want, shape, 0));
         timed(&mut self.stats.submit_time, || queue.submit([enc.finish()]));
         if let Some(recorder) = &mut self.recorder {
             recorder.write_step(&recorded)?;
         }
-        let out = read_output(device, s, want, shape, 0, None, &mut self.stats.gpu_wait)?;
+        let out = read_output(&device, &s, want, shape, 0, None, &mut self.stats.gpu_wait)?;
         // Writes for the next step (ids, positions, slots, uploads into freed slots) are ordered after
         // this submit by the queue, so nothing waits here.
         if let Some(p) = self.held.take() {
@@ -271,7 +182,7 @@ const SPIN_FOR_PICKS: Duration = Duration::from_millis(1);
 
 /// Records layer `lg`'s attention and router, and the copies of what the host reads back after them
 /// (see [`readback_of_picks`]).
-fn record_layer_head(
+pub(super) fn record_layer_head(
     enc: &mut wgpu::CommandEncoder,
     lg: &LayerGraph,
     s: &Scratch,
