@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: installs what is missing (scripts/setup.sh), checks our gguf-dump against the PyPI gguf
 # package's on a gguf-py-written fixture and the real Qwen vocabularies, then `cargo test --workspace`, then
-# `diskformer chat` once on its built-in model, then `diskformer serve` driven by the PyPI openai client.
+# `diskformer chat` once on its built-in model, then `diskformer serve` driven by the PyPI openai client and
+# by the overhead script.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -28,3 +29,6 @@ SERVE_DIR=$(mktemp -d)
 target/debug/examples/synth-gguf --shape tiny --out "$SERVE_DIR/tiny.gguf" > /dev/null
 .venv/bin/python scripts/serve/openai_client.py target/debug/diskformer "$SERVE_DIR/tiny.gguf"
 rm -rf "$SERVE_DIR"
+# The overhead script the device runs at full size (scripts/device/serve.sh), once here so that it keeps
+# reading what the server sends (a debug build: its figures say nothing).
+.venv/bin/python scripts/serve/overhead.py target/debug/diskformer --rounds 1 --max-tokens 8 | grep '^medians'

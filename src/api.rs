@@ -7,6 +7,7 @@ use crate::bpe::chat::{Message, Role};
 use crate::runtime::{EndReason, GenerateOptions, SamplingOptions};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use std::time::Duration;
 
 /// `POST /v1/chat/completions`.
 #[derive(Debug, Deserialize)]
@@ -342,6 +343,37 @@ pub fn finish_reason(end: &EndReason) -> &'static str {
 /// The `usage` object.
 pub fn usage(prompt: usize, completion: usize) -> Value {
     json!({ "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion })
+}
+
+/// Where a reply's time went on the engine's side, as measured by the engine's thread: what a client
+/// compares its own times with to see the server's overhead.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Timings {
+    /// From the handler queueing the request to the engine taking it.
+    pub queued: Duration,
+    /// From the engine taking it to its first token (the prompt's prefill and the first pick).
+    pub prompt: Duration,
+    /// From the engine taking it to the first text it handed on (later than the first token when that
+    /// token's text was held back: part of a character, or the start of a stop string).
+    pub first_text: Duration,
+    /// From the first token to the end, over the tokens after the first.
+    pub predicted: Duration,
+}
+
+impl Timings {
+    /// The `timings` object (llama-server's names, with `queued_ms` and `first_text_ms` added) of a reply
+    /// of `completion` tokens after a prompt of `prompt` tokens.
+    pub fn json(&self, prompt: usize, completion: usize) -> Value {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let per_second = |n: usize, d: Duration| if d.is_zero() { 0.0 } else { n as f64 / d.as_secs_f64() };
+        let predicted = completion.saturating_sub(1);
+        json!({
+            "queued_ms": ms(self.queued), "first_text_ms": ms(self.first_text),
+            "prompt_n": prompt, "prompt_ms": ms(self.prompt), "prompt_per_second": per_second(prompt, self.prompt),
+            "predicted_n": predicted, "predicted_ms": ms(self.predicted),
+            "predicted_per_second": per_second(predicted, self.predicted),
+        })
+    }
 }
 
 #[cfg(test)]

@@ -140,6 +140,16 @@ fn completions_whole_and_streamed() {
     assert_eq!(u["total_tokens"].as_u64(), Some(u["prompt_tokens"].as_u64().unwrap() + completion));
     let finish = v["choices"][0]["finish_reason"].as_str().unwrap();
     assert!(finish == "length" && completion == 8 || finish == "stop", "{finish} after {completion}");
+    // The engine's side of it: the same counts, and times in order.
+    let t = &v["timings"];
+    assert_eq!(
+        (&t["prompt_n"], t["predicted_n"].as_u64()),
+        (&u["prompt_tokens"], Some(completion - 1)),
+        "{t}"
+    );
+    let ms = |field: &str| t[field].as_f64().unwrap_or_else(|| panic!("{field} in {t}"));
+    assert!(ms("queued_ms") >= 0.0 && ms("prompt_ms") > 0.0 && ms("first_text_ms") >= ms("prompt_ms"), "{t}");
+    assert!(ms("predicted_ms") >= 0.0, "{t}");
     let whole = format!(
         "{}{}",
         v["choices"][0]["message"]["reasoning_content"].as_str().unwrap_or(""),
@@ -170,6 +180,9 @@ fn completions_whole_and_streamed() {
         chunks.iter().filter_map(|c| c["choices"].get(0)?["finish_reason"].as_str()).collect::<Vec<_>>(),
         [finish]
     );
+    // The finish chunk carries the engine's timings.
+    let finished = chunks.iter().find(|c| c["choices"][0]["finish_reason"].is_string()).unwrap();
+    assert_eq!(finished["timings"]["predicted_n"].as_u64(), Some(completion.saturating_sub(1)), "{finished}");
     assert_eq!(chunks.last().unwrap()["usage"], *u);
 
     let r =

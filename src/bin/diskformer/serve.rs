@@ -152,7 +152,8 @@ async fn reply(s: Served, ids: Vec<u32>, common: &api::Common, kind: Kind) -> Re
     }
     let (updates, rx) = mpsc::channel(64);
     // The prompt is rendered (thinking on or off) already: the options only say how to reply.
-    if let Err(why) = s.queue.submit(Job { prompt: ids, opts: asked.opts, updates }) {
+    let job = Job { prompt: ids, opts: asked.opts, updates, queued_at: std::time::Instant::now() };
+    if let Err(why) = s.queue.submit(job) {
         return refuse(&ApiError { status: 503, message: why.into(), kind: "server_busy" });
     }
     let n = s.next_id.fetch_add(1, Ordering::Relaxed);
@@ -214,7 +215,7 @@ async fn whole(head: Head, mut rx: mpsc::Receiver<Update>) -> Response {
             Update::Failed(e) => {
                 return refuse(&ApiError { status: 500, message: e, kind: "server_error" });
             }
-            Update::End { reason, prompt_tokens, completion_tokens } => {
+            Update::End { reason, prompt_tokens, completion_tokens, timings } => {
                 take("", true);
                 let finish = api::finish_reason(&reason);
                 let choice = match head.kind {
@@ -231,6 +232,7 @@ async fn whole(head: Head, mut rx: mpsc::Receiver<Update>) -> Response {
                 };
                 let mut out = head.wrap(false, json!([choice]));
                 out["usage"] = api::usage(prompt_tokens, completion_tokens);
+                out["timings"] = timings.json(prompt_tokens, completion_tokens);
                 return axum::Json(out).into_response();
             }
         }
@@ -263,8 +265,9 @@ fn stream(head: Head, mut rx: mpsc::Receiver<Update>, include_usage: bool) -> Re
         while let Some(update) = rx.recv().await {
             let (part, end) = match update {
                 Update::Text(t) => (split(&mut splitter, &t, false), None),
-                Update::End { reason, prompt_tokens, completion_tokens } => {
-                    (split(&mut splitter, "", true), Some((reason, prompt_tokens, completion_tokens)))
+                Update::End { reason, prompt_tokens, completion_tokens, timings } => {
+                    let end = (reason, prompt_tokens, completion_tokens, timings);
+                    (split(&mut splitter, "", true), Some(end))
                 }
                 Update::Failed(e) => {
                     let error = ApiError { status: 500, message: e, kind: "server_error" };
@@ -277,8 +280,11 @@ fn stream(head: Head, mut rx: mpsc::Receiver<Update>, include_usage: bool) -> Re
                     return; // the client left: dropping `rx` cancels the generation
                 }
             }
-            if let Some((reason, prompt_tokens, completion_tokens)) = end {
-                let _ = send(delta(json!({}), json!(api::finish_reason(&reason)))).await;
+            if let Some((reason, prompt_tokens, completion_tokens, timings)) = end {
+                // The finish chunk carries the engine's timings, as llama-server's last chunk does.
+                let mut finish = delta(json!({}), json!(api::finish_reason(&reason)));
+                finish["timings"] = timings.json(prompt_tokens, completion_tokens);
+                let _ = send(finish).await;
                 if include_usage {
                     let mut usage = head.wrap(true, json!([]));
                     usage["usage"] = api::usage(prompt_tokens, completion_tokens);

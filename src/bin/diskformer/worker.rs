@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::time::Instant;
 
+use diskformer::api::Timings;
 use diskformer::bpe::Tokenizer;
 use diskformer::qwen3_moe::qwen35moe::{self, Resident};
 use diskformer::qwen3_moe::{Engine, EngineOptions, Error, LoadProgress};
@@ -17,6 +19,8 @@ pub struct Job {
     pub prompt: Vec<u32>,
     pub opts: GenerateOptions,
     pub updates: mpsc::Sender<Update>,
+    /// When the handler queued it.
+    pub queued_at: Instant,
 }
 
 /// A piece of a reply.
@@ -24,8 +28,8 @@ pub struct Job {
 pub enum Update {
     /// Text of the reply.
     Text(String),
-    /// The reply ended, with the token counts.
-    End { reason: EndReason, prompt_tokens: usize, completion_tokens: usize },
+    /// The reply ended, with the token counts and where the engine's time went.
+    End { reason: EndReason, prompt_tokens: usize, completion_tokens: usize, timings: Timings },
     /// The engine failed on this request (it keeps serving others).
     Failed(String),
 }
@@ -130,6 +134,7 @@ where
         if job.updates.is_closed() {
             continue; // the client left while it waited
         }
+        let taken = Instant::now();
         let cancel = Arc::new(AtomicBool::new(false));
         let mut opts = job.opts;
         opts.cancel = Some(Arc::clone(&cancel));
@@ -142,14 +147,29 @@ where
             }
         };
         let (prompt_tokens, mut completion_tokens) = (generation.prompt_tokens(), 0);
+        let (mut first_token, mut first_text) = (None, None);
         for event in &mut generation {
             let update = match event {
-                Ok(Event::Text(t)) => Update::Text(t),
+                Ok(Event::Text(t)) => {
+                    first_text.get_or_insert_with(Instant::now);
+                    Update::Text(t)
+                }
                 Ok(Event::Token(_)) => {
+                    first_token.get_or_insert_with(Instant::now);
                     completion_tokens += 1;
                     continue;
                 }
-                Ok(Event::End(reason)) => Update::End { reason, prompt_tokens, completion_tokens },
+                Ok(Event::End(reason)) => {
+                    let end = Instant::now();
+                    let first = first_token.unwrap_or(end);
+                    let timings = Timings {
+                        queued: taken - job.queued_at,
+                        prompt: first - taken,
+                        first_text: first_text.unwrap_or(end) - taken,
+                        predicted: end - first,
+                    };
+                    Update::End { reason, prompt_tokens, completion_tokens, timings }
+                }
                 Err(e) => Update::Failed(e.to_string()),
             };
             if updates.blocking_send(update).is_err() {
@@ -211,9 +231,10 @@ mod tests {
         // The first client reads one update and leaves; the second reads its reply to the end.
         let (gone, mut gone_rx) = mpsc::channel(1);
         let (kept, mut kept_rx) = mpsc::channel(1);
-        jobs.send(Job { prompt: vec![1], opts: opts.clone(), updates: gone }).unwrap();
+        jobs.send(Job { prompt: vec![1], opts: opts.clone(), updates: gone, queued_at: Instant::now() })
+            .unwrap();
         opts.max_tokens = 5;
-        jobs.send(Job { prompt: vec![1], opts, updates: kept }).unwrap();
+        jobs.send(Job { prompt: vec![1], opts, updates: kept, queued_at: Instant::now() }).unwrap();
         drop(jobs);
         let client = std::thread::spawn(move || {
             assert!(matches!(gone_rx.blocking_recv(), Some(Update::Text(_))));
@@ -222,7 +243,9 @@ mod tests {
             loop {
                 match kept_rx.blocking_recv() {
                     Some(Update::Text(t)) => text.push_str(&t),
-                    Some(Update::End { reason, completion_tokens, .. }) => {
+                    Some(Update::End { reason, completion_tokens, timings, .. }) => {
+                        // A token's text is handed on after the token.
+                        assert!(timings.first_text >= timings.prompt, "{timings:?}");
                         return (text, reason, completion_tokens);
                     }
                     other => panic!("{other:?}"),
