@@ -48,7 +48,7 @@ fi
 for alt in $D/kernels-bench-*; do
     [ -x "$alt" ] || continue
     echo "--- ${alt#$D/}"
-    $alt --bench "${KBENCH_ALT:-layer/}" --warm-up-time 1 --measurement-time 2 2>&1 | grep -E "time:|thrpt:|^[a-z_0-9]+/" | tee -a "$OUT/alt.txt"
+    $alt --bench "${KBENCH_ALT:-expert}" --warm-up-time 1 --measurement-time 2 2>&1 | grep -E "time:|thrpt:|^[a-z_0-9]+/" | tee -a "$OUT/alt.txt"
 done
 sync; echo 3 > /proc/sys/vm/drop_caches
 [ -n "${RESIDENT_ONLY:-}${LOOKAHEAD:-}${PREFILL:-}" ] || $D/record-read $S --threads ${DISK_THREADS:-1,8,16} --pieces ${DISK_PIECES:-1} --records 384 | tee "$OUT/disk.txt"

@@ -7,10 +7,10 @@
 //! `squares`), attention, wo added onto the residual stream `x`, the router with the FFN norm folded in (it
 //! writes the normed row `xn` for the experts), the top-k, gate‖up with SwiGLU, and down with the combine,
 //! added onto `x` (it writes the next layer's `x_scaled` and `squares`): two dependent dispatches a layer
-//! fewer than a chunk's layer (on the H200 `layer/all` 68.8 against 76.9 µs). With every Q8_0 expert
-//! resident the top-k rides in gate‖up too (`expert_q8_gemv_gate_up_swiglu_routed`: each workgroup ranks
-//! its token's logits and looks its pick up in the slot table), one dispatch fewer again (`layer/all_routed`
-//! 67.1 against 68.2 µs); streaming and route-ahead steps keep the top-k's own dispatch, whose picks the host
+//! fewer than a chunk's layer (on the H200 68.8 against 76.9 µs a layer, in the kernels bench's copy of it,
+//! since removed: `bench --kernel-times` times this graph). With every Q8_0 expert resident the top-k rides
+//! in gate‖up too (`expert_q8_gemv_gate_up_swiglu_routed`: each workgroup ranks its token's logits and looks
+//! its pick up in the slot table), one dispatch fewer again (67.1 against 68.2 µs); streaming and route-ahead steps keep the top-k's own dispatch, whose picks the host
 //! reads. Chunks run the unfused layer, and so do one-token steps on K-quant matrices (dense weights of GGUF
 //! blocks, or records of blocks: `block_experts`), whose kernels have no fused forms yet.
 
