@@ -89,5 +89,17 @@ pub enum Error {
     },
 }
 
+impl From<diskformer_runtime::SetupError> for Error {
+    fn from(e: diskformer_runtime::SetupError) -> Self {
+        use diskformer_runtime::SetupError as S;
+        match e {
+            S::BadOption { option, what } => Error::BadOption { option, what },
+            S::Store(e) => Error::Store(e),
+            S::Pool(e) => Error::Pool(e),
+            other => Error::BadOption { option: "stream", what: other.to_string() },
+        }
+    }
+}
+
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -9,6 +9,9 @@
 //!   the router's ([`Routing`], [`ForcedRoutes`]), and a run's own picks recorded ([`RouteRecorder`]).
 //! - [`stats`]: what a run did, stage by stage ([`Stats`]), from the counters a step driver keeps
 //!   ([`EngineStats`]).
+//! - [`stream`]: how experts stream, whatever the model: the options ([`StreamOptions`],
+//!   [`CpuTierOptions`]), what they resolve to on a host and store ([`StreamSetup`]), and the expert pool
+//!   built from them ([`expert_pool`]).
 //!
 //! The engine (`diskformer-qwen3-moe`) still holds the step drivers and prefill; they move here as the model
 //! definitions get their seam.
@@ -17,8 +20,12 @@ pub mod generate;
 pub mod routing;
 pub mod sampling;
 pub mod stats;
+pub mod stream;
 
 pub use generate::{Decoder, EndReason, Event, GenerateOptions, Generation, Next};
 pub use routing::{ForcedRoutes, RouteRecorder, Routing, layer_stride};
 pub use sampling::{Sampler, SamplingOptions, log_softmax, top_n};
 pub use stats::{EngineStats, GpuBytes, Stats};
+pub use stream::{
+    CpuTierOptions, PoolShape, SetupError, StreamOptions, StreamSetup, expert_pool, records_exceed_memory,
+};

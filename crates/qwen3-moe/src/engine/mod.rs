@@ -36,8 +36,9 @@ mod per_layer;
 mod resident;
 mod route_ahead;
 
+pub use diskformer_runtime::records_exceed_memory;
 use open::chunk_bound;
-pub use open::{FALLBACK_GPU_BUDGET, auto_gpu_budget, default_store_dir, records_exceed_memory};
+pub use open::{FALLBACK_GPU_BUDGET, auto_gpu_budget, default_store_dir};
 pub use options::{
     CpuTierOptions, EngineOptions, KernelOptions, READ_SPLIT_DIRECT, READ_SPLIT_IN_GGUF,
     READ_SPLIT_PAGE_CACHE, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, StreamOptions,

@@ -7,19 +7,15 @@ use std::sync::Arc;
 
 use diskformer_bpe::Tokenizer;
 use diskformer_cpu_kernels::Math;
-use diskformer_expert_stream::{
-    ExpertPool, GpuBackend, GpuBudget, GpuPool, HostHandoff, PoolConfig, RouteShape, StagingRing,
-    UploadMethod,
-};
+use diskformer_expert_stream::{ExpertPool, GpuBackend, GpuBudget, PoolConfig, RouteShape};
 use diskformer_gguf::GgufModel;
 use diskformer_kernels::{Context, Kernels};
-use diskformer_runtime::{EngineStats, ForcedRoutes, GpuBytes, RouteRecorder};
-use diskformer_store::{ExpertLayout, IngestOptions, Store};
-
-use super::{
-    Engine, EngineOptions, LoadProgress, READ_SPLIT_DIRECT, READ_SPLIT_IN_GGUF, READ_SPLIT_PAGE_CACHE,
-    ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE,
+use diskformer_runtime::{
+    EngineStats, ForcedRoutes, GpuBytes, PoolShape, RouteRecorder, StreamSetup, expert_pool,
 };
+use diskformer_store::{IngestOptions, Store};
+
+use super::{Engine, EngineOptions, LoadProgress, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE};
 use crate::cpu_tier::{CpuTier, HostTier};
 use crate::graph::{ExpertKernels, KvCache, Scratch, ScratchSizes, fused_decode};
 use crate::weights::Weights;
@@ -117,45 +113,10 @@ impl Engine {
                 ),
             });
         }
-        if opts.cpu.ram_budget.is_some() && opts.cpu.enabled == Some(false) {
-            return Err(Error::BadOption {
-                option: "ram_budget",
-                what: "the host tier feeds the CPU tier, which cpu_experts turns off; drop one of them"
-                    .into(),
-            });
-        }
         let top_k = config.expert_used_count;
-        // The CPU tier is on by default only where its kernels multiply every expert type with SIMD: on the
-        // portable path (Q5_K) it took 325 ms a token at 4 GB on the H200, 10× slower than leaving it off.
-        let cpu_default = cpu_tier_fast(&experts) && opts.cpu.enabled != Some(false);
-        let direct_io = opts.stream.direct_io.unwrap_or_else(|| records_exceed_memory(&experts));
-        let ram_budget = opts.cpu.ram_budget.or_else(|| {
-            (direct_io && (opts.cpu.enabled == Some(true) || cpu_default))
-                .then(|| default_ram_budget(&experts, top_k as usize))
-                .flatten()
-        });
-        // The disk probe runs once the options are known good (it reads ~0.6 GB); the staging rings are sized
-        // by the readers it picks.
-        let checks = opts.stream.check_reads.then(|| store.record_checks()).transpose()?;
-        let mut reader = store.record_reader(direct_io)?;
-        if let Some(checks) = &checks {
-            reader = reader.with_checks(checks.clone());
-        }
-        let reader_probe = match opts.stream.readers {
-            None if reader.is_direct() => Some(reader.probe_readers(&PROBE_READERS, PROBE_RECORDS)?),
-            // The host tier reads with O_DIRECT whatever the pool does.
-            None if ram_budget.is_some() => {
-                Some(store.record_reader(true)?.probe_readers(&PROBE_READERS, PROBE_RECORDS)?)
-            }
-            _ => None,
-        };
-        let readers = match (opts.stream.readers, &reader_probe) {
-            (Some(n), _) => n.max(1),
-            (None, Some(probe)) => probe.best,
-            (None, None) => DEFAULT_READERS,
-        };
+        let (setup, reader) = StreamSetup::resolve(&store, &experts, &opts.stream, &opts.cpu, top_k)?;
+        let (direct_io, readers, cpu_experts) = (setup.direct_io, setup.readers, setup.cpu_experts);
         let all = (config.block_count * config.expert_count) as usize;
-        let cpu_experts = opts.cpu.enabled.unwrap_or(cpu_default && (!direct_io || ram_budget.is_some()));
         // The CPU tier runs without the routers' guesses: its admissions take the pool's background loads
         // (the configuration measured, BENCHMARKS.md).
         let mut lookahead = if opts.stream.prefetch && !cpu_experts {
@@ -167,13 +128,6 @@ impl Engine {
             ROUTE_AHEAD_DIRECT
         } else {
             ROUTE_AHEAD_PAGE_CACHE
-        });
-        let read_split = opts.stream.read_split.unwrap_or(if store.experts_in_gguf().is_some() {
-            READ_SPLIT_IN_GGUF
-        } else if direct_io {
-            READ_SPLIT_DIRECT
-        } else {
-            READ_SPLIT_PAGE_CACHE
         });
         // The CPU tier reads every layer's picks back: no route-ahead with it.
         let recording = opts.record_routing.is_some();
@@ -205,14 +159,7 @@ impl Engine {
         } else {
             0
         };
-        let staging = match opts.stream.upload {
-            UploadMethod::StagingRing(len) => {
-                let record = experts.record_bytes as usize;
-                let demand = StagingRing::bytes(record, len, read_split);
-                readers as u64 * demand + prefetch_threads as u64 * StagingRing::bytes(record, len, 1)
-            }
-            _ => 0,
-        };
+        let staging = setup.staging_bytes(opts.stream.upload, experts.record_bytes, prefetch_threads);
         // The pool from what the budget leaves; while experts stream a chunk is at most slots / top-k
         // tokens, so the scratch is sized again for that chunk and the pool once more. `streams`: with the
         // buffers of prefetch guesses and route-ahead (else as every expert resident needs).
@@ -282,24 +229,16 @@ impl Engine {
             forced: forced.is_some(),
         };
         let scratch = Arc::new(Scratch::new(&device, &config, sizes));
-        let gpu_pool = GpuPool::new(&ctx, &experts, slots)?;
-        let mut backend =
-            GpuBackend::new(gpu_pool, reader)?.with_method(opts.stream.upload).with_read_split(read_split);
-        // The host tier's admissions and chunks hand their records to the pool's loads.
-        let handoff = ram_budget.map(|_| Arc::new(HostHandoff::default()));
-        if let Some(handoff) = &handoff {
-            backend = backend.with_handoff(Arc::clone(handoff));
-        }
-        // route_ahead is 0 when resident: nothing streams.
-        if route_ahead > 0 && opts.stream.speculative_reads > 0 {
-            backend = backend.with_speculation(opts.stream.speculative_reads, read_split)?;
-        }
-        let mut pc = PoolConfig::new(slots, config.block_count, config.expert_count);
-        pc.policy = opts.stream.policy;
-        pc.readers = readers;
-        pc.max_prefetch_in_flight = prefetch_threads;
-        pc.prefetch_reserve = top_k as usize;
-        let pool = ExpertPool::new(backend, pc)?;
+        let shape = PoolShape {
+            slots,
+            layers: config.block_count,
+            experts: config.expert_count,
+            top_k,
+            prefetch_threads,
+            // route_ahead is 0 when resident: nothing streams.
+            speculate: route_ahead > 0,
+        };
+        let (pool, handoff) = expert_pool(&ctx, &experts, reader, &setup, &opts.stream, shape)?;
         let gpu_bytes = GpuBytes {
             dense: weights.bytes,
             pool: pool.backend().pool().device_bytes(),
@@ -327,7 +266,7 @@ impl Engine {
             // Written before each step from the pool (`sync_route_table`).
             (buffer, Vec::new())
         });
-        let host = ram_budget.zip(handoff).map(|(budget, handoff)| HostTier {
+        let host = setup.ram_budget.zip(handoff).map(|(budget, handoff)| HostTier {
             budget,
             min_records: top_k as usize,
             readers,
@@ -343,7 +282,7 @@ impl Engine {
                     opts.cpu.admission,
                     math,
                     host,
-                    checks.clone(),
+                    setup.checks.clone(),
                 )
             })
             .transpose()?;
@@ -367,10 +306,10 @@ impl Engine {
             route_table,
             route_ahead,
             route_units: None,
-            read_split,
+            read_split: setup.read_split,
             lookahead,
             max_batch,
-            reader_probe,
+            reader_probe: setup.reader_probe,
             cached: Vec::new(),
             held: None,
             next_step: None,
@@ -407,12 +346,6 @@ pub fn auto_gpu_budget(ctx: &Context) -> u64 {
 /// [`auto_gpu_budget`] where the adapter's memory is unknown or the host's.
 pub const FALLBACK_GPU_BUDGET: u64 = 4_000_000_000;
 
-/// Whether the CPU tier's kernels multiply every expert part of `layout` with SIMD (else it computes them on
-/// its portable path, dequantising each block first).
-fn cpu_tier_fast(layout: &ExpertLayout) -> bool {
-    layout.part_types().all(|ty| ty.is_none_or(diskformer_cpu_kernels::has_simd_kernel))
-}
-
 /// Checks that the kernels multiply every matrix of `layout` (dense and experts), naming the first they
 /// do not.
 fn check_types(layout: &diskformer_store::Layout) -> Result<()> {
@@ -428,26 +361,6 @@ fn dense_q8(layout: &diskformer_store::Layout) -> bool {
         .iter()
         .filter(|t| t.name != "token_embd.weight" || layout.dense_tensor("output.weight").is_none())
         .all(|t| t.ty == "q8_0" || t.ty == "f32")
-}
-
-/// Demand readers when [`StreamOptions::readers`](crate::StreamOptions::readers) is `None` and reads go through the page cache.
-const DEFAULT_READERS: usize = 8;
-/// Reader counts the O_DIRECT probe tries, and the random records it reads at each.
-const PROBE_READERS: [usize; 4] = [1, 2, 4, 8];
-const PROBE_RECORDS: usize = 32;
-
-/// Whether `experts`' records are more bytes than the host's available memory (`false` where it does not
-/// say): [`StreamOptions::direct_io`](crate::StreamOptions::direct_io)'s default then reads them with O_DIRECT.
-pub fn records_exceed_memory(experts: &ExpertLayout) -> bool {
-    diskformer_expert_stream::available_memory().is_some_and(|available| experts.file_bytes() > available)
-}
-
-/// The host tier's budget when `direct_io` asks for none: half the host's available memory, at most the
-/// whole store's records (`None` where the host does not say, or half holds fewer than `min_records`).
-fn default_ram_budget(experts: &ExpertLayout, min_records: usize) -> Option<u64> {
-    let half = diskformer_expert_stream::available_memory()? / 2;
-    let stride = experts.record_bytes.next_multiple_of(diskformer_store::BUFFER_ALIGN as u64);
-    (half / stride >= min_records as u64).then(|| half.min(experts.file_bytes().next_multiple_of(stride)))
 }
 
 /// The most tokens a chunk may have while experts stream through `slots` slots: a chunk pins the union of
