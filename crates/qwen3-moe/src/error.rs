@@ -89,14 +89,15 @@ pub enum Error {
     },
 }
 
-impl From<diskformer_runtime::SetupError> for Error {
-    fn from(e: diskformer_runtime::SetupError) -> Self {
-        use diskformer_runtime::SetupError as S;
+impl From<diskformer_runtime::Error> for Error {
+    fn from(e: diskformer_runtime::Error) -> Self {
+        use diskformer_runtime::Error as R;
         match e {
-            S::BadOption { option, what } => Error::BadOption { option, what },
-            S::Store(e) => Error::Store(e),
-            S::Pool(e) => Error::Pool(e),
-            other => Error::BadOption { option: "stream", what: other.to_string() },
+            R::BadOption { option, what } => Error::BadOption { option, what },
+            R::Store(e) => Error::Store(e),
+            R::Pool(e) => Error::Pool(e),
+            R::CpuExperts(e) => Error::CpuExperts(e),
+            other => Error::BadOption { option: "streaming", what: other.to_string() },
         }
     }
 }

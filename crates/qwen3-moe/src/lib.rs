@@ -47,7 +47,6 @@
 //! ```
 
 mod config;
-mod cpu_tier;
 mod decoder;
 mod engine;
 mod error;

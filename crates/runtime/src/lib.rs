@@ -12,20 +12,24 @@
 //! - [`stream`]: how experts stream, whatever the model: the options ([`StreamOptions`],
 //!   [`CpuTierOptions`]), what they resolve to on a host and store ([`StreamSetup`]), and the expert pool
 //!   built from them ([`expert_pool`]).
+//! - [`cpu_tier`]: a layer's misses computed on the CPU from their records while the GPU computes the hits
+//!   ([`CpuTier`]).
 //!
 //! The engine (`diskformer-qwen3-moe`) still holds the step drivers and prefill; they move here as the model
 //! definitions get their seam.
 
+pub mod cpu_tier;
+mod error;
 pub mod generate;
 pub mod routing;
 pub mod sampling;
 pub mod stats;
 pub mod stream;
 
+pub use cpu_tier::{CpuTier, HostTier};
+pub use error::{Error, Result};
 pub use generate::{Decoder, EndReason, Event, GenerateOptions, Generation, Next};
 pub use routing::{ForcedRoutes, RouteRecorder, Routing, layer_stride};
 pub use sampling::{Sampler, SamplingOptions, log_softmax, top_n};
 pub use stats::{EngineStats, GpuBytes, Stats};
-pub use stream::{
-    CpuTierOptions, PoolShape, SetupError, StreamOptions, StreamSetup, expert_pool, records_exceed_memory,
-};
+pub use stream::{CpuTierOptions, PoolShape, StreamOptions, StreamSetup, expert_pool, records_exceed_memory};

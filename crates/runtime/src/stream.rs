@@ -13,6 +13,8 @@ use diskformer_expert_stream::{
 use diskformer_kernels::Context;
 use diskformer_store::{ExpertLayout, ReaderProbe, RecordChecks, RecordReader, Store};
 
+use crate::{Error, Result};
+
 /// How expert records are read and reach the GPU pool while experts stream (none of it matters when every
 /// expert fits).
 #[derive(Clone, Debug)]
@@ -179,26 +181,6 @@ fn cpu_tier_fast(layout: &ExpertLayout) -> bool {
     layout.part_types().all(|ty| ty.is_none_or(diskformer_cpu_kernels::has_simd_kernel))
 }
 
-/// Why the streaming options could not be set up.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SetupError {
-    /// An option out of range, or two that do not go together.
-    #[error("option {option}: {what}")]
-    BadOption {
-        /// The option.
-        option: &'static str,
-        /// What is wrong and what is allowed.
-        what: String,
-    },
-    /// The store could not be read (its checksums, the disk probe).
-    #[error(transparent)]
-    Store(#[from] diskformer_store::Error),
-    /// The pool could not be built.
-    #[error(transparent)]
-    Pool(#[from] diskformer_expert_stream::Error),
-}
-
 /// What the streaming options resolve to on this host and store.
 #[derive(Debug)]
 pub struct StreamSetup {
@@ -226,7 +208,7 @@ impl StreamSetup {
     /// the page cache or, with O_DIRECT, through the host tier.
     ///
     /// # Errors
-    /// [`SetupError::BadOption`] for a host tier asked for with the CPU tier off; store errors reading the
+    /// [`Error::BadOption`] for a host tier asked for with the CPU tier off; store errors reading the
     /// checksums or probing.
     pub fn resolve(
         store: &Store,
@@ -234,9 +216,9 @@ impl StreamSetup {
         stream: &StreamOptions,
         cpu: &CpuTierOptions,
         top_k: u32,
-    ) -> Result<(StreamSetup, RecordReader), SetupError> {
+    ) -> Result<(StreamSetup, RecordReader)> {
         if cpu.ram_budget.is_some() && cpu.enabled == Some(false) {
-            return Err(SetupError::BadOption {
+            return Err(Error::BadOption {
                 option: "ram_budget",
                 what: "the host tier feeds the CPU tier, which cpu_experts turns off; drop one of them"
                     .into(),
@@ -329,7 +311,7 @@ pub fn expert_pool(
     setup: &StreamSetup,
     stream: &StreamOptions,
     shape: PoolShape,
-) -> Result<(ExpertPool<GpuBackend>, Option<Arc<HostHandoff>>), SetupError> {
+) -> Result<(ExpertPool<GpuBackend>, Option<Arc<HostHandoff>>)> {
     let gpu_pool = GpuPool::new(ctx, layout, shape.slots)?;
     let mut backend =
         GpuBackend::new(gpu_pool, reader)?.with_method(stream.upload).with_read_split(setup.read_split);

@@ -21,11 +21,11 @@ use diskformer_expert_stream::{ExpertPool, GpuBackend, Pinned, SpeculativeReads,
 use diskformer_kernels::{Context, Kernels, PENALTY_MAX_N, SampleStep, cpu};
 use diskformer_store::ReaderProbe;
 
-use crate::cpu_tier::CpuTier;
 use crate::graph::{Bindings, ExpertKernels, Graph, KvCache, Scratch};
 use crate::unit_stock::{UnitBuffers, UnitStock};
 use crate::weights::Weights;
 use crate::{Config, Error, Result, Sampler, SamplingOptions};
+use diskformer_runtime::CpuTier;
 use diskformer_runtime::{EngineStats, GpuBytes};
 use diskformer_runtime::{ForcedRoutes, RouteRecorder};
 

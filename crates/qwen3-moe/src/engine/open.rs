@@ -16,10 +16,10 @@ use diskformer_runtime::{
 use diskformer_store::{IngestOptions, Store};
 
 use super::{Engine, EngineOptions, LoadProgress, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE};
-use crate::cpu_tier::{CpuTier, HostTier};
 use crate::graph::{ExpertKernels, KvCache, Scratch, ScratchSizes, fused_decode};
 use crate::weights::Weights;
 use crate::{Config, Error, Result};
+use diskformer_runtime::{CpuTier, HostTier};
 
 impl Engine {
     /// Loads the model of `gguf`, ingesting it into `store_dir` first when the store is missing, stale or

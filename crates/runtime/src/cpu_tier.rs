@@ -1,7 +1,7 @@
 //! The host tier of a streaming step: the misses of a layer's picks computed on the CPU from their store
 //! records, mapped from the page cache where they lie (or, for stores larger than RAM, read whole into a
 //! budget of host memory: [`HostRecords`]), while the GPU computes the hits
-//! ([`CpuTierOptions::enabled`](crate::CpuTierOptions::enabled)). Which pick runs where, and which
+//! ([`CpuTierOptions::enabled`](crate::stream::CpuTierOptions::enabled)). Which pick runs where, and which
 //! misses are also uploaded for next time, is [`TierPolicy`]'s to say.
 
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use diskformer_store::{ExpertLayout, ExpertMap, ExpertPart, RecordBytes, RecordC
 use crate::{Error, Result};
 
 /// The host's expert kernels over the store's records, and the tier rules' state.
-pub(crate) struct CpuTier {
+pub struct CpuTier {
     kernels: CpuExperts,
     records: Records,
     layout: ExpertLayout,
@@ -55,9 +55,9 @@ enum Records {
     Host(HostRecords, Arc<HostHandoff>),
 }
 
-/// The host tier's knobs ([`CpuTierOptions::ram_budget`](crate::CpuTierOptions::ram_budget)).
+/// The host tier's knobs ([`CpuTierOptions::ram_budget`](crate::stream::CpuTierOptions::ram_budget)).
 #[derive(Clone, Debug)]
-pub(crate) struct HostTier {
+pub struct HostTier {
     /// Bytes of host memory for records.
     pub budget: u64,
     /// The fewest records it must hold: a layer's picks.
@@ -92,7 +92,7 @@ impl CpuTier {
     /// Maps the store's `experts.bin` (or, with `host`, sets up the host tier over it) and starts `threads`
     /// CPU threads (`None`: every core but two) on the best SIMD path the CPU has, multiplying on inputs as
     /// `math` asks where the records take quantised ones (Q8_0, Q4_0, or Q4_K, Q5_K and Q6_K blocks with
-    /// SIMD kernels; else f32), and by default ([`CpuTierOptions::math`](crate::CpuTierOptions::math))
+    /// SIMD kernels; else f32), and by default ([`CpuTierOptions::math`](crate::stream::CpuTierOptions::math))
     /// Q16 on such blocks. With `checks`, every record is checked before it is first computed on.
     pub fn open(
         store: &Store,
