@@ -12,6 +12,8 @@
 //! - [`stream`]: how experts stream, whatever the model: the options ([`StreamOptions`],
 //!   [`CpuTierOptions`]), what they resolve to on a host and store ([`StreamSetup`]), and the expert pool
 //!   built from them ([`expert_pool`]).
+//! - [`load`]: loading, whatever the model: the ingest into a store, the GPU budget by default, the chunk
+//!   bound of a pool, every expert loaded when all fit, and what a load reports ([`LoadProgress`]).
 //! - [`cpu_tier`]: a layer's misses computed on the CPU from their records while the GPU computes the hits
 //!   ([`CpuTier`]).
 //!
@@ -21,6 +23,7 @@
 pub mod cpu_tier;
 mod error;
 pub mod generate;
+pub mod load;
 pub mod routing;
 pub mod sampling;
 pub mod stats;
@@ -29,6 +32,7 @@ pub mod stream;
 pub use cpu_tier::{CpuTier, HostTier};
 pub use error::{Error, Result};
 pub use generate::{Decoder, EndReason, Event, GenerateOptions, Generation, Next};
+pub use load::LoadProgress;
 pub use routing::{ForcedRoutes, RouteRecorder, Routing, layer_stride};
 pub use sampling::{Sampler, SamplingOptions, log_softmax, top_n};
 pub use stats::{EngineStats, GpuBytes, Stats};

@@ -36,42 +36,13 @@ mod per_layer;
 mod resident;
 mod route_ahead;
 
+pub use diskformer_runtime::load::{FALLBACK_GPU_BUDGET, LoadProgress, auto_gpu_budget, default_store_dir};
 pub use diskformer_runtime::records_exceed_memory;
-use open::chunk_bound;
-pub use open::{FALLBACK_GPU_BUDGET, auto_gpu_budget, default_store_dir};
 pub use options::{
     CpuTierOptions, EngineOptions, KernelOptions, READ_SPLIT_DIRECT, READ_SPLIT_IN_GGUF,
     READ_SPLIT_PAGE_CACHE, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, StreamOptions,
 };
 use resident::RunAhead;
-
-/// What a load reports while it works.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum LoadProgress {
-    /// Ingesting the GGUF into the store: bytes done of total, rate.
-    Ingest {
-        /// Bytes of the GGUF done.
-        done: u64,
-        /// Its size.
-        total: u64,
-        /// Bytes per second so far.
-        bytes_per_sec: f64,
-    },
-    /// Uploading the dense weights: bytes done of total.
-    Upload {
-        /// Bytes uploaded.
-        done: u64,
-        /// Bytes to upload.
-        total: u64,
-    },
-    /// Loading every expert into the pool (when all fit and `gpu_routing` is on): records done of total.
-    Experts {
-        /// Records loaded.
-        done: u64,
-        /// Records in the model.
-        total: u64,
-    },
-}
 
 /// What the head of a step returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,24 +2,27 @@
 //! weights uploaded, and with every expert fitting, all of them loaded.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use diskformer_bpe::Tokenizer;
 use diskformer_cpu_kernels::Math;
-use diskformer_expert_stream::{ExpertPool, GpuBackend, GpuBudget, PoolConfig, RouteShape};
+use diskformer_expert_stream::{GpuBudget, PoolConfig, RouteShape};
 use diskformer_gguf::GgufModel;
 use diskformer_kernels::{Context, Kernels};
-use diskformer_runtime::{
-    EngineStats, ForcedRoutes, GpuBytes, PoolShape, RouteRecorder, StreamSetup, expert_pool,
+use diskformer_runtime::load::{
+    LoadProgress, auto_gpu_budget, chunk_bound, default_store_dir, ingest_gguf, load_every_expert,
 };
-use diskformer_store::{IngestOptions, Store};
+use diskformer_runtime::{
+    CpuTier, EngineStats, ForcedRoutes, GpuBytes, HostTier, PoolShape, RouteRecorder, StreamSetup,
+    expert_pool,
+};
+use diskformer_store::Store;
 
-use super::{Engine, EngineOptions, LoadProgress, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE};
+use super::{Engine, EngineOptions, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE};
 use crate::graph::{ExpertKernels, KvCache, Scratch, ScratchSizes, fused_decode};
 use crate::weights::Weights;
 use crate::{Config, Error, Result};
-use diskformer_runtime::{CpuTier, HostTier};
 
 impl Engine {
     /// Loads the model of `gguf`, ingesting it into `store_dir` first when the store is missing, stale or
@@ -44,14 +47,7 @@ impl Engine {
         let header = model.header()?;
         check_types(&diskformer_store::Layout::plan(&header)?)?;
         let dir = store_dir.map_or_else(|| default_store_dir(gguf), Path::to_owned);
-        let ingest = IngestOptions {
-            copy_experts: opts.stream.copy_experts,
-            either_mode: true,
-            ..IngestOptions::default()
-        };
-        diskformer_store::ingest(gguf, &dir, &ingest, &mut |p| {
-            progress(LoadProgress::Ingest { done: p.done, total: p.total, bytes_per_sec: p.bytes_per_sec })
-        })?;
+        ingest_gguf(gguf, &dir, opts.stream.copy_experts, progress)?;
         Self::open(&dir, opts, progress)
     }
 
@@ -188,7 +184,7 @@ impl Engine {
             Some(s) => (s.min(all), probe_batch),
             None => {
                 let first = slots_for(probe_batch)?;
-                let streamed_batch = probe_batch.min(chunk_bound(first, &config)).max(1);
+                let streamed_batch = probe_batch.min(chunk_bound(first, config.expert_count, top_k)).max(1);
                 if first == all || streamed_batch == probe_batch {
                     (first, probe_batch)
                 } else {
@@ -206,7 +202,7 @@ impl Engine {
             lookahead = 0;
             route_ahead = 0;
         }
-        let pool_bound = if resident { u32::MAX } else { chunk_bound(slots, &config) };
+        let pool_bound = if resident { u32::MAX } else { chunk_bound(slots, config.expert_count, top_k) };
         let max_batch = sized_batch.min(pool_bound).min(ctx_len).max(1);
 
         let device = ctx.device.clone();
@@ -247,7 +243,7 @@ impl Engine {
             staging,
         };
         let resident_table = if resident {
-            let table = load_every_expert(&pool, &config, progress)?;
+            let table = load_every_expert(&pool, config.block_count, config.expert_count, progress)?;
             let buffer = crate::weights::storage(
                 &device,
                 "resident slots",
@@ -333,19 +329,6 @@ impl Engine {
     }
 }
 
-/// The budget when none is given: 90 % of the adapter's device-local memory (the rest left to the driver and
-/// the display), or [`FALLBACK_GPU_BUDGET`] where the backend does not tell it or the adapter is a software
-/// renderer (whose memory is the host's, which the page cache and the CPU tier use too).
-pub fn auto_gpu_budget(ctx: &Context) -> u64 {
-    match ctx.device_memory() {
-        Some(bytes) if !ctx.is_software() => bytes / 10 * 9,
-        _ => FALLBACK_GPU_BUDGET,
-    }
-}
-
-/// [`auto_gpu_budget`] where the adapter's memory is unknown or the host's.
-pub const FALLBACK_GPU_BUDGET: u64 = 4_000_000_000;
-
 /// Checks that the kernels multiply every matrix of `layout` (dense and experts), naming the first they
 /// do not.
 fn check_types(layout: &diskformer_store::Layout) -> Result<()> {
@@ -361,44 +344,4 @@ fn dense_q8(layout: &diskformer_store::Layout) -> bool {
         .iter()
         .filter(|t| t.name != "token_embd.weight" || layout.dense_tensor("output.weight").is_none())
         .all(|t| t.ty == "q8_0" || t.ty == "f32")
-}
-
-/// The most tokens a chunk may have while experts stream through `slots` slots: a chunk pins the union of
-/// a layer's picks, at most `chunk · top-k` experts and at most the layer's `expert_count`. A pool of two
-/// layers' experts holds any union with room to spare, so chunks are then bounded only by
-/// [`EngineOptions::max_batch`] (each layer's experts read once a chunk, not once every `slots / top-k`
-/// tokens); a smaller pool bounds them by `slots / top-k`.
-pub(super) fn chunk_bound(slots: usize, config: &Config) -> u32 {
-    if slots >= 2 * config.expert_count as usize {
-        u32::MAX
-    } else {
-        (slots / config.expert_used_count as usize) as u32
-    }
-}
-
-/// Loads every expert into the pool (all fit), returning the `[layers · experts]` slot table.
-fn load_every_expert(
-    pool: &ExpertPool<GpuBackend>,
-    config: &Config,
-    progress: &mut dyn FnMut(LoadProgress),
-) -> Result<Vec<u32>> {
-    let (layers, experts) = (config.block_count, config.expert_count);
-    let ids: Vec<u32> = (0..experts).collect();
-    let mut table = Vec::with_capacity((layers * experts) as usize);
-    let total = u64::from(layers * experts);
-    for l in 0..layers {
-        let pinned = pool.ensure(l, &ids)?;
-        table.extend(pinned.slots().iter().map(|s| s.0));
-        pool.release(pinned);
-        progress(LoadProgress::Experts { done: u64::from((l + 1) * experts), total });
-    }
-    pool.reset_stats();
-    Ok(table)
-}
-
-/// The store directory used for a GGUF when none is given: `<file>.diskformer/` beside it.
-pub fn default_store_dir(gguf: &Path) -> PathBuf {
-    let mut name = gguf.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push(".diskformer");
-    gguf.with_file_name(name)
 }

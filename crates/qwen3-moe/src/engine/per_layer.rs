@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use diskformer_expert_stream::ExpertKey;
 use diskformer_kernels::{EXPERT_GEMM_TILED_GROUP, expert_gemm_groups};
 
-use super::{Engine, Output, Want, chunk_bound, read_output, readback, record_head, timed};
+use diskformer_runtime::load::chunk_bound;
+
+use super::{Engine, Output, Want, read_output, readback, record_head, timed};
 use crate::Result;
 use crate::graph::{LayerGraph, Scratch, gemm_groups_len, record};
 
@@ -168,7 +170,7 @@ impl Engine {
     fn chunk_guesses(&self, l: u32, tokens: u32) -> Option<Vec<u32>> {
         let (experts, k) = (self.config.expert_count, self.config.expert_used_count);
         let through_host = self.cpu_tier.as_ref().is_some_and(|t| t.host_stats().is_some());
-        let fits = chunk_bound(self.pool_slots(), &self.config) == u32::MAX;
+        let fits = chunk_bound(self.pool_slots(), experts, k) == u32::MAX;
         (l + 1 < self.config.block_count && tokens * k >= experts && fits && !through_host)
             .then(|| (0..experts).collect())
     }

@@ -1,0 +1,130 @@
+//! Loading, whatever the model: a GGUF ingested into a store once ([`ingest_gguf`], [`default_store_dir`]),
+//! the GPU budget when none is given ([`auto_gpu_budget`]), how long a chunk may be for the pool it streams
+//! through ([`chunk_bound`]), every expert loaded when all fit ([`load_every_expert`]), and what a load
+//! reports while it works ([`LoadProgress`]).
+
+use std::path::{Path, PathBuf};
+
+use diskformer_expert_stream::{ExpertPool, GpuBackend};
+use diskformer_kernels::Context;
+use diskformer_store::IngestOptions;
+
+use crate::Result;
+
+/// What a load reports while it works.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LoadProgress {
+    /// Ingesting the GGUF into the store: bytes done of total, rate.
+    Ingest {
+        /// Bytes of the GGUF done.
+        done: u64,
+        /// Its size.
+        total: u64,
+        /// Bytes per second so far.
+        bytes_per_sec: f64,
+    },
+    /// Uploading the dense weights: bytes done of total.
+    Upload {
+        /// Bytes uploaded.
+        done: u64,
+        /// Bytes to upload.
+        total: u64,
+    },
+    /// Loading every expert into the pool (when all fit and the engine routes on the GPU): records done of total.
+    Experts {
+        /// Records loaded.
+        done: u64,
+        /// Records in the model.
+        total: u64,
+    },
+}
+
+/// Ingests `gguf` (one file, or a gguf-split set's first shard) into `store_dir` when the store there is
+/// missing, stale or incomplete, resuming an interrupted ingest; a complete store of the same file is used
+/// as it is, made with its experts copied or not ([`IngestOptions::either_mode`]). `copy_experts` off reads
+/// a K-quant file's experts in place from the GGUF ([`IngestOptions::copy_experts`]).
+///
+/// # Errors
+/// The store's errors.
+pub fn ingest_gguf(
+    gguf: &Path,
+    store_dir: &Path,
+    copy_experts: bool,
+    progress: &mut dyn FnMut(LoadProgress),
+) -> Result<()> {
+    let ingest = IngestOptions { copy_experts, either_mode: true, ..IngestOptions::default() };
+    diskformer_store::ingest(gguf, store_dir, &ingest, &mut |p| {
+        progress(LoadProgress::Ingest { done: p.done, total: p.total, bytes_per_sec: p.bytes_per_sec })
+    })?;
+    Ok(())
+}
+
+/// The store directory used for a GGUF when none is given: `<file>.diskformer/` beside it.
+pub fn default_store_dir(gguf: &Path) -> PathBuf {
+    let mut name = gguf.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".diskformer");
+    gguf.with_file_name(name)
+}
+
+/// The budget when none is given: 90 % of the adapter's device-local memory (the rest left to the driver and
+/// the display), or [`FALLBACK_GPU_BUDGET`] where the backend does not tell it or the adapter is a software
+/// renderer (whose memory is the host's, which the page cache and the CPU tier use too).
+pub fn auto_gpu_budget(ctx: &Context) -> u64 {
+    match ctx.device_memory() {
+        Some(bytes) if !ctx.is_software() => bytes / 10 * 9,
+        _ => FALLBACK_GPU_BUDGET,
+    }
+}
+
+/// [`auto_gpu_budget`] where the adapter's memory is unknown or the host's.
+pub const FALLBACK_GPU_BUDGET: u64 = 4_000_000_000;
+
+/// The most tokens a chunk may have while experts stream through `slots` slots of a model whose layers
+/// have `experts` experts and pick `top_k`: a chunk pins the union of a layer's picks, at most
+/// `chunk · top_k` experts and at most `experts`. A pool of two layers' experts holds any union with room to
+/// spare, so chunks are then unbounded here (`u32::MAX`: each layer's experts read once a chunk, not once
+/// every `slots / top_k` tokens); a smaller pool bounds them by `slots / top_k`.
+pub fn chunk_bound(slots: usize, experts: u32, top_k: u32) -> u32 {
+    if slots >= 2 * experts as usize { u32::MAX } else { (slots / top_k as usize) as u32 }
+}
+
+/// Loads every expert of `layers` × `experts` into the pool (all fit), returning the `[layers · experts]`
+/// slot table; the pool's stats are zeroed after.
+///
+/// # Errors
+/// The pool's (a read or an upload failed).
+pub fn load_every_expert(
+    pool: &ExpertPool<GpuBackend>,
+    layers: u32,
+    experts: u32,
+    progress: &mut dyn FnMut(LoadProgress),
+) -> Result<Vec<u32>> {
+    let ids: Vec<u32> = (0..experts).collect();
+    let mut table = Vec::with_capacity((layers * experts) as usize);
+    let total = u64::from(layers * experts);
+    for l in 0..layers {
+        let pinned = pool.ensure(l, &ids)?;
+        table.extend(pinned.slots().iter().map(|s| s.0));
+        pool.release(pinned);
+        progress(LoadProgress::Experts { done: u64::from((l + 1) * experts), total });
+    }
+    pool.reset_stats();
+    Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_bounded_only_by_a_pool_of_less_than_two_layers() {
+        assert_eq!(chunk_bound(256, 128, 8), u32::MAX);
+        assert_eq!(chunk_bound(255, 128, 8), 31);
+        assert_eq!(chunk_bound(16, 128, 8), 2);
+    }
+
+    #[test]
+    fn the_store_goes_beside_the_gguf() {
+        assert_eq!(default_store_dir(Path::new("/m/q.gguf")), Path::new("/m/q.gguf.diskformer"));
+    }
+}
