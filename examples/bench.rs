@@ -50,6 +50,10 @@ struct Args {
     /// Turn prefetch off.
     #[arg(long)]
     no_prefetch: bool,
+    /// A streaming chunk queues the next layer's experts before it waits for this one's
+    /// (StreamOptions::early_chunk_prefetch).
+    #[arg(long)]
+    early_chunk_prefetch: bool,
     /// Layers of lookahead for prefetch.
     #[arg(long, default_value_t = 2)]
     lookahead: u32,
@@ -246,6 +250,7 @@ fn main() -> anyhow::Result<()> {
     opts.gpu_budget = Some(args.budget);
     opts.pool_slots = args.pool_slots;
     opts.stream.prefetch = !args.no_prefetch;
+    opts.stream.early_chunk_prefetch = args.early_chunk_prefetch;
     opts.stream.lookahead = args.lookahead;
     opts.stream.direct_io = Some(args.direct_io);
     opts.stream.copy_experts = !args.experts_in_gguf;
@@ -415,6 +420,7 @@ fn main() -> anyhow::Result<()> {
         Some(path) => serde_json::json!({"trace": path.display().to_string()}),
         None => serde_json::json!({"kind": args.routing.routing, "seed": args.routing.routing_seed}),
     };
+    out["early_chunk_prefetch"] = args.early_chunk_prefetch.into();
     out["int8_prefill"] = args.int8_prefill.into();
     out["tensor_prefill"] = engine.tensor_prefill().into();
     out["int8_decode"] = args.int8_decode.into();

@@ -4,7 +4,8 @@
 # exists, an older build's checked rows), and the 10-minute soak from a cold store, on one machine in three
 # calls made back to back (a machine stays held 30 s after a call):
 #   CALL=1  the model and store, the rows (two with 12 CPU-tier threads, issue #32's lever for a host whose
-#           vCPUs stall), then the soak started (it outlives the call) and llama.cpp's build beside it
+#           vCPUs stall; two with the next layer's chunk prefetch queued before a layer's wait, its prefill
+#           lever), then the soak started (it outlives the call) and llama.cpp's build beside it
 #           (SOAK=0: the rows only);
 #   CALL=2  waits for the soak and prints its end;
 #   CALL=3  three more page-cache rows, four of issue #32's levers (2 pool readers, 12 CPU-tier threads:
@@ -23,6 +24,7 @@ case "${CALL:-}" in
     ROWS="cal-chk:$B,$cal cal-nochk:$B,$cal,$off old-cal-chk:$B,$cal uni-chk:$B,$uni uni-nochk:$B,$uni,$off"
     ROWS+=" old-uni-chk:$B,$uni cal-t12:$B,$cal,--cpu-threads,12 cal-nochk2:$B,$cal,$off cal-chk2:$B,$cal"
     ROWS+=" uni-t12:$B,$uni,--cpu-threads,12 uni-nochk2:$B,$uni,$off uni-chk2:$B,$uni"
+    ROWS+=" cal-early:$B,$cal,--early-chunk-prefetch uni-early:$B,$uni,--early-chunk-prefetch"
     ROWS+=" cold-cal-chk:$C,$cal cold-cal-nochk:$C,$cal,$off cold-uni-nochk:$C,$uni,$off cold-uni-chk:$C,$uni"
     FTYPE=q4_k_m DECODE=128 PHASES=rows ROWS="$ROWS" timeout 500 bash scripts/device/tiers.sh
     pkill -f 'device/bench' || true

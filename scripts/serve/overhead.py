@@ -61,9 +61,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--prompt-words", type=int, default=40)
-    ap.add_argument("serve_args", nargs="*")
-    args = ap.parse_args()
-    server = subprocess.Popen([args.binary, "serve", "--port", "0", *args.serve_args], stdout=subprocess.PIPE,
+    # Everything after `--` goes to `serve` as it is (argparse would read its flags as this script's).
+    argv = sys.argv[1:]
+    serve_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    server = subprocess.Popen([args.binary, "serve", "--port", "0", *serve_args], stdout=subprocess.PIPE,
                               text=True)
     try:
         line = server.stdout.readline()

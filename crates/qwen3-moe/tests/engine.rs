@@ -708,6 +708,25 @@ fn chunks_are_bounded_by_the_pool_only_when_it_cannot_hold_a_layer() {
     }
 }
 
+/// `early_chunk_prefetch` queues a chunk's next layer before it waits for this one: the logits stay those of
+/// queueing it after, and the guesses are loaded and used, where the pool holds three layers' experts.
+#[test]
+fn early_chunk_prefetch_gives_the_same_logits() {
+    let m = model("early-prefetch", SynthShape { layers: 4, ..SynthShape::tiny() }, 5);
+    let run = |early| {
+        let mut e = open(&m, |o| {
+            o.pool_slots = Some(24);
+            o.gpu_routing = false;
+            o.stream.early_chunk_prefetch = early;
+        });
+        let logits = e.prefill(&PROMPT, true).unwrap();
+        (logits, e.pool_stats())
+    };
+    let ((late, _), (early, pool)) = (run(false), run(true));
+    assert!(max_diff(&late, &early) < 1e-5);
+    assert!(pool.prefetch_issued > 0 && pool.prefetch_used > 0, "{pool:?}");
+}
+
 /// Every load staged through a ring counts in the staging times, in one piece or more (a demand miss in
 /// up to the read split's), and building the chunk's graph in the graph time; both are zero after a reset,
 /// and uploads written with `write_buffer` stage no piece.

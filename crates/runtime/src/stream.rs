@@ -80,6 +80,12 @@ pub struct StreamOptions {
     /// its first use. A record that does not match is read again once past the page cache, then stops the
     /// step with the store's [`DamagedRecord`](diskformer_store::Error::DamagedRecord) error naming it.
     pub check_reads: bool,
+    /// A streaming prefill chunk queues the next layer's experts before it waits for this layer's, not
+    /// after: the pool's prefetch threads then load the next layer while its demand readers load this one,
+    /// both busy while the host waits (after, the prefetch threads idle through each wait). Applies where the
+    /// pool holds three layers' experts (the layer before, this one and the next); default off, a lever
+    /// still to be measured (BENCHMARKS.md).
+    pub early_chunk_prefetch: bool,
 }
 
 impl Default for StreamOptions {
@@ -96,6 +102,7 @@ impl Default for StreamOptions {
             speculative_reads: 32,
             copy_experts: true,
             check_reads: true,
+            early_chunk_prefetch: false,
         }
     }
 }

@@ -108,6 +108,8 @@ pub struct Engine {
     /// [`StreamOptions::read_split`], resolved.
     read_split: usize,
     lookahead: u32,
+    /// [`StreamOptions::early_chunk_prefetch`].
+    early_chunk_prefetch: bool,
     max_batch: u32,
     /// What the disk probe measured, when it chose the readers.
     reader_probe: Option<ReaderProbe>,

@@ -304,6 +304,7 @@ impl Engine {
             route_units: None,
             read_split: setup.read_split,
             lookahead,
+            early_chunk_prefetch: opts.stream.early_chunk_prefetch,
             max_batch,
             reader_probe: setup.reader_probe,
             cached: Vec::new(),

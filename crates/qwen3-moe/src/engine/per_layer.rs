@@ -108,10 +108,17 @@ impl Engine {
                         .collect();
                     tier.stage_for_pool(l, &missing)?;
                 }
+                // The next layer's experts load while the GPU runs this one's and the next router, and
+                // with `early_chunk_prefetch` already while this one's load.
+                let next = self.chunk_guesses(l, t);
+                let early =
+                    self.early_chunk_prefetch && self.pool_slots() >= 3 * self.config.expert_count as usize;
+                if let Some(next) = next.as_ref().filter(|_| early) {
+                    self.pool.prefetch(l + 1, next)?;
+                }
                 let pinned = self.pool.ensure(l, &union)?;
-                if let Some(next) = self.chunk_guesses(l, t) {
-                    // The next layer's experts load while the GPU runs this one's and the next router.
-                    self.pool.prefetch(l + 1, &next)?;
+                if let Some(next) = next.as_ref().filter(|_| !early) {
+                    self.pool.prefetch(l + 1, next)?;
                 }
                 let slots = picks
                     .iter()
