@@ -3,7 +3,7 @@
 Usage: overhead.py PATH/TO/diskformer [--rounds N] [--max-tokens N] [--prompt-words N] [-- SERVE ARGS...]
 Starts `diskformer serve --port 0 SERVE ARGS` (no --model: the demo model), waits for it to listen, then sends
 one unmeasured request and N measured ones: streamed chat completions, greedy, thinking off, each with a
-different prompt (so no cached prefix is reused). Each reply's finish chunk carries the engine's own timings
+different prompt (only the chat template's opening is shared with the cached prefix). Each reply's finish chunk carries the engine's own timings
 (measured on the engine's thread); the client times the same reply from its request to its first text and to
 its finish chunk. Prints a line a round and the medians, and one JSON line last. The standard library only, so
 that it runs on a GPU host with a bare Python.
@@ -23,15 +23,14 @@ import time
 
 
 def stream_once(host: str, port: int, body: dict) -> dict:
-    """One streamed request: the client's times and the finish chunk's timings and usage."""
+    """One streamed request: the client's times and the finish chunk's timings."""
     conn = http.client.HTTPConnection(host, port, timeout=600)
     sent = time.perf_counter()
     conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
     resp = conn.getresponse()
     if resp.status != 200:
         raise SystemExit(f"HTTP {resp.status}: {resp.read()[:500]!r}")
-    first_text = finish = None
-    timings = usage = None
+    first_text = finish = timings = None
     for raw in resp:
         line = raw.decode().strip()
         if not line.startswith("data: "):
@@ -41,8 +40,6 @@ def stream_once(host: str, port: int, body: dict) -> dict:
             break
         chunk = json.loads(data)
         now = time.perf_counter()
-        if chunk.get("usage"):
-            usage = chunk["usage"]
         choice = (chunk.get("choices") or [{}])[0]
         delta = choice.get("delta") or {}
         if first_text is None and (delta.get("content") or delta.get("reasoning_content")):
@@ -52,7 +49,7 @@ def stream_once(host: str, port: int, body: dict) -> dict:
     conn.close()
     if first_text is None or timings is None:
         raise SystemExit("a reply without text or without timings: is the server older than this script?")
-    return {"sent": sent, "first_text": first_text, "finish": finish, "timings": timings, "usage": usage}
+    return {"sent": sent, "first_text": first_text, "finish": finish, "timings": timings}
 
 
 def main() -> None:

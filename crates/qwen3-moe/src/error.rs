@@ -97,7 +97,6 @@ impl From<diskformer_runtime::Error> for Error {
             R::Store(e) => Error::Store(e),
             R::Pool(e) => Error::Pool(e),
             R::CpuExperts(e) => Error::CpuExperts(e),
-            other => Error::BadOption { option: "streaming", what: other.to_string() },
         }
     }
 }

@@ -1,9 +1,10 @@
 //! The runtime's error: an option out of range, or what the store, the pool or the CPU's expert kernels
 //! refused.
 
-/// What can go wrong setting up or running the parts of a streaming engine the runtime holds.
+/// What can go wrong setting up or running the parts of a streaming engine the runtime holds. Not
+/// `non_exhaustive`: the engines match every variant onto their own errors, and a new one should make them
+/// say where it goes.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum Error {
     /// An option out of range, or two that do not go together.
     #[error("option {option}: {what}")]
