@@ -50,10 +50,10 @@ struct Args {
     /// Turn prefetch off.
     #[arg(long)]
     no_prefetch: bool,
-    /// A streaming chunk queues the next layer's experts before it waits for this one's
-    /// (StreamOptions::early_chunk_prefetch).
+    /// A streaming chunk queues the next layer's experts after it waited for this one's, not before
+    /// (StreamOptions::early_chunk_prefetch off).
     #[arg(long)]
-    early_chunk_prefetch: bool,
+    no_early_chunk_prefetch: bool,
     /// Layers of lookahead for prefetch.
     #[arg(long, default_value_t = 2)]
     lookahead: u32,
@@ -114,7 +114,7 @@ struct Args {
     #[arg(long, value_enum, default_value_t = Upload::Ring)]
     upload: Upload,
     /// Pieces a record is read, staged and uploaded in (ring upload; default: the engine's, EngineOptions::
-    /// read_split: whole records with --direct-io, else 4).
+    /// read_split: whole records with --direct-io or checked reads, else 4).
     #[arg(long)]
     read_split: Option<usize>,
     /// Threads reading demand misses (default: the engine's, 8, or with --direct-io the count a probe of the
@@ -151,7 +151,7 @@ struct Args {
     /// Turn the CPU tier off (uploads every miss, as before it).
     #[arg(long, conflicts_with = "cpu_experts")]
     no_cpu_experts: bool,
-    /// Threads of the CPU tier (default: every core but two).
+    /// Threads of the CPU tier (default: every core but a quarter, at least two).
     #[arg(long)]
     cpu_threads: Option<usize>,
     /// How the CPU tier takes its inputs where its kernels take quantised ones (CpuTierOptions::math;
@@ -250,7 +250,7 @@ fn main() -> anyhow::Result<()> {
     opts.gpu_budget = Some(args.budget);
     opts.pool_slots = args.pool_slots;
     opts.stream.prefetch = !args.no_prefetch;
-    opts.stream.early_chunk_prefetch = args.early_chunk_prefetch;
+    opts.stream.early_chunk_prefetch = !args.no_early_chunk_prefetch;
     opts.stream.lookahead = args.lookahead;
     opts.stream.direct_io = Some(args.direct_io);
     opts.stream.copy_experts = !args.experts_in_gguf;
@@ -420,7 +420,7 @@ fn main() -> anyhow::Result<()> {
         Some(path) => serde_json::json!({"trace": path.display().to_string()}),
         None => serde_json::json!({"kind": args.routing.routing, "seed": args.routing.routing_seed}),
     };
-    out["early_chunk_prefetch"] = args.early_chunk_prefetch.into();
+    out["early_chunk_prefetch"] = (!args.no_early_chunk_prefetch).into();
     out["int8_prefill"] = args.int8_prefill.into();
     out["tensor_prefill"] = engine.tensor_prefill().into();
     out["int8_decode"] = args.int8_decode.into();

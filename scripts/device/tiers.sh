@@ -18,8 +18,9 @@
 set -uo pipefail
 source scripts/device/call-setup.sh
 FTYPE=${FTYPE:-q8_0}
-G=${G:-/dev/shm/q3-$FTYPE.gguf}
-S=/tmp/q3-$FTYPE.store
+# (-v: made with the real vocabulary, so that a machine holding one made without it makes it again)
+G=${G:-/dev/shm/q3-$FTYPE${VOCAB:+-v}.gguf}
+S=/tmp/q3-$FTYPE${VOCAB:+-v}.store
 DECODE=${DECODE:-64}
 COLD_DECODE=${COLD_DECODE:-32}
 PHASES=${PHASES:-cpu rows llama}
@@ -36,7 +37,7 @@ if [[ $PHASES != *rows* ]] && [[ $PHASES != *llama* ]]; then
 elif [ -n "${REUSE:-}" ] && [ -s $G ] && [ -s $S/experts.bin ]; then
     echo "reusing $G and $S"
 else
-    $D/synth-gguf --shape qwen3-30b-a3b --ftype "$FTYPE" --out $G | tail -1
+    $D/synth-gguf --shape qwen3-30b-a3b --ftype "$FTYPE" ${VOCAB:+--vocab-from "$VOCAB"} --out $G | tail -1
     $D/ingest $G --store $S | tail -1
 fi
 if [[ ${ROWS:-} == *gg-* ]] && [ ! -s $S-gguf/manifest.json ]; then
@@ -115,10 +116,10 @@ if [[ $PHASES == *llama* ]]; then
     LB=/tmp/ll/build/bin/llama-bench
     for row in ${LLAMA_ROWS:-exps-cpu:-ot,exps=CPU cpu-moe-44:--n-cpu-moe,44}; do
         label=${row%%:*}; IFS=, read -r -a a <<< "${row#*:}"
-        timeout 400 $LB -m $G -ngl 99 "${a[@]}" -p 512 -n "$DECODE" -r 2 -t 16 -o json > "$OUT/llama-$label.json" 2> "/tmp/llama-$label.err" ||
+        timeout 400 $LB -m $G -ngl 99 "${a[@]}" -p 512 -n "$DECODE" -r 2 -t 16 -o json > "/tmp/llama-$label.json" 2> "/tmp/llama-$label.err" ||
             tail -3 "/tmp/llama-$label.err"
         python3 -c "import json,sys; r=json.load(open(sys.argv[1])); [print(sys.argv[2], 'pp' if x['n_prompt'] else 'tg', round(x['avg_ts'],2), '+-', round(x['stddev_ts'],2)) for x in r]" \
-            "$OUT/llama-$label.json" "llama-$label" | tee -a "$OUT/llama.txt"
+            "/tmp/llama-$label.json" "llama-$label" | tee -a "$OUT/llama.txt"
     done
 fi
 

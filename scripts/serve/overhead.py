@@ -47,8 +47,11 @@ def stream_once(host: str, port: int, body: dict) -> dict:
         if choice.get("finish_reason"):
             finish, timings = now, chunk.get("timings")
     conn.close()
-    if first_text is None or timings is None:
-        raise SystemExit("a reply without text or without timings: is the server older than this script?")
+    if timings is None:
+        raise SystemExit("a reply without timings: is the server older than this script?")
+    if first_text is None:
+        raise SystemExit("a reply without text: the model's tokens decode to none (a synthetic GGUF's padding "
+                         "tokens? make it with synth-gguf --vocab-from a real vocabulary)")
     return {"sent": sent, "first_text": first_text, "finish": finish, "timings": timings}
 
 

@@ -65,8 +65,8 @@ pub use diskformer_runtime::{GpuBytes, Stats};
 pub use diskformer_runtime::{Routing, Sampler, SamplingOptions, log_softmax, top_n};
 pub use engine::{
     CpuTierOptions, Engine, EngineOptions, FALLBACK_GPU_BUDGET, KernelOptions, LoadProgress,
-    READ_SPLIT_DIRECT, READ_SPLIT_IN_GGUF, READ_SPLIT_PAGE_CACHE, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE,
-    StreamOptions, auto_gpu_budget, default_store_dir, records_exceed_memory,
+    READ_SPLIT_CHECKED, READ_SPLIT_DIRECT, READ_SPLIT_IN_GGUF, READ_SPLIT_PAGE_CACHE, ROUTE_AHEAD_DIRECT,
+    ROUTE_AHEAD_PAGE_CACHE, StreamOptions, auto_gpu_budget, default_store_dir, records_exceed_memory,
 };
 pub use error::{Error, Result};
 pub use kernel_times::KernelTime;

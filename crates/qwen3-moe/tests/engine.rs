@@ -13,9 +13,9 @@ use diskformer_qwen3_moe::synthetic::SynthShape;
 mod common;
 use common::{Model, model};
 use diskformer_qwen3_moe::{
-    EndReason, Engine, EngineOptions, Error, Event, FALLBACK_GPU_BUDGET, GenerateOptions, READ_SPLIT_DIRECT,
-    READ_SPLIT_PAGE_CACHE, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, Sampler, SamplingOptions,
-    auto_gpu_budget, log_softmax, top_n,
+    EndReason, Engine, EngineOptions, Error, Event, FALLBACK_GPU_BUDGET, GenerateOptions, READ_SPLIT_CHECKED,
+    READ_SPLIT_DIRECT, READ_SPLIT_PAGE_CACHE, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, Sampler,
+    SamplingOptions, auto_gpu_budget, log_softmax, top_n,
 };
 
 /// The engine with `f`'s options, the CPU tier off unless `f` turns it on: these tests protect the GPU's
@@ -175,24 +175,31 @@ fn batched_prefill_pool_sizes_and_prefix_reuse_agree() {
     // Streaming through 5 slots with records read in pieces (O_DIRECT: read ahead, one piece at a time;
     // page cache: pieces on their own threads while few loads run) or whole, by one reader or several; with
     // O_DIRECT and no count given, as many as a probe of the disk picks.
-    // `None` pieces: the default, which follows how records are read.
+    // `None` pieces: the default, which follows how records are read (checked or not).
     let cases = [
-        (true, Some(4), Some(8)),
-        (true, Some(1), Some(1)),
-        (false, Some(4), Some(1)),
-        (false, Some(1), Some(2)),
-        (true, Some(4), None),
-        (true, None, Some(1)),
-        (false, None, Some(2)),
+        (true, Some(4), Some(8), true),
+        (true, Some(1), Some(1), true),
+        (false, Some(4), Some(1), true),
+        (false, Some(1), Some(2), true),
+        (true, Some(4), None, true),
+        (true, None, Some(1), true),
+        (false, None, Some(2), true),
+        (false, None, Some(2), false),
+        (false, Some(4), Some(2), false),
     ];
-    for (direct_io, read_split, readers) in cases {
+    for (direct_io, read_split, readers, checked) in cases {
         let mut e = open(&m, |o| {
             o.pool_slots = Some(5);
             o.stream.direct_io = Some(direct_io);
             o.stream.read_split = read_split;
             o.stream.readers = readers;
+            o.stream.check_reads = checked;
         });
-        let default_split = if direct_io { READ_SPLIT_DIRECT } else { READ_SPLIT_PAGE_CACHE };
+        let default_split = match (direct_io, checked) {
+            (true, _) => READ_SPLIT_DIRECT,
+            (false, true) => READ_SPLIT_CHECKED,
+            (false, false) => READ_SPLIT_PAGE_CACHE,
+        };
         assert_eq!(e.read_split(), read_split.unwrap_or(default_split));
         match readers {
             Some(n) => assert_eq!(e.readers(), n),
@@ -200,7 +207,10 @@ fn batched_prefill_pool_sizes_and_prefix_reuse_agree() {
         }
         let got = e.prefill(&PROMPT, false).unwrap();
         let d = max_diff(&got, &want);
-        assert!(d < 1e-4, "O_DIRECT {direct_io}, {read_split:?} pieces, {readers:?} readers: {d}");
+        assert!(
+            d < 1e-4,
+            "O_DIRECT {direct_io}, {read_split:?} pieces, {readers:?} readers, checked {checked}: {d}"
+        );
         assert!(e.stats().pool.misses > 0, "the pool streamed");
     }
 

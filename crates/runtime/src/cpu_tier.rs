@@ -88,9 +88,18 @@ impl std::fmt::Debug for CpuTier {
     }
 }
 
+/// The tier's threads where none are given: every core but a quarter of them, at least two left, at least
+/// one thread. The cores left run the stepping thread (it records the GPU's next commands while the others
+/// compute, then joins them), the thread recording layers ahead and the GPU pool's loaders, each hashing
+/// the records it checks: on 16-core hosts 14 threads decoded faster than 15 and 16 (H200), 12 than 14
+/// under a trained model's routing with checked reads (H100; BENCHMARKS.md).
+pub fn default_threads(cores: usize) -> usize {
+    cores.saturating_sub((cores / 4).max(2)).max(1)
+}
+
 impl CpuTier {
     /// Maps the store's `experts.bin` (or, with `host`, sets up the host tier over it) and starts `threads`
-    /// CPU threads (`None`: every core but two) on the best SIMD path the CPU has, multiplying on inputs as
+    /// CPU threads (`None`: [`default_threads`]) on the best SIMD path the CPU has, multiplying on inputs as
     /// `math` asks where the records take quantised ones (Q8_0, Q4_0, or Q4_K, Q5_K and Q6_K blocks with
     /// SIMD kernels; else f32), and by default ([`CpuTierOptions::math`](crate::stream::CpuTierOptions::math))
     /// Q16 on such blocks. With `checks`, every record is checked before it is first computed on.
@@ -126,11 +135,8 @@ impl CpuTier {
             }
             None => map_records(store, layout, checks)?,
         };
-        // Two cores are left to the stepping thread (it records the GPU's next commands while the others
-        // compute, then joins them), the pool's loaders and the mapping thread: on the H200 (16 cores) 14
-        // threads decoded faster than 15, and 15 than 16 (BENCHMARKS.md).
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let threads = threads.unwrap_or(cores.saturating_sub(2).max(1));
+        let threads = threads.unwrap_or_else(|| default_threads(cores));
         let isa = Isa::detect();
         Ok(CpuTier {
             kernels: CpuExperts::new(threads, isa)?,
@@ -497,4 +503,17 @@ fn map_cached_records(
         }
         map_some();
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_threads;
+
+    /// A quarter of the cores, at least two, are left to the stepping thread and the loaders; one thread
+    /// computes whatever the host.
+    #[test]
+    fn default_threads_leave_a_quarter_of_the_cores() {
+        let got: Vec<usize> = [1, 2, 3, 4, 8, 16, 64].map(default_threads).to_vec();
+        assert_eq!(got, [1, 1, 1, 2, 6, 12, 48]);
+    }
 }

@@ -44,8 +44,8 @@ pub struct StreamOptions {
     /// copied to the device as soon as it is staged (prefetch loads read whole records): through the page
     /// cache on as many threads while at most two loads run, with O_DIRECT one after another while the
     /// previous piece is staged. `None`, the default, picks [`READ_SPLIT_IN_GGUF`] for experts read in
-    /// place from the GGUF, [`READ_SPLIT_DIRECT`] (whole records) with `direct_io`, else
-    /// [`READ_SPLIT_PAGE_CACHE`].
+    /// place from the GGUF, [`READ_SPLIT_DIRECT`] (whole records) with `direct_io`,
+    /// [`READ_SPLIT_CHECKED`] through the page cache with `check_reads`, else [`READ_SPLIT_PAGE_CACHE`].
     pub read_split: Option<usize>,
     /// A one-token step queues up to this many layers past the last one whose picks the host has checked
     /// (0 reads each layer's picks back before its experts run; `None`, the default, picks
@@ -83,8 +83,7 @@ pub struct StreamOptions {
     /// A streaming prefill chunk queues the next layer's experts before it waits for this layer's, not
     /// after: the pool's prefetch threads then load the next layer while its demand readers load this one,
     /// both busy while the host waits (after, the prefetch threads idle through each wait). Applies where the
-    /// pool holds three layers' experts (the layer before, this one and the next); default off, a lever
-    /// still to be measured (BENCHMARKS.md).
+    /// pool holds three layers' experts (the layer before, this one and the next); default on.
     pub early_chunk_prefetch: bool,
 }
 
@@ -102,7 +101,7 @@ impl Default for StreamOptions {
             speculative_reads: 32,
             copy_experts: true,
             check_reads: true,
-            early_chunk_prefetch: false,
+            early_chunk_prefetch: true,
         }
     }
 }
@@ -118,6 +117,10 @@ pub const ROUTE_AHEAD_DIRECT: u32 = 8;
 pub const READ_SPLIT_PAGE_CACHE: usize = 4;
 /// [`StreamOptions::read_split`] with O_DIRECT: whole records, which a disk serves at a higher rate.
 pub const READ_SPLIT_DIRECT: usize = 1;
+/// [`StreamOptions::read_split`] through the page cache with [`StreamOptions::check_reads`]: whole records.
+/// A checked load's pieces are read in record order, as its hash takes them, so pieces run one after
+/// another on one thread, each paying a staging ring's wait and a submit.
+pub const READ_SPLIT_CHECKED: usize = 1;
 /// [`StreamOptions::read_split`] for experts read in place from the GGUF ([`StreamOptions::copy_experts`]
 /// off): whole records, each three reads of its parts (a piece would add reads at every part boundary).
 pub const READ_SPLIT_IN_GGUF: usize = 1;
@@ -145,7 +148,8 @@ pub struct CpuTierOptions {
     /// host's available memory, at most the store's records; else no host tier (the page cache holds the
     /// records).
     pub ram_budget: Option<u64>,
-    /// Threads of the tier, the stepping thread's included (`None`: every core but two).
+    /// Threads of the tier, the stepping thread's included (`None`:
+    /// [`default_threads`](crate::cpu_tier::default_threads): every core but a quarter, at least two).
     pub threads: Option<usize>,
     /// How the tier takes its inputs (the token row before gate‖up, the activation before down), where its
     /// records take quantised ones (Q8_0 and Q4_0, or K-quant records whose every tensor is Q4_K, Q5_K or
@@ -265,6 +269,8 @@ impl StreamSetup {
             READ_SPLIT_IN_GGUF
         } else if direct_io {
             READ_SPLIT_DIRECT
+        } else if checks.is_some() {
+            READ_SPLIT_CHECKED
         } else {
             READ_SPLIT_PAGE_CACHE
         });

@@ -39,7 +39,7 @@ mod route_ahead;
 pub use diskformer_runtime::load::{FALLBACK_GPU_BUDGET, LoadProgress, auto_gpu_budget, default_store_dir};
 pub use diskformer_runtime::records_exceed_memory;
 pub use options::{
-    CpuTierOptions, EngineOptions, KernelOptions, READ_SPLIT_DIRECT, READ_SPLIT_IN_GGUF,
+    CpuTierOptions, EngineOptions, KernelOptions, READ_SPLIT_CHECKED, READ_SPLIT_DIRECT, READ_SPLIT_IN_GGUF,
     READ_SPLIT_PAGE_CACHE, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, StreamOptions,
 };
 use resident::RunAhead;

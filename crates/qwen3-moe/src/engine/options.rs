@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use diskformer_runtime::Routing;
 pub use diskformer_runtime::stream::{
-    CpuTierOptions, READ_SPLIT_DIRECT, READ_SPLIT_IN_GGUF, READ_SPLIT_PAGE_CACHE, ROUTE_AHEAD_DIRECT,
-    ROUTE_AHEAD_PAGE_CACHE, StreamOptions,
+    CpuTierOptions, READ_SPLIT_CHECKED, READ_SPLIT_DIRECT, READ_SPLIT_IN_GGUF, READ_SPLIT_PAGE_CACHE,
+    ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, StreamOptions,
 };
 
 /// How to load and run a model. Build with [`EngineOptions::default`] and adjust the fields.
