@@ -16,6 +16,8 @@
 //!   bound of a pool, every expert loaded when all fit, and what a load reports ([`LoadProgress`]).
 //! - [`cpu_tier`]: a layer's misses computed on the CPU from their records while the GPU computes the hits
 //!   ([`CpuTier`]).
+//! - [`tiers`]: the GPU pool and the CPU tier as a step driver holds them, with the slots a layer keeps
+//!   pinned and their counters joined to the driver's ([`Tiers`]).
 //!
 //! The engine (`diskformer-qwen3-moe`) still holds the step drivers and prefill; they move here as the model
 //! definitions get their seam.
@@ -28,6 +30,7 @@ pub mod routing;
 pub mod sampling;
 pub mod stats;
 pub mod stream;
+pub mod tiers;
 
 pub use cpu_tier::{CpuTier, HostTier};
 pub use error::{Error, Result};
@@ -37,3 +40,4 @@ pub use routing::{ForcedRoutes, RouteRecorder, Routing, layer_stride};
 pub use sampling::{Sampler, SamplingOptions, log_softmax, top_n};
 pub use stats::{EngineStats, GpuBytes, Stats};
 pub use stream::{CpuTierOptions, PoolShape, StreamOptions, StreamSetup, expert_pool, records_exceed_memory};
+pub use tiers::Tiers;

@@ -38,7 +38,7 @@ pub struct ChatArgs {
     /// auto: 90 % of the GPU's memory, 4GB on a software adapter).
     #[arg(long, default_value = "auto", value_parser = parse_budget)]
     budget: Budget,
-    /// Context length (KV-cache positions).
+    /// Context length in KV-cache positions (default: the model's, at most 4096).
     #[arg(long)]
     ctx: Option<u32>,
     /// Sampling temperature (0 = greedy).

@@ -49,7 +49,7 @@ struct ServeArgs {
     /// auto: 90 % of the GPU's memory, 4GB on a software adapter).
     #[arg(long, default_value = "auto", value_parser = diskformer::cli::parse_budget)]
     budget: diskformer::cli::Budget,
-    /// Context length (default: the model's, bounded by the budget).
+    /// Context length (default: the model's, at most 4096).
     #[arg(long)]
     ctx: Option<u32>,
     /// Most tokens of a reply when a request names no limit.

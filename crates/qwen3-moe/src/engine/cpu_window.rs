@@ -30,9 +30,9 @@ impl Engine {
     ) -> Result<(Pinned, Vec<u32>, Option<CpuWork>)> {
         let (k, hidden) = (self.config.expert_used_count as usize, self.config.embedding_length as usize);
         let picks = &read[..k];
-        let tier = self.cpu_tier.as_mut().expect("a CPU layer runs with the tier");
+        let tier = self.tiers.cpu.as_mut().expect("a CPU layer runs with the tier");
         // One look under the pool's lock: which picks it holds ready, and whether loads are queued.
-        let (may_admit, ready) = self.pool.inspect(|core| {
+        let (may_admit, ready) = self.tiers.pool.inspect(|core| {
             let ready: Vec<bool> =
                 picks.iter().map(|&e| core.slot_of(ExpertKey::new(l, e)).is_some()).collect();
             (core.queued() == 0, ready)
@@ -41,7 +41,7 @@ impl Engine {
         let plan = tier.plan(l, picks, may_admit, resident)?;
         let hits: Vec<u32> =
             picks.iter().zip(&plan.tiers).filter(|(_, t)| **t == Tier::Gpu).map(|(&e, _)| e).collect();
-        let pinned = self.pool.ensure(l, &hits)?;
+        let pinned = self.tiers.pool.ensure(l, &hits)?;
         let mut hit_slots = pinned.slots().iter();
         let slots: Vec<u32> = (plan.tiers.iter())
             .map(|t| match t {
@@ -53,7 +53,7 @@ impl Engine {
         // The host tier reads what it lacks first, so that the admissions load from host memory.
         tier.fetch(l, &ids, &plan.admit)?;
         if !plan.admit.is_empty() {
-            self.stats.cpu_admitted += self.pool.prefetch(l, &plan.admit)? as u64;
+            self.stats.cpu_admitted += self.tiers.pool.prefetch(l, &plan.admit)? as u64;
         }
         let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
         let (mut weights, xn) = (floats(&read[k..2 * k]), floats(&read[2 * k..2 * k + hidden]));
@@ -107,7 +107,7 @@ impl Engine {
                 })
             })
         };
-        let tier = self.cpu_tier.as_mut().expect("CPU work comes from the tier");
+        let tier = self.tiers.cpu.as_mut().expect("CPU work comes from the tier");
         let CpuWork { ids, weights, xn, sum_row } = work;
         let (sum, took, (next_head, recording)) = tier.compute_while(l, &ids, &weights, &xn, meanwhile)?;
         self.stats.cpu_experts += ids.len() as u64;

@@ -17,7 +17,7 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use diskformer_bpe::Tokenizer;
-use diskformer_expert_stream::{ExpertPool, GpuBackend, Pinned, SpeculativeReads, Stats as PoolStats};
+use diskformer_expert_stream::Stats as PoolStats;
 use diskformer_kernels::{Context, Kernels, PENALTY_MAX_N, SampleStep, cpu};
 use diskformer_store::ReaderProbe;
 
@@ -25,8 +25,7 @@ use crate::graph::{Bindings, ExpertKernels, Graph, KvCache, Scratch};
 use crate::unit_stock::{UnitBuffers, UnitStock};
 use crate::weights::Weights;
 use crate::{Config, Error, Result, Sampler, SamplingOptions};
-use diskformer_runtime::CpuTier;
-use diskformer_runtime::{EngineStats, GpuBytes};
+use diskformer_runtime::{EngineStats, GpuBytes, Tiers};
 use diskformer_runtime::{ForcedRoutes, RouteRecorder};
 
 mod cpu_window;
@@ -78,8 +77,6 @@ pub(crate) enum Output {
 pub struct Engine {
     /// The GPU budget it was sized for (the option's, or [`auto_gpu_budget`]'s).
     gpu_budget: u64,
-    /// Whether records are read with O_DIRECT ([`StreamOptions::direct_io`], or its default's choice).
-    direct_io: bool,
     config: Config,
     tokenizer: Arc<Tokenizer>,
     vocab: u32,
@@ -89,7 +86,8 @@ pub struct Engine {
     kv: KvCache,
     /// Shared with the step drivers while they also borrow the engine mutably.
     scratch: Arc<Scratch>,
-    pool: ExpertPool<GpuBackend>,
+    /// The GPU pool and the CPU tier, the slots a layer holds, what the stream's setup chose.
+    tiers: Tiers,
     /// Shared with the route-ahead unit stock's thread.
     graphs: HashMap<u32, Arc<Graph>>,
     /// The chunk sizes (> 1) with a graph, least recently used first: at most [`CHUNK_GRAPHS`] are kept.
@@ -105,18 +103,12 @@ pub struct Engine {
     /// With route-ahead, once a one-token step ran: what its layer units copy between, and the stock of
     /// them a thread keeps recorded (`None` if that thread could not start: the host then records them all).
     route_units: Option<(UnitBuffers, Option<UnitStock<wgpu::CommandBuffer>>)>,
-    /// [`StreamOptions::read_split`], resolved.
-    read_split: usize,
     lookahead: u32,
     /// [`StreamOptions::early_chunk_prefetch`].
     early_chunk_prefetch: bool,
     max_batch: u32,
-    /// What the disk probe measured, when it chose the readers.
-    reader_probe: Option<ReaderProbe>,
     /// Token ids whose keys and values the cache holds, position i at index i.
     cached: Vec<u32>,
-    /// Slots pinned for the layer whose experts are recorded but not yet submitted.
-    held: Option<Pinned>,
     /// With every expert resident: the next one-token step's commands, recorded while the GPU ran the
     /// previous step, for the output it asked for and the argmax readback it copies to.
     next_step: Option<(Want, usize, wgpu::CommandBuffer)>,
@@ -138,8 +130,6 @@ pub struct Engine {
     stats: EngineStats,
     gpu_bytes: GpuBytes,
     store_dir: PathBuf,
-    /// [`CpuTierOptions::enabled`] while experts stream.
-    cpu_tier: Option<CpuTier>,
     /// [`EngineOptions::routing`] when forced.
     forced: Option<ForcedRoutes>,
     /// [`EngineOptions::record_routing`].
@@ -185,7 +175,7 @@ impl Engine {
 
     /// Whether it reads records with O_DIRECT ([`StreamOptions::direct_io`], or what its default chose).
     pub fn direct_io(&self) -> bool {
-        self.direct_io
+        self.tiers.direct_io()
     }
 
     /// KV-cache positions.
@@ -200,17 +190,17 @@ impl Engine {
 
     /// Expert slots in the pool.
     pub fn pool_slots(&self) -> usize {
-        self.pool.backend().pool().slots()
+        self.tiers.slots()
     }
 
     /// Threads reading demand misses: [`StreamOptions::readers`], or the count the disk probe picked.
     pub fn readers(&self) -> usize {
-        self.pool.config().readers
+        self.tiers.readers()
     }
 
     /// The disk probe's rates, when it chose [`Engine::readers`] (O_DIRECT and no count given).
     pub fn reader_probe(&self) -> Option<&ReaderProbe> {
-        self.reader_probe.as_ref()
+        self.tiers.reader_probe()
     }
 
     /// Whether every expert is resident and routing stays on the GPU (no per-layer readback).
@@ -227,7 +217,7 @@ impl Engine {
 
     /// Pieces a demand miss's record is read in ([`StreamOptions::read_split`], its default resolved).
     pub fn read_split(&self) -> usize {
-        self.read_split
+        self.tiers.read_split()
     }
 
     /// Most tokens one prefill chunk runs.
@@ -259,43 +249,18 @@ impl Engine {
 
     /// Engine and pool counters since the load or [`reset_stats`](Self::reset_stats).
     pub fn stats(&self) -> crate::Stats {
-        let backend = self.pool.backend();
-        let speculative = backend.speculation().map(SpeculativeReads::stats);
-        let disk = backend.reader().activity();
-        let mut stats = crate::Stats::new(
-            &self.stats,
-            self.pool.stats(),
-            speculative,
-            disk,
-            self.gpu_bytes,
-            self.pool_slots(),
-        );
-        stats.cpu_isa = self.cpu_tier.as_ref().map(|t| (t.isa(), t.threads()));
-        stats.cpu_math = self.cpu_tier.as_ref().map(CpuTier::math);
-        stats.host = self.cpu_tier.as_ref().and_then(CpuTier::host_stats);
-        stats.staging = backend.pool().staging_times();
-        stats
+        self.tiers.stats(&self.stats, self.gpu_bytes)
     }
 
     /// Zeroes the counters.
     pub fn reset_stats(&mut self) {
         self.stats = EngineStats::default();
-        self.pool.reset_stats();
-        if let Some(tier) = self.cpu_tier.as_mut() {
-            tier.reset_host_stats();
-            tier.take_pool_times();
-        }
-        let backend = self.pool.backend();
-        backend.reader().reset_activity();
-        backend.pool().reset_staging_times();
-        if let Some(spec) = backend.speculation() {
-            spec.reset_stats();
-        }
+        self.tiers.reset_stats();
     }
 
     /// The pool's own counters.
     pub fn pool_stats(&self) -> PoolStats {
-        self.pool.stats()
+        self.tiers.pool.stats()
     }
 
     /// Runs `ids` after the cached prefix they share with the cache (at least the last id runs), and returns
@@ -319,7 +284,7 @@ impl Engine {
         let chunk = if batched { self.max_batch as usize } else { 1 };
         if chunk > 1 && self.resident_table.is_none() {
             // A chunk may need every slot: let prefetch loads still running from decode finish first.
-            self.pool.drain();
+            self.tiers.pool.drain();
         }
         let mut out = Output::Nothing;
         for (i, part) in rest.chunks(chunk).enumerate() {
@@ -446,7 +411,7 @@ impl Engine {
                 weights: &self.weights,
                 kv: &self.kv,
                 scratch: &self.scratch,
-                pool: self.pool.backend().pool(),
+                pool: self.tiers.pool.backend().pool(),
                 lookahead: if t == 1 { self.lookahead } else { 0 },
                 resident_table: (self.resident_table.as_ref())
                     .or(self.route_table.as_ref().filter(|_| t == 1))
@@ -471,10 +436,8 @@ impl Engine {
         let started = Instant::now();
         let waited = self.stats.gpu_wait + self.stats.ensure_time;
         let result = self.run_inner(ids, want);
-        if let Some(p) = self.held.take() {
-            // A step that failed between a layer's `ensure` and the next submit: unpin its slots.
-            self.pool.release(p);
-        }
+        // A step that failed between a layer's `ensure` and the next submit: unpin its slots.
+        self.tiers.release_held();
         let waited_here = self.stats.gpu_wait + self.stats.ensure_time - waited;
         self.stats.host_time += started.elapsed().saturating_sub(waited_here);
         match &result {

@@ -14,7 +14,7 @@ use diskformer_runtime::load::{
     LoadProgress, auto_gpu_budget, chunk_bound, default_store_dir, ingest_gguf, load_every_expert,
 };
 use diskformer_runtime::{
-    CpuTier, EngineStats, ForcedRoutes, GpuBytes, HostTier, PoolShape, RouteRecorder, StreamSetup,
+    CpuTier, EngineStats, ForcedRoutes, GpuBytes, HostTier, PoolShape, RouteRecorder, StreamSetup, Tiers,
     expert_pool,
 };
 use diskformer_store::Store;
@@ -286,7 +286,6 @@ impl Engine {
         let kernels_coop = kernels.cooperative_matrix();
         let mut engine = Engine {
             gpu_budget,
-            direct_io,
             config,
             tokenizer,
             vocab,
@@ -295,20 +294,17 @@ impl Engine {
             weights,
             kv,
             scratch,
-            pool,
+            tiers: Tiers::new(pool, cpu_tier, setup),
             graphs: HashMap::new(),
             chunk_graphs: VecDeque::new(),
             resident_table,
             route_table,
             route_ahead,
             route_units: None,
-            read_split: setup.read_split,
             lookahead,
             early_chunk_prefetch: opts.stream.early_chunk_prefetch,
             max_batch,
-            reader_probe: setup.reader_probe,
             cached: Vec::new(),
-            held: None,
             next_step: None,
             run_ahead: None,
             run_ahead_enabled: opts.run_ahead && forced.is_none() && !recording,
@@ -321,7 +317,6 @@ impl Engine {
             stats: EngineStats::default(),
             gpu_bytes,
             store_dir: store_dir.to_owned(),
-            cpu_tier,
             forced,
             recorder,
         };

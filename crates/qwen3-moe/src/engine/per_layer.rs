@@ -26,14 +26,14 @@ impl Engine {
         // Streaming (or routing off the GPU): a readback of the picks per layer, `ensure`, then the layer's
         // experts; chunks group their pairs by slot for the expert GEMM on the host.
         let mut enc = device.create_command_encoder(&Default::default());
-        debug_assert!(self.held.is_none());
+        debug_assert!(self.tiers.held.is_none());
         let pairs = t as usize * k;
         let hidden = self.config.embedding_length as usize;
-        if let Some(tier) = self.cpu_tier.as_mut().filter(|_| t == 1) {
+        if let Some(tier) = self.tiers.cpu.as_mut().filter(|_| t == 1) {
             tier.next_token();
         }
         let mut recorded = Vec::with_capacity(if self.recorder.is_some() { layers as usize } else { 0 });
-        let tier_on = t == 1 && self.cpu_tier.is_some();
+        let tier_on = t == 1 && self.tiers.cpu.is_some();
         let cpu_layer = |lg: &LayerGraph| tier_on && lg.cpu_join.is_some();
         // A layer's attention and router, recorded and finished while the host computed the experts of
         // the layer before (the CPU tier); else recorded into `enc` at the layer's start.
@@ -69,9 +69,7 @@ impl Engine {
                 }
                 timed(&mut self.stats.submit_time, || queue.submit([enc.finish()]))
             });
-            if let Some(p) = self.held.take() {
-                self.pool.release(p);
-            }
+            self.tiers.release_held();
             let read: Vec<u32> =
                 readback(&device, rb, rb_bytes, Some(picked), SPIN_FOR_PICKS, &mut self.stats.gpu_wait)?;
             let picks = &read[..pairs];
@@ -90,17 +88,17 @@ impl Engine {
                 let base = (l * self.config.expert_count) as usize;
                 (None, picks.iter().map(|&id| table[base + id as usize]).collect::<Vec<u32>>())
             } else if t == 1 {
-                let pinned = self.pool.ensure(l, picks)?;
+                let pinned = self.tiers.pool.ensure(l, picks)?;
                 let slots: Vec<u32> = pinned.slots().iter().map(|s| s.0).collect();
                 (Some(pinned), slots)
             } else {
                 let mut union = picks.to_vec();
                 union.sort_unstable();
                 union.dedup();
-                if let Some(tier) = self.cpu_tier.as_mut() {
+                if let Some(tier) = self.tiers.cpu.as_mut() {
                     // Through the host tier, a chunk's misses are read into host memory once and loaded from
                     // there: the steps after the prompt find them held instead of reading them again.
-                    let pool = &self.pool;
+                    let pool = &self.tiers.pool;
                     let missing: Vec<u32> = union
                         .iter()
                         .copied()
@@ -114,11 +112,11 @@ impl Engine {
                 let early =
                     self.early_chunk_prefetch && self.pool_slots() >= 3 * self.config.expert_count as usize;
                 if let Some(next) = next.as_ref().filter(|_| early) {
-                    self.pool.prefetch(l + 1, next)?;
+                    self.tiers.pool.prefetch(l + 1, next)?;
                 }
-                let pinned = self.pool.ensure(l, &union)?;
+                let pinned = self.tiers.pool.ensure(l, &union)?;
                 if let Some(next) = next.as_ref().filter(|_| !early) {
-                    self.pool.prefetch(l + 1, next)?;
+                    self.tiers.pool.prefetch(l + 1, next)?;
                 }
                 let slots = picks
                     .iter()
@@ -140,10 +138,10 @@ impl Engine {
                 let guessed =
                     readback(&device, &s.guess_readback, bytes, Some(submission), Duration::ZERO, wait)?;
                 for (j, ids) in guessed.chunks(k).enumerate() {
-                    self.pool.prefetch(l + 1 + j as u32, ids)?;
+                    self.tiers.pool.prefetch(l + 1 + j as u32, ids)?;
                 }
             }
-            self.held = pinned;
+            self.tiers.held = pinned;
             match cpu_work {
                 Some(work) => {
                     let next_on_cpu = graph.layers.get(l as usize + 1).is_some_and(cpu_layer);
@@ -161,9 +159,7 @@ impl Engine {
         let out = read_output(&device, &s, want, shape, 0, None, &mut self.stats.gpu_wait)?;
         // Writes for the next step (ids, positions, slots, uploads into freed slots) are ordered after
         // this submit by the queue, so nothing waits here.
-        if let Some(p) = self.held.take() {
-            self.pool.release(p);
-        }
+        self.tiers.release_held();
         Ok(out)
     }
 
@@ -176,7 +172,7 @@ impl Engine {
     /// picks may need every slot that loads of guesses would hold).
     fn chunk_guesses(&self, l: u32, tokens: u32) -> Option<Vec<u32>> {
         let (experts, k) = (self.config.expert_count, self.config.expert_used_count);
-        let through_host = self.cpu_tier.as_ref().is_some_and(|t| t.host_stats().is_some());
+        let through_host = self.tiers.cpu.as_ref().is_some_and(|t| t.host_stats().is_some());
         let fits = chunk_bound(self.pool_slots(), experts, k) == u32::MAX;
         (l + 1 < self.config.block_count && tokens * k >= experts && fits && !through_host)
             .then(|| (0..experts).collect())

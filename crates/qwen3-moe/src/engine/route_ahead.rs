@@ -58,19 +58,19 @@ impl Engine {
             let (device, s) = (&self.ctx.device, &self.scratch);
             let (copied, lacked) = (&units.copied[..layers], &mut units.lacked[..]);
             let mut guessed = Ok(());
-            let pinned = match self.pool.backend().speculation() {
+            let pinned = match self.tiers.pool.backend().speculation() {
                 // While this layer's loads run, the disk may as well read what the layers queued after it lack.
                 Some(spec) => {
                     let (units, next) = (l + 1..(l + 1 + window).min(layers), l + 1);
                     let mut guesses = MissGuesses { device, s, copied, lacked, units, next, k, spec };
-                    self.pool.ensure_meanwhile(l as u32, picks, || {
+                    self.tiers.pool.ensure_meanwhile(l as u32, picks, || {
                         guesses.step().unwrap_or_else(|e| {
                             guessed = Err(e);
                             false
                         })
                     })
                 }
-                None => self.pool.ensure(l as u32, picks),
+                None => self.tiers.pool.ensure(l as u32, picks),
             };
             self.stats.ensure_time += started.elapsed();
             let pinned = pinned?;
@@ -90,7 +90,7 @@ impl Engine {
             }
             next = self.queue_routed(next, l + 1 + window, want, rerun, &mut units);
             // Whatever reads these slots is submitted; loads into them are ordered after it.
-            self.pool.release(pinned);
+            self.tiers.pool.release(pinned);
         }
         let (device, s, shape) = (&self.ctx.device, &self.scratch, self.head_shape(1));
         read_output(device, s, want, shape, 0, units.copied[layers].clone(), &mut self.stats.gpu_wait)
@@ -155,7 +155,7 @@ impl Engine {
         let Some((buffer, written)) = &mut self.route_table else { return };
         let experts = self.config.expert_count;
         let len = (self.config.block_count * experts) as usize;
-        let table = self.pool.inspect(|core| {
+        let table = self.tiers.pool.inspect(|core| {
             let mut table = vec![ABSENT; len];
             for (slot, view) in core.snapshot().0.iter().enumerate() {
                 if let SlotView::Ready { key, .. } = view {
