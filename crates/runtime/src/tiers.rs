@@ -1,11 +1,28 @@
 //! The experts' tiers as a step driver holds them, whatever the model: the GPU pool, the CPU tier, the slots
 //! a layer keeps pinned between its `ensure` and the submit that reads them, and what the stream's setup
-//! chose (O_DIRECT, the read split, the disk probe). Their counters join a driver's own in [`Tiers::stats`].
+//! chose (O_DIRECT, the read split, the disk probe). A one-token layer's picks split between the GPU's
+//! hits and the CPU's misses ([`Tiers::split_layer`]), the misses computed on the host while the GPU runs
+//! what the driver gives it ([`Tiers::compute_misses_while`]). Their counters join a driver's own in
+//! [`Tiers::stats`].
 
-use diskformer_expert_stream::{ExpertPool, GpuBackend, Pinned, SpeculativeReads};
+use diskformer_expert_stream::{ExpertKey, ExpertPool, GpuBackend, Pinned, SpeculativeReads, Tier};
 use diskformer_store::ReaderProbe;
 
-use crate::{CpuTier, EngineStats, GpuBytes, Stats, StreamSetup};
+use crate::{CpuTier, EngineStats, GpuBytes, Result, Stats, StreamSetup};
+
+/// The slot of a pick no pool slot serves (the CPU computes it, or the pool lacks it): the expert kernels
+/// skip it.
+pub const ABSENT_SLOT: u32 = u32::MAX;
+
+/// A layer's picks split between the tiers ([`Tiers::split_layer`]).
+pub struct LayerSplit {
+    /// The GPU's hits, pinned until the driver has submitted what reads them.
+    pub pinned: Pinned,
+    /// Each pick's pool slot, [`ABSENT_SLOT`] for the CPU's.
+    pub slots: Vec<u32>,
+    /// Indices of the picks the CPU computes, in pick order.
+    pub cpu_picks: Vec<usize>,
+}
 
 /// The GPU pool and the CPU tier a model's experts stream through.
 pub struct Tiers {
@@ -64,6 +81,68 @@ impl Tiers {
         if let Some(p) = self.held.take() {
             self.pool.release(p);
         }
+    }
+
+    /// Splits layer `l`'s `picks` (one token's) by the CPU tier's plan: the hits pinned in the pool, the host
+    /// tier's reads and the pool's admissions started (counted in `stats`).
+    ///
+    /// # Panics
+    /// Without the CPU tier.
+    pub fn split_layer(&mut self, l: u32, picks: &[u32], stats: &mut EngineStats) -> Result<LayerSplit> {
+        let tier = self.cpu.as_mut().expect("a CPU layer runs with the tier");
+        // One look under the pool's lock: which picks it holds ready, and whether loads are queued.
+        let (may_admit, ready) = self.pool.inspect(|core| {
+            let ready: Vec<bool> =
+                picks.iter().map(|&e| core.slot_of(ExpertKey::new(l, e)).is_some()).collect();
+            (core.queued() == 0, ready)
+        });
+        let resident = |e: u32| picks.iter().zip(&ready).any(|(&p, &r)| p == e && r);
+        let plan = tier.plan(l, picks, may_admit, resident)?;
+        let hits: Vec<u32> =
+            picks.iter().zip(&plan.tiers).filter(|(_, t)| **t == Tier::Gpu).map(|(&e, _)| e).collect();
+        let pinned = self.pool.ensure(l, &hits)?;
+        let mut hit_slots = pinned.slots().iter();
+        let slots: Vec<u32> = (plan.tiers.iter())
+            .map(|t| match t {
+                Tier::Gpu => hit_slots.next().expect("a slot for every hit").0,
+                Tier::Cpu => ABSENT_SLOT,
+            })
+            .collect();
+        let cpu_picks: Vec<usize> = plan.cpu_picks().collect();
+        let ids: Vec<u32> = cpu_picks.iter().map(|&i| picks[i]).collect();
+        // The host tier reads what it lacks first, so that the admissions load from host memory.
+        tier.fetch(l, &ids, &plan.admit)?;
+        if !plan.admit.is_empty() {
+            stats.cpu_admitted += self.pool.prefetch(l, &plan.admit)? as u64;
+        }
+        Ok(LayerSplit { pinned, slots, cpu_picks })
+    }
+
+    /// Computes layer `l`'s experts `ids` on the CPU, weighted by `weights`, on the layer's normed state
+    /// `xn`, while this thread runs `meanwhile`; returns their weighted sum and what `meanwhile` returned,
+    /// the time taken counted in `stats`.
+    ///
+    /// # Panics
+    /// Without the CPU tier.
+    pub fn compute_misses_while<R>(
+        &mut self,
+        l: u32,
+        ids: &[u32],
+        weights: &[f32],
+        xn: &[f32],
+        stats: &mut EngineStats,
+        meanwhile: impl FnOnce() -> R,
+    ) -> Result<(Vec<f32>, R)> {
+        let tier = self.cpu.as_mut().expect("CPU work comes from the tier");
+        let (sum, took, (r, recording)) = tier.compute_while(l, ids, weights, xn, meanwhile)?;
+        stats.cpu_experts += ids.len() as u64;
+        stats.cpu_time += took;
+        stats.cpu_recording_time += recording;
+        stats.cpu_pool += tier.take_pool_times();
+        let (first_uses, first_use_time) = tier.take_first_uses();
+        stats.cpu_first_uses += first_uses;
+        stats.cpu_first_use_time += first_use_time;
+        Ok((sum, r))
     }
 
     /// A driver's counters `engine` with the pool's, the speculative reads', the disk's, the staging rings'

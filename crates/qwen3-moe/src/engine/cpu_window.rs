@@ -2,10 +2,13 @@
 //! host's misses ([`Engine::plan_cpu_layer`]), then the misses computed on the host while the GPU runs the
 //! hits, their sum joined to the residual stream before the GPU's combine ([`Engine::join_cpu_layer`]).
 
-use diskformer_expert_stream::{ExpertKey, Pinned, Tier};
+use std::time::Duration;
+
+use diskformer_expert_stream::Pinned;
+use diskformer_runtime::tiers::LayerSplit;
 
 use super::per_layer::record_layer_head;
-use super::{ABSENT, Engine, timed};
+use super::{Engine, timed};
 use crate::Result;
 use crate::graph::{CpuJoin, Graph, JoinVia, record};
 
@@ -20,7 +23,7 @@ pub(super) struct CpuWork {
 
 impl Engine {
     /// Splits layer `l`'s picks (`read`: the token's `k` picks, their weights and the normed state, as
-    /// read back) by the tier's plan: hits pinned in the pool (their slots, [`ABSENT`] for the host's
+    /// read back) by the tier's plan: hits pinned in the pool (their slots, `tiers::ABSENT_SLOT` for the host's
     /// picks), the host tier's reads and the pool's admissions started, and the host's work, if any.
     pub(super) fn plan_cpu_layer(
         &mut self,
@@ -30,39 +33,16 @@ impl Engine {
     ) -> Result<(Pinned, Vec<u32>, Option<CpuWork>)> {
         let (k, hidden) = (self.config.expert_used_count as usize, self.config.embedding_length as usize);
         let picks = &read[..k];
-        let tier = self.tiers.cpu.as_mut().expect("a CPU layer runs with the tier");
-        // One look under the pool's lock: which picks it holds ready, and whether loads are queued.
-        let (may_admit, ready) = self.tiers.pool.inspect(|core| {
-            let ready: Vec<bool> =
-                picks.iter().map(|&e| core.slot_of(ExpertKey::new(l, e)).is_some()).collect();
-            (core.queued() == 0, ready)
-        });
-        let resident = |e: u32| picks.iter().zip(&ready).any(|(&p, &r)| p == e && r);
-        let plan = tier.plan(l, picks, may_admit, resident)?;
-        let hits: Vec<u32> =
-            picks.iter().zip(&plan.tiers).filter(|(_, t)| **t == Tier::Gpu).map(|(&e, _)| e).collect();
-        let pinned = self.tiers.pool.ensure(l, &hits)?;
-        let mut hit_slots = pinned.slots().iter();
-        let slots: Vec<u32> = (plan.tiers.iter())
-            .map(|t| match t {
-                Tier::Gpu => hit_slots.next().expect("a slot for every hit").0,
-                Tier::Cpu => ABSENT,
-            })
-            .collect();
-        let ids: Vec<u32> = plan.cpu_picks().map(|i| picks[i]).collect();
-        // The host tier reads what it lacks first, so that the admissions load from host memory.
-        tier.fetch(l, &ids, &plan.admit)?;
-        if !plan.admit.is_empty() {
-            self.stats.cpu_admitted += self.tiers.pool.prefetch(l, &plan.admit)? as u64;
-        }
+        let LayerSplit { pinned, slots, cpu_picks } = self.tiers.split_layer(l, picks, &mut self.stats)?;
+        let ids: Vec<u32> = cpu_picks.iter().map(|&i| picks[i]).collect();
         let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
         let (mut weights, xn) = (floats(&read[k..2 * k]), floats(&read[2 * k..2 * k + hidden]));
-        let cpu_weights: Vec<f32> = plan.cpu_picks().map(|i| weights[i]).collect();
+        let cpu_weights: Vec<f32> = cpu_picks.iter().map(|&i| weights[i]).collect();
         // The unfused combine adds every pick's down row: the host's sum comes in as its first pick's, with
         // weight 1, and its other picks count zero (their rows hold an earlier step's finite values).
-        let sum_row = plan.cpu_picks().next();
+        let sum_row = cpu_picks.first().copied();
         if let (Some(first), JoinVia::AsPick) = (sum_row, &join.via) {
-            plan.cpu_picks().for_each(|i| weights[i] = 0.0);
+            cpu_picks.iter().for_each(|&i| weights[i] = 0.0);
             weights[first] = 1.0;
             self.ctx.queue.write_buffer(&self.scratch.pick_weights, 0, bytemuck::cast_slice(&weights));
         }
@@ -87,15 +67,16 @@ impl Engine {
         let CpuJoin { at: down_from, via } = lg.cpu_join.as_ref().expect("a CPU layer has its join");
         let (k, hidden) = (self.config.expert_used_count as usize, self.config.embedding_length as usize);
         let (device, queue, s) = (&self.ctx.device, &self.ctx.queue, &self.scratch);
-        let (record_time, submit_time) = (&mut self.stats.record_time, &mut self.stats.submit_time);
+        // Counted here and added after: the tier counts its own time in the stats meanwhile.
+        let (mut record_time, mut submit_time) = (Duration::ZERO, Duration::ZERO);
         let next = graph.layers.get(l as usize + 1);
         let meanwhile = || {
-            let gate_up = timed(record_time, || {
+            let gate_up = timed(&mut record_time, || {
                 record(enc, &lg.experts[..*down_from]);
                 std::mem::replace(enc, device.create_command_encoder(&Default::default())).finish()
             });
-            timed(submit_time, || queue.submit([gate_up]));
-            timed(record_time, || {
+            timed(&mut submit_time, || queue.submit([gate_up]));
+            timed(&mut record_time, || {
                 if let JoinVia::Add(join) = via {
                     record(enc, std::slice::from_ref(join));
                     enc.copy_buffer_to_buffer(&s.cpu_joined, 0, &s.x, 0, 4 * hidden as u64);
@@ -107,16 +88,11 @@ impl Engine {
                 })
             })
         };
-        let tier = self.tiers.cpu.as_mut().expect("CPU work comes from the tier");
         let CpuWork { ids, weights, xn, sum_row } = work;
-        let (sum, took, (next_head, recording)) = tier.compute_while(l, &ids, &weights, &xn, meanwhile)?;
-        self.stats.cpu_experts += ids.len() as u64;
-        self.stats.cpu_time += took;
-        self.stats.cpu_recording_time += recording;
-        self.stats.cpu_pool += tier.take_pool_times();
-        let (first_uses, first_use_time) = tier.take_first_uses();
-        self.stats.cpu_first_uses += first_uses;
-        self.stats.cpu_first_use_time += first_use_time;
+        let (sum, next_head) =
+            self.tiers.compute_misses_while(l, &ids, &weights, &xn, &mut self.stats, meanwhile)?;
+        self.stats.record_time += record_time;
+        self.stats.submit_time += submit_time;
         match via {
             JoinVia::Add(_) => queue.write_buffer(&s.cpu_sum, 0, bytemuck::cast_slice(&sum)),
             JoinVia::AsPick => {

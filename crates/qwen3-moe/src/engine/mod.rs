@@ -95,8 +95,8 @@ pub struct Engine {
     /// `[layers · experts]` pool slots when every expert is resident and routing stays on the GPU (on the
     /// device for one-token steps, on the host for chunks).
     resident_table: Option<(wgpu::Buffer, Vec<u32>)>,
-    /// With route-ahead: the `[layers · experts]` slots of what the pool holds ([`ABSENT`] for the rest),
-    /// on the device and as last written.
+    /// With route-ahead: the `[layers · experts]` slots of what the pool holds (`tiers::ABSENT_SLOT` for
+    /// the rest), on the device and as last written.
     route_table: Option<(wgpu::Buffer, Vec<u32>)>,
     /// [`StreamOptions::route_ahead`] where it applies, else 0.
     route_ahead: u32,
@@ -523,10 +523,6 @@ impl Engine {
         HeadShape { hidden: self.config.embedding_length, vocab: self.vocab, tokens }
     }
 }
-
-/// The route table's entry for an expert the pool does not hold (no pool part binds it, so the expert
-/// kernels skip the pick).
-const ABSENT: u32 = u32::MAX;
 
 /// Chunk graphs kept, the most recently used: a graph holds a uniform buffer and a bind group for each of its
 /// dispatches, and a long chat prefills prompts of every length, so one kept for each length up to

@@ -6,10 +6,11 @@ use std::time::{Duration, Instant};
 
 use diskformer_expert_stream::{ExpertKey, SlotView, SpeculativeReads};
 
-use super::{ABSENT, Engine, Output, Want, read_output, readback, record_head, timed};
+use super::{Engine, Output, Want, read_output, readback, record_head, timed};
 use crate::Result;
 use crate::graph::Scratch;
 use crate::unit_stock::{UnitBuffers, UnitKind, UnitStock};
+use diskformer_runtime::tiers::ABSENT_SLOT;
 
 impl Engine {
     /// A one-token step while experts stream, with up to [`StreamOptions::route_ahead`](crate::StreamOptions::route_ahead) layers queued past
@@ -156,7 +157,7 @@ impl Engine {
         let experts = self.config.expert_count;
         let len = (self.config.block_count * experts) as usize;
         let table = self.tiers.pool.inspect(|core| {
-            let mut table = vec![ABSENT; len];
+            let mut table = vec![ABSENT_SLOT; len];
             for (slot, view) in core.snapshot().0.iter().enumerate() {
                 if let SlotView::Ready { key, .. } = view {
                     table[(key.layer * experts + key.expert) as usize] = slot as u32;
@@ -221,7 +222,7 @@ impl MissGuesses<'_> {
             let read =
                 readback(self.device, rb, 8 * k as u64, Some(submission), Duration::ZERO, &mut overlapped)?;
             let (picks, found) = read.split_at(k);
-            let lacked = picks.iter().zip(found).filter(|&(_, &slot)| slot == ABSENT);
+            let lacked = picks.iter().zip(found).filter(|&(_, &slot)| slot == ABSENT_SLOT);
             let unit = self.next as u32;
             self.lacked[self.next] = lacked.map(|(&expert, _)| ExpertKey::new(unit, expert)).collect();
             self.next += 1;
