@@ -2,13 +2,15 @@
 //! a layer keeps pinned between its `ensure` and the submit that reads them, and what the stream's setup
 //! chose (O_DIRECT, the read split, the disk probe). A one-token layer's picks split between the GPU's
 //! hits and the CPU's misses ([`Tiers::split_layer`]), the misses computed on the host while the GPU runs
-//! what the driver gives it ([`Tiers::compute_misses_while`]). Their counters join a driver's own in
+//! what the driver gives it ([`Tiers::compute_misses_while`]); a chunk's picks made resident, with the next
+//! layer's loads queued beside them ([`Tiers::ensure_chunk`]). Their counters join a driver's own in
 //! [`Tiers::stats`].
 
 use diskformer_expert_stream::{ExpertKey, ExpertPool, GpuBackend, Pinned, SpeculativeReads, Tier};
 use diskformer_store::ReaderProbe;
 
-use crate::{CpuTier, EngineStats, GpuBytes, Result, Stats, StreamSetup};
+use crate::load::chunk_bound;
+use crate::{CpuTier, EngineStats, GpuBytes, PoolShape, Result, Stats, StreamSetup};
 
 /// The slot of a pick no pool slot serves (the CPU computes it, or the pool lacks it): the expert kernels
 /// skip it.
@@ -32,18 +34,30 @@ pub struct Tiers {
     pub cpu: Option<CpuTier>,
     /// Slots pinned for the layer whose experts are recorded but not yet submitted.
     pub held: Option<Pinned>,
+    shape: PoolShape,
+    early_chunk_prefetch: bool,
     direct_io: bool,
     read_split: usize,
     reader_probe: Option<ReaderProbe>,
 }
 
 impl Tiers {
-    /// The tiers of a pool and CPU tier built from `setup` (whose disk probe it keeps).
-    pub fn new(pool: ExpertPool<GpuBackend>, cpu: Option<CpuTier>, setup: StreamSetup) -> Self {
+    /// The tiers of a pool of `shape` and a CPU tier built from `setup` (whose disk probe it keeps), a
+    /// chunk's next layer queued as `early_chunk_prefetch` says
+    /// ([`StreamOptions::early_chunk_prefetch`](crate::StreamOptions::early_chunk_prefetch)).
+    pub fn new(
+        pool: ExpertPool<GpuBackend>,
+        cpu: Option<CpuTier>,
+        setup: StreamSetup,
+        shape: PoolShape,
+        early_chunk_prefetch: bool,
+    ) -> Self {
         Tiers {
             pool,
             cpu,
             held: None,
+            shape,
+            early_chunk_prefetch,
             direct_io: setup.direct_io,
             read_split: setup.read_split,
             reader_probe: setup.reader_probe,
@@ -143,6 +157,53 @@ impl Tiers {
         stats.cpu_first_uses += first_uses;
         stats.cpu_first_use_time += first_use_time;
         Ok((sum, r))
+    }
+
+    /// Makes the experts of a chunk's `picks` at layer `l` resident (their union loaded once, through the
+    /// host tier where there is one) and returns them pinned with each pick's slot. The next layer's
+    /// experts are queued as guesses ([`Tiers::chunk_guesses`]): before this layer's wait where the pool
+    /// holds three layers' experts and `early_chunk_prefetch` is on (the prefetch threads then load beside
+    /// the demand readers), else after it.
+    pub fn ensure_chunk(&mut self, l: u32, picks: &[u32]) -> Result<(Pinned, Vec<u32>)> {
+        let mut union = picks.to_vec();
+        union.sort_unstable();
+        union.dedup();
+        if let Some(tier) = self.cpu.as_mut() {
+            // Through the host tier, a chunk's misses are read into host memory once and loaded from
+            // there: the steps after the prompt find them held instead of reading them again.
+            let pool = &self.pool;
+            let missing: Vec<u32> =
+                union.iter().copied().filter(|&e| pool.slot_of(ExpertKey::new(l, e)).is_none()).collect();
+            tier.stage_for_pool(l, &missing)?;
+        }
+        let tokens = (picks.len() / self.shape.top_k.max(1) as usize) as u32;
+        let next = self.chunk_guesses(l, tokens);
+        let early = self.early_chunk_prefetch && self.slots() >= 3 * self.shape.experts as usize;
+        if let Some(next) = next.as_ref().filter(|_| early) {
+            self.pool.prefetch(l + 1, next)?;
+        }
+        let pinned = self.pool.ensure(l, &union)?;
+        if let Some(next) = next.as_ref().filter(|_| !early) {
+            self.pool.prefetch(l + 1, next)?;
+        }
+        let slots = (picks.iter())
+            .map(|id| pinned.slots()[union.binary_search(id).expect("every pick is in the union")].0)
+            .collect();
+        Ok((pinned, slots))
+    }
+
+    /// What a chunk of `tokens` tokens streaming through the pool loads of layer `l + 1` while layer `l`
+    /// runs: every expert of it when the chunk's picks are at least as many as the layer's experts (a chunk
+    /// of 16 tokens at 128 experts and top-8 touches ~64 % of them under uniform routing, a 512-token
+    /// chunk all), so that the loads of one layer overlap the GPU's work on the one before instead of
+    /// following it; none for smaller chunks, for the last layer, through the host tier (whose reads a
+    /// chunk's misses go through), and for a pool of less than two layers' experts (the union of a chunk's
+    /// picks may need every slot that loads of guesses would hold).
+    pub fn chunk_guesses(&self, l: u32, tokens: u32) -> Option<Vec<u32>> {
+        let PoolShape { layers, experts, top_k, .. } = self.shape;
+        let through_host = self.cpu.as_ref().is_some_and(|t| t.host_stats().is_some());
+        let fits = chunk_bound(self.slots(), experts, top_k) == u32::MAX;
+        (l + 1 < layers && tokens * top_k >= experts && fits && !through_host).then(|| (0..experts).collect())
     }
 
     /// A driver's counters `engine` with the pool's, the speculative reads', the disk's, the staging rings'

@@ -104,8 +104,6 @@ pub struct Engine {
     /// them a thread keeps recorded (`None` if that thread could not start: the host then records them all).
     route_units: Option<(UnitBuffers, Option<UnitStock<wgpu::CommandBuffer>>)>,
     lookahead: u32,
-    /// [`StreamOptions::early_chunk_prefetch`].
-    early_chunk_prefetch: bool,
     max_batch: u32,
     /// Token ids whose keys and values the cache holds, position i at index i.
     cached: Vec<u32>,

@@ -6,10 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use diskformer_expert_stream::ExpertKey;
 use diskformer_kernels::{EXPERT_GEMM_TILED_GROUP, expert_gemm_groups};
-
-use diskformer_runtime::load::chunk_bound;
 
 use super::{Engine, Output, Want, read_output, readback, record_head, timed};
 use crate::Result;
@@ -92,36 +89,7 @@ impl Engine {
                 let slots: Vec<u32> = pinned.slots().iter().map(|s| s.0).collect();
                 (Some(pinned), slots)
             } else {
-                let mut union = picks.to_vec();
-                union.sort_unstable();
-                union.dedup();
-                if let Some(tier) = self.tiers.cpu.as_mut() {
-                    // Through the host tier, a chunk's misses are read into host memory once and loaded from
-                    // there: the steps after the prompt find them held instead of reading them again.
-                    let pool = &self.tiers.pool;
-                    let missing: Vec<u32> = union
-                        .iter()
-                        .copied()
-                        .filter(|&e| pool.slot_of(ExpertKey::new(l, e)).is_none())
-                        .collect();
-                    tier.stage_for_pool(l, &missing)?;
-                }
-                // The next layer's experts load while the GPU runs this one's and the next router, and
-                // with `early_chunk_prefetch` already while this one's load.
-                let next = self.chunk_guesses(l, t);
-                let early =
-                    self.early_chunk_prefetch && self.pool_slots() >= 3 * self.config.expert_count as usize;
-                if let Some(next) = next.as_ref().filter(|_| early) {
-                    self.tiers.pool.prefetch(l + 1, next)?;
-                }
-                let pinned = self.tiers.pool.ensure(l, &union)?;
-                if let Some(next) = next.as_ref().filter(|_| !early) {
-                    self.tiers.pool.prefetch(l + 1, next)?;
-                }
-                let slots = picks
-                    .iter()
-                    .map(|id| pinned.slots()[union.binary_search(id).expect("every pick is in the union")].0)
-                    .collect();
+                let (pinned, slots) = self.tiers.ensure_chunk(l, picks)?;
                 (Some(pinned), slots)
             };
             self.stats.ensure_time += ensure_started.elapsed();
@@ -161,21 +129,6 @@ impl Engine {
         // this submit by the queue, so nothing waits here.
         self.tiers.release_held();
         Ok(out)
-    }
-
-    /// What a chunk of `tokens` tokens streaming through the pool loads of layer `l + 1` while layer `l`
-    /// runs: every expert of it when the chunk's picks are at least as many as the layer's experts (a chunk
-    /// of 16 tokens at 128 experts and top-8 touches ~64 % of them under uniform routing, a 512-token
-    /// chunk all), so that the loads of one layer overlap the GPU's work on the one before instead of
-    /// following it; none for smaller chunks, for the last layer, through the host tier (whose reads a
-    /// chunk's misses go through), and for a pool of less than two layers' experts (the union of a chunk's
-    /// picks may need every slot that loads of guesses would hold).
-    fn chunk_guesses(&self, l: u32, tokens: u32) -> Option<Vec<u32>> {
-        let (experts, k) = (self.config.expert_count, self.config.expert_used_count);
-        let through_host = self.tiers.cpu.as_ref().is_some_and(|t| t.host_stats().is_some());
-        let fits = chunk_bound(self.pool_slots(), experts, k) == u32::MAX;
-        (l + 1 < self.config.block_count && tokens * k >= experts && fits && !through_host)
-            .then(|| (0..experts).collect())
     }
 }
 
