@@ -4,9 +4,8 @@
 //! tiktoken and Hugging Face tokenizers run, and which llama.cpp's `llama-vocab.cpp` carries for
 //! `LLAMA_VOCAB_PRE_TYPE_QWEN2` / `QWEN35`). It follows the regex's leftmost-first alternation and
 //! backtracking step by step (see [`Pieces`]) and is checked against `fancy-regex` on the test corpus and by
-//! proptest (`tests/pretokenizer.rs`); [`PreTokenizer::split_regex`] runs the regex itself.
-
-use std::sync::OnceLock;
+//! proptest (`tests/pretokenizer.rs`); `PreTokenizer::split_regex` (feature `regex-reference`) runs the regex
+//! itself.
 
 use crate::unicode::{ClassTable, LETTER, MARK, NUMBER, SPACE, classes};
 use crate::{Error, Result};
@@ -70,13 +69,14 @@ impl PreTokenizer {
         Pieces { text, pos: 0, word, not_punct, table: classes() }
     }
 
-    /// Splits `text` with the regex itself (`fancy-regex`): the reference the hand-written matcher is tested
-    /// against, about ten times slower.
+    /// Splits `text` with the regex itself (`fancy-regex`, feature `regex-reference`): the reference the
+    /// hand-written matcher is tested against, about ten times slower.
     ///
     /// # Panics
     /// If `fancy-regex` gives up on its backtracking limit (whitespace runs of about a million characters).
+    #[cfg(feature = "regex-reference")]
     pub fn split_regex(self, text: &str) -> Vec<&str> {
-        static REGEXES: OnceLock<[fancy_regex::Regex; 2]> = OnceLock::new();
+        static REGEXES: std::sync::OnceLock<[fancy_regex::Regex; 2]> = std::sync::OnceLock::new();
         let regexes = REGEXES.get_or_init(|| {
             [QWEN2_PATTERN, QWEN35_PATTERN].map(|p| fancy_regex::Regex::new(p).expect("a valid pattern"))
         });
