@@ -1,13 +1,16 @@
 //! The built-in demo model (`diskformer::demo`) answers in words: asked what a noun of "The Devil's
 //! Dictionary" it recalls is, its greedy reply opens with the entry's headword as it was trained to ("A
 //! cynic, n. …"), whether its experts are all resident or stream through a pool of 2 × top-k slots with the
-//! misses on the CPU; and `diskformer chat` without `--model` runs it (lavapipe in CI).
+//! misses on the CPU; and `diskformer chat` without `--model` runs it (lavapipe in CI). Its recorded routing
+//! (`demo/devil-moe.routing.jsonl`, a trained router's) forced through the tiers gives the resident run's
+//! logits.
 
+use std::path::PathBuf;
 use std::process::Command;
 
 use diskformer::bpe::chat::Message;
 use diskformer::demo::write_demo;
-use diskformer::qwen3_moe::{Engine, EngineOptions, Event, GenerateOptions};
+use diskformer::qwen3_moe::{Engine, EngineOptions, Event, GenerateOptions, Routing};
 
 /// Nouns whose entries it recalls (of 40 entries drawn at random, it opened 19 replies with the headword:
 /// demo/README.md), with their articles.
@@ -58,4 +61,48 @@ fn chat_without_a_model_runs_the_demo() {
     assert!(stderr.contains("built-in demo model"), "{stderr}");
     let reply = String::from_utf8_lossy(&out.stdout);
     assert!(reply.starts_with("A cynic, n."), "{reply:?}");
+}
+
+/// The demo's recorded routing, a trained router's picks, forced on every path: streaming through a pool of
+/// 2 × top-k slots (with the misses on the CPU or loaded), batched or token by token, gives the logits of
+/// every expert resident under the same picks, and the pool and the CPU tier did work.
+#[test]
+fn the_demos_recorded_routing_runs_through_the_tiers() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = write_demo(dir.path()).unwrap();
+    let trace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("demo/devil-moe.routing.jsonl");
+    let forced = |slots: Option<usize>, cpu: bool| {
+        let mut o = EngineOptions::default();
+        (o.pool_slots, o.cpu.enabled, o.routing) = (slots, Some(cpu), Routing::Trace(trace.clone()));
+        o
+    };
+    // The prompt then steps on fixed tokens: forced picks make the experts the same whatever is sampled.
+    let run = |opts: &EngineOptions, batched: bool| {
+        let mut e = Engine::open_gguf(&gguf, None, opts, &mut |_| {}).unwrap();
+        let prompt = e.tokenizer().encode("What is a cynic? A cynic, n. A blackguard", false);
+        let mut logits = vec![e.prefill(&prompt, batched).unwrap()];
+        for &id in &prompt[..12] {
+            logits.push(e.step(id).unwrap());
+        }
+        (logits, e.stats())
+    };
+    for batched in [true, false] {
+        let (want, _) = run(&forced(None, false), batched);
+        for cpu in [true, false] {
+            let (got, stats) = run(&forced(Some(4), cpu), batched);
+            let what = format!("4 slots, CPU tier {cpu}, batched {batched}");
+            // A one-token step's misses are the CPU tier's to compute where it runs (a chunk's, the pool's).
+            assert!(stats.pool.misses > 0 || (cpu && !batched), "{what}: the pool loaded nothing");
+            assert_eq!(stats.cpu_experts > 0, cpu, "{what}: {} picks on the CPU", stats.cpu_experts);
+            for (step, (g, w)) in got.iter().zip(&want).enumerate() {
+                // The host sums in another order than the GPU (f32 rounding, relative to the logits' size).
+                let d = g.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                let scale = w.iter().fold(1f32, |m, x| m.max(x.abs()));
+                assert!(
+                    d < 1e-4 * scale,
+                    "{what}, step {step}: {d} from every expert resident (logits to {scale})"
+                );
+            }
+        }
+    }
 }
