@@ -79,6 +79,21 @@ pub fn auto_gpu_budget(ctx: &Context) -> u64 {
 /// [`auto_gpu_budget`] where the adapter's memory is unknown or the host's.
 pub const FALLBACK_GPU_BUDGET: u64 = 4_000_000_000;
 
+/// The context when none is given: room for a thinking model's long replies (Qwen3 suggests up to 32,768
+/// generated tokens), at most the model's own, and at most what a KV cache of an eighth of the GPU budget
+/// holds (`kv_bytes_per_position` each), so that a small budget keeps its room for experts; never below
+/// [`MIN_DEFAULT_CONTEXT`] (or the model's, if that is less).
+pub fn default_context(model_context: u32, kv_bytes_per_position: u64, gpu_budget: u64) -> u32 {
+    let fits = gpu_budget / 8 / kv_bytes_per_position.max(1);
+    let most = model_context.min(THINKING_CONTEXT);
+    (fits.min(u64::from(most)) as u32).max(MIN_DEFAULT_CONTEXT.min(model_context))
+}
+
+/// [`default_context`]'s most: Qwen3's suggested output length for thinking, with room for the prompt.
+pub const THINKING_CONTEXT: u32 = 32_768;
+/// [`default_context`]'s least, whatever the budget (the model's own where it is shorter).
+pub const MIN_DEFAULT_CONTEXT: u32 = 4_096;
+
 /// The most tokens a chunk may have while experts stream through `slots` slots of a model whose layers
 /// have `experts` experts and pick `top_k`: a chunk pins the union of a layer's picks, at most
 /// `chunk · top_k` experts and at most `experts`. A pool of two layers' experts holds any union with room to
@@ -121,6 +136,17 @@ mod tests {
         assert_eq!(chunk_bound(256, 128, 8), u32::MAX);
         assert_eq!(chunk_bound(255, 128, 8), 31);
         assert_eq!(chunk_bound(16, 128, 8), 2);
+    }
+
+    /// 98,304 bytes a position: Qwen3-30B-A3B's f16 cache (48 layers, 4 KV heads of 128).
+    #[test]
+    fn the_default_context_fits_an_eighth_of_the_budget_between_4096_and_32768() {
+        let kv = 98_304;
+        assert_eq!(default_context(40_960, kv, 4_000_000_000), 5_086);
+        assert_eq!(default_context(40_960, kv, 72_000_000_000), 32_768);
+        assert_eq!(default_context(40_960, kv, 1_000_000_000), 4_096);
+        assert_eq!(default_context(2_048, kv, 72_000_000_000), 2_048);
+        assert_eq!(default_context(2_048, kv, 1_000), 2_048);
     }
 
     #[test]

@@ -38,7 +38,8 @@ pub struct ChatArgs {
     /// auto: 90 % of the GPU's memory, 4GB on a software adapter).
     #[arg(long, default_value = "auto", value_parser = parse_budget)]
     budget: Budget,
-    /// Context length in KV-cache positions (default: the model's, at most 4096).
+    /// Context length in KV-cache positions (default: room for thinking, up to 32768, at most the model's
+    /// and what an eighth of the budget holds, at least 4096).
     #[arg(long)]
     ctx: Option<u32>,
     /// Sampling temperature (0 = greedy).
@@ -66,8 +67,9 @@ pub struct ChatArgs {
     /// Sampling seed.
     #[arg(long, default_value_t = 0, help_heading = "Sampling")]
     seed: u64,
-    /// Most tokens per reply.
-    #[arg(long, default_value_t = 1024)]
+    /// Most tokens per reply (default: Qwen3's suggestion for thinking; a reply also ends where the context
+    /// does).
+    #[arg(long, default_value_t = 32_768)]
     max_tokens: usize,
     /// Answer without thinking first.
     #[arg(long)]

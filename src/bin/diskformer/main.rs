@@ -49,11 +49,13 @@ struct ServeArgs {
     /// auto: 90 % of the GPU's memory, 4GB on a software adapter).
     #[arg(long, default_value = "auto", value_parser = diskformer::cli::parse_budget)]
     budget: diskformer::cli::Budget,
-    /// Context length (default: the model's, at most 4096).
+    /// Context length (default: room for thinking, up to 32768, at most the model's and what an eighth of
+    /// the budget holds, at least 4096).
     #[arg(long)]
     ctx: Option<u32>,
-    /// Most tokens of a reply when a request names no limit.
-    #[arg(long, default_value_t = 4096)]
+    /// Most tokens of a reply when a request names no limit (default: Qwen3's suggestion for thinking; at
+    /// most what the context leaves after the prompt).
+    #[arg(long, default_value_t = 32_768)]
     max_tokens: usize,
     /// Requests that may wait while one runs; more are refused with 503 and Retry-After.
     #[arg(long, default_value_t = 8)]

@@ -11,7 +11,8 @@ use diskformer_expert_stream::{GpuBudget, PoolConfig, RouteShape};
 use diskformer_gguf::GgufModel;
 use diskformer_kernels::{Context, Kernels};
 use diskformer_runtime::load::{
-    LoadProgress, auto_gpu_budget, chunk_bound, default_store_dir, ingest_gguf, load_every_expert,
+    LoadProgress, auto_gpu_budget, chunk_bound, default_context, default_store_dir, ingest_gguf,
+    load_every_expert,
 };
 use diskformer_runtime::{
     CpuTier, EngineStats, ForcedRoutes, GpuBytes, HostTier, PoolShape, RouteRecorder, StreamSetup, Tiers,
@@ -99,7 +100,9 @@ impl Engine {
             });
         }
         let gpu_budget = opts.gpu_budget.unwrap_or_else(|| auto_gpu_budget(&ctx));
-        let ctx_len = opts.max_context.unwrap_or(config.context_length.min(4096));
+        let ctx_len = (opts.max_context).unwrap_or_else(|| {
+            default_context(config.context_length, KvCache::bytes(&config, 1), gpu_budget)
+        });
         if ctx_len == 0 || ctx_len > config.context_length {
             return Err(Error::BadOption {
                 option: "max_context",

@@ -22,7 +22,9 @@ pub struct EngineOptions {
     pub gpu_budget: Option<u64>,
     /// An explicit number of expert slots (overrides the budget), at least `2 × top-k`.
     pub pool_slots: Option<usize>,
-    /// KV-cache positions (default min(4096, the model's context length)).
+    /// KV-cache positions (default [`default_context`](diskformer_runtime::load::default_context): room
+    /// for thinking, up to 32,768, at most the model's and what an eighth of the GPU budget holds, at least
+    /// 4,096).
     pub max_context: Option<u32>,
     /// Most tokens per prefill chunk (default 512: a chunk reads each picked expert once per 32 of its pairs
     /// (Q4_0: 8) and each dense weight once per 32 tokens, and at 128 experts and top-8 a 512-token chunk

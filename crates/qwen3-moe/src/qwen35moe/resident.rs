@@ -21,6 +21,7 @@ use diskformer_kernels::{
     EXPERT_GROUPS_MAX_EXPERTS, ExpertBlocks, ExpertGroupsParams, ExpertOut, Kernels, MoeCombineParams,
     QkNormRopePartialParams, View, argmax_partial_len, expert_gemm_group_bound,
 };
+use diskformer_runtime::load::{auto_gpu_budget, default_context};
 use diskformer_runtime::{Decoder, Next, Sampler};
 use wgpu::util::DeviceExt;
 
@@ -191,7 +192,8 @@ struct Scratch {
 
 impl Resident {
     /// Opens the qwen35moe GGUF at `path` on the first GPU, with a KV cache of `max_context` positions (at
-    /// most the model's context length; default min(4096, it)).
+    /// most the model's context length; default
+    /// [`default_context`](diskformer_runtime::load::default_context) for the adapter's budget).
     ///
     /// # Errors
     /// As [`Resident::open_on`], and [`Error::Kernels`] without a usable GPU.
@@ -209,7 +211,12 @@ impl Resident {
     pub fn open_on(ctx: Context, path: &Path, max_context: Option<u32>) -> Result<Resident> {
         let gguf = GgufFile::open(path)?;
         let config = Config::from_metadata(gguf.metadata())?;
-        let max_context = max_context.unwrap_or(config.context_length.min(4096));
+        // Keys and values of the attention layers, f16 (the DeltaNet layers' state does not grow).
+        let attention = config.recurrent.iter().filter(|&&r| !r).count() as u64;
+        let kv_per_position = attention * 2 * u64::from(config.kv_heads * config.head_dim) * 2;
+        let max_context = max_context.unwrap_or_else(|| {
+            default_context(config.context_length, kv_per_position, auto_gpu_budget(&ctx))
+        });
         if max_context == 0 || max_context > config.context_length {
             return Err(Error::BadOption {
                 option: "max_context",
