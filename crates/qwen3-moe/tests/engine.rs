@@ -953,3 +953,40 @@ fn kernel_times_cover_a_resident_step_and_leave_the_engine_as_it_was() {
     let mut streaming = open(&m, |o| o.pool_slots = Some(10));
     assert!(matches!(streaming.kernel_times(1, 1), Err(Error::BadOption { .. })));
 }
+
+/// With no context given, the default grows with the budget (an eighth of it for the KV cache, up to
+/// 32,768) but never at the cost of every expert resident: at a budget just past what all experts need with
+/// 4,096 positions, the engine stays resident with the longest context that keeps them, between 4,096 and
+/// the budget's eighth, with which it would have streamed.
+#[test]
+fn the_default_context_keeps_every_expert_resident() {
+    // Experts enough that the budget's eighth holds more than 4,096 positions.
+    let shape = SynthShape { context_length: 40_960, experts: 128, ffn: 512, ..SynthShape::tiny() };
+    let m = model("default-context", shape, 3);
+    let opened = |budget: u64, ctx: Option<u32>| {
+        let mut o = EngineOptions::default();
+        (o.cpu.enabled, o.gpu_budget, o.max_context) = (Some(false), Some(budget), ctx);
+        Engine::open(&m.store, &o, &mut |_| {})
+    };
+    let at = |budget: u64, ctx: Option<u32>| opened(budget, ctx).unwrap();
+    // The least budget that keeps every expert resident with 4,096 positions, to a KiB.
+    let (mut lo, mut hi) = (1u64 << 20, 1u64 << 30);
+    while hi - lo > 1024 {
+        let mid = lo + (hi - lo) / 2;
+        if opened(mid, Some(4096)).is_ok_and(|e| e.routes_on_gpu()) { hi = mid } else { lo = mid }
+    }
+    let kv_per_position = at(hi, Some(4096)).stats().gpu_bytes.kv / 4096;
+    let budget = hi + 1000 * kv_per_position;
+    let unbounded = diskformer_runtime::load::default_context(40_960, kv_per_position, budget);
+    assert!(unbounded > 5_096, "the budget's eighth holds only {unbounded} positions: the test needs more");
+    assert!(!at(budget, Some(unbounded)).routes_on_gpu(), "{unbounded} positions would stream");
+    let e = at(budget, None);
+    assert!(
+        e.routes_on_gpu(),
+        "the default context cost the resident experts: {} positions, {} slots at {budget} bytes",
+        e.max_context(),
+        e.pool_slots()
+    );
+    assert!((4_096..unbounded).contains(&e.max_context()), "{} positions", e.max_context());
+    assert!(!at(budget, Some(e.max_context() + 1)).routes_on_gpu(), "{} is not the longest", e.max_context());
+}

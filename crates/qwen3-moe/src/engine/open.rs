@@ -11,8 +11,8 @@ use diskformer_expert_stream::{GpuBudget, PoolConfig, RouteShape};
 use diskformer_gguf::GgufModel;
 use diskformer_kernels::{Context, Kernels};
 use diskformer_runtime::load::{
-    LoadProgress, auto_gpu_budget, chunk_bound, default_context, default_store_dir, ingest_gguf,
-    load_every_expert,
+    LoadProgress, MIN_DEFAULT_CONTEXT, auto_gpu_budget, chunk_bound, default_context, default_store_dir,
+    ingest_gguf, load_every_expert,
 };
 use diskformer_runtime::{
     CpuTier, EngineStats, ForcedRoutes, GpuBytes, HostTier, PoolShape, RouteRecorder, StreamSetup, Tiers,
@@ -100,10 +100,9 @@ impl Engine {
             });
         }
         let gpu_budget = opts.gpu_budget.unwrap_or_else(|| auto_gpu_budget(&ctx));
-        let ctx_len = (opts.max_context).unwrap_or_else(|| {
-            default_context(config.context_length, KvCache::bytes(&config, 1), gpu_budget)
-        });
-        if ctx_len == 0 || ctx_len > config.context_length {
+        if let Some(ctx_len) = opts.max_context
+            && (ctx_len == 0 || ctx_len > config.context_length)
+        {
             return Err(Error::BadOption {
                 option: "max_context",
                 what: format!(
@@ -148,7 +147,6 @@ impl Engine {
 
         // Size everything but the pool, then the pool from what the budget leaves.
         let dense = Weights::device_bytes(&store, false);
-        let kv_bytes = KvCache::bytes(&config, ctx_len);
         let probe_batch = opts.max_batch.clamp(1, 1024);
         // Each reader (and, with prefetch, each prefetch thread) keeps a ring of mapped staging buffers. They
         // may be device memory (resizable BAR), so they count against the budget.
@@ -162,7 +160,7 @@ impl Engine {
         // The pool from what the budget leaves; while experts stream a chunk is at most slots / top-k
         // tokens, so the scratch is sized again for that chunk and the pool once more. `streams`: with the
         // buffers of prefetch guesses and route-ahead (else as every expert resident needs).
-        let slots_for_dense = |batch: u32, streams: bool, dense: u64| -> Result<usize> {
+        let slots_for_dense = |batch: u32, streams: bool, dense: u64, ctx_len: u32| -> Result<usize> {
             let (lookahead, route_ahead) = if streams { (lookahead, route_ahead > 0) } else { (0, false) };
             let sizes = ScratchSizes {
                 vocab,
@@ -173,10 +171,53 @@ impl Engine {
                 forced: forced.is_some(),
             };
             let scratch = Scratch::estimate(&config, sizes) + staging;
-            let budget = GpuBudget { budget: gpu_budget, dense, kv_cache: kv_bytes, scratch };
+            let kv_cache = KvCache::bytes(&config, ctx_len);
+            let budget = GpuBudget { budget: gpu_budget, dense, kv_cache, scratch };
             Ok(budget.expert_slots(experts.record_bytes, top_k)?.min(all))
         };
-        let slots_for = |batch: u32| slots_for_dense(batch, true, dense);
+        // Resident routing also puts the embedding on the GPU (see `Weights`): all must fit with it.
+        let with_embedding = Weights::device_bytes(&store, true);
+        // The pool's slots and the chunk it is sized for with `c` positions: for the longest chunk, or where
+        // that leaves less than every slot, again for the chunk a pool of that size bounds.
+        let pool_for = |c: u32| -> Result<(usize, u32)> {
+            let first = slots_for_dense(probe_batch, true, dense, c)?;
+            let streamed_batch = probe_batch.min(chunk_bound(first, config.expert_count, top_k)).max(1);
+            Ok(if first == all || streamed_batch == probe_batch {
+                (first, probe_batch)
+            } else {
+                (slots_for_dense(streamed_batch, true, dense, c)?, streamed_batch)
+            })
+        };
+        // Whether every expert fits with `c` positions, as the pool's sizing below decides it.
+        let all_fit = |c: u32| {
+            matches!(pool_for(c), Ok((slots, batch)) if slots == all
+                && slots_for_dense(batch, false, with_embedding, c).ok() == Some(all))
+        };
+        // The context when none is given: room for thinking as the budget allows, but not at the cost of
+        // every expert resident where they would be at the least default (resident decode is many times
+        // faster than streaming), nor of opening at all: then the longest context that keeps them.
+        let ctx_len = match opts.max_context {
+            Some(ctx_len) => ctx_len,
+            None => {
+                let wanted = default_context(config.context_length, KvCache::bytes(&config, 1), gpu_budget);
+                let least = MIN_DEFAULT_CONTEXT.min(config.context_length);
+                let may_be_resident =
+                    opts.gpu_routing && !recording && opts.pool_slots.is_none() && all_fit(least);
+                let keeps = |c: u32| if may_be_resident { all_fit(c) } else { pool_for(c).is_ok() };
+                // `default_context` gives at least `least`.
+                if wanted == least || keeps(wanted) || !keeps(least) {
+                    wanted
+                } else {
+                    let (mut lo, mut hi) = (least, wanted);
+                    while hi - lo > 1 {
+                        let mid = lo + (hi - lo) / 2;
+                        if keeps(mid) { lo = mid } else { hi = mid }
+                    }
+                    lo
+                }
+            }
+        };
+        let kv_bytes = KvCache::bytes(&config, ctx_len);
         let (slots, sized_batch) = match opts.pool_slots {
             Some(s) if s < 2 * top_k as usize => {
                 return Err(Error::BadOption {
@@ -185,22 +226,13 @@ impl Engine {
                 });
             }
             Some(s) => (s.min(all), probe_batch),
-            None => {
-                let first = slots_for(probe_batch)?;
-                let streamed_batch = probe_batch.min(chunk_bound(first, config.expert_count, top_k)).max(1);
-                if first == all || streamed_batch == probe_batch {
-                    (first, probe_batch)
-                } else {
-                    (slots_for(streamed_batch)?, streamed_batch)
-                }
-            }
+            None => pool_for(ctx_len)?,
         };
-        // Resident routing also puts the embedding on the GPU (see `Weights`): all must fit with it.
-        let with_embedding = Weights::device_bytes(&store, true);
         let resident = opts.gpu_routing
             && !recording
             && slots == all
-            && (opts.pool_slots.is_some() || slots_for_dense(sized_batch, false, with_embedding)? == all);
+            && (opts.pool_slots.is_some()
+                || slots_for_dense(sized_batch, false, with_embedding, ctx_len)? == all);
         if resident {
             lookahead = 0;
             route_ahead = 0;
