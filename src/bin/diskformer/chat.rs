@@ -39,7 +39,8 @@ pub struct ChatArgs {
     #[arg(long, default_value = "auto", value_parser = parse_budget)]
     budget: Budget,
     /// Context length in KV-cache positions (default: room for thinking, up to 32768, at most the model's
-    /// and what an eighth of the budget holds, at least 4096).
+    /// and what an eighth of the budget holds, at least 4096, and short enough to keep experts resident
+    /// that fit at 4096).
     #[arg(long)]
     ctx: Option<u32>,
     /// Sampling temperature (0 = greedy).

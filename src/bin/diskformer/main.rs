@@ -50,7 +50,7 @@ struct ServeArgs {
     #[arg(long, default_value = "auto", value_parser = diskformer::cli::parse_budget)]
     budget: diskformer::cli::Budget,
     /// Context length (default: room for thinking, up to 32768, at most the model's and what an eighth of
-    /// the budget holds, at least 4096).
+    /// the budget holds, at least 4096, and short enough to keep experts resident that fit at 4096).
     #[arg(long)]
     ctx: Option<u32>,
     /// Most tokens of a reply when a request names no limit (default: Qwen3's suggestion for thinking; at

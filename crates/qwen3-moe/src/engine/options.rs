@@ -24,7 +24,8 @@ pub struct EngineOptions {
     pub pool_slots: Option<usize>,
     /// KV-cache positions (default [`default_context`](diskformer_runtime::load::default_context): room
     /// for thinking, up to 32,768, at most the model's and what an eighth of the GPU budget holds, at least
-    /// 4,096).
+    /// 4,096; where every expert would fit on the GPU at 4,096 positions, the longest context that keeps
+    /// them there).
     pub max_context: Option<u32>,
     /// Most tokens per prefill chunk (default 512: a chunk reads each picked expert once per 32 of its pairs
     /// (Q4_0: 8) and each dense weight once per 32 tokens, and at 128 experts and top-8 a 512-token chunk
