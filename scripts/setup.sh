@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need, when it is missing (idempotent; run as root on Debian, or with sudo):
-#   - Debian: mesa-vulkan-drivers (lavapipe, a real Vulkan device without a GPU) and libvulkan1
+#   - Debian: mesa-vulkan-drivers (lavapipe, a real Vulkan device without a GPU) and libvulkan1, and python3
+#     with its venv module where they are missing
 #   - .venv/: the PyPI tools the comparison scripts use (gguf, numpy, and the tokenizer references), and the
 #     `openai` client the server's test drives
 #   - .cache/: the real Qwen vocabularies as tokenizer-only GGUF files (scripts/bpe/fetch_vocab.sh)
@@ -12,6 +13,9 @@ need_apt=()
 for pkg in mesa-vulkan-drivers libvulkan1; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
+# A stock Debian has python3 but not its venv module (python3-venv), without which .venv cannot be made.
+command -v python3 >/dev/null || need_apt+=(python3)
+python3 -c "import ensurepip, venv" 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -238,6 +238,12 @@ fn bad_requests_are_json_errors_and_the_server_keeps_answering() {
     let mut raw = String::new();
     stalled.read_to_string(&mut raw).unwrap();
     assert!(raw.starts_with("HTTP/1.1 408"), "the stalled client got {raw:?}");
+    // A JSON error like the others, saying what to do.
+    let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let v: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("the 408's body is not JSON ({e}): {raw:?}"));
+    let message = v["error"]["message"].as_str().unwrap_or_else(|| panic!("no error message: {raw:?}"));
+    assert!(message.contains("--body-timeout"), "{message:?} does not name the option");
 }
 
 #[test]

@@ -8,12 +8,8 @@
 # .device/calibrated.jsonl and qwen3-vocab.gguf, llama.cpp's source in .llama/; carry .gl, .device and
 # .llama. Prints the rows' table with llama.cpp's figures, then serve's medians.
 set -uo pipefail
-B=--budget,4g,--prompt-tokens,512
-cal="--routing-trace,.device/calibrated.jsonl"
-uni="--routing,uniform"
+source scripts/device/rows-4g.sh
 t14=--cpu-threads,14
-off=--no-read-checks
-export FTYPE=q4_k_m DECODE=${DECODE:-64} LLAMA_ROWS="cpu-moe-40:--n-cpu-moe,40 exps-cpu:-ot,exps=CPU"
 SECONDS=0
 ROWS="cal:$B,$cal old-cal:$B,$cal uni:$B,$uni old-uni:$B,$uni cal-t14:$B,$cal,$t14 uni-t14:$B,$uni,$t14"
 ROWS+=" cal-nochk:$B,$cal,$off uni-nochk:$B,$uni,$off old-cal2:$B,$cal cal2:$B,$cal old-uni2:$B,$uni uni2:$B,$uni"

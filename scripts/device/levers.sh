@@ -13,15 +13,10 @@
 # bench-old, synth-gguf, ingest, diskformer), .device/calibrated.jsonl, llama.cpp's source in .llama/;
 # carry .gl, .device and .llama. Prints the rows' table (with llama.cpp's figures) last.
 set -uo pipefail
-B=--budget,4g,--prompt-tokens,512
-cal="--routing-trace,.device/calibrated.jsonl"
-uni="--routing,uniform"
+source scripts/device/rows-4g.sh
 t12=--cpu-threads,12
-off=--no-read-checks
 late=--no-early-chunk-prefetch
 s4=--read-split,4
-LLAMA_ROWS="cpu-moe-40:--n-cpu-moe,40 exps-cpu:-ot,exps=CPU"
-export FTYPE=q4_k_m DECODE=${DECODE:-64} LLAMA_ROWS
 SECONDS=0
 case "${CALL:-}" in
 1)

@@ -70,7 +70,8 @@ async fn body(s: &Served, body: Body) -> Result<Bytes, ApiError> {
         }
         Ok(Err(e)) => Err(error(400, format!("the body could not be read: {e}"))),
         Err(_) => {
-            Err(error(408, format!("the body did not arrive within {} s", s.body_timeout.as_secs_f64())))
+            let secs = s.body_timeout.as_secs_f64();
+            Err(error(408, format!("the body did not arrive within {secs} s (--body-timeout)")))
         }
     }
 }
