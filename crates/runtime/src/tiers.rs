@@ -24,6 +24,8 @@ pub struct LayerSplit {
     pub slots: Vec<u32>,
     /// Indices of the picks the CPU computes, in pick order.
     pub cpu_picks: Vec<usize>,
+    /// Their experts (the host tier has started reading those it lacks).
+    pub cpu_experts: Vec<u32>,
 }
 
 /// The GPU pool and the CPU tier a model's experts stream through.
@@ -123,13 +125,13 @@ impl Tiers {
             })
             .collect();
         let cpu_picks: Vec<usize> = plan.cpu_picks().collect();
-        let ids: Vec<u32> = cpu_picks.iter().map(|&i| picks[i]).collect();
+        let cpu_experts: Vec<u32> = cpu_picks.iter().map(|&i| picks[i]).collect();
         // The host tier reads what it lacks first, so that the admissions load from host memory.
-        tier.fetch(l, &ids, &plan.admit)?;
+        tier.fetch(l, &cpu_experts, &plan.admit)?;
         if !plan.admit.is_empty() {
             stats.cpu_admitted += self.pool.prefetch(l, &plan.admit)? as u64;
         }
-        Ok(LayerSplit { pinned, slots, cpu_picks })
+        Ok(LayerSplit { pinned, slots, cpu_picks, cpu_experts })
     }
 
     /// Computes layer `l`'s experts `ids` on the CPU, weighted by `weights`, on the layer's normed state

@@ -33,8 +33,8 @@ impl Engine {
     ) -> Result<(Pinned, Vec<u32>, Option<CpuWork>)> {
         let (k, hidden) = (self.config.expert_used_count as usize, self.config.embedding_length as usize);
         let picks = &read[..k];
-        let LayerSplit { pinned, slots, cpu_picks } = self.tiers.split_layer(l, picks, &mut self.stats)?;
-        let ids: Vec<u32> = cpu_picks.iter().map(|&i| picks[i]).collect();
+        let LayerSplit { pinned, slots, cpu_picks, cpu_experts: ids } =
+            self.tiers.split_layer(l, picks, &mut self.stats)?;
         let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
         let (mut weights, xn) = (floats(&read[k..2 * k]), floats(&read[2 * k..2 * k + hidden]));
         let cpu_weights: Vec<f32> = cpu_picks.iter().map(|&i| weights[i]).collect();
