@@ -11,7 +11,7 @@
 set -uo pipefail
 source scripts/device/call-setup.sh
 FTYPE=${FTYPE:-q4_k_m}
-S=/tmp/q3-$FTYPE.store
+S=/tmp/q3-$FTYPE${VOCAB:+-v}.store # as tiers.sh names it
 MINUTES=${MINUTES:-10.5}
 case "${PHASE:-}" in
 start)
