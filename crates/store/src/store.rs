@@ -592,10 +592,13 @@ fn pread_unaligned_direct(
     })
 }
 
-/// A heap buffer aligned to [`BUFFER_ALIGN`], as O_DIRECT reads need.
+/// A buffer aligned to [`BUFFER_ALIGN`], as O_DIRECT reads need, in memory of its own that goes back to the
+/// system when it drops.
 pub struct RecordBuf {
     ptr: std::ptr::NonNull<u8>,
     len: usize,
+    /// Mapped on its own (anonymous memory); otherwise from the global allocator.
+    mapped: bool,
 }
 
 // Safety: RecordBuf owns its allocation exclusively, like a Vec<u8>.
@@ -607,11 +610,18 @@ impl RecordBuf {
     /// A zeroed buffer of `len` bytes (rounded up to the alignment).
     pub fn new(len: usize) -> RecordBuf {
         let len = len.div_ceil(BUFFER_ALIGN).max(1) * BUFFER_ALIGN;
+        // Not from malloc: once glibc frees a block it had mapped, it raises its mapping threshold to that
+        // block's size, so that later record-sized buffers come from its arenas and stay resident after they
+        // are freed (6.6 GB after an engine with a 16 GB host tier closed). Populated at once, as the
+        // allocator's zeroing touched every page: host-tier reads take buffers whose pages are in.
+        if let Some(ptr) = map_anonymous(len) {
+            return RecordBuf { ptr, len, mapped: true };
+        }
         let layout = AllocLayout::from_size_align(len, BUFFER_ALIGN).expect("valid layout");
         // Safety: the layout has non-zero size.
         let ptr = unsafe { alloc::alloc_zeroed(layout) };
         let ptr = std::ptr::NonNull::new(ptr).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        RecordBuf { ptr, len }
+        RecordBuf { ptr, len, mapped: false }
     }
 
     /// Length in bytes.
@@ -639,11 +649,29 @@ impl RecordBuf {
 
 impl Drop for RecordBuf {
     fn drop(&mut self) {
+        if self.mapped {
+            // Safety: mapped in `new` with this length, and unmapped only here.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+            return;
+        }
         // Safety: allocated in `new` with this exact layout.
         unsafe {
             alloc::dealloc(self.ptr.as_ptr(), AllocLayout::from_size_align_unchecked(self.len, BUFFER_ALIGN))
         }
     }
+}
+
+/// `len` bytes of zeroed anonymous memory, page-aligned (so [`BUFFER_ALIGN`]-aligned), its pages mapped in
+/// where the system offers it; `None` where the system refuses (the caller falls back to the allocator).
+fn map_anonymous(len: usize) -> Option<std::ptr::NonNull<u8>> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE;
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    // Safety: a new private anonymous mapping aliases nothing.
+    let ptr =
+        unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+    if ptr == libc::MAP_FAILED { None } else { std::ptr::NonNull::new(ptr.cast()) }
 }
 
 impl std::fmt::Debug for RecordBuf {
