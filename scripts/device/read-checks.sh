@@ -8,6 +8,9 @@
 #   CALL=2  waits for the soak and prints its end;
 #   CALL=3  llama.cpp's best 4 GB configurations, and this build's page-cache rows alternating with a
 #           variant's (.device/bench-NAME, labels NAME-*; NAME from VARIANT, default new) where one exists.
+# The soak alone, on a machine of its own, in two calls back to back:
+#   CALL=4  the model's store (the GGUF removed after ingest: the soak reads the store only), the soak
+#           started, then waited for until the call's time is nearly spent; then CALL=2.
 # Binaries in .device/ (bench, synth-gguf, ingest, record-read, soak; bench-NAME optional),
 # .device/calibrated.jsonl (routing-trace), llama.cpp's source in .llama/; carry .gl, .device and .llama.
 set -uo pipefail
@@ -31,5 +34,16 @@ case "${CALL:-}" in
     ROWS+=" $n-cal2:$B,$cal cal2:$B,$cal $n-uni2:$B,$uni uni2:$B,$uni"
     [ -x .device/bench-$n ] || ROWS="cal:$B,$cal uni:$B,$uni cal-nochk:$B,$cal,$off cal2:$B,$cal uni2:$B,$uni"
     REUSE=1 PHASES="rows llama" ROWS="$ROWS" timeout ${ROWS_TIMEOUT:-560} bash scripts/device/tiers.sh ;;
-*) echo "usage: CALL=1|2|3 bash scripts/device/read-checks.sh"; exit 2 ;;
+4)
+    source scripts/device/call-setup.sh
+    G=/dev/shm/q3-$FTYPE${VOCAB:+-v}.gguf S=/tmp/q3-$FTYPE${VOCAB:+-v}.store
+    SECONDS=0
+    if [ ! -s $S/experts.bin ]; then
+        $D/synth-gguf --shape qwen3-30b-a3b --ftype $FTYPE ${VOCAB:+--vocab-from "$VOCAB"} --out $G | tail -1
+        $D/ingest $G --store $S | tail -1
+        rm -f $G
+    fi
+    PHASE=start MINUTES=${MINUTES:-10.2} bash scripts/device/soak.sh
+    PHASE=wait WAIT=$((575 - SECONDS)) bash scripts/device/soak.sh ;;
+*) echo "usage: CALL=1|2|3|4 bash scripts/device/read-checks.sh"; exit 2 ;;
 esac
