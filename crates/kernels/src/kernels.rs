@@ -324,7 +324,8 @@ impl Kernel {
         Kernel::ApplyPenalties,
     ];
 
-    /// All kernels: [`Kernel::FIXED`], then the five block kernels of each of [`BlockQuant::ALL`].
+    /// All kernels: those that are not of a block type (`Kernel::FIXED`), then the five block kernels of each
+    /// of [`BlockQuant::ALL`].
     pub const ALL: [Kernel; Kernel::FIXED.len() + 5 * BlockQuant::ALL.len()] = {
         let mut all = [Kernel::EmbedQ8; Kernel::FIXED.len() + 5 * BlockQuant::ALL.len()];
         let mut i = 0;
