@@ -274,7 +274,10 @@ impl Common {
 }
 
 impl ChatRequest {
-    /// The conversation as the chat template takes it, and whether the model may think first.
+    /// The conversation as the chat template takes it, and whether the model may think first: unless the
+    /// request turns thinking off, the last `/think` or `/no_think` in its system and user messages decides
+    /// (Qwen3's soft switch, which its model card says a turn follows when thinking is on; switched here in
+    /// the template, so that a model not trained on it follows it too), and thinking is on without either.
     ///
     /// # Errors
     /// A 400 [`ApiError`] naming the message.
@@ -322,14 +325,26 @@ impl ChatRequest {
             message.reasoning_content.clone_from(&m.reasoning_content);
             out.push(message);
         }
-        let thinking = self
-            .chat_template_kwargs
-            .as_ref()
-            .and_then(|k| k.enable_thinking)
-            .or(self.enable_thinking)
-            .unwrap_or(true);
+        let asked =
+            self.chat_template_kwargs.as_ref().and_then(|k| k.enable_thinking).or(self.enable_thinking);
+        let thinking = asked != Some(false) && soft_switch(&out).unwrap_or(true);
         Ok((out, thinking))
     }
+}
+
+/// The last of Qwen3's soft switches (`/think`: true, `/no_think`: false) among the words of the system and
+/// user messages.
+fn soft_switch(messages: &[Message]) -> Option<bool> {
+    messages
+        .iter()
+        .filter(|m| matches!(m.role, Role::System | Role::User))
+        .flat_map(|m| m.content.split_whitespace())
+        .filter_map(|word| match word {
+            "/think" => Some(true),
+            "/no_think" => Some(false),
+            _ => None,
+        })
+        .next_back()
 }
 
 /// OpenAI's name for why a reply ended.
@@ -400,6 +415,36 @@ mod tests {
         assert!(a.stream && a.include_usage);
         assert_eq!((a.opts.max_tokens, a.opts.stop.clone()), (7, vec!["x".to_owned()]));
         assert_eq!((a.opts.sampling.temperature, a.opts.sampling.top_k, a.opts.sampling.seed), (0.5, 20, 3));
+    }
+
+    #[test]
+    fn the_last_soft_switch_turns_thinking_on_or_off_unless_the_request_turned_it_off() {
+        let thinking = |messages: Value, extra: Value| {
+            let mut body = json!({"messages": messages});
+            body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            chat(body).unwrap().conversation().unwrap().1
+        };
+        let user = |text: &str| json!({"role": "user", "content": text});
+        let none = json!({});
+        assert!(thinking(json!([user("hi")]), none.clone()));
+        assert!(!thinking(json!([user("hi /no_think")]), none.clone()));
+        assert!(!thinking(json!([{"role": "system", "content": "/no_think"}, user("hi")]), none.clone()));
+        assert!(thinking(
+            json!([user("hi /no_think"), {"role": "assistant", "content": "ok"}, user("/think why?")]),
+            none.clone()
+        ));
+        assert!(!thinking(json!([user("/think hi"), user("and now /no_think")]), none.clone()));
+        // An assistant's words switch nothing, nor does a switch inside a word.
+        assert!(thinking(
+            json!([{"role": "assistant", "content": "/no_think"}, user("a/no_think")]),
+            none.clone()
+        ));
+        // Asked for by the request: on lets the switch decide, off wins.
+        assert!(!thinking(json!([user("hi /no_think")]), json!({"enable_thinking": true})));
+        assert!(!thinking(
+            json!([user("/think hi")]),
+            json!({"chat_template_kwargs": {"enable_thinking": false}})
+        ));
     }
 
     #[test]
