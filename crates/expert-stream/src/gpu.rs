@@ -31,7 +31,7 @@ use std::task::{Poll, Waker};
 use std::time::Instant;
 
 use diskformer_kernels::{BlockQuant, Context};
-use diskformer_store::{ExpertLayout, ExpertPart, RecordBuf, RecordReader, Region, part_bytes};
+use diskformer_store::{ExpertLayout, ExpertPart, RecordBuf, RecordHasher, RecordReader, Region, part_bytes};
 
 use crate::staging_times::StagingClock;
 use crate::{
@@ -392,7 +392,9 @@ impl GpuPool {
     /// and this thread copies each piece read into staging and into `slot` at once, so that the host and
     /// device copies of one piece overlap the read of the next while the store sees one read at a time. For
     /// O_DIRECT reads, which cannot land in mapped device memory and which some disks serve fastest one at a
-    /// time. Same ordering promise as [`upload_record`](Self::upload_record).
+    /// time. `seen(start, piece)` then takes each piece, in record order, on this thread while the next is
+    /// read (a load's checksum, so that it does not wait for the last piece). Same ordering promise as
+    /// [`upload_record`](Self::upload_record).
     ///
     /// # Errors
     ///
@@ -404,6 +406,7 @@ impl GpuPool {
         ring: &mut StagingRing,
         bounce: &mut [u8],
         read: F,
+        mut seen: impl FnMut(usize, &[u8]),
     ) -> Result<(), BackendError>
     where
         F: Fn(usize, &mut [u8]) -> Result<(), BackendError> + Sync,
@@ -437,7 +440,9 @@ impl GpuPool {
                         self.stage_piece(slot, entry, start, src.len(), |dst| {
                             dst.copy_from_slice(src);
                             Ok(())
-                        })
+                        })?;
+                        seen(start, src);
+                        Ok(())
                     });
                 if result.is_err() {
                     break;
@@ -832,12 +837,17 @@ impl Backend for GpuBackend {
         };
         if reader.is_direct() {
             // O_DIRECT cannot read into mapped device memory: the pieces land in the record buffer, one read
-            // at a time, each staged and uploaded while the next is read; with checks the whole record is
-            // checked there before the load completes (a slot is used only then), and read again once when
-            // it does not match.
+            // at a time, each staged, uploaded and (with checks) hashed while the next is read; the check
+            // completes before the load does (a slot is used only then), and a record that does not match is
+            // read again once.
             reader.with_reread(key, || {
-                self.pool.upload_read_ahead(slot, ring, record.as_mut_slice(), read)?;
-                Ok::<_, BackendError>(reader.matches(key, record.as_slice()))
+                let mut hasher = reader.hasher(key);
+                self.pool.upload_read_ahead(slot, ring, record.as_mut_slice(), read, |start, piece| {
+                    if let Some(h) = hasher.as_mut() {
+                        h.update(start, piece);
+                    }
+                })?;
+                Ok::<_, BackendError>(hasher.as_ref().is_none_or(RecordHasher::matches))
             })?;
         } else if reader.checks_reads() {
             // Through the page cache, checked: each piece read 128 KiB at a time through a bounce buffer that

@@ -376,20 +376,35 @@ fn a_failed_piece_is_reported_and_the_ring_stays_usable() {
         Ok(())
     };
     let mut bounce = vec![0u8; rec_a.len()];
-    let err = gpu.upload_read_ahead(Slot(1), &mut ring, &mut bounce, fail_second).unwrap_err();
+    let err = gpu.upload_read_ahead(Slot(1), &mut ring, &mut bounce, fail_second, |_, _| {}).unwrap_err();
     assert!(err.to_string().contains("injected"), "{err}");
     for parallel in [true, false] {
         let err = gpu.upload_pieces(Slot(1), &mut ring, parallel, fail_second).unwrap_err();
         assert!(err.to_string().contains("injected"), "{err}");
     }
-    assert!(gpu.upload_read_ahead(Slot(0), &mut ring, &mut [0; 16], fail_second).is_err(), "short bounce");
+    assert!(
+        gpu.upload_read_ahead(Slot(0), &mut ring, &mut [0; 16], fail_second, |_, _| {}).is_err(),
+        "short bounce"
+    );
     assert!(gpu.upload_pieces(Slot(4), &mut ring, true, fail_second).is_err(), "slot past the pool");
     // The same ring then carries whole records both ways.
-    gpu.upload_read_ahead(Slot(1), &mut ring, &mut bounce, |start, dst| {
-        copy(&rec_a, start, dst);
-        Ok(())
-    })
+    // Each piece is seen once, in record order, as it was read.
+    let mut seen = Vec::new();
+    gpu.upload_read_ahead(
+        Slot(1),
+        &mut ring,
+        &mut bounce,
+        |start, dst| {
+            copy(&rec_a, start, dst);
+            Ok(())
+        },
+        |start, piece| seen.push((start, piece.to_vec())),
+    )
     .unwrap();
+    assert!(seen.len() > 1, "one record in {} pieces", seen.len());
+    assert!(seen.windows(2).all(|w| w[0].0 + w[0].1.len() == w[1].0), "pieces in order, none skipped");
+    let bytes: Vec<u8> = seen.iter().flat_map(|(_, piece)| piece.iter().copied()).collect();
+    assert_eq!((seen[0].0, bytes.as_slice()), (0, &rec_a[..]), "the record's bytes, each once");
     for (slot, parallel) in [(2, true), (3, false)] {
         gpu.upload_pieces(Slot(slot), &mut ring, parallel, |start, dst| {
             copy(&rec_b, start, dst);
