@@ -23,23 +23,12 @@ use diskformer_cpu_kernels::{
     Assignment, CpuExperts, ExpertWeights, Isa, Math, QuantMatrix, WorkerPool, takes_quantised_input,
 };
 use diskformer_gguf::TensorType;
+use diskformer_testkit::Rng;
 
 const HIDDEN: usize = 2048;
 const FFN: usize = 768;
 const EXPERTS: usize = 128;
 const TOP_K: usize = 8;
-
-/// A seeded xorshift, so every run reads the same bytes.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 /// One layer's experts in planes: per expert gate, up, down quants then scales.
 struct Layer {
@@ -52,13 +41,14 @@ impl Layer {
     fn new(ty: TensorType, rng: &mut Rng) -> Self {
         let qb = if ty == TensorType::Q8_0 { 32 } else { 16 };
         let blocks = 3 * FFN * HIDDEN / 32;
-        let quants = (0..EXPERTS).map(|_| (0..blocks * qb).map(|_| rng.next() as u8).collect()).collect();
+        let quants = (0..EXPERTS).map(|_| (0..blocks * qb).map(|_| rng.next_u64() as u8).collect()).collect();
         // Scales 2^-8 .. 2^-6 (f16 exponent 7..9): finite, nothing overflows.
         let scales = (0..EXPERTS)
             .map(|_| {
                 (0..blocks)
                     .flat_map(|_| {
-                        (((7 + rng.next() % 3) << 10) | (rng.next() % 1024)).to_le_bytes()[..2].to_vec()
+                        (((7 + rng.next_u64() % 3) << 10) | (rng.next_u64() % 1024)).to_le_bytes()[..2]
+                            .to_vec()
                     })
                     .collect()
             })
@@ -86,7 +76,7 @@ fn threads() -> usize {
 }
 
 fn benches(c: &mut Criterion) {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15); // seeded: every run reads the same bytes
     let threads = threads();
     let mut group = c.benchmark_group("cpu");
     group.sample_size(20).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
@@ -131,7 +121,7 @@ fn benches(c: &mut Criterion) {
                 let mname = math.name();
                 for tokens in [1usize, 4] {
                     let x: Vec<f32> =
-                        (0..tokens * HIDDEN).map(|_| (rng.next() % 2001) as f32 / 1000.0 - 1.0).collect();
+                        (0..tokens * HIDDEN).map(|_| (rng.next_u64() % 2001) as f32 / 1000.0 - 1.0).collect();
                     let mut out = vec![0f32; tokens * HIDDEN];
                     // Token t picks 8 consecutive experts from a base 4·t past the step's: overlapping unions.
                     let union = TOP_K + 4 * (tokens - 1);
@@ -192,11 +182,11 @@ fn dequantised(
     let blocks = 3 * FFN * HIDDEN / 256;
     let data: Vec<Vec<u8>> = (0..EXPERTS)
         .map(|_| {
-            let mut d: Vec<u8> = (0..blocks * bytes).map(|_| rng.next() as u8).collect();
+            let mut d: Vec<u8> = (0..blocks * bytes).map(|_| rng.next_u64() as u8).collect();
             for block in d.chunks_exact_mut(bytes) {
                 for &at in scales {
                     // 2^-8 .. 2^-6, as the planes' scales above.
-                    let s = ((7 + rng.next() % 3) << 10) | (rng.next() % 1024);
+                    let s = ((7 + rng.next_u64() % 3) << 10) | (rng.next_u64() % 1024);
                     block[at..at + 2].copy_from_slice(&(s as u16).to_le_bytes());
                 }
             }
@@ -211,7 +201,7 @@ fn dequantised(
             ExpertWeights::new(m(0, (FFN, HIDDEN)), m(1, (FFN, HIDDEN)), m(2, (HIDDEN, FFN))).unwrap()
         })
         .collect();
-    let x: Vec<f32> = (0..HIDDEN).map(|_| (rng.next() % 2001) as f32 / 1000.0 - 1.0).collect();
+    let x: Vec<f32> = (0..HIDDEN).map(|_| (rng.next_u64() % 2001) as f32 / 1000.0 - 1.0).collect();
     let mut out = vec![0f32; HIDDEN];
     let mut base = 0;
     // Q4_K also with 4 picks a job: what the CPU tier computes a layer under a calibrated trace at 4 GB.
@@ -282,7 +272,7 @@ fn mapped(
     let isa = Isa::detect();
     let cpu = CpuExperts::new(threads, isa).unwrap();
     group.throughput(Throughput::Bytes((TOP_K * experts[0].weight_bytes()) as u64));
-    let x: Vec<f32> = (0..HIDDEN).map(|_| (rng.next() % 2001) as f32 / 1000.0 - 1.0).collect();
+    let x: Vec<f32> = (0..HIDDEN).map(|_| (rng.next_u64() % 2001) as f32 / 1000.0 - 1.0).collect();
     let mut out = vec![0f32; HIDDEN];
     for math in [Math::F32, Math::Q8] {
         let mname = if math == Math::F32 { "f32" } else { "q8" };

@@ -20,13 +20,8 @@ struct Experts {
 
 impl Experts {
     fn random(ty: TensorType, hidden: usize, ffn: usize, experts: usize, seed: u64) -> Self {
-        let mut s = seed | 1;
-        let mut next = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
+        let mut rng = diskformer_testkit::Rng::new(seed);
+        let mut next = move || rng.next_u64();
         let qb = if ty == TensorType::Q8_0 { 32 } else { 16 };
         let blocks = 3 * hidden * ffn / BLOCK;
         let quants = (0..experts).map(|_| (0..blocks * qb).map(|_| next() as u8).collect()).collect();

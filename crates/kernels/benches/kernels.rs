@@ -47,16 +47,13 @@ fn buffer(g: &Gpu, bytes: u64, seed: u64) -> wgpu::Buffer {
     });
     // Small positive f16 / f32-friendly pattern: bytes in 0x00..0x3f never form NaN or inf.
     let chunk = 16 << 20;
-    let mut state = seed | 1;
+    let mut rng = diskformer_testkit::Rng::new(seed);
     let mut data = vec![0u8; chunk.min(bytes as usize)];
     let mut at = 0u64;
     while at < bytes {
         let n = (bytes - at).min(chunk as u64) as usize;
         for b in &mut data[..n] {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            *b = (state as u8) & 0x3f;
+            *b = (rng.next_u64() as u8) & 0x3f;
         }
         g.ctx.queue.write_buffer(&buf, at, &data[..n]);
         at += n as u64;

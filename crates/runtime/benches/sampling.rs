@@ -9,17 +9,14 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use diskformer_runtime::{Sampler, SamplingOptions};
+use diskformer_testkit::Rng;
 
 const VOCAB: usize = 151_936;
 
-/// A SplitMix64 stream for the seeded inputs.
-fn stream(mut x: u64) -> impl FnMut() -> u64 {
-    move || {
-        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let z = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        let z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
+/// A seeded stream for the inputs.
+fn stream(seed: u64) -> impl FnMut() -> u64 {
+    let mut rng = Rng::new(seed);
+    move || rng.next_u64()
 }
 
 /// Logit of rank r (from 1) = -1.1 ln r, ranks shuffled over the ids.
