@@ -13,16 +13,17 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use clap::builder::PossibleValuesParser;
 use diskformer::gguf::{GgufFile, TensorType};
 use diskformer::qwen3_moe::synthetic::{SynthFtype, SynthShape, SynthSpec, SynthVocab, write_synthetic};
 
 /// Write a synthetic qwen3moe GGUF (random weights: for tests and benchmarks only).
 #[derive(Parser)]
 struct Args {
-    /// Model shape: tiny, qwen3-30b-a3b, qwen3-coder-30b-a3b or qwen3-235b-a22b (qwen3moe), or
-    /// qwen35moe-tiny, qwen35moe-small or qwen36-35b-a3b (qwen35moe: only --layers, --seed and --matrices
-    /// apply).
-    #[arg(long, default_value = "tiny")]
+    /// Model shape: qwen3moe, or qwen35moe (the qwen35moe-* and qwen36-* shapes, for which only --layers,
+    /// --seed and --matrices apply).
+    #[arg(long, default_value = "tiny",
+        value_parser = PossibleValuesParser::new(SynthShape::NAMES.into_iter().chain(QWEN35MOE_SHAPES)))]
     shape: String,
     /// Output path.
     #[arg(long)]
