@@ -293,7 +293,8 @@ fn rss(s: &Server) -> u64 {
 }
 
 /// 16 clients × 8 requests, a third of them streamed and left midway: every request is answered or refused
-/// with a 503, and the server's memory ends where it started (within what the allocator keeps).
+/// with a 503, and the server's memory ends where it started (within what the allocator keeps: 0.2–0.6 MB
+/// in five runs on the development machine).
 #[test]
 fn a_bounded_load_ends_with_every_request_answered_or_refused() {
     let s = server("load", &["--ctx", "512"]);
@@ -339,8 +340,8 @@ fn a_bounded_load_ends_with_every_request_answered_or_refused() {
     assert_eq!(after.status, 200, "after the load: {}", after.body);
     let grown = rss(&s).saturating_sub(before);
     assert!(
-        grown < 64 << 20,
-        "the server grew {} MB over {answered} answered, {refused} refused, {left} left",
-        grown >> 20
+        grown < 8 << 20,
+        "the server grew {} KB over {answered} answered, {refused} refused, {left} left",
+        grown >> 10
     );
 }
