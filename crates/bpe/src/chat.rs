@@ -1,4 +1,4 @@
-//! Qwen chat templates (ChatML), rendered in Rust.
+//! Chat templates: Qwen's (ChatML) rendered in Rust, and (feature `jinja`) a model's own Jinja template.
 //!
 //! [`ChatTemplate::Qwen3`] follows, branch for branch, the Jinja template of Qwen3's `tokenizer_config.json`
 //! (system prompt and tool signatures, multi-step tool calls, `<think>` reasoning split off assistant turns
@@ -9,6 +9,10 @@
 //! thinking is on. Its conversation rendering is Qwen3's; Qwen3.5's own template (not in the packages the
 //! tests fetch, so without goldens) is reported to write tool calls differently (`<function=…>` /
 //! `<parameter=…>` blocks), so tool calls rendered for Qwen3.5 are not yet what that model was trained on.
+//!
+//! `JinjaTemplate` (feature `jinja`) renders the template a GGUF carries (`tokenizer.chat_template`) as
+//! Hugging Face does; Qwen3's own renders every golden case to the byte, and a tokenizer built with a
+//! template renders with it ([`Tokenizer::render_chat`](crate::Tokenizer::render_chat)).
 //!
 //! ```
 //! use diskformer_bpe::chat::{ChatOptions, ChatTemplate, Message};
@@ -242,5 +246,222 @@ fn split_reasoning(m: &Message) -> (&str, &str) {
             (after, reasoning)
         }
         None => (&m.content, ""),
+    }
+}
+
+/// The model's own chat template as its tokenizer holds it, compiled once (with the `jinja` feature).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ModelTemplate {
+    #[cfg(feature = "jinja")]
+    compiled: Option<std::sync::Arc<JinjaTemplate>>,
+    /// Why a template the model has is not used.
+    problem: Option<String>,
+}
+
+impl ModelTemplate {
+    /// Compiles `source` where there is one.
+    pub(crate) fn new(source: Option<String>) -> Self {
+        let Some(source) = source else { return Self::default() };
+        #[cfg(feature = "jinja")]
+        {
+            match JinjaTemplate::new(&source) {
+                Ok(t) => Self { compiled: Some(std::sync::Arc::new(t)), problem: None },
+                Err(e) => Self {
+                    compiled: None,
+                    problem: Some(format!("{e}; the built-in template of the model's family is used")),
+                },
+            }
+        }
+        #[cfg(not(feature = "jinja"))]
+        {
+            drop(source);
+            Self {
+                problem: Some(
+                    "this build renders no Jinja (feature `jinja`); the built-in template of the model's \
+                     family is used"
+                        .into(),
+                ),
+            }
+        }
+    }
+
+    /// The conversation rendered by the model's template; `None` without one, or where it refused.
+    pub(crate) fn render(&self, messages: &[Message], options: &ChatOptions) -> Option<String> {
+        #[cfg(feature = "jinja")]
+        if let Some(t) = &self.compiled {
+            return t.render(messages, options).ok();
+        }
+        let _ = (messages, options);
+        None
+    }
+
+    /// Why the model's template is not used, where it has one.
+    pub(crate) fn problem(&self) -> Option<&str> {
+        self.problem.as_deref()
+    }
+}
+
+/// A chat template in Jinja, as a GGUF's `tokenizer.chat_template` or a `tokenizer_config.json` holds it,
+/// rendered as Hugging Face's `apply_chat_template` renders it: `trim_blocks` and `lstrip_blocks`, loop
+/// controls, Python's string methods (`startswith`, `split`, `strip`, …), `tojson` as Python's
+/// `json.dumps(ensure_ascii=False)` writes (`", "` and `": "` between items; `indent` taken), and
+/// `raise_exception`. Qwen3's template renders every case of the crate's jinja2 goldens to the byte.
+#[cfg(feature = "jinja")]
+pub struct JinjaTemplate {
+    env: minijinja::Environment<'static>,
+}
+
+/// A chat template that does not compile, or that refused a conversation.
+#[cfg(feature = "jinja")]
+#[derive(Debug, thiserror::Error)]
+#[error("the chat template: {0}")]
+pub struct TemplateError(String);
+
+#[cfg(feature = "jinja")]
+impl From<minijinja::Error> for TemplateError {
+    fn from(e: minijinja::Error) -> Self {
+        TemplateError(format!("{e:#}"))
+    }
+}
+
+#[cfg(feature = "jinja")]
+impl std::fmt::Debug for JinjaTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JinjaTemplate").finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "jinja")]
+const JINJA_NAME: &str = "chat";
+
+#[cfg(feature = "jinja")]
+impl JinjaTemplate {
+    /// Compiles `source`.
+    ///
+    /// # Errors
+    /// A [`TemplateError`] naming the syntax error and its line.
+    pub fn new(source: &str) -> Result<Self, TemplateError> {
+        use minijinja::{Error, ErrorKind};
+        let mut env = minijinja::Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_filter("tojson", python_json);
+        env.add_function("raise_exception", |what: String| -> Result<String, Error> {
+            Err(Error::new(ErrorKind::InvalidOperation, what))
+        });
+        env.add_template_owned(JINJA_NAME, source.to_owned())?;
+        Ok(JinjaTemplate { env })
+    }
+
+    /// Renders a conversation to the prompt text (encode it with special-token parsing on). The messages
+    /// are given as Hugging Face gives them (`role`, `content`, `reasoning_content` where there is one,
+    /// `tool_calls` as `{"type": "function", "function": {"name", "arguments"}}` with the arguments' JSON
+    /// text), the tools parsed from their JSON text, `add_generation_prompt` and `enable_thinking`.
+    ///
+    /// # Errors
+    /// A [`TemplateError`] for a tool that is not JSON, or where the template fails or refuses
+    /// (`raise_exception`).
+    pub fn render(&self, messages: &[Message], options: &ChatOptions) -> Result<String, TemplateError> {
+        use minijinja::Value;
+        let tools = options
+            .tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                serde_json::from_str::<serde_json::Value>(t)
+                    .map_err(|e| TemplateError(format!("tool {i} is not JSON: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let messages: Vec<Value> = messages.iter().map(message_value).collect();
+        let context = minijinja::context! {
+            messages => messages,
+            tools => if tools.is_empty() { Value::from(()) } else { Value::from_serialize(&tools) },
+            add_generation_prompt => options.add_generation_prompt,
+            enable_thinking => options.enable_thinking,
+        };
+        Ok(self.env.get_template(JINJA_NAME)?.render(context)?)
+    }
+}
+
+/// A message as Hugging Face's templates take it.
+#[cfg(feature = "jinja")]
+fn message_value(m: &Message) -> minijinja::Value {
+    use minijinja::Value;
+    let mut fields: Vec<(&str, Value)> =
+        vec![("role", Value::from(m.role.as_str())), ("content", Value::from(m.content.as_str()))];
+    if let Some(r) = &m.reasoning_content {
+        fields.push(("reasoning_content", Value::from(r.as_str())));
+    }
+    if !m.tool_calls.is_empty() {
+        let calls: Vec<Value> = m
+            .tool_calls
+            .iter()
+            .map(|c| {
+                let function = Value::from_iter([
+                    ("name", Value::from(c.name.as_str())),
+                    ("arguments", Value::from(c.arguments.as_str())),
+                ]);
+                Value::from_iter([("type", Value::from("function")), ("function", function)])
+            })
+            .collect();
+        fields.push(("tool_calls", Value::from(calls)));
+    }
+    Value::from_iter(fields)
+}
+
+/// `tojson` as Python's `json.dumps(value, ensure_ascii=False, indent=indent)` writes it (Hugging Face's
+/// filter): `", "` and `": "` between items without `indent`, a line an item with it; no HTML escaping.
+#[cfg(feature = "jinja")]
+fn python_json(
+    value: minijinja::Value,
+    kwargs: minijinja::value::Kwargs,
+) -> Result<minijinja::Value, minijinja::Error> {
+    use serde::Serialize;
+    let indent: Option<usize> = kwargs.get("indent")?;
+    kwargs.assert_all_used()?;
+    let fail =
+        |e: serde_json::Error| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string());
+    let mut out = Vec::new();
+    match indent {
+        Some(n) => {
+            let spaces = vec![b' '; n];
+            let mut ser = serde_json::Serializer::with_formatter(
+                &mut out,
+                serde_json::ser::PrettyFormatter::with_indent(&spaces),
+            );
+            value.serialize(&mut ser).map_err(fail)?;
+        }
+        None => value
+            .serialize(&mut serde_json::Serializer::with_formatter(&mut out, PythonFormatter))
+            .map_err(fail)?,
+    }
+    Ok(minijinja::Value::from_safe_string(String::from_utf8(out).expect("serde_json writes UTF-8")))
+}
+
+/// Python's default JSON separators: `", "` between items, `": "` after keys.
+#[cfg(feature = "jinja")]
+struct PythonFormatter;
+
+#[cfg(feature = "jinja")]
+impl serde_json::ser::Formatter for PythonFormatter {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
     }
 }

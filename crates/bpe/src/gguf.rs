@@ -13,6 +13,7 @@ const BOS: &str = "tokenizer.ggml.bos_token_id";
 const EOS: &str = "tokenizer.ggml.eos_token_id";
 const PAD: &str = "tokenizer.ggml.padding_token_id";
 const ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
+const CHAT_TEMPLATE: &str = "tokenizer.chat_template";
 
 fn gguf_err(key: &str) -> impl FnOnce(diskformer_gguf::Error) -> Error + '_ {
     move |source| Error::Gguf { key: key.to_owned(), source }
@@ -30,8 +31,8 @@ fn optional_id(md: &Metadata, key: &'static str) -> Result<Option<TokenId>> {
 
 impl TokenizerBuilder {
     /// A builder holding `tokenizer.ggml.{model, pre, tokens, token_type, merges, bos_token_id,
-    /// eos_token_id, padding_token_id, add_bos_token}`. Missing `token_type` means all normal; missing ids are
-    /// `None`; a missing `add_bos_token` is false. Merges are ranked as llama.cpp ranks them
+    /// eos_token_id, padding_token_id, add_bos_token}` and `tokenizer.chat_template`. Missing `token_type`
+    /// means all normal; missing ids and template are `None`; a missing `add_bos_token` is false. Merges are ranked as llama.cpp ranks them
     /// ([`TokenizerBuilder::ignore_merges`] off).
     ///
     /// # Errors
@@ -56,7 +57,12 @@ impl TokenizerBuilder {
             None => false,
             Some(_) => md.get_bool(ADD_BOS).map_err(gguf_err(ADD_BOS))?,
         };
+        let chat_template = match md.get(CHAT_TEMPLATE) {
+            None => None,
+            Some(_) => Some(md.get_str(CHAT_TEMPLATE).map_err(gguf_err(CHAT_TEMPLATE))?.to_owned()),
+        };
         Ok(TokenizerBuilder::new(pre, tokens, types, merges)
+            .chat_template(chat_template)
             .bos_token_id(optional_id(md, BOS)?)
             .eos_token_id(optional_id(md, EOS)?)
             .padding_token_id(optional_id(md, PAD)?)

@@ -45,6 +45,7 @@ pub struct TokenizerBuilder {
     pad: Option<TokenId>,
     add_bos: bool,
     ignore_merges: bool,
+    chat_template: Option<String>,
 }
 
 impl TokenizerBuilder {
@@ -65,7 +66,15 @@ impl TokenizerBuilder {
             pad: None,
             add_bos: false,
             ignore_merges: false,
+            chat_template: None,
         }
+    }
+
+    /// The model's own chat template in Jinja (`tokenizer.chat_template`), which
+    /// [`Tokenizer::render_chat`] renders with the `jinja` feature.
+    pub fn chat_template(mut self, source: Option<String>) -> Self {
+        self.chat_template = source;
+        self
     }
 
     /// `tokenizer.ggml.bos_token_id`.
@@ -226,6 +235,7 @@ impl TokenizerBuilder {
             pad: self.pad,
             add_bos: self.add_bos,
             ignore_merges: self.ignore_merges,
+            chat: crate::chat::ModelTemplate::new(self.chat_template),
         };
         tok.mark_whole_tokens();
         Ok(tok)
@@ -312,6 +322,8 @@ pub struct Tokenizer {
     pad: Option<TokenId>,
     add_bos: bool,
     ignore_merges: bool,
+    /// The model's chat template, where it has one.
+    chat: crate::chat::ModelTemplate,
 }
 
 impl Tokenizer {
@@ -365,6 +377,29 @@ impl Tokenizer {
     /// The pre-tokenizer.
     pub fn pre_tokenizer(&self) -> PreTokenizer {
         self.pre
+    }
+
+    /// Renders a conversation to the prompt text (encode it with special-token parsing on) with the model's
+    /// own chat template where the tokenizer came with one and the `jinja` feature renders it, and with the
+    /// built-in template of its family ([`ChatTemplate::for_pre_tokenizer`]) otherwise: without a template,
+    /// with one that does not compile ([`Tokenizer::chat_template_problem`]), or for a conversation the
+    /// template refuses (a template's `raise_exception`).
+    ///
+    /// [`ChatTemplate::for_pre_tokenizer`]: crate::chat::ChatTemplate::for_pre_tokenizer
+    pub fn render_chat(
+        &self,
+        messages: &[crate::chat::Message],
+        options: &crate::chat::ChatOptions,
+    ) -> String {
+        self.chat.render(messages, options).unwrap_or_else(|| {
+            crate::chat::ChatTemplate::for_pre_tokenizer(self.pre).render(messages, options)
+        })
+    }
+
+    /// Why the model's chat template is not used, where it has one that is not: it does not compile, or
+    /// this build renders no Jinja (the `jinja` feature).
+    pub fn chat_template_problem(&self) -> Option<&str> {
+        self.chat.problem()
     }
 
     /// Number of tokens in the vocabulary (including unused padding entries).
@@ -654,7 +689,7 @@ mod tests {
     #[test]
     fn empty_tokens_are_never_produced() {
         let t = tiny(&[], &[""]).unwrap();
-        assert_eq!(t.encode("", true), []);
+        assert_eq!(t.encode("", true), Vec::<u32>::new());
         assert_eq!(t.token_to_piece(256), Some(&b""[..]));
     }
 

@@ -33,7 +33,15 @@ fn real_vocabularies_from_gguf() {
 
 /// A tokenizer-only GGUF: the 256 bytes, "ab", and the given model and pre-tokenizer.
 fn tiny_gguf(model: &str, pre: Option<&str>, with_tokens: bool) -> Vec<u8> {
+    tiny_gguf_with(model, pre, with_tokens, None)
+}
+
+/// [`tiny_gguf`] with `tokenizer.chat_template` set to `template`.
+fn tiny_gguf_with(model: &str, pre: Option<&str>, with_tokens: bool, template: Option<Value>) -> Vec<u8> {
     let mut w = GgufWriter::new();
+    if let Some(template) = template {
+        w.add_metadata("tokenizer.chat_template", template).unwrap();
+    }
     w.add_metadata("general.architecture", Value::String("qwen3moe".into())).unwrap();
     w.add_metadata("tokenizer.ggml.model", Value::String(model.into())).unwrap();
     if let Some(pre) = pre {
@@ -100,4 +108,16 @@ fn builder_from_metadata_can_ignore_merges() {
     assert_eq!(tiktoken.encode(text, false).len(), 2);
     assert!(merges.encode(text, false).len() > 2);
     assert_eq!(tiktoken.decode(&tiktoken.encode(text, false)), merges.decode(&merges.encode(text, false)));
+}
+
+#[test]
+fn the_models_chat_template_comes_with_the_tokenizer() {
+    use diskformer_bpe::chat::{ChatOptions, Message};
+    let template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}";
+    let tok = from_bytes(tiny_gguf_with("gpt2", Some("qwen2"), true, Some(Value::String(template.into()))))
+        .unwrap();
+    assert_eq!(tok.render_chat(&[Message::user("ab")], &ChatOptions::default()), "<user>ab");
+    // Not a string: refused by name.
+    let err = from_bytes(tiny_gguf_with("gpt2", Some("qwen2"), true, Some(Value::U32(1)))).unwrap_err();
+    assert!(err.to_string().contains("tokenizer.chat_template"), "{err}");
 }

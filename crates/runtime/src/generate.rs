@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use diskformer_bpe::chat::{ChatOptions, ChatTemplate, Message, Role};
+use diskformer_bpe::chat::{ChatOptions, Message, Role};
 use diskformer_bpe::{Tokenizer, Utf8Stream};
 
 use crate::{Sampler, SamplingOptions};
@@ -124,12 +124,12 @@ pub struct Generation<'a, D: Decoder + ?Sized> {
     done: bool,
 }
 
-/// The prompt token ids of `messages` with an open assistant turn, rendered with the chat template of the
-/// tokenizer's model family.
+/// The prompt token ids of `messages` with an open assistant turn, rendered with the model's own chat
+/// template where it has one that renders, and its family's built-in one otherwise
+/// ([`Tokenizer::render_chat`]).
 pub fn prompt_ids(tokenizer: &Tokenizer, messages: &[Message], thinking: bool) -> Vec<u32> {
-    let template = ChatTemplate::for_pre_tokenizer(tokenizer.pre_tokenizer());
     let chat = ChatOptions { enable_thinking: thinking, ..ChatOptions::default() };
-    tokenizer.encode(&template.render(messages, &chat), true)
+    tokenizer.encode(&tokenizer.render_chat(messages, &chat), true)
 }
 
 /// Drops the oldest turns of a conversation until its prompt leaves `room` of `context` positions for the

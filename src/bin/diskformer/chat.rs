@@ -205,6 +205,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
                 engine.max_context()
             );
             crate::warn_if_software(engine.software_adapter(), &engine.adapter());
+            crate::warn_if_template_unused(engine.tokenizer());
             if engine.direct_io() && !args.direct_io {
                 eprintln!("the experts are larger than the available memory: reading them with O_DIRECT");
             }
@@ -235,6 +236,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
                 model.max_context()
             );
             crate::warn_if_software(model.software_adapter(), &model.adapter());
+            crate::warn_if_template_unused(model.tokenizer());
             converse(&mut model, &args)
         }
         Err(e) => Err(e.into()),

@@ -82,6 +82,14 @@ fn warn_if_software(software: bool, adapter: &str) {
     }
 }
 
+/// Says so when the model's own chat template is not used (it does not compile): replies then follow the
+/// built-in template of the model's family.
+fn warn_if_template_unused(tokenizer: &diskformer::bpe::Tokenizer) {
+    if let Some(problem) = tokenizer.chat_template_problem() {
+        eprintln!("warning: {problem}");
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     diskformer::cli::runtime_dir_for_drivers();
     let args = match Cli::parse().command {
@@ -104,6 +112,7 @@ fn main() -> anyhow::Result<()> {
         None => eprintln!("{}, context {}", info.adapter, info.context),
     }
     warn_if_software(info.software, &info.adapter);
+    warn_if_template_unused(&info.tokenizer);
     let model = args.name.clone().unwrap_or_else(|| {
         path.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
     });

@@ -68,7 +68,9 @@ pub fn vocab_available(v: Vocab) -> bool {
     );
 }
 
-fn load(v: Vocab, ignore_merges: bool) -> Tokenizer {
+/// A builder holding a vocabulary's tokens, types, merges and special ids (check [`vocab_available`] first).
+#[allow(dead_code)] // not every test binary builds its own
+pub fn builder(v: Vocab) -> TokenizerBuilder {
     let path = root().join(".cache").join(format!("{}-vocab.json", v.name()));
     let text = std::fs::read_to_string(&path).expect("vocab json readable");
     let j: VocabJson = serde_json::from_str(&text).expect("vocab json");
@@ -82,9 +84,10 @@ fn load(v: Vocab, ignore_merges: bool) -> Tokenizer {
     .eos_token_id(Some(j.eos_token_id))
     .padding_token_id(Some(j.padding_token_id))
     .add_bos_token(j.add_bos_token)
-    .ignore_merges(ignore_merges)
-    .build()
-    .expect("the real vocabulary builds")
+}
+
+fn load(v: Vocab, ignore_merges: bool) -> Tokenizer {
+    builder(v).ignore_merges(ignore_merges).build().expect("the real vocabulary builds")
 }
 
 /// The tokenizer of a vocabulary (merge-rank BPE, llama.cpp's and Hugging Face's rule), loaded once; `None`
@@ -142,6 +145,12 @@ pub fn ids_sha256(ids: &[u32]) -> String {
         h.update(id.to_le_bytes());
     }
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// sha256 of bytes, hex.
+#[allow(dead_code)] // not every test binary uses it
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// sha256 of a file, hex.
