@@ -63,6 +63,42 @@ fn chat_without_a_model_runs_the_demo() {
     assert!(reply.starts_with("A cynic, n."), "{reply:?}");
 }
 
+/// The README's quick-start command, as it is written there (default sampling, thinking on), answers the
+/// way the README says: in words, ending on its own.
+#[test]
+fn the_readmes_chat_command_answers_in_words() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let line =
+        readme.lines().find(|l| l.contains("diskformer chat --prompt")).expect("the quick start's command");
+    let command = &line[line.find("diskformer chat").unwrap() + "diskformer ".len()..];
+    // Its arguments as the shell splits them (double quotes only).
+    let mut args = Vec::new();
+    for (i, part) in command.split('"').enumerate() {
+        if i % 2 == 1 {
+            args.push(part.to_owned());
+        } else {
+            args.extend(part.split_whitespace().take_while(|w| !w.starts_with('#')).map(str::to_owned));
+        }
+    }
+    assert_eq!(args[..2], ["chat", "--prompt"], "{command}");
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_diskformer"))
+        .args(&args)
+        .env("TMPDIR", home.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("ended: Some(StopToken"), "the reply ends on its own: {stderr}");
+    let reply = String::from_utf8_lossy(&out.stdout);
+    let answer = reply.rsplit("</think>").next().unwrap().trim();
+    assert!(answer.starts_with("A cynic, n."), "{reply:?}");
+    let words: Vec<&str> = answer.split_whitespace().collect();
+    let wordlike =
+        words.iter().filter(|w| w.chars().filter(|c| c.is_alphabetic()).count() * 2 >= w.len()).count();
+    assert!(words.len() >= 10 && wordlike * 10 >= words.len() * 9, "words, not noise: {answer:?}");
+}
+
 /// The demo's recorded routing, a trained router's picks, forced on every path: streaming through a pool of
 /// 2 × top-k slots (with the misses on the CPU or loaded), batched or token by token, gives the logits of
 /// every expert resident under the same picks, and the pool and the CPU tier did work.
