@@ -8,6 +8,9 @@
 #   CALL=2  waits for the soak and prints its end;
 #   CALL=3  llama.cpp's best 4 GB configurations, and this build's page-cache rows alternating with a
 #           variant's (.device/bench-NAME, labels NAME-*; NAME from VARIANT, default new) where one exists.
+#   CALL=5  cold rows (checked, both workloads) alternating this build's and a variant's (.device/bench-NAME,
+#           labels NAME-cold-*; NAME from VARIANT, default old), three pairs each: an older build beside
+#           this one's O_DIRECT loads hashed piece by piece (the disk's rate moves between rows, so pairs).
 # The soak alone, on a machine of its own, in two calls back to back:
 #   CALL=4  the model's store (the GGUF removed after ingest: the soak reads the store only), the soak
 #           started, then waited for until the call's time is nearly spent; then CALL=2.
@@ -34,6 +37,14 @@ case "${CALL:-}" in
     ROWS+=" $n-cal2:$B,$cal cal2:$B,$cal $n-uni2:$B,$uni uni2:$B,$uni"
     [ -x .device/bench-$n ] || ROWS="cal:$B,$cal uni:$B,$uni cal-nochk:$B,$cal,$off cal2:$B,$cal uni2:$B,$uni"
     REUSE=1 PHASES="rows llama" ROWS="$ROWS" timeout ${ROWS_TIMEOUT:-560} bash scripts/device/tiers.sh ;;
+5)
+    n=${VARIANT:-old}
+    [ -x .device/bench-$n ] || { echo "no .device/bench-$n"; exit 2; }
+    ROWS=""
+    for i in 1 2 3; do
+        ROWS+=" cold-cal$i:$C,$cal $n-cold-cal$i:$C,$cal $n-cold-uni$i:$C,$uni cold-uni$i:$C,$uni"
+    done
+    REUSE=1 PHASES=rows ROWS="$ROWS" timeout ${ROWS_TIMEOUT:-560} bash scripts/device/tiers.sh ;;
 4)
     source scripts/device/call-setup.sh
     G=/dev/shm/q3-$FTYPE${VOCAB:+-v}.gguf S=/tmp/q3-$FTYPE${VOCAB:+-v}.store
@@ -45,5 +56,5 @@ case "${CALL:-}" in
     fi
     PHASE=start MINUTES=${MINUTES:-10.2} bash scripts/device/soak.sh
     PHASE=wait WAIT=$((575 - SECONDS)) bash scripts/device/soak.sh ;;
-*) echo "usage: CALL=1|2|3|4 bash scripts/device/read-checks.sh"; exit 2 ;;
+*) echo "usage: CALL=1|2|3|4|5 bash scripts/device/read-checks.sh"; exit 2 ;;
 esac

@@ -8,8 +8,9 @@
 # table last. PHASES picks what runs (default "cpu rows llama"); REUSE=1 keeps a model and store a call on the
 # same machine left; PHASES "build" builds llama.cpp (waiting for it before measuring) without running it, for
 # a next call on the same machine; ROWS and LLAMA_ROWS override the row lists; DECODE the decode tokens of a row. A row
-# labelled cold-* runs with the page cache dropped (COLD_DECODE tokens), between two reads of 384 whole
-# records with O_DIRECT (record-read), whose mean rate over the bytes the row read a token is its bound.
+# labelled cold-* (or NAME-cold-*, a variant's build) runs with the page cache dropped (COLD_DECODE tokens),
+# between two reads of 384 whole records with O_DIRECT (record-read), whose mean rate over the bytes the row
+# read a token is its bound.
 # FTYPE (default q8_0) is synth-gguf's --ftype: q4_k_m writes the model as llama.cpp's quantizer types it.
 # A row labelled gg-* (or NAME-gg-*, a variant's build) runs on a second store, $S-gguf, ingested with
 # --experts-in-gguf (a K-quant file's experts read in place from the GGUF in /dev/shm, so from memory as the
@@ -76,7 +77,7 @@ run() { # label, bench args... (a label NAME-* runs .device/bench-NAME where it 
         store=$S-gguf
         set -- "$@" --experts-in-gguf
     fi
-    if [[ $label == cold-* ]]; then
+    if [[ $label == cold-* || $label == *-cold-* ]]; then
         # A cold row: the page cache dropped, between two disk reads of the same kind (the bound's rate).
         decode=$COLD_DECODE
         before=$(disk_rate)
@@ -92,7 +93,7 @@ run() { # label, bench args... (a label NAME-* runs .device/bench-NAME where it 
     local cpu; cpu=$(printf '%s\n%s\n' "$cpu0" "$(head -1 /proc/stat)" | awk '{for (i = 2; i <= 9; i++) { t[NR] += $i }
         s[NR] = $9; idle[NR] = $5 + $6} END {d = t[2] - t[1]; if (d <= 0) d = 1;
         printf "{\"steal\":%.4f,\"busy\":%.4f}", (s[2] - s[1]) / d, 1 - (idle[2] - idle[1]) / d}')
-    [[ $label == cold-* ]] && after=$(disk_rate)
+    [[ $label == cold-* || $label == *-cold-* ]] && after=$(disk_rate)
     echo "{\"label\":\"$label\",\"disk_before\":$before,\"disk_after\":$after,\"cpu\":$cpu,\"run\":$line}" >> "$OUT/tiers.jsonl"
     echo "$label: $(echo "$line" | cut -c1-100)"
 }
