@@ -211,9 +211,9 @@ impl Resident {
     pub fn open_on(ctx: Context, path: &Path, max_context: Option<u32>) -> Result<Resident> {
         let gguf = GgufFile::open(path)?;
         let config = Config::from_metadata(gguf.metadata())?;
-        // Keys and values of the attention layers, f16 (the DeltaNet layers' state does not grow).
+        // Keys and values of the attention layers (the DeltaNet layers' state does not grow).
         let attention = config.recurrent.iter().filter(|&&r| !r).count() as u64;
-        let kv_per_position = attention * 2 * u64::from(config.kv_heads * config.head_dim) * 2;
+        let kv_per_position = attention * 2 * kv_row_bytes(&config);
         let max_context = max_context.unwrap_or_else(|| {
             default_context(config.context_length, kv_per_position, auto_gpu_budget(&ctx))
         });
@@ -942,6 +942,11 @@ fn upload_weights(ctx: &Context, gguf: &GgufFile, c: &Config, wanted: &[(String,
     Ok(w)
 }
 
+/// Bytes of one position's keys (or values) in an attention layer's cache: f16, every KV head.
+fn kv_row_bytes(c: &Config) -> u64 {
+    u64::from(c.kv_heads * c.head_dim) * 2
+}
+
 /// Zeroed state buffers of every layer.
 fn layer_state(device: &wgpu::Device, c: &Config, max_context: u32) -> Vec<LayerState> {
     let buffer = |label, bytes: u64| {
@@ -952,7 +957,7 @@ fn layer_state(device: &wgpu::Device, c: &Config, max_context: u32) -> Vec<Layer
             mapped_at_creation: false,
         })
     };
-    let kv = u64::from(max_context) * u64::from(c.kv_heads * c.head_dim) * 2;
+    let kv = u64::from(max_context) * kv_row_bytes(c);
     let conv = 4 * u64::from(c.conv_kernel - 1) * c.conv_channels() as u64;
     let delta = 4 * u64::from(c.v_heads) * u64::from(c.state_size * c.state_size);
     (c.recurrent.iter())
