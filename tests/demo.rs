@@ -47,19 +47,26 @@ fn the_demo_model_answers_with_its_dictionary_entries() {
     }
 }
 
-#[test]
-fn chat_without_a_model_runs_the_demo() {
+/// `diskformer ARGS` with a temporary directory of its own (where the demo model is written), checked to
+/// succeed; its stdout (the reply) and stderr.
+fn diskformer(args: &[String]) -> (String, String) {
     let home = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_diskformer"))
-        .args(["chat", "--prompt", "What is a cynic?", "--max-tokens", "24"])
-        .args(["--temperature", "0", "--no-think"])
+        .args(args)
         .env("TMPDIR", home.path())
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{stderr}");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
+#[test]
+fn chat_without_a_model_runs_the_demo() {
+    let args =
+        ["chat", "--prompt", "What is a cynic?", "--max-tokens", "24", "--temperature", "0", "--no-think"];
+    let (reply, stderr) = diskformer(&args.map(String::from));
     assert!(stderr.contains("built-in demo model"), "{stderr}");
-    let reply = String::from_utf8_lossy(&out.stdout);
     assert!(reply.starts_with("A cynic, n."), "{reply:?}");
 }
 
@@ -81,16 +88,8 @@ fn the_readmes_chat_command_answers_in_words() {
         }
     }
     assert_eq!(args[..2], ["chat", "--prompt"], "{command}");
-    let home = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_diskformer"))
-        .args(&args)
-        .env("TMPDIR", home.path())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (reply, stderr) = diskformer(&args);
     assert!(stderr.contains("ended: Some(StopToken"), "the reply ends on its own: {stderr}");
-    let reply = String::from_utf8_lossy(&out.stdout);
     let answer = reply.rsplit("</think>").next().unwrap().trim();
     assert!(answer.starts_with("A cynic, n."), "{reply:?}");
     let words: Vec<&str> = answer.split_whitespace().collect();
