@@ -193,6 +193,45 @@ pub fn expert_kquant_gemv(
         .collect()
 }
 
+/// What `Kernels::expert_kquant_gemv_swiglu` computes: [`expert_kquant_gemv`] of the slot's gate (from
+/// byte `gate`) and up (from byte `up`), each `rows × cols`, then [`silu_mul`]: `[P, rows]`.
+#[allow(clippy::too_many_arguments)]
+pub fn expert_kquant_gemv_swiglu(
+    quant: crate::BlockQuant,
+    pool: &[u8],
+    (slot_bytes, gate, up): (usize, usize, usize),
+    (rows, cols): (usize, usize),
+    slot_idx: &[u32],
+    x: &[f32],
+    x_div: usize,
+) -> Vec<f32> {
+    let g = expert_kquant_gemv(quant, pool, (slot_bytes, gate), (rows, cols), slot_idx, x, x_div);
+    let u = expert_kquant_gemv(quant, pool, (slot_bytes, up), (rows, cols), slot_idx, x, x_div);
+    let gate_up: Vec<f32> =
+        g.chunks(rows).zip(u.chunks(rows)).flat_map(|(g, u)| g.iter().chain(u)).copied().collect();
+    silu_mul(&gate_up, rows)
+}
+
+/// What `Kernels::expert_kquant_gemv_combine` computes: [`expert_q8_gemv_combine`] on records of blocks
+/// ([`expert_kquant_gemv`] of each pick, x_div 1). Returns `(residual, scaled, squares)`.
+#[allow(clippy::too_many_arguments)]
+pub fn expert_kquant_gemv_combine(
+    quant: crate::BlockQuant,
+    pool: &[u8],
+    (slot_bytes, offset): (usize, usize),
+    (rows, cols, k): (usize, usize, usize),
+    slot_idx: &[u32],
+    x: &[f32],
+    weights: &[f32],
+    residual: &[f32],
+    next_norm: &[f32],
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let slots = pool.len() / slot_bytes;
+    let gemv =
+        |inside: &[u32]| expert_kquant_gemv(quant, pool, (slot_bytes, offset), (rows, cols), inside, x, 1);
+    combine_picks(gemv, (rows, k, slots), slot_idx, weights, residual, next_norm)
+}
+
 /// [`q8_gemv`] as the cooperative-matrix GEMMs compute it (`Kernels::q8_gemm_coop`): each weight
 /// `q · d` rounded once to f16 (the product is exact in f32), each input rounded to f16, the products
 /// summed (here in f64).

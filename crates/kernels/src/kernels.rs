@@ -103,6 +103,9 @@ pub enum Kernel {
     /// Expert GEMV on a pool of records of GGUF blocks of the type, per pair or per group of pairs sharing
     /// a slot.
     ExpertBlockGemv(BlockQuant),
+    /// Expert down GEMV on a pool of records of GGUF blocks of the type with the MoE combine, added onto
+    /// the residual stream (decode).
+    ExpertBlockGemvCombine(BlockQuant),
     /// Expert GEMM over pairs grouped by slot through workgroup-memory tiles (prefill), on GGUF blocks.
     ExpertBlockGemm(BlockQuant),
     /// Pool slots of the picks from a resident table (routing on the GPU).
@@ -168,6 +171,7 @@ const KQUANT_IQ4: &str = include_str!("wgsl/kquant_iq4.wgsl");
 const KQUANT_FLOATS: &str = include_str!("wgsl/kquant_floats.wgsl");
 const KQUANT_K_SCALES: &str = include_str!("wgsl/kquant_k_scales.wgsl");
 const KQUANT_TILE: &str = include_str!("wgsl/kquant_tile.wgsl");
+const EXPERT_KQUANT_DOT: &str = include_str!("wgsl/expert_kquant_dot.wgsl");
 const Q8_TILE_COOP: &str = include_str!("wgsl/q8_tile_coop.wgsl");
 
 impl BlockQuant {
@@ -195,43 +199,89 @@ impl BlockQuant {
         }
     }
 
-    /// The names of the type's [`Kernel::BlockGemv`], `BlockGemvRows4`, `BlockGemm`, `ExpertBlockGemv` and
-    /// `ExpertBlockGemm` (the Q4_K ones are the entry points as written; the others are renamed to these).
-    fn kernel_names(self) -> [&'static str; 5] {
+    /// The names of the type's [`Kernel::BlockGemv`], `BlockGemvRows4`, `BlockGemm`, `ExpertBlockGemv`,
+    /// `ExpertBlockGemm` and `ExpertBlockGemvCombine` (the Q4_K ones are the entry points as written; the others are renamed to these).
+    fn kernel_names(self) -> [&'static str; 6] {
         match self {
-            BlockQuant::Q2K => {
-                ["q2_k_gemv", "q2_k_gemv_rows4", "q2_k_gemm", "expert_q2_k_gemv", "expert_q2_k_gemm"]
-            }
-            BlockQuant::Q3K => {
-                ["q3_k_gemv", "q3_k_gemv_rows4", "q3_k_gemm", "expert_q3_k_gemv", "expert_q3_k_gemm"]
-            }
-            BlockQuant::Q4K => {
-                ["q4_k_gemv", "q4_k_gemv_rows4", "q4_k_gemm", "expert_q4_k_gemv", "expert_q4_k_gemm"]
-            }
-            BlockQuant::Q5K => {
-                ["q5_k_gemv", "q5_k_gemv_rows4", "q5_k_gemm", "expert_q5_k_gemv", "expert_q5_k_gemm"]
-            }
-            BlockQuant::Q6K => {
-                ["q6_k_gemv", "q6_k_gemv_rows4", "q6_k_gemm", "expert_q6_k_gemv", "expert_q6_k_gemm"]
-            }
-            BlockQuant::Q4_0 => {
-                ["q4_0_gemv", "q4_0_gemv_rows4", "q4_0_gemm", "expert_q4_0_gemv", "expert_q4_0_gemm"]
-            }
-            BlockQuant::Q4_1 => {
-                ["q4_1_gemv", "q4_1_gemv_rows4", "q4_1_gemm", "expert_q4_1_gemv", "expert_q4_1_gemm"]
-            }
-            BlockQuant::Q5_0 => {
-                ["q5_0_gemv", "q5_0_gemv_rows4", "q5_0_gemm", "expert_q5_0_gemv", "expert_q5_0_gemm"]
-            }
-            BlockQuant::Q5_1 => {
-                ["q5_1_gemv", "q5_1_gemv_rows4", "q5_1_gemm", "expert_q5_1_gemv", "expert_q5_1_gemm"]
-            }
+            BlockQuant::Q2K => [
+                "q2_k_gemv",
+                "q2_k_gemv_rows4",
+                "q2_k_gemm",
+                "expert_q2_k_gemv",
+                "expert_q2_k_gemm",
+                "expert_q2_k_gemv_combine",
+            ],
+            BlockQuant::Q3K => [
+                "q3_k_gemv",
+                "q3_k_gemv_rows4",
+                "q3_k_gemm",
+                "expert_q3_k_gemv",
+                "expert_q3_k_gemm",
+                "expert_q3_k_gemv_combine",
+            ],
+            BlockQuant::Q4K => [
+                "q4_k_gemv",
+                "q4_k_gemv_rows4",
+                "q4_k_gemm",
+                "expert_q4_k_gemv",
+                "expert_q4_k_gemm",
+                "expert_q4_k_gemv_combine",
+            ],
+            BlockQuant::Q5K => [
+                "q5_k_gemv",
+                "q5_k_gemv_rows4",
+                "q5_k_gemm",
+                "expert_q5_k_gemv",
+                "expert_q5_k_gemm",
+                "expert_q5_k_gemv_combine",
+            ],
+            BlockQuant::Q6K => [
+                "q6_k_gemv",
+                "q6_k_gemv_rows4",
+                "q6_k_gemm",
+                "expert_q6_k_gemv",
+                "expert_q6_k_gemm",
+                "expert_q6_k_gemv_combine",
+            ],
+            BlockQuant::Q4_0 => [
+                "q4_0_gemv",
+                "q4_0_gemv_rows4",
+                "q4_0_gemm",
+                "expert_q4_0_gemv",
+                "expert_q4_0_gemm",
+                "expert_q4_0_gemv_combine",
+            ],
+            BlockQuant::Q4_1 => [
+                "q4_1_gemv",
+                "q4_1_gemv_rows4",
+                "q4_1_gemm",
+                "expert_q4_1_gemv",
+                "expert_q4_1_gemm",
+                "expert_q4_1_gemv_combine",
+            ],
+            BlockQuant::Q5_0 => [
+                "q5_0_gemv",
+                "q5_0_gemv_rows4",
+                "q5_0_gemm",
+                "expert_q5_0_gemv",
+                "expert_q5_0_gemm",
+                "expert_q5_0_gemv_combine",
+            ],
+            BlockQuant::Q5_1 => [
+                "q5_1_gemv",
+                "q5_1_gemv_rows4",
+                "q5_1_gemm",
+                "expert_q5_1_gemv",
+                "expert_q5_1_gemm",
+                "expert_q5_1_gemv_combine",
+            ],
             BlockQuant::Q8_0 => [
                 "q8_0_block_gemv",
                 "q8_0_block_gemv_rows4",
                 "q8_0_block_gemm",
                 "expert_q8_0_block_gemv",
                 "expert_q8_0_block_gemm",
+                "expert_q8_0_block_gemv_combine",
             ],
             BlockQuant::IQ4NL => [
                 "iq4_nl_gemv",
@@ -239,6 +289,7 @@ impl BlockQuant {
                 "iq4_nl_gemm",
                 "expert_iq4_nl_gemv",
                 "expert_iq4_nl_gemm",
+                "expert_iq4_nl_gemv_combine",
             ],
             BlockQuant::IQ4XS => [
                 "iq4_xs_gemv",
@@ -246,6 +297,7 @@ impl BlockQuant {
                 "iq4_xs_gemm",
                 "expert_iq4_xs_gemv",
                 "expert_iq4_xs_gemm",
+                "expert_iq4_xs_gemv_combine",
             ],
             BlockQuant::F16 => [
                 "f16_block_gemv",
@@ -253,16 +305,23 @@ impl BlockQuant {
                 "f16_block_gemm",
                 "expert_f16_block_gemv",
                 "expert_f16_block_gemm",
+                "expert_f16_block_gemv_combine",
             ],
-            BlockQuant::BF16 => {
-                ["bf16_gemv", "bf16_gemv_rows4", "bf16_gemm", "expert_bf16_gemv", "expert_bf16_gemm"]
-            }
+            BlockQuant::BF16 => [
+                "bf16_gemv",
+                "bf16_gemv_rows4",
+                "bf16_gemm",
+                "expert_bf16_gemv",
+                "expert_bf16_gemm",
+                "expert_bf16_gemv_combine",
+            ],
             BlockQuant::F32 => [
                 "f32_block_gemv",
                 "f32_block_gemv_rows4",
                 "f32_block_gemm",
                 "expert_f32_block_gemv",
                 "expert_f32_block_gemm",
+                "expert_f32_block_gemv_combine",
             ],
         }
     }
@@ -324,10 +383,10 @@ impl Kernel {
         Kernel::ApplyPenalties,
     ];
 
-    /// All kernels: those that are not of a block type (`Kernel::FIXED`), then the five block kernels of each
+    /// All kernels: those that are not of a block type (`Kernel::FIXED`), then the six block kernels of each
     /// of [`BlockQuant::ALL`].
-    pub const ALL: [Kernel; Kernel::FIXED.len() + 5 * BlockQuant::ALL.len()] = {
-        let mut all = [Kernel::EmbedQ8; Kernel::FIXED.len() + 5 * BlockQuant::ALL.len()];
+    pub const ALL: [Kernel; Kernel::FIXED.len() + 6 * BlockQuant::ALL.len()] = {
+        let mut all = [Kernel::EmbedQ8; Kernel::FIXED.len() + 6 * BlockQuant::ALL.len()];
         let mut i = 0;
         while i < Kernel::FIXED.len() {
             all[i] = Kernel::FIXED[i];
@@ -341,7 +400,8 @@ impl Kernel {
             all[i + 2] = Kernel::BlockGemm(b);
             all[i + 3] = Kernel::ExpertBlockGemv(b);
             all[i + 4] = Kernel::ExpertBlockGemm(b);
-            i += 5;
+            all[i + 5] = Kernel::ExpertBlockGemvCombine(b);
+            i += 6;
             q += 1;
         }
         all
@@ -355,6 +415,7 @@ impl Kernel {
             Kernel::BlockGemm(q) => q.kernel_names()[2],
             Kernel::ExpertBlockGemv(q) => q.kernel_names()[3],
             Kernel::ExpertBlockGemm(q) => q.kernel_names()[4],
+            Kernel::ExpertBlockGemvCombine(q) => q.kernel_names()[5],
             Kernel::EmbedQ8 => "embed_q8",
             Kernel::RmsNorm => "rms_norm",
             Kernel::Q8Gemv => "q8_gemv",
@@ -446,6 +507,7 @@ impl Kernel {
                 | Kernel::BlockGemv(_)
                 | Kernel::BlockGemvRows4(_)
                 | Kernel::ExpertBlockGemv(_)
+                | Kernel::ExpertBlockGemvCombine(_)
                 | Kernel::AttentionSplit
                 | Kernel::Q8GemvRows2
                 | Kernel::ExpertQ8Gemv
@@ -501,6 +563,7 @@ impl Kernel {
             | Kernel::ExpertQ8GemmI8
             | Kernel::ExpertQ8GemmCoop => size_of::<ExpertQ8GemmParams>(),
             Kernel::ExpertBlockGemv(_) | Kernel::ExpertBlockGemm(_) => size_of::<ExpertKQuantGemvParams>(),
+            Kernel::ExpertBlockGemvCombine(_) => size_of::<ExpertKQuantCombineParams>(),
             Kernel::BlockGemm(_) => size_of::<Q8GemmParams>(),
             Kernel::ExpertSlots => size_of::<ExpertSlotsParams>(),
             Kernel::ExpertGroups => size_of::<ExpertGroupsParams>(),
@@ -559,6 +622,7 @@ impl Kernel {
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ8GemmCoop => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertBlockGemv(_) => include_str!("wgsl/expert_kquant_gemv.wgsl"),
             Kernel::ExpertBlockGemm(_) => include_str!("wgsl/expert_kquant_gemm.wgsl"),
+            Kernel::ExpertBlockGemvCombine(_) => include_str!("wgsl/expert_kquant_gemv_combine.wgsl"),
             Kernel::BlockGemm(_) => include_str!("wgsl/kquant_gemm.wgsl"),
             Kernel::ExpertQ4Gemm => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertSlots => include_str!("wgsl/expert_slots.wgsl"),
@@ -648,6 +712,9 @@ impl Kernel {
             Kernel::ExpertBlockGemm(q) if q != BlockQuant::Q4K => {
                 Some(Kernel::ExpertBlockGemm(BlockQuant::Q4K))
             }
+            Kernel::ExpertBlockGemvCombine(q) if q != BlockQuant::Q4K => {
+                Some(Kernel::ExpertBlockGemvCombine(BlockQuant::Q4K))
+            }
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ4Gemm | Kernel::ExpertQ8GemmCoop => {
                 Some(Kernel::ExpertQ8GemmTiled)
             }
@@ -667,9 +734,14 @@ impl Kernel {
             Kernel::BlockGemm(q) | Kernel::ExpertBlockGemm(q) => {
                 [KQUANT_TILE].into_iter().chain(q.block_helpers().iter().copied()).collect()
             }
-            Kernel::BlockGemv(q) | Kernel::BlockGemvRows4(q) | Kernel::ExpertBlockGemv(q) => {
+            Kernel::BlockGemv(q) | Kernel::BlockGemvRows4(q) => {
                 q.block_helpers().iter().copied().chain([rows]).collect()
             }
+            Kernel::ExpertBlockGemv(q) | Kernel::ExpertBlockGemvCombine(q) => [EXPERT_KQUANT_DOT]
+                .into_iter()
+                .chain(q.block_helpers().iter().copied())
+                .chain([rows])
+                .collect(),
             _ => self.fixed_helpers(subgroups).to_vec(),
         }
     }

@@ -326,3 +326,217 @@ fn kquant_gemms_match_the_cpu_reference() {
         }
     }
 }
+
+/// Σ|w·x| of each pair's rows of the matrix at byte `offset` of its slot (zeros for a slot past the pool).
+#[allow(clippy::too_many_arguments)]
+fn pair_magnitudes(
+    quant: BlockQuant,
+    pool: &[u8],
+    (slot_bytes, offset): (usize, usize),
+    (rows, cols): (usize, usize),
+    slot_idx: &[u32],
+    x: &[f32],
+    x_div: usize,
+) -> Vec<f32> {
+    let matrix = rows * cols / 256 * quant.block_bytes() as usize;
+    (0..slot_idx.len())
+        .flat_map(|p| {
+            let at = slot_idx[p] as usize * slot_bytes + offset;
+            match pool.get(at..at + matrix) {
+                Some(w) => magnitudes(quant, w, rows, cols, &x[p / x_div * cols..][..cols]),
+                None => vec![0.0; rows],
+            }
+        })
+        .collect()
+}
+
+/// Gate‖up with SwiGLU on its output (`expert_kquant_gemv_swiglu`) against the CPU's two GEMVs and
+/// `silu_mul`: gate and up of every type at offsets of their own in each slot, rows that do not fill a
+/// workgroup's 16, output columns inside wider rows, a slot past the pool, a pool split over bindings.
+#[test]
+fn expert_kquant_swiglu_matches_the_cpu_reference() {
+    use diskformer_kernels::{ExpertBlocks, ExpertOut};
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(41);
+    for quant in BlockQuant::ALL {
+        for (rows, cols, slots) in [(37, 256, 4), (48, 512, 3)] {
+            // Gate at byte 256 of a slot, up after it and some bytes of another part.
+            let matrix = rows * cols / 256 * quant.block_bytes() as usize;
+            let (gate, up) = (256, (256 + matrix + 40).next_multiple_of(4));
+            let slot_bytes = (up + matrix + 100).next_multiple_of(256);
+            let mut pool = Vec::with_capacity(slots * slot_bytes);
+            for _ in 0..slots {
+                let mut slot: Vec<u8> = (0..slot_bytes).map(|_| rng.next_u64() as u8).collect();
+                slot[gate..gate + matrix]
+                    .copy_from_slice(&blocks(&mut rng, quant, rows * cols / 256)[..matrix]);
+                slot[up..up + matrix].copy_from_slice(&blocks(&mut rng, quant, rows * cols / 256)[..matrix]);
+                pool.extend(slot);
+            }
+            let (k, tokens) = (3, 2);
+            let pairs = k * tokens;
+            let slot_idx: Vec<u32> = [2, 0, slots as u32, 1, 2, 2].to_vec();
+            // Inputs of a realistic size: SiLU of large logits would hide errors in the gate.
+            let x = rng.vec_f32(tokens * cols, -0.5, 0.5);
+            let want = cpu::expert_kquant_gemv_swiglu(
+                quant,
+                &pool,
+                (slot_bytes, gate, up),
+                (rows, cols),
+                &slot_idx,
+                &x,
+                k,
+            );
+            let g_out =
+                cpu::expert_kquant_gemv(quant, &pool, (slot_bytes, gate), (rows, cols), &slot_idx, &x, k);
+            let u_out =
+                cpu::expert_kquant_gemv(quant, &pool, (slot_bytes, up), (rows, cols), &slot_idx, &x, k);
+            let g_mag = pair_magnitudes(quant, &pool, (slot_bytes, gate), (rows, cols), &slot_idx, &x, k);
+            let u_mag = pair_magnitudes(quant, &pool, (slot_bytes, up), (rows, cols), &slot_idx, &x, k);
+            // d(silu(g)·u) = silu'(g)·u·dg + silu(g)·du, |silu'| < 1.1 and |silu(g)| <= |g| + 0.3.
+            let scale: Vec<f32> = (0..pairs * rows)
+                .map(|i| 1.1 * u_out[i].abs() * g_mag[i] + (g_out[i].abs() + 0.3) * u_mag[i])
+                .collect();
+            let (pb, xb, sb) = (upload(g, &pool), upload(g, &x), upload(g, &slot_idx));
+            let split = Kernels::new(&g.ctx).with_max_binding((2 * slot_bytes) as u64);
+            for (kernels, split_name) in
+                [(&g.kernels, ""), (&g.plain, ", plain row sums"), (&split, ", split")]
+            {
+                let stride = rows + 3;
+                let y = upload(g, &vec![0f32; pairs * stride]);
+                let w = ExpertBlocks {
+                    data: (&pb).into(),
+                    quant,
+                    slot_bytes: slot_bytes as u64,
+                    offset: gate as u64,
+                    slots: slots as u32,
+                    first_slot: 0,
+                    rows: rows as u32,
+                    cols: cols as u32,
+                };
+                let out = ExpertOut { y: (&y).into(), stride: stride as u32, offset: 2 };
+                let pk = (pairs as u32, k as u32);
+                let d = kernels.expert_kquant_gemv_swiglu(w, up as u64, (&xb).into(), (&sb).into(), out, pk);
+                run(g, &[&d.unwrap()]);
+                let got = read_n::<f32>(g, &y, pairs * stride);
+                for p in 0..pairs {
+                    let row = &got[p * stride..][..stride];
+                    assert_eq!(&row[..2], &[0.0; 2], "columns before the offset stay untouched");
+                    assert_eq!(row[2 + rows], 0.0, "columns after the rows stay untouched");
+                    let what = format!("{} swiglu {rows}x{cols} pair {p}{split_name}", quant.name());
+                    let (want, scale) = (&want[p * rows..][..rows], &scale[p * rows..][..rows]);
+                    assert_close(&what, &row[2..2 + rows], want, scale, 1e-6, 1e-5);
+                }
+            }
+        }
+    }
+}
+
+/// The down GEMV with the MoE combine on records of blocks (`expert_kquant_gemv_combine`) against the
+/// CPU's: every type, picks onto the residual's old values, one pick past the pool adding nothing, more
+/// picks than lane groups, rows that do not fill a block of 4, and a pool split over bindings whose parts
+/// each add their own picks (only the last writing the next norm's inputs).
+#[test]
+fn expert_kquant_combine_adds_the_picks_onto_the_residual() {
+    use diskformer_kernels::{CombineOut, ExpertBlocks, combine_squares};
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(43);
+    for quant in BlockQuant::ALL {
+        for (rows, cols, slots, picks) in [(42, 512, 3, 3), (64, 256, 4, 10)] {
+            let (pool, slot_bytes, offset) = block_pool(&mut rng, quant, (rows, cols), slots);
+            let tokens = 2;
+            let pairs = tokens * picks;
+            let slot_idx: Vec<u32> =
+                (0..pairs).map(|p| if p == 1 { u32::MAX } else { (p * 7 % slots) as u32 }).collect();
+            let x = rng.vec_f32(pairs * cols, -1.0, 1.0);
+            let weights = rng.vec_f32(pairs, 0.01, 0.3);
+            let residual = rng.vec_f32(tokens * rows, -5.0, 5.0);
+            let next_norm = rng.vec_f32(rows, 0.5, 1.5);
+            let (want, want_scaled, want_squares) = cpu::expert_kquant_gemv_combine(
+                quant,
+                &pool,
+                (slot_bytes, offset),
+                (rows, cols, picks),
+                &slot_idx,
+                &x,
+                &weights,
+                &residual,
+                &next_norm,
+            );
+            let mags = pair_magnitudes(quant, &pool, (slot_bytes, offset), (rows, cols), &slot_idx, &x, 1);
+            let scale: Vec<f32> = (0..tokens * rows)
+                .map(|i| {
+                    let (t, r) = (i / rows, i % rows);
+                    residual[i].abs()
+                        + (0..picks)
+                            .map(|j| weights[t * picks + j] * mags[(t * picks + j) * rows + r])
+                            .sum::<f32>()
+                })
+                .collect();
+            let (pb, xb, sb, wb) =
+                (upload(g, &pool), upload(g, &x), upload(g, &slot_idx), upload(g, &weights));
+            let nb = upload(g, &next_norm);
+            let blocks_n = combine_squares(rows as u32) as usize;
+            // Two slots a binding (or as many as the inputs' binding needs).
+            let split = Kernels::new(&g.ctx).with_max_binding((2 * slot_bytes).max(4 * pairs * cols) as u64);
+            for (kernels, split_name) in
+                [(&g.kernels, ""), (&g.plain, ", plain row sums"), (&split, ", split")]
+            {
+                let y = upload(g, &residual);
+                let (scaled, squares) = (poisoned(g, 4 * tokens * rows), poisoned(g, 4 * tokens * blocks_n));
+                let v = diskformer_kernels::View::from;
+                let w = ExpertBlocks {
+                    data: v(&pb),
+                    quant,
+                    slot_bytes: slot_bytes as u64,
+                    offset: offset as u64,
+                    slots: slots as u32,
+                    first_slot: 0,
+                    rows: rows as u32,
+                    cols: cols as u32,
+                };
+                let out = CombineOut {
+                    weights: v(&wb),
+                    residual: v(&y),
+                    next_norm: v(&nb),
+                    scaled: v(&scaled),
+                    squares: v(&squares),
+                    finish: true,
+                };
+                let d =
+                    kernels.expert_kquant_gemv_combine(w, v(&xb), v(&sb), out, (tokens as u32, picks as u32));
+                let d = d.unwrap();
+                if split_name == ", split" {
+                    assert!(d.parts() >= 2, "{} parts", d.parts());
+                }
+                run(g, &[&d]);
+                let what = format!("{} combine {rows}x{cols} k={picks}{split_name}", quant.name());
+                let got = read_n::<f32>(g, &y, tokens * rows);
+                assert_close(&what, &got, &want, &scale, 1e-6, 1e-5);
+                let scaled_scale: Vec<f32> =
+                    scale.iter().enumerate().map(|(i, s)| s * next_norm[i % rows]).collect();
+                assert_close(
+                    &what,
+                    &read_n::<f32>(g, &scaled, tokens * rows),
+                    &want_scaled,
+                    &scaled_scale,
+                    1e-6,
+                    1e-5,
+                );
+                let squares_scale: Vec<f32> = got
+                    .chunks(rows)
+                    .zip(scale.chunks(rows))
+                    .flat_map(|(row, sc)| {
+                        row.chunks(4)
+                            .zip(sc.chunks(4))
+                            .map(|(b, s)| {
+                                b.iter().zip(s).map(|(v, s)| 2.0 * v.abs() * s + v * v).sum::<f32>()
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                let got_squares = read_n::<f32>(g, &squares, tokens * blocks_n);
+                assert_close(&what, &got_squares, &want_squares, &squares_scale, 1e-6, 1e-5);
+            }
+        }
+    }
+}

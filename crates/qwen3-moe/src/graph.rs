@@ -1,7 +1,8 @@
 //! The working buffers of a step and the kernels bound to them: one [`Graph`] per step length T, built once
 //! and recorded every step (embedding rows, positions, the RoPE table and slot indices change in buffers).
 //!
-//! Fused decode (one token, at most 64 picks; Q8_0 or Q4_0 experts): the RMSNorms and the MoE combine ride
+//! Fused decode (one token, at most 64 picks; Q8_0 or Q4_0 planes, or records of blocks whose gate and up
+//! share a type; dense weights of any type, `wo` one matrix): the RMSNorms and the MoE combine ride
 //! in the kernels around them, so a layer past the first runs q|k|v of `x_scaled` (the residual stream times
 //! the attention norm's weight, not yet scaled), `qkv_rope_store` (which applies that norm's scale from
 //! `squares`), attention, wo added onto the residual stream `x`, the router with the FFN norm folded in (it
@@ -11,8 +12,9 @@
 //! since removed: `bench --kernel-times` times this graph). With every Q8_0 expert resident the top-k rides
 //! in gate‖up too (`expert_q8_gemv_gate_up_swiglu_routed`: each workgroup ranks its token's logits and looks
 //! its pick up in the slot table), one dispatch fewer again (67.1 against 68.2 µs); streaming and route-ahead steps keep the top-k's own dispatch, whose picks the host
-//! reads. Chunks run the unfused layer, and so do one-token steps on K-quant matrices (dense weights of GGUF
-//! blocks, or records of blocks: `block_experts`), whose kernels have no fused forms yet.
+//! reads. On records of blocks gate‖up is `expert_kquant_gemv_swiglu` and down `expert_kquant_gemv_combine`
+//! (the top-k keeps its dispatch). Chunks run the unfused layer, and so do one-token steps whose gate and up
+//! differ in type (`block_experts`).
 
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
@@ -484,17 +486,23 @@ impl Graph {
         let planar = !matches!(b.experts, ExpertKernels::Blocks(_));
         let q4_experts = matches!(b.experts, ExpertKernels::Q4);
         let swiglu_out = t == 1 && ffn.is_multiple_of(16) && planar;
-        // And the norms and the combine ride in other kernels (fused decode, see the module docs), which
-        // read Q8_0 dense weights.
-        let fused = swiglu_out && fused_decode(c) && w.all_q8();
+        // And the norms and the combine ride in other kernels (fused decode, see the module docs): on planes,
+        // or on records of blocks whose gate and up share a type; beside dense weights of any type.
+        let fused = t == 1
+            && fused_decode(c)
+            && w.wo_whole()
+            && match b.experts {
+                ExpertKernels::Blocks(layers) => layers.iter().all(|[gate, up, _]| gate.0 == up.0),
+                _ => swiglu_out,
+            };
         let groups_on_gpu = t > 1 && b.resident_table.is_some() && experts <= EXPERT_GROUPS_MAX_EXPERTS;
         // Every Q8_0 matmul on int8 inputs: chunks' (`int8_prefill`; where they quantise them) or the fused
         // decode layer's (`int8_decode`; its GEMVs quantise as they read, but gate‖up, whose input the
         // router kernel quantises).
-        let int8 = if t > 1 { b.int8_prefill } else { fused && b.int8_decode };
+        let int8 = if t > 1 { b.int8_prefill } else { fused && b.int8_decode && planar };
         // Fused decode with every expert resident: gate‖up computes the router's top-k itself and looks
         // the picks up in the slot table (no `router_topk_slots` dispatch before it).
-        let routed = fused && b.resident_slots.is_some() && !q4_experts;
+        let routed = fused && b.resident_slots.is_some() && !q4_experts && planar;
         let dense_math = match int8.then(|| v(&s.xq)) {
             Some(xq) => DenseMath::Int8 { xq },
             None if t > 1 && b.tensor_prefill => DenseMath::Tensor,
@@ -521,12 +529,19 @@ impl Graph {
             let (qn, kn, qr) = (v(&lw.q_norm), v(&lw.k_norm), v(&s.qr));
             if fused && l > 0 {
                 let squares = Some(v(&s.squares));
-                let wqkv = lw.wqkv.q8().expect("fused decode runs on Q8_0 dense weights");
                 let (scaled, qkv) = (v(&s.x_scaled), v(&s.qkv));
-                attention.extend([
-                    if int8 { k.q8_gemv_i8(wqkv, scaled, qkv, 1)? } else { k.q8_gemv(wqkv, scaled, qkv, 1)? },
-                    k.qkv_rope_store(v(&s.qkv), qn, kn, rope, pos, qr, cache, squares, scaled_params)?,
-                ]);
+                attention.extend(k.dense_projection(&lw.wqkv, scaled, qkv, 1, dense_math)?);
+                attention.push(k.qkv_rope_store(
+                    qkv,
+                    qn,
+                    kn,
+                    rope,
+                    pos,
+                    qr,
+                    cache,
+                    squares,
+                    scaled_params,
+                )?);
             } else {
                 attention.extend(k.dense_projection(&lw.wqkv, v(&s.xn), v(&s.qkv), t, dense_math)?);
                 attention.push(k.qkv_rope_store(
@@ -554,12 +569,14 @@ impl Graph {
                 // int8 decode: the router also writes the normed row Q8_0-quantised, gate‖up's input.
                 let quantised = (int8 && !q4_experts).then(|| v(&s.xq));
                 let norm = InputNorm { weight: v(&lw.ffn_norm), eps, normed: v(&s.xn), quantised };
-                let wo = lw.wo.q8().expect("fused decode runs on Q8_0 dense weights");
                 let (att, x) = (v(&s.att), v(&s.x));
-                attention.push(if int8 {
-                    k.q8_gemv_add_i8(wo, att, x, 1)?
-                } else {
-                    k.q8_gemv_add(wo, att, x, 1)?
+                attention.push(match &lw.wo {
+                    DenseWeight::Q8(wo) if int8 => k.q8_gemv_add_i8(wo.m(), att, x, 1)?,
+                    DenseWeight::Q8(wo) => k.q8_gemv_add(wo.m(), att, x, 1)?,
+                    DenseWeight::Blocks(pieces) => match &pieces[..] {
+                        [wo] => k.kquant_gemv_add(wo.m(), att, x, 1)?,
+                        _ => unreachable!("fused decode takes wo in one piece (Weights::wo_whole)"),
+                    },
                 });
                 router_from = Some(attention.len());
                 attention.push(k.f32_gemv_norm(
@@ -657,7 +674,11 @@ impl Graph {
                 experts_dispatches.push(k.quantize_q8(v(&s.xn), v(&s.xq), t, h)?);
             }
             if let ExpertKernels::Blocks(parts) = b.experts {
-                experts_dispatches.extend(block_experts(b, l, parts[l], sizes)?);
+                experts_dispatches.extend(if fused {
+                    block_gate_up_swiglu(b, l, parts[l], layer_slots)?
+                } else {
+                    block_experts(b, l, parts[l], sizes, layer_slots)?
+                });
             }
             let planar_gate_up =
                 if planar { in_layer(&gate_up, (Plane::GateUpQ, Plane::GateUpScales)) } else { vec![] };
@@ -692,8 +713,19 @@ impl Graph {
             if fused {
                 let join = k.add(v(&s.x), v(&s.cpu_sum), v(&s.cpu_joined), h)?;
                 cpu_join = Some(CpuJoin { at: experts_dispatches.len(), via: JoinVia::Add(join) });
-                let parts = in_layer(&down, (Plane::DownQ, Plane::DownScales));
+                let parts = if planar { in_layer(&down, (Plane::DownQ, Plane::DownScales)) } else { vec![] };
                 let last_layer = l + 1 == w.layers.len();
+                if let ExpertKernels::Blocks(layers) = b.experts {
+                    let out = CombineOut {
+                        weights: v(&s.pick_weights),
+                        residual: v(&s.x),
+                        next_norm: v(next_norm),
+                        scaled: v(&s.x_scaled),
+                        squares: v(&s.squares),
+                        finish: !last_layer,
+                    };
+                    experts_dispatches.extend(block_down_combine(b, l, layers[l][2], layer_slots, out)?);
+                }
                 for (i, &part) in parts.iter().enumerate() {
                     let out = CombineOut {
                         weights: v(&s.pick_weights),
@@ -825,34 +857,35 @@ const STORAGE_OFFSET_ALIGN: u64 = 256;
 /// The slots of `part` that hold a resident layer's experts (`layer_slots`: that layer's slot of each
 /// expert), as planes bound over them alone, so the expert kernels launch over one binding instead of every
 /// binding-sized range of the part (each range a dispatch of its own); `None` when the layer has no expert
-/// here. While experts stream (`layer_slots` is `None`), or where the narrowed offsets would break the
-/// 256-byte storage-offset alignment, the whole part.
+/// here (see [`layer_span`]).
 fn narrow_to_layer<'a>(
     part: ExpertPlanes<'a>,
     (q_bytes, s_bytes): (u64, u64),
     layer_slots: Option<&[u32]>,
 ) -> Option<ExpertPlanes<'a>> {
-    let Some(slots) = layer_slots else { return Some(part) };
-    let range = part.first_slot..part.first_slot + part.slots;
-    let here = slots.iter().filter(|s| range.contains(s));
+    let (first_slot, slots) = layer_span(part.first_slot, part.slots, &[q_bytes, s_bytes], layer_slots)?;
+    let skip = u64::from(first_slot - part.first_slot);
+    let at = |v: View<'a>, bytes: u64| View::at(v.buffer, v.offset + skip * bytes);
+    Some(ExpertPlanes { q: at(part.q, q_bytes), scales: at(part.scales, s_bytes), slots, first_slot, ..part })
+}
+
+/// The slots (first, count) of a pool part (`first..first + slots`) that a layer's kernels bind: with every
+/// expert resident (`layer_slots`, the layer's slot of each expert) the span of the layer's slots in the part,
+/// `None` when it has none there; while experts stream (no `layer_slots`), or where the narrowed offsets in
+/// planes of `slot_bytes` a slot would break the 256-byte storage-offset alignment, the whole part.
+fn layer_span(first: u32, slots: u32, slot_bytes: &[u64], layer_slots: Option<&[u32]>) -> Option<(u32, u32)> {
+    let Some(layer) = layer_slots else { return Some((first, slots)) };
+    let range = first..first + slots;
+    let here = layer.iter().filter(|s| range.contains(s));
     let (lo, hi) = here.fold((u32::MAX, 0), |(lo, hi), &s| (lo.min(s), hi.max(s)));
     if lo > hi {
         return None;
     }
-    let skip = u64::from(lo - part.first_slot);
-    if !(skip * q_bytes).is_multiple_of(STORAGE_OFFSET_ALIGN)
-        || !(skip * s_bytes).is_multiple_of(STORAGE_OFFSET_ALIGN)
-    {
-        return Some(part);
+    let skip = u64::from(lo - first);
+    if slot_bytes.iter().any(|b| !(skip * b).is_multiple_of(STORAGE_OFFSET_ALIGN)) {
+        return Some((first, slots));
     }
-    let at = |v: View<'a>, bytes: u64| View::at(v.buffer, v.offset + skip * bytes);
-    Some(ExpertPlanes {
-        q: at(part.q, q_bytes),
-        scales: at(part.scales, s_bytes),
-        slots: hi - lo + 1,
-        first_slot: lo,
-        ..part
-    })
+    Some((lo, hi - lo + 1))
 }
 
 /// The input of an expert projection.
@@ -1078,12 +1111,14 @@ impl ExpertKernels {
 }
 
 /// A layer's experts on records of blocks: gate and up into the halves of gate‖up, SwiGLU, down (each
-/// projection once per pool part: for one token per pair, for a chunk per group of pairs sharing a slot).
+/// projection once per pool part holding the layer's experts: for one token per pair, for a chunk per group
+/// of pairs sharing a slot).
 fn block_experts(
     b: &Bindings<'_>,
     l: usize,
     [(gate_q, gate_at), (up_q, up_at), (down_q, down_at)]: [(BlockQuant, u64); 3],
     PairSizes { t, pairs, groups }: PairSizes,
+    layer_slots: Option<&[u32]>,
 ) -> Result<Vec<Dispatch>> {
     let (k, c, s) = (b.kernels, b.config, b.scratch);
     let (h, f, top_k) = (c.embedding_length, c.expert_feed_forward_length, c.expert_used_count);
@@ -1097,24 +1132,6 @@ fn block_experts(
             k.expert_kquant_gemm(w, x, g, o, y, (pairs, groups), x_div)
         }
     };
-    fn blocks<'p>(
-        pool: &GpuPool,
-        part: &'p diskformer_expert_stream::PoolPart,
-        plane: Plane,
-        (quant, offset): (BlockQuant, u64),
-        (rows, cols): (u32, u32),
-    ) -> ExpertBlocks<'p> {
-        ExpertBlocks {
-            data: part.buffer(plane).into(),
-            quant,
-            slot_bytes: pool.slot_bytes(plane),
-            offset,
-            slots: part.slots(),
-            first_slot: part.first_slot(),
-            rows,
-            cols,
-        }
-    }
     // Up right after gate and of its type: gate‖up is one matrix of 2F rows.
     let gate_bytes = u64::from(f) * u64::from(h) / 256 * gate_q.block_bytes();
     let halves: &[(BlockQuant, u64, u32, u32)] = if gate_q == up_q && up_at == gate_at + gate_bytes {
@@ -1122,19 +1139,87 @@ fn block_experts(
     } else {
         &[(gate_q, gate_at, 0, f), (up_q, up_at, f, f)]
     };
-    for part in b.pool.parts() {
-        for &(quant, at, column, rows) in halves {
-            let w = blocks(b.pool, part, Plane::GateUpQ, (quant, at), (rows, h));
+    for &(quant, at, column, rows) in halves {
+        for w in layer_blocks(b.pool, Plane::GateUpQ, (quant, at), (rows, h), layer_slots) {
             let y = ExpertOut { y: v(&s.gate_up), stride: 2 * f, offset: column };
             out.push(matmul(w, v(&s.xn), y, top_k)?);
         }
     }
     out.push(k.silu_mul(v(&s.gate_up), v(&s.act), f, pairs)?);
-    for part in b.pool.parts() {
-        let w = blocks(b.pool, part, Plane::DownQ, (down_q, down_at), (h, f));
+    for w in layer_blocks(b.pool, Plane::DownQ, (down_q, down_at), (h, f), layer_slots) {
         out.push(matmul(w, v(&s.act), ExpertOut { y: v(&s.down), stride: h, offset: 0 }, 1)?);
     }
     Ok(out)
+}
+
+/// Fused decode on records of blocks, gate and up of one type: gate‖up with SwiGLU on its output into the
+/// activation (no SwiGLU dispatch), once per pool part holding the layer's experts.
+fn block_gate_up_swiglu(
+    b: &Bindings<'_>,
+    l: usize,
+    [(gate_q, gate_at), (_, up_at), _]: [(BlockQuant, u64); 3],
+    layer_slots: Option<&[u32]>,
+) -> Result<Vec<Dispatch>> {
+    let (k, c, s) = (b.kernels, b.config, b.scratch);
+    let (h, f, top_k) = (c.embedding_length, c.expert_feed_forward_length, c.expert_used_count);
+    let (x, slots) = (View::from(&s.xn), View::from(&s.slot_idx[l]));
+    let act = ExpertOut { y: View::from(&s.act), stride: f, offset: 0 };
+    layer_blocks(b.pool, Plane::GateUpQ, (gate_q, gate_at), (f, h), layer_slots)
+        .map(|gate| Ok(k.expert_kquant_gemv_swiglu(gate, up_at, x, slots, act, (top_k, top_k))?))
+        .collect()
+}
+
+/// Fused decode on records of blocks: down with the MoE combine onto the residual stream (and, unless
+/// `out.finish` is off, the next norm's inputs from the last pool part), once per pool part holding the
+/// layer's experts.
+fn block_down_combine(
+    b: &Bindings<'_>,
+    l: usize,
+    (down_q, down_at): (BlockQuant, u64),
+    layer_slots: Option<&[u32]>,
+    out: CombineOut<'_>,
+) -> Result<Vec<Dispatch>> {
+    let (k, c, s) = (b.kernels, b.config, b.scratch);
+    let (h, f, top_k) = (c.embedding_length, c.expert_feed_forward_length, c.expert_used_count);
+    let parts: Vec<_> = layer_blocks(b.pool, Plane::DownQ, (down_q, down_at), (h, f), layer_slots).collect();
+    let (act, slots) = (View::from(&s.act), View::from(&s.slot_idx[l]));
+    let last = parts.len().saturating_sub(1);
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let out = CombineOut { finish: out.finish && i == last, ..out };
+            Ok(k.expert_kquant_gemv_combine(w, act, slots, out, (1, top_k))?)
+        })
+        .collect()
+}
+
+/// One matrix of every record in `plane` (its type and where it starts in a slot), as the block kernels
+/// bind it: a pool part at a time, narrowed to the slots of a resident layer where `layer_slots` gives them
+/// (see [`layer_span`]), parts without the layer's experts left out.
+fn layer_blocks<'p>(
+    pool: &'p GpuPool,
+    plane: Plane,
+    (quant, offset): (BlockQuant, u64),
+    (rows, cols): (u32, u32),
+    layer_slots: Option<&'p [u32]>,
+) -> impl Iterator<Item = ExpertBlocks<'p>> {
+    let slot_bytes = pool.slot_bytes(plane);
+    pool.parts().iter().filter_map(move |part| {
+        let (first_slot, slots) = layer_span(part.first_slot(), part.slots(), &[slot_bytes], layer_slots)?;
+        let skip = u64::from(first_slot - part.first_slot());
+        let data: View<'p> = part.buffer(plane).into();
+        Some(ExpertBlocks {
+            data: View::at(data.buffer, data.offset + skip * slot_bytes),
+            quant,
+            slot_bytes,
+            offset,
+            slots,
+            first_slot,
+            rows,
+            cols,
+        })
+    })
 }
 
 #[cfg(test)]

@@ -41,11 +41,11 @@ impl DenseWeight {
         }
     }
 
-    /// The Q8_0 planes, for the kernels that read only those (the fused decode layer, the int8 paths).
-    pub fn q8(&self) -> Option<Q8Matrix<'_>> {
+    /// The first piece's rows (all of them for Q8_0 planes, which are never pieces).
+    fn first_rows(&self) -> u32 {
         match self {
-            DenseWeight::Q8(w) => Some(w.m()),
-            DenseWeight::Blocks(_) => None,
+            DenseWeight::Q8(w) => w.rows,
+            DenseWeight::Blocks(pieces) => pieces.first().map_or(0, |p| p.rows),
         }
     }
 }
@@ -151,10 +151,11 @@ pub(crate) struct Weights {
 }
 
 impl Weights {
-    /// Whether every dense matrix is Q8_0 planes (what the fused decode layer reads).
-    pub fn all_q8(&self) -> bool {
-        let q8 = |w: &DenseWeight| matches!(w, DenseWeight::Q8(_));
-        q8(&self.head) && self.layers.iter().all(|l| q8(&l.wqkv) && q8(&l.wo))
+    /// Whether every layer's output projection is one matrix (the fused decode layer adds it onto the
+    /// residual stream in one dispatch).
+    pub fn wo_whole(&self) -> bool {
+        let whole = |w: &DenseWeight| matches!(w, DenseWeight::Q8(_)) || w.rows() == w.first_rows();
+        self.layers.iter().all(|l| whole(&l.wo))
     }
 
     /// Bytes the dense weights of `store` take on the GPU: every dense tensor but the token embedding,

@@ -1,6 +1,7 @@
+use super::expert_q8_gemv::COMBINE_MAX_PICKS;
 use crate::error::Result;
-use crate::kernels::{Kernel, Kernels, View};
-use crate::{BlockQuant, Dispatch, ops::*};
+use crate::kernels::{Binder, Kernel, Kernels, View};
+use crate::{BlockQuant, CombineOut, Dispatch, combine_squares, ops::*};
 
 /// Params of `expert_kquant_gemv.wgsl`.
 #[repr(C)]
@@ -28,10 +29,37 @@ pub struct ExpertKQuantGemvParams {
     pub y_offset: u32,
     /// 1: each workgroup row is a group of pairs sharing a slot; 0: a pair.
     pub grouped: u32,
+    /// 1: the matrix is gate (at `part_bytes`) and up (at `up_bytes`), and y is SiLU(gate·x)·(up·x).
+    pub swiglu: u32,
+    /// With `swiglu`: where up starts in a slot.
+    pub up_bytes: u32,
     /// Padding.
-    pub _pad: u32,
+    pub _pad: [u32; 3],
 }
-const _: () = assert!(size_of::<ExpertKQuantGemvParams>() == 48);
+const _: () = assert!(size_of::<ExpertKQuantGemvParams>() == 64);
+
+/// Params of `expert_kquant_gemv_combine.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ExpertKQuantCombineParams {
+    /// Rows of one slot's matrix (H).
+    pub rows: u32,
+    /// Input length (F), a multiple of 256.
+    pub cols: u32,
+    /// Picks a token.
+    pub k: u32,
+    /// First slot bound in this part.
+    pub slot_begin: u32,
+    /// One past the last slot bound in this part.
+    pub slot_end: u32,
+    /// Bytes a slot takes in the bound plane.
+    pub slot_bytes: u32,
+    /// Where the matrix starts in a slot.
+    pub part_bytes: u32,
+    /// 1: write the next norm's `scaled` and `squares` (the pool's last part).
+    pub finish: u32,
+}
+const _: () = assert!(size_of::<ExpertKQuantCombineParams>() == 32);
 
 /// One matrix of a slot pool of records of GGUF blocks: in every slot of `data` (`slot_bytes` apart, from
 /// `first_slot`), `rows` rows of `cols / 256` super-blocks of `quant` from byte `offset` of the slot (gate,
@@ -98,7 +126,85 @@ impl Kernels {
         pairs: u32,
         x_div: u32,
     ) -> Result<Dispatch> {
-        self.expert_kquant(w, x, PairIndex::Slots(slot_idx), y, pairs, x_div)
+        self.expert_kquant(w, x, PairIndex::Slots(slot_idx), y, (pairs, x_div), None)
+    }
+
+    /// [`Kernels::expert_kquant_gemv`] of gate and up with SwiGLU on its output, for one-token decode:
+    /// `act[pair, offset..offset + rows] = SiLU(G · x) ⊙ (U · x)` for the slot's gate `G` (`gate`, `rows`
+    /// rows) and up `U` (the same shape and type, from byte `up_offset` of the slot)
+    /// ([`cpu::expert_kquant_gemv_swiglu`](crate::cpu::expert_kquant_gemv_swiglu)): no SwiGLU dispatch and no
+    /// `[P, 2F]` round trip after it. Shapes as [`Kernels::expert_kquant_gemv`], `act` of `rows` columns.
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_kquant_gemv`], and a shape error for up past its slot or not word-aligned.
+    pub fn expert_kquant_gemv_swiglu(
+        &self,
+        gate: ExpertBlocks<'_>,
+        up_offset: u64,
+        x: View<'_>,
+        slot_idx: View<'_>,
+        act: ExpertOut<'_>,
+        (pairs, x_div): (u32, u32),
+    ) -> Result<Dispatch> {
+        self.expert_kquant(gate, x, PairIndex::Slots(slot_idx), act, (pairs, x_div), Some(up_offset))
+    }
+
+    /// Down projection and MoE combine in one dispatch (a pool split over bindings: one per part), on
+    /// records of blocks: what [`Kernels::expert_q8_gemv_combine`] does for Q8_0 planes, here for `w`'s
+    /// blocks (`rows` = H, `cols` = F): `out.residual[t] += Σ_j weights[t·k + j] · W[slot_idx[t·k + j]] ·
+    /// x[t·k + j]`, and with `out.finish` the next norm's inputs (see [`CombineOut`])
+    /// ([`cpu::expert_kquant_gemv_combine`](crate::cpu::expert_kquant_gemv_combine)). What decode runs at
+    /// the end of a layer of K-quant experts.
+    /// Shapes: `x [T·k, cols] f32`, `slot_idx [T·k] u32`, `w` as [`ExpertBlocks`], `out` as [`CombineOut`].
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_kquant_gemv`], and a shape error unless `1 <= k <= 64`.
+    pub fn expert_kquant_gemv_combine(
+        &self,
+        w: ExpertBlocks<'_>,
+        x: View<'_>,
+        slot_idx: View<'_>,
+        out: CombineOut<'_>,
+        (tokens, k): (u32, u32),
+    ) -> Result<Dispatch> {
+        let b = self.binder(Kernel::ExpertBlockGemvCombine(w.quant));
+        b.ensure((1..=COMBINE_MAX_PICKS).contains(&k), || {
+            format!("needs 1 to {COMBINE_MAX_PICKS} picks a token; got k {k}")
+        })?;
+        let pairs =
+            tokens.checked_mul(k).ok_or_else(|| b.shape(format!("{tokens} tokens x {k} picks overflow")))?;
+        let (p64, t) = (u64::from(pairs), u64::from(tokens));
+        let (rows, cols) = (u64::from(w.rows), u64::from(w.cols));
+        check_blocks(&b, &w, pairs)?;
+        let squares = f32s(t * u64::from(combine_squares(w.rows)));
+        let dims = [b.groups("row blocks", rows.div_ceil(4))?, b.groups("tokens", t)?, 1];
+        let parts = b.split_rows("pool", u64::from(w.slots), w.slot_bytes, 0, 1)?;
+        let last = parts.len() - 1;
+        let mut out_parts = Vec::with_capacity(parts.len());
+        for (i, (begin, end)) in parts.into_iter().enumerate() {
+            let bound = vec![
+                b.storage("x", x, 0, f32s(p64 * cols))?,
+                b.storage("slot_idx", slot_idx, 0, f32s(p64))?,
+                b.storage("weights", out.weights, 0, f32s(p64))?,
+                b.storage("pool", w.data, begin * w.slot_bytes, (end - begin) * w.slot_bytes)?,
+                b.storage("next_norm", out.next_norm, 0, f32s(rows))?,
+                b.storage("residual", out.residual, 0, f32s(t * rows))?,
+                b.storage("scaled", out.scaled, 0, f32s(t * rows))?,
+                b.storage("squares", out.squares, 0, squares)?,
+            ];
+            let p = ExpertKQuantCombineParams {
+                rows: w.rows,
+                cols: w.cols,
+                k,
+                slot_begin: w.first_slot + begin as u32,
+                slot_end: w.first_slot + end as u32,
+                slot_bytes: w.slot_bytes as u32,
+                part_bytes: w.offset as u32,
+                finish: u32::from(out.finish && i == last),
+            };
+            out_parts.push((p, bound, dims));
+        }
+        Ok(b.finish(out_parts))
     }
 
     /// [`Kernels::expert_kquant_gemv`] over pairs grouped by slot (a chunk's grouping, as the grouped
@@ -119,7 +225,7 @@ impl Kernels {
         (pairs, len): (u32, u32),
         x_div: u32,
     ) -> Result<Dispatch> {
-        self.expert_kquant(w, x, PairIndex::Groups { groups, order, len }, y, pairs, x_div)
+        self.expert_kquant(w, x, PairIndex::Groups { groups, order, len }, y, (pairs, x_div), None)
     }
 
     fn expert_kquant(
@@ -128,8 +234,8 @@ impl Kernels {
         x: View<'_>,
         index: PairIndex<'_>,
         y: ExpertOut<'_>,
-        pairs: u32,
-        x_div: u32,
+        (pairs, x_div): (u32, u32),
+        swiglu_up: Option<u64>,
     ) -> Result<Dispatch> {
         let grouped = matches!(index, PairIndex::Groups { .. });
         let b = self.binder(if grouped {
@@ -137,29 +243,18 @@ impl Kernels {
         } else {
             Kernel::ExpertBlockGemv(w.quant)
         });
-        let (rows, cols, slots) = (u64::from(w.rows), u64::from(w.cols), u64::from(w.slots));
+        let (rows, cols) = (u64::from(w.rows), u64::from(w.cols));
         let (pp, xd) = (u64::from(pairs), u64::from(x_div));
-        let row_bytes = cols / 256 * w.quant.block_bytes();
-        b.ensure(cols > 0 && cols.is_multiple_of(256) && rows > 0 && slots > 0 && pp > 0, || {
-            format!(
-                "needs rows, slots, pairs > 0 and cols a multiple of 256 ({}); got rows {rows}, cols {cols}, \
-                 slots {slots}, pairs {pp}",
-                w.quant.name()
-            )
-        })?;
+        check_blocks(&b, &w, pairs)?;
         b.ensure(xd > 0 && pp.is_multiple_of(xd), || format!("x_div {xd} must divide pairs {pp}"))?;
-        b.ensure(
-            w.offset.is_multiple_of(4)
-                && w.slot_bytes.is_multiple_of(4)
-                && w.offset + rows * row_bytes <= w.slot_bytes,
-            || {
+        if let Some(up) = swiglu_up {
+            b.ensure(up.is_multiple_of(4) && up + rows * w.row_bytes() <= w.slot_bytes, || {
                 format!(
-                    "the matrix ({rows} rows of {row_bytes} bytes from byte {}) must lie in its {}-byte slot, \
-                     both word-aligned",
-                    w.offset, w.slot_bytes
+                    "up ({rows} rows from byte {up}) must lie in its {}-byte slot, word-aligned",
+                    w.slot_bytes
                 )
-            },
-        )?;
+            })?;
+        }
         b.ensure(y.offset + w.rows <= y.stride, || {
             format!("output columns {}..{} past rows of {}", y.offset, y.offset + w.rows, y.stride)
         })?;
@@ -173,11 +268,15 @@ impl Kernels {
                 (1, len, ("groups", groups, f32s(4 * len)), ("order", order, f32s(pp)))
             }
         };
-        // The GEMV takes 32 rows a workgroup, the tiled GEMM 128.
-        let rows_per_group: u64 = if grouped { 128 } else { 32 };
+        // The GEMV takes 32 rows a workgroup (with SwiGLU 16 of gate and their 16 of up), the tiled GEMM 128.
+        let rows_per_group: u64 = match (grouped, swiglu_up) {
+            (true, _) => 128,
+            (false, Some(_)) => 16,
+            (false, None) => 32,
+        };
         let dims = [b.groups("row blocks", rows.div_ceil(rows_per_group))?, b.groups("pairs", wg_rows)?, 1];
         let mut out = Vec::new();
-        for (begin, end) in b.split_rows("pool", slots, w.slot_bytes, 0, 1)? {
+        for (begin, end) in b.split_rows("pool", u64::from(w.slots), w.slot_bytes, 0, 1)? {
             let n = end - begin;
             let bound = vec![
                 b.storage("x", x, 0, f32s(pp / xd * cols))?,
@@ -198,10 +297,46 @@ impl Kernels {
                 y_stride: y.stride,
                 y_offset: y.offset,
                 grouped: grouped_flag,
-                _pad: 0,
+                swiglu: u32::from(swiglu_up.is_some()),
+                up_bytes: swiglu_up.unwrap_or(0) as u32,
+                _pad: [0; 3],
             };
             out.push((p, bound, dims));
         }
         Ok(b.finish(out))
     }
+}
+
+impl ExpertBlocks<'_> {
+    /// Bytes of one row of the matrix.
+    fn row_bytes(&self) -> u64 {
+        u64::from(self.cols) / 256 * self.quant.block_bytes()
+    }
+}
+
+/// The checks every expert block kernel makes of its matrix: whole super-blocks a row, nothing empty, the
+/// matrix inside its slot, both word-aligned.
+fn check_blocks(b: &Binder<'_>, w: &ExpertBlocks<'_>, pairs: u32) -> Result<()> {
+    let (rows, cols, slots, pp) =
+        (u64::from(w.rows), u64::from(w.cols), u64::from(w.slots), u64::from(pairs));
+    let row_bytes = w.row_bytes();
+    b.ensure(cols > 0 && cols.is_multiple_of(256) && rows > 0 && slots > 0 && pp > 0, || {
+        format!(
+            "needs rows, slots, pairs > 0 and cols a multiple of 256 ({}); got rows {rows}, cols {cols}, \
+             slots {slots}, pairs {pp}",
+            w.quant.name()
+        )
+    })?;
+    b.ensure(
+        w.offset.is_multiple_of(4)
+            && w.slot_bytes.is_multiple_of(4)
+            && w.offset + rows * row_bytes <= w.slot_bytes,
+        || {
+            format!(
+                "the matrix ({rows} rows of {row_bytes} bytes from byte {}) must lie in its {}-byte slot, \
+                 both word-aligned",
+                w.offset, w.slot_bytes
+            )
+        },
+    )
 }

@@ -95,7 +95,7 @@ pub struct CombineOut<'a> {
 }
 
 /// The most picks a token [`Kernels::expert_q8_gemv_combine`] takes (its shader's `MAX_PICKS`).
-const COMBINE_MAX_PICKS: u32 = 64;
+pub(crate) const COMBINE_MAX_PICKS: u32 = 64;
 
 /// Rows of one workgroup of `expert_q8_gemv_combine` (every lane group takes the same 4 rows of its picks).
 const COMBINE_ROWS: u64 = 4;

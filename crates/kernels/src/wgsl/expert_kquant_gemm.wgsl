@@ -18,8 +18,12 @@ struct Params {
     part_bytes: u32,  // where the matrix starts in a slot
     y_stride: u32,    // length of a row of y
     y_offset: u32,    // first column of y written
-    _pad0: u32,
+    _pad0: u32,       // (expert_kquant_gemv's grouped, swiglu, up_bytes: unused here)
     _pad1: u32,
+    _pad2: u32,
+    _pad3: u32,
+    _pad4: u32,
+    _pad5: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
