@@ -727,6 +727,14 @@ pub fn expert_q4_gemv_combine(
     combine_picks(gemv, (rows, k, slots), slot_idx, weights, residual, next_norm)
 }
 
+/// What `Kernels::residual_join` computes: `residual + sum` and the next norm's inputs from it (as
+/// [`expert_q8_gemv_combine`] writes them). Returns `(residual, scaled, squares)`.
+pub fn residual_join(residual: &[f32], sum: &[f32], next_norm: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let rows = next_norm.len();
+    let out: Vec<f32> = residual.iter().zip(sum).map(|(a, b)| a + b).collect();
+    norm_inputs(out, next_norm, rows)
+}
+
 /// The combine of the expert GEMV-combine references: `gemv` of the picks (those past the pool's `slots`
 /// computed at slot 0, then zeroed), [`moe_combine`] onto the residual, and the next norm's inputs.
 fn combine_picks(
@@ -744,7 +752,11 @@ fn combine_picks(
             experts[pair * rows..][..rows].fill(0.0);
         }
     }
-    let out = moe_combine(&experts, weights, residual, rows, k);
+    norm_inputs(moe_combine(&experts, weights, residual, rows, k), next_norm, rows)
+}
+
+/// The new residual `out` with the next norm's inputs: `out · next_norm` and the sums of squares of 4 rows.
+fn norm_inputs(out: Vec<f32>, next_norm: &[f32], rows: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let scaled = out.iter().enumerate().map(|(i, v)| v * next_norm[i % rows]).collect();
     let squares = out
         .chunks(rows)

@@ -128,6 +128,9 @@ pub enum Kernel {
     SharedExpertGate,
     /// Weighted sum of the k expert outputs plus the residual.
     MoeCombine,
+    /// A row (the CPU tier's sum) added onto the residual stream in place after the fused combine, with the
+    /// next norm's inputs.
+    ResidualJoin,
     /// Weighted sum plus residual, then the next RMSNorm, in one dispatch.
     MoeCombineNorm,
     /// Argmax per row.
@@ -329,7 +332,7 @@ impl BlockQuant {
 
 impl Kernel {
     /// The kernels that are not of a block type.
-    const FIXED: [Kernel; 51] = [
+    const FIXED: [Kernel; 52] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -377,6 +380,7 @@ impl Kernel {
         Kernel::AttentionGate,
         Kernel::SharedExpertGate,
         Kernel::MoeCombine,
+        Kernel::ResidualJoin,
         Kernel::MoeCombineNorm,
         Kernel::Argmax,
         Kernel::SampleTopK,
@@ -463,6 +467,7 @@ impl Kernel {
             Kernel::AttentionGate => "attention_gate",
             Kernel::SharedExpertGate => "shared_expert_gate",
             Kernel::MoeCombine => "moe_combine",
+            Kernel::ResidualJoin => "residual_join",
             Kernel::MoeCombineNorm => "moe_combine_norm",
             Kernel::Argmax => "argmax",
             Kernel::SampleTopK => "sample_top_k",
@@ -575,6 +580,7 @@ impl Kernel {
             Kernel::AttentionGate => size_of::<AttentionGateParams>(),
             Kernel::SharedExpertGate => size_of::<SharedExpertGateParams>(),
             Kernel::MoeCombine => size_of::<MoeCombineParams>(),
+            Kernel::ResidualJoin => size_of::<ResidualJoinParams>(),
             Kernel::MoeCombineNorm => size_of::<MoeCombineNormParams>(),
             Kernel::Argmax => size_of::<ArgmaxParams>(),
             Kernel::SampleTopK => size_of::<SampleTopKParams>(),
@@ -635,6 +641,7 @@ impl Kernel {
             Kernel::AttentionGate => include_str!("wgsl/attention_gate.wgsl"),
             Kernel::SharedExpertGate => include_str!("wgsl/shared_expert_gate.wgsl"),
             Kernel::MoeCombine => include_str!("wgsl/moe_combine.wgsl"),
+            Kernel::ResidualJoin => include_str!("wgsl/residual_join.wgsl"),
             Kernel::MoeCombineNorm => include_str!("wgsl/moe_combine_norm.wgsl"),
             Kernel::Argmax => include_str!("wgsl/argmax.wgsl"),
             Kernel::SampleTopK => include_str!("wgsl/sample_top_k.wgsl"),

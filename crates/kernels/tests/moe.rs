@@ -1267,3 +1267,47 @@ fn routed_gate_up_matches_router_then_gemv() {
     assert!(err(route(0, 64), 33).unwrap_err().to_string().contains("k <= min(32"));
     assert!(err(route(32, 40), 8).unwrap_err().to_string().contains("run past the table"));
 }
+
+/// `residual_join` (the CPU tier's sum onto the residual after the fused combine) against its CPU
+/// reference: rows that do not fill a block of 4, two tokens, the next norm's inputs written with `finish`
+/// and left untouched without it.
+#[test]
+fn residual_join_adds_the_sum_and_rewrites_the_norm_inputs() {
+    use diskformer_kernels::JoinOut;
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(331);
+    for (rows, tokens) in [(42, 2), (2048, 1)] {
+        let residual = rng.vec_f32(tokens * rows, -5.0, 5.0);
+        let sum = rng.vec_f32(tokens * rows, -1.0, 1.0);
+        let next_norm = rng.vec_f32(rows, 0.5, 1.5);
+        let (want, want_scaled, want_squares) = cpu::residual_join(&residual, &sum, &next_norm);
+        let blocks = combine_squares(rows as u32) as usize;
+        for finish in [true, false] {
+            let (y, sb, nb) = (upload(g, &residual), upload(g, &sum), upload(g, &next_norm));
+            let (scaled, squares) = (poisoned(g, 4 * tokens * rows), poisoned(g, 4 * tokens * blocks));
+            let v = diskformer_kernels::View::from;
+            let out = JoinOut {
+                residual: v(&y),
+                next_norm: v(&nb),
+                scaled: v(&scaled),
+                squares: v(&squares),
+                finish,
+            };
+            run(g, &[&g.kernels.residual_join(v(&sb), out, rows as u32, tokens as u32).unwrap()]);
+            let what = format!("residual_join {rows} rows, {tokens} tokens, finish {finish}");
+            // One rounding of a sum: bit for bit as the reference's f32 add.
+            assert_eq!(read_n::<f32>(g, &y, tokens * rows), want, "{what}");
+            let (got_scaled, got_squares) =
+                (read_n::<u32>(g, &scaled, tokens * rows), read_n::<u32>(g, &squares, tokens * blocks));
+            if finish {
+                let scaled_f: Vec<f32> = got_scaled.iter().map(|&b| f32::from_bits(b)).collect();
+                assert_eq!(scaled_f, want_scaled, "{what}: scaled");
+                let squares_f: Vec<f32> = got_squares.iter().map(|&b| f32::from_bits(b)).collect();
+                let scale: Vec<f32> = want_squares.iter().map(|v| v.abs()).collect();
+                assert_close(&format!("{what}: squares"), &squares_f, &want_squares, &scale, 1e-6, 1e-6);
+            } else {
+                assert!(got_scaled.iter().chain(&got_squares).all(|&b| b == u32::MAX), "{what}: untouched");
+            }
+        }
+    }
+}

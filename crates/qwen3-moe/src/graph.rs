@@ -19,7 +19,7 @@
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
     AttentionShape, BlockQuant, CombineOut, Dispatch, EXPERT_GEMM_TILED_GROUP, EXPERT_GROUPS_MAX_EXPERTS,
-    ExpertBlocks, ExpertGroupsParams, ExpertOut, ExpertPlanes, InputNorm, Kernels, KvCacheViews,
+    ExpertBlocks, ExpertGroupsParams, ExpertOut, ExpertPlanes, InputNorm, JoinOut, Kernels, KvCacheViews,
     MoeCombineNormParams, PENALTY_MAX_N, Q8Matrix, QkvRopeStoreParams, Route, SAMPLE_MAX_N, SampleStep, View,
     argmax_partial_len, combine_squares, expert_gemm_group_bound, q8_row_bytes, sample_partial_len,
 };
@@ -150,10 +150,9 @@ pub(crate) struct ScratchOf<B> {
     /// The CPU tier ([`crate::CpuTierOptions::enabled`]): a one-token layer's picks, their weights and
     /// its normed state (`[k] u32, [k] f32, [H] f32`), copied out for the host's experts.
     pub cpu_readback: B,
-    /// The CPU tier in fused decode: the host's weighted sum of its experts (`[H]`, written by the host), and
-    /// the residual stream with it added (`[H]`, copied back into `x` before the GPU's experts add theirs).
+    /// The CPU tier in fused decode: the host's weighted sum of its experts (`[H]`, written by the host and
+    /// added onto `x` after the GPU's picks).
     pub cpu_sum: B,
-    pub cpu_joined: B,
     /// Forced routing ([`crate::EngineOptions::routing`]): per layer the step's `[T, E]` mask added to the
     /// router logits (0 on a forced pick, −1e30 elsewhere; layers [`layer_stride`] floats apart, written by
     /// the host), and the logits with it, which the top-k reads.
@@ -237,7 +236,6 @@ impl<B> ScratchOf<B> {
             argmax_readback: [(); 2].map(|()| alloc("argmax readback", 4, Use::Readback)),
             cpu_readback: alloc("cpu readback", 4 * (2 * k + h), Use::Readback),
             cpu_sum: b("cpu sum", h),
-            cpu_joined: out("cpu joined", h),
             route_mask: b(
                 "route mask",
                 if forced { u64::from(c.block_count) * layer_stride(max_t, c.expert_count) } else { 1 },
@@ -280,7 +278,6 @@ impl<B> ScratchOf<B> {
             &self.routed_x,
             &self.cpu_readback,
             &self.cpu_sum,
-            &self.cpu_joined,
             &self.route_mask,
             &self.forced_logits,
         ]
@@ -369,8 +366,9 @@ pub(crate) struct LayerGraph {
 }
 
 /// Where the CPU tier's sum joins a one-token layer: `experts[..at]` (the GPU's picks up to their down
-/// projection, or in fused decode their gate‖up) run while the host computes its picks, then `via` brings
-/// the host's sum in, then `experts[at..]` add the GPU's picks.
+/// projection, or in fused decode through their combine) run while the host computes its picks, then `via`
+/// brings the host's sum in, then `experts[at..]` (the unfused combine, or the output norm after the last
+/// fused layer).
 #[derive(Debug)]
 pub(crate) struct CpuJoin {
     pub at: usize,
@@ -380,8 +378,8 @@ pub(crate) struct CpuJoin {
 /// How the CPU tier's sum enters a layer's residual stream.
 #[derive(Debug)]
 pub(crate) enum JoinVia {
-    /// Fused decode (the combine adds each GPU pick onto `x` in place): the dispatch adds the host's sum
-    /// (`cpu_sum`) to `x` into `cpu_joined`, which the engine copies back over `x`.
+    /// Fused decode (the combine adds each GPU pick onto `x` in place): the dispatch (`residual_join`) adds
+    /// the host's sum (`cpu_sum`) onto `x` after it and rewrites the next norm's inputs.
     Add(Dispatch),
     /// The unfused layer (`moe_combine_norm` adds every pick's down row to `h`): the engine writes the host's
     /// sum as the down row of its first pick, with weight 1 and its other picks' 0 (rows the GPU's kernels
@@ -711,8 +709,6 @@ impl Graph {
             let next_norm = w.layers.get(l + 1).map_or(&w.out_norm, |next| &next.attn_norm);
             let mut cpu_join = None;
             if fused {
-                let join = k.add(v(&s.x), v(&s.cpu_sum), v(&s.cpu_joined), h)?;
-                cpu_join = Some(CpuJoin { at: experts_dispatches.len(), via: JoinVia::Add(join) });
                 let parts = if planar { in_layer(&down, (Plane::DownQ, Plane::DownScales)) } else { vec![] };
                 let last_layer = l + 1 == w.layers.len();
                 if let ExpertKernels::Blocks(layers) = b.experts {
@@ -745,6 +741,16 @@ impl Graph {
                         k.expert_q8_gemv_combine(part, act, slots, out, (1, top_k))?
                     });
                 }
+                // The host's sum joins after the GPU's picks are combined, so they run while it computes.
+                let out = JoinOut {
+                    residual: v(&s.x),
+                    next_norm: v(next_norm),
+                    scaled: v(&s.x_scaled),
+                    squares: v(&s.squares),
+                    finish: !last_layer,
+                };
+                let join = k.residual_join(v(&s.cpu_sum), out, h, 1)?;
+                cpu_join = Some(CpuJoin { at: experts_dispatches.len(), via: JoinVia::Add(join) });
                 if last_layer {
                     experts_dispatches.push(k.rms_norm(v(&s.x), v(&w.out_norm), v(&s.xn), h, 1, eps)?);
                 }

@@ -30,6 +30,7 @@ mod q8_gemv;
 mod qk_norm_rope;
 mod qkv_rope_store;
 mod quantize_q8;
+mod residual_join;
 mod rms_norm;
 mod router_topk;
 mod sample_top_k;
@@ -71,6 +72,7 @@ pub use q8_gemv::Q8GemvParams;
 pub use qk_norm_rope::QkNormRopeParams;
 pub use qkv_rope_store::{KvCacheViews, QkvRopeStoreParams};
 pub use quantize_q8::{QuantizeQ8Params, q8_row_bytes};
+pub use residual_join::{JoinOut, ResidualJoinParams};
 pub use rms_norm::RmsNormParams;
 pub use router_topk::RouterTopkParams;
 pub use sample_top_k::{

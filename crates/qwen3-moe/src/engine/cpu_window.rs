@@ -1,6 +1,6 @@
 //! The CPU tier's part of a per-layer one-token step: a layer's picks split between the GPU's hits and the
 //! host's misses ([`Engine::plan_cpu_layer`]), then the misses computed on the host while the GPU runs the
-//! hits, their sum joined to the residual stream before the GPU's combine ([`Engine::join_cpu_layer`]).
+//! hits, their sum joined to the residual stream in the GPU's combine or after it ([`Engine::join_cpu_layer`]).
 
 use std::time::Duration;
 
@@ -50,11 +50,12 @@ impl Engine {
         Ok((pinned, slots, work))
     }
 
-    /// Runs layer `l` of `graph` with the host's `work`: gate‖up of the hits (and, unfused, their down) runs
-    /// on the GPU while the host computes the misses; their sum joins the residual stream before the GPU's
-    /// combine adds the hits'. Meanwhile this thread submits the hits' gate‖up and records (and finishes:
-    /// most of wgpu's encoding cost) what follows the sum into `enc`: the join, down and the combine, and
-    /// the next layer up to its picks (its readback as a CPU layer's when `next_on_cpu`), which it returns.
+    /// Runs layer `l` of `graph` with the host's `work`: the hits' gate‖up and down (fused: and their
+    /// combine onto the residual stream) run on the GPU while the host computes the misses; then their sum
+    /// joins (unfused: in the combine, as a pick's down row; fused: added onto the residual stream).
+    /// Meanwhile this thread submits the hits' work and records (and finishes: most of wgpu's encoding cost)
+    /// what follows the sum into `enc`: the join or the combine, and the next layer up to its picks (its
+    /// readback as a CPU layer's when `next_on_cpu`), which it returns.
     pub(super) fn join_cpu_layer(
         &mut self,
         enc: &mut wgpu::CommandEncoder,
@@ -79,7 +80,6 @@ impl Engine {
             timed(&mut record_time, || {
                 if let JoinVia::Add(join) = via {
                     record(enc, std::slice::from_ref(join));
-                    enc.copy_buffer_to_buffer(&s.cpu_joined, 0, &s.x, 0, 4 * hidden as u64);
                 }
                 record(enc, &lg.experts[*down_from..]);
                 next.map(|next| {
