@@ -174,7 +174,8 @@ const KQUANT_IQ4: &str = include_str!("wgsl/kquant_iq4.wgsl");
 const KQUANT_FLOATS: &str = include_str!("wgsl/kquant_floats.wgsl");
 const KQUANT_K_SCALES: &str = include_str!("wgsl/kquant_k_scales.wgsl");
 const KQUANT_TILE: &str = include_str!("wgsl/kquant_tile.wgsl");
-const EXPERT_KQUANT_DOT: &str = include_str!("wgsl/expert_kquant_dot.wgsl");
+const KQUANT_DOT4: &str = include_str!("wgsl/kquant_dot4.wgsl");
+const EXPERT_COMBINE_PICKS: &str = include_str!("wgsl/expert_combine_picks.wgsl");
 const Q8_TILE_COOP: &str = include_str!("wgsl/q8_tile_coop.wgsl");
 
 impl BlockQuant {
@@ -660,8 +661,9 @@ impl Kernel {
     /// `pair_max` helper, plain or subgroup; `q8_tile.wgsl` and its weights' helper, Q8_0 or Q4_0, for the
     /// tiled GEMMs, `q8_tile_i8.wgsl` for the int8 ones), `q8_helpers.wgsl` alone for `quantize_q8` and
     /// `f32_gemv` (whose norm may quantise), the row helpers (plain or subgroup) for the split attention,
-    /// `attention_tile_load.wgsl` for the chunk attention kernels, the K-quant block helper
-    /// (`kquant_q4_k.wgsl`, `kquant_q6_k.wgsl`) and the row sums for the K-quant GEMVs, `rms_scale.wgsl`
+    /// `attention_tile_load.wgsl` for the chunk attention kernels, the 4-row walk (`kquant_dot4.wgsl`), the
+    /// K-quant block helper (`kquant_q4_k.wgsl`, `kquant_q6_k.wgsl`, …) and the row sums for the K-quant GEMVs,
+    /// `expert_combine_picks.wgsl` for the GEMV-combines, `rms_scale.wgsl`
     /// for the norm kernels, `router_topk_core.wgsl` for the routers, `sample_step.wgsl` (the per-step
     /// struct) for the sampler's two kernels. `subgroups` is ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
@@ -741,10 +743,11 @@ impl Kernel {
             Kernel::BlockGemm(q) | Kernel::ExpertBlockGemm(q) => {
                 [KQUANT_TILE].into_iter().chain(q.block_helpers().iter().copied()).collect()
             }
-            Kernel::BlockGemv(q) | Kernel::BlockGemvRows4(q) => {
-                q.block_helpers().iter().copied().chain([rows]).collect()
+            // kquant_gemv.wgsl holds both GEMVs, so both take the 4-row walk.
+            Kernel::BlockGemv(q) | Kernel::BlockGemvRows4(q) | Kernel::ExpertBlockGemv(q) => {
+                [KQUANT_DOT4].into_iter().chain(q.block_helpers().iter().copied()).chain([rows]).collect()
             }
-            Kernel::ExpertBlockGemv(q) | Kernel::ExpertBlockGemvCombine(q) => [EXPERT_KQUANT_DOT]
+            Kernel::ExpertBlockGemvCombine(q) => [KQUANT_DOT4, EXPERT_COMBINE_PICKS]
                 .into_iter()
                 .chain(q.block_helpers().iter().copied())
                 .chain([rows])
@@ -784,10 +787,12 @@ impl Kernel {
             Kernel::ExpertQ8GemvRouted => {
                 &[EXPERT_Q8_PAIR_ROWS, ROUTER_TOPK_CORE, EXPERT_Q8_ROWS, ROW_SUM_PLAIN, Q8_HELPERS]
             }
-            Kernel::Q8GemvRows4 | Kernel::ExpertQ8GemvCombine if subgroups => {
-                &[EXPERT_Q8_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
+            Kernel::Q8GemvRows4 if subgroups => &[EXPERT_Q8_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS],
+            Kernel::Q8GemvRows4 => &[EXPERT_Q8_ROWS, ROW_SUM_PLAIN, Q8_HELPERS],
+            Kernel::ExpertQ8GemvCombine if subgroups => {
+                &[EXPERT_Q8_ROWS, EXPERT_COMBINE_PICKS, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }
-            Kernel::Q8GemvRows4 | Kernel::ExpertQ8GemvCombine => &[EXPERT_Q8_ROWS, ROW_SUM_PLAIN, Q8_HELPERS],
+            Kernel::ExpertQ8GemvCombine => &[EXPERT_Q8_ROWS, EXPERT_COMBINE_PICKS, ROW_SUM_PLAIN, Q8_HELPERS],
             Kernel::ExpertQ8GemvI8 if subgroups => &[
                 EXPERT_Q8_PAIR_ROWS,
                 EXPERT_Q8I8_ROWS,
@@ -804,12 +809,26 @@ impl Kernel {
                 ROW_SUM_PLAIN,
                 Q8_HELPERS,
             ],
-            Kernel::Q8GemvI8 | Kernel::ExpertQ8GemvCombineI8 if subgroups => {
+            Kernel::Q8GemvI8 if subgroups => {
                 &[EXPERT_Q8I8_ROWS, Q8I8_INPUT, PAIR_MAX_SUBGROUP, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }
-            Kernel::Q8GemvI8 | Kernel::ExpertQ8GemvCombineI8 => {
-                &[EXPERT_Q8I8_ROWS, Q8I8_INPUT, PAIR_MAX_PLAIN, ROW_SUM_PLAIN, Q8_HELPERS]
-            }
+            Kernel::Q8GemvI8 => &[EXPERT_Q8I8_ROWS, Q8I8_INPUT, PAIR_MAX_PLAIN, ROW_SUM_PLAIN, Q8_HELPERS],
+            Kernel::ExpertQ8GemvCombineI8 if subgroups => &[
+                EXPERT_Q8I8_ROWS,
+                EXPERT_COMBINE_PICKS,
+                Q8I8_INPUT,
+                PAIR_MAX_SUBGROUP,
+                ROW_SUM_SUBGROUP,
+                Q8_HELPERS,
+            ],
+            Kernel::ExpertQ8GemvCombineI8 => &[
+                EXPERT_Q8I8_ROWS,
+                EXPERT_COMBINE_PICKS,
+                Q8I8_INPUT,
+                PAIR_MAX_PLAIN,
+                ROW_SUM_PLAIN,
+                Q8_HELPERS,
+            ],
             Kernel::ExpertQ8GemvXq if subgroups => {
                 &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q8XQ_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }
@@ -824,8 +843,10 @@ impl Kernel {
                 &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q4_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }
             Kernel::ExpertQ4Gemv => &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q4_ROWS, ROW_SUM_PLAIN, Q8_HELPERS],
-            Kernel::ExpertQ4GemvCombine if subgroups => &[EXPERT_Q4_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS],
-            Kernel::ExpertQ4GemvCombine => &[EXPERT_Q4_ROWS, ROW_SUM_PLAIN, Q8_HELPERS],
+            Kernel::ExpertQ4GemvCombine if subgroups => {
+                &[EXPERT_Q4_ROWS, EXPERT_COMBINE_PICKS, ROW_SUM_SUBGROUP, Q8_HELPERS]
+            }
+            Kernel::ExpertQ4GemvCombine => &[EXPERT_Q4_ROWS, EXPERT_COMBINE_PICKS, ROW_SUM_PLAIN, Q8_HELPERS],
             k if k.has_subgroup_variant() && subgroups => &[ROW_SUM_SUBGROUP, Q8_HELPERS],
             k if k.has_subgroup_variant() => &[ROW_SUM_PLAIN, Q8_HELPERS],
             _ => &[],

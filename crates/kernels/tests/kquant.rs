@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Gpu, Rng, assert_close, poisoned, read_n, run, upload};
+use common::{Gpu, Rng, assert_close, poisoned, read_n, run, squares_scale, upload};
 use diskformer_kernels::{BlockMatrix, BlockQuant, Kernels, cpu};
 use half::f16;
 
@@ -189,6 +189,25 @@ fn block_pool(
     (pool, slot_bytes, offset)
 }
 
+/// The matrix at byte `offset` of each of `slots` slots of `data`, as the expert block kernels bind it.
+fn expert_blocks(
+    data: &wgpu::Buffer,
+    quant: BlockQuant,
+    (slot_bytes, offset, slots): (usize, usize, usize),
+    (rows, cols): (usize, usize),
+) -> diskformer_kernels::ExpertBlocks<'_> {
+    diskformer_kernels::ExpertBlocks {
+        data: data.into(),
+        quant,
+        slot_bytes: slot_bytes as u64,
+        offset: offset as u64,
+        slots: slots as u32,
+        first_slot: 0,
+        rows: rows as u32,
+        cols: cols as u32,
+    }
+}
+
 /// The pairs grouped by slot as a chunk groups them: `(slot, first, count, 0)` runs of `order` (at most
 /// 32 pairs a group), padded with an empty group.
 fn groups_of(slot_idx: &[u32]) -> (Vec<u32>, Vec<u32>, u32) {
@@ -211,7 +230,7 @@ fn groups_of(slot_idx: &[u32]) -> (Vec<u32>, Vec<u32>, u32) {
 /// each slot at an offset, gate‖up-style output columns, slots past the pool, a pool split over bindings.
 #[test]
 fn expert_kquant_gemvs_match_the_cpu_reference() {
-    use diskformer_kernels::{ExpertBlocks, ExpertOut};
+    use diskformer_kernels::ExpertOut;
     let g = gpu_or_skip!();
     let mut rng = Rng::new(31);
     for quant in BlockQuant::ALL {
@@ -224,6 +243,8 @@ fn expert_kquant_gemvs_match_the_cpu_reference() {
             let x = rng.vec_f32(tokens * cols, -1.0, 1.0);
             let want =
                 cpu::expert_kquant_gemv(quant, &pool, (slot_bytes, offset), (rows, cols), &slot_idx, &x, k);
+            // Σ|w·x| of each pair's slot and input row (zeros for a slot past the pool).
+            let scale = pair_magnitudes(quant, &pool, (slot_bytes, offset), (rows, cols), &slot_idx, &x, k);
             let (pb, xb, sb) = (upload(g, &pool), upload(g, &x), upload(g, &slot_idx));
             let (groups, order, len) = groups_of(&slot_idx);
             let (gb, ob) = (upload(g, &groups), upload(g, &order));
@@ -235,16 +256,7 @@ fn expert_kquant_gemvs_match_the_cpu_reference() {
                 for grouped in [false, true] {
                     let stride = rows + 3;
                     let y = upload(g, &vec![0f32; pairs * stride]);
-                    let w = ExpertBlocks {
-                        data: (&pb).into(),
-                        quant,
-                        slot_bytes: slot_bytes as u64,
-                        offset: offset as u64,
-                        slots: slots as u32,
-                        first_slot: 0,
-                        rows: rows as u32,
-                        cols: cols as u32,
-                    };
+                    let w = expert_blocks(&pb, quant, (slot_bytes, offset, slots), (rows, cols));
                     let out = ExpertOut { y: (&y).into(), stride: stride as u32, offset: 3 };
                     let d = if grouped {
                         kernels.expert_kquant_gemm(
@@ -268,15 +280,8 @@ fn expert_kquant_gemvs_match_the_cpu_reference() {
                             "{} expert {rows}x{cols} pair {p}{split_name}, grouped {grouped}",
                             quant.name()
                         );
-                        let want = &want[p * rows..][..rows];
-                        // Σ|w·x| of the pair's slot and input row (zeros for a slot past the pool).
-                        let matrix = rows * cols / 256 * quant.block_bytes() as usize;
-                        let at = slot_idx[p] as usize * slot_bytes + offset;
-                        let scale = match pool.get(at..at + matrix) {
-                            Some(w) => magnitudes(quant, w, rows, cols, &x[p / k * cols..][..cols]),
-                            None => vec![0.0; rows],
-                        };
-                        assert_close(&what, &row[3..], want, &scale, 1e-6, 1e-5);
+                        let (want, scale) = (&want[p * rows..][..rows], &scale[p * rows..][..rows]);
+                        assert_close(&what, &row[3..], want, scale, 1e-6, 1e-5);
                     }
                 }
             }
@@ -355,7 +360,7 @@ fn pair_magnitudes(
 /// workgroup's 16, output columns inside wider rows, a slot past the pool, a pool split over bindings.
 #[test]
 fn expert_kquant_swiglu_matches_the_cpu_reference() {
-    use diskformer_kernels::{ExpertBlocks, ExpertOut};
+    use diskformer_kernels::ExpertOut;
     let g = gpu_or_skip!();
     let mut rng = Rng::new(41);
     for quant in BlockQuant::ALL {
@@ -403,16 +408,7 @@ fn expert_kquant_swiglu_matches_the_cpu_reference() {
             {
                 let stride = rows + 3;
                 let y = upload(g, &vec![0f32; pairs * stride]);
-                let w = ExpertBlocks {
-                    data: (&pb).into(),
-                    quant,
-                    slot_bytes: slot_bytes as u64,
-                    offset: gate as u64,
-                    slots: slots as u32,
-                    first_slot: 0,
-                    rows: rows as u32,
-                    cols: cols as u32,
-                };
+                let w = expert_blocks(&pb, quant, (slot_bytes, gate, slots), (rows, cols));
                 let out = ExpertOut { y: (&y).into(), stride: stride as u32, offset: 2 };
                 let pk = (pairs as u32, k as u32);
                 let d = kernels.expert_kquant_gemv_swiglu(w, up as u64, (&xb).into(), (&sb).into(), out, pk);
@@ -437,7 +433,7 @@ fn expert_kquant_swiglu_matches_the_cpu_reference() {
 /// each add their own picks (only the last writing the next norm's inputs).
 #[test]
 fn expert_kquant_combine_adds_the_picks_onto_the_residual() {
-    use diskformer_kernels::{CombineOut, ExpertBlocks, combine_squares};
+    use diskformer_kernels::{CombineOut, combine_squares};
     let g = gpu_or_skip!();
     let mut rng = Rng::new(43);
     for quant in BlockQuant::ALL {
@@ -484,16 +480,7 @@ fn expert_kquant_combine_adds_the_picks_onto_the_residual() {
                 let y = upload(g, &residual);
                 let (scaled, squares) = (poisoned(g, 4 * tokens * rows), poisoned(g, 4 * tokens * blocks_n));
                 let v = diskformer_kernels::View::from;
-                let w = ExpertBlocks {
-                    data: v(&pb),
-                    quant,
-                    slot_bytes: slot_bytes as u64,
-                    offset: offset as u64,
-                    slots: slots as u32,
-                    first_slot: 0,
-                    rows: rows as u32,
-                    cols: cols as u32,
-                };
+                let w = expert_blocks(&pb, quant, (slot_bytes, offset, slots), (rows, cols));
                 let out = CombineOut {
                     weights: v(&wb),
                     residual: v(&y),
@@ -522,18 +509,7 @@ fn expert_kquant_combine_adds_the_picks_onto_the_residual() {
                     1e-6,
                     1e-5,
                 );
-                let squares_scale: Vec<f32> = got
-                    .chunks(rows)
-                    .zip(scale.chunks(rows))
-                    .flat_map(|(row, sc)| {
-                        row.chunks(4)
-                            .zip(sc.chunks(4))
-                            .map(|(b, s)| {
-                                b.iter().zip(s).map(|(v, s)| 2.0 * v.abs() * s + v * v).sum::<f32>()
-                            })
-                            .collect::<Vec<_>>()
-                    })
-                    .collect();
+                let squares_scale = squares_scale(&got, &scale, rows);
                 let got_squares = read_n::<f32>(g, &squares, tokens * blocks_n);
                 assert_close(&what, &got_squares, &want_squares, &squares_scale, 1e-6, 1e-5);
             }

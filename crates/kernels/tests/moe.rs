@@ -6,7 +6,8 @@
 mod common;
 
 use common::{
-    Gpu, Rng, Scales, abs_of, assert_close, assert_some_apart, poisoned, quant_allowance, read_n, run, upload,
+    Gpu, Rng, Scales, abs_of, assert_close, assert_some_apart, poisoned, quant_allowance, read_n, run,
+    squares_scale, upload,
 };
 use diskformer_kernels::{
     CombineOut, EXPERT_GEMM_TILED_GROUP, ExpertGroupsParams, ExpertPlanes, ExpertSlotsParams, Kernels,
@@ -853,16 +854,7 @@ fn check_combine_kernel<Q: Quant>(
     let got_scaled = read_n::<f32>(g, &scaled, tokens * p.rows);
     let scaled_scale: Vec<f32> = scale.iter().enumerate().map(|(i, s)| s * next_norm[i % p.rows]).collect();
     assert_close(&what, &got_scaled, &want_scaled, &scaled_scale, 1e-6, 2e-6);
-    let squares_scale: Vec<f32> = got
-        .chunks(p.rows)
-        .zip(scale.chunks(p.rows))
-        .flat_map(|(row, sc)| {
-            row.chunks(4)
-                .zip(sc.chunks(4))
-                .map(|(b, s)| b.iter().zip(s).map(|(v, s)| 2.0 * v.abs() * s + v * v).sum::<f32>())
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let squares_scale = squares_scale(&got, &scale, p.rows);
     let got_squares = read_n::<f32>(g, &squares, tokens * blocks);
     assert_close(&what, &got_squares, &want_squares, &squares_scale, 1e-6, 2e-6);
 }

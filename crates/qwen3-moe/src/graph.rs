@@ -456,7 +456,6 @@ impl Graph {
             in_squares: 0,
             hidden: 0,
         };
-        // Fused decode past layer 0: q|k|v of the unscaled `x_scaled`, the norm's scale from `squares`.
         let scaled_params = QkvRopeStoreParams { in_squares: combine_squares(h), hidden: h, ..qkv_params };
         let shape = attention_shape(c, t, b.kv.ctx);
         // One dispatch per pool part (several when the pool exceeds the device's largest buffer).
@@ -525,35 +524,14 @@ impl Graph {
             let cache = KvCacheViews { k: v(&b.kv.k[l]), v: v(&b.kv.v[l]) };
             let (rope, pos) = (v(&s.rope), v(&s.positions));
             let (qn, kn, qr) = (v(&lw.q_norm), v(&lw.k_norm), v(&s.qr));
-            if fused && l > 0 {
-                let squares = Some(v(&s.squares));
-                let (scaled, qkv) = (v(&s.x_scaled), v(&s.qkv));
-                attention.extend(k.dense_projection(&lw.wqkv, scaled, qkv, 1, dense_math)?);
-                attention.push(k.qkv_rope_store(
-                    qkv,
-                    qn,
-                    kn,
-                    rope,
-                    pos,
-                    qr,
-                    cache,
-                    squares,
-                    scaled_params,
-                )?);
+            // Fused decode past layer 0: q|k|v of the unscaled `x_scaled`, the norm's scale from `squares`.
+            let (input, squares, params) = if fused && l > 0 {
+                (v(&s.x_scaled), Some(v(&s.squares)), scaled_params)
             } else {
-                attention.extend(k.dense_projection(&lw.wqkv, v(&s.xn), v(&s.qkv), t, dense_math)?);
-                attention.push(k.qkv_rope_store(
-                    v(&s.qkv),
-                    qn,
-                    kn,
-                    rope,
-                    pos,
-                    qr,
-                    cache,
-                    None,
-                    qkv_params,
-                )?);
-            }
+                (v(&s.xn), None, qkv_params)
+            };
+            attention.extend(k.dense_projection(&lw.wqkv, input, v(&s.qkv), t, dense_math)?);
+            attention.push(k.qkv_rope_store(v(&s.qkv), qn, kn, rope, pos, qr, cache, squares, params)?);
             if t == 1 && shape.split_fits() {
                 // Split-K: many workgroups for one query token.
                 let (q, kc, vc) = (v(&s.qr), v(&b.kv.k[l]), v(&b.kv.v[l]));
@@ -709,29 +687,24 @@ impl Graph {
             let next_norm = w.layers.get(l + 1).map_or(&w.out_norm, |next| &next.attn_norm);
             let mut cpu_join = None;
             if fused {
-                let parts = if planar { in_layer(&down, (Plane::DownQ, Plane::DownScales)) } else { vec![] };
                 let last_layer = l + 1 == w.layers.len();
+                // The next layer's qkv_rope_store finishes its norm (from the last pool part's combine);
+                // after the last layer, rms_norm does.
+                let combine_out = |finish| CombineOut {
+                    weights: v(&s.pick_weights),
+                    residual: v(&s.x),
+                    next_norm: v(next_norm),
+                    scaled: v(&s.x_scaled),
+                    squares: v(&s.squares),
+                    finish: finish && !last_layer,
+                };
                 if let ExpertKernels::Blocks(layers) = b.experts {
-                    let out = CombineOut {
-                        weights: v(&s.pick_weights),
-                        residual: v(&s.x),
-                        next_norm: v(next_norm),
-                        scaled: v(&s.x_scaled),
-                        squares: v(&s.squares),
-                        finish: !last_layer,
-                    };
+                    let out = combine_out(true);
                     experts_dispatches.extend(block_down_combine(b, l, layers[l][2], layer_slots, out)?);
                 }
+                let parts = if planar { in_layer(&down, (Plane::DownQ, Plane::DownScales)) } else { vec![] };
                 for (i, &part) in parts.iter().enumerate() {
-                    let out = CombineOut {
-                        weights: v(&s.pick_weights),
-                        residual: v(&s.x),
-                        next_norm: v(next_norm),
-                        scaled: v(&s.x_scaled),
-                        squares: v(&s.squares),
-                        // The next layer's qkv_rope_store finishes its norm; after the last, rms_norm does.
-                        finish: !last_layer && i + 1 == parts.len(),
-                    };
+                    let out = combine_out(i + 1 == parts.len());
                     let (act, slots) = (v(&s.act), v(&s.slot_idx[l]));
                     experts_dispatches.push(if q4_experts {
                         k.expert_q4_gemv_combine(part, act, slots, out, (1, top_k))?

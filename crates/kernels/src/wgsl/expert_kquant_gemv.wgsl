@@ -6,7 +6,7 @@
 // of the grouped expert GEMMs): the group's pairs read the slot's rows while they are in cache. Pairs whose
 // slot lies outside this part are left to the other parts' dispatches. 32 rows a workgroup, 4 a lane group
 // of 32 lanes, LANES_PER_BLOCK lanes a super-block, as kquant_gemv_rows4 (`lane_dot4`, from
-// expert_kquant_dot.wgsl: with one row a lane group the loads of x outweighed the weights' 7 to 1).
+// kquant_dot4.wgsl: with one row a lane group the loads of x outweighed the weights' 7 to 1).
 // With `swiglu` = 1 (one-token decode) the matrix is gate (at part_bytes) and up (at up_bytes, the same type)
 // and the output is the activation, y[pair, y_offset + r] = silu(gate_r · x) * (up_r · x) for r < rows: a
 // lane group takes 2 gate rows and their 2 up rows (16 rows of y a workgroup), so no SwiGLU dispatch and no

@@ -7,9 +7,9 @@
 // squares of its 4 rows of y (squares[t, block]), which qkv_rope_store adds up after the q|k|v GEMV of
 // `scaled`. A pool larger than a binding is split by slot range: one dispatch per part, each adding the
 // terms of the picks whose slot it binds; only the last has finish = 1. Each pick's 4 row sums are
-// expert_kquant_gemv's (`lane_dot4` from expert_kquant_dot.wgsl); the block helper and the row sums
-// (`row_sum4`) are appended as there, and the other types' kernels are this file with its entry point
-// renamed.
+// expert_kquant_gemv's (`lane_dot4` from kquant_dot4.wgsl); the block helper and the row sums
+// (`row_sum4`) are appended as there, and the combine (`combine_rows`) from expert_combine_picks.wgsl, as
+// for expert_q8_gemv_combine; the other types' kernels are this file with its entry point renamed.
 enable f16;
 
 struct Params {
@@ -32,10 +32,6 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> y: array<f32>;      // [T, rows] f32, added to
 @group(0) @binding(7) var<storage, read_write> scaled: array<f32>; // [T, rows] f32 y * next_norm (finish)
 @group(0) @binding(8) var<storage, read_write> squares: array<f32>; // [T, ceil(rows / 4)] f32 (finish)
-
-const MAX_PICKS: u32 = 64u;
-var<workgroup> pick_sums: array<vec4<f32>, MAX_PICKS>; // the 4 rows' sums of each pick
-var<workgroup> row_squares: array<f32, 4>;
 
 // workgroup_id.x = block of 4 rows, workgroup_id.y = token. Lane group g (of 8) takes picks g, g + 8, ...
 // over the block's 4 rows.
@@ -64,27 +60,5 @@ fn expert_q4_k_gemv_combine(@builtin(local_invocation_index) li: u32, @builtin(w
         // row_sum4's scratch is reused by the next round.
         workgroupBarrier();
     }
-    if (li < 4u) {
-        var v = 0.0;
-        if (r + li < p.rows) {
-            var sum = 0.0;
-            for (var j = 0u; j < p.k; j++) {
-                sum += pick_sums[j][li] * weights[t * p.k + j];
-            }
-            let at = t * p.rows + r + li;
-            v = y[at] + sum;
-            y[at] = v;
-            if (p.finish != 0u) {
-                scaled[at] = v * next_norm[r + li];
-            }
-        }
-        row_squares[li] = v * v;
-    }
-    if (p.finish != 0u) {
-        workgroupBarrier();
-        if (li == 0u) {
-            let blocks = (p.rows + 3u) / 4u;
-            squares[t * blocks + wg.x] = (row_squares[0] + row_squares[1]) + (row_squares[2] + row_squares[3]);
-        }
-    }
+    combine_rows(li, t, r, wg.x);
 }

@@ -13,7 +13,8 @@
 // The row walk (`rows4`) is appended from expert_q8_rows.wgsl, for Q4_0 planes from expert_q4_rows.wgsl
 // (the kernel expert_q4_gemv_combine: this file with its entry point renamed), or for the input quantised
 // as it is read from expert_q8i8_rows.wgsl (expert_q8_gemv_combine_i8, likewise); the row sums
-// (`row_sum4`) and the quant helpers (`q8_helpers.wgsl`) as in q8_gemv.
+// (`row_sum4`) and the quant helpers (`q8_helpers.wgsl`) as in q8_gemv; the combine of the picks' sums
+// (`combine_rows`) from expert_combine_picks.wgsl.
 enable f16;
 
 struct Params {
@@ -37,10 +38,6 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> y: array<f32>;      // [T, rows] f32, added to
 @group(0) @binding(8) var<storage, read_write> scaled: array<f32>; // [T, rows] f32 y * next_norm (finish)
 @group(0) @binding(9) var<storage, read_write> squares: array<f32>; // [T, ceil(rows / 4)] f32 (finish)
-
-const MAX_PICKS: u32 = 64u;
-var<workgroup> pick_sums: array<vec4<f32>, MAX_PICKS>; // the 4 rows' sums of each pick
-var<workgroup> row_squares: array<f32, 4>;
 
 fn input4(base: u32, j: u32) -> vec4<f32> {
     return x[base + j];
@@ -74,27 +71,5 @@ fn expert_q8_gemv_combine(@builtin(local_invocation_index) li: u32, @builtin(wor
         // row_sum4's scratch is reused by the next round.
         workgroupBarrier();
     }
-    if (li < 4u) {
-        var v = 0.0;
-        if (r + li < p.rows) {
-            var sum = 0.0;
-            for (var j = 0u; j < p.k; j++) {
-                sum += pick_sums[j][li] * weights[t * p.k + j];
-            }
-            let at = t * p.rows + r + li;
-            v = y[at] + sum;
-            y[at] = v;
-            if (p.finish != 0u) {
-                scaled[at] = v * next_norm[r + li];
-            }
-        }
-        row_squares[li] = v * v;
-    }
-    if (p.finish != 0u) {
-        workgroupBarrier();
-        if (li == 0u) {
-            let blocks = (p.rows + 3u) / 4u;
-            squares[t * blocks + wg.x] = (row_squares[0] + row_squares[1]) + (row_squares[2] + row_squares[3]);
-        }
-    }
+    combine_rows(li, t, r, wg.x);
 }

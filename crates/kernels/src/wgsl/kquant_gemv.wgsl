@@ -3,10 +3,12 @@
 // to y. `q4_k_gemv`: 8 rows per workgroup, 32 lanes per row; LANES_PER_BLOCK lanes share a super-block,
 // each loading its values of x (`block_x`) and summing its part of the block against them (`block_dot`),
 // so one step of a lane covers 32 / LANES_PER_BLOCK super-blocks. `q4_k_gemv_rows4`: the same walk over 4
-// rows a lane group (32 a workgroup), each x load used for 4 rows. The block helper appended after this
-// file (kquant_q4_k.wgsl, kquant_q6_k.wgsl) defines BLOCK_BYTES, LANES_PER_BLOCK, `block_x` and
-// `block_dot`; the row sums (`row_sum`, `row_sum4`) come from row_sum_plain.wgsl or row_sum_subgroup.wgsl. A Q6_K block need not start on a 4-byte boundary (210 bytes): its helper reads words at
-// any byte (`byte_word`). One dispatch per row part when the matrix is split over bindings.
+// rows a lane group (32 a workgroup), each x load used for 4 rows (`lane_dot4`, from kquant_dot4.wgsl,
+// appended). The block helper appended after this file (kquant_q4_k.wgsl, kquant_q6_k.wgsl, …) defines
+// BLOCK_BYTES, LANES_PER_BLOCK, `block_x` and `block_dot`; the row sums (`row_sum`, `row_sum4`) come from
+// row_sum_plain.wgsl or row_sum_subgroup.wgsl. A Q6_K block need not start on a 4-byte boundary (210
+// bytes): its helper reads words at any byte (`byte_word`). One dispatch per row part when the matrix is
+// split over bindings.
 enable f16;
 
 struct Params {
@@ -61,23 +63,10 @@ fn q4_k_gemv_rows4(@builtin(local_invocation_index) li: u32, @builtin(workgroup_
     let t = wg.y;
     var acc = vec4<f32>(0.0);
     if (r0 < p.rows) {
-        let blocks = p.cols / 256u;
-        let per_step = 32u / LANES_PER_BLOCK;
-        let row_bytes = blocks * BLOCK_BYTES;
-        let xrow = t * (p.cols / 4u);
+        let row_bytes = (p.cols / 256u) * BLOCK_BYTES;
         // Rows past the part read its last row again; their sums are not stored.
         let rows = min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.rows - 1u)) * row_bytes;
-        for (var sb = lane / LANES_PER_BLOCK; sb < blocks; sb += per_step) {
-            let part = lane % LANES_PER_BLOCK;
-            let xs = block_x(part, xrow + sb * 64u);
-            let at = sb * BLOCK_BYTES;
-            acc += vec4<f32>(
-                block_dot(rows.x + at, part, xs),
-                block_dot(rows.y + at, part, xs),
-                block_dot(rows.z + at, part, xs),
-                block_dot(rows.w + at, part, xs),
-            );
-        }
+        acc = lane_dot4(rows, lane, t * (p.cols / 4u));
     }
     let total = row_sum4(acc, li/*SG_CALL*/);
     if (lane == 0u) {

@@ -123,6 +123,22 @@ pub fn read_n<T: bytemuck::Pod>(g: &Gpu, buf: &wgpu::Buffer, n: usize) -> Vec<T>
     v
 }
 
+/// The tolerance scale of sums of squares over blocks of 4 values of each row (the next norm's inputs the
+/// GEMV-combines write), from the values and each value's own scale: a square's error is twice its value's
+/// relative error, plus the roundings of a sum of positive terms.
+pub fn squares_scale(values: &[f32], scale: &[f32], rows: usize) -> Vec<f32> {
+    values
+        .chunks(rows)
+        .zip(scale.chunks(rows))
+        .flat_map(|(row, sc)| {
+            row.chunks(4)
+                .zip(sc.chunks(4))
+                .map(|(b, s)| b.iter().zip(s).map(|(v, s)| 2.0 * v.abs() * s + v * v).sum::<f32>())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// Asserts `|got[i] - want[i]| <= atol + rtol * scale[i]` for every i (NaN fails), reporting the
 /// first index that does not.
 pub fn assert_close(what: &str, got: &[f32], want: &[f32], scale: &[f32], atol: f32, rtol: f32) {

@@ -1,6 +1,6 @@
-// What the expert K-quant GEMVs share (appended after expert_kquant_gemv.wgsl and
-// expert_kquant_gemv_combine.wgsl, before the block helper): a lane's share of 4 rows' dot products with
-// one input row, the walk of kquant_gemv_rows4 (each load of x serves 4 rows). Reads `p.cols`, `x` and,
+// What the K-quant GEMVs of 4 rows a lane group share (appended after kquant_gemv.wgsl,
+// expert_kquant_gemv.wgsl and expert_kquant_gemv_combine.wgsl, before the block helper): a lane's share of
+// 4 rows' dot products with one input row, each load of x serving the 4 rows. Reads `p.cols`, `x` and,
 // through the block helper, `w`.
 
 // Lane `lane`'s share of the dot products of 4 rows (byte offsets `rows` in w) with the input row whose
