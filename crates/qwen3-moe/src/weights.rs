@@ -40,14 +40,6 @@ impl DenseWeight {
             DenseWeight::Blocks(pieces) => pieces.iter().map(|p| p.rows).sum(),
         }
     }
-
-    /// The first piece's rows (all of them for Q8_0 planes, which are never pieces).
-    fn first_rows(&self) -> u32 {
-        match self {
-            DenseWeight::Q8(w) => w.rows,
-            DenseWeight::Blocks(pieces) => pieces.first().map_or(0, |p| p.rows),
-        }
-    }
 }
 
 /// A Q8_0 matrix on the GPU as the kernels bind it: its two planes.
@@ -154,8 +146,7 @@ impl Weights {
     /// Whether every layer's output projection is one matrix (the fused decode layer adds it onto the
     /// residual stream in one dispatch).
     pub fn wo_whole(&self) -> bool {
-        let whole = |w: &DenseWeight| matches!(w, DenseWeight::Q8(_)) || w.rows() == w.first_rows();
-        self.layers.iter().all(|l| whole(&l.wo))
+        self.layers.iter().all(|l| !matches!(&l.wo, DenseWeight::Blocks(pieces) if pieces.len() != 1))
     }
 
     /// Bytes the dense weights of `store` take on the GPU: every dense tensor but the token embedding,

@@ -1,4 +1,4 @@
-use super::expert_q8_gemv::COMBINE_MAX_PICKS;
+use super::expert_q8_gemv::combine_pairs;
 use crate::error::Result;
 use crate::kernels::{Binder, Kernel, Kernels, View};
 use crate::{BlockQuant, CombineOut, Dispatch, combine_squares, ops::*};
@@ -168,11 +168,7 @@ impl Kernels {
         (tokens, k): (u32, u32),
     ) -> Result<Dispatch> {
         let b = self.binder(Kernel::ExpertBlockGemvCombine(w.quant));
-        b.ensure((1..=COMBINE_MAX_PICKS).contains(&k), || {
-            format!("needs 1 to {COMBINE_MAX_PICKS} picks a token; got k {k}")
-        })?;
-        let pairs =
-            tokens.checked_mul(k).ok_or_else(|| b.shape(format!("{tokens} tokens x {k} picks overflow")))?;
+        let pairs = combine_pairs(&b, tokens, k)?;
         let (p64, t) = (u64::from(pairs), u64::from(tokens));
         let (rows, cols) = (u64::from(w.rows), u64::from(w.cols));
         check_blocks(&b, &w, pairs)?;

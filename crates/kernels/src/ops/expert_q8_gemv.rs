@@ -95,10 +95,19 @@ pub struct CombineOut<'a> {
 }
 
 /// The most picks a token [`Kernels::expert_q8_gemv_combine`] takes (its shader's `MAX_PICKS`).
-pub(crate) const COMBINE_MAX_PICKS: u32 = 64;
+const COMBINE_MAX_PICKS: u32 = 64;
 
 /// Rows of one workgroup of `expert_q8_gemv_combine` (every lane group takes the same 4 rows of its picks).
 const COMBINE_ROWS: u64 = 4;
+
+/// The (token, pick) pairs of a GEMV-combine's `tokens` tokens of `k` picks, checked: 1 to
+/// [`COMBINE_MAX_PICKS`] picks a token, and a count that fits.
+pub(crate) fn combine_pairs(b: &Binder<'_>, tokens: u32, k: u32) -> Result<u32> {
+    b.ensure((1..=COMBINE_MAX_PICKS).contains(&k), || {
+        format!("needs 1 to {COMBINE_MAX_PICKS} picks a token; got k {k}")
+    })?;
+    tokens.checked_mul(k).ok_or_else(|| b.shape(format!("{tokens} tokens x {k} picks overflow")))
+}
 
 /// How many sums of squares [`Kernels::expert_q8_gemv_combine`] writes a token for `rows` rows (one per
 /// workgroup of 4 rows): [`QkvRopeStoreParams::in_squares`] of the layer after it.
@@ -298,11 +307,7 @@ impl Kernels {
         (tokens, k): (u32, u32),
     ) -> Result<Dispatch> {
         let b = self.binder(kernel);
-        b.ensure((1..=COMBINE_MAX_PICKS).contains(&k), || {
-            format!("needs 1 to {COMBINE_MAX_PICKS} picks a token; got k {k}")
-        })?;
-        let pairs =
-            tokens.checked_mul(k).ok_or_else(|| b.shape(format!("{tokens} tokens x {k} picks overflow")))?;
+        let pairs = combine_pairs(&b, tokens, k)?;
         let p64 = u64::from(pairs);
         let index = [("slot_idx", slot_idx, f32s(p64)), ("weights", out.weights, f32s(p64))];
         let (x_row, rows, t) = (u64::from(pool.cols), u64::from(pool.rows), u64::from(tokens));
