@@ -108,6 +108,9 @@ pub enum Kernel {
     ExpertBlockGemvCombine(BlockQuant),
     /// Expert GEMM over pairs grouped by slot through workgroup-memory tiles (prefill), on GGUF blocks.
     ExpertBlockGemm(BlockQuant),
+    /// Expert gate‖up GEMV with SwiGLU on its output that routes its pairs itself (the router's top-k and
+    /// the slot table inside it), on a pool of records of GGUF blocks of the type (resident decode).
+    ExpertBlockGemvRouted(BlockQuant),
     /// Pool slots of the picks from a resident table (routing on the GPU).
     ExpertSlots,
     /// A chunk's pairs grouped by expert for the tiled expert GEMMs (resident experts, no read-back).
@@ -204,8 +207,9 @@ impl BlockQuant {
     }
 
     /// The names of the type's [`Kernel::BlockGemv`], `BlockGemvRows4`, `BlockGemm`, `ExpertBlockGemv`,
-    /// `ExpertBlockGemm` and `ExpertBlockGemvCombine` (the Q4_K ones are the entry points as written; the others are renamed to these).
-    fn kernel_names(self) -> [&'static str; 6] {
+    /// `ExpertBlockGemm`, `ExpertBlockGemvCombine` and `ExpertBlockGemvRouted` (the Q4_K ones are the entry
+    /// points as written; the others are renamed to these).
+    fn kernel_names(self) -> [&'static str; 7] {
         match self {
             BlockQuant::Q2K => [
                 "q2_k_gemv",
@@ -214,6 +218,7 @@ impl BlockQuant {
                 "expert_q2_k_gemv",
                 "expert_q2_k_gemm",
                 "expert_q2_k_gemv_combine",
+                "expert_q2_k_gemv_routed",
             ],
             BlockQuant::Q3K => [
                 "q3_k_gemv",
@@ -222,6 +227,7 @@ impl BlockQuant {
                 "expert_q3_k_gemv",
                 "expert_q3_k_gemm",
                 "expert_q3_k_gemv_combine",
+                "expert_q3_k_gemv_routed",
             ],
             BlockQuant::Q4K => [
                 "q4_k_gemv",
@@ -230,6 +236,7 @@ impl BlockQuant {
                 "expert_q4_k_gemv",
                 "expert_q4_k_gemm",
                 "expert_q4_k_gemv_combine",
+                "expert_q4_k_gemv_routed",
             ],
             BlockQuant::Q5K => [
                 "q5_k_gemv",
@@ -238,6 +245,7 @@ impl BlockQuant {
                 "expert_q5_k_gemv",
                 "expert_q5_k_gemm",
                 "expert_q5_k_gemv_combine",
+                "expert_q5_k_gemv_routed",
             ],
             BlockQuant::Q6K => [
                 "q6_k_gemv",
@@ -246,6 +254,7 @@ impl BlockQuant {
                 "expert_q6_k_gemv",
                 "expert_q6_k_gemm",
                 "expert_q6_k_gemv_combine",
+                "expert_q6_k_gemv_routed",
             ],
             BlockQuant::Q4_0 => [
                 "q4_0_gemv",
@@ -254,6 +263,7 @@ impl BlockQuant {
                 "expert_q4_0_gemv",
                 "expert_q4_0_gemm",
                 "expert_q4_0_gemv_combine",
+                "expert_q4_0_gemv_routed",
             ],
             BlockQuant::Q4_1 => [
                 "q4_1_gemv",
@@ -262,6 +272,7 @@ impl BlockQuant {
                 "expert_q4_1_gemv",
                 "expert_q4_1_gemm",
                 "expert_q4_1_gemv_combine",
+                "expert_q4_1_gemv_routed",
             ],
             BlockQuant::Q5_0 => [
                 "q5_0_gemv",
@@ -270,6 +281,7 @@ impl BlockQuant {
                 "expert_q5_0_gemv",
                 "expert_q5_0_gemm",
                 "expert_q5_0_gemv_combine",
+                "expert_q5_0_gemv_routed",
             ],
             BlockQuant::Q5_1 => [
                 "q5_1_gemv",
@@ -278,6 +290,7 @@ impl BlockQuant {
                 "expert_q5_1_gemv",
                 "expert_q5_1_gemm",
                 "expert_q5_1_gemv_combine",
+                "expert_q5_1_gemv_routed",
             ],
             BlockQuant::Q8_0 => [
                 "q8_0_block_gemv",
@@ -286,6 +299,7 @@ impl BlockQuant {
                 "expert_q8_0_block_gemv",
                 "expert_q8_0_block_gemm",
                 "expert_q8_0_block_gemv_combine",
+                "expert_q8_0_block_gemv_routed",
             ],
             BlockQuant::IQ4NL => [
                 "iq4_nl_gemv",
@@ -294,6 +308,7 @@ impl BlockQuant {
                 "expert_iq4_nl_gemv",
                 "expert_iq4_nl_gemm",
                 "expert_iq4_nl_gemv_combine",
+                "expert_iq4_nl_gemv_routed",
             ],
             BlockQuant::IQ4XS => [
                 "iq4_xs_gemv",
@@ -302,6 +317,7 @@ impl BlockQuant {
                 "expert_iq4_xs_gemv",
                 "expert_iq4_xs_gemm",
                 "expert_iq4_xs_gemv_combine",
+                "expert_iq4_xs_gemv_routed",
             ],
             BlockQuant::F16 => [
                 "f16_block_gemv",
@@ -310,6 +326,7 @@ impl BlockQuant {
                 "expert_f16_block_gemv",
                 "expert_f16_block_gemm",
                 "expert_f16_block_gemv_combine",
+                "expert_f16_block_gemv_routed",
             ],
             BlockQuant::BF16 => [
                 "bf16_gemv",
@@ -318,6 +335,7 @@ impl BlockQuant {
                 "expert_bf16_gemv",
                 "expert_bf16_gemm",
                 "expert_bf16_gemv_combine",
+                "expert_bf16_gemv_routed",
             ],
             BlockQuant::F32 => [
                 "f32_block_gemv",
@@ -326,6 +344,7 @@ impl BlockQuant {
                 "expert_f32_block_gemv",
                 "expert_f32_block_gemm",
                 "expert_f32_block_gemv_combine",
+                "expert_f32_block_gemv_routed",
             ],
         }
     }
@@ -390,8 +409,8 @@ impl Kernel {
 
     /// All kernels: those that are not of a block type (`Kernel::FIXED`), then the six block kernels of each
     /// of [`BlockQuant::ALL`].
-    pub const ALL: [Kernel; Kernel::FIXED.len() + 6 * BlockQuant::ALL.len()] = {
-        let mut all = [Kernel::EmbedQ8; Kernel::FIXED.len() + 6 * BlockQuant::ALL.len()];
+    pub const ALL: [Kernel; Kernel::FIXED.len() + 7 * BlockQuant::ALL.len()] = {
+        let mut all = [Kernel::EmbedQ8; Kernel::FIXED.len() + 7 * BlockQuant::ALL.len()];
         let mut i = 0;
         while i < Kernel::FIXED.len() {
             all[i] = Kernel::FIXED[i];
@@ -406,7 +425,8 @@ impl Kernel {
             all[i + 3] = Kernel::ExpertBlockGemv(b);
             all[i + 4] = Kernel::ExpertBlockGemm(b);
             all[i + 5] = Kernel::ExpertBlockGemvCombine(b);
-            i += 6;
+            all[i + 6] = Kernel::ExpertBlockGemvRouted(b);
+            i += 7;
             q += 1;
         }
         all
@@ -421,6 +441,7 @@ impl Kernel {
             Kernel::ExpertBlockGemv(q) => q.kernel_names()[3],
             Kernel::ExpertBlockGemm(q) => q.kernel_names()[4],
             Kernel::ExpertBlockGemvCombine(q) => q.kernel_names()[5],
+            Kernel::ExpertBlockGemvRouted(q) => q.kernel_names()[6],
             Kernel::EmbedQ8 => "embed_q8",
             Kernel::RmsNorm => "rms_norm",
             Kernel::Q8Gemv => "q8_gemv",
@@ -514,6 +535,7 @@ impl Kernel {
                 | Kernel::BlockGemvRows4(_)
                 | Kernel::ExpertBlockGemv(_)
                 | Kernel::ExpertBlockGemvCombine(_)
+                | Kernel::ExpertBlockGemvRouted(_)
                 | Kernel::AttentionSplit
                 | Kernel::Q8GemvRows2
                 | Kernel::ExpertQ8Gemv
@@ -570,6 +592,7 @@ impl Kernel {
             | Kernel::ExpertQ8GemmCoop => size_of::<ExpertQ8GemmParams>(),
             Kernel::ExpertBlockGemv(_) | Kernel::ExpertBlockGemm(_) => size_of::<ExpertKQuantGemvParams>(),
             Kernel::ExpertBlockGemvCombine(_) => size_of::<ExpertKQuantCombineParams>(),
+            Kernel::ExpertBlockGemvRouted(_) => size_of::<ExpertKQuantRoutedParams>(),
             Kernel::BlockGemm(_) => size_of::<Q8GemmParams>(),
             Kernel::ExpertSlots => size_of::<ExpertSlotsParams>(),
             Kernel::ExpertGroups => size_of::<ExpertGroupsParams>(),
@@ -630,6 +653,7 @@ impl Kernel {
             Kernel::ExpertBlockGemv(_) => include_str!("wgsl/expert_kquant_gemv.wgsl"),
             Kernel::ExpertBlockGemm(_) => include_str!("wgsl/expert_kquant_gemm.wgsl"),
             Kernel::ExpertBlockGemvCombine(_) => include_str!("wgsl/expert_kquant_gemv_combine.wgsl"),
+            Kernel::ExpertBlockGemvRouted(_) => include_str!("wgsl/expert_kquant_gemv_routed.wgsl"),
             Kernel::BlockGemm(_) => include_str!("wgsl/kquant_gemm.wgsl"),
             Kernel::ExpertQ4Gemm => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertSlots => include_str!("wgsl/expert_slots.wgsl"),
@@ -724,6 +748,9 @@ impl Kernel {
             Kernel::ExpertBlockGemvCombine(q) if q != BlockQuant::Q4K => {
                 Some(Kernel::ExpertBlockGemvCombine(BlockQuant::Q4K))
             }
+            Kernel::ExpertBlockGemvRouted(q) if q != BlockQuant::Q4K => {
+                Some(Kernel::ExpertBlockGemvRouted(BlockQuant::Q4K))
+            }
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ4Gemm | Kernel::ExpertQ8GemmCoop => {
                 Some(Kernel::ExpertQ8GemmTiled)
             }
@@ -747,6 +774,11 @@ impl Kernel {
             Kernel::BlockGemv(q) | Kernel::BlockGemvRows4(q) | Kernel::ExpertBlockGemv(q) => {
                 [KQUANT_DOT4].into_iter().chain(q.block_helpers().iter().copied()).chain([rows]).collect()
             }
+            Kernel::ExpertBlockGemvRouted(q) => [KQUANT_DOT4, ROUTER_TOPK_CORE]
+                .into_iter()
+                .chain(q.block_helpers().iter().copied())
+                .chain([rows])
+                .collect(),
             Kernel::ExpertBlockGemvCombine(q) => [KQUANT_DOT4, EXPERT_COMBINE_PICKS]
                 .into_iter()
                 .chain(q.block_helpers().iter().copied())

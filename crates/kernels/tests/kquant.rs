@@ -427,6 +427,130 @@ fn expert_kquant_swiglu_matches_the_cpu_reference() {
     }
 }
 
+/// The routed gate‖up on records of blocks (`expert_kquant_gemv_swiglu_routed`) against
+/// `router_topk_slots` then the slot-indexed gate‖up it replaces (`expert_kquant_gemv_swiglu`, which the test
+/// above holds to the CPU): the same picks, weights and slots bit for bit (the same top-k operations), and
+/// the same activations bit for bit (the same rows from the same slots, the same walk). Every type, E = 128
+/// and 60, one and two tokens, rows that do not fill a workgroup's 16, a pool split over bindings (every
+/// part's first row block writes the picks); and the refusal of a layer past the table.
+#[test]
+fn routed_kquant_gate_up_matches_router_then_gemv() {
+    use diskformer_kernels::{ExpertOut, Route, View};
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(43);
+    let slots = 6;
+    for quant in BlockQuant::ALL {
+        for (rows, cols, experts, top_k, t) in [(48, 512, 128, 8, 1), (37, 256, 60, 4, 2)] {
+            let matrix = rows * cols / 256 * quant.block_bytes() as usize;
+            let (gate, up) = (256, (256 + matrix + 40).next_multiple_of(4));
+            let slot_bytes = (up + matrix + 100).next_multiple_of(256);
+            let mut pool = Vec::with_capacity(slots * slot_bytes);
+            for _ in 0..slots {
+                let mut slot: Vec<u8> = (0..slot_bytes).map(|_| rng.next_u64() as u8).collect();
+                slot[gate..gate + matrix]
+                    .copy_from_slice(&blocks(&mut rng, quant, rows * cols / 256)[..matrix]);
+                slot[up..up + matrix].copy_from_slice(&blocks(&mut rng, quant, rows * cols / 256)[..matrix]);
+                pool.extend(slot);
+            }
+            let mut logits = rng.vec_f32(t * experts, -4.0, 4.0);
+            for row in logits.chunks_mut(experts) {
+                // A tie at the top: the lower index wins.
+                let n = row.len();
+                (row[1], row[n - 1]) = (9.0, 9.0);
+            }
+            // Three layers of `experts` entries into the pool's slots; this is the middle one.
+            let table: Vec<u32> = (0..3 * experts as u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % slots as u32)
+                .collect();
+            let (base, entries) = (experts as u32, table.len() as u32);
+            let x = rng.vec_f32(t * cols, -0.5, 0.5);
+            let (pb, xb, lb, tb) = (upload(g, &pool), upload(g, &x), upload(g, &logits), upload(g, &table));
+            let pairs = t * top_k;
+            let split = Kernels::new(&g.ctx).with_max_binding((2 * slot_bytes) as u64);
+            for (kernels, min_parts) in [(&g.kernels, 1), (&g.plain, 1), (&split, 3)] {
+                let v = View::from;
+                let bufs = || (poisoned(g, 4 * pairs), poisoned(g, 4 * pairs), poisoned(g, 4 * pairs));
+                let ((ids, weights, slot_of), (want_ids, want_w, want_slots)) = (bufs(), bufs());
+                let (act, want_act) = (poisoned(g, 4 * pairs * rows), poisoned(g, 4 * pairs * rows));
+                let (e, kk, tt) = (experts as u32, top_k as u32, t as u32);
+                let router = kernels
+                    .router_topk_slots(
+                        v(&lb),
+                        v(&tb),
+                        v(&want_ids),
+                        v(&want_w),
+                        v(&want_slots),
+                        e,
+                        kk,
+                        tt,
+                        (base, entries),
+                    )
+                    .unwrap();
+                let w = expert_blocks(&pb, quant, (slot_bytes, gate, slots), (rows, cols));
+                let out = ExpertOut { y: v(&want_act), stride: rows as u32, offset: 0 };
+                let gemv = kernels
+                    .expert_kquant_gemv_swiglu(w, up as u64, v(&xb), v(&want_slots), out, (kk * tt, kk))
+                    .unwrap();
+                let route = Route {
+                    logits: v(&lb),
+                    table: v(&tb),
+                    table_range: (base, entries),
+                    experts: e,
+                    ids: v(&ids),
+                    weights: v(&weights),
+                    slots: v(&slot_of),
+                };
+                let routed = kernels
+                    .expert_kquant_gemv_swiglu_routed(w, up as u64, v(&xb), route, v(&act), (tt, kk))
+                    .unwrap();
+                assert!(
+                    routed.parts() >= min_parts,
+                    "expected >= {min_parts} pool parts, got {}",
+                    routed.parts()
+                );
+                run(g, &[&router, &gemv, &routed]);
+                let what = format!(
+                    "{} {rows}x{cols} E={experts} k={top_k} T={t} sg {} parts {}",
+                    routed.kernel().name(),
+                    kernels.subgroups(),
+                    routed.parts()
+                );
+                let bits = |b: &wgpu::Buffer, n: usize| read_n::<u32>(g, b, n);
+                assert_eq!(bits(&ids, pairs), bits(&want_ids, pairs), "{what}: ids");
+                assert_eq!(bits(&weights, pairs), bits(&want_w, pairs), "{what}: weights");
+                assert_eq!(bits(&slot_of, pairs), bits(&want_slots, pairs), "{what}: slots");
+                assert_eq!(bits(&act, pairs * rows), bits(&want_act, pairs * rows), "{what}: activations");
+                assert_eq!(bits(&ids, pairs), cpu::router_topk(&logits, experts, top_k).0, "{what}: picks");
+            }
+            // Refusal: the layer's entries past the table.
+            let v = View::from;
+            let out = poisoned(g, 4 * pairs * rows);
+            let route = Route {
+                logits: v(&lb),
+                table: v(&tb),
+                table_range: (2 * experts as u32 + 1, entries),
+                experts: experts as u32,
+                ids: v(&out),
+                weights: v(&out),
+                slots: v(&out),
+            };
+            let w = expert_blocks(&pb, quant, (slot_bytes, gate, slots), (rows, cols));
+            let err = g
+                .kernels
+                .expert_kquant_gemv_swiglu_routed(
+                    w,
+                    up as u64,
+                    v(&xb),
+                    route,
+                    v(&out),
+                    (t as u32, top_k as u32),
+                )
+                .unwrap_err();
+            assert!(err.to_string().contains("run past the table"), "{err}");
+        }
+    }
+}
+
 /// The down GEMV with the MoE combine on records of blocks (`expert_kquant_gemv_combine`) against the
 /// CPU's: every type, picks onto the residual's old values, one pick past the pool adding nothing, more
 /// picks than lane groups, rows that do not fill a block of 4, and a pool split over bindings whose parts

@@ -12,9 +12,9 @@
 //! since removed: `bench --kernel-times` times this graph). With every Q8_0 expert resident the top-k rides
 //! in gate‖up too (`expert_q8_gemv_gate_up_swiglu_routed`: each workgroup ranks its token's logits and looks
 //! its pick up in the slot table), one dispatch fewer again (67.1 against 68.2 µs); streaming and route-ahead steps keep the top-k's own dispatch, whose picks the host
-//! reads. On records of blocks gate‖up is `expert_kquant_gemv_swiglu` and down `expert_kquant_gemv_combine`
-//! (the top-k keeps its dispatch). Chunks run the unfused layer, and so do one-token steps whose gate and up
-//! differ in type (`block_experts`).
+//! reads. On records of blocks gate‖up is `expert_kquant_gemv_swiglu` and down `expert_kquant_gemv_combine`,
+//! and with every expert resident gate‖up routes too (`expert_kquant_gemv_swiglu_routed`). Chunks run the
+//! unfused layer, and so do one-token steps whose gate and up differ in type (`block_experts`).
 
 use diskformer_expert_stream::{GpuPool, Plane};
 use diskformer_kernels::{
@@ -499,7 +499,9 @@ impl Graph {
         let int8 = if t > 1 { b.int8_prefill } else { fused && b.int8_decode && planar };
         // Fused decode with every expert resident: gate‖up computes the router's top-k itself and looks
         // the picks up in the slot table (no `router_topk_slots` dispatch before it).
-        let routed = fused && b.resident_slots.is_some() && !q4_experts && planar;
+        let routed = fused
+            && b.resident_slots.is_some()
+            && (matches!(b.experts, ExpertKernels::Blocks(_)) || (!q4_experts && planar));
         let dense_math = match int8.then(|| v(&s.xq)) {
             Some(xq) => DenseMath::Int8 { xq },
             None if t > 1 && b.tensor_prefill => DenseMath::Tensor,
@@ -651,7 +653,7 @@ impl Graph {
             }
             if let ExpertKernels::Blocks(parts) = b.experts {
                 experts_dispatches.extend(if fused {
-                    block_gate_up_swiglu(b, l, parts[l], layer_slots)?
+                    block_gate_up_swiglu(b, l, parts[l], layer_slots, route)?
                 } else {
                     block_experts(b, l, parts[l], sizes, layer_slots)?
                 });
@@ -1132,19 +1134,28 @@ fn block_experts(
 }
 
 /// Fused decode on records of blocks, gate and up of one type: gate‖up with SwiGLU on its output into the
-/// activation (no SwiGLU dispatch), once per pool part holding the layer's experts.
+/// activation (no SwiGLU dispatch), once per pool part holding the layer's experts; with `route` (every
+/// expert resident) routing its pairs itself, in place of `router_topk_slots`.
 fn block_gate_up_swiglu(
     b: &Bindings<'_>,
     l: usize,
     [(gate_q, gate_at), (_, up_at), _]: [(BlockQuant, u64); 3],
     layer_slots: Option<&[u32]>,
+    route: Option<Route<'_>>,
 ) -> Result<Vec<Dispatch>> {
     let (k, c, s) = (b.kernels, b.config, b.scratch);
     let (h, f, top_k) = (c.embedding_length, c.expert_feed_forward_length, c.expert_used_count);
     let (x, slots) = (View::from(&s.xn), View::from(&s.slot_idx[l]));
     let act = ExpertOut { y: View::from(&s.act), stride: f, offset: 0 };
     layer_blocks(b.pool, Plane::GateUpQ, (gate_q, gate_at), (f, h), layer_slots)
-        .map(|gate| Ok(k.expert_kquant_gemv_swiglu(gate, up_at, x, slots, act, (top_k, top_k))?))
+        .map(|gate| {
+            Ok(match route {
+                Some(route) => {
+                    k.expert_kquant_gemv_swiglu_routed(gate, up_at, x, route, act.y, (1, top_k))?
+                }
+                None => k.expert_kquant_gemv_swiglu(gate, up_at, x, slots, act, (top_k, top_k))?,
+            })
+        })
         .collect()
 }
 

@@ -1,7 +1,8 @@
 use super::expert_q8_gemv::combine_pairs;
+use super::router_topk::{check_picks, check_table_row};
 use crate::error::Result;
 use crate::kernels::{Binder, Kernel, Kernels, View};
-use crate::{BlockQuant, CombineOut, Dispatch, combine_squares, ops::*};
+use crate::{BlockQuant, CombineOut, Dispatch, Route, combine_squares, ops::*};
 
 /// Params of `expert_kquant_gemv.wgsl`.
 #[repr(C)]
@@ -60,6 +61,37 @@ pub struct ExpertKQuantCombineParams {
     pub finish: u32,
 }
 const _: () = assert!(size_of::<ExpertKQuantCombineParams>() == 32);
+
+/// Params of `expert_kquant_gemv_routed.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ExpertKQuantRoutedParams {
+    /// Rows of gate, and of up (F).
+    pub rows: u32,
+    /// Input length, a multiple of 256.
+    pub cols: u32,
+    /// Pairs T·k.
+    pub pairs: u32,
+    /// Picks a token: input row = pair / k.
+    pub k: u32,
+    /// First slot bound in this part.
+    pub slot_begin: u32,
+    /// One past the last slot bound in this part.
+    pub slot_end: u32,
+    /// Bytes a slot takes in the bound plane.
+    pub slot_bytes: u32,
+    /// Where gate starts in a slot.
+    pub gate_bytes: u32,
+    /// Where up starts in a slot.
+    pub up_bytes: u32,
+    /// Experts E, the logits of a token.
+    pub experts: u32,
+    /// The layer's first entry of the slot table (layer · E).
+    pub table_base: u32,
+    /// Padding.
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<ExpertKQuantRoutedParams>() == 48);
 
 /// One matrix of a slot pool of records of GGUF blocks: in every slot of `data` (`slot_bytes` apart, from
 /// `first_slot`), `rows` rows of `cols / 256` super-blocks of `quant` from byte `offset` of the slot (gate,
@@ -147,6 +179,67 @@ impl Kernels {
         (pairs, x_div): (u32, u32),
     ) -> Result<Dispatch> {
         self.expert_kquant(gate, x, PairIndex::Slots(slot_idx), act, (pairs, x_div), Some(up_offset))
+    }
+
+    /// [`Kernels::router_topk_slots`] and [`Kernels::expert_kquant_gemv_swiglu`] in one dispatch, for decode
+    /// while every expert is resident, on records of blocks (what
+    /// [`Kernels::expert_q8_gemv_gate_up_swiglu_routed`] does for Q8_0 planes): each workgroup computes its
+    /// token's top-k from `route.logits` (as `router_topk_slots`, bit for bit) and looks its pick's slot up
+    /// in `route.table`; the workgroups of the first row block write `route.ids`, `route.weights` and
+    /// `route.slots` for the down GEMV after it. One dependent dispatch a layer fewer.
+    /// Shapes: `x [T, cols] f32`, `gate` as [`ExpertBlocks`] (up the same shape and type from byte
+    /// `up_offset` of a slot), `act [T·k, rows] f32`, `route` as [`Route`].
+    ///
+    /// # Errors
+    /// As [`Kernels::expert_kquant_gemv_swiglu`] and [`Kernels::router_topk_slots`].
+    pub fn expert_kquant_gemv_swiglu_routed(
+        &self,
+        gate: ExpertBlocks<'_>,
+        up_offset: u64,
+        x: View<'_>,
+        route: Route<'_>,
+        act: View<'_>,
+        (tokens, k): (u32, u32),
+    ) -> Result<Dispatch> {
+        let b = self.binder(Kernel::ExpertBlockGemvRouted(gate.quant));
+        check_picks(&b, route.experts, k)?;
+        check_table_row(&b, route.experts, route.table_range)?;
+        let pairs =
+            tokens.checked_mul(k).ok_or_else(|| b.shape(format!("{tokens} tokens x {k} picks overflow")))?;
+        check_blocks(&b, &gate, pairs)?;
+        check_up(&b, &gate, up_offset)?;
+        let (rows, cols, pp, t) =
+            (u64::from(gate.rows), u64::from(gate.cols), u64::from(pairs), u64::from(tokens));
+        let dims = [b.groups("row blocks", rows.div_ceil(16))?, b.groups("pairs", pp)?, 1];
+        let mut out = Vec::new();
+        for (begin, end) in b.split_rows("pool", u64::from(gate.slots), gate.slot_bytes, 0, 1)? {
+            let bound = vec![
+                b.storage("x", x, 0, f32s(t * cols))?,
+                b.storage("route.table", route.table, 0, f32s(u64::from(route.table_range.1)))?,
+                b.storage("pool", gate.data, begin * gate.slot_bytes, (end - begin) * gate.slot_bytes)?,
+                b.storage("route.logits", route.logits, 0, f32s(t * u64::from(route.experts)))?,
+                b.storage("act", act, 0, f32s(pp * rows))?,
+                b.storage("route.ids", route.ids, 0, f32s(pp))?,
+                b.storage("route.weights", route.weights, 0, f32s(pp))?,
+                b.storage("route.slots", route.slots, 0, f32s(pp))?,
+            ];
+            let p = ExpertKQuantRoutedParams {
+                rows: gate.rows,
+                cols: gate.cols,
+                pairs,
+                k,
+                slot_begin: gate.first_slot + begin as u32,
+                slot_end: gate.first_slot + end as u32,
+                slot_bytes: gate.slot_bytes as u32,
+                gate_bytes: gate.offset as u32,
+                up_bytes: up_offset as u32,
+                experts: route.experts,
+                table_base: route.table_range.0,
+                _pad: 0,
+            };
+            out.push((p, bound, dims));
+        }
+        Ok(b.finish(out))
     }
 
     /// Down projection and MoE combine in one dispatch (a pool split over bindings: one per part), on
@@ -244,12 +337,7 @@ impl Kernels {
         check_blocks(&b, &w, pairs)?;
         b.ensure(xd > 0 && pp.is_multiple_of(xd), || format!("x_div {xd} must divide pairs {pp}"))?;
         if let Some(up) = swiglu_up {
-            b.ensure(up.is_multiple_of(4) && up + rows * w.row_bytes() <= w.slot_bytes, || {
-                format!(
-                    "up ({rows} rows from byte {up}) must lie in its {}-byte slot, word-aligned",
-                    w.slot_bytes
-                )
-            })?;
+            check_up(&b, &w, up)?;
         }
         b.ensure(y.offset + w.rows <= y.stride, || {
             format!("output columns {}..{} past rows of {}", y.offset, y.offset + w.rows, y.stride)
@@ -308,6 +396,14 @@ impl ExpertBlocks<'_> {
     fn row_bytes(&self) -> u64 {
         u64::from(self.cols) / 256 * self.quant.block_bytes()
     }
+}
+
+/// With SwiGLU: up, `gate`'s shape and type from byte `up` of a slot, lies in the slot, word-aligned.
+fn check_up(b: &Binder<'_>, gate: &ExpertBlocks<'_>, up: u64) -> Result<()> {
+    let rows = u64::from(gate.rows);
+    b.ensure(up.is_multiple_of(4) && up + rows * gate.row_bytes() <= gate.slot_bytes, || {
+        format!("up ({rows} rows from byte {up}) must lie in its {}-byte slot, word-aligned", gate.slot_bytes)
+    })
 }
 
 /// The checks every expert block kernel makes of its matrix: whole super-blocks a row, nothing empty, the

@@ -50,7 +50,9 @@ pub use delta_net::{
 };
 pub use embed_q8::EmbedQ8Params;
 pub use expert_groups::{EXPERT_GROUPS_MAX_EXPERTS, ExpertGroupsParams};
-pub use expert_kquant_gemv::{ExpertBlocks, ExpertKQuantCombineParams, ExpertKQuantGemvParams, ExpertOut};
+pub use expert_kquant_gemv::{
+    ExpertBlocks, ExpertKQuantCombineParams, ExpertKQuantGemvParams, ExpertKQuantRoutedParams, ExpertOut,
+};
 pub use expert_q4_gemv::ExpertQ4GemvParams;
 pub use expert_q8_gemm::{
     EXPERT_GEMM_TILED_GROUP, ExpertQ8GemmParams, expert_gemm_group_bound, expert_gemm_groups,
