@@ -167,6 +167,19 @@ for l in open(sys.argv[1]):
                   f'{rd["ring_wait_s"]:6.2f} fill {rd["fill_s"]:6.2f} submit {rd["submit_s"]:6.2f} s '
                   f'({1e3*rd["ring_wait_s"]/n:5.2f} / {1e3*rd["fill_s"]/n:5.2f} / {1e3*rd["submit_s"]/n:5.2f} ms a piece)')
 PY
+# Rows of one kind (labels that differ only in a trailing number: cal, cal2, cal3): the median of each.
+[ -s "$OUT/tiers.jsonl" ] && python3 - "$OUT/tiers.jsonl" <<'PY'
+import json, re, statistics, sys
+groups = {}
+for l in open(sys.argv[1]):
+    r = json.loads(l); b = r["run"]
+    if b:
+        groups.setdefault(re.sub(r"\d+$", "", r["label"]), []).append((b["decode_tok_s"], b["prefill_tok_s"]))
+for name, rows in groups.items():
+    if len(rows) > 1:
+        print(f'{name:18} median of {len(rows)}: decode {statistics.median(d for d, _ in rows):7.2f} '
+              f'prefill {statistics.median(p for _, p in rows):8.1f}')
+PY
 [ -s "$OUT/llama.txt" ] && cat "$OUT/llama.txt"
 [ -s "$OUT/cpu-bench.txt" ] && python3 - "$OUT/cpu-bench.txt" <<'PY'
 import re, sys
