@@ -163,6 +163,7 @@ const ATTENTION_ROWS_SUBGROUP: &str = include_str!("wgsl/attention_rows_subgroup
 const ATTENTION_TILE_LOAD: &str = include_str!("wgsl/attention_tile_load.wgsl");
 const RMS_SCALE: &str = include_str!("wgsl/rms_scale.wgsl");
 const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
+const EXPERT_ROUTE_PAIR: &str = include_str!("wgsl/expert_route_pair.wgsl");
 const EXPERT_Q8_PAIR_ROWS: &str = include_str!("wgsl/expert_q8_pair_rows.wgsl");
 const SAMPLE_STEP: &str = include_str!("wgsl/sample_step.wgsl");
 const KQUANT_Q4_K: &str = include_str!("wgsl/kquant_q4_k.wgsl");
@@ -774,7 +775,7 @@ impl Kernel {
             Kernel::BlockGemv(q) | Kernel::BlockGemvRows4(q) | Kernel::ExpertBlockGemv(q) => {
                 [KQUANT_DOT4].into_iter().chain(q.block_helpers().iter().copied()).chain([rows]).collect()
             }
-            Kernel::ExpertBlockGemvRouted(q) => [KQUANT_DOT4, ROUTER_TOPK_CORE]
+            Kernel::ExpertBlockGemvRouted(q) => [KQUANT_DOT4, ROUTER_TOPK_CORE, EXPERT_ROUTE_PAIR]
                 .into_iter()
                 .chain(q.block_helpers().iter().copied())
                 .chain([rows])
@@ -813,12 +814,22 @@ impl Kernel {
                 &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q8_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }
             Kernel::ExpertQ8Gemv => &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q8_ROWS, ROW_SUM_PLAIN, Q8_HELPERS],
-            Kernel::ExpertQ8GemvRouted if subgroups => {
-                &[EXPERT_Q8_PAIR_ROWS, ROUTER_TOPK_CORE, EXPERT_Q8_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
-            }
-            Kernel::ExpertQ8GemvRouted => {
-                &[EXPERT_Q8_PAIR_ROWS, ROUTER_TOPK_CORE, EXPERT_Q8_ROWS, ROW_SUM_PLAIN, Q8_HELPERS]
-            }
+            Kernel::ExpertQ8GemvRouted if subgroups => &[
+                EXPERT_Q8_PAIR_ROWS,
+                ROUTER_TOPK_CORE,
+                EXPERT_ROUTE_PAIR,
+                EXPERT_Q8_ROWS,
+                ROW_SUM_SUBGROUP,
+                Q8_HELPERS,
+            ],
+            Kernel::ExpertQ8GemvRouted => &[
+                EXPERT_Q8_PAIR_ROWS,
+                ROUTER_TOPK_CORE,
+                EXPERT_ROUTE_PAIR,
+                EXPERT_Q8_ROWS,
+                ROW_SUM_PLAIN,
+                Q8_HELPERS,
+            ],
             Kernel::Q8GemvRows4 if subgroups => &[EXPERT_Q8_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS],
             Kernel::Q8GemvRows4 => &[EXPERT_Q8_ROWS, ROW_SUM_PLAIN, Q8_HELPERS],
             Kernel::ExpertQ8GemvCombine if subgroups => {
@@ -865,12 +876,22 @@ impl Kernel {
                 &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q8XQ_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }
             Kernel::ExpertQ8GemvXq => &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q8XQ_ROWS, ROW_SUM_PLAIN, Q8_HELPERS],
-            Kernel::ExpertQ8GemvXqRouted if subgroups => {
-                &[EXPERT_Q8_PAIR_ROWS, ROUTER_TOPK_CORE, EXPERT_Q8XQ_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
-            }
-            Kernel::ExpertQ8GemvXqRouted => {
-                &[EXPERT_Q8_PAIR_ROWS, ROUTER_TOPK_CORE, EXPERT_Q8XQ_ROWS, ROW_SUM_PLAIN, Q8_HELPERS]
-            }
+            Kernel::ExpertQ8GemvXqRouted if subgroups => &[
+                EXPERT_Q8_PAIR_ROWS,
+                ROUTER_TOPK_CORE,
+                EXPERT_ROUTE_PAIR,
+                EXPERT_Q8XQ_ROWS,
+                ROW_SUM_SUBGROUP,
+                Q8_HELPERS,
+            ],
+            Kernel::ExpertQ8GemvXqRouted => &[
+                EXPERT_Q8_PAIR_ROWS,
+                ROUTER_TOPK_CORE,
+                EXPERT_ROUTE_PAIR,
+                EXPERT_Q8XQ_ROWS,
+                ROW_SUM_PLAIN,
+                Q8_HELPERS,
+            ],
             Kernel::ExpertQ4Gemv if subgroups => {
                 &[EXPERT_Q8_PAIR_ROWS, EXPERT_Q4_ROWS, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }

@@ -355,6 +355,27 @@ fn pair_magnitudes(
         .collect()
 }
 
+/// A pool of records holding gate and up of `quant`: `slots` slots of random bytes with gate at byte 256, up
+/// after it and some bytes of another part. Returns the pool, the bytes of a slot and gate's and up's offsets.
+fn gate_up_pool(
+    rng: &mut Rng,
+    quant: BlockQuant,
+    (rows, cols): (usize, usize),
+    slots: usize,
+) -> (Vec<u8>, usize, usize, usize) {
+    let matrix = rows * cols / 256 * quant.block_bytes() as usize;
+    let (gate, up) = (256, (256 + matrix + 40).next_multiple_of(4));
+    let slot_bytes = (up + matrix + 100).next_multiple_of(256);
+    let mut pool = Vec::with_capacity(slots * slot_bytes);
+    for _ in 0..slots {
+        let mut slot: Vec<u8> = (0..slot_bytes).map(|_| rng.next_u64() as u8).collect();
+        slot[gate..gate + matrix].copy_from_slice(&blocks(rng, quant, rows * cols / 256)[..matrix]);
+        slot[up..up + matrix].copy_from_slice(&blocks(rng, quant, rows * cols / 256)[..matrix]);
+        pool.extend(slot);
+    }
+    (pool, slot_bytes, gate, up)
+}
+
 /// Gate‖up with SwiGLU on its output (`expert_kquant_gemv_swiglu`) against the CPU's two GEMVs and
 /// `silu_mul`: gate and up of every type at offsets of their own in each slot, rows that do not fill a
 /// workgroup's 16, output columns inside wider rows, a slot past the pool, a pool split over bindings.
@@ -365,18 +386,7 @@ fn expert_kquant_swiglu_matches_the_cpu_reference() {
     let mut rng = Rng::new(41);
     for quant in BlockQuant::ALL {
         for (rows, cols, slots) in [(37, 256, 4), (48, 512, 3)] {
-            // Gate at byte 256 of a slot, up after it and some bytes of another part.
-            let matrix = rows * cols / 256 * quant.block_bytes() as usize;
-            let (gate, up) = (256, (256 + matrix + 40).next_multiple_of(4));
-            let slot_bytes = (up + matrix + 100).next_multiple_of(256);
-            let mut pool = Vec::with_capacity(slots * slot_bytes);
-            for _ in 0..slots {
-                let mut slot: Vec<u8> = (0..slot_bytes).map(|_| rng.next_u64() as u8).collect();
-                slot[gate..gate + matrix]
-                    .copy_from_slice(&blocks(&mut rng, quant, rows * cols / 256)[..matrix]);
-                slot[up..up + matrix].copy_from_slice(&blocks(&mut rng, quant, rows * cols / 256)[..matrix]);
-                pool.extend(slot);
-            }
+            let (pool, slot_bytes, gate, up) = gate_up_pool(&mut rng, quant, (rows, cols), slots);
             let (k, tokens) = (3, 2);
             let pairs = k * tokens;
             let slot_idx: Vec<u32> = [2, 0, slots as u32, 1, 2, 2].to_vec();
@@ -441,17 +451,7 @@ fn routed_kquant_gate_up_matches_router_then_gemv() {
     let slots = 6;
     for quant in BlockQuant::ALL {
         for (rows, cols, experts, top_k, t) in [(48, 512, 128, 8, 1), (37, 256, 60, 4, 2)] {
-            let matrix = rows * cols / 256 * quant.block_bytes() as usize;
-            let (gate, up) = (256, (256 + matrix + 40).next_multiple_of(4));
-            let slot_bytes = (up + matrix + 100).next_multiple_of(256);
-            let mut pool = Vec::with_capacity(slots * slot_bytes);
-            for _ in 0..slots {
-                let mut slot: Vec<u8> = (0..slot_bytes).map(|_| rng.next_u64() as u8).collect();
-                slot[gate..gate + matrix]
-                    .copy_from_slice(&blocks(&mut rng, quant, rows * cols / 256)[..matrix]);
-                slot[up..up + matrix].copy_from_slice(&blocks(&mut rng, quant, rows * cols / 256)[..matrix]);
-                pool.extend(slot);
-            }
+            let (pool, slot_bytes, gate, up) = gate_up_pool(&mut rng, quant, (rows, cols), slots);
             let mut logits = rng.vec_f32(t * experts, -4.0, 4.0);
             for row in logits.chunks_mut(experts) {
                 // A tie at the top: the lower index wins.

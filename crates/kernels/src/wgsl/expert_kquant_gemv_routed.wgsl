@@ -3,8 +3,8 @@
 // expert_q8_gemv_routed.wgsl does for Q8_0 planes. Pair `pair` is pick r = pair % k of token pair / k: each
 // workgroup computes its token's top-k from the router's logits as router_topk_slots does
 // (router_topk_core.wgsl, appended: the same operations, so the same picks and weights) and looks its pick's
-// slot up in the slot table; the workgroups of row block 0 write the pick, its weight and its slot, which
-// down reads. A lane group takes 2 gate rows and their 2 up rows (`lane_dot4`, kquant_dot4.wgsl), 16 rows
+// slot up in the slot table (expert_route_pair.wgsl, appended); the workgroups of row block 0 write the
+// pick, its weight and its slot, which down reads. A lane group takes 2 gate rows and their 2 up rows (`lane_dot4`, kquant_dot4.wgsl), 16 rows
 // of y a workgroup. The block helper (kquant_q4_k.wgsl, …) and the row sums are appended; the other types'
 // kernels are this file with its entry point renamed.
 enable f16;
@@ -34,30 +34,13 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> weights: array<f32>; // [P] their weights
 @group(0) @binding(8) var<storage, read_write> slots: array<u32>;  // [P] their pool slots
 
-var<workgroup> wslot: u32;
-
 // workgroup_id.x = block of 16 gate rows and their up rows, workgroup_id.y = pair.
 @compute @workgroup_size(256)
 fn expert_q4_k_gemv_routed(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {
     let pair = wg.y;
     let k = p.k;
-    let writes = wg.x == 0u;
-    for (var i = li; i < p.experts; i += 256u) {
-        wtable[i] = table[p.table_base + i];
-    }
-    pick(li, 256u, (pair / k) * p.experts, p.experts, k, writes);
-    if (li == 0u) {
-        let id = picked_i[pair % k];
-        let slot = wtable[id];
-        wslot = slot;
-        if (writes) {
-            ids[pair] = id;
-            weights[pair] = picked_weight(pair % k, k);
-            slots[pair] = slot;
-        }
-    }
-    // Uniform over the workgroup: the row sums below need every lane.
-    let slot = workgroupUniformLoad(&wslot);
+    let slot = route_pair(li, 256u, pair, k, wg.x == 0u);
+    // Uniform over the workgroup (route_pair's slot): the row sums below need every lane.
     if (slot < p.slot_begin || slot >= p.slot_end) {
         return;
     }

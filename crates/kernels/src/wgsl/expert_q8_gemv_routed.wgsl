@@ -4,9 +4,10 @@
 // file with its entry point renamed and expert_q8xq_rows.wgsl's walk). Pair `pair` is pick r = pair % k of
 // token pair / k (x_div = k): each workgroup computes its token's top-k from the router's logits as
 // router_topk_slots does (router_topk_core.wgsl, appended: the same operations, so the same picks and
-// weights), and looks its pick's slot up in the slot table. The workgroups of row block 0 write the pick,
-// its weight and its slot, which down reads. Every workgroup repeats the top-k of its token's E logits
-// (128: a pass over 512 bytes in workgroup memory), cheaper than the dependent dispatch it replaces.
+// weights), and looks its pick's slot up in the slot table (expert_route_pair.wgsl, appended). The
+// workgroups of row block 0 write the pick, its weight and its slot, which down reads. Every workgroup
+// repeats the top-k of its token's E logits (128: a pass over 512 bytes in workgroup memory), cheaper than
+// the dependent dispatch it replaces.
 enable f16;
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -24,22 +25,6 @@ enable f16;
 @compute @workgroup_size(GROUPS * 32u)
 fn expert_q8_gemv_routed(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>/*SG_ARGS*/) {
     let pair = wg.y;
-    let k = p.x_div;
-    let writes = wg.x == 0u;
-    for (var i = li; i < p.experts; i += GROUPS * 32u) {
-        wtable[i] = table[p.table_base + i];
-    }
-    pick(li, GROUPS * 32u, (pair / k) * p.experts, p.experts, k, writes);
-    if (li == 0u) {
-        let id = picked_i[pair % k];
-        let slot = wtable[id];
-        wslot = slot;
-        if (writes) {
-            ids[pair] = id;
-            weights[pair] = picked_weight(pair % k, k);
-            slots[pair] = slot;
-        }
-    }
-    let slot = workgroupUniformLoad(&wslot);
+    let slot = route_pair(li, GROUPS * 32u, pair, p.x_div, wg.x == 0u);
     pair_rows(li, wg.x, pair, slot/*SG_CALL*/);
 }
