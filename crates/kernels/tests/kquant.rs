@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Gpu, Rng, assert_close, poisoned, read_n, run, squares_scale, upload};
+use common::{Gpu, Rng, RoutedOutputs, assert_close, poisoned, read_n, run, squares_scale, upload};
 use diskformer_kernels::{BlockMatrix, BlockQuant, Kernels, cpu};
 use half::f16;
 
@@ -445,7 +445,7 @@ fn expert_kquant_swiglu_matches_the_cpu_reference() {
 /// part's first row block writes the picks); and the refusal of a layer past the table.
 #[test]
 fn routed_kquant_gate_up_matches_router_then_gemv() {
-    use diskformer_kernels::{ExpertOut, Route, View};
+    use diskformer_kernels::{ExpertOut, View};
     let g = gpu_or_skip!();
     let mut rng = Rng::new(43);
     let slots = 6;
@@ -469,39 +469,18 @@ fn routed_kquant_gate_up_matches_router_then_gemv() {
             let split = Kernels::new(&g.ctx).with_max_binding((2 * slot_bytes) as u64);
             for (kernels, min_parts) in [(&g.kernels, 1), (&g.plain, 1), (&split, 3)] {
                 let v = View::from;
-                let bufs = || (poisoned(g, 4 * pairs), poisoned(g, 4 * pairs), poisoned(g, 4 * pairs));
-                let ((ids, weights, slot_of), (want_ids, want_w, want_slots)) = (bufs(), bufs());
-                let (act, want_act) = (poisoned(g, 4 * pairs * rows), poisoned(g, 4 * pairs * rows));
+                let out = RoutedOutputs::new(g, pairs, pairs * rows);
                 let (e, kk, tt) = (experts as u32, top_k as u32, t as u32);
-                let router = kernels
-                    .router_topk_slots(
-                        v(&lb),
-                        v(&tb),
-                        v(&want_ids),
-                        v(&want_w),
-                        v(&want_slots),
-                        e,
-                        kk,
-                        tt,
-                        (base, entries),
-                    )
-                    .unwrap();
+                let router = out.router(kernels, (&lb, &tb), (e, kk, tt), (base, entries));
                 let w = expert_blocks(&pb, quant, (slot_bytes, gate, slots), (rows, cols));
-                let out = ExpertOut { y: v(&want_act), stride: rows as u32, offset: 0 };
+                let (want_slots, want_act) = (&out.want[2], &out.want[3]);
+                let y = ExpertOut { y: v(want_act), stride: rows as u32, offset: 0 };
                 let gemv = kernels
-                    .expert_kquant_gemv_swiglu(w, up as u64, v(&xb), v(&want_slots), out, (kk * tt, kk))
+                    .expert_kquant_gemv_swiglu(w, up as u64, v(&xb), v(want_slots), y, (kk * tt, kk))
                     .unwrap();
-                let route = Route {
-                    logits: v(&lb),
-                    table: v(&tb),
-                    table_range: (base, entries),
-                    experts: e,
-                    ids: v(&ids),
-                    weights: v(&weights),
-                    slots: v(&slot_of),
-                };
+                let route = out.route((&lb, &tb), e, (base, entries));
                 let routed = kernels
-                    .expert_kquant_gemv_swiglu_routed(w, up as u64, v(&xb), route, v(&act), (tt, kk))
+                    .expert_kquant_gemv_swiglu_routed(w, up as u64, v(&xb), route, v(&out.got[3]), (tt, kk))
                     .unwrap();
                 assert!(
                     routed.parts() >= min_parts,
@@ -515,37 +494,17 @@ fn routed_kquant_gate_up_matches_router_then_gemv() {
                     kernels.subgroups(),
                     routed.parts()
                 );
-                let bits = |b: &wgpu::Buffer, n: usize| read_n::<u32>(g, b, n);
-                assert_eq!(bits(&ids, pairs), bits(&want_ids, pairs), "{what}: ids");
-                assert_eq!(bits(&weights, pairs), bits(&want_w, pairs), "{what}: weights");
-                assert_eq!(bits(&slot_of, pairs), bits(&want_slots, pairs), "{what}: slots");
-                assert_eq!(bits(&act, pairs * rows), bits(&want_act, pairs * rows), "{what}: activations");
-                assert_eq!(bits(&ids, pairs), cpu::router_topk(&logits, experts, top_k).0, "{what}: picks");
+                out.assert_same(g, &what);
+                let picks = read_n::<u32>(g, &out.got[0], pairs);
+                assert_eq!(picks, cpu::router_topk(&logits, experts, top_k).0, "{what}: picks");
             }
             // Refusal: the layer's entries past the table.
-            let v = View::from;
-            let out = poisoned(g, 4 * pairs * rows);
-            let route = Route {
-                logits: v(&lb),
-                table: v(&tb),
-                table_range: (2 * experts as u32 + 1, entries),
-                experts: experts as u32,
-                ids: v(&out),
-                weights: v(&out),
-                slots: v(&out),
-            };
+            let out = RoutedOutputs::new(g, pairs, pairs * rows);
+            let route = out.route((&lb, &tb), experts as u32, (2 * experts as u32 + 1, entries));
             let w = expert_blocks(&pb, quant, (slot_bytes, gate, slots), (rows, cols));
-            let err = g
-                .kernels
-                .expert_kquant_gemv_swiglu_routed(
-                    w,
-                    up as u64,
-                    v(&xb),
-                    route,
-                    v(&out),
-                    (t as u32, top_k as u32),
-                )
-                .unwrap_err();
+            let (x, act, tk) = (View::from(&xb), View::from(&out.got[3]), (t as u32, top_k as u32));
+            let err =
+                g.kernels.expert_kquant_gemv_swiglu_routed(w, up as u64, x, route, act, tk).unwrap_err();
             assert!(err.to_string().contains("run past the table"), "{err}");
         }
     }

@@ -6,8 +6,8 @@
 mod common;
 
 use common::{
-    Gpu, Rng, Scales, abs_of, assert_close, assert_some_apart, poisoned, quant_allowance, read_n, run,
-    squares_scale, upload,
+    Gpu, Rng, RoutedOutputs, Scales, abs_of, assert_close, assert_some_apart, poisoned, quant_allowance,
+    read_n, run, squares_scale, upload,
 };
 use diskformer_kernels::{
     CombineOut, EXPERT_GEMM_TILED_GROUP, ExpertGroupsParams, ExpertPlanes, ExpertSlotsParams, Kernels,
@@ -1164,57 +1164,34 @@ fn routed_gate_up_matches_router_then_gemv() {
         let ffn = p.rows / 2;
         for quantised in [false, true] {
             let v = diskformer_kernels::View::from;
-            let (ids, weights, slots) =
-                (poisoned(g, 4 * pairs), poisoned(g, 4 * pairs), poisoned(g, 4 * pairs));
-            let (want_ids, want_w, want_slots) =
-                (poisoned(g, 4 * pairs), poisoned(g, 4 * pairs), poisoned(g, 4 * pairs));
-            let (act, want_act) = (poisoned(g, 4 * pairs * ffn), poisoned(g, 4 * pairs * ffn));
+            let out = RoutedOutputs::new(g, pairs, pairs * ffn);
             let (e, kk, tt) = (experts as u32, top_k as u32, t as u32);
-            let router = k
-                .router_topk_slots(
-                    v(&lb),
-                    v(&tb),
-                    v(&want_ids),
-                    v(&want_w),
-                    v(&want_slots),
-                    e,
-                    kk,
-                    tt,
-                    (base, entries),
-                )
-                .unwrap();
-            let route = diskformer_kernels::Route {
-                logits: v(&lb),
-                table: v(&tb),
-                table_range: (base, entries),
-                experts: e,
-                ids: v(&ids),
-                weights: v(&weights),
-                slots: v(&slots),
-            };
+            let router = out.router(k, (&lb, &tb), (e, kk, tt), (base, entries));
+            let route = out.route((&lb, &tb), e, (base, entries));
+            let (want_slots, want_act, act) = (&out.want[2], &out.want[3], &out.got[3]);
             let (gemv, routed) = if quantised {
                 (
                     k.expert_q8_gemv_gate_up_swiglu_xq(
                         p.planes(),
                         v(&xqb),
-                        v(&want_slots),
-                        v(&want_act),
+                        v(want_slots),
+                        v(want_act),
                         kk * tt,
                         kk,
                     ),
-                    k.expert_q8_gemv_gate_up_swiglu_xq_routed(p.planes(), v(&xqb), route, v(&act), (tt, kk)),
+                    k.expert_q8_gemv_gate_up_swiglu_xq_routed(p.planes(), v(&xqb), route, v(act), (tt, kk)),
                 )
             } else {
                 (
                     k.expert_q8_gemv_gate_up_swiglu(
                         p.planes(),
                         v(&xb),
-                        v(&want_slots),
-                        v(&want_act),
+                        v(want_slots),
+                        v(want_act),
                         kk * tt,
                         kk,
                     ),
-                    k.expert_q8_gemv_gate_up_swiglu_routed(p.planes(), v(&xb), route, v(&act), (tt, kk)),
+                    k.expert_q8_gemv_gate_up_swiglu_routed(p.planes(), v(&xb), route, v(act), (tt, kk)),
                 )
             };
             let (gemv, routed) = (gemv.unwrap(), routed.unwrap());
@@ -1232,13 +1209,13 @@ fn routed_gate_up_matches_router_then_gemv() {
                 k.subgroups(),
                 routed.parts()
             );
-            let bits = |b: &wgpu::Buffer, n: usize| read_n::<u32>(g, b, n);
-            assert_eq!(bits(&ids, pairs), bits(&want_ids, pairs), "{what}: ids");
-            assert_eq!(bits(&weights, pairs), bits(&want_w, pairs), "{what}: weights");
-            assert_eq!(bits(&slots, pairs), bits(&want_slots, pairs), "{what}: slots");
-            assert_eq!(bits(&act, pairs * ffn), bits(&want_act, pairs * ffn), "{what}: activations");
+            out.assert_same(g, &what);
             // And the picks are the reference's (the tie across the k-th place to the lower index).
-            assert_eq!(read_n::<u32>(g, &ids, pairs), cpu::router_topk(&logits, experts, top_k).0, "{what}");
+            assert_eq!(
+                read_n::<u32>(g, &out.got[0], pairs),
+                cpu::router_topk(&logits, experts, top_k).0,
+                "{what}"
+            );
         }
     }
     // Refusals: k over 32, and the layer's entries past the table.

@@ -220,3 +220,77 @@ pub fn quant_allowance(q: &[i8], s: &[f16], rows: usize, cols: usize, x: &[f32])
         })
         .collect()
 }
+
+/// The outputs of a routed expert GEMV and of the path it replaces (`router_topk_slots`, then the
+/// slot-indexed GEMV), all poisoned, for checking the two bit for bit.
+pub struct RoutedOutputs {
+    /// What the routed kernel writes: picks, weights, slots, activations.
+    pub got: [wgpu::Buffer; 4],
+    /// What the router and the slot-indexed GEMV write.
+    pub want: [wgpu::Buffer; 4],
+    pairs: usize,
+    act_len: usize,
+}
+
+impl RoutedOutputs {
+    /// Outputs for `pairs` picks and activations of `act_len` values.
+    pub fn new(g: &Gpu, pairs: usize, act_len: usize) -> Self {
+        let set = || {
+            [poisoned(g, 4 * pairs), poisoned(g, 4 * pairs), poisoned(g, 4 * pairs), poisoned(g, 4 * act_len)]
+        };
+        Self { got: set(), want: set(), pairs, act_len }
+    }
+
+    /// `router_topk_slots` of `logits` through `table` into the wanted picks, weights and slots.
+    pub fn router(
+        &self,
+        k: &Kernels,
+        (logits, table): (&wgpu::Buffer, &wgpu::Buffer),
+        (experts, top_k, tokens): (u32, u32, u32),
+        table_range: (u32, u32),
+    ) -> Dispatch {
+        let [ids, weights, slots, _] = &self.want;
+        let v = diskformer_kernels::View::from;
+        k.router_topk_slots(
+            v(logits),
+            v(table),
+            v(ids),
+            v(weights),
+            v(slots),
+            experts,
+            top_k,
+            tokens,
+            table_range,
+        )
+        .unwrap()
+    }
+
+    /// The route the routed kernel takes: the same logits and table, its own picks, weights and slots.
+    pub fn route<'a>(
+        &'a self,
+        (logits, table): (&'a wgpu::Buffer, &'a wgpu::Buffer),
+        experts: u32,
+        table_range: (u32, u32),
+    ) -> diskformer_kernels::Route<'a> {
+        let [ids, weights, slots, _] = &self.got;
+        let v = diskformer_kernels::View::from;
+        diskformer_kernels::Route {
+            logits: v(logits),
+            table: v(table),
+            table_range,
+            experts,
+            ids: v(ids),
+            weights: v(weights),
+            slots: v(slots),
+        }
+    }
+
+    /// Asserts that both paths wrote the same bits.
+    pub fn assert_same(&self, g: &Gpu, what: &str) {
+        let names = ["ids", "weights", "slots", "activations"];
+        let lens = [self.pairs, self.pairs, self.pairs, self.act_len];
+        for ((got, want), (name, n)) in self.got.iter().zip(&self.want).zip(names.into_iter().zip(lens)) {
+            assert_eq!(read_n::<u32>(g, got, n), read_n::<u32>(g, want, n), "{what}: {name}");
+        }
+    }
+}
