@@ -4,9 +4,9 @@
 // workgroup computes its token's top-k from the router's logits as router_topk_slots does
 // (router_topk_core.wgsl, appended: the same operations, so the same picks and weights) and looks its pick's
 // slot up in the slot table (expert_route_pair.wgsl, appended); the workgroups of row block 0 write the
-// pick, its weight and its slot, which down reads. A lane group takes 2 gate rows and their 2 up rows (`lane_dot4`, kquant_dot4.wgsl), 16 rows
-// of y a workgroup. The block helper (kquant_q4_k.wgsl, …) and the row sums are appended; the other types'
-// kernels are this file with its entry point renamed.
+// pick, its weight and its slot, which down reads. A lane group takes 2 gate rows and their 2 up rows
+// (`lane_dot4`, kquant_dot4.wgsl), 16 rows of y a workgroup. The block helper (kquant_q4_k.wgsl, …) and the
+// row sums are appended; the other types' kernels are this file with its entry point renamed.
 enable f16;
 
 struct Params {
