@@ -45,6 +45,14 @@ fn arg(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// Seconds from submitting `enc` until the device has finished it.
+fn submit_timed(device: &wgpu::Device, queue: &wgpu::Queue, enc: wgpu::CommandEncoder) -> f64 {
+    let t = Instant::now();
+    queue.submit([enc.finish()]);
+    device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
+    t.elapsed().as_secs_f64()
+}
+
 fn main() {
     let mib = arg("--mib", 1024);
     let iters = arg("--iters", 10);
@@ -166,10 +174,7 @@ fn main() {
             for _ in 0..passes {
                 enc.copy_buffer_to_buffer(&staging, 0, &dev, 0, size);
             }
-            let t = Instant::now();
-            queue.submit([enc.finish()]);
-            device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
-            t.elapsed().as_secs_f64()
+            submit_timed(&device, &queue, enc)
         };
         copy(1);
         let secs = copy(iters);
@@ -236,10 +241,7 @@ fn main() {
                         pass.dispatch_workgroups(workgroups, 1, 1);
                     }
                 }
-                let t = Instant::now();
-                queue.submit([enc.finish()]);
-                device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
-                t.elapsed().as_secs_f64()
+                submit_timed(&device, &queue, enc)
             };
             run(1);
             let secs = run(iters);
