@@ -55,6 +55,13 @@ struct Args {
     /// (StreamOptions::early_chunk_prefetch off).
     #[arg(long)]
     no_early_chunk_prefetch: bool,
+    /// Keep every expert record in host memory the GPU reads (StreamOptions::host_arena; default: the
+    /// engine's choice).
+    #[arg(long)]
+    host_arena: bool,
+    /// No host arena: prefill chunks upload the experts the pool lacks.
+    #[arg(long, conflicts_with = "host_arena")]
+    no_host_arena: bool,
     /// Layers of lookahead for prefetch.
     #[arg(long, default_value_t = 2)]
     lookahead: u32,
@@ -265,6 +272,13 @@ fn main() -> anyhow::Result<()> {
     opts.pool_slots = args.pool_slots;
     opts.stream.prefetch = !args.no_prefetch;
     opts.stream.early_chunk_prefetch = !args.no_early_chunk_prefetch;
+    opts.stream.host_arena = if args.host_arena {
+        Some(true)
+    } else if args.no_host_arena {
+        Some(false)
+    } else {
+        None
+    };
     opts.stream.lookahead = args.lookahead;
     opts.stream.direct_io = Some(args.direct_io);
     opts.stream.copy_experts = !args.experts_in_gguf;
@@ -435,6 +449,7 @@ fn main() -> anyhow::Result<()> {
         None => serde_json::json!({"kind": args.routing.routing, "seed": args.routing.routing_seed}),
     };
     out["early_chunk_prefetch"] = (!args.no_early_chunk_prefetch).into();
+    out["arena_bytes"] = d.arena_bytes.into();
     out["int8_prefill"] = args.int8_prefill.into();
     out["tensor_prefill"] = engine.tensor_prefill().into();
     out["int8_decode"] = args.int8_decode.into();

@@ -22,6 +22,14 @@
 //! stays one buffer per plane: the kernels split the dispatch by slot range and bind each range at a
 //! 256-byte-aligned offset (`plan_row_split` in diskformer-kernels). [`GpuPool::new`] refuses a pool where
 //! that split cannot work, or a slot larger than the max buffer size.
+//!
+//! A pool may also have an **arena** ([`GpuPool::with_arena`]): slots past the device's, in host memory that
+//! the kernels read over the bus (`Context::host_storage`), one per record of the model, filled once and
+//! never evicted. A prefill chunk binds them for the experts the device slots lack instead of uploading
+//! those (the bus then carries each record once, at the rate the GPU reads host memory, ~50 GB/s on the
+//! H100s measured, against 16–18 GB/s for uploads out of the page cache: BENCHMARKS.md). The arena's parts
+//! follow the device's in [`GpuPool::parts_with_arena`]; [`GpuPool::parts`] is the device's alone, which
+//! one-token steps bind.
 
 use std::future::Future;
 use std::pin::pin;
@@ -88,10 +96,12 @@ impl Plane {
 pub struct GpuPool {
     device: wgpu::Device,
     queue: wgpu::Queue,
+    /// The device's parts, then the arena's.
     parts: Vec<PoolPart>,
-    slots_per_part: usize,
+    device_parts: usize,
     regions: [Region; 4],
     slots: usize,
+    arena_slots: usize,
     record_bytes: usize,
     /// Where staged uploads spent their time.
     staging: StagingClock,
@@ -133,6 +143,53 @@ impl GpuPool {
     /// of slots; [`Error::Allocation`] when the device refuses the memory.
     pub fn new(ctx: &Context, layout: &ExpertLayout, slots: usize) -> Result<Self> {
         Self::with_device(&ctx.device, &ctx.queue, &ctx.limits, layout, slots)
+    }
+
+    /// [`GpuPool::new`] with an arena of `arena_slots` slots in host memory after the device's (see the
+    /// module docs): slot `slots + i` is the arena's `i`th.
+    ///
+    /// # Errors
+    ///
+    /// As [`GpuPool::new`]; [`Error::InvalidConfig`] on a device without host storage buffers
+    /// (`Context::host_storage`) or for more slots in all than `u32` counts; [`Error::Allocation`] when the
+    /// host memory is refused.
+    pub fn with_arena(
+        ctx: &Context,
+        layout: &ExpertLayout,
+        slots: usize,
+        arena_slots: usize,
+    ) -> Result<Self> {
+        let mut pool = Self::new(ctx, layout, slots)?;
+        if arena_slots == 0 {
+            return Ok(pool);
+        }
+        let Some(host) = ctx.host_storage_usage() else {
+            return Err(Error::InvalidConfig {
+                field: "arena_slots",
+                reason: format!(
+                    "is {arena_slots}, but {} cannot bind host memory to its kernels (no mappable primary buffers)",
+                    ctx.info.name
+                ),
+            });
+        };
+        if u32::try_from(slots + arena_slots).is_err() {
+            return Err(Error::InvalidConfig {
+                field: "arena_slots",
+                reason: format!("is {arena_slots}; with {slots} device slots that passes u32::MAX slots"),
+            });
+        }
+        let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let per_part = pool.slots_per_part(&ctx.limits);
+        let arena = make_parts(&ctx.device, &pool.regions, slots as u64, arena_slots as u64, per_part, host);
+        if let Some(e) = ready(scope.pop()).flatten() {
+            return Err(Error::Allocation {
+                bytes: arena_slots as u64 * pool.regions.iter().map(|r| r.len).sum::<u64>(),
+                detail: format!("host memory for the expert arena: {e}"),
+            });
+        }
+        pool.parts.extend(arena);
+        pool.arena_slots = arena_slots;
+        Ok(pool)
     }
 
     /// [`GpuPool::new`] on a device and queue made elsewhere, with the limits the device was created with.
@@ -184,24 +241,7 @@ impl GpuPool {
         }
 
         let scope = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let parts: Vec<PoolPart> = (0..n.div_ceil(per_part))
-            .map(|i| {
-                let first = i * per_part;
-                let count = per_part.min(n - first);
-                let buffers = Plane::ALL.map(|plane| {
-                    device.create_buffer(&wgpu::BufferDescriptor {
-                        label: Some(plane.name()),
-                        // Records of blocks leave the scale planes empty: a word keeps the buffer valid.
-                        size: (count * regions[plane.index()].len).max(4),
-                        usage: wgpu::BufferUsages::STORAGE
-                            | wgpu::BufferUsages::COPY_DST
-                            | wgpu::BufferUsages::COPY_SRC,
-                        mapped_at_creation: false,
-                    })
-                });
-                PoolPart { first: first as u32, slots: count as u32, buffers }
-            })
-            .collect();
+        let parts = make_parts(device, &regions, 0, n, per_part, wgpu::BufferUsages::empty());
         if let Some(e) = ready(scope.pop()).flatten() {
             return Err(Error::Allocation {
                 bytes: n * regions.iter().map(|r| r.len).sum::<u64>(),
@@ -211,10 +251,11 @@ impl GpuPool {
         Ok(Self {
             device: device.clone(),
             queue: queue.clone(),
+            device_parts: parts.len(),
             parts,
-            slots_per_part: per_part as usize,
             regions,
             slots,
+            arena_slots: 0,
             record_bytes: layout.record_bytes as usize,
             staging: StagingClock::default(),
         })
@@ -231,20 +272,53 @@ impl GpuPool {
         self.staging.reset();
     }
 
-    /// Slots in the pool.
+    /// Slots on the device (the arena's not counted).
     pub fn slots(&self) -> usize {
         self.slots
     }
 
-    /// The parts, in slot order (one unless the planes exceed the device's max buffer size).
+    /// Slots of the arena in host memory, numbered from [`slots`](Self::slots) on (0 without one).
+    pub fn arena_slots(&self) -> usize {
+        self.arena_slots
+    }
+
+    /// The device's parts, in slot order (one unless the planes exceed the device's max buffer size).
     pub fn parts(&self) -> &[PoolPart] {
+        &self.parts[..self.device_parts]
+    }
+
+    /// The device's parts, then the arena's.
+    pub fn parts_with_arena(&self) -> &[PoolPart] {
         &self.parts
     }
 
-    /// The buffer of `plane` holding `slot`, and the slot's byte offset in it.
+    /// The buffer of `plane` holding `slot` (a device or an arena slot), and the slot's byte offset in it.
+    ///
+    /// # Panics
+    /// For a slot past the arena.
     pub fn locate(&self, plane: Plane, slot: Slot) -> (&wgpu::Buffer, u64) {
-        let part = &self.parts[slot.index() / self.slots_per_part];
+        let at = self.parts.partition_point(|p| p.first <= slot.0) - 1;
+        let part = &self.parts[at];
+        assert!(slot.0 - part.first < part.slots, "{slot} is past the pool's parts");
         (part.buffer(plane), u64::from(slot.0 - part.first) * self.slot_bytes(plane))
+    }
+
+    /// How many slots a part holds on this device: as many as the largest plane's buffer allows.
+    fn slots_per_part(&self, limits: &wgpu::Limits) -> u64 {
+        let largest = self.regions.iter().map(|r| r.len).max().unwrap_or(1).max(1);
+        limits.max_buffer_size / largest
+    }
+
+    /// Checks that `slot` is the device's or the arena's.
+    fn check_slot(&self, slot: Slot) -> Result<(), BackendError> {
+        if slot.index() >= self.slots + self.arena_slots {
+            return Err(format!(
+                "{slot} is past the GPU pool's {} slots and its arena's {}",
+                self.slots, self.arena_slots
+            )
+            .into());
+        }
+        Ok(())
     }
 
     /// Bytes of one slot in `plane`.
@@ -259,13 +333,29 @@ impl GpuPool {
 
     /// Device bytes of all four planes.
     pub fn device_bytes(&self) -> u64 {
-        self.parts.iter().flat_map(|p| p.buffers.iter().map(wgpu::Buffer::size)).sum()
+        planes_bytes(self.parts())
+    }
+
+    /// Host bytes of the arena's planes.
+    pub fn arena_bytes(&self) -> u64 {
+        planes_bytes(&self.parts[self.device_parts..])
     }
 
     /// Bytes of one store record (regions and padding); [`upload_record`](Self::upload_record) takes at
     /// least this many.
     pub fn record_bytes(&self) -> usize {
         self.record_bytes
+    }
+
+    /// Waits until the device has finished every copy submitted so far (the arena's fill, say).
+    ///
+    /// # Errors
+    /// The device's, when it was lost.
+    pub fn wait_for_uploads(&self) -> Result<(), BackendError> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| format!("waiting for the device: {e}"))?;
+        Ok(())
     }
 
     /// The device the planes live on.
@@ -291,9 +381,7 @@ impl GpuPool {
     // thread, a ring of mapped MAP_WRITE staging buffers + copy at 12.8 GB/s (`upload_pieces`,
     // `upload_read_ahead`).
     pub fn upload_record(&self, slot: Slot, record: &[u8]) -> Result<(), BackendError> {
-        if slot.index() >= self.slots {
-            return Err(format!("{slot} is past the GPU pool's {} slots", self.slots).into());
-        }
+        self.check_slot(slot)?;
         self.check_record(record)?;
         for plane in Plane::ALL.into_iter().filter(|&p| self.slot_bytes(p) > 0) {
             let r = self.region(plane);
@@ -478,9 +566,7 @@ impl GpuPool {
         (&'r mut [RingEntry], impl Iterator<Item = (usize, usize)> + Clone + Send + use<>),
         BackendError,
     > {
-        if slot.index() >= self.slots {
-            return Err(format!("{slot} is past the GPU pool's {} slots", self.slots).into());
-        }
+        self.check_slot(slot)?;
         let (piece, pieces, n) = (ring.piece, ring.pieces, self.record_bytes);
         let at = ring.next;
         ring.next = (at + 1) % (ring.entries.len() / pieces);
@@ -561,6 +647,41 @@ impl GpuPool {
 const PENDING: u8 = 0;
 const MAPPED: u8 = 1;
 const FAILED: u8 = 2;
+
+/// Parts of at most `per_part` slots for slots `first..first + n`, each plane a storage buffer with `extra`
+/// usage besides (`MAP_READ` puts the arena in host memory).
+fn make_parts(
+    device: &wgpu::Device,
+    regions: &[Region; 4],
+    first: u64,
+    n: u64,
+    per_part: u64,
+    extra: wgpu::BufferUsages,
+) -> Vec<PoolPart> {
+    (0..n.div_ceil(per_part))
+        .map(|i| {
+            let count = per_part.min(n - i * per_part);
+            let buffers = Plane::ALL.map(|plane| {
+                device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(plane.name()),
+                    // Records of blocks leave the scale planes empty: a word keeps the buffer valid.
+                    size: (count * regions[plane.index()].len).max(4),
+                    usage: wgpu::BufferUsages::STORAGE
+                        | wgpu::BufferUsages::COPY_DST
+                        | wgpu::BufferUsages::COPY_SRC
+                        | extra,
+                    mapped_at_creation: false,
+                })
+            });
+            PoolPart { first: (first + i * per_part) as u32, slots: count as u32, buffers }
+        })
+        .collect()
+}
+
+/// Bytes of the planes of `parts`.
+fn planes_bytes(parts: &[PoolPart]) -> u64 {
+    parts.iter().flat_map(|p| p.buffers.iter().map(wgpu::Buffer::size)).sum()
+}
 
 /// One thread's ring of mapped staging buffers for [`GpuPool::upload_pieces`] and
 /// [`GpuPool::upload_read_ahead`]: records of `pieces` buffers.

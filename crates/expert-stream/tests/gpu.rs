@@ -23,13 +23,14 @@ fn record(reader: &RecordReader, key: ExpertKey) -> Vec<u8> {
 /// planes read back.
 fn assert_slot_holds(pool: &GpuPool, planes: &[[Vec<u8>; 4]], slot: Slot, key: ExpertKey, record: &[u8]) {
     let part = pool
-        .parts()
+        .parts_with_arena()
         .iter()
         .position(|p| (p.first_slot()..p.first_slot() + p.slots()).contains(&slot.0))
         .expect("every slot is in a part");
     for (plane, bytes) in Plane::ALL.into_iter().zip(&planes[part]) {
         let r = pool.region(plane);
-        let at = ((slot.0 - pool.parts()[part].first_slot()) as u64 * pool.slot_bytes(plane)) as usize;
+        let at =
+            ((slot.0 - pool.parts_with_arena()[part].first_slot()) as u64 * pool.slot_bytes(plane)) as usize;
         let got = &bytes[at..at + r.len as usize];
         let want = &record[r.offset as usize..r.end() as usize];
         if let Some(i) = got.iter().zip(want).position(|(g, w)| g != w) {
@@ -44,7 +45,45 @@ fn assert_slot_holds(pool: &GpuPool, planes: &[[Vec<u8>; 4]], slot: Slot, key: E
 }
 
 fn read_planes(ctx: &diskformer_kernels::Context, pool: &GpuPool) -> Vec<[Vec<u8>; 4]> {
-    pool.parts().iter().map(|part| Plane::ALL.map(|p| read_back(ctx, part.buffer(p)))).collect()
+    pool.parts_with_arena().iter().map(|part| Plane::ALL.map(|p| read_back(ctx, part.buffer(p)))).collect()
+}
+
+/// An arena's slots follow the device's, in parts of their own, counted apart from the device's bytes: a
+/// record uploaded into one (written or staged) lands there, and a slot past it is refused.
+#[test]
+fn arena_slots_follow_the_devices_and_hold_their_records() {
+    let ctx = gpu_or_skip!();
+    assert!(ctx.host_storage, "{}: every Vulkan device binds host memory", ctx.describe());
+    let dir = TempDir::new("gpu-arena");
+    let store = store(dir.path(), 2, 8, 32, 64, 13);
+    let layout = store.layout().experts.clone().unwrap();
+    let reader = store.record_reader(false).unwrap();
+    let gpu = GpuPool::with_arena(ctx, &layout, 5, 16).unwrap();
+    let device_only = GpuPool::new(ctx, &layout, 5).unwrap();
+    assert_eq!((gpu.slots(), gpu.arena_slots()), (5, 16));
+    assert_eq!(gpu.parts().len(), 1);
+    assert_eq!(gpu.parts_with_arena()[1].first_slot(), 5);
+    assert_eq!(gpu.device_bytes(), device_only.device_bytes());
+    assert_eq!(gpu.arena_bytes(), 16 * device_only.device_bytes() / 5);
+    // Arena slot 5 + 8l + e holds record (l, e); the device's slot 4 holds (1, 7).
+    let key_of = |slot: u32| {
+        if slot < 5 { ExpertKey::new(1, 7) } else { ExpertKey::new((slot - 5) / 8, (slot - 5) % 8) }
+    };
+    let mut ring = gpu.staging_ring(2, 3);
+    for slot in 4..21 {
+        let rec = record(&reader, key_of(slot));
+        if slot % 2 == 0 {
+            gpu.upload_record(Slot(slot), &rec).unwrap();
+        } else {
+            gpu.upload_staged(Slot(slot), &rec, &mut ring).unwrap();
+        }
+    }
+    let planes = read_planes(ctx, &gpu);
+    for slot in 4..21 {
+        assert_slot_holds(&gpu, &planes, Slot(slot), key_of(slot), &record(&reader, key_of(slot)));
+    }
+    let err = gpu.upload_record(Slot(21), &record(&reader, ExpertKey::new(0, 0))).unwrap_err();
+    assert!(err.to_string().contains("arena's 16"), "{err}");
 }
 
 #[test]

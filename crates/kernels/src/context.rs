@@ -50,6 +50,11 @@ pub struct Context {
     ///
     /// [`Kernel::needs_cooperative_matrix`]: crate::Kernel::needs_cooperative_matrix
     pub cooperative_matrix: bool,
+    /// Whether the device can make buffers in host memory that its kernels read over the bus
+    /// ([`Context::host_storage_usage`]: wgpu's mappable-primary-buffers feature, requested where offered,
+    /// which lets a `MAP_READ` buffer be a storage binding; wgpu then allocates it in host-cached system
+    /// memory).
+    pub host_storage: bool,
 }
 
 impl Context {
@@ -134,6 +139,10 @@ impl Context {
         if cooperative_matrix {
             features |= coop;
         }
+        let host_storage = offered.contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
+        if host_storage {
+            features |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
+        }
         let limits = adapter.limits();
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
@@ -154,7 +163,14 @@ impl Context {
             })
             .await
             .map_err(|source| Error::RequestDevice { adapter: info.name.clone(), source })?;
-        Ok(Self { adapter, device, queue, info, limits, subgroups, cooperative_matrix })
+        Ok(Self { adapter, device, queue, info, limits, subgroups, cooperative_matrix, host_storage })
+    }
+
+    /// The usage that, added to a storage buffer's, puts it in host memory that the kernels read over the
+    /// bus (`MAP_READ`, which wgpu allocates host-cached); `None` without [`Context::host_storage`]. The
+    /// host never maps such a buffer here: it is filled by copies.
+    pub fn host_storage_usage(&self) -> Option<wgpu::BufferUsages> {
+        self.host_storage.then_some(wgpu::BufferUsages::MAP_READ)
     }
 
     /// The largest storage binding the device allows, in bytes.

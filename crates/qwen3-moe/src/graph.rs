@@ -16,7 +16,7 @@
 //! and with every expert resident gate‖up routes too (`expert_kquant_gemv_swiglu_routed`). Chunks run the
 //! unfused layer, and so do one-token steps whose gate and up differ in type (`block_experts`).
 
-use diskformer_expert_stream::{GpuPool, Plane};
+use diskformer_expert_stream::{GpuPool, Plane, PoolPart};
 use diskformer_kernels::{
     AttentionShape, BlockQuant, CombineOut, Dispatch, EXPERT_GEMM_TILED_GROUP, EXPERT_GROUPS_MAX_EXPERTS,
     ExpertBlocks, ExpertGroupsParams, ExpertOut, ExpertPlanes, InputNorm, JoinOut, Kernels, KvCacheViews,
@@ -415,6 +415,9 @@ pub(crate) struct Bindings<'a> {
     pub kv: &'a KvCache,
     pub scratch: &'a Scratch,
     pub pool: &'a GpuPool,
+    /// The expert kernels bind the pool's arena too (chunks while experts stream, where the pool has one:
+    /// a chunk's picks that the device slots lack are read from it).
+    pub arena: bool,
     /// Guesses computed per layer (0 for steps of several tokens).
     pub lookahead: u32,
     /// The `[layers · experts]` slot table a token's picks become slots through on the GPU: with every
@@ -441,6 +444,13 @@ pub(crate) struct Bindings<'a> {
     pub forced: bool,
 }
 
+impl<'a> Bindings<'a> {
+    /// The pool parts the expert kernels run over: the device's, and the arena's where `arena` says.
+    fn expert_parts(&self) -> &'a [PoolPart] {
+        if self.arena { self.pool.parts_with_arena() } else { self.pool.parts() }
+    }
+}
+
 impl Graph {
     pub fn build<'a>(b: &Bindings<'a>, t: u32) -> Result<Graph> {
         let (k, c, w, s) = (b.kernels, b.config, b.weights, b.scratch);
@@ -460,8 +470,7 @@ impl Graph {
         let shape = attention_shape(c, t, b.kv.ctx);
         // One dispatch per pool part (several when the pool exceeds the device's largest buffer).
         let planes = |big: Plane, small: Plane, rows: u32, cols: u32| -> Vec<ExpertPlanes<'_>> {
-            b.pool
-                .parts()
+            b.expert_parts()
                 .iter()
                 .map(|part| ExpertPlanes {
                     q: part.buffer(big).into(),
@@ -1121,13 +1130,13 @@ fn block_experts(
         &[(gate_q, gate_at, 0, f), (up_q, up_at, f, f)]
     };
     for &(quant, at, column, rows) in halves {
-        for w in layer_blocks(b.pool, Plane::GateUpQ, (quant, at), (rows, h), layer_slots) {
+        for w in layer_blocks(b.pool, b.expert_parts(), Plane::GateUpQ, (quant, at), (rows, h), layer_slots) {
             let y = ExpertOut { y: v(&s.gate_up), stride: 2 * f, offset: column };
             out.push(matmul(w, v(&s.xn), y, top_k)?);
         }
     }
     out.push(k.silu_mul(v(&s.gate_up), v(&s.act), f, pairs)?);
-    for w in layer_blocks(b.pool, Plane::DownQ, (down_q, down_at), (h, f), layer_slots) {
+    for w in layer_blocks(b.pool, b.expert_parts(), Plane::DownQ, (down_q, down_at), (h, f), layer_slots) {
         out.push(matmul(w, v(&s.act), ExpertOut { y: v(&s.down), stride: h, offset: 0 }, 1)?);
     }
     Ok(out)
@@ -1147,7 +1156,7 @@ fn block_gate_up_swiglu(
     let (h, f, top_k) = (c.embedding_length, c.expert_feed_forward_length, c.expert_used_count);
     let (x, slots) = (View::from(&s.xn), View::from(&s.slot_idx[l]));
     let act = ExpertOut { y: View::from(&s.act), stride: f, offset: 0 };
-    layer_blocks(b.pool, Plane::GateUpQ, (gate_q, gate_at), (f, h), layer_slots)
+    layer_blocks(b.pool, b.expert_parts(), Plane::GateUpQ, (gate_q, gate_at), (f, h), layer_slots)
         .map(|gate| {
             Ok(match route {
                 Some(route) => {
@@ -1171,7 +1180,9 @@ fn block_down_combine(
 ) -> Result<Vec<Dispatch>> {
     let (k, c, s) = (b.kernels, b.config, b.scratch);
     let (h, f, top_k) = (c.embedding_length, c.expert_feed_forward_length, c.expert_used_count);
-    let parts: Vec<_> = layer_blocks(b.pool, Plane::DownQ, (down_q, down_at), (h, f), layer_slots).collect();
+    let parts: Vec<_> =
+        layer_blocks(b.pool, b.expert_parts(), Plane::DownQ, (down_q, down_at), (h, f), layer_slots)
+            .collect();
     let (act, slots) = (View::from(&s.act), View::from(&s.slot_idx[l]));
     let last = parts.len().saturating_sub(1);
     parts
@@ -1189,13 +1200,14 @@ fn block_down_combine(
 /// (see [`layer_span`]), parts without the layer's experts left out.
 fn layer_blocks<'p>(
     pool: &'p GpuPool,
+    parts: &'p [PoolPart],
     plane: Plane,
     (quant, offset): (BlockQuant, u64),
     (rows, cols): (u32, u32),
     layer_slots: Option<&'p [u32]>,
 ) -> impl Iterator<Item = ExpertBlocks<'p>> {
     let slot_bytes = pool.slot_bytes(plane);
-    pool.parts().iter().filter_map(move |part| {
+    parts.iter().filter_map(move |part| {
         let (first_slot, slots) = layer_span(part.first_slot(), part.slots(), &[slot_bytes], layer_slots)?;
         let skip = u64::from(first_slot - part.first_slot());
         let data: View<'p> = part.buffer(plane).into();

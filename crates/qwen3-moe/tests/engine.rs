@@ -737,6 +737,51 @@ fn early_chunk_prefetch_gives_the_same_logits() {
     assert!(pool.prefetch_issued > 0 && pool.prefetch_used > 0, "{pool:?}");
 }
 
+/// The host arena: a chunk reads the experts the device slots lack from host memory instead of loading them
+/// (nothing read into the pool during the prompt), with the logits of uploading them; the one-token steps
+/// after it stream through the pool as before, and a chunk after those reads the device's hits and the
+/// arena's rest together, again with the uploads' logits.
+#[test]
+fn the_host_arena_gives_the_uploads_logits() {
+    use diskformer_qwen3_moe::synthetic::SynthFtype;
+    // Q8_0 planes, and records of K-quant blocks (the block kernels bind the arena's parts too).
+    let mut kquant = SynthShape { layers: 4, ..SynthShape::tiny() };
+    (kquant.hidden, kquant.heads, kquant.head_dim, kquant.ffn, kquant.ftype) =
+        (256, 4, 64, 256, SynthFtype::Q4KM);
+    for shape in [SynthShape { layers: 4, ..SynthShape::tiny() }, kquant] {
+        let what = format!("{:?}", shape.ftype);
+        let m = model(&format!("host-arena-{what}"), shape, 5);
+        let run = |arena: bool| {
+            let mut e = open(&m, |o| {
+                o.pool_slots = Some(24);
+                o.gpu_routing = false;
+                o.stream.host_arena = Some(arena);
+            });
+            let prompt = e.prefill(&PROMPT, true).unwrap();
+            let prompt_reads = e.pool_stats().bytes_read;
+            let steps: Vec<Vec<f32>> = [72, 101, 108].iter().map(|&id| e.step(id).unwrap()).collect();
+            let loaded = e.pool_stats().bytes_read > prompt_reads;
+            let chunk = e.prefill(&PROMPT[3..], true).unwrap();
+            (prompt, prompt_reads, steps, loaded, chunk, e.stats().arena_bytes)
+        };
+        let (uploaded, arena) = (run(false), run(true));
+        assert!(max_diff(&uploaded.0, &arena.0) < 1e-5, "{what}");
+        for (a, b) in uploaded.2.iter().zip(&arena.2) {
+            assert!(max_diff(a, b) < 1e-5, "{what}");
+        }
+        assert!(max_diff(&uploaded.4, &arena.4) < 1e-5, "{what}");
+        assert!(
+            uploaded.1 > 0 && uploaded.5 == 0,
+            "{what}: uploads read {} bytes, arena {}",
+            uploaded.1,
+            uploaded.5
+        );
+        assert_eq!(arena.1, 0, "{what}: the arena's prompt loads nothing into the pool");
+        assert!(arena.3, "{what}: the steps after the prompt load their misses into the pool");
+        assert!(arena.5 > 0, "{what}");
+    }
+}
+
 /// Every load staged through a ring counts in the staging times, in one piece or more (a demand miss in
 /// up to the read split's), and building the chunk's graph in the graph time; both are zero after a reset,
 /// and uploads written with `write_buffer` stage no piece.

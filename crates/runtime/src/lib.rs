@@ -17,5 +17,7 @@ pub use load::LoadProgress;
 pub use routing::{ForcedRoutes, RouteRecorder, Routing, layer_stride};
 pub use sampling::{Sampler, SamplingOptions, log_softmax, top_n};
 pub use stats::{EngineStats, GpuBytes, Stats};
-pub use stream::{CpuTierOptions, PoolShape, StreamOptions, StreamSetup, expert_pool, records_exceed_memory};
+pub use stream::{
+    CpuTierOptions, PoolShape, StreamOptions, StreamSetup, arena_wanted, expert_pool, records_exceed_memory,
+};
 pub use tiers::Tiers;

@@ -4,8 +4,9 @@
 //! reports while it works ([`LoadProgress`]).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use diskformer_expert_stream::{ExpertPool, GpuBackend};
+use diskformer_expert_stream::{Backend, Error as PoolError, ExpertKey, ExpertPool, GpuBackend, Slot};
 use diskformer_kernels::Context;
 use diskformer_store::IngestOptions;
 
@@ -30,7 +31,8 @@ pub enum LoadProgress {
         /// Bytes to upload.
         total: u64,
     },
-    /// Loading every expert into the pool (when all fit and the engine routes on the GPU): records done of total.
+    /// Loading every expert into the pool (when all fit and the engine routes on the GPU), or into its arena
+    /// in host memory ([`fill_arena`]): records done of total.
     Experts {
         /// Records loaded.
         done: u64,
@@ -125,6 +127,71 @@ pub fn load_every_expert(
     }
     pool.reset_stats();
     Ok(table)
+}
+
+/// Fills the pool's arena (see `GpuPool::with_arena`) with every record of `layers` × `experts`, on the pool's
+/// reader count of threads, each through its own staging (checked as the pool's loads are); returns once
+/// the device has them all.
+///
+/// # Errors
+/// The first read or upload that failed, naming its record.
+pub fn fill_arena(
+    pool: &ExpertPool<GpuBackend>,
+    layers: u32,
+    experts: u32,
+    progress: &mut dyn FnMut(LoadProgress),
+) -> Result<()> {
+    let backend = pool.backend();
+    let first = backend.pool().slots();
+    let total = u64::from(layers * experts);
+    let threads = pool.config().readers.clamp(1, total.max(1) as usize);
+    let done = AtomicU64::new(0);
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| -> Result<()> {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (tx, done) = (tx.clone(), &done);
+                scope.spawn(move || -> Result<()> {
+                    // Whole records a load: nothing waits for one in particular.
+                    let mut staging = backend.staging(true);
+                    for i in (t as u64..total).step_by(threads) {
+                        let key =
+                            ExpertKey::new((i / u64::from(experts)) as u32, (i % u64::from(experts)) as u32);
+                        let slot = Slot((first as u64 + i) as u32);
+                        let got = backend
+                            .read(key, slot, &mut staging)
+                            .map_err(|e| PoolError::Read { key, source: e.into() })?;
+                        let expected = backend.record_bytes();
+                        if got < expected {
+                            return Err(PoolError::ShortRead { key, got, expected }.into());
+                        }
+                        backend.upload(slot, &mut staging).map_err(|e| PoolError::Upload {
+                            key,
+                            slot,
+                            source: e.into(),
+                        })?;
+                        done.fetch_add(1, Ordering::Relaxed);
+                        let _ = tx.send(());
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        drop(tx);
+        // Progress from this thread (the callback is not `Send`) as the workers count records.
+        while rx.recv().is_ok() {
+            progress(LoadProgress::Experts { done: done.load(Ordering::Relaxed), total });
+        }
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    })?;
+    backend.pool().wait_for_uploads().map_err(|e| PoolError::Upload {
+        key: ExpertKey::new(layers - 1, experts - 1),
+        slot: Slot((first as u64 + total - 1) as u32),
+        source: e.into(),
+    })?;
+    Ok(())
 }
 
 #[cfg(test)]

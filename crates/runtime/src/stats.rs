@@ -144,6 +144,9 @@ pub struct Stats {
     pub pool_slots: usize,
     /// GPU memory by category.
     pub gpu_bytes: GpuBytes,
+    /// Host memory of the pool's arena ([`StreamOptions::host_arena`](crate::StreamOptions::host_arena);
+    /// 0 without one), apart from the GPU's.
+    pub arena_bytes: u64,
 }
 
 impl Stats {
@@ -187,6 +190,7 @@ impl Stats {
             staging: StagingTimes::default(),
             pool_slots,
             gpu_bytes,
+            arena_bytes: 0,
         }
     }
 
@@ -319,6 +323,10 @@ impl fmt::Display for Stats {
             mb(g.scratch),
             mb(g.staging),
             mb(g.total())
-        )
+        )?;
+        if self.arena_bytes > 0 {
+            write!(f, "; host arena {:.1} MB", mb(self.arena_bytes))?;
+        }
+        Ok(())
     }
 }

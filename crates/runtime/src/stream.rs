@@ -85,6 +85,13 @@ pub struct StreamOptions {
     /// both busy while the host waits (after, the prefetch threads idle through each wait). Applies where the
     /// pool holds three layers' experts (the layer before, this one and the next); default on.
     pub early_chunk_prefetch: bool,
+    /// While experts stream, keep every expert record in host memory that the GPU's kernels read over the
+    /// bus, beside the device pool (its **arena**, filled once at load: a copy of the store's records,
+    /// pinned, counted apart from the GPU budget); prefill chunks then read the experts the device slots lack
+    /// from it instead of uploading them. `None`, the default: where the device can bind host memory, is not
+    /// a software renderer (whose memory is the host's already), reads go through the page cache with no
+    /// host tier, and the records take at most half the host's available memory ([`arena_default`]).
+    pub host_arena: Option<bool>,
 }
 
 impl Default for StreamOptions {
@@ -102,6 +109,7 @@ impl Default for StreamOptions {
             copy_experts: true,
             check_reads: true,
             early_chunk_prefetch: true,
+            host_arena: None,
         }
     }
 }
@@ -176,6 +184,42 @@ const PROBE_RECORDS: usize = 32;
 /// say): [`StreamOptions::direct_io`]'s default then reads them with O_DIRECT.
 pub fn records_exceed_memory(experts: &ExpertLayout) -> bool {
     diskformer_expert_stream::available_memory().is_some_and(|available| experts.file_bytes() > available)
+}
+
+/// Whether the pool gets its arena ([`StreamOptions::host_arena`]) for `experts` streaming as `setup` says on
+/// `ctx`: as asked, or by default where the device binds host memory, is no software renderer, reads go
+/// through the page cache with no host tier, and the records fit in half the host's available memory (the
+/// page cache the CPU tier reads holds them too).
+///
+/// # Errors
+/// [`Error::BadOption`] for an arena asked for on a device that cannot bind host memory.
+pub fn arena_wanted(
+    asked: Option<bool>,
+    ctx: &Context,
+    experts: &ExpertLayout,
+    setup: &StreamSetup,
+) -> Result<bool> {
+    match asked {
+        Some(true) if !ctx.host_storage => Err(Error::BadOption {
+            option: "host_arena",
+            what: format!(
+                "{} cannot bind host memory to its kernels (wgpu's mappable-primary-buffers feature); turn the \
+                 arena off",
+                ctx.info.name
+            ),
+        }),
+        Some(on) => Ok(on),
+        None => Ok(arena_default(
+            ctx.host_storage && !ctx.is_software() && !setup.direct_io && setup.ram_budget.is_none(),
+            experts.file_bytes(),
+            diskformer_expert_stream::available_memory(),
+        )),
+    }
+}
+
+/// [`arena_wanted`]'s default: `eligible`, and `records` bytes at most half of `available` (known).
+pub fn arena_default(eligible: bool, records: u64, available: Option<u64>) -> bool {
+    eligible && available.is_some_and(|a| records <= a / 2)
 }
 
 /// The host tier's budget when `direct_io` asks for none: half the host's available memory, at most the
@@ -309,6 +353,8 @@ pub struct PoolShape {
     pub prefetch_threads: usize,
     /// Whether demand misses are read ahead as guessed ([`StreamOptions::speculative_reads`] records).
     pub speculate: bool,
+    /// Whether the pool has an arena of every record in host memory ([`StreamOptions::host_arena`]).
+    pub arena: bool,
 }
 
 /// The GPU pool of `shape.slots` records of `layout` on `ctx`, filled by `reader` as `setup` and `stream`
@@ -325,7 +371,8 @@ pub fn expert_pool(
     stream: &StreamOptions,
     shape: PoolShape,
 ) -> Result<(ExpertPool<GpuBackend>, Option<Arc<HostHandoff>>)> {
-    let gpu_pool = GpuPool::new(ctx, layout, shape.slots)?;
+    let arena_slots = if shape.arena { (shape.layers * shape.experts) as usize } else { 0 };
+    let gpu_pool = GpuPool::with_arena(ctx, layout, shape.slots, arena_slots)?;
     let mut backend =
         GpuBackend::new(gpu_pool, reader)?.with_method(stream.upload).with_read_split(setup.read_split);
     // The host tier's admissions and chunks hand their records to the pool's loads.
@@ -342,4 +389,17 @@ pub fn expert_pool(
     pc.max_prefetch_in_flight = shape.prefetch_threads;
     pc.prefetch_reserve = shape.top_k as usize;
     Ok((ExpertPool::new(backend, pc)?, handoff))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_arena_is_on_by_default_where_half_the_available_memory_holds_it() {
+        assert!(arena_default(true, 10, Some(20)));
+        assert!(!arena_default(true, 11, Some(20)));
+        assert!(!arena_default(true, 1, None), "a host that does not say");
+        assert!(!arena_default(false, 1, Some(20)), "a device, reader or tier that rules it out");
+    }
 }

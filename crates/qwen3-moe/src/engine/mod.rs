@@ -410,6 +410,7 @@ impl Engine {
                 kv: &self.kv,
                 scratch: &self.scratch,
                 pool: self.tiers.pool.backend().pool(),
+                arena: t > 1,
                 lookahead: if t == 1 { self.lookahead } else { 0 },
                 resident_table: (self.resident_table.as_ref())
                     .or(self.route_table.as_ref().filter(|_| t == 1))

@@ -12,11 +12,11 @@ use diskformer_gguf::GgufModel;
 use diskformer_kernels::{Context, Kernels};
 use diskformer_runtime::load::{
     LoadProgress, MIN_DEFAULT_CONTEXT, auto_gpu_budget, chunk_bound, default_context, default_store_dir,
-    ingest_gguf, load_every_expert,
+    fill_arena, ingest_gguf, load_every_expert,
 };
 use diskformer_runtime::{
     CpuTier, EngineStats, ForcedRoutes, GpuBytes, HostTier, PoolShape, RouteRecorder, StreamSetup, Tiers,
-    expert_pool,
+    arena_wanted, expert_pool,
 };
 use diskformer_store::Store;
 
@@ -268,6 +268,7 @@ impl Engine {
             prefetch_threads,
             // route_ahead is 0 when resident: nothing streams.
             speculate: route_ahead > 0,
+            arena: !resident && arena_wanted(opts.stream.host_arena, &ctx, &experts, &setup)?,
         };
         let (pool, handoff) = expert_pool(&ctx, &experts, reader, &setup, &opts.stream, shape)?;
         let gpu_bytes = GpuBytes {
@@ -277,6 +278,9 @@ impl Engine {
             scratch: scratch.bytes(),
             staging,
         };
+        if shape.arena {
+            fill_arena(&pool, config.block_count, config.expert_count, progress)?;
+        }
         let resident_table = if resident {
             let table = load_every_expert(&pool, config.block_count, config.expert_count, progress)?;
             let buffer = crate::weights::storage(
