@@ -62,6 +62,10 @@ struct Args {
     /// No host arena: prefill chunks upload the experts the pool lacks.
     #[arg(long, conflicts_with = "host_arena")]
     no_host_arena: bool,
+    /// With the host arena, stream one-token steps through the pool and the CPU tier instead of split
+    /// residency (StreamOptions::split_residency off).
+    #[arg(long)]
+    no_split_residency: bool,
     /// Layers of lookahead for prefetch.
     #[arg(long, default_value_t = 2)]
     lookahead: u32,
@@ -272,6 +276,7 @@ fn main() -> anyhow::Result<()> {
     opts.pool_slots = args.pool_slots;
     opts.stream.prefetch = !args.no_prefetch;
     opts.stream.early_chunk_prefetch = !args.no_early_chunk_prefetch;
+    opts.stream.split_residency = !args.no_split_residency;
     opts.stream.host_arena = if args.host_arena {
         Some(true)
     } else if args.no_host_arena {
@@ -450,6 +455,9 @@ fn main() -> anyhow::Result<()> {
     };
     out["early_chunk_prefetch"] = (!args.no_early_chunk_prefetch).into();
     out["arena_bytes"] = d.arena_bytes.into();
+    out["split"] = serde_json::json!({
+        "device_share": d.split_device_share(), "moves_per_token": d.split_moves as f64 / tokens,
+    });
     out["int8_prefill"] = args.int8_prefill.into();
     out["tensor_prefill"] = engine.tensor_prefill().into();
     out["int8_decode"] = args.int8_decode.into();

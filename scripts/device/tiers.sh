@@ -146,6 +146,10 @@ for l in open(sys.argv[1]):
           f'(recording {c.get("recording_ms_per_token", 0):5.2f}) first uses/tok {c.get("first_uses_per_token", 0):5.2f} ({c.get("first_use_ms_per_token", 0):5.2f} ms) GB read/tok {b["bytes_read_per_token"]/1e9:5.2f} '
           f'wait {b["gpu_wait_ms_per_token"]:5.2f} ensure {b["ensure_ms_per_token"]:5.2f} '
           f'host {b["host_ms_per_token"]:5.2f} record {b["record_ms_per_token"]:5.2f} submit {b["submit_ms_per_token"]:5.2f}')
+    sp = b.get("split") or {}
+    if sp.get("device_share") is not None:
+        print(f'{"":18} split residency: {100*sp["device_share"]:5.1f}% of picks on the device, {sp["moves_per_token"]:5.2f} moves/tok, '
+              f'arena {b.get("arena_bytes", 0)/1e9:5.2f} GB, load {b.get("load_s", 0):5.1f} s')
     q = c.get("pool")
     if q:
         host = r.get("cpu") or {}

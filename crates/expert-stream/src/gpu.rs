@@ -347,6 +347,29 @@ impl GpuPool {
         self.record_bytes
     }
 
+    /// Records into `enc` the copy of the record in arena slot `from` into device slot `to` (every plane
+    /// that holds bytes), ordered after the work submitted before `enc` and before the work after.
+    ///
+    /// # Errors
+    /// A `from` outside the arena or a `to` outside the device's slots.
+    pub fn copy_from_arena(&self, enc: &mut wgpu::CommandEncoder, from: Slot, to: Slot) -> Result<(), BackendError> {
+        if !(self.slots..self.slots + self.arena_slots).contains(&from.index()) || to.index() >= self.slots {
+            return Err(format!(
+                "a copy from {from} to {to}: the arena holds slots {}..{}, the device 0..{}",
+                self.slots,
+                self.slots + self.arena_slots,
+                self.slots
+            )
+            .into());
+        }
+        for plane in Plane::ALL.into_iter().filter(|&p| self.slot_bytes(p) > 0) {
+            let (src, src_at) = self.locate(plane, from);
+            let (dst, dst_at) = self.locate(plane, to);
+            enc.copy_buffer_to_buffer(src, src_at, dst, dst_at, self.slot_bytes(plane));
+        }
+        Ok(())
+    }
+
     /// Waits until the device has finished every copy submitted so far (the arena's fill, say).
     ///
     /// # Errors

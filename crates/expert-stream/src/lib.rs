@@ -25,6 +25,8 @@
 //! - [`HostRecords`] is the host tier for stores larger than RAM: whole records read with O_DIRECT into a
 //!   fixed budget of host memory, the least recently used leaving first ([`HostLru`]); the CPU tier
 //!   computes from them, and the GPU pool loads the ones it admits from there ([`HostHandoff`]).
+//! - [`Placement`] is split residency's policy: with every record in the pool's arena in host memory (which
+//!   the kernels read over the bus), which of them the device's slots hold, moved by heat.
 //! - [`GpuBudget::expert_slots`] turns a GPU budget into a slot count, refusing one under `2 × top-k` records.
 //! - [`MemoryBackend`] keeps records and slots in RAM, with hooks to hold, fail and watch loads.
 //!
@@ -59,6 +61,7 @@ mod heat;
 mod host;
 mod key;
 mod memory;
+mod placement;
 mod pool;
 mod speculative;
 mod staging_times;
@@ -81,6 +84,7 @@ pub use host::{
 };
 pub use key::{ExpertKey, LoadId, Slot};
 pub use memory::{Event, Fault, Gate, MemoryBackend, MemoryStaging};
+pub use placement::{Move, Placement, PlacementConfig};
 pub use pool::ExpertPool;
 pub use speculative::{DemandRead, Held, ReadPart, SpeculativeReads, SpeculativeStats};
 pub use staging_times::StagingTimes;

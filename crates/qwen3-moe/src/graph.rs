@@ -424,9 +424,9 @@ pub(crate) struct Bindings<'a> {
     /// expert resident (one-token steps; chunks then group their pairs by it on the GPU), or for one-token
     /// steps with route-ahead, what the pool holds (`u32::MAX` for an expert it does not).
     pub resident_table: Option<&'a wgpu::Buffer>,
-    /// The same table on the host, when every expert is resident: a layer's kernels then run only over the
-    /// pool parts holding that layer's experts.
-    pub resident_slots: Option<&'a [u32]>,
+    /// Which slots each layer's expert kernels may read, when every expert is resident (on the device, or
+    /// split between it and the arena): they then run only over the pool parts holding them.
+    pub reach: Option<Reach<'a>>,
     /// Which expert kernels the pool's records take.
     pub experts: &'a ExpertKernels,
     /// Chunks run their Q8_0 GEMMs on quantised inputs by int8 dot products (`KernelOptions::int8_prefill`).
@@ -509,7 +509,7 @@ impl Graph {
         // Fused decode with every expert resident: gate‖up computes the router's top-k itself and looks
         // the picks up in the slot table (no `router_topk_slots` dispatch before it).
         let routed = fused
-            && b.resident_slots.is_some()
+            && b.reach.is_some()
             && (matches!(b.experts, ExpertKernels::Blocks(_)) || (!q4_experts && planar));
         let dense_math = match int8.then(|| v(&s.xq)) {
             Some(xq) => DenseMath::Int8 { xq },
@@ -649,11 +649,10 @@ impl Graph {
             }
             let mut experts_dispatches = Vec::with_capacity(5);
             // The pool this layer's experts can be in: all of it while experts stream.
-            let layer_slots =
-                b.resident_slots.map(|table| &table[l * experts as usize..][..experts as usize]);
+            let reach = b.reach.map(|reach| reach.layer(l as u32, experts));
             let in_layer = |parts: &[ExpertPlanes<'a>], plane: (Plane, Plane)| -> Vec<ExpertPlanes<'a>> {
                 let bytes = (b.pool.slot_bytes(plane.0), b.pool.slot_bytes(plane.1));
-                parts.iter().filter_map(|&part| narrow_to_layer(part, bytes, layer_slots)).collect()
+                parts.iter().filter_map(|&part| narrow_to_layer(part, bytes, reach.as_ref())).collect()
             };
             // A chunk's Q8_0 expert GEMMs read their inputs quantised (once for every pool part).
             let experts_int8 = t > 1 && int8 && matches!(b.experts, ExpertKernels::Q8);
@@ -662,9 +661,9 @@ impl Graph {
             }
             if let ExpertKernels::Blocks(parts) = b.experts {
                 experts_dispatches.extend(if fused {
-                    block_gate_up_swiglu(b, l, parts[l], layer_slots, route)?
+                    block_gate_up_swiglu(b, l, parts[l], reach.as_ref(), route)?
                 } else {
-                    block_experts(b, l, parts[l], sizes, layer_slots)?
+                    block_experts(b, l, parts[l], sizes, reach.as_ref())?
                 });
             }
             let planar_gate_up =
@@ -711,7 +710,7 @@ impl Graph {
                 };
                 if let ExpertKernels::Blocks(layers) = b.experts {
                     let out = combine_out(true);
-                    experts_dispatches.extend(block_down_combine(b, l, layers[l][2], layer_slots, out)?);
+                    experts_dispatches.extend(block_down_combine(b, l, layers[l][2], reach.as_ref(), out)?);
                 }
                 let parts = if planar { in_layer(&down, (Plane::DownQ, Plane::DownScales)) } else { vec![] };
                 for (i, &part) in parts.iter().enumerate() {
@@ -844,33 +843,73 @@ const FUSED_MAX_PICKS: u32 = 64;
 /// every device, whatever its own (power-of-two) alignment.
 const STORAGE_OFFSET_ALIGN: u64 = 256;
 
-/// The slots of `part` that hold a resident layer's experts (`layer_slots`: that layer's slot of each
-/// expert), as planes bound over them alone, so the expert kernels launch over one binding instead of every
-/// binding-sized range of the part (each range a dispatch of its own); `None` when the layer has no expert
-/// here (see [`layer_span`]).
+/// Which slots the layers' expert kernels may read while every expert is resident ([`Bindings::reach`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Reach<'a> {
+    /// Every expert on the device: the `[layers · experts]` slot table, a layer's row its slots.
+    Table(&'a [u32]),
+    /// Split residency: the device's `device` slots, which hold whichever records are hottest (any layer's,
+    /// changing as they move), and each layer's records in the arena from `arena_first` on (record
+    /// `l · experts + e` at `arena_first + l · experts + e`).
+    Split { device: u32, arena_first: u32 },
+}
+
+impl<'a> Reach<'a> {
+    /// Layer `l`'s reach, of a model with `experts` experts a layer.
+    fn layer(self, l: u32, experts: u32) -> LayerReach<'a> {
+        match self {
+            Reach::Table(table) => LayerReach::Slots(&table[(l * experts) as usize..][..experts as usize]),
+            Reach::Split { device, arena_first } => {
+                let arena = arena_first + l * experts;
+                LayerReach::Ranges([0..device, arena..arena + experts])
+            }
+        }
+    }
+}
+
+/// One layer's [`Reach`]: its slots, or ranges of slots.
+#[derive(Clone, Debug)]
+enum LayerReach<'a> {
+    Slots(&'a [u32]),
+    Ranges([std::ops::Range<u32>; 2]),
+}
+
+impl LayerReach<'_> {
+    /// The lowest and highest slot of the reach in `range`, `None` when none lies there.
+    fn span_in(&self, range: std::ops::Range<u32>) -> Option<(u32, u32)> {
+        let (lo, hi) = match self {
+            LayerReach::Slots(slots) => (slots.iter().filter(|s| range.contains(s)))
+                .fold((u32::MAX, 0), |(lo, hi), &s| (lo.min(s), hi.max(s))),
+            LayerReach::Ranges(ranges) => (ranges.iter())
+                .map(|r| (r.start.max(range.start), r.end.min(range.end)))
+                .filter(|(lo, end)| lo < end)
+                .fold((u32::MAX, 0), |(lo, hi), (l, end)| (lo.min(l), hi.max(end - 1))),
+        };
+        (lo <= hi).then_some((lo, hi))
+    }
+}
+
+/// The slots of `part` that a resident layer's kernels may read (`reach`), as planes bound over them alone,
+/// so the expert kernels launch over one binding instead of every binding-sized range of the part (each
+/// range a dispatch of its own); `None` when the layer reads nothing there (see [`layer_span`]).
 fn narrow_to_layer<'a>(
     part: ExpertPlanes<'a>,
     (q_bytes, s_bytes): (u64, u64),
-    layer_slots: Option<&[u32]>,
+    reach: Option<&LayerReach<'_>>,
 ) -> Option<ExpertPlanes<'a>> {
-    let (first_slot, slots) = layer_span(part.first_slot, part.slots, &[q_bytes, s_bytes], layer_slots)?;
+    let (first_slot, slots) = layer_span(part.first_slot, part.slots, &[q_bytes, s_bytes], reach)?;
     let skip = u64::from(first_slot - part.first_slot);
     let at = |v: View<'a>, bytes: u64| View::at(v.buffer, v.offset + skip * bytes);
     Some(ExpertPlanes { q: at(part.q, q_bytes), scales: at(part.scales, s_bytes), slots, first_slot, ..part })
 }
 
 /// The slots (first, count) of a pool part (`first..first + slots`) that a layer's kernels bind: with every
-/// expert resident (`layer_slots`, the layer's slot of each expert) the span of the layer's slots in the part,
-/// `None` when it has none there; while experts stream (no `layer_slots`), or where the narrowed offsets in
-/// planes of `slot_bytes` a slot would break the 256-byte storage-offset alignment, the whole part.
-fn layer_span(first: u32, slots: u32, slot_bytes: &[u64], layer_slots: Option<&[u32]>) -> Option<(u32, u32)> {
-    let Some(layer) = layer_slots else { return Some((first, slots)) };
-    let range = first..first + slots;
-    let here = layer.iter().filter(|s| range.contains(s));
-    let (lo, hi) = here.fold((u32::MAX, 0), |(lo, hi), &s| (lo.min(s), hi.max(s)));
-    if lo > hi {
-        return None;
-    }
+/// expert resident (`reach`, the slots the layer may read) the span of those in the part, `None` when none
+/// lies there; while experts stream (no `reach`), or where the narrowed offsets in planes of `slot_bytes` a
+/// slot would break the 256-byte storage-offset alignment, the whole part.
+fn layer_span(first: u32, slots: u32, slot_bytes: &[u64], reach: Option<&LayerReach<'_>>) -> Option<(u32, u32)> {
+    let Some(reach) = reach else { return Some((first, slots)) };
+    let (lo, hi) = reach.span_in(first..first + slots)?;
     let skip = u64::from(lo - first);
     if slot_bytes.iter().any(|b| !(skip * b).is_multiple_of(STORAGE_OFFSET_ALIGN)) {
         return Some((first, slots));
@@ -1108,7 +1147,7 @@ fn block_experts(
     l: usize,
     [(gate_q, gate_at), (up_q, up_at), (down_q, down_at)]: [(BlockQuant, u64); 3],
     PairSizes { t, pairs, groups }: PairSizes,
-    layer_slots: Option<&[u32]>,
+    reach: Option<&LayerReach<'_>>,
 ) -> Result<Vec<Dispatch>> {
     let (k, c, s) = (b.kernels, b.config, b.scratch);
     let (h, f, top_k) = (c.embedding_length, c.expert_feed_forward_length, c.expert_used_count);
@@ -1130,13 +1169,13 @@ fn block_experts(
         &[(gate_q, gate_at, 0, f), (up_q, up_at, f, f)]
     };
     for &(quant, at, column, rows) in halves {
-        for w in layer_blocks(b.pool, b.expert_parts(), Plane::GateUpQ, (quant, at), (rows, h), layer_slots) {
+        for w in layer_blocks(b.pool, b.expert_parts(), Plane::GateUpQ, (quant, at), (rows, h), reach) {
             let y = ExpertOut { y: v(&s.gate_up), stride: 2 * f, offset: column };
             out.push(matmul(w, v(&s.xn), y, top_k)?);
         }
     }
     out.push(k.silu_mul(v(&s.gate_up), v(&s.act), f, pairs)?);
-    for w in layer_blocks(b.pool, b.expert_parts(), Plane::DownQ, (down_q, down_at), (h, f), layer_slots) {
+    for w in layer_blocks(b.pool, b.expert_parts(), Plane::DownQ, (down_q, down_at), (h, f), reach) {
         out.push(matmul(w, v(&s.act), ExpertOut { y: v(&s.down), stride: h, offset: 0 }, 1)?);
     }
     Ok(out)
@@ -1149,14 +1188,14 @@ fn block_gate_up_swiglu(
     b: &Bindings<'_>,
     l: usize,
     [(gate_q, gate_at), (_, up_at), _]: [(BlockQuant, u64); 3],
-    layer_slots: Option<&[u32]>,
+    reach: Option<&LayerReach<'_>>,
     route: Option<Route<'_>>,
 ) -> Result<Vec<Dispatch>> {
     let (k, c, s) = (b.kernels, b.config, b.scratch);
     let (h, f, top_k) = (c.embedding_length, c.expert_feed_forward_length, c.expert_used_count);
     let (x, slots) = (View::from(&s.xn), View::from(&s.slot_idx[l]));
     let act = ExpertOut { y: View::from(&s.act), stride: f, offset: 0 };
-    layer_blocks(b.pool, b.expert_parts(), Plane::GateUpQ, (gate_q, gate_at), (f, h), layer_slots)
+    layer_blocks(b.pool, b.expert_parts(), Plane::GateUpQ, (gate_q, gate_at), (f, h), reach)
         .map(|gate| {
             Ok(match route {
                 Some(route) => {
@@ -1175,13 +1214,13 @@ fn block_down_combine(
     b: &Bindings<'_>,
     l: usize,
     (down_q, down_at): (BlockQuant, u64),
-    layer_slots: Option<&[u32]>,
+    reach: Option<&LayerReach<'_>>,
     out: CombineOut<'_>,
 ) -> Result<Vec<Dispatch>> {
     let (k, c, s) = (b.kernels, b.config, b.scratch);
     let (h, f, top_k) = (c.embedding_length, c.expert_feed_forward_length, c.expert_used_count);
     let parts: Vec<_> =
-        layer_blocks(b.pool, b.expert_parts(), Plane::DownQ, (down_q, down_at), (h, f), layer_slots)
+        layer_blocks(b.pool, b.expert_parts(), Plane::DownQ, (down_q, down_at), (h, f), reach)
             .collect();
     let (act, slots) = (View::from(&s.act), View::from(&s.slot_idx[l]));
     let last = parts.len().saturating_sub(1);
@@ -1196,7 +1235,7 @@ fn block_down_combine(
 }
 
 /// One matrix of every record in `plane` (its type and where it starts in a slot), as the block kernels
-/// bind it: a pool part at a time, narrowed to the slots of a resident layer where `layer_slots` gives them
+/// bind it: a pool part at a time, narrowed to the slots a resident layer may read where `reach` gives them
 /// (see [`layer_span`]), parts without the layer's experts left out.
 fn layer_blocks<'p>(
     pool: &'p GpuPool,
@@ -1204,11 +1243,11 @@ fn layer_blocks<'p>(
     plane: Plane,
     (quant, offset): (BlockQuant, u64),
     (rows, cols): (u32, u32),
-    layer_slots: Option<&'p [u32]>,
+    reach: Option<&'p LayerReach<'p>>,
 ) -> impl Iterator<Item = ExpertBlocks<'p>> {
     let slot_bytes = pool.slot_bytes(plane);
     parts.iter().filter_map(move |part| {
-        let (first_slot, slots) = layer_span(part.first_slot(), part.slots(), &[slot_bytes], layer_slots)?;
+        let (first_slot, slots) = layer_span(part.first_slot(), part.slots(), &[slot_bytes], reach)?;
         let skip = u64::from(first_slot - part.first_slot());
         let data: View<'p> = part.buffer(plane).into();
         Some(ExpertBlocks {

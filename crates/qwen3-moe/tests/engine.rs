@@ -782,6 +782,44 @@ fn the_host_arena_gives_the_uploads_logits() {
     }
 }
 
+/// Split residency: with the arena, a pool too small for every expert runs the resident driver over the
+/// device's slots and the arena, with the logits of every expert on the device (prompt and steps, Q8_0
+/// planes and K-quant blocks); every pick is counted on one side or the other, records move onto the
+/// device as their heat says, and nothing is read from the store after the load.
+#[test]
+fn split_residency_gives_the_resident_logits() {
+    use diskformer_qwen3_moe::synthetic::SynthFtype;
+    let mut kquant = SynthShape { layers: 4, ..SynthShape::tiny() };
+    (kquant.hidden, kquant.heads, kquant.head_dim, kquant.ffn, kquant.ftype) = (256, 4, 64, 256, SynthFtype::Q4KM);
+    for shape in [SynthShape { layers: 4, ..SynthShape::tiny() }, kquant] {
+        let (layers, top_k) = (u64::from(shape.layers), u64::from(shape.top_k));
+        let what = format!("{:?}", shape.ftype);
+        let m = model(&format!("split-{what}"), shape, 5);
+        let run = |split: bool| {
+            let mut e = open(&m, |o| {
+                if split {
+                    o.pool_slots = Some(6);
+                    o.stream.host_arena = Some(true);
+                }
+            });
+            assert!(e.routes_on_gpu(), "{what}");
+            e.reset_stats();
+            let mut logits = vec![e.prefill(&PROMPT, true).unwrap()];
+            logits.extend((0..12).map(|i| e.step(PROMPT[i % PROMPT.len()]).unwrap()));
+            (logits, e.stats(), e.pool_stats())
+        };
+        let ((resident, _, _), (split, stats, pool)) = (run(false), run(true));
+        for (i, (a, b)) in resident.iter().zip(&split).enumerate() {
+            assert!(max_diff(a, b) < 1e-5, "{what}: output {i} moved by {}", max_diff(a, b));
+        }
+        assert_eq!(stats.split_device_picks + stats.split_arena_picks, 12 * layers * top_k, "{what}");
+        assert!(stats.split_device_picks > 0 && stats.split_arena_picks > 0, "{what}: {stats}");
+        assert!(stats.split_moves > 0, "{what}: {stats}");
+        assert_eq!(pool.bytes_read, 0, "{what}: nothing read into the pool after the load");
+        assert!(stats.cpu_isa.is_none() && stats.arena_bytes > 0, "{what}");
+    }
+}
+
 /// Every load staged through a ring counts in the staging times, in one piece or more (a demand miss in
 /// up to the read split's), and building the chunk's graph in the graph time; both are zero after a reset,
 /// and uploads written with `write_buffer` stage no piece.

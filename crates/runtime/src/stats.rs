@@ -36,6 +36,12 @@ pub struct EngineStats {
     pub layers_rerun: u64,
     /// Route-ahead: layer units (whole or run again) submitted as the unit stock's thread recorded them.
     pub units_recorded_ahead: u64,
+    /// Split residency: one-token picks read from the device's slots, and from the arena in host memory.
+    pub split_device_picks: u64,
+    /// See `split_device_picks`.
+    pub split_arena_picks: u64,
+    /// Split residency: records moved from the arena onto the device.
+    pub split_moves: u64,
     /// The CPU tier: picks computed on the host, the time they took, and misses admitted into the pool.
     pub cpu_experts: u64,
     /// See `cpu_experts`.
@@ -109,6 +115,12 @@ pub struct Stats {
     /// Route-ahead: layer units (a layer whole, or again from its router) submitted as a thread had
     /// recorded them ahead; the host recorded the rest.
     pub units_recorded_ahead: u64,
+    /// Split residency: one-token picks read from the device's slots, from the arena, and records moved.
+    pub split_device_picks: u64,
+    /// See `split_device_picks`.
+    pub split_arena_picks: u64,
+    /// See `split_device_picks`.
+    pub split_moves: u64,
     /// The CPU tier (`CpuTierOptions::enabled`): picks computed on the host.
     pub cpu_experts: u64,
     /// The CPU tier: time the host spent computing them.
@@ -174,6 +186,9 @@ impl Stats {
             layers_routed_ahead: e.layers_routed_ahead,
             layers_rerun: e.layers_rerun,
             units_recorded_ahead: e.units_recorded_ahead,
+            split_device_picks: e.split_device_picks,
+            split_arena_picks: e.split_arena_picks,
+            split_moves: e.split_moves,
             cpu_experts: e.cpu_experts,
             cpu_time: e.cpu_time,
             cpu_admitted: e.cpu_admitted,
@@ -212,6 +227,12 @@ impl Stats {
     /// Milliseconds per token of `d`, over every token run.
     pub fn ms_per_token(&self, d: Duration) -> f64 {
         if self.tokens() == 0 { 0.0 } else { d.as_secs_f64() * 1e3 / self.tokens() as f64 }
+    }
+
+    /// Split residency: the share of one-token picks read from the device's slots (`None` before any).
+    pub fn split_device_share(&self) -> Option<f64> {
+        let all = self.split_device_picks + self.split_arena_picks;
+        (all > 0).then(|| self.split_device_picks as f64 / all as f64)
     }
 
     /// The share of the picks the CPU tier computed (`None` before any pick).
@@ -272,6 +293,14 @@ impl fmt::Display for Stats {
                 f,
                 "route-ahead: {} layers stood, {} run again after a load, {} units recorded ahead",
                 self.layers_routed_ahead, self.layers_rerun, self.units_recorded_ahead
+            )?;
+        }
+        if let Some(share) = self.split_device_share() {
+            writeln!(
+                f,
+                "split residency: {} of picks from the device's slots, the rest from host memory; {} records moved in",
+                pct(Some(share)),
+                self.split_moves
             )?;
         }
         if let Some((isa, threads)) = self.cpu_isa {

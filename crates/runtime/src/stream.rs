@@ -92,6 +92,11 @@ pub struct StreamOptions {
     /// a software renderer (whose memory is the host's already), reads go through the page cache with no
     /// host tier, and the records take at most half the host's available memory ([`arena_default`]).
     pub host_arena: Option<bool>,
+    /// With the host arena and routing on the GPU: **split residency**, the resident step driver over the
+    /// device's slots and the arena (every expert within the kernels' reach, the hottest moved onto the
+    /// device by heat, `Placement`), with no readback between layers and no CPU tier (default on). Off,
+    /// one-token steps stream through the pool and the CPU tier as without the arena, which serves chunks.
+    pub split_residency: bool,
 }
 
 impl Default for StreamOptions {
@@ -110,6 +115,7 @@ impl Default for StreamOptions {
             check_reads: true,
             early_chunk_prefetch: true,
             host_arena: None,
+            split_residency: true,
         }
     }
 }

@@ -21,7 +21,7 @@ use diskformer_expert_stream::Stats as PoolStats;
 use diskformer_kernels::{Context, Kernels, PENALTY_MAX_N, SampleStep, cpu};
 use diskformer_store::ReaderProbe;
 
-use crate::graph::{Bindings, ExpertKernels, Graph, KvCache, Scratch};
+use crate::graph::{Bindings, ExpertKernels, Graph, KvCache, Reach, Scratch};
 use crate::unit_stock::{UnitBuffers, UnitStock};
 use crate::weights::Weights;
 use crate::{Config, Error, Result, Sampler, SamplingOptions};
@@ -34,6 +34,7 @@ mod options;
 mod per_layer;
 mod resident;
 mod route_ahead;
+mod split;
 
 pub use diskformer_runtime::load::{FALLBACK_GPU_BUDGET, LoadProgress, auto_gpu_budget, default_store_dir};
 pub use diskformer_runtime::records_exceed_memory;
@@ -98,6 +99,9 @@ pub struct Engine {
     /// With route-ahead: the `[layers · experts]` slots of what the pool holds (`tiers::ABSENT_SLOT` for
     /// the rest), on the device and as last written.
     route_table: Option<(wgpu::Buffer, Vec<u32>)>,
+    /// Split residency ([`split`]): `resident_table` then maps each expert to a device slot or its arena
+    /// slot, and this moves the hottest onto the device.
+    split: Option<split::Split>,
     /// [`StreamOptions::route_ahead`] where it applies, else 0.
     route_ahead: u32,
     /// With route-ahead, once a one-token step ran: what its layer units copy between, and the stock of
@@ -410,12 +414,18 @@ impl Engine {
                 kv: &self.kv,
                 scratch: &self.scratch,
                 pool: self.tiers.pool.backend().pool(),
-                arena: t > 1,
+                arena: t > 1 || self.split.is_some(),
                 lookahead: if t == 1 { self.lookahead } else { 0 },
                 resident_table: (self.resident_table.as_ref())
                     .or(self.route_table.as_ref().filter(|_| t == 1))
                     .map(|(b, _)| b),
-                resident_slots: self.resident_table.as_ref().map(|(_, t)| t.as_slice()),
+                reach: match (&self.split, &self.resident_table) {
+                    (Some(_), _) => {
+                        let device = self.tiers.slots() as u32;
+                        Some(Reach::Split { device, arena_first: device })
+                    }
+                    (None, table) => table.as_ref().map(|(_, t)| Reach::Table(t)),
+                },
                 experts: &self.expert_kernels,
                 int8_prefill: self.int8_prefill,
                 tensor_prefill: self.tensor_prefill,

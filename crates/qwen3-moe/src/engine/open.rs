@@ -20,6 +20,7 @@ use diskformer_runtime::{
 };
 use diskformer_store::Store;
 
+use super::split::Split;
 use super::{Engine, EngineOptions, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE};
 use crate::graph::{ExpertKernels, KvCache, Scratch, ScratchSizes, fused_decode};
 use crate::weights::Weights;
@@ -233,11 +234,15 @@ impl Engine {
             && slots == all
             && (opts.pool_slots.is_some()
                 || slots_for_dense(sized_batch, false, with_embedding, ctx_len)? == all);
-        if resident {
+        let arena = !resident && slots < all && arena_wanted(opts.stream.host_arena, &ctx, &experts, &setup)?;
+        // Split residency: the resident driver over the device's slots and the arena.
+        let split = arena && opts.stream.split_residency && opts.gpu_routing && !recording;
+        if resident || split {
             lookahead = 0;
             route_ahead = 0;
         }
-        let pool_bound = if resident { u32::MAX } else { chunk_bound(slots, config.expert_count, top_k) };
+        let pool_bound =
+            if resident || split { u32::MAX } else { chunk_bound(slots, config.expert_count, top_k) };
         let max_batch = sized_batch.min(pool_bound).min(ctx_len).max(1);
 
         let device = ctx.device.clone();
@@ -268,7 +273,7 @@ impl Engine {
             prefetch_threads,
             // route_ahead is 0 when resident: nothing streams.
             speculate: route_ahead > 0,
-            arena: !resident && arena_wanted(opts.stream.host_arena, &ctx, &experts, &setup)?,
+            arena,
         };
         let (pool, handoff) = expert_pool(&ctx, &experts, reader, &setup, &opts.stream, shape)?;
         let gpu_bytes = GpuBytes {
@@ -281,7 +286,23 @@ impl Engine {
         if shape.arena {
             fill_arena(&pool, config.block_count, config.expert_count, progress)?;
         }
-        let resident_table = if resident {
+        let split = if split {
+            let shape = (config.block_count, config.expert_count, top_k);
+            Some(Split::new(&device, &ctx.queue, pool.backend().pool(), shape)?)
+        } else {
+            None
+        };
+        let resident_table = if let Some(split) = &split {
+            let table = split.table().to_vec();
+            let buffer = crate::weights::storage(
+                &device,
+                "split slots",
+                4 * table.len() as u64,
+                wgpu::BufferUsages::empty(),
+            );
+            ctx.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&table));
+            Some((buffer, table))
+        } else if resident {
             let table = load_every_expert(&pool, config.block_count, config.expert_count, progress)?;
             let buffer = crate::weights::storage(
                 &device,
@@ -307,7 +328,7 @@ impl Engine {
             readers,
             handoff,
         });
-        let cpu_tier = (cpu_experts && !resident)
+        let cpu_tier = (cpu_experts && !resident && split.is_none())
             .then(|| {
                 let math = if opts.kernels.int8_decode { Some(Math::Q8) } else { opts.cpu.math };
                 CpuTier::open(
@@ -338,6 +359,7 @@ impl Engine {
             chunk_graphs: VecDeque::new(),
             resident_table,
             route_table,
+            split,
             route_ahead,
             route_units: None,
             lookahead,

@@ -64,10 +64,11 @@ impl Engine {
         let next = self.record_resident(want, next_slot);
         self.next_step = Some((want, next_slot, next));
         let (device, s, shape) = (&self.ctx.device, &self.scratch, self.head_shape(1));
-        let out = read_output(device, s, want, shape, slot, Some(submission), &mut self.stats.gpu_wait)?;
+        let out = read_output(device, s, want, shape, slot, Some(submission.clone()), &mut self.stats.gpu_wait)?;
         if let (Some(q), Output::Pick(pick)) = (&mut self.run_ahead, &out) {
             q.token = Some(*pick);
         }
+        self.note_split_step(slot, submission)?;
         Ok(out)
     }
 
@@ -84,7 +85,14 @@ impl Engine {
     fn record_resident(&mut self, want: Want, slot: usize) -> wgpu::CommandBuffer {
         let shape = self.head_shape(1);
         let (device, graph, s) = (&self.ctx.device, &self.graphs[&1], &self.scratch);
-        timed(&mut self.stats.record_time, || record_resident_step(device, graph, s, want, shape, slot))
+        let top_k = self.config.expert_used_count;
+        timed(&mut self.stats.record_time, || {
+            let mut enc = record_resident_step(device, graph, s, want, shape, slot);
+            if let Some(split) = &self.split {
+                split.record_picks(&mut enc, s, top_k, slot);
+            }
+            enc.finish()
+        })
     }
 
     /// Where a step of `t` tokens spends its GPU time with every expert resident: the whole step's graph
@@ -117,7 +125,7 @@ impl Engine {
         let shape = self.head_shape(t);
         let (queue, device, s, graph) = (&self.ctx.queue, &self.ctx.device, &self.scratch, &self.graphs[&t]);
         let commands =
-            timed(&mut self.stats.record_time, || record_resident_step(device, graph, s, want, shape, 0));
+            timed(&mut self.stats.record_time, || record_resident_step(device, graph, s, want, shape, 0).finish());
         let submission = timed(&mut self.stats.submit_time, || queue.submit([commands]));
         read_output(device, s, want, shape, 0, Some(submission), &mut self.stats.gpu_wait)
     }
@@ -139,7 +147,7 @@ pub(super) struct RunAhead {
 
 /// Records a step with every expert resident (one token, or a chunk that groups its pairs on the GPU):
 /// every layer, then the head, and for a pick its copy into `token_ids`, where a step queued behind this
-/// one finds its token.
+/// one finds its token; the encoder is left open for what the caller adds.
 fn record_resident_step(
     device: &wgpu::Device,
     graph: &Graph,
@@ -147,7 +155,7 @@ fn record_resident_step(
     want: Want,
     shape: HeadShape,
     slot: usize,
-) -> wgpu::CommandBuffer {
+) -> wgpu::CommandEncoder {
     let mut enc = device.create_command_encoder(&Default::default());
     {
         let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
@@ -157,5 +165,5 @@ fn record_resident_step(
     if want.picks() {
         enc.copy_buffer_to_buffer(&s.argmax, 0, &s.token_ids, 0, 4);
     }
-    enc.finish()
+    enc
 }
