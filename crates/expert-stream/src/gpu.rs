@@ -352,7 +352,12 @@ impl GpuPool {
     ///
     /// # Errors
     /// A `from` outside the arena or a `to` outside the device's slots.
-    pub fn copy_from_arena(&self, enc: &mut wgpu::CommandEncoder, from: Slot, to: Slot) -> Result<(), BackendError> {
+    pub fn copy_from_arena(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        from: Slot,
+        to: Slot,
+    ) -> Result<(), BackendError> {
         if !(self.slots..self.slots + self.arena_slots).contains(&from.index()) || to.index() >= self.slots {
             return Err(format!(
                 "a copy from {from} to {to}: the arena holds slots {}..{}, the device 0..{}",

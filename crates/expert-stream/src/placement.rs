@@ -66,16 +66,20 @@ impl Placement {
     ///
     /// # Panics
     /// On a shape that breaks these bounds.
-    pub fn new(layers: u32, experts: u32, device_slots: usize, arena_first: u32, config: PlacementConfig) -> Self {
+    pub fn new(
+        layers: u32,
+        experts: u32,
+        device_slots: usize,
+        arena_first: u32,
+        config: PlacementConfig,
+    ) -> Self {
         let records = layers as usize * experts as usize;
         assert!(
             (1..records).contains(&device_slots) && arena_first as usize >= device_slots,
             "{device_slots} device slots for {records} records, the arena from {arena_first}"
         );
         assert!(config.decay > 0.0 && config.decay <= 1.0 && config.margin >= 0.0, "{config:?}");
-        let owner: Vec<u32> = (0..device_slots as u32)
-            .map(|s| (s % layers) * experts + s / layers)
-            .collect();
+        let owner: Vec<u32> = (0..device_slots as u32).map(|s| (s % layers) * experts + s / layers).collect();
         let mut table: Vec<u32> = (0..records as u32).map(|r| arena_first + r).collect();
         for (s, &r) in owner.iter().enumerate() {
             table[r as usize] = s as u32;

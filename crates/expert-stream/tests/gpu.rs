@@ -84,6 +84,15 @@ fn arena_slots_follow_the_devices_and_hold_their_records() {
     }
     let err = gpu.upload_record(Slot(21), &record(&reader, ExpertKey::new(0, 0))).unwrap_err();
     assert!(err.to_string().contains("arena's 16"), "{err}");
+    // A copy from the arena lands in its device slot; one from the device, or onto the arena, is refused.
+    let mut enc = ctx.device.create_command_encoder(&Default::default());
+    gpu.copy_from_arena(&mut enc, Slot(5 + 8 + 3), Slot(2)).unwrap();
+    assert!(gpu.copy_from_arena(&mut enc, Slot(1), Slot(2)).is_err());
+    assert!(gpu.copy_from_arena(&mut enc, Slot(6), Slot(5)).is_err());
+    ctx.queue.submit([enc.finish()]);
+    let planes = read_planes(ctx, &gpu);
+    let key = ExpertKey::new(1, 3);
+    assert_slot_holds(&gpu, &planes, Slot(2), key, &record(&reader, key));
 }
 
 #[test]

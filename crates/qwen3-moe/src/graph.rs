@@ -907,7 +907,12 @@ fn narrow_to_layer<'a>(
 /// expert resident (`reach`, the slots the layer may read) the span of those in the part, `None` when none
 /// lies there; while experts stream (no `reach`), or where the narrowed offsets in planes of `slot_bytes` a
 /// slot would break the 256-byte storage-offset alignment, the whole part.
-fn layer_span(first: u32, slots: u32, slot_bytes: &[u64], reach: Option<&LayerReach<'_>>) -> Option<(u32, u32)> {
+fn layer_span(
+    first: u32,
+    slots: u32,
+    slot_bytes: &[u64],
+    reach: Option<&LayerReach<'_>>,
+) -> Option<(u32, u32)> {
     let Some(reach) = reach else { return Some((first, slots)) };
     let (lo, hi) = reach.span_in(first..first + slots)?;
     let skip = u64::from(lo - first);
@@ -1220,8 +1225,7 @@ fn block_down_combine(
     let (k, c, s) = (b.kernels, b.config, b.scratch);
     let (h, f, top_k) = (c.embedding_length, c.expert_feed_forward_length, c.expert_used_count);
     let parts: Vec<_> =
-        layer_blocks(b.pool, b.expert_parts(), Plane::DownQ, (down_q, down_at), (h, f), reach)
-            .collect();
+        layer_blocks(b.pool, b.expert_parts(), Plane::DownQ, (down_q, down_at), (h, f), reach).collect();
     let (act, slots) = (View::from(&s.act), View::from(&s.slot_idx[l]));
     let last = parts.len().saturating_sub(1);
     parts

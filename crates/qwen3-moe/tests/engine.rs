@@ -790,7 +790,8 @@ fn the_host_arena_gives_the_uploads_logits() {
 fn split_residency_gives_the_resident_logits() {
     use diskformer_qwen3_moe::synthetic::SynthFtype;
     let mut kquant = SynthShape { layers: 4, ..SynthShape::tiny() };
-    (kquant.hidden, kquant.heads, kquant.head_dim, kquant.ffn, kquant.ftype) = (256, 4, 64, 256, SynthFtype::Q4KM);
+    (kquant.hidden, kquant.heads, kquant.head_dim, kquant.ffn, kquant.ftype) =
+        (256, 4, 64, 256, SynthFtype::Q4KM);
     for shape in [SynthShape { layers: 4, ..SynthShape::tiny() }, kquant] {
         let (layers, top_k) = (u64::from(shape.layers), u64::from(shape.top_k));
         let what = format!("{:?}", shape.ftype);

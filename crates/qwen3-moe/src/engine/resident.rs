@@ -64,7 +64,8 @@ impl Engine {
         let next = self.record_resident(want, next_slot);
         self.next_step = Some((want, next_slot, next));
         let (device, s, shape) = (&self.ctx.device, &self.scratch, self.head_shape(1));
-        let out = read_output(device, s, want, shape, slot, Some(submission.clone()), &mut self.stats.gpu_wait)?;
+        let out =
+            read_output(device, s, want, shape, slot, Some(submission.clone()), &mut self.stats.gpu_wait)?;
         if let (Some(q), Output::Pick(pick)) = (&mut self.run_ahead, &out) {
             q.token = Some(*pick);
         }
@@ -124,8 +125,9 @@ impl Engine {
     pub(super) fn resident_chunk(&mut self, t: u32, want: Want) -> Result<Output> {
         let shape = self.head_shape(t);
         let (queue, device, s, graph) = (&self.ctx.queue, &self.ctx.device, &self.scratch, &self.graphs[&t]);
-        let commands =
-            timed(&mut self.stats.record_time, || record_resident_step(device, graph, s, want, shape, 0).finish());
+        let commands = timed(&mut self.stats.record_time, || {
+            record_resident_step(device, graph, s, want, shape, 0).finish()
+        });
         let submission = timed(&mut self.stats.submit_time, || queue.submit([commands]));
         read_output(device, s, want, shape, 0, Some(submission), &mut self.stats.gpu_wait)
     }

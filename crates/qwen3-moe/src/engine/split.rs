@@ -79,7 +79,8 @@ impl Engine {
         let device = &self.ctx.device;
         let buffer = &split.picks[slot];
         let wait = &mut self.stats.gpu_wait;
-        let picked = readback(device, buffer, buffer.size(), Some(submission), std::time::Duration::ZERO, wait)?;
+        let picked =
+            readback(device, buffer, buffer.size(), Some(submission), std::time::Duration::ZERO, wait)?;
         let on_device = split.placement.note_picks(&picked) as u64;
         self.stats.split_device_picks += on_device;
         self.stats.split_arena_picks += picked.len() as u64 - on_device;
