@@ -19,7 +19,8 @@ pub struct PlacementConfig {
     pub decay: f32,
     /// A record moves onto the device only where its heat exceeds the evicted one's by this much.
     pub margin: f32,
-    /// The most records one rebalance moves.
+    /// The most records one [`Placement::rebalance`] moves (a chunk's rebalance may move more:
+    /// [`Placement::rebalance_up_to`]).
     pub max_moves: usize,
 }
 
@@ -105,30 +106,34 @@ impl Placement {
     /// Counts the heat of picks that the kernels read from `slots` (as the table gave them), returning how
     /// many were device slots. A slot past the arena is ignored.
     pub fn note_picks(&mut self, slots: &[u32]) -> usize {
-        let mut on_device = 0;
-        for &slot in slots {
-            let record = if (slot as usize) < self.owner.len() {
-                on_device += 1;
-                self.owner[slot as usize]
-            } else {
-                slot.wrapping_sub(self.arena_first)
-            };
-            if let Some(h) = self.heat.get_mut(record as usize) {
-                *h += 1.0;
-            }
+        slots.iter().filter(|&&slot| self.note(slot, 1)).count()
+    }
+
+    /// Counts `picks` picks read from `slot` (a chunk's group of pairs); returns whether it is a device
+    /// slot. A slot past the arena is ignored.
+    pub fn note(&mut self, slot: u32, picks: u32) -> bool {
+        let on_device = (slot as usize) < self.owner.len();
+        let record = if on_device { self.owner[slot as usize] } else { slot.wrapping_sub(self.arena_first) };
+        if let Some(h) = self.heat.get_mut(record as usize) {
+            *h += picks as f32;
         }
         on_device
+    }
+
+    /// [`Placement::rebalance_up_to`] the configured `max_moves`.
+    pub fn rebalance(&mut self) -> Vec<Move> {
+        self.rebalance_up_to(self.config.max_moves)
     }
 
     /// The moves that bring the hottest records outside the device onto it, into the slots of the coldest
     /// inside, while a record is hotter than the one it evicts by the margin (at most `max_moves`); the table
     /// changes as they say. Every heat then decays.
-    pub fn rebalance(&mut self) -> Vec<Move> {
+    pub fn rebalance_up_to(&mut self, max_moves: usize) -> Vec<Move> {
         let device = self.owner.len();
         let mut outside: Vec<u32> =
             (0..self.heat.len() as u32).filter(|&r| self.table[r as usize] as usize >= device).collect();
         let mut inside: Vec<u32> = (0..device as u32).collect();
-        let n = self.config.max_moves.min(outside.len()).min(device);
+        let n = max_moves.min(outside.len()).min(device);
         let heat = &self.heat;
         let hotter = |a: &u32, b: &u32| heat[*b as usize].total_cmp(&heat[*a as usize]).then(a.cmp(b));
         let colder = |a: &u32, b: &u32| {

@@ -204,7 +204,10 @@ impl<B> ScratchOf<B> {
             pick_ids: out("pick ids", t * k),
             pick_weights: out("pick weights", t * k),
             slot_idx: (0..c.block_count).map(|_| out("slot idx", t * k)).collect(),
-            gemm_groups: per_layer("gemm groups", 4 * u64::from(gemm_groups_len(c, max_t))),
+            // Copied out: split residency counts a chunk's pairs by slot from them.
+            gemm_groups: (0..c.block_count)
+                .map(|_| out("gemm groups", 4 * u64::from(gemm_groups_len(c, max_t))))
+                .collect(),
             gemm_order: per_layer("gemm order", t * k),
             gate_up: b("gate_up", t * k * 2 * f),
             act: b("act", t * k * f),

@@ -810,8 +810,11 @@ fn split_residency_gives_the_resident_logits() {
             (logits, e.stats(), e.pool_stats())
         };
         let ((resident, _, _), (split, stats, pool)) = (run(false), run(true));
+        // The fused decode layer adds each pool part's picks to the residual in a dispatch of its own, so a
+        // token's picks split between the device and the arena are summed in another order (~1e-5 here); a
+        // wrong slot or a stale table would move the logits by O(1).
         for (i, (a, b)) in resident.iter().zip(&split).enumerate() {
-            assert!(max_diff(a, b) < 1e-5, "{what}: output {i} moved by {}", max_diff(a, b));
+            assert!(max_diff(a, b) < 1e-4, "{what}: output {i} moved by {}", max_diff(a, b));
         }
         assert_eq!(stats.split_device_picks + stats.split_arena_picks, 12 * layers * top_k, "{what}");
         assert!(stats.split_device_picks > 0 && stats.split_arena_picks > 0, "{what}: {stats}");

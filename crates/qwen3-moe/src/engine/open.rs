@@ -288,7 +288,7 @@ impl Engine {
         }
         let split = if split {
             let shape = (config.block_count, config.expert_count, top_k);
-            Some(Split::new(&device, &ctx.queue, pool.backend().pool(), shape)?)
+            Some(Split::new(&device, &ctx.queue, pool.backend().pool(), &scratch, shape)?)
         } else {
             None
         };

@@ -125,11 +125,18 @@ impl Engine {
     pub(super) fn resident_chunk(&mut self, t: u32, want: Want) -> Result<Output> {
         let shape = self.head_shape(t);
         let (queue, device, s, graph) = (&self.ctx.queue, &self.ctx.device, &self.scratch, &self.graphs[&t]);
+        let split = self.split.as_ref();
         let commands = timed(&mut self.stats.record_time, || {
-            record_resident_step(device, graph, s, want, shape, 0).finish()
+            let mut enc = record_resident_step(device, graph, s, want, shape, 0);
+            if let Some(split) = split {
+                split.record_groups(&mut enc, s);
+            }
+            enc.finish()
         });
         let submission = timed(&mut self.stats.submit_time, || queue.submit([commands]));
-        read_output(device, s, want, shape, 0, Some(submission), &mut self.stats.gpu_wait)
+        let out = read_output(device, s, want, shape, 0, Some(submission.clone()), &mut self.stats.gpu_wait)?;
+        self.note_split_chunk(submission)?;
+        Ok(out)
     }
 }
 
