@@ -199,10 +199,20 @@ enum CpuRecords {
 /// device without them this returns at once, as the same run with `tensor` off covers the f32 chunks.
 /// `cpu`: one-token steps compute every miss on the CPU (`CpuTierOptions::enabled`, prefetch off and
 /// no admissions, so the pool never loads for them), from the store mapped or through the host tier.
-fn check(f: &Fixture, pool_slots: Option<usize>, batched: bool, tensor: bool, cpu: Option<CpuRecords>) {
+/// `arena`: the host arena on (`StreamOptions::host_arena`), which with a pool too small for every expert and
+/// no CPU tier runs split residency (the resident driver over the device's slots and the arena).
+fn check(
+    f: &Fixture,
+    pool_slots: Option<usize>,
+    batched: bool,
+    tensor: bool,
+    cpu: Option<CpuRecords>,
+    arena: bool,
+) {
     let g = &f.golden;
     let mut opts = EngineOptions::default();
     opts.pool_slots = pool_slots;
+    opts.stream.host_arena = Some(arena);
     opts.kernels.tensor_prefill = tensor;
     opts.cpu.enabled = Some(cpu.is_some());
     // The tier's default arithmetic (f32, or Q16 inputs on K-quant blocks) is what these tolerances hold
@@ -230,7 +240,7 @@ fn check(f: &Fixture, pool_slots: Option<usize>, batched: bool, tensor: bool, cp
     let (tol, near_tie) =
         if on_tensor_cores { (TENSOR_LOGPROB_TOL, TENSOR_NEAR_TIE) } else { (LOGPROB_TOL, NEAR_TIE) };
     let what = format!(
-        "{} (pool {pool_slots:?}, batched {batched}, tensor cores {on_tensor_cores}, cpu {cpu:?})",
+        "{} (pool {pool_slots:?}, batched {batched}, tensor cores {on_tensor_cores}, cpu {cpu:?}, arena {arena})",
         f.name
     );
     let mut logits = engine.prefill(&g.prompt_ids, batched).unwrap();
@@ -281,6 +291,9 @@ fn check(f: &Fixture, pool_slots: Option<usize>, batched: bool, tensor: bool, cp
         stats.cpu_math.map_or("-", |m| m.name())
     );
     assert_eq!(stats.host.is_some(), cpu == Some(CpuRecords::Host) && pool_slots.is_some(), "{what}");
+    if arena && cpu.is_none() && pool_slots.is_some() {
+        assert!(engine.routes_on_gpu() && stats.split_arena_picks > 0, "{what}: not split residency");
+    }
     if cpu.is_some() && pool_slots.is_some() {
         assert!(stats.cpu_experts > 0, "{what}: no pick ran on the CPU");
         if !batched {
@@ -331,13 +344,16 @@ fn matches_llama_cpp_on_every_golden() {
             spec.shape.top_k as usize
         };
         for slots in [None, Some(2 * k)] {
-            check(&f, slots, false, false, None);
-            check(&f, slots, true, false, None);
-            check(&f, slots, true, true, None);
-            check(&f, slots, false, false, Some(CpuRecords::Mapped));
-            check(&f, slots, true, false, Some(CpuRecords::Mapped));
-            check(&f, slots, false, false, Some(CpuRecords::Host));
+            check(&f, slots, false, false, None, false);
+            check(&f, slots, true, false, None, false);
+            check(&f, slots, true, true, None, false);
+            check(&f, slots, false, false, Some(CpuRecords::Mapped), false);
+            check(&f, slots, true, false, Some(CpuRecords::Mapped), false);
+            check(&f, slots, false, false, Some(CpuRecords::Host), false);
         }
+        // Split residency: the pool of 2 × top-k beside the arena.
+        check(&f, Some(2 * k), false, false, None, true);
+        check(&f, Some(2 * k), true, false, None, true);
         check_greedy(&f);
     }
 }
@@ -537,9 +553,9 @@ fn a_split_set_read_in_place_matches_llama_cpp_as_its_file_does() {
     let k = spec_from_args(&golden.synth_args).shape.top_k as usize;
     let f = Fixture { _dir: dir, store, golden, name: format!("{name} (3 shards, experts in place)") };
     for slots in [None, Some(2 * k)] {
-        check(&f, slots, false, false, None);
-        check(&f, slots, true, false, None);
+        check(&f, slots, false, false, None, false);
+        check(&f, slots, true, false, None, false);
     }
-    check(&f, Some(2 * k), false, false, Some(CpuRecords::Mapped));
-    check(&f, Some(2 * k), false, false, Some(CpuRecords::Host));
+    check(&f, Some(2 * k), false, false, Some(CpuRecords::Mapped), false);
+    check(&f, Some(2 * k), false, false, Some(CpuRecords::Host), false);
 }

@@ -98,6 +98,11 @@ pub struct ChatArgs {
     /// available memory, else none: the page cache holds them).
     #[arg(long, value_parser = parse_bytes, help_heading = "Streaming")]
     ram_budget: Option<u64>,
+    /// Do not keep a second copy of the experts in host memory that the GPU reads (the host arena, by
+    /// default on where half the available memory holds the expert records): frees that memory, at the cost
+    /// of slower prompts and replies while experts stream.
+    #[arg(long, help_heading = "Streaming")]
+    no_host_arena: bool,
     /// Threads reading expert misses (default: 8, or with --direct-io as many as a probe of the disk finds
     /// fastest while the model loads).
     #[arg(long, help_heading = "Tuning and measurement")]
@@ -152,6 +157,9 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     opts.stream.direct_io = args.direct_io.then_some(true);
     opts.stream.copy_experts = !args.experts_in_gguf;
     opts.cpu.ram_budget = args.ram_budget;
+    if args.no_host_arena {
+        opts.stream.host_arena = Some(false);
+    }
     opts.stream.readers = args.readers;
     opts.kernels.int8_prefill = args.int8_prefill;
     opts.kernels.tensor_prefill = args.tensor_prefill;
@@ -204,6 +212,17 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
                 if opts.gpu_budget.is_none() { ", auto" } else { "" },
                 engine.max_context()
             );
+            if s.arena_bytes > 0 {
+                eprintln!(
+                    "every expert also in {:.2} GB of host memory the GPU reads{} (--no-host-arena frees it)",
+                    s.arena_bytes as f64 / 1e9,
+                    if engine.routes_on_gpu() {
+                        ", the hottest moved onto the GPU as they are picked"
+                    } else {
+                        ""
+                    }
+                );
+            }
             crate::warn_if_software(engine.software_adapter(), &engine.adapter());
             crate::warn_if_template_unused(engine.tokenizer());
             if engine.direct_io() && !args.direct_io {
