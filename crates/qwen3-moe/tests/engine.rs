@@ -737,18 +737,24 @@ fn early_chunk_prefetch_gives_the_same_logits() {
     assert!(pool.prefetch_issued > 0 && pool.prefetch_used > 0, "{pool:?}");
 }
 
+/// The arena tests' models: Q8_0 planes, and records of K-quant blocks (the block kernels bind the arena's
+/// parts too), 4 layers of 8 experts.
+fn arena_shapes() -> [SynthShape; 2] {
+    use diskformer_qwen3_moe::synthetic::SynthFtype;
+    let q8 = SynthShape { layers: 4, ..SynthShape::tiny() };
+    let mut kquant = q8.clone();
+    (kquant.hidden, kquant.heads, kquant.head_dim, kquant.ffn, kquant.ftype) =
+        (256, 4, 64, 256, SynthFtype::Q4KM);
+    [q8, kquant]
+}
+
 /// The host arena: a chunk reads the experts the device slots lack from host memory instead of loading them
 /// (nothing read into the pool during the prompt), with the logits of uploading them; the one-token steps
 /// after it stream through the pool as before, and a chunk after those reads the device's hits and the
 /// arena's rest together, again with the uploads' logits.
 #[test]
 fn the_host_arena_gives_the_uploads_logits() {
-    use diskformer_qwen3_moe::synthetic::SynthFtype;
-    // Q8_0 planes, and records of K-quant blocks (the block kernels bind the arena's parts too).
-    let mut kquant = SynthShape { layers: 4, ..SynthShape::tiny() };
-    (kquant.hidden, kquant.heads, kquant.head_dim, kquant.ffn, kquant.ftype) =
-        (256, 4, 64, 256, SynthFtype::Q4KM);
-    for shape in [SynthShape { layers: 4, ..SynthShape::tiny() }, kquant] {
+    for shape in arena_shapes() {
         let what = format!("{:?}", shape.ftype);
         let m = model(&format!("host-arena-{what}"), shape, 5);
         let run = |arena: bool| {
@@ -788,11 +794,7 @@ fn the_host_arena_gives_the_uploads_logits() {
 /// device as their heat says, and nothing is read from the store after the load.
 #[test]
 fn split_residency_gives_the_resident_logits() {
-    use diskformer_qwen3_moe::synthetic::SynthFtype;
-    let mut kquant = SynthShape { layers: 4, ..SynthShape::tiny() };
-    (kquant.hidden, kquant.heads, kquant.head_dim, kquant.ffn, kquant.ftype) =
-        (256, 4, 64, 256, SynthFtype::Q4KM);
-    for shape in [SynthShape { layers: 4, ..SynthShape::tiny() }, kquant] {
+    for shape in arena_shapes() {
         let (layers, top_k) = (u64::from(shape.layers), u64::from(shape.top_k));
         let what = format!("{:?}", shape.ftype);
         let m = model(&format!("split-{what}"), shape, 5);

@@ -292,29 +292,21 @@ impl Engine {
         } else {
             None
         };
-        let resident_table = if let Some(split) = &split {
-            let table = split.table().to_vec();
-            let buffer = crate::weights::storage(
-                &device,
-                "split slots",
-                4 * table.len() as u64,
-                wgpu::BufferUsages::empty(),
-            );
-            ctx.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&table));
-            Some((buffer, table))
-        } else if resident {
-            let table = load_every_expert(&pool, config.block_count, config.expert_count, progress)?;
-            let buffer = crate::weights::storage(
-                &device,
-                "resident slots",
-                4 * table.len() as u64,
-                wgpu::BufferUsages::empty(),
-            );
-            ctx.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&table));
-            Some((buffer, table))
-        } else {
-            None
+        // The slot table picks become slots through on the GPU: the split's, or every expert loaded.
+        let table = match &split {
+            Some(split) => Some((split.table().to_vec(), "split slots")),
+            None if resident => {
+                let table = load_every_expert(&pool, config.block_count, config.expert_count, progress)?;
+                Some((table, "resident slots"))
+            }
+            None => None,
         };
+        let resident_table = table.map(|(table, label)| {
+            let bytes = 4 * table.len() as u64;
+            let buffer = crate::weights::storage(&device, label, bytes, wgpu::BufferUsages::empty());
+            ctx.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&table));
+            (buffer, table)
+        });
         let route_table = (route_ahead > 0).then(|| {
             let len = (config.block_count * config.expert_count) as usize;
             let buffer =
