@@ -189,6 +189,18 @@ pub enum Error {
         /// The device's error.
         detail: String,
     },
+    /// The host memory of the pool's arena (`GpuPool::with_arena`) could not be allocated.
+    #[error(
+        "the host memory for the expert arena ({:.2} GB) could not be allocated: {detail}; turn the arena off \
+         (--no-host-arena, StreamOptions::host_arena)",
+        *.bytes as f64 / 1e9
+    )]
+    ArenaAllocation {
+        /// Bytes of the arena's planes.
+        bytes: u64,
+        /// The device's error.
+        detail: String,
+    },
     /// The host tier's RAM budget cannot work (see [`host_slots`](crate::host_slots)).
     #[error("RAM budget {} for the host tier: {what}", gb(*.budget))]
     HostBudget {

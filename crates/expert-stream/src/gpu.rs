@@ -151,8 +151,8 @@ impl GpuPool {
     /// # Errors
     ///
     /// As [`GpuPool::new`]; [`Error::InvalidConfig`] on a device without host storage buffers
-    /// (`Context::host_storage`) or for more slots in all than `u32` counts; [`Error::Allocation`] when the
-    /// host memory is refused.
+    /// (`Context::host_storage`) or for more slots in all than `u32` counts; [`Error::ArenaAllocation`] when
+    /// the host memory is refused.
     pub fn with_arena(
         ctx: &Context,
         layout: &ExpertLayout,
@@ -182,9 +182,9 @@ impl GpuPool {
         let per_part = pool.slots_per_part(&ctx.limits);
         let arena = make_parts(&ctx.device, &pool.regions, slots as u64, arena_slots as u64, per_part, host);
         if let Some(e) = ready(scope.pop()).flatten() {
-            return Err(Error::Allocation {
+            return Err(Error::ArenaAllocation {
                 bytes: arena_slots as u64 * pool.regions.iter().map(|r| r.len).sum::<u64>(),
-                detail: format!("host memory for the expert arena: {e}"),
+                detail: e.to_string(),
             });
         }
         pool.parts.extend(arena);
