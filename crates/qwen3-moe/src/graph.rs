@@ -1274,6 +1274,30 @@ fn layer_blocks<'p>(
 mod tests {
     use super::*;
 
+    /// A layer's split reach within a pool part is the lowest and highest of its slots there, found by
+    /// looking at every slot: the device's whole, the layer's own arena range, nothing elsewhere.
+    #[test]
+    fn a_split_reach_spans_the_device_and_the_layers_arena_records() {
+        let (device, experts) = (10u32, 4u32);
+        let reach = Reach::Split { device, arena_first: device };
+        for layer in 0..3 {
+            let lr = reach.layer(layer, experts);
+            let own = device + layer * experts..device + (layer + 1) * experts;
+            for first in 0..30 {
+                for len in 1..12 {
+                    let range = first..first + len;
+                    let slots: Vec<u32> = range.clone().filter(|s| *s < device || own.contains(s)).collect();
+                    let want = slots.first().zip(slots.last()).map(|(&lo, &hi)| (lo, hi));
+                    assert_eq!(lr.span_in(range.clone()), want, "layer {layer}, part {range:?}");
+                }
+            }
+        }
+        // A table's row: its slots in the part.
+        let table = [7, 2, 40, 9];
+        assert_eq!(Reach::Table(&table).layer(0, 4).span_in(0..10), Some((2, 9)));
+        assert_eq!(Reach::Table(&table).layer(0, 4).span_in(10..40), None);
+    }
+
     #[test]
     fn the_estimate_is_what_the_scratch_allocates() {
         let ctx = diskformer_kernels::Context::new().expect("a GPU (lavapipe in CI)");
