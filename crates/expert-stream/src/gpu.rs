@@ -26,8 +26,9 @@
 //! A pool may also have an **arena** ([`GpuPool::with_arena`]): slots past the device's, in host memory that
 //! the kernels read over the bus (`Context::host_storage`), one per record of the model, filled once and
 //! never evicted. A prefill chunk binds them for the experts the device slots lack instead of uploading
-//! those (the bus then carries each record once, at the rate the GPU reads host memory, ~50 GB/s on the
-//! H100s measured, against 16–18 GB/s for uploads out of the page cache: BENCHMARKS.md). The arena's parts
+//! those (its GEMMs read them at ~25 GB/s on the H100s measured, half the bus's ~50, against 16–18 GB/s
+//! for uploads out of the page cache: BENCHMARKS.md); split residency reads every pick the device's slots
+//! lack from them (`Placement`). The arena's parts
 //! follow the device's in [`GpuPool::parts_with_arena`]; [`GpuPool::parts`] is the device's alone, which
 //! one-token steps bind.
 
