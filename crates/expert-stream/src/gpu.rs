@@ -180,7 +180,7 @@ impl GpuPool {
             });
         }
         let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let per_part = pool.slots_per_part(&ctx.limits);
+        let per_part = slots_per_part(&pool.regions, &ctx.limits);
         let arena = make_parts(&ctx.device, &pool.regions, slots as u64, arena_slots as u64, per_part, host);
         if let Some(e) = ready(scope.pop()).flatten() {
             return Err(Error::ArenaAllocation {
@@ -222,7 +222,7 @@ impl GpuPool {
                 max: limits.max_buffer_size,
             });
         }
-        let per_part = (limits.max_buffer_size / largest).min(n);
+        let per_part = slots_per_part(&regions, limits).min(n);
         let align = u64::from(limits.min_storage_buffer_offset_alignment);
         let max_binding = limits.max_storage_buffer_binding_size;
         for (big, small) in [(Plane::GateUpQ, Plane::GateUpScales), (Plane::DownQ, Plane::DownScales)] {
@@ -302,12 +302,6 @@ impl GpuPool {
         let part = &self.parts[at];
         assert!(slot.0 - part.first < part.slots, "{slot} is past the pool's parts");
         (part.buffer(plane), u64::from(slot.0 - part.first) * self.slot_bytes(plane))
-    }
-
-    /// How many slots a part holds on this device: as many as the largest plane's buffer allows.
-    fn slots_per_part(&self, limits: &wgpu::Limits) -> u64 {
-        let largest = self.regions.iter().map(|r| r.len).max().unwrap_or(1).max(1);
-        limits.max_buffer_size / largest
     }
 
     /// Checks that `slot` is the device's or the arena's.
@@ -705,6 +699,12 @@ fn make_parts(
             PoolPart { first: (first + i * per_part) as u32, slots: count as u32, buffers }
         })
         .collect()
+}
+
+/// How many slots a part holds on a device of `limits`: as many as the largest plane's buffer allows.
+fn slots_per_part(regions: &[Region; 4], limits: &wgpu::Limits) -> u64 {
+    let largest = regions.iter().map(|r| r.len).max().unwrap_or(1).max(1);
+    limits.max_buffer_size / largest
 }
 
 /// Bytes of the planes of `parts`.

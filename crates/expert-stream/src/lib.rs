@@ -85,7 +85,7 @@ pub use host::{
 pub use key::{ExpertKey, LoadId, Slot};
 pub use memory::{Event, Fault, Gate, MemoryBackend, MemoryStaging};
 pub use placement::{Move, Placement, PlacementConfig};
-pub use pool::ExpertPool;
+pub use pool::{ExpertPool, load_record};
 pub use speculative::{DemandRead, Held, ReadPart, SpeculativeReads, SpeculativeStats};
 pub use staging_times::StagingTimes;
 pub use stats::Stats;

@@ -8,7 +8,7 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::core::{LoadJob, LoadReport, Progress};
-use crate::{Backend, Error, Pinned, PoolConfig, PoolCore, Result, Slot, Stats};
+use crate::{Backend, Error, ExpertKey, Pinned, PoolConfig, PoolCore, Result, Slot, Stats};
 
 /// The expert slot pool: [`PoolCore`]'s policy with loads run on reader threads through a [`Backend`].
 ///
@@ -250,7 +250,7 @@ impl std::fmt::Debug for Inner {
 fn reader<B: Backend>(shared: &Shared<B>, jobs: &Receiver<LoadJob>, prefetch: bool) {
     let mut staging = shared.backend.staging(prefetch);
     for job in jobs {
-        let (report, result) = load(&shared.backend, job, &mut staging);
+        let (report, result) = load(&shared.backend, job.key, job.slot, &mut staging);
         if matches!(result, Err(Error::BackendPanicked { .. })) {
             staging = shared.backend.staging(prefetch);
         }
@@ -261,12 +261,31 @@ fn reader<B: Backend>(shared: &Shared<B>, jobs: &Receiver<LoadJob>, prefetch: bo
     }
 }
 
+/// Reads record `key` through `staging` and uploads it into `slot`, as the pool's reader threads load
+/// each record: for slots the pool's core does not manage (a `GpuPool` arena's). A record read short, or a
+/// backend that panicked, is an error naming the record.
+///
+/// # Errors
+/// [`Error::Read`], [`Error::ShortRead`], [`Error::Upload`] or [`Error::BackendPanicked`].
+pub fn load_record<B: Backend>(
+    backend: &B,
+    key: ExpertKey,
+    slot: Slot,
+    staging: &mut B::Staging,
+) -> Result<()> {
+    load(backend, key, slot, staging).1
+}
+
 /// Reads and uploads one record, timing both.
-fn load<B: Backend>(backend: &B, job: LoadJob, staging: &mut B::Staging) -> (LoadReport, Result<()>) {
-    let key = job.key;
+fn load<B: Backend>(
+    backend: &B,
+    key: ExpertKey,
+    slot: Slot,
+    staging: &mut B::Staging,
+) -> (LoadReport, Result<()>) {
     let mut report = LoadReport::default();
     let start = Instant::now();
-    let read = catch_unwind(AssertUnwindSafe(|| backend.read(key, job.slot, staging)));
+    let read = catch_unwind(AssertUnwindSafe(|| backend.read(key, slot, staging)));
     report.read = start.elapsed();
     let got = match read {
         Err(_) => return (report, Err(Error::BackendPanicked { key })),
@@ -279,11 +298,11 @@ fn load<B: Backend>(backend: &B, job: LoadJob, staging: &mut B::Staging) -> (Loa
         return (report, Err(Error::ShortRead { key, got, expected }));
     }
     let start = Instant::now();
-    let upload = catch_unwind(AssertUnwindSafe(|| backend.upload(job.slot, staging)));
+    let upload = catch_unwind(AssertUnwindSafe(|| backend.upload(slot, staging)));
     report.upload = start.elapsed();
     let result = match upload {
         Err(_) => Err(Error::BackendPanicked { key }),
-        Ok(Err(e)) => Err(Error::Upload { key, slot: job.slot, source: e.into() }),
+        Ok(Err(e)) => Err(Error::Upload { key, slot, source: e.into() }),
         Ok(Ok(())) => Ok(()),
     };
     (report, result)

@@ -6,7 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use diskformer_expert_stream::{Backend, Error as PoolError, ExpertKey, ExpertPool, GpuBackend, Slot};
+use diskformer_expert_stream::{
+    Backend, Error as PoolError, ExpertKey, ExpertPool, GpuBackend, Slot, load_record,
+};
 use diskformer_kernels::Context;
 use diskformer_store::IngestOptions;
 
@@ -130,8 +132,8 @@ pub fn load_every_expert(
 }
 
 /// Fills the pool's arena (see `GpuPool::with_arena`) with every record of `layers` × `experts`, on the pool's
-/// reader count of threads, each through its own staging (checked as the pool's loads are); returns once
-/// the device has them all.
+/// reader count of threads, each through its own staging, each record loaded as the pool's readers load
+/// theirs ([`load_record`]: checked, a short read refused); returns once the device has them all.
 ///
 /// # Errors
 /// The first read or upload that failed, naming its record.
@@ -158,18 +160,7 @@ pub fn fill_arena(
                         let key =
                             ExpertKey::new((i / u64::from(experts)) as u32, (i % u64::from(experts)) as u32);
                         let slot = Slot((first as u64 + i) as u32);
-                        let got = backend
-                            .read(key, slot, &mut staging)
-                            .map_err(|e| PoolError::Read { key, source: e.into() })?;
-                        let expected = backend.record_bytes();
-                        if got < expected {
-                            return Err(PoolError::ShortRead { key, got, expected }.into());
-                        }
-                        backend.upload(slot, &mut staging).map_err(|e| PoolError::Upload {
-                            key,
-                            slot,
-                            source: e.into(),
-                        })?;
+                        load_record(backend, key, slot, &mut staging)?;
                         done.fetch_add(1, Ordering::Relaxed);
                         let _ = tx.send(());
                     }
