@@ -7,7 +7,10 @@
 mod common;
 
 use common::{Gpu, Rng, RoutedOutputs, assert_close, poisoned, read_n, run, squares_scale, upload};
-use diskformer_kernels::{BlockMatrix, BlockQuant, Kernels, cpu};
+use diskformer_kernels::{
+    BlockMatrix, BlockQuant, EXPERT_BLOCK_GEMM_GROUP, Kernels, cpu, expert_gemm_group_bound,
+    expert_gemm_groups,
+};
 use half::f16;
 
 /// `n` random blocks of `quant` with finite scales of a realistic size (the rest of each block random).
@@ -209,7 +212,7 @@ fn expert_blocks(
 }
 
 /// The pairs grouped by slot as a chunk groups them: `(slot, first, count, 0)` runs of `order` (at most
-/// 32 pairs a group), padded with an empty group.
+/// [`EXPERT_BLOCK_GEMM_GROUP`] pairs a group), padded with an empty group.
 fn groups_of(slot_idx: &[u32]) -> (Vec<u32>, Vec<u32>, u32) {
     let mut order: Vec<u32> = (0..slot_idx.len() as u32).collect();
     order.sort_by_key(|&p| slot_idx[p as usize]);
@@ -217,7 +220,11 @@ fn groups_of(slot_idx: &[u32]) -> (Vec<u32>, Vec<u32>, u32) {
     let mut first = 0;
     while first < order.len() {
         let slot = slot_idx[order[first] as usize];
-        let count = order[first..].iter().take(32).take_while(|&&p| slot_idx[p as usize] == slot).count();
+        let count = order[first..]
+            .iter()
+            .take(EXPERT_BLOCK_GEMM_GROUP)
+            .take_while(|&&p| slot_idx[p as usize] == slot)
+            .count();
         groups.extend([slot, first as u32, count as u32, 0]);
         first += count;
     }
@@ -285,6 +292,51 @@ fn expert_kquant_gemvs_match_the_cpu_reference() {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The grouped expert K-quant GEMM with groups as full as a prefill chunk's: a slot with more pairs than a
+/// group holds (a full group of 64, then a short one), one with a group past 32 pairs (both halves of the
+/// workgroup's pairs), one under 32 (the upper half idle), grouped as the engine groups them.
+#[test]
+fn expert_kquant_gemm_takes_groups_of_up_to_64_pairs() {
+    use diskformer_kernels::ExpertOut;
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(47);
+    let (rows, cols, slots, k) = (150, 512, 3, 2);
+    let slot_idx: Vec<u32> =
+        [(0, 70), (1, 40), (2, 30)].into_iter().flat_map(|(slot, n)| std::iter::repeat_n(slot, n)).collect();
+    // Pairs of the slots interleaved as a chunk's picks are.
+    let mut slot_idx: Vec<u32> = slot_idx;
+    for i in (1..slot_idx.len()).rev() {
+        slot_idx.swap(i, rng.next_u64() as usize % (i + 1));
+    }
+    let pairs = slot_idx.len();
+    let len = expert_gemm_group_bound(pairs, slots, EXPERT_BLOCK_GEMM_GROUP);
+    let (groups, order) = expert_gemm_groups(&slot_idx, EXPERT_BLOCK_GEMM_GROUP, len);
+    assert!(groups.iter().any(|g| g[2] as usize == EXPERT_BLOCK_GEMM_GROUP), "a full group");
+    assert!(groups.iter().any(|g| (33..64).contains(&g[2])), "a group past 32 pairs");
+    for quant in [BlockQuant::Q4K, BlockQuant::Q6K] {
+        let (pool, slot_bytes, offset) = block_pool(&mut rng, quant, (rows, cols), slots);
+        let x = rng.vec_f32(pairs / k * cols, -1.0, 1.0);
+        let want =
+            cpu::expert_kquant_gemv(quant, &pool, (slot_bytes, offset), (rows, cols), &slot_idx, &x, k);
+        let scale = pair_magnitudes(quant, &pool, (slot_bytes, offset), (rows, cols), &slot_idx, &x, k);
+        let (pb, xb) = (upload(g, &pool), upload(g, &x));
+        let (gb, ob) = (upload(g, groups.as_flattened()), upload(g, &order));
+        let y = upload(g, &vec![0f32; pairs * rows]);
+        let w = expert_blocks(&pb, quant, (slot_bytes, offset, slots), (rows, cols));
+        let out = ExpertOut { y: (&y).into(), stride: rows as u32, offset: 0 };
+        let sizes = (pairs as u32, len as u32);
+        let d =
+            g.kernels.expert_kquant_gemm(w, (&xb).into(), (&gb).into(), (&ob).into(), out, sizes, k as u32);
+        run(g, &[&d.unwrap()]);
+        let got = read_n::<f32>(g, &y, pairs * rows);
+        for (p, slot) in slot_idx.iter().enumerate() {
+            let what = format!("{} pair {p} (slot {slot})", quant.name());
+            let range = p * rows..(p + 1) * rows;
+            assert_close(&what, &got[range.clone()], &want[range.clone()], &scale[range], 1e-6, 1e-5);
         }
     }
 }

@@ -18,10 +18,11 @@
 
 use diskformer_expert_stream::{GpuPool, Plane, PoolPart};
 use diskformer_kernels::{
-    AttentionShape, BlockQuant, CombineOut, Dispatch, EXPERT_GEMM_TILED_GROUP, EXPERT_GROUPS_MAX_EXPERTS,
-    ExpertBlocks, ExpertGroupsParams, ExpertOut, ExpertPlanes, InputNorm, JoinOut, Kernels, KvCacheViews,
-    MoeCombineNormParams, PENALTY_MAX_N, Q8Matrix, QkvRopeStoreParams, Route, SAMPLE_MAX_N, SampleStep, View,
-    argmax_partial_len, combine_squares, expert_gemm_group_bound, q8_row_bytes, sample_partial_len,
+    AttentionShape, BlockQuant, CombineOut, Dispatch, EXPERT_BLOCK_GEMM_GROUP, EXPERT_GEMM_TILED_GROUP,
+    EXPERT_GROUPS_MAX_EXPERTS, ExpertBlocks, ExpertGroupsParams, ExpertOut, ExpertPlanes, InputNorm, JoinOut,
+    Kernels, KvCacheViews, MoeCombineNormParams, PENALTY_MAX_N, Q8Matrix, QkvRopeStoreParams, Route,
+    SAMPLE_MAX_N, SampleStep, View, argmax_partial_len, combine_squares, expert_gemm_group_bound,
+    q8_row_bytes, sample_partial_len,
 };
 use diskformer_store::{ExpertLayout, ExpertPart};
 
@@ -633,7 +634,7 @@ impl Graph {
                 let p = ExpertGroupsParams {
                     pairs,
                     experts,
-                    size: EXPERT_GEMM_TILED_GROUP as u32,
+                    size: b.experts.group_size() as u32,
                     len: sizes.groups,
                     base: table_range.0,
                     entries: table_range.1,
@@ -949,7 +950,8 @@ struct PairSizes {
 }
 
 /// Entries of a chunk's expert GEMM groups, the GEMM dispatch's workgroup rows: the most that t·k pairs over
-/// a layer's experts make ([`expert_gemm_group_bound`]).
+/// a layer's experts make ([`expert_gemm_group_bound`]) in groups of the smallest size a kernel takes, so
+/// enough for any ([`ExpertKernels::group_size`]).
 pub(crate) fn gemm_groups_len(c: &Config, t: u32) -> u32 {
     let pairs = (t * c.expert_used_count) as usize;
     expert_gemm_group_bound(pairs, c.expert_count as usize, EXPERT_GEMM_TILED_GROUP) as u32
@@ -1144,6 +1146,14 @@ impl ExpertKernels {
             ]);
         }
         Ok(ExpertKernels::Blocks(layers))
+    }
+
+    /// Pairs a group of a chunk's expert GEMMs holds at most (what the kernels take).
+    pub fn group_size(&self) -> usize {
+        match self {
+            ExpertKernels::Blocks(_) => EXPERT_BLOCK_GEMM_GROUP,
+            ExpertKernels::Q8 | ExpertKernels::Q4 => EXPERT_GEMM_TILED_GROUP,
+        }
     }
 }
 

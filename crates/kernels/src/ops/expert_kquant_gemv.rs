@@ -4,6 +4,11 @@ use crate::error::Result;
 use crate::kernels::{Binder, Kernel, Kernels, View};
 use crate::{BlockQuant, CombineOut, Dispatch, Route, combine_squares, ops::*};
 
+/// Pairs per group of [`Kernels::expert_kquant_gemm`] at most (its `BT`): twice the planar GEMMs'
+/// [`EXPERT_GEMM_TILED_GROUP`](crate::EXPERT_GEMM_TILED_GROUP), so that a 512-token chunk reads most
+/// experts' records once rather than twice.
+pub const EXPERT_BLOCK_GEMM_GROUP: usize = 64;
+
 /// Params of `expert_kquant_gemv.wgsl`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
@@ -297,7 +302,8 @@ impl Kernels {
     }
 
     /// [`Kernels::expert_kquant_gemv`] over pairs grouped by slot (a chunk's grouping, as the grouped
-    /// expert GEMMs take it: `groups [len] (slot, first, count <= 32, 0)` of `order [P]`), through
+    /// expert GEMMs take it: `groups [len] (slot, first, count <= EXPERT_BLOCK_GEMM_GROUP, 0)` of
+    /// `order [P]`; a group's pairs past [`EXPERT_BLOCK_GEMM_GROUP`] are not computed), through
     /// workgroup-memory tiles (`expert_kquant_gemm.wgsl`: 128 rows of a group's slot × its pairs a
     /// workgroup, each weight read once a group). Same results.
     ///

@@ -51,7 +51,8 @@ pub use delta_net::{
 pub use embed_q8::EmbedQ8Params;
 pub use expert_groups::{EXPERT_GROUPS_MAX_EXPERTS, ExpertGroupsParams};
 pub use expert_kquant_gemv::{
-    ExpertBlocks, ExpertKQuantCombineParams, ExpertKQuantGemvParams, ExpertKQuantRoutedParams, ExpertOut,
+    EXPERT_BLOCK_GEMM_GROUP, ExpertBlocks, ExpertKQuantCombineParams, ExpertKQuantGemvParams,
+    ExpertKQuantRoutedParams, ExpertOut,
 };
 pub use expert_q4_gemv::ExpertQ4GemvParams;
 pub use expert_q8_gemm::{

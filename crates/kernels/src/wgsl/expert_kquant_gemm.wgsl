@@ -1,7 +1,9 @@
 // Expert K-quant GEMM for prefill through workgroup-memory tiles, on a slot pool of records of GGUF blocks:
-// (token, pick) pairs grouped by pool slot, up to 32 pairs a group; a workgroup takes 128 rows of the group's
-// slot x its pairs, each lane 8 rows x 4 pairs (kquant_tile.wgsl, then the block helper: kquant_q4_k.wgsl or
-// kquant_q6_k.wgsl). Group g names a slot and a run of `order`: y[pair, y_offset + r] = W[slot, r] ·
+// (token, pick) pairs grouped by pool slot, up to 64 pairs a group; a workgroup of 256 lanes takes 128 rows
+// of the group's slot x its pairs, each lane 8 rows x 4 pairs (kquant_tile.wgsl, then the block helper:
+// kquant_q4_k.wgsl or kquant_q6_k.wgsl). 64 pairs, not 32: a 512-token chunk gives a layer's expert ~32
+// pairs (more for hot ones), so groups of 32 read most records twice. Group g names a slot and a run of
+// `order`: y[pair, y_offset + r] = W[slot, r] ·
 // x[pair / x_div] for pair = order[first + j], j < count, slot s's matrix `rows` rows of blocks from byte
 // (s - slot_begin) * slot_bytes + part_bytes. Groups with count 0 (padding up to the dispatch size) and
 // slots outside this part leave at once. The Q6_K kernel is this file with its entry point renamed.
@@ -28,16 +30,17 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 // binding 1: x, [P / x_div] input rows of x_row_len() elements, declared by the tile helper
-@group(0) @binding(2) var<storage, read> groups: array<vec4<u32>>; // [G] (slot, first, count <= 32, 0)
+@group(0) @binding(2) var<storage, read> groups: array<vec4<u32>>; // [G] (slot, first, count <= 64, 0)
 @group(0) @binding(3) var<storage, read> order: array<u32>;        // [P] pair ids, grouped by slot
 @group(0) @binding(4) var<storage, read> w: array<u32>;            // slots slot_begin..slot_end of the plane
 @group(0) @binding(5) var<storage, read_write> y: array<f32>;      // [P, y_stride] f32
 
 const BR: u32 = 128u; // rows per workgroup
-const BT: u32 = 32u;  // pairs per group at most
+const BT: u32 = 64u;  // pairs per group at most
+const TILE_PAIRS: u32 = BT;
 
 // workgroup_id.x = block of 128 rows, workgroup_id.y = group.
-@compute @workgroup_size(128)
+@compute @workgroup_size(256)
 fn expert_q4_k_gemm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let grp = groups[wg.y];
     let slot = grp.x;
@@ -46,15 +49,16 @@ fn expert_q4_k_gemm(@builtin(local_invocation_index) li: u32, @builtin(workgroup
         return;
     }
     let r0 = wg.x * BR;
-    // Lane li loads row li of the tile and the group's pair li % 32: rows and pairs past the end read the
-    // last ones / zeros.
+    // Lane li < 128 loads row li of the tile, every lane the group's pair li % 64: rows and pairs past the
+    // end read the last ones / zeros.
     let row_bytes = (p.cols / 256u) * BLOCK_BYTES;
-    let lrow = (slot - p.slot_begin) * p.slot_bytes + p.part_bytes + min(r0 + li, p.rows - 1u) * row_bytes;
-    let lt = li % 32u;
+    let slot_row0 = (slot - p.slot_begin) * p.slot_bytes + p.part_bytes;
+    let lrow = slot_row0 + min(r0 + li % 128u, p.rows - 1u) * row_bytes;
+    let lt = tile_pair(li);
     let xrow = (order[grp.y + min(lt, nt - 1u)] / p.x_div) * x_row_len();
-    let acc = tile_product(li, lrow, xrow, lt < nt);
-    let rt = r0 + tile_rows(li);
     let tt = tile_tokens(li);
+    let acc = tile_product(li, lrow, xrow, lt < nt, tt < nt);
+    let rt = r0 + tile_rows(li);
     for (var j = 0u; j < 4u; j++) {
         if (tt + j >= nt) {
             break;

@@ -23,6 +23,7 @@ struct Params {
 
 const BR: u32 = 128u; // rows per workgroup
 const BT: u32 = 32u;  // tokens per workgroup
+const TILE_PAIRS: u32 = BT;
 
 // workgroup_id.x = block of 128 rows, workgroup_id.y = block of 32 tokens.
 @compute @workgroup_size(128)
@@ -31,12 +32,13 @@ fn q4_k_gemm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg
     let t0 = wg.y * BT;
     // Lane li loads row li and token li % 32 of the tile: rows and tokens past the end read the last ones
     // / zeros.
-    let lrow = min(r0 + li, p.rows - 1u) * (p.cols / 256u) * BLOCK_BYTES;
-    let lt = li % 32u;
+    let row_bytes = (p.cols / 256u) * BLOCK_BYTES;
+    let lrow = min(r0 + li, p.rows - 1u) * row_bytes;
+    let lt = tile_pair(li);
     let xrow = min(t0 + lt, p.tokens - 1u) * x_row_len();
-    let acc = tile_product(li, lrow, xrow, t0 + lt < p.tokens);
-    let rt = r0 + tile_rows(li);
     let tt = t0 + tile_tokens(li);
+    let acc = tile_product(li, lrow, xrow, t0 + lt < p.tokens, tt < p.tokens);
+    let rt = r0 + tile_rows(li);
     for (var j = 0u; j < 4u; j++) {
         let t = tt + j;
         if (t >= p.tokens) {

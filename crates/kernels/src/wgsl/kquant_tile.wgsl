@@ -1,9 +1,11 @@
 // The product of the K-quant tiled GEMMs (kquant_gemm, expert_kquant_gemm; appended after their own file,
-// which declares `p.cols` and the blocks `w: array<u32>`; the input `x` is declared here), before the block
-// helper (kquant_q4_k.wgsl, kquant_q6_k.wgsl), whose `tile_load` decodes and scales a row's 16 columns a
-// step. As q8_tile.wgsl's `tile_product` (its layout and lane roles), with the weights scaled as they are
-// decoded: a workgroup of 128 lanes takes 128 rows x 32 tokens (pairs), 16 columns at a time, each weight
-// read once per 32 tokens.
+// which declares `p.cols`, the blocks `w: array<u32>` and `TILE_PAIRS`, 32 or 64; the input `x` is declared
+// here), before the block helper (kquant_q4_k.wgsl, kquant_q6_k.wgsl), whose `tile_load` decodes and scales
+// a row's 16 columns a step. As q8_tile.wgsl's `tile_product` (its layout and lane roles), with the weights
+// scaled as they are decoded: a workgroup of 4 * TILE_PAIRS lanes takes 128 rows x TILE_PAIRS tokens
+// (pairs), 16 columns at a time, each weight read once per TILE_PAIRS tokens. Lanes 0..127 load the rows;
+// with 64 pairs lanes 128..255 take pairs 32..63 of the same rows, so a weight read over a slow bus (an
+// expert in host memory) serves twice the pairs at the same registers a lane.
 
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>; // input rows, f32
 
@@ -13,28 +15,38 @@ fn x_row_len() -> u32 {
 }
 
 const TILE_K: u32 = 16u;
+// Vec4s of a column of tile_x: 4 tokens each.
+const TILE_X4: u32 = TILE_PAIRS / 4u;
 
 var<workgroup> tile_w: array<vec4<f32>, 512>; // [TILE_K][32] 4 rows each
-var<workgroup> tile_x: array<vec4<f32>, 128>; // [TILE_K][8] 4 tokens each
+var<workgroup> tile_x: array<vec4<f32>, TILE_K * TILE_X4>; // [TILE_K][TILE_X4] 4 tokens each
 
-// Rows 8 * rg .. of the lane's products, rg = 4 * (li / 32) + (li % 32) / 8.
+// Rows 8 * rg .. of the lane's products, rg = 4 * (l / 32) + (l % 32) / 8 for l = li % 128.
 fn tile_rows(li: u32) -> u32 {
-    return 8u * (4u * (li / 32u) + (li % 32u) / 8u);
+    let l = li % 128u;
+    return 8u * (4u * (l / 32u) + (l % 32u) / 8u);
 }
 
-// Tokens 4 * tg .. of the lane's products, tg = li % 8.
+// Tokens 4 * tg .. of the lane's products, tg = 8 * (li / 128) + li % 8.
 fn tile_tokens(li: u32) -> u32 {
-    return 4u * (li % 8u);
+    return 32u * (li / 128u) + 4u * (li % 8u);
 }
 
-// Lane li's products: [2 * j + h] = rows tile_rows(li) + 4h .. + 3 for token tile_tokens(li) + j. Lane li
-// brings, 16 columns at a time, the weights of the row at byte `lrow` (the tile's row li, clamped by the
-// caller) and 4 inputs of input row `xrow` (a vec4 index, the tile's token li % 32; zeros unless `live`).
+// The tile's token whose inputs lane li loads.
+fn tile_pair(li: u32) -> u32 {
+    return li % TILE_PAIRS;
+}
+
+// Lane li's products: [2 * j + h] = rows tile_rows(li) + 4h .. + 3 for token tile_tokens(li) + j. Lanes
+// li < 128 bring, 16 columns at a time, the weights of the row at byte `lrow` (the tile's row li, clamped by
+// the caller), and every lane 4 inputs of input row `xrow` (a vec4 index, the tile's token tile_pair(li);
+// zeros unless `live`). A lane whose tokens are all past the tile's end (`busy` false) skips the products.
 // Call from uniform control flow (it holds barriers).
-fn tile_product(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 8> {
+fn tile_product(li: u32, lrow: u32, xrow: u32, live: bool, busy: bool) -> array<vec4<f32>, 8> {
     let nstep = p.cols / TILE_K;
-    let lt = li % 32u;
-    let lc = li / 32u;
+    let lt = tile_pair(li);
+    let lc = li / TILE_PAIRS;
+    let loads_w = li < 128u;
     let rows4 = tile_rows(li) / 4u;
     let tokens4 = tile_tokens(li) / 4u;
     var a0 = vec4<f32>(0.0);
@@ -46,7 +58,10 @@ fn tile_product(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 8
     var a6 = vec4<f32>(0.0);
     var a7 = vec4<f32>(0.0);
     // Register double buffering: step s + 1's loads are issued before step s's multiply.
-    var wv = tile_load(lrow, 0u);
+    var wv: array<vec4<f32>, 4>;
+    if (loads_w) {
+        wv = tile_load(lrow, 0u);
+    }
     var xv = select(vec4<f32>(0.0), x[xrow + lc], live);
     for (var st = 0u; st < nstep; st++) {
         let w0 = wv[0];
@@ -56,28 +71,34 @@ fn tile_product(li: u32, lrow: u32, xrow: u32, live: bool) -> array<vec4<f32>, 8
         let xb = xv;
         workgroupBarrier(); // the last step's reads are done
         for (var j = 0u; j < 4u; j++) {
-            tile_w[j * 32u + li / 4u][li % 4u] = w0[j];
-            tile_w[(4u + j) * 32u + li / 4u][li % 4u] = w1[j];
-            tile_w[(8u + j) * 32u + li / 4u][li % 4u] = w2[j];
-            tile_w[(12u + j) * 32u + li / 4u][li % 4u] = w3[j];
-            tile_x[(lc * 4u + j) * 8u + lt / 4u][lt % 4u] = xb[j];
+            if (loads_w) {
+                tile_w[j * 32u + li / 4u][li % 4u] = w0[j];
+                tile_w[(4u + j) * 32u + li / 4u][li % 4u] = w1[j];
+                tile_w[(8u + j) * 32u + li / 4u][li % 4u] = w2[j];
+                tile_w[(12u + j) * 32u + li / 4u][li % 4u] = w3[j];
+            }
+            tile_x[(lc * 4u + j) * TILE_X4 + lt / 4u][lt % 4u] = xb[j];
         }
         workgroupBarrier();
         let ns = min(st + 1u, nstep - 1u);
-        wv = tile_load(lrow, ns);
+        if (loads_w) {
+            wv = tile_load(lrow, ns);
+        }
         xv = select(vec4<f32>(0.0), x[xrow + ns * 4u + lc], live);
-        for (var k = 0u; k < TILE_K; k++) {
-            let w_lo = tile_w[k * 32u + rows4];
-            let w_hi = tile_w[k * 32u + rows4 + 1u];
-            let t = tile_x[k * 8u + tokens4];
-            a0 += w_lo * t.x;
-            a1 += w_hi * t.x;
-            a2 += w_lo * t.y;
-            a3 += w_hi * t.y;
-            a4 += w_lo * t.z;
-            a5 += w_hi * t.z;
-            a6 += w_lo * t.w;
-            a7 += w_hi * t.w;
+        if (busy) {
+            for (var k = 0u; k < TILE_K; k++) {
+                let w_lo = tile_w[k * 32u + rows4];
+                let w_hi = tile_w[k * 32u + rows4 + 1u];
+                let t = tile_x[k * TILE_X4 + tokens4];
+                a0 += w_lo * t.x;
+                a1 += w_hi * t.x;
+                a2 += w_lo * t.y;
+                a3 += w_hi * t.y;
+                a4 += w_lo * t.z;
+                a5 += w_hi * t.z;
+                a6 += w_lo * t.w;
+                a7 += w_hi * t.w;
+            }
         }
     }
     return array<vec4<f32>, 8>(a0, a1, a2, a3, a4, a5, a6, a7);

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use diskformer_kernels::{EXPERT_GEMM_TILED_GROUP, expert_gemm_groups};
+use diskformer_kernels::expert_gemm_groups;
 
 use super::{Engine, Output, Want, read_output, readback, record_head, timed};
 use crate::Result;
@@ -97,7 +97,7 @@ impl Engine {
                 queue.write_buffer(&s.slot_idx[l as usize], 0, bytemuck::cast_slice(&slots));
             } else {
                 let len = gemm_groups_len(&self.config, t) as usize;
-                let (groups, order) = expert_gemm_groups(&slots, EXPERT_GEMM_TILED_GROUP, len);
+                let (groups, order) = expert_gemm_groups(&slots, self.expert_kernels.group_size(), len);
                 queue.write_buffer(&s.gemm_groups[l as usize], 0, bytemuck::cast_slice(&groups));
                 queue.write_buffer(&s.gemm_order[l as usize], 0, bytemuck::cast_slice(&order));
             }

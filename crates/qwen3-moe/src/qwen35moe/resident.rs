@@ -17,7 +17,7 @@ use std::time::Duration;
 use diskformer_bpe::Tokenizer;
 use diskformer_gguf::{GgufFile, TensorInfo};
 use diskformer_kernels::{
-    AttentionShape, BlockMatrix, BlockQuant, Context, DeltaNetShape, Dispatch, EXPERT_GEMM_TILED_GROUP,
+    AttentionShape, BlockMatrix, BlockQuant, Context, DeltaNetShape, Dispatch, EXPERT_BLOCK_GEMM_GROUP,
     EXPERT_GROUPS_MAX_EXPERTS, ExpertBlocks, ExpertGroupsParams, ExpertOut, Kernels, MoeCombineParams,
     QkNormRopePartialParams, View, argmax_partial_len, expert_gemm_group_bound,
 };
@@ -670,7 +670,7 @@ impl Resident {
             let p = ExpertGroupsParams {
                 pairs,
                 experts,
-                size: EXPERT_GEMM_TILED_GROUP as u32,
+                size: EXPERT_BLOCK_GEMM_GROUP as u32,
                 len,
                 base: 0,
                 entries: experts,
@@ -978,7 +978,7 @@ fn attention_shape(c: &Config, ctx: u32) -> AttentionShape {
 /// Group entries a chunk of `t` tokens can make of its pairs (the grouped expert GEMMs' dispatch rows).
 fn expert_group_entries(c: &Config, t: u32) -> u32 {
     let pairs = (t * c.top_k) as usize;
-    expert_gemm_group_bound(pairs, c.experts as usize, EXPERT_GEMM_TILED_GROUP) as u32
+    expert_gemm_group_bound(pairs, c.experts as usize, EXPERT_BLOCK_GEMM_GROUP) as u32
 }
 
 impl Scratch {
