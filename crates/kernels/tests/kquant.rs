@@ -305,10 +305,9 @@ fn expert_kquant_gemm_takes_groups_of_up_to_64_pairs() {
     let g = gpu_or_skip!();
     let mut rng = Rng::new(47);
     let (rows, cols, slots, k) = (150, 512, 3, 2);
-    let slot_idx: Vec<u32> =
+    let mut slot_idx: Vec<u32> =
         [(0, 70), (1, 40), (2, 30)].into_iter().flat_map(|(slot, n)| std::iter::repeat_n(slot, n)).collect();
     // Pairs of the slots interleaved as a chunk's picks are.
-    let mut slot_idx: Vec<u32> = slot_idx;
     for i in (1..slot_idx.len()).rev() {
         slot_idx.swap(i, rng.next_u64() as usize % (i + 1));
     }
