@@ -4,8 +4,8 @@
 // a row's 16 columns a step. As q8_tile.wgsl's `tile_product` (its layout and lane roles), with the weights
 // scaled as they are decoded: a workgroup of 4 * TILE_PAIRS lanes takes 128 rows x TILE_PAIRS tokens
 // (pairs), 16 columns at a time, each weight read once per TILE_PAIRS tokens. Lanes 0..127 load the rows;
-// with 64 pairs lanes 128..255 take pairs 32..63 of the same rows, so a weight read over a slow bus (an
-// expert in host memory) serves twice the pairs at the same registers a lane.
+// with 64 pairs lanes 128..255 take pairs 32..63 of the same rows, so a weight read serves twice the pairs
+// at the same registers a lane.
 
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>; // input rows, f32
 
