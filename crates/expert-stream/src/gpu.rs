@@ -26,9 +26,8 @@
 //! A pool may also have an **arena** ([`GpuPool::with_arena`]): slots past the device's, in host memory that
 //! the kernels read over the bus (`Context::host_storage`), one per record of the model, filled once and
 //! never evicted. A prefill chunk binds them for the experts the device slots lack instead of uploading
-//! those (its GEMMs read them at ~25 GB/s on the H100s measured, half the bus's ~50, against 16–18 GB/s
-//! for uploads out of the page cache: BENCHMARKS.md); split residency reads every pick the device's slots
-//! lack from them (`Placement`). The arena's parts
+//! those (its GEMMs read them faster than the readers upload out of the page cache: BENCHMARKS.md); split
+//! residency reads every pick the device's slots lack from them (`Placement`). The arena's parts
 //! follow the device's in [`GpuPool::parts_with_arena`]; [`GpuPool::parts`] is the device's alone, which
 //! one-token steps bind.
 

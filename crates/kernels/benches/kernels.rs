@@ -270,6 +270,7 @@ fn bench_expert_kquant(c: &mut Criterion, g: &Gpu) {
                             first_slot: 0,
                             rows,
                             cols,
+                            host: false,
                         };
                         let out = ExpertOut { y: y.into(), stride: rows, offset: 0 };
                         k.expert_kquant_gemv(w, (&x).into(), idx.into(), out, k_picks, x_div).expect("bind")

@@ -208,6 +208,7 @@ fn expert_blocks(
         first_slot: 0,
         rows: rows as u32,
         cols: cols as u32,
+        host: false,
     }
 }
 
@@ -301,7 +302,7 @@ fn expert_kquant_gemvs_match_the_cpu_reference() {
 /// workgroup's pairs), one under 32 (the upper half idle), grouped as the engine groups them.
 #[test]
 fn expert_kquant_gemm_takes_groups_of_up_to_64_pairs() {
-    use diskformer_kernels::ExpertOut;
+    use diskformer_kernels::{ExpertBlocks, ExpertOut};
     let g = gpu_or_skip!();
     let mut rng = Rng::new(47);
     let (rows, cols, slots, k) = (150, 512, 3, 2);
@@ -324,18 +325,22 @@ fn expert_kquant_gemm_takes_groups_of_up_to_64_pairs() {
         let scale = pair_magnitudes(quant, &pool, (slot_bytes, offset), (rows, cols), &slot_idx, &x, k);
         let (pb, xb) = (upload(g, &pool), upload(g, &x));
         let (gb, ob) = (upload(g, groups.as_flattened()), upload(g, &order));
-        let y = upload(g, &vec![0f32; pairs * rows]);
-        let w = expert_blocks(&pb, quant, (slot_bytes, offset, slots), (rows, cols));
-        let out = ExpertOut { y: (&y).into(), stride: rows as u32, offset: 0 };
-        let sizes = (pairs as u32, len as u32);
-        let d =
-            g.kernels.expert_kquant_gemm(w, (&xb).into(), (&gb).into(), (&ob).into(), out, sizes, k as u32);
-        run(g, &[&d.unwrap()]);
-        let got = read_n::<f32>(g, &y, pairs * rows);
-        for (p, slot) in slot_idx.iter().enumerate() {
-            let what = format!("{} pair {p} (slot {slot})", quant.name());
-            let range = p * rows..(p + 1) * rows;
-            assert_close(&what, &got[range.clone()], &want[range.clone()], &scale[range], 1e-6, 1e-5);
+        // As a device part and as an arena part (whose tiles read each run whole first): the same results.
+        for host in [false, true] {
+            let y = upload(g, &vec![0f32; pairs * rows]);
+            let w =
+                ExpertBlocks { host, ..expert_blocks(&pb, quant, (slot_bytes, offset, slots), (rows, cols)) };
+            let out = ExpertOut { y: (&y).into(), stride: rows as u32, offset: 0 };
+            let sizes = (pairs as u32, len as u32);
+            let (xv, gv, ov) = ((&xb).into(), (&gb).into(), (&ob).into());
+            let d = g.kernels.expert_kquant_gemm(w, xv, gv, ov, out, sizes, k as u32);
+            run(g, &[&d.unwrap()]);
+            let got = read_n::<f32>(g, &y, pairs * rows);
+            for (p, slot) in slot_idx.iter().enumerate() {
+                let what = format!("{} pair {p} (slot {slot}, host {host})", quant.name());
+                let range = p * rows..(p + 1) * rows;
+                assert_close(&what, &got[range.clone()], &want[range.clone()], &scale[range], 1e-6, 1e-5);
+            }
         }
     }
 }

@@ -1276,6 +1276,7 @@ fn layer_blocks<'p>(
             first_slot,
             rows,
             cols,
+            host: first_slot >= pool.slots() as u32,
         })
     })
 }

@@ -199,8 +199,8 @@ impl Tiers {
 
     /// [`Tiers::ensure_chunk`] with the arena: the experts of `union` (a chunk's `picks` at layer `l`, sorted
     /// and unique) that the device slots hold pinned there, the rest read by the kernels from the arena.
-    /// Nothing is loaded: the chunk's GEMMs read the arena at ~25 GB/s, faster than the readers' uploads out
-    /// of the page cache (16–18 GB/s; BENCHMARKS.md), and the pool keeps what decode made resident.
+    /// Nothing is loaded: the chunk's GEMMs read the arena faster than the readers' uploads out of the page
+    /// cache (BENCHMARKS.md), and the pool keeps what decode made resident.
     fn chunk_from_arena(&mut self, l: u32, picks: &[u32], union: &[u32]) -> Result<(Pinned, Vec<u32>)> {
         let held: Vec<u32> = self.pool.inspect(|core| {
             union.iter().copied().filter(|&e| core.slot_of(ExpertKey::new(l, e)).is_some()).collect()

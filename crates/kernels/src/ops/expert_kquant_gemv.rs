@@ -39,8 +39,11 @@ pub struct ExpertKQuantGemvParams {
     pub swiglu: u32,
     /// With `swiglu`: where up starts in a slot.
     pub up_bytes: u32,
+    /// 1: the grouped GEMM reads each 256-column run of its tile's rows whole before its steps read them
+    /// ([`ExpertBlocks::host`]).
+    pub host_reads: u32,
     /// Padding.
-    pub _pad: [u32; 3],
+    pub _pad: [u32; 2],
 }
 const _: () = assert!(size_of::<ExpertKQuantGemvParams>() == 64);
 
@@ -120,6 +123,10 @@ pub struct ExpertBlocks<'a> {
     pub rows: u32,
     /// Columns, a multiple of 256.
     pub cols: u32,
+    /// The plane lies in host memory (a pool's arena): the grouped GEMM then reads each 256-column run
+    /// of its tile's rows whole, as lines, before its steps read a few bytes of each row (sectors, which
+    /// over the bus travel as a request each).
+    pub host: bool,
 }
 
 /// Where an expert K-quant GEMV writes: `y [P, stride] f32`, columns `offset .. offset + rows` of each
@@ -389,7 +396,8 @@ impl Kernels {
                 grouped: grouped_flag,
                 swiglu: u32::from(swiglu_up.is_some()),
                 up_bytes: swiglu_up.unwrap_or(0) as u32,
-                _pad: [0; 3],
+                host_reads: u32::from(grouped && w.host),
+                _pad: [0; 2],
             };
             out.push((p, bound, dims));
         }

@@ -23,7 +23,7 @@ struct Params {
     _pad0: u32,       // (expert_kquant_gemv's grouped, swiglu, up_bytes: unused here)
     _pad1: u32,
     _pad2: u32,
-    _pad3: u32,
+    host_reads: u32,  // 1: the pool part lies in host memory: read each run of the tile's rows whole first
     _pad4: u32,
     _pad5: u32,
 }
@@ -57,7 +57,10 @@ fn expert_q4_k_gemm(@builtin(local_invocation_index) li: u32, @builtin(workgroup
     let lt = tile_pair(li);
     let xrow = (order[grp.y + min(lt, nt - 1u)] / p.x_div) * x_row_len();
     let tt = tile_tokens(li);
-    let acc = tile_product(li, lrow, xrow, lt < nt, tt < nt);
+    // Rows read whole a run ahead: an arena part's (over the bus), none in device memory.
+    let ahead = select(0u, min(BR, p.rows - r0), p.host_reads != 0u);
+    let tile = TileRows(slot_row0 + r0 * row_bytes, row_bytes, ahead);
+    let acc = tile_product(li, lrow, tile, xrow, lt < nt, tt < nt);
     let rt = r0 + tile_rows(li);
     for (var j = 0u; j < 4u; j++) {
         if (tt + j >= nt) {

@@ -29,7 +29,7 @@ struct Params {
     grouped: u32,     // 1: workgroup_id.y is a group of `order`
     swiglu: u32,      // 1: y = silu(gate · x) * (up · x)
     up_bytes: u32,    // swiglu: where up starts in a slot
-    _pad0: u32,
+    _host_reads: u32, // (the grouped GEMM's)
     _pad1: u32,
     _pad2: u32,
 }

@@ -37,7 +37,9 @@ fn q4_k_gemm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg
     let lt = tile_pair(li);
     let xrow = min(t0 + lt, p.tokens - 1u) * x_row_len();
     let tt = t0 + tile_tokens(li);
-    let acc = tile_product(li, lrow, xrow, t0 + lt < p.tokens, tt < p.tokens);
+    // No rows to read ahead: the dense weights lie in device memory, whose sectors come as fast.
+    let tile = TileRows(0u, row_bytes, 0u);
+    let acc = tile_product(li, lrow, tile, xrow, t0 + lt < p.tokens, tt < p.tokens);
     let rt = r0 + tile_rows(li);
     for (var j = 0u; j < 4u; j++) {
         let t = tt + j;

@@ -37,12 +37,40 @@ fn tile_pair(li: u32) -> u32 {
     return li % TILE_PAIRS;
 }
 
+// The tile's rows: `base` the byte where its first row starts, `row_bytes` apart, `rows` of them (<= 128;
+// 0: none read ahead, for weights in device memory).
+struct TileRows {
+    base: u32,
+    row_bytes: u32,
+    rows: u32,
+}
+
+// Reads run `run` (256 columns, BLOCK_BYTES a row) of every row of the tile, each warp's lanes 32
+// consecutive words of a row at a time, and returns their xor (kept by the caller, so the reads stay).
+// `tile_load` reads a row's run a few bytes a step, each warp from 32 rows at once: sectors that, from
+// host memory over the bus, travel as requests of 32 bytes each, about half the bus's rate; read whole
+// lines first, the steps after find them in the L2 cache.
+fn tile_touch(li: u32, t: TileRows, run: u32) -> u32 {
+    let lane = li % 32u;
+    let warps = TILE_PAIRS / 8u;
+    var seen = 0u;
+    for (var r = li / 32u; r < t.rows; r += warps) {
+        let at = t.base + r * t.row_bytes + run * BLOCK_BYTES;
+        let words = (at % 4u + BLOCK_BYTES + 3u) / 4u;
+        for (var o = lane; o < words; o += 32u) {
+            seen ^= w[at / 4u + o];
+        }
+    }
+    return seen;
+}
+
 // Lane li's products: [2 * j + h] = rows tile_rows(li) + 4h .. + 3 for token tile_tokens(li) + j. Lanes
 // li < 128 bring, 16 columns at a time, the weights of the row at byte `lrow` (the tile's row li, clamped by
-// the caller), and every lane 4 inputs of input row `xrow` (a vec4 index, the tile's token tile_pair(li);
-// zeros unless `live`). A lane whose tokens are all past the tile's end (`busy` false) skips the products.
-// Call from uniform control flow (it holds barriers).
-fn tile_product(li: u32, lrow: u32, xrow: u32, live: bool, busy: bool) -> array<vec4<f32>, 8> {
+// the caller, one of `tile`'s), and every lane 4 inputs of input row `xrow` (a vec4 index, the tile's token
+// tile_pair(li); zeros unless `live`). A lane whose tokens are all past the tile's end (`busy` false) skips
+// the products. Each run of 256 columns is read whole (`tile_touch`) a run ahead of its steps. Call from
+// uniform control flow (it holds barriers).
+fn tile_product(li: u32, lrow: u32, tile: TileRows, xrow: u32, live: bool, busy: bool) -> array<vec4<f32>, 8> {
     let nstep = p.cols / TILE_K;
     let lt = tile_pair(li);
     let lc = li / TILE_PAIRS;
@@ -58,12 +86,17 @@ fn tile_product(li: u32, lrow: u32, xrow: u32, live: bool, busy: bool) -> array<
     var a6 = vec4<f32>(0.0);
     var a7 = vec4<f32>(0.0);
     // Register double buffering: step s + 1's loads are issued before step s's multiply.
+    let runs = p.cols / 256u;
+    var seen = tile_touch(li, tile, 0u);
     var wv: array<vec4<f32>, 4>;
     if (loads_w) {
         wv = tile_load(lrow, 0u);
     }
     var xv = select(vec4<f32>(0.0), x[xrow + lc], live);
     for (var st = 0u; st < nstep; st++) {
+        if (st % 16u == 0u && st / 16u + 1u < runs) {
+            seen ^= tile_touch(li, tile, st / 16u + 1u);
+        }
         let w0 = wv[0];
         let w1 = wv[1];
         let w2 = wv[2];
@@ -100,6 +133,10 @@ fn tile_product(li: u32, lrow: u32, xrow: u32, live: bool, busy: bool) -> array<
                 a7 += w_hi * t.w;
             }
         }
+    }
+    // Never true (the columns are whole runs): the touches' words are used, so their reads are made.
+    if (seen == 0x9e3779b9u && p.cols == 0u) {
+        a0.x += 1.0;
     }
     return array<vec4<f32>, 8>(a0, a1, a2, a3, a4, a5, a6, a7);
 }

@@ -114,6 +114,7 @@ impl Experts {
             first_slot: 0,
             rows: m.rows,
             cols: m.cols,
+            host: false,
         }
     }
 }
