@@ -477,6 +477,7 @@ fn main() -> anyhow::Result<()> {
             "per_token": d.cpu_experts as f64 / tokens,
             "share": d.cpu_share(), "ms_per_token": d.cpu_time.as_secs_f64() * 1e3 / tokens,
             "admitted_per_token": d.cpu_admitted as f64 / tokens,
+            "arena_per_token": d.cpu_arena_picks as f64 / tokens, "arena_fraction": d.cpu_arena_fraction,
             "first_uses_per_token": d.cpu_first_uses as f64 / tokens,
             "first_use_ms_per_token": d.cpu_first_use_time.as_secs_f64() * 1e3 / tokens,
             "recording_ms_per_token": d.cpu_recording_time.as_secs_f64() * 1e3 / tokens,

@@ -89,5 +89,5 @@ pub use pool::{ExpertPool, load_record};
 pub use speculative::{DemandRead, Held, ReadPart, SpeculativeReads, SpeculativeStats};
 pub use staging_times::StagingTimes;
 pub use stats::Stats;
-pub use tiers::{LayerPlan, Tier, TierConfig, TierPolicy};
+pub use tiers::{ArenaShare, LayerPlan, Tier, TierConfig, TierPolicy};
 pub use workload::{RouteShape, RouteSource, SeededRng, TokenPicks, TraceRoutes, TraceWriter, UniformRoutes};

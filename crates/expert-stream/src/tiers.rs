@@ -8,6 +8,13 @@
 //! picked within [`TierConfig::reuse_window`] tokens (a doorkeeper, as TinyLFU's) spends uploads where
 //! they pay. [`TierConfig::max_admit`] caps a layer's admissions, and the engine admits only while the
 //! upload path is idle, so background uploads never queue up behind each other.
+//!
+//! Where the pool has a host arena (every record in host memory the GPU's kernels read over the bus), a
+//! miss may also run on the GPU straight from there ([`Tier::Arena`]): the bus and the host's memory are
+//! two paths of about the same width, so a layer's misses are shared between them as [`ArenaShare`] says,
+//! in proportion to each side's measured time a record, so that both finish together.
+
+use std::time::Duration;
 
 use crate::{Error, ExpertKey, Result};
 
@@ -18,6 +25,8 @@ pub enum Tier {
     Gpu,
     /// The host computes it from its record in host memory.
     Cpu,
+    /// The GPU computes it, reading its record from the pool's host arena over the bus.
+    Arena,
 }
 
 /// The rules' knobs. The default admits a miss picked at the token before, one a layer: under uniform
@@ -43,7 +52,7 @@ impl Default for TierConfig {
 pub struct LayerPlan {
     /// Per pick, in pick order.
     pub tiers: Vec<Tier>,
-    /// Experts to upload in the background, in pick order (a subset of the CPU picks).
+    /// Experts to upload in the background, in pick order (a subset of the misses).
     pub admit: Vec<u32>,
 }
 
@@ -64,6 +73,8 @@ pub struct TierPolicy {
     last_seen: Vec<u64>,
     /// Tokens planned so far.
     token: u64,
+    /// With a host arena: how the misses are shared between the CPU and the GPU reading the arena.
+    arena: Option<ArenaShare>,
 }
 
 impl TierPolicy {
@@ -75,6 +86,25 @@ impl TierPolicy {
             layers,
             last_seen: vec![0; layers as usize * experts as usize],
             token: 0,
+            arena: None,
+        }
+    }
+
+    /// Shares the misses from now on with the GPU reading them from a host arena, a record taking it `bus`
+    /// (measured).
+    pub fn share_with_arena(&mut self, bus: Duration) {
+        self.arena = Some(ArenaShare::new(bus));
+    }
+
+    /// The arena's share, when there is one.
+    pub fn arena(&self) -> Option<&ArenaShare> {
+        self.arena.as_ref()
+    }
+
+    /// Counts a layer's CPU work: `records` computed in `took` (the arena's share follows it).
+    pub fn observe_cpu(&mut self, records: usize, took: Duration) {
+        if let Some(arena) = self.arena.as_mut() {
+            arena.observe_cpu(records, took);
         }
     }
 
@@ -119,7 +149,62 @@ impl TierPolicy {
             *seen = self.token + 1;
             plan.tiers.push(tier);
         }
+        if let Some(arena) = self.arena.as_mut() {
+            let misses = plan.tiers.iter().filter(|&&t| t == Tier::Cpu).count();
+            let to_arena = arena.count(misses);
+            plan.tiers.iter_mut().filter(|t| **t == Tier::Cpu).take(to_arena).for_each(|t| *t = Tier::Arena);
+        }
         Ok(plan)
+    }
+}
+
+/// How many of a layer's misses the GPU reads from the host arena, the rest computed on the CPU: the
+/// fraction that ends both sides together, `cpu / (cpu + bus)` of them for times a record `cpu` (the CPU
+/// tier's, a running mean of its layers; the bus's until one is measured) and `bus` (measured once). A
+/// layer's count is rounded down with the remainder carried to the next, so that over many layers the
+/// counts add up to the fraction.
+#[derive(Clone, Debug)]
+pub struct ArenaShare {
+    bus: f64,
+    cpu: Option<f64>,
+    carry: f64,
+}
+
+/// The weight of a layer's newest time in the running mean of the CPU's.
+const CPU_MEAN_WEIGHT: f64 = 1.0 / 16.0;
+
+impl ArenaShare {
+    /// The share for a bus that carries a record in `bus`.
+    pub fn new(bus: Duration) -> Self {
+        ArenaShare { bus: bus.as_secs_f64().max(1e-9), cpu: None, carry: 0.0 }
+    }
+
+    /// The fraction of the misses the GPU reads from the arena.
+    pub fn fraction(&self) -> f64 {
+        let cpu = self.cpu.unwrap_or(self.bus);
+        cpu / (cpu + self.bus)
+    }
+
+    /// The CPU's time a record, as measured so far.
+    pub fn cpu_per_record(&self) -> Option<Duration> {
+        self.cpu.map(Duration::from_secs_f64)
+    }
+
+    /// How many of a layer's `misses` go to the arena.
+    pub fn count(&mut self, misses: usize) -> usize {
+        let want = misses as f64 * self.fraction() + self.carry;
+        let n = (want.floor().max(0.0) as usize).min(misses);
+        self.carry = (want - n as f64).clamp(0.0, 1.0);
+        n
+    }
+
+    /// Counts `records` computed on the CPU in `took`.
+    pub fn observe_cpu(&mut self, records: usize, took: Duration) {
+        if records == 0 {
+            return;
+        }
+        let per = took.as_secs_f64() / records as f64;
+        self.cpu = Some(self.cpu.map_or(per, |c| c + (per - c) * CPU_MEAN_WEIGHT));
     }
 }
 
@@ -189,6 +274,58 @@ mod tests {
             }
             prop_assert_eq!(got, model(config, &steps));
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Each layer's count is at most its misses, and over the layers the counts add up to the fraction
+        /// of all misses (within the one record a carry holds), whatever the layers' miss counts.
+        #[test]
+        fn the_arena_takes_its_fraction_of_the_misses(
+            bus_us in 1u64..10_000,
+            cpu_us in proptest::option::of(1u64..10_000),
+            misses in proptest::collection::vec(0usize..9, 1..200),
+        ) {
+            let mut share = ArenaShare::new(Duration::from_micros(bus_us));
+            if let Some(cpu_us) = cpu_us {
+                share.observe_cpu(3, Duration::from_micros(3 * cpu_us));
+            }
+            let f = share.fraction();
+            let cpu = cpu_us.unwrap_or(bus_us) as f64;
+            prop_assert!((f - cpu / (cpu + bus_us as f64)).abs() < 1e-9);
+            let mut taken = 0usize;
+            for &m in &misses {
+                let n = share.count(m);
+                prop_assert!(n <= m);
+                taken += n;
+            }
+            let wanted = f * misses.iter().sum::<usize>() as f64;
+            prop_assert!((taken as f64 - wanted).abs() < 1.0 + 1e-6, "took {taken}, wanted {wanted}");
+        }
+    }
+
+    #[test]
+    fn the_arena_takes_misses_in_pick_order_as_the_cpu_s_measured_time_says() {
+        let mut p = TierPolicy::new(TierConfig { reuse_window: 0, max_admit: 0 }, 1, 8);
+        p.share_with_arena(Duration::from_micros(60));
+        // No CPU time measured yet: the bus's stands for it, half the misses each.
+        let plan = p.plan(0, &[1, 2, 3, 4, 5], false, |id| id == 2).unwrap();
+        assert_eq!(plan.tiers, [Tier::Arena, Tier::Gpu, Tier::Arena, Tier::Cpu, Tier::Cpu]);
+        assert_eq!(plan.cpu_picks().collect::<Vec<_>>(), [3, 4]);
+        // The CPU three times as slow a record as the bus: three quarters go to the arena.
+        p.observe_cpu(2, Duration::from_micros(360));
+        for _ in 0..64 {
+            p.observe_cpu(4, Duration::from_micros(720));
+        }
+        assert!((p.arena().unwrap().fraction() - 0.75).abs() < 0.01);
+        p.next_token();
+        let plan = p.plan(0, &[0, 1, 2, 3], false, |_| false).unwrap();
+        assert_eq!(plan.tiers[..3], [Tier::Arena; 3]);
+        assert_eq!(plan.tiers[3], Tier::Cpu);
+        // No arena: every miss on the CPU.
+        let mut q = TierPolicy::new(TierConfig::default(), 1, 8);
+        assert!(q.plan(0, &[0, 1], false, |_| false).unwrap().tiers.iter().all(|&t| t == Tier::Cpu));
     }
 
     #[test]

@@ -97,6 +97,7 @@ impl From<diskformer_runtime::Error> for Error {
             R::Store(e) => Error::Store(e),
             R::Pool(e) => Error::Pool(e),
             R::CpuExperts(e) => Error::CpuExperts(e),
+            R::Gpu(e) => Error::Gpu(e),
         }
     }
 }

@@ -429,7 +429,8 @@ pub(crate) struct Bindings<'a> {
     /// steps with route-ahead, what the pool holds (`u32::MAX` for an expert it does not).
     pub resident_table: Option<&'a wgpu::Buffer>,
     /// Which slots each layer's expert kernels may read, when every expert is resident (on the device, or
-    /// split between it and the arena): they then run only over the pool parts holding them.
+    /// split between it and the arena) or a one-token step reads misses from the arena (the CPU tier's
+    /// share): they then run only over the pool parts holding them.
     pub reach: Option<Reach<'a>>,
     /// Which expert kernels the pool's records take.
     pub experts: &'a ExpertKernels,
@@ -511,9 +512,11 @@ impl Graph {
         // router kernel quantises).
         let int8 = if t > 1 { b.int8_prefill } else { fused && b.int8_decode && planar };
         // Fused decode with every expert resident: gate‖up computes the router's top-k itself and looks
-        // the picks up in the slot table (no `router_topk_slots` dispatch before it).
+        // the picks up in the slot table (no `router_topk_slots` dispatch before it). (A reach without the
+        // table is the CPU tier's share of the arena: the host writes the slots.)
         let routed = fused
             && b.reach.is_some()
+            && b.resident_table.is_some()
             && (matches!(b.experts, ExpertKernels::Blocks(_)) || (!q4_experts && planar));
         let dense_math = match int8.then(|| v(&s.xq)) {
             Some(xq) => DenseMath::Int8 { xq },
@@ -852,8 +855,9 @@ const STORAGE_OFFSET_ALIGN: u64 = 256;
 pub(crate) enum Reach<'a> {
     /// Every expert on the device: the `[layers · experts]` slot table, a layer's row its slots.
     Table(&'a [u32]),
-    /// Split residency: the device's `device` slots, which hold whichever records are hottest (any layer's,
-    /// changing as they move), and each layer's records in the arena from `arena_first` on (record
+    /// Split residency (or the CPU tier's share of the misses): the device's `device` slots, which hold
+    /// any layer's records (the hottest, or the pool's), and each layer's records in the arena from
+    /// `arena_first` on (record
     /// `l · experts + e` at `arena_first + l · experts + e`).
     Split { device: u32, arena_first: u32 },
 }

@@ -826,6 +826,46 @@ fn split_residency_gives_the_resident_logits() {
     }
 }
 
+/// The CPU tier with the host arena (split residency off): a layer's misses are shared between the host
+/// and the GPU reading them from the arena, with the logits of every expert resident (Q8_0 planes and
+/// K-quant blocks, the host on f32 inputs); every one-token pick is counted once (a hit, the host's or the
+/// arena's), and both sides take some (before the host's first time is measured, half the misses each).
+#[test]
+fn the_cpu_tier_shares_its_misses_with_the_arena() {
+    for shape in arena_shapes() {
+        let (layers, top_k) = (u64::from(shape.layers), u64::from(shape.top_k));
+        let what = format!("{:?}", shape.ftype);
+        let m = model(&format!("tier-arena-{what}"), shape, 5);
+        let run = |shared: bool| {
+            let mut e = open(&m, |o| {
+                if shared {
+                    o.pool_slots = Some(6);
+                    o.cpu.enabled = Some(true);
+                    o.cpu.math = Some(diskformer_cpu_kernels::Math::F32);
+                    o.stream.host_arena = Some(true);
+                    o.stream.split_residency = false;
+                }
+            });
+            let mut logits = vec![e.prefill(&PROMPT, true).unwrap()];
+            e.reset_stats();
+            logits.extend((0..12).map(|i| e.step(PROMPT[i % PROMPT.len()]).unwrap()));
+            (logits, e.stats())
+        };
+        let ((resident, _), (shared, stats)) = (run(false), run(true));
+        // The host sums its picks in another order, and joins them as one pick (~1e-5 here); a pick read
+        // from a wrong arena slot, or dropped, moves the logits by O(1).
+        for (i, (a, b)) in resident.iter().zip(&shared).enumerate() {
+            assert!(max_diff(a, b) < 1e-4, "{what}: output {i} moved by {}", max_diff(a, b));
+        }
+        let p = &stats.pool;
+        let counted = p.hits + p.late_hits + p.misses + stats.cpu_experts + stats.cpu_arena_picks;
+        assert_eq!(counted, 12 * layers * top_k, "{what}: {stats}");
+        assert!(stats.cpu_experts > 0 && stats.cpu_arena_picks > 0, "{what}: {stats}");
+        assert!(stats.cpu_arena_fraction.is_some_and(|f| f > 0.0 && f < 1.0), "{what}: {stats}");
+        assert!(stats.arena_bytes > 0, "{what}");
+    }
+}
+
 /// Every load staged through a ring counts in the staging times, in one piece or more (a demand miss in
 /// up to the read split's), and building the chunk's graph in the graph time; both are zero after a reset,
 /// and uploads written with `write_buffer` stage no piece.

@@ -13,7 +13,7 @@ use diskformer_cpu_kernels::{
     Assignment, CpuExperts, ExpertWeights, Isa, Math, PoolTimes, QuantMatrix, takes_quantised_input,
 };
 use diskformer_expert_stream::{
-    ExpertKey, HostFetch, HostHandoff, HostRecords, HostStats, LayerPlan, TierConfig, TierPolicy,
+    ArenaShare, ExpertKey, HostFetch, HostHandoff, HostRecords, HostStats, LayerPlan, TierConfig, TierPolicy,
 };
 use diskformer_gguf::TensorType;
 use diskformer_store::{ExpertLayout, ExpertMap, ExpertPart, RecordBytes, RecordChecks, Region, Store};
@@ -190,6 +190,23 @@ impl CpuTier {
     /// How the kernels take their inputs.
     pub fn math(&self) -> Math {
         self.math
+    }
+
+    /// Shares the misses from now on with the GPU reading them from the pool's host arena, a record taking
+    /// it `bus` (measured: [`probe_arena`](crate::probe_arena)).
+    pub fn share_with_arena(&mut self, bus: Duration) {
+        self.policy.share_with_arena(bus);
+    }
+
+    /// The misses' share with the arena, when there is one.
+    pub fn arena_share(&self) -> Option<&ArenaShare> {
+        self.policy.arena()
+    }
+
+    /// Counts a layer's host side: `records` computed in `took`, from its start to the sum (the arena's
+    /// share follows it).
+    pub fn observe(&mut self, records: usize, took: Duration) {
+        self.policy.observe_cpu(records, took);
     }
 
     /// Starts the next token's plans.

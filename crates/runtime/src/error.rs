@@ -23,6 +23,10 @@ pub enum Error {
     /// The host's expert kernels refused their input.
     #[error(transparent)]
     CpuExperts(#[from] diskformer_cpu_kernels::Error),
+
+    /// A GPU operation the device refused (or the device lost).
+    #[error("GPU: {0}")]
+    Gpu(String),
 }
 
 /// Shorthand for results of the runtime's streaming parts.

@@ -1,10 +1,12 @@
 //! Loading, whatever the model: a GGUF ingested into a store once ([`ingest_gguf`], [`default_store_dir`]),
 //! the GPU budget when none is given ([`auto_gpu_budget`]), how long a chunk may be for the pool it streams
-//! through ([`chunk_bound`]), every expert loaded when all fit ([`load_every_expert`]), and what a load
-//! reports while it works ([`LoadProgress`]).
+//! through ([`chunk_bound`]), every expert loaded when all fit ([`load_every_expert`]) or into the host
+//! arena ([`fill_arena`]) with the bus's rate from it measured ([`probe_arena`]), and what a load reports
+//! while it works ([`LoadProgress`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use diskformer_expert_stream::{
     Backend, Error as PoolError, ExpertKey, ExpertPool, GpuBackend, Slot, load_record,
@@ -12,7 +14,7 @@ use diskformer_expert_stream::{
 use diskformer_kernels::Context;
 use diskformer_store::IngestOptions;
 
-use crate::Result;
+use crate::{Error, Result};
 
 /// What a load reports while it works.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -183,6 +185,47 @@ pub fn fill_arena(
         source: e.into(),
     })?;
     Ok(())
+}
+
+/// Records [`probe_arena`] copies a round (~0.1 GB of Qwen3-30B-A3B's Q4_K_M records): long enough that a
+/// submit's few tens of µs count little.
+const PROBE_RECORDS: u32 = 32;
+
+/// The bus's time for one record from the pool's host arena to the GPU: copies of up to [`PROBE_RECORDS`]
+/// arena records into the device's slots, timed twice (the faster kept: the first may wake the link). The
+/// copy engine reads host memory within a few % of the expert kernels' own rate (BENCHMARKS.md, twentieth
+/// session). Call it on a pool whose device slots hold nothing yet, before any step: it overwrites them.
+///
+/// # Errors
+/// A pool without an arena, or with records already on the device; a copy or wait the device refused.
+pub fn probe_arena(pool: &ExpertPool<GpuBackend>) -> Result<Duration> {
+    let gpu = pool.backend().pool();
+    let (device_slots, arena_slots) = (gpu.slots() as u32, gpu.arena_slots() as u32);
+    let held = pool.inspect(|core| core.resident() + core.in_flight());
+    if arena_slots == 0 || device_slots == 0 || held > 0 {
+        return Err(PoolError::InvalidConfig {
+            field: "arena",
+            reason: format!(
+                "for the bus probe: it needs an arena and empty device slots; the pool has {arena_slots} \
+                 arena slots and {device_slots} device slots, {held} of them held"
+            ),
+        }
+        .into());
+    }
+    let n = PROBE_RECORDS.min(device_slots).min(arena_slots);
+    let mut best = Duration::MAX;
+    for _ in 0..2 {
+        let mut enc = gpu.device().create_command_encoder(&Default::default());
+        for i in 0..n {
+            gpu.copy_from_arena(&mut enc, Slot(device_slots + i * (arena_slots / n)), Slot(i))
+                .map_err(|e| Error::Gpu(format!("the bus probe's copy: {e}")))?;
+        }
+        let started = Instant::now();
+        gpu.queue().submit([enc.finish()]);
+        gpu.wait_for_uploads().map_err(|e| Error::Gpu(format!("the bus probe's wait: {e}")))?;
+        best = best.min(started.elapsed() / n);
+    }
+    Ok(best)
 }
 
 #[cfg(test)]

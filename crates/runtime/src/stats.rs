@@ -48,6 +48,8 @@ pub struct EngineStats {
     pub cpu_time: Duration,
     /// See `cpu_experts`.
     pub cpu_admitted: u64,
+    /// The CPU tier with a host arena: misses the GPU read from the arena instead.
+    pub cpu_arena_picks: u64,
     /// The CPU tier: mapped records a step used for the first time (mapped in and checked on its path), and
     /// the time that took (of `cpu_time`).
     pub cpu_first_uses: u64,
@@ -127,6 +129,11 @@ pub struct Stats {
     pub cpu_time: Duration,
     /// The CPU tier: misses also uploaded into the pool in the background.
     pub cpu_admitted: u64,
+    /// The CPU tier with a host arena: misses the GPU read from the arena instead.
+    pub cpu_arena_picks: u64,
+    /// The CPU tier with a host arena: the fraction of the misses it gives the arena now, from the bus's
+    /// time a record and the CPU's, both measured (`ArenaShare`).
+    pub cpu_arena_fraction: Option<f64>,
     /// The CPU tier: mapped records a step used first (mapped in, and checked, on its path).
     pub cpu_first_uses: u64,
     /// The CPU tier: the time that took (of `cpu_time`).
@@ -192,6 +199,8 @@ impl Stats {
             cpu_experts: e.cpu_experts,
             cpu_time: e.cpu_time,
             cpu_admitted: e.cpu_admitted,
+            cpu_arena_picks: e.cpu_arena_picks,
+            cpu_arena_fraction: None,
             cpu_first_uses: e.cpu_first_uses,
             cpu_first_use_time: e.cpu_first_use_time,
             cpu_recording_time: e.cpu_recording_time,
@@ -238,7 +247,7 @@ impl Stats {
     /// The share of the picks the CPU tier computed (`None` before any pick).
     pub fn cpu_share(&self) -> Option<f64> {
         let p = &self.pool;
-        let all = self.cpu_experts + p.hits + p.late_hits + p.misses;
+        let all = self.cpu_experts + self.cpu_arena_picks + p.hits + p.late_hits + p.misses;
         (all > 0).then(|| self.cpu_experts as f64 / all as f64)
     }
 
@@ -312,6 +321,14 @@ impl fmt::Display for Stats {
                 pct(self.cpu_share()),
                 self.ms_per_token(self.cpu_time),
                 self.cpu_admitted
+            )?;
+        }
+        if let Some(fraction) = self.cpu_arena_fraction {
+            writeln!(
+                f,
+                "host arena: {:.1} misses a token read by the GPU from it ({} of the misses now)",
+                self.cpu_arena_picks as f64 / self.tokens().max(1) as f64,
+                pct(Some(fraction))
             )?;
         }
         if let Some(h) = &self.host {

@@ -20,7 +20,8 @@ pub const ABSENT_SLOT: u32 = u32::MAX;
 pub struct LayerSplit {
     /// The GPU's hits, pinned until the driver has submitted what reads them.
     pub pinned: Pinned,
-    /// Each pick's pool slot, [`ABSENT_SLOT`] for the CPU's.
+    /// Each pick's pool slot (the device's, or the arena's for a miss the GPU reads from there),
+    /// [`ABSENT_SLOT`] for the CPU's.
     pub slots: Vec<u32>,
     /// Indices of the picks the CPU computes, in pick order.
     pub cpu_picks: Vec<usize>,
@@ -99,12 +100,15 @@ impl Tiers {
         }
     }
 
-    /// Splits layer `l`'s `picks` (one token's) by the CPU tier's plan: the hits pinned in the pool, the host
-    /// tier's reads and the pool's admissions started (counted in `stats`).
+    /// Splits layer `l`'s `picks` (one token's) by the CPU tier's plan: the hits pinned in the pool, the
+    /// misses the GPU reads from the arena given their arena slots, the host tier's reads and the pool's
+    /// admissions started (counted in `stats`).
     ///
     /// # Panics
     /// Without the CPU tier.
     pub fn split_layer(&mut self, l: u32, picks: &[u32], stats: &mut EngineStats) -> Result<LayerSplit> {
+        // The arena's slots follow the device's, a record each (`l · experts + e`).
+        let arena_first = self.slots() as u32 + l * self.shape.experts;
         let tier = self.cpu.as_mut().expect("a CPU layer runs with the tier");
         // One look under the pool's lock: which picks it holds ready, and whether loads are queued.
         let (may_admit, ready) = self.pool.inspect(|core| {
@@ -118,12 +122,14 @@ impl Tiers {
             picks.iter().zip(&plan.tiers).filter(|(_, t)| **t == Tier::Gpu).map(|(&e, _)| e).collect();
         let pinned = self.pool.ensure(l, &hits)?;
         let mut hit_slots = pinned.slots().iter();
-        let slots: Vec<u32> = (plan.tiers.iter())
-            .map(|t| match t {
+        let slots: Vec<u32> = (plan.tiers.iter().zip(picks))
+            .map(|(t, &e)| match t {
                 Tier::Gpu => hit_slots.next().expect("a slot for every hit").0,
+                Tier::Arena => arena_first + e,
                 Tier::Cpu => ABSENT_SLOT,
             })
             .collect();
+        stats.cpu_arena_picks += plan.tiers.iter().filter(|&&t| t == Tier::Arena).count() as u64;
         let cpu_picks: Vec<usize> = plan.cpu_picks().collect();
         let cpu_experts: Vec<u32> = cpu_picks.iter().map(|&i| picks[i]).collect();
         // The host tier reads what it lacks first, so that the admissions load from host memory.
@@ -151,6 +157,7 @@ impl Tiers {
     ) -> Result<(Vec<f32>, R)> {
         let tier = self.cpu.as_mut().expect("CPU work comes from the tier");
         let (sum, took, (r, recording)) = tier.compute_while(l, ids, weights, xn, meanwhile)?;
+        tier.observe(ids.len(), took);
         stats.cpu_experts += ids.len() as u64;
         stats.cpu_time += took;
         stats.cpu_recording_time += recording;
@@ -240,6 +247,7 @@ impl Tiers {
         let mut stats = Stats::new(engine, self.pool.stats(), speculative, disk, gpu_bytes, self.slots());
         stats.cpu_isa = self.cpu.as_ref().map(|t| (t.isa(), t.threads()));
         stats.cpu_math = self.cpu.as_ref().map(CpuTier::math);
+        stats.cpu_arena_fraction = self.cpu.as_ref().and_then(|t| t.arena_share()).map(|a| a.fraction());
         stats.host = self.cpu.as_ref().and_then(CpuTier::host_stats);
         stats.staging = backend.pool().staging_times();
         stats.arena_bytes = backend.pool().arena_bytes();

@@ -407,6 +407,9 @@ impl Engine {
             }
         }
         if !self.graphs.contains_key(&t) {
+            // One-token steps read misses from the arena too: split residency's, or the CPU tier's share.
+            let arena_steps = self.split.is_some()
+                || self.tiers.cpu.as_ref().is_some_and(|tier| tier.arena_share().is_some());
             let b = Bindings {
                 kernels: &self.kernels,
                 config: &self.config,
@@ -414,17 +417,17 @@ impl Engine {
                 kv: &self.kv,
                 scratch: &self.scratch,
                 pool: self.tiers.pool.backend().pool(),
-                arena: t > 1 || self.split.is_some(),
+                arena: t > 1 || arena_steps,
                 lookahead: if t == 1 { self.lookahead } else { 0 },
                 resident_table: (self.resident_table.as_ref())
                     .or(self.route_table.as_ref().filter(|_| t == 1))
                     .map(|(b, _)| b),
-                reach: match (&self.split, &self.resident_table) {
-                    (Some(_), _) => {
+                reach: match &self.resident_table {
+                    _ if self.split.is_some() || (arena_steps && t == 1) => {
                         let device = self.tiers.slots() as u32;
                         Some(Reach::Split { device, arena_first: device })
                     }
-                    (None, table) => table.as_ref().map(|(_, t)| Reach::Table(t)),
+                    table => table.as_ref().map(|(_, t)| Reach::Table(t)),
                 },
                 experts: &self.expert_kernels,
                 int8_prefill: self.int8_prefill,

@@ -12,7 +12,7 @@ use diskformer_gguf::GgufModel;
 use diskformer_kernels::{Context, Kernels};
 use diskformer_runtime::load::{
     LoadProgress, MIN_DEFAULT_CONTEXT, auto_gpu_budget, chunk_bound, default_context, default_store_dir,
-    fill_arena, ingest_gguf, load_every_expert,
+    fill_arena, ingest_gguf, load_every_expert, probe_arena,
 };
 use diskformer_runtime::{
     CpuTier, EngineStats, ForcedRoutes, GpuBytes, HostTier, PoolShape, RouteRecorder, StreamSetup, Tiers,
@@ -320,7 +320,7 @@ impl Engine {
             readers,
             handoff,
         });
-        let cpu_tier = (cpu_experts && !resident && split.is_none())
+        let mut cpu_tier = (cpu_experts && !resident && split.is_none())
             .then(|| {
                 let math = if opts.kernels.int8_decode { Some(Math::Q8) } else { opts.cpu.math };
                 CpuTier::open(
@@ -334,6 +334,11 @@ impl Engine {
                 )
             })
             .transpose()?;
+        // With the arena, the tier shares its misses with the GPU reading them from there, in proportion
+        // to the bus's time a record (measured here, before anything is on the device) and its own.
+        if let Some(tier) = cpu_tier.as_mut().filter(|_| shape.arena) {
+            tier.share_with_arena(probe_arena(&pool)?);
+        }
         let kernels = Kernels::new(&ctx);
         let kernels_coop = kernels.cooperative_matrix();
         let mut engine = Engine {
