@@ -857,8 +857,7 @@ pub(crate) enum Reach<'a> {
     Table(&'a [u32]),
     /// Split residency (or the CPU tier's share of the misses): the device's `device` slots, which hold
     /// any layer's records (the hottest, or the pool's), and each layer's records in the arena from
-    /// `arena_first` on (record
-    /// `l · experts + e` at `arena_first + l · experts + e`).
+    /// `arena_first` on (record `l · experts + e` at `arena_first + l · experts + e`).
     Split { device: u32, arena_first: u32 },
 }
 

@@ -193,7 +193,7 @@ impl CpuTier {
     }
 
     /// Shares the misses from now on with the GPU reading them from the pool's host arena, a record taking
-    /// it `bus` (measured: [`probe_arena`](crate::probe_arena)).
+    /// it `bus` (measured: [`probe_arena`](crate::load::probe_arena)).
     pub fn share_with_arena(&mut self, bus: Duration) {
         self.policy.share_with_arena(bus);
     }

@@ -95,7 +95,8 @@ pub struct StreamOptions {
     /// With the host arena and routing on the GPU: **split residency**, the resident step driver over the
     /// device's slots and the arena (every expert within the kernels' reach, the hottest moved onto the
     /// device by heat, `Placement`), with no readback between layers and no CPU tier (default on). Off,
-    /// one-token steps stream through the pool and the CPU tier as without the arena, which serves chunks.
+    /// one-token steps stream through the pool and the CPU tier, which shares each layer's misses with the
+    /// GPU reading them from the arena (`diskformer_expert_stream::ArenaShare`); the arena serves chunks.
     pub split_residency: bool,
 }
 
