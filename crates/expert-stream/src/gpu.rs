@@ -102,6 +102,8 @@ pub struct GpuPool {
     regions: [Region; 4],
     slots: usize,
     arena_slots: usize,
+    /// The arena holds every record (its fill done): a load copies from there ([`GpuPool::mark_arena_filled`]).
+    arena_filled: std::sync::atomic::AtomicBool,
     record_bytes: usize,
     /// Where staged uploads spent their time.
     staging: StagingClock,
@@ -256,6 +258,7 @@ impl GpuPool {
             regions,
             slots,
             arena_slots: 0,
+            arena_filled: std::sync::atomic::AtomicBool::new(false),
             record_bytes: layout.record_bytes as usize,
             staging: StagingClock::default(),
         })
@@ -367,6 +370,18 @@ impl GpuPool {
             enc.copy_buffer_to_buffer(src, src_at, dst, dst_at, self.slot_bytes(plane));
         }
         Ok(())
+    }
+
+    /// Marks the arena filled, every record in its slot (`slots + layer · experts + expert`): the backend's
+    /// loads then copy records from there on the device's queue, with no read and no host copy (the fill
+    /// checked them as it read them).
+    pub fn mark_arena_filled(&self) {
+        self.arena_filled.store(self.arena_slots > 0, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether loads copy from the arena ([`GpuPool::mark_arena_filled`]).
+    pub fn arena_filled(&self) -> bool {
+        self.arena_filled.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Waits until the device has finished every copy submitted so far (the arena's fill, say).
@@ -933,6 +948,8 @@ impl GpuBackend {
 pub struct GpuStaging {
     record: RecordBuf,
     ring: Option<StagingRing>,
+    /// The last `read` copied its record from the arena: nothing to upload.
+    from_arena: bool,
 }
 
 impl GpuStaging {
@@ -958,11 +975,19 @@ impl Backend for GpuBackend {
             UploadMethod::WriteBuffer => None,
             UploadMethod::StagingRing(len) => Some(self.pool.staging_ring(len, pieces)),
         };
-        GpuStaging { record: RecordBuf::new(self.pool.record_bytes), ring }
+        GpuStaging { record: RecordBuf::new(self.pool.record_bytes), ring, from_arena: false }
     }
 
     fn read(&self, key: ExpertKey, slot: Slot, staging: &mut GpuStaging) -> Result<usize, BackendError> {
-        let GpuStaging { record, ring } = staging;
+        let GpuStaging { record, ring, from_arena } = staging;
+        *from_arena = self.pool.arena_filled();
+        if *from_arena {
+            let from = Slot(self.pool.slots as u32 + key.layer * self.reader.layout().n_experts + key.expert);
+            let mut enc = self.pool.device.create_command_encoder(&Default::default());
+            self.pool.copy_from_arena(&mut enc, from, slot)?;
+            self.pool.queue.submit([enc.finish()]);
+            return Ok(self.pool.record_bytes);
+        }
         if let Some(held) = self.handoff.as_ref().and_then(|h| h.take(key)) {
             self.stage_from_host(slot, record, ring, &held.as_slice()[..self.pool.record_bytes])?;
             return Ok(self.pool.record_bytes);
@@ -1024,6 +1049,8 @@ impl Backend for GpuBackend {
 
     fn upload(&self, slot: Slot, staging: &mut GpuStaging) -> Result<(), BackendError> {
         match &staging.ring {
+            // `read` copied the record from the arena.
+            _ if staging.from_arena => Ok(()),
             None => self.pool.upload_record(slot, staging.record.as_slice()),
             // `read` copied each piece to the device as it arrived.
             Some(_) => Ok(()),

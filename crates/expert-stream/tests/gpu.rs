@@ -214,6 +214,51 @@ fn handed_off_records_load_from_host_memory() {
     }
 }
 
+/// Once the arena is marked filled, a load copies its record from the arena on the device, reading nothing
+/// from the disk: the slot holds the arena's bytes (here another record's, so that a read of the store
+/// could not pass), whether the pool uploads through a ring or with `write_buffer`; before, loads read.
+#[test]
+fn loads_copy_from_a_filled_arena() {
+    let ctx = gpu_or_skip!();
+    for method in [UploadMethod::WriteBuffer, UploadMethod::StagingRing(2)] {
+        let dir = TempDir::new("gpu-arena-loads");
+        let (layers, experts, slots) = (2u32, 8u32, 4usize);
+        let store = store(dir.path(), layers, u64::from(experts), 64, 96, 17);
+        let layout = store.layout().experts.clone().unwrap();
+        let reader = store.record_reader(false).unwrap();
+        let gpu = GpuPool::with_arena(ctx, &layout, slots, (layers * experts) as usize).unwrap();
+        // Arena slot of (l, e) holds (l, (e + 1) % experts).
+        let shifted = |k: ExpertKey| ExpertKey::new(k.layer, (k.expert + 1) % experts);
+        for l in 0..layers {
+            for e in 0..experts {
+                let at = Slot(slots as u32 + l * experts + e);
+                gpu.upload_record(at, &record(&reader, shifted(ExpertKey::new(l, e)))).unwrap();
+            }
+        }
+        let backend = GpuBackend::new(gpu, store.record_reader(false).unwrap()).unwrap().with_method(method);
+        let pool = ExpertPool::new(backend, PoolConfig::new(slots, layers, experts)).unwrap();
+        let read = ExpertKey::new(0, 2);
+        pool.release(pool.ensure(0, &[2]).unwrap());
+        assert_eq!(pool.backend().reader().activity().bytes, layout.record_bytes, "{method:?}");
+        pool.backend().pool().mark_arena_filled();
+        let copied = [ExpertKey::new(1, 7), ExpertKey::new(0, 4)];
+        pool.release(pool.ensure(1, &[7]).unwrap());
+        pool.release(pool.ensure(0, &[4]).unwrap());
+        pool.drain();
+        assert_eq!(
+            pool.backend().reader().activity().bytes,
+            layout.record_bytes,
+            "{method:?}: no more reads"
+        );
+        let gpu = pool.backend().pool();
+        let planes = read_planes(ctx, gpu);
+        assert_slot_holds(gpu, &planes, pool.slot_of(read).unwrap(), read, &record(&reader, read));
+        for key in copied {
+            assert_slot_holds(gpu, &planes, pool.slot_of(key).unwrap(), key, &record(&reader, shifted(key)));
+        }
+    }
+}
+
 #[test]
 fn concurrent_uploads_each_land_in_their_slot() {
     concurrent_uploads(false);

@@ -135,7 +135,8 @@ pub fn load_every_expert(
 
 /// Fills the pool's arena (see `GpuPool::with_arena`) with every record of `layers` × `experts`, on the pool's
 /// reader count of threads, each through its own staging, each record loaded as the pool's readers load
-/// theirs ([`load_record`]: checked, a short read refused); returns once the device has them all.
+/// theirs ([`load_record`]: checked, a short read refused); returns once the device has them all, the
+/// arena marked filled (the pool's loads then copy from it: `GpuPool::mark_arena_filled`).
 ///
 /// # Errors
 /// The first read or upload that failed, naming its record.
@@ -184,6 +185,8 @@ pub fn fill_arena(
         slot: Slot((first as u64 + total - 1) as u32),
         source: e.into(),
     })?;
+    // From now on the pool's loads copy from the arena on the device.
+    backend.pool().mark_arena_filled();
     Ok(())
 }
 
