@@ -180,6 +180,10 @@ struct Args {
     /// never; default: the engine's, TierConfig::default).
     #[arg(long)]
     cpu_reuse_window: Option<u32>,
+    /// With the host arena and --no-split-residency: the fraction of each layer's misses the GPU reads from
+    /// the arena, fixed (CpuTierOptions::arena_share; default: from the measured rates).
+    #[arg(long)]
+    cpu_arena_share: Option<f64>,
     /// Do not check expert records against the store's checksums as they are read
     /// (StreamOptions::check_reads; to measure what the checks cost).
     #[arg(long)]
@@ -308,6 +312,7 @@ fn main() -> anyhow::Result<()> {
     opts.cpu.threads = args.cpu_threads;
     opts.cpu.math = args.cpu_math.map(CpuMath::math);
     opts.cpu.ram_budget = args.ram_budget;
+    opts.cpu.arena_share = args.cpu_arena_share;
     if let Some(w) = args.cpu_reuse_window {
         opts.cpu.admission.reuse_window = w;
     }

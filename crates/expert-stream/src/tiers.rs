@@ -90,10 +90,9 @@ impl TierPolicy {
         }
     }
 
-    /// Shares the misses from now on with the GPU reading them from a host arena, a record taking it `bus`
-    /// (measured).
-    pub fn share_with_arena(&mut self, bus: Duration) {
-        self.arena = Some(ArenaShare::new(bus));
+    /// Shares the misses from now on with the GPU reading them from a host arena, as `share` says.
+    pub fn share_with_arena(&mut self, share: ArenaShare) {
+        self.arena = Some(share);
     }
 
     /// The arena's share, when there is one.
@@ -168,6 +167,8 @@ pub struct ArenaShare {
     bus: f64,
     cpu: Option<f64>,
     carry: f64,
+    /// A fraction asked for instead of the rates' ([`ArenaShare::fixed`]).
+    fixed: Option<f64>,
 }
 
 /// The weight of a layer's newest time in the running mean of the CPU's.
@@ -176,11 +177,19 @@ const CPU_MEAN_WEIGHT: f64 = 1.0 / 16.0;
 impl ArenaShare {
     /// The share for a bus that carries a record in `bus`.
     pub fn new(bus: Duration) -> Self {
-        ArenaShare { bus: bus.as_secs_f64().max(1e-9), cpu: None, carry: 0.0 }
+        ArenaShare { bus: bus.as_secs_f64().max(1e-9), cpu: None, carry: 0.0, fixed: None }
+    }
+
+    /// A share of `fraction` (clamped to 0..=1) whatever the rates: to measure the rule against.
+    pub fn fixed(fraction: f64) -> Self {
+        ArenaShare { fixed: Some(fraction.clamp(0.0, 1.0)), ..Self::new(Duration::from_secs(1)) }
     }
 
     /// The fraction of the misses the GPU reads from the arena.
     pub fn fraction(&self) -> f64 {
+        if let Some(fixed) = self.fixed {
+            return fixed;
+        }
         let cpu = self.cpu.unwrap_or(self.bus);
         cpu / (cpu + self.bus)
     }
@@ -308,7 +317,7 @@ mod tests {
     #[test]
     fn the_arena_takes_misses_in_pick_order_as_the_cpu_s_measured_time_says() {
         let mut p = TierPolicy::new(TierConfig { reuse_window: 0, max_admit: 0 }, 1, 8);
-        p.share_with_arena(Duration::from_micros(60));
+        p.share_with_arena(ArenaShare::new(Duration::from_micros(60)));
         // No CPU time measured yet: the bus's stands for it, half the misses each.
         let plan = p.plan(0, &[1, 2, 3, 4, 5], false, |id| id == 2).unwrap();
         assert_eq!(plan.tiers, [Tier::Arena, Tier::Gpu, Tier::Arena, Tier::Cpu, Tier::Cpu]);
@@ -323,6 +332,12 @@ mod tests {
         let plan = p.plan(0, &[0, 1, 2, 3], false, |_| false).unwrap();
         assert_eq!(plan.tiers[..3], [Tier::Arena; 3]);
         assert_eq!(plan.tiers[3], Tier::Cpu);
+        // A fixed share holds whatever the CPU's time: a quarter of 4 misses is one.
+        p.share_with_arena(ArenaShare::fixed(0.25));
+        p.observe_cpu(1, Duration::from_secs(1));
+        p.next_token();
+        let plan = p.plan(0, &[0, 1, 2, 3], false, |_| false).unwrap();
+        assert_eq!(plan.tiers, [Tier::Arena, Tier::Cpu, Tier::Cpu, Tier::Cpu]);
         // No arena: every miss on the CPU.
         let mut q = TierPolicy::new(TierConfig::default(), 1, 8);
         assert!(q.plan(0, &[0, 1], false, |_| false).unwrap().tiers.iter().all(|&t| t == Tier::Cpu));

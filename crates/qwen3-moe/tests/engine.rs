@@ -865,6 +865,22 @@ fn the_cpu_tier_shares_its_misses_with_the_arena() {
         assert!(stats.cpu_experts > 0 && stats.cpu_arena_picks > 0, "{what}: {stats}");
         assert!(stats.cpu_arena_fraction.is_some_and(|f| f > 0.0 && f < 1.0), "{what}: {stats}");
         assert!(stats.arena_bytes > 0, "{what}");
+        // A share asked for holds: all of the misses to the arena, or none; outside 0..=1 it is refused.
+        for (share, arena) in [(1.0, true), (0.0, false)] {
+            let mut opts = EngineOptions::default();
+            (opts.pool_slots, opts.stream.host_arena) = (Some(6), Some(true));
+            (opts.stream.split_residency, opts.cpu.enabled) = (false, Some(true));
+            opts.cpu.arena_share = Some(share);
+            let mut e = Engine::open(&m.store, &opts, &mut |_| {}).unwrap();
+            e.prefill(&PROMPT[..3], false).unwrap();
+            (0..3).for_each(|i| drop(e.step(PROMPT[i]).unwrap()));
+            let s = e.stats();
+            assert_eq!((s.cpu_arena_picks > 0, s.cpu_experts > 0), (arena, !arena), "{what}, {share}: {s}");
+        }
+        let mut opts = EngineOptions::default();
+        opts.cpu.arena_share = Some(1.5);
+        let err = Engine::open(&m.store, &opts, &mut |_| {}).err().expect("refused").to_string();
+        assert!(err.contains("arena_share") && err.contains("1.5"), "{err}");
     }
 }
 

@@ -192,10 +192,10 @@ impl CpuTier {
         self.math
     }
 
-    /// Shares the misses from now on with the GPU reading them from the pool's host arena, a record taking
-    /// it `bus` (measured: [`probe_arena`](crate::load::probe_arena)).
-    pub fn share_with_arena(&mut self, bus: Duration) {
-        self.policy.share_with_arena(bus);
+    /// Shares the misses from now on with the GPU reading them from the pool's host arena, as `share` says
+    /// (from the bus's time a record, [`probe_arena`](crate::load::probe_arena), or fixed).
+    pub fn share_with_arena(&mut self, share: ArenaShare) {
+        self.policy.share_with_arena(share);
     }
 
     /// The misses' share with the arena, when there is one.

@@ -179,6 +179,10 @@ pub struct CpuTierOptions {
     pub math: Option<Math>,
     /// Which misses the tier also uploads into the GPU pool.
     pub admission: TierConfig,
+    /// With the host arena (and split residency off): the fraction of each layer's misses the GPU reads
+    /// from the arena, fixed, in 0..=1. `None`, the default: from the bus's time a record, probed at open,
+    /// and the tier's own, measured as it runs (`diskformer_expert_stream::ArenaShare`).
+    pub arena_share: Option<f64>,
 }
 
 /// Demand readers when [`StreamOptions::readers`] is `None` and reads go through the page cache.
@@ -270,7 +274,8 @@ impl StreamSetup {
     /// the page cache or, with O_DIRECT, through the host tier.
     ///
     /// # Errors
-    /// [`Error::BadOption`] for a host tier asked for with the CPU tier off; store errors reading the
+    /// [`Error::BadOption`] for a host tier asked for with the CPU tier off, or an arena share outside
+    /// 0..=1; store errors reading the
     /// checksums or probing.
     pub fn resolve(
         store: &Store,
@@ -279,6 +284,12 @@ impl StreamSetup {
         cpu: &CpuTierOptions,
         top_k: u32,
     ) -> Result<(StreamSetup, RecordReader)> {
+        if let Some(share) = cpu.arena_share.filter(|f| !(0.0..=1.0).contains(f)) {
+            return Err(Error::BadOption {
+                option: "arena_share",
+                what: format!("{share}; a fraction of the misses, 0 to 1 (or none: the measured rates')"),
+            });
+        }
         if cpu.ram_budget.is_some() && cpu.enabled == Some(false) {
             return Err(Error::BadOption {
                 option: "ram_budget",

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use diskformer_bpe::Tokenizer;
 use diskformer_cpu_kernels::Math;
-use diskformer_expert_stream::{GpuBudget, PoolConfig, RouteShape};
+use diskformer_expert_stream::{ArenaShare, GpuBudget, PoolConfig, RouteShape};
 use diskformer_gguf::GgufModel;
 use diskformer_kernels::{Context, Kernels};
 use diskformer_runtime::load::{
@@ -335,9 +335,13 @@ impl Engine {
             })
             .transpose()?;
         // With the arena, the tier shares its misses with the GPU reading them from there, in proportion
-        // to the bus's time a record (measured here, before anything is on the device) and its own.
+        // to the bus's time a record (measured here, before anything is on the device) and its own, or as
+        // asked.
         if let Some(tier) = cpu_tier.as_mut().filter(|_| shape.arena) {
-            tier.share_with_arena(probe_arena(&pool)?);
+            tier.share_with_arena(match opts.cpu.arena_share {
+                Some(fraction) => ArenaShare::fixed(fraction),
+                None => ArenaShare::new(probe_arena(&pool)?),
+            });
         }
         let kernels = Kernels::new(&ctx);
         let kernels_coop = kernels.cooperative_matrix();
