@@ -879,7 +879,10 @@ fn the_cpu_tier_shares_its_misses_with_the_arena() {
         }
         let mut opts = EngineOptions::default();
         opts.cpu.arena_share = Some(1.5);
-        let err = Engine::open(&m.store, &opts, &mut |_| {}).err().expect("refused").to_string();
+        let Err(err) = Engine::open(&m.store, &opts, &mut |_| {}) else {
+            panic!("{what}: a share of 1.5 opened")
+        };
+        let err = err.to_string();
         assert!(err.contains("arena_share") && err.contains("1.5"), "{err}");
     }
 }
