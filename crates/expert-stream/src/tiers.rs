@@ -10,9 +10,9 @@
 //! upload path is idle, so background uploads never queue up behind each other.
 //!
 //! Where the pool has a host arena (every record in host memory the GPU's kernels read over the bus), a
-//! miss may also run on the GPU straight from there ([`Tier::Arena`]): the bus and the host's memory are
-//! two paths of about the same width, so a layer's misses are shared between them as [`ArenaShare`] says,
-//! in proportion to each side's measured time a record, so that both finish together.
+//! miss may also run on the GPU straight from there ([`Tier::Arena`]): the bus and the host's own memory
+//! are two paths out of host memory that can work at once, so a layer's misses are shared between them as
+//! [`ArenaShare`] says, in proportion to each side's measured time a record, so that both finish together.
 
 use std::time::Duration;
 
@@ -192,11 +192,6 @@ impl ArenaShare {
         }
         let cpu = self.cpu.unwrap_or(self.bus);
         cpu / (cpu + self.bus)
-    }
-
-    /// The CPU's time a record, as measured so far.
-    pub fn cpu_per_record(&self) -> Option<Duration> {
-        self.cpu.map(Duration::from_secs_f64)
     }
 
     /// How many of a layer's `misses` go to the arena.

@@ -275,8 +275,7 @@ impl StreamSetup {
     ///
     /// # Errors
     /// [`Error::BadOption`] for a host tier asked for with the CPU tier off, or an arena share outside
-    /// 0..=1; store errors reading the
-    /// checksums or probing.
+    /// 0..=1; store errors reading the checksums or probing.
     pub fn resolve(
         store: &Store,
         experts: &ExpertLayout,
