@@ -194,7 +194,7 @@ pub fn fill_arena(
 /// submit's few tens of µs count little.
 const PROBE_RECORDS: u32 = 32;
 
-/// The bus's time for one record from the pool's host arena to the GPU: copies of up to [`PROBE_RECORDS`]
+/// The bus's time for one record from the pool's host arena to the GPU: copies of up to 32 (`PROBE_RECORDS`)
 /// arena records into the device's slots, timed twice (the faster kept: the first may wake the link). The
 /// copy engine reads host memory within a few % of the expert kernels' own rate (BENCHMARKS.md, twentieth
 /// session). Call it on a pool whose device slots hold nothing yet, before any step: it overwrites them.
