@@ -904,6 +904,13 @@ impl GpuBackend {
         &self.reader
     }
 
+    /// The arena slot that holds `key`'s record: `slots + layer · experts + expert`, the arena's records in
+    /// the store's order (`None` past the arena, or without one).
+    pub fn arena_slot(&self, key: ExpertKey) -> Option<Slot> {
+        let record = u64::from(key.layer) * u64::from(self.reader.layout().n_experts) + u64::from(key.expert);
+        (record < self.pool.arena_slots as u64).then(|| Slot((self.pool.slots as u64 + record) as u32))
+    }
+
     /// Stages a record that a host copy fills (from the page cache or host memory) through `ring`'s pieces:
     /// at once while few such loads run, one after another in a burst.
     fn host_copy_pieces<F>(&self, slot: Slot, ring: &mut StagingRing, fill: F) -> Result<(), BackendError>
@@ -982,7 +989,7 @@ impl Backend for GpuBackend {
         let GpuStaging { record, ring, from_arena } = staging;
         *from_arena = self.pool.arena_filled();
         if *from_arena {
-            let from = Slot(self.pool.slots as u32 + key.layer * self.reader.layout().n_experts + key.expert);
+            let from = self.arena_slot(key).ok_or_else(|| format!("{key} is past the arena"))?;
             let mut enc = self.pool.device.create_command_encoder(&Default::default());
             self.pool.copy_from_arena(&mut enc, from, slot)?;
             self.pool.queue.submit([enc.finish()]);

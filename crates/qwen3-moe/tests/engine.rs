@@ -837,14 +837,18 @@ fn the_cpu_tier_shares_its_misses_with_the_arena() {
         let (layers, top_k) = (u64::from(shape.layers), u64::from(shape.top_k));
         let what = format!("{:?}", shape.ftype);
         let m = model(&format!("tier-arena-{what}"), shape, 5);
+        // The CPU tier beside the arena, on 6 slots, computing on f32 inputs.
+        let shared_tier = |o: &mut EngineOptions| {
+            o.pool_slots = Some(6);
+            o.cpu.enabled = Some(true);
+            o.cpu.math = Some(diskformer_cpu_kernels::Math::F32);
+            o.stream.host_arena = Some(true);
+            o.stream.split_residency = false;
+        };
         let run = |shared: bool| {
             let mut e = open(&m, |o| {
                 if shared {
-                    o.pool_slots = Some(6);
-                    o.cpu.enabled = Some(true);
-                    o.cpu.math = Some(diskformer_cpu_kernels::Math::F32);
-                    o.stream.host_arena = Some(true);
-                    o.stream.split_residency = false;
+                    shared_tier(o);
                 }
             });
             let mut logits = vec![e.prefill(&PROMPT, true).unwrap()];
@@ -867,11 +871,10 @@ fn the_cpu_tier_shares_its_misses_with_the_arena() {
         assert!(stats.arena_bytes > 0, "{what}");
         // A share asked for holds: all of the misses to the arena, or none; outside 0..=1 it is refused.
         for (share, arena) in [(1.0, true), (0.0, false)] {
-            let mut opts = EngineOptions::default();
-            (opts.pool_slots, opts.stream.host_arena) = (Some(6), Some(true));
-            (opts.stream.split_residency, opts.cpu.enabled) = (false, Some(true));
-            opts.cpu.arena_share = Some(share);
-            let mut e = Engine::open(&m.store, &opts, &mut |_| {}).unwrap();
+            let mut e = open(&m, |o| {
+                shared_tier(o);
+                o.cpu.arena_share = Some(share);
+            });
             e.prefill(&PROMPT[..3], false).unwrap();
             (0..3).for_each(|i| drop(e.step(PROMPT[i]).unwrap()));
             let s = e.stats();

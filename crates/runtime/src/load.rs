@@ -162,7 +162,13 @@ pub fn fill_arena(
                     for i in (t as u64..total).step_by(threads) {
                         let key =
                             ExpertKey::new((i / u64::from(experts)) as u32, (i % u64::from(experts)) as u32);
-                        let slot = Slot((first as u64 + i) as u32);
+                        let slot = backend.arena_slot(key).ok_or_else(|| PoolError::InvalidConfig {
+                            field: "arena_slots",
+                            reason: format!(
+                                "are {}; the model has {total} records",
+                                backend.pool().arena_slots()
+                            ),
+                        })?;
                         load_record(backend, key, slot, &mut staging)?;
                         done.fetch_add(1, Ordering::Relaxed);
                         let _ = tx.send(());

@@ -107,8 +107,6 @@ impl Tiers {
     /// # Panics
     /// Without the CPU tier.
     pub fn split_layer(&mut self, l: u32, picks: &[u32], stats: &mut EngineStats) -> Result<LayerSplit> {
-        // The arena's slots follow the device's, a record each (`l · experts + e`).
-        let arena_first = self.slots() as u32 + l * self.shape.experts;
         let tier = self.cpu.as_mut().expect("a CPU layer runs with the tier");
         // One look under the pool's lock: which picks it holds ready, and whether loads are queued.
         let (may_admit, ready) = self.pool.inspect(|core| {
@@ -122,10 +120,14 @@ impl Tiers {
             picks.iter().zip(&plan.tiers).filter(|(_, t)| **t == Tier::Gpu).map(|(&e, _)| e).collect();
         let pinned = self.pool.ensure(l, &hits)?;
         let mut hit_slots = pinned.slots().iter();
+        let backend = self.pool.backend();
         let slots: Vec<u32> = (plan.tiers.iter().zip(picks))
             .map(|(t, &e)| match t {
                 Tier::Gpu => hit_slots.next().expect("a slot for every hit").0,
-                Tier::Arena => arena_first + e,
+                // The tier shares its misses only where the pool's arena holds every record.
+                Tier::Arena => {
+                    backend.arena_slot(ExpertKey::new(l, e)).expect("the arena holds every record").0
+                }
                 Tier::Cpu => ABSENT_SLOT,
             })
             .collect();
