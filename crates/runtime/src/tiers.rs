@@ -135,9 +135,18 @@ impl Tiers {
         let cpu_picks: Vec<usize> = plan.cpu_picks().collect();
         let cpu_experts: Vec<u32> = cpu_picks.iter().map(|&i| picks[i]).collect();
         // The host tier reads what it lacks first, so that the admissions load from host memory.
-        tier.fetch(l, &cpu_experts, &plan.admit)?;
-        if !plan.admit.is_empty() {
-            stats.cpu_admitted += self.pool.prefetch(l, &plan.admit)? as u64;
+        let pool = &self.pool;
+        let started = tier.fetch(l, &cpu_experts, &plan.admit).and_then(|()| match plan.admit.is_empty() {
+            true => Ok(0),
+            false => Ok(pool.prefetch(l, &plan.admit)?),
+        });
+        match started {
+            Ok(admitted) => stats.cpu_admitted += admitted as u64,
+            // The hits stay pinned only for a split the driver gets.
+            Err(e) => {
+                self.pool.release(pinned);
+                return Err(e);
+            }
         }
         Ok(LayerSplit { pinned, slots, cpu_picks, cpu_experts })
     }
