@@ -12,7 +12,8 @@
 //! Where the pool has a host arena (every record in host memory the GPU's kernels read over the bus), a
 //! miss may also run on the GPU straight from there ([`Tier::Arena`]): the bus and the host's own memory
 //! are two paths out of host memory that can work at once, so a layer's misses are shared between them as
-//! [`ArenaShare`] says, in proportion to each side's measured time a record, so that both finish together.
+//! [`ArenaShare`] says, in proportion to each side's measured time a record, so that both finish together,
+//! corrected by which side did finish first.
 
 use std::time::Duration;
 
@@ -107,6 +108,13 @@ impl TierPolicy {
         }
     }
 
+    /// Counts which side of a layer with both finished first (see [`ArenaShare::observe_finish`]).
+    pub fn observe_finish(&mut self, gpu_first: bool) {
+        if let Some(arena) = self.arena.as_mut() {
+            arena.observe_finish(gpu_first);
+        }
+    }
+
     /// The knobs.
     pub fn config(&self) -> TierConfig {
         self.config
@@ -158,14 +166,19 @@ impl TierPolicy {
 }
 
 /// How many of a layer's misses the GPU reads from the host arena, the rest computed on the CPU: the
-/// fraction that ends both sides together, `cpu / (cpu + bus)` of them for times a record `cpu` (the CPU
-/// tier's, a running mean of its layers; the bus's until one is measured) and `bus` (measured once). A
+/// fraction that ends both sides together. The rates give a first estimate, `cpu / (cpu + bus)` of them for
+/// times a record `cpu` (the CPU tier's, a running mean of its layers; the bus's until one is measured)
+/// and `bus` (measured once); but the GPU also runs the layer's hits, and each side has costs a record's
+/// time leaves out, so each layer's outcome moves a correction a step toward the side that finished last
+/// ([`ArenaShare::observe_finish`]): the fraction settles where each finishes first half the time. A
 /// layer's count is rounded down with the remainder carried to the next, so that over many layers the
 /// counts add up to the fraction.
 #[derive(Clone, Debug)]
 pub struct ArenaShare {
     bus: f64,
     cpu: Option<f64>,
+    /// Added to the rates' fraction: the outcomes' correction, kept within 0..=1 of the sum.
+    correction: f64,
     carry: f64,
     /// A fraction asked for instead of the rates' ([`ArenaShare::fixed`]).
     fixed: Option<f64>,
@@ -174,10 +187,13 @@ pub struct ArenaShare {
 /// The weight of a layer's newest time in the running mean of the CPU's.
 const CPU_MEAN_WEIGHT: f64 = 1.0 / 16.0;
 
+/// How far one layer's outcome moves the fraction: across half its range in a 48-layer token.
+const FINISH_STEP: f64 = 0.01;
+
 impl ArenaShare {
     /// The share for a bus that carries a record in `bus`.
     pub fn new(bus: Duration) -> Self {
-        ArenaShare { bus: bus.as_secs_f64().max(1e-9), cpu: None, carry: 0.0, fixed: None }
+        ArenaShare { bus: bus.as_secs_f64().max(1e-9), cpu: None, correction: 0.0, carry: 0.0, fixed: None }
     }
 
     /// A share of `fraction` (clamped to 0..=1) whatever the rates: to measure the rule against.
@@ -190,8 +206,25 @@ impl ArenaShare {
         if let Some(fixed) = self.fixed {
             return fixed;
         }
+        (self.rates_fraction() + self.correction).clamp(0.0, 1.0)
+    }
+
+    /// The fraction the rates alone give.
+    fn rates_fraction(&self) -> f64 {
         let cpu = self.cpu.unwrap_or(self.bus);
         cpu / (cpu + self.bus)
+    }
+
+    /// Counts a layer whose GPU work (its hits and arena picks) finished before the CPU's (`gpu_first`),
+    /// or after it: the next layers give the arena a step more of the misses, or a step less. Nothing for a
+    /// fixed share.
+    pub fn observe_finish(&mut self, gpu_first: bool) {
+        if self.fixed.is_some() {
+            return;
+        }
+        let rates = self.rates_fraction();
+        let step = if gpu_first { FINISH_STEP } else { -FINISH_STEP };
+        self.correction = (self.correction + step).clamp(-rates, 1.0 - rates);
     }
 
     /// How many of a layer's `misses` go to the arena.
@@ -306,6 +339,41 @@ mod tests {
             }
             let wanted = f * misses.iter().sum::<usize>() as f64;
             prop_assert!((taken as f64 - wanted).abs() < 1.0 + 1e-6, "took {taken}, wanted {wanted}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// On a model machine (the CPU `cpu` a record; the GPU `hits` for the layer's hits and `arena` a
+        /// record it reads, both starting together), the outcomes move the fraction to where both finish
+        /// together, whatever the rates' first guess: past the first tokens, the mean fraction is the
+        /// balance within a few steps and what rounding a layer's misses to records costs.
+        #[test]
+        fn the_outcomes_move_the_share_to_where_both_sides_finish_together(
+            bus_us in 1u64..1_000,
+            cpu_us in 1u64..1_000,
+            arena_us in 1u64..1_000,
+            hits_us in 0u64..1_000,
+            misses in 1usize..9,
+        ) {
+            let mut share = ArenaShare::new(Duration::from_micros(bus_us));
+            let (cpu, arena, hits, m) = (cpu_us as f64, arena_us as f64, hits_us as f64, misses as f64);
+            let mut fractions = Vec::new();
+            for layer in 0..48 * 40 {
+                let n = share.count(misses);
+                share.observe_cpu(misses - n, Duration::from_secs_f64(cpu * (misses - n) as f64 * 1e-6));
+                share.observe_finish(hits + arena * n as f64 <= cpu * (misses - n) as f64);
+                if layer >= 48 * 20 {
+                    fractions.push(share.fraction());
+                }
+            }
+            let mean = fractions.iter().sum::<f64>() / fractions.len() as f64;
+            let balance = ((cpu * m - hits) / (m * (arena + cpu))).clamp(0.0, 1.0);
+            // One record either way moves a side's time by a record's: the fraction between the records'
+            // counts on either side of the balance.
+            prop_assert!((mean - balance).abs() <= 1.0 / m + 5.0 * FINISH_STEP,
+                "mean {mean}, balance {balance}");
         }
     }
 

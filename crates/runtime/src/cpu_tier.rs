@@ -209,6 +209,12 @@ impl CpuTier {
         self.policy.observe_cpu(records, took);
     }
 
+    /// Counts which side of a layer with both finished first: its GPU work or this tier's (the arena's
+    /// share follows it).
+    pub fn observe_finish(&mut self, gpu_first: bool) {
+        self.policy.observe_finish(gpu_first);
+    }
+
     /// Starts the next token's plans.
     pub fn next_token(&mut self) {
         self.policy.next_token();

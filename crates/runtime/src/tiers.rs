@@ -27,6 +27,8 @@ pub struct LayerSplit {
     pub cpu_picks: Vec<usize>,
     /// Their experts (the host tier has started reading those it lacks).
     pub cpu_experts: Vec<u32>,
+    /// How many misses the GPU reads from the arena.
+    pub arena_picks: usize,
 }
 
 /// The GPU pool and the CPU tier a model's experts stream through.
@@ -131,7 +133,8 @@ impl Tiers {
                 Tier::Cpu => ABSENT_SLOT,
             })
             .collect();
-        stats.cpu_arena_picks += plan.tiers.iter().filter(|&&t| t == Tier::Arena).count() as u64;
+        let arena_picks = plan.tiers.iter().filter(|&&t| t == Tier::Arena).count();
+        stats.cpu_arena_picks += arena_picks as u64;
         let cpu_picks: Vec<usize> = plan.cpu_picks().collect();
         let cpu_experts: Vec<u32> = cpu_picks.iter().map(|&i| picks[i]).collect();
         // The host tier reads what it lacks first, so that the admissions load from host memory.
@@ -148,7 +151,7 @@ impl Tiers {
                 return Err(e);
             }
         }
-        Ok(LayerSplit { pinned, slots, cpu_picks, cpu_experts })
+        Ok(LayerSplit { pinned, slots, cpu_picks, cpu_experts, arena_picks })
     }
 
     /// Computes layer `l`'s experts `ids` on the CPU, weighted by `weights`, on the layer's normed state

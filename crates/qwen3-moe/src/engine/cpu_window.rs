@@ -2,6 +2,8 @@
 //! host's misses ([`Engine::plan_cpu_layer`]), then the misses computed on the host while the GPU runs the
 //! hits, their sum joined to the residual stream in the GPU's combine or after it ([`Engine::join_cpu_layer`]).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use diskformer_expert_stream::Pinned;
@@ -9,8 +11,8 @@ use diskformer_runtime::tiers::LayerSplit;
 
 use super::per_layer::record_layer_head;
 use super::{Engine, timed};
-use crate::Result;
 use crate::graph::{CpuJoin, Graph, JoinVia, record};
+use crate::{Error, Result};
 
 /// The host's share of a layer: its picks' experts, their router weights, the layer's normed state, and
 /// which pick's down row carries the host's sum when it joins as a pick.
@@ -33,8 +35,12 @@ impl Engine {
     ) -> Result<(Pinned, Vec<u32>, Option<CpuWork>)> {
         let (k, hidden) = (self.config.expert_used_count as usize, self.config.embedding_length as usize);
         let picks = &read[..k];
-        let LayerSplit { pinned, slots, cpu_picks, cpu_experts: ids } =
+        let LayerSplit { pinned, slots, cpu_picks, cpu_experts: ids, arena_picks } =
             self.tiers.split_layer(l, picks, &mut self.stats)?;
+        if let Some(tier) = self.tiers.cpu.as_mut().filter(|_| cpu_picks.is_empty() && arena_picks > 0) {
+            // The arena took every miss: the host, with none, finished first.
+            tier.observe_finish(false);
+        }
         let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
         let (mut weights, xn) = (floats(&read[k..2 * k]), floats(&read[2 * k..2 * k + hidden]));
         let cpu_weights: Vec<f32> = cpu_picks.iter().map(|&i| weights[i]).collect();
@@ -50,18 +56,19 @@ impl Engine {
         Ok((pinned, slots, work))
     }
 
-    /// Runs layer `l` of `graph` with the host's `work`: the hits' gate‖up and down (fused: and their
-    /// combine onto the residual stream) run on the GPU while the host computes the misses; then their sum
-    /// joins (unfused: in the combine, as a pick's down row; fused: added onto the residual stream).
-    /// Meanwhile this thread submits the hits' work and records (and finishes: most of wgpu's encoding cost)
-    /// what follows the sum into `enc`: the join or the combine, and the next layer up to its picks (its
-    /// readback as a CPU layer's when `next_on_cpu`), which it returns.
+    /// Runs layer `l` of `graph` with the host's `work`: the GPU's picks (`experts`, recorded: the hits'
+    /// gate‖up and down, fused: and their combine onto the residual stream) run on the GPU while the host
+    /// computes the misses; then their sum joins (unfused: in the combine, as a pick's down row; fused:
+    /// added onto the residual stream). Meanwhile this thread submits `experts` and records (and finishes:
+    /// most of wgpu's encoding cost) what follows the sum into `enc`: the join or the combine, and the next
+    /// layer up to its picks (its readback as a CPU layer's when `next_on_cpu`), which it returns.
     pub(super) fn join_cpu_layer(
         &mut self,
         enc: &mut wgpu::CommandEncoder,
         graph: &Graph,
         l: u32,
         work: CpuWork,
+        experts: wgpu::CommandBuffer,
         next_on_cpu: bool,
     ) -> Result<Option<wgpu::CommandBuffer>> {
         let lg = &graph.layers[l as usize];
@@ -71,12 +78,13 @@ impl Engine {
         // Counted here and added after: the tier counts its own time in the stats meanwhile.
         let (mut record_time, mut submit_time) = (Duration::ZERO, Duration::ZERO);
         let next = graph.layers.get(l as usize + 1);
+        // Set once the GPU's picks are done: whether they finished before the host's is what moves the
+        // arena's share (`ArenaShare::observe_finish`).
+        let gpu_done = Arc::new(AtomicBool::new(false));
         let meanwhile = || {
-            let gate_up = timed(&mut record_time, || {
-                record(enc, &lg.experts[..*down_from]);
-                std::mem::replace(enc, device.create_command_encoder(&Default::default())).finish()
-            });
-            timed(&mut submit_time, || queue.submit([gate_up]));
+            timed(&mut submit_time, || queue.submit([experts]));
+            let done = Arc::clone(&gpu_done);
+            queue.on_submitted_work_done(move || done.store(true, Ordering::Release));
             timed(&mut record_time, || {
                 if let JoinVia::Add(join) = via {
                     record(enc, std::slice::from_ref(join));
@@ -93,6 +101,10 @@ impl Engine {
             self.tiers.compute_misses_while(l, &ids, &weights, &xn, &mut self.stats, meanwhile)?;
         self.stats.record_time += record_time;
         self.stats.submit_time += submit_time;
+        device.poll(wgpu::PollType::Poll).map_err(|e| Error::Gpu(e.to_string()))?;
+        if let Some(tier) = self.tiers.cpu.as_mut() {
+            tier.observe_finish(gpu_done.load(Ordering::Acquire));
+        }
         match via {
             JoinVia::Add(_) => queue.write_buffer(&s.cpu_sum, 0, bytemuck::cast_slice(&sum)),
             JoinVia::AsPick => {

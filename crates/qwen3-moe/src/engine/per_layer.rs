@@ -48,6 +48,16 @@ impl Engine {
                 }),
             };
             let picked = timed(&mut self.stats.submit_time, || queue.submit([commands]));
+            // A CPU layer's GPU experts, recorded while the GPU runs the head: submitted as soon as the
+            // picks are planned, so that the GPU's share starts before the host's.
+            let at = lg.cpu_join.as_ref().filter(|_| on_cpu).map(|join| join.at);
+            let experts_ready = at.map(|at| {
+                timed(&mut self.stats.record_time, || {
+                    let mut enc = device.create_command_encoder(&Default::default());
+                    record(&mut enc, &lg.experts[..at]);
+                    enc.finish()
+                })
+            });
             // The guesses in a submission of their own, so that the host maps the picks and loads the
             // layer's misses while the GPU runs them (each of their 2 · lookahead dependent dispatches costs
             // several µs in the chain).
@@ -110,12 +120,18 @@ impl Engine {
                 }
             }
             self.tiers.held = pinned;
-            match cpu_work {
-                Some(work) => {
+            match (cpu_work, experts_ready) {
+                (Some(work), Some(experts)) => {
                     let next_on_cpu = graph.layers.get(l as usize + 1).is_some_and(cpu_layer);
-                    head_ready = self.join_cpu_layer(&mut enc, &graph, l, work, next_on_cpu)?;
+                    head_ready = self.join_cpu_layer(&mut enc, &graph, l, work, experts, next_on_cpu)?;
                 }
-                None => timed(&mut self.stats.record_time, || record(&mut enc, &lg.experts)),
+                // Every pick a hit: no sum joins (`enc` holds nothing yet, so the order stays).
+                (None, Some(experts)) => {
+                    timed(&mut self.stats.submit_time, || queue.submit([experts]));
+                    let rest = &lg.experts[at.unwrap_or_default()..];
+                    timed(&mut self.stats.record_time, || record(&mut enc, rest));
+                }
+                (_, None) => timed(&mut self.stats.record_time, || record(&mut enc, &lg.experts)),
             }
         }
 
