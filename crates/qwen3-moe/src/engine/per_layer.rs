@@ -1,7 +1,7 @@
 //! The per-layer step driver, for chunks while experts stream (and one-token steps with prefetch, or the
 //! CPU tier): each layer's head submitted and its picks read back, `ensure` (or the CPU tier's plan and join,
-//! in [`cpu_window`](super::cpu_window)) before the layer's experts are recorded, prefetch guesses for the
-//! layers after it.
+//! in [`cpu_window`](super::cpu_window)) before the layer's experts are submitted (a CPU layer's recorded
+//! while its picks are read back, others after), prefetch guesses for the layers after it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
