@@ -181,7 +181,8 @@ struct Args {
     #[arg(long)]
     cpu_reuse_window: Option<u32>,
     /// With the host arena and --no-split-residency: the fraction of each layer's misses the GPU reads from
-    /// the arena, fixed (CpuTierOptions::arena_share; default: from the measured rates).
+    /// the arena, fixed (CpuTierOptions::arena_share; default: from the measured rates, corrected by which
+    /// side finishes first).
     #[arg(long)]
     cpu_arena_share: Option<f64>,
     /// Do not check expert records against the store's checksums as they are read

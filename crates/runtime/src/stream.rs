@@ -181,7 +181,8 @@ pub struct CpuTierOptions {
     pub admission: TierConfig,
     /// With the host arena (and split residency off): the fraction of each layer's misses the GPU reads
     /// from the arena, fixed, in 0..=1. `None`, the default: from the bus's time a record, probed at open,
-    /// and the tier's own, measured as it runs (`diskformer_expert_stream::ArenaShare`).
+    /// and the tier's own, measured as it runs, corrected each layer toward the side that finished last
+    /// (`diskformer_expert_stream::ArenaShare`).
     pub arena_share: Option<f64>,
 }
 
