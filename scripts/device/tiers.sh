@@ -143,7 +143,7 @@ for l in open(sys.argv[1]):
         continue
     print(f'{r["label"]:18} decode {b["decode_tok_s"]:7.2f} prefill {b["prefill_tok_s"]:8.1f} hits {100*(b["hit_rate"] or 0):5.1f}% '
           f'cpu/tok {c.get("per_token", 0):6.1f} cpu ms/tok {c.get("ms_per_token", 0):6.2f} '
-          f'(recording {c.get("recording_ms_per_token", 0):5.2f}) first uses/tok {c.get("first_uses_per_token", 0):5.2f} ({c.get("first_use_ms_per_token", 0):5.2f} ms) GB read/tok {b["bytes_read_per_token"]/1e9:5.2f} '
+          f'(recording {c.get("recording_ms_per_token", 0):5.2f}) first uses/tok {c.get("first_uses_per_token", 0):5.2f} ({c.get("first_use_ms_per_token", 0):5.2f} ms) GB loaded/tok {b["bytes_read_per_token"]/1e9:5.2f} '
           f'wait {b["gpu_wait_ms_per_token"]:5.2f} ensure {b["ensure_ms_per_token"]:5.2f} '
           f'host {b["host_ms_per_token"]:5.2f} record {b["record_ms_per_token"]:5.2f} submit {b["submit_ms_per_token"]:5.2f}')
     sp = b.get("split") or {}

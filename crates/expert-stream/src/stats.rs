@@ -20,7 +20,8 @@ pub struct Stats {
     pub evictions: u64,
     /// Loads that failed (read, short read, upload or backend panic); their slots were freed.
     pub failed_loads: u64,
-    /// Bytes the backend read (successful loads).
+    /// Bytes the backend loaded into slots (successful loads), whether it read them from the store or
+    /// copied them from host memory it already held.
     pub bytes_read: u64,
     /// Time in [`Backend::read`](crate::Backend::read), summed over reader threads.
     pub read_time: Duration,

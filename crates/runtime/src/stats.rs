@@ -251,7 +251,8 @@ impl Stats {
         (all > 0).then(|| self.cpu_experts as f64 / all as f64)
     }
 
-    /// Expert bytes read from the store per token.
+    /// Expert bytes the pool loaded into its slots per token: read from the store, or copied from host
+    /// memory (the arena, the host tier's hand-off, speculative reads); the store's own reads are `disk`'s.
     pub fn bytes_read_per_token(&self) -> f64 {
         if self.tokens() == 0 { 0.0 } else { self.pool.bytes_read as f64 / self.tokens() as f64 }
     }
@@ -275,7 +276,7 @@ impl fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "per token: GPU wait {:.2} ms, ensure {:.2} ms, host {:.2} ms (recording {:.2}, submits {:.2}), read {:.2} ms, upload {:.2} ms, {:.1} MB read",
+            "per token: GPU wait {:.2} ms, ensure {:.2} ms, host {:.2} ms (recording {:.2}, submits {:.2}), read {:.2} ms, upload {:.2} ms, {:.1} MB loaded",
             self.ms_per_token(self.gpu_wait),
             self.ms_per_token(self.ensure_time),
             self.ms_per_token(self.host_time),
