@@ -228,11 +228,11 @@ impl Tiers {
         });
         // A hit evicted since the look above is loaded again: rare, and still correct.
         let pinned = self.pool.ensure(l, &held)?;
-        let first = (self.slots() + (l * self.shape.experts) as usize) as u32;
+        let backend = self.pool.backend();
         let slots = (picks.iter())
-            .map(|id| match held.binary_search(id) {
+            .map(|&id| match held.binary_search(&id) {
                 Ok(i) => pinned.slots()[i].0,
-                Err(_) => first + id,
+                Err(_) => backend.arena_slot(ExpertKey::new(l, id)).expect("the arena holds every record").0,
             })
             .collect();
         Ok((pinned, slots))
