@@ -340,10 +340,6 @@ mod tests {
             let wanted = f * misses.iter().sum::<usize>() as f64;
             prop_assert!((taken as f64 - wanted).abs() < 1.0 + 1e-6, "took {taken}, wanted {wanted}");
         }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(200))]
 
         /// On a model machine (the CPU `cpu` a record; the GPU `hits` for the layer's hits and `arena` a
         /// record it reads, both starting together), the outcomes move the fraction to where both finish
