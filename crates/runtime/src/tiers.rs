@@ -139,10 +139,9 @@ impl Tiers {
         let cpu_experts: Vec<u32> = cpu_picks.iter().map(|&i| picks[i]).collect();
         // The host tier reads what it lacks first, so that the admissions load from host memory.
         let pool = &self.pool;
-        let started = tier.fetch(l, &cpu_experts, &plan.admit).and_then(|()| match plan.admit.is_empty() {
-            true => Ok(0),
-            false => Ok(pool.prefetch(l, &plan.admit)?),
-        });
+        let started = tier
+            .fetch(l, &cpu_experts, &plan.admit)
+            .and_then(|()| if plan.admit.is_empty() { Ok(0) } else { Ok(pool.prefetch(l, &plan.admit)?) });
         match started {
             Ok(admitted) => stats.cpu_admitted += admitted as u64,
             // The hits stay pinned only for a split the driver gets.
