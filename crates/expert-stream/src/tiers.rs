@@ -215,11 +215,16 @@ impl ArenaShare {
         cpu / (cpu + self.bus)
     }
 
+    /// Whether [`observe_finish`](Self::observe_finish) moves the fraction (not for a fixed share).
+    pub fn follows_outcomes(&self) -> bool {
+        self.fixed.is_none()
+    }
+
     /// Counts a layer whose GPU work (its hits and arena picks) finished before the CPU's (`gpu_first`),
     /// or after it: the next layers give the arena a step more of the misses, or a step less. Nothing for a
     /// fixed share.
     pub fn observe_finish(&mut self, gpu_first: bool) {
-        if self.fixed.is_some() {
+        if !self.follows_outcomes() {
             return;
         }
         let rates = self.rates_fraction();

@@ -147,7 +147,6 @@ pub fn fill_arena(
     progress: &mut dyn FnMut(LoadProgress),
 ) -> Result<()> {
     let backend = pool.backend();
-    let first = backend.pool().slots();
     let total = u64::from(layers * experts);
     let threads = pool.config().readers.clamp(1, total.max(1) as usize);
     let done = AtomicU64::new(0);
@@ -186,10 +185,10 @@ pub fn fill_arena(
             .into_iter()
             .try_for_each(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     })?;
-    backend.pool().wait_for_uploads().map_err(|e| PoolError::Upload {
-        key: ExpertKey::new(layers - 1, experts - 1),
-        slot: Slot((first as u64 + total - 1) as u32),
-        source: e.into(),
+    backend.pool().wait_for_uploads().map_err(|e| {
+        let key = ExpertKey::new(layers - 1, experts - 1);
+        let slot = backend.arena_slot(key).expect("every record was given its arena slot");
+        PoolError::Upload { key, slot, source: e.into() }
     })?;
     // From now on the pool's loads copy from the arena on the device.
     backend.pool().mark_arena_filled();

@@ -78,13 +78,16 @@ impl Engine {
         // Counted here and added after: the tier counts its own time in the stats meanwhile.
         let (mut record_time, mut submit_time) = (Duration::ZERO, Duration::ZERO);
         let next = graph.layers.get(l as usize + 1);
-        // Set once the GPU's picks are done: whether they finished before the host's is what moves the
-        // arena's share (`ArenaShare::observe_finish`).
-        let gpu_done = Arc::new(AtomicBool::new(false));
+        // Where the arena's share follows outcomes (`ArenaShare::observe_finish`): set once the GPU's picks
+        // are done, to say whether they finished before the host's.
+        let follows =
+            self.tiers.cpu.as_ref().and_then(|t| t.arena_share()).is_some_and(|a| a.follows_outcomes());
+        let gpu_done = follows.then(|| Arc::new(AtomicBool::new(false)));
         let meanwhile = || {
             timed(&mut submit_time, || queue.submit([experts]));
-            let done = Arc::clone(&gpu_done);
-            queue.on_submitted_work_done(move || done.store(true, Ordering::Release));
+            if let Some(done) = gpu_done.as_ref().map(Arc::clone) {
+                queue.on_submitted_work_done(move || done.store(true, Ordering::Release));
+            }
             timed(&mut record_time, || {
                 if let JoinVia::Add(join) = via {
                     record(enc, std::slice::from_ref(join));
@@ -101,9 +104,9 @@ impl Engine {
             self.tiers.compute_misses_while(l, &ids, &weights, &xn, &mut self.stats, meanwhile)?;
         self.stats.record_time += record_time;
         self.stats.submit_time += submit_time;
-        device.poll(wgpu::PollType::Poll).map_err(|e| Error::Gpu(e.to_string()))?;
-        if let Some(tier) = self.tiers.cpu.as_mut() {
-            tier.observe_finish(gpu_done.load(Ordering::Acquire));
+        if let Some((done, tier)) = gpu_done.zip(self.tiers.cpu.as_mut()) {
+            device.poll(wgpu::PollType::Poll).map_err(|e| Error::Gpu(e.to_string()))?;
+            tier.observe_finish(done.load(Ordering::Acquire));
         }
         match via {
             JoinVia::Add(_) => queue.write_buffer(&s.cpu_sum, 0, bytemuck::cast_slice(&sum)),
