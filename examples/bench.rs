@@ -185,6 +185,11 @@ struct Args {
     /// side finishes first).
     #[arg(long)]
     cpu_arena_share: Option<f64>,
+    /// With the host arena and --no-split-residency: the expert kernels read the GPU's share of the misses
+    /// from the arena over the bus, instead of copies first moving them into device slots of their own
+    /// (CpuTierOptions::arena_over_bus).
+    #[arg(long)]
+    cpu_arena_over_bus: bool,
     /// Do not check expert records against the store's checksums as they are read
     /// (StreamOptions::check_reads; to measure what the checks cost).
     #[arg(long)]
@@ -314,6 +319,7 @@ fn main() -> anyhow::Result<()> {
     opts.cpu.math = args.cpu_math.map(CpuMath::math);
     opts.cpu.ram_budget = args.ram_budget;
     opts.cpu.arena_share = args.cpu_arena_share;
+    opts.cpu.arena_over_bus = args.cpu_arena_over_bus;
     if let Some(w) = args.cpu_reuse_window {
         opts.cpu.admission.reuse_window = w;
     }
@@ -484,6 +490,9 @@ fn main() -> anyhow::Result<()> {
             "share": d.cpu_share(), "ms_per_token": d.cpu_time.as_secs_f64() * 1e3 / tokens,
             "admitted_per_token": d.cpu_admitted as f64 / tokens,
             "arena_per_token": d.cpu_arena_picks as f64 / tokens, "arena_fraction": d.cpu_arena_fraction,
+            "stage_slots": d.stage_slots,
+            "bus_us_per_record": d.cpu_arena_times.map(|(bus, _)| bus.as_secs_f64() * 1e6),
+            "cpu_us_per_record": d.cpu_arena_times.and_then(|(_, cpu)| cpu).map(|c| c.as_secs_f64() * 1e6),
             "first_uses_per_token": d.cpu_first_uses as f64 / tokens,
             "first_use_ms_per_token": d.cpu_first_use_time.as_secs_f64() * 1e3 / tokens,
             "recording_ms_per_token": d.cpu_recording_time.as_secs_f64() * 1e3 / tokens,

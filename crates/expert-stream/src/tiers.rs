@@ -215,6 +215,13 @@ impl ArenaShare {
         cpu / (cpu + self.bus)
     }
 
+    /// The times a record the rates' fraction comes from: the bus's (as probed) and the CPU's (its running
+    /// mean, once measured); none for a fixed share.
+    pub fn times_per_record(&self) -> Option<(Duration, Option<Duration>)> {
+        let cpu = self.cpu.map(Duration::from_secs_f64);
+        self.fixed.is_none().then(|| (Duration::from_secs_f64(self.bus), cpu))
+    }
+
     /// Whether [`observe_finish`](Self::observe_finish) moves the fraction (not for a fixed share).
     pub fn follows_outcomes(&self) -> bool {
         self.fixed.is_none()

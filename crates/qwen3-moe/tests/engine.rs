@@ -827,19 +827,22 @@ fn split_residency_gives_the_resident_logits() {
 }
 
 /// The CPU tier with the host arena (split residency off): a layer's misses are shared between the host
-/// and the GPU reading them from the arena, with the logits of every expert resident (Q8_0 planes and
-/// K-quant blocks, the host on f32 inputs); every one-token pick is counted once (a hit, the host's or the
-/// arena's), and both sides take some (the first layer the tier plans, before the host's time is measured,
-/// gives each half its misses; after that the share follows the times, here lavapipe's).
+/// and the GPU taking them from the arena (copied into its stage slots, or read over the bus), with the
+/// logits of every expert resident (Q8_0 planes and K-quant blocks, the host on f32 inputs); every
+/// one-token pick is counted once (a hit, the host's or the arena's), and both sides take some (the first
+/// layer the tier plans, before the host's time is measured, gives each half its misses; after that the
+/// share follows the times, here lavapipe's).
 #[test]
 fn the_cpu_tier_shares_its_misses_with_the_arena() {
-    for shape in arena_shapes() {
+    for (shape, over_bus) in arena_shapes().into_iter().flat_map(|s| [(s.clone(), false), (s, true)]) {
         let (layers, top_k) = (u64::from(shape.layers), u64::from(shape.top_k));
-        let what = format!("{:?}", shape.ftype);
-        let m = model(&format!("tier-arena-{what}"), shape, 5);
-        // The CPU tier beside the arena, on 6 slots, computing on f32 inputs.
+        let what = format!("{:?}, over the bus: {over_bus}", shape.ftype);
+        let m = model(&format!("tier-arena-{:?}", shape.ftype), shape, 5);
+        // The CPU tier beside the arena, on 6 slots (2 of them stage slots unless over the bus), computing
+        // on f32 inputs.
         let shared_tier = |o: &mut EngineOptions| {
             o.pool_slots = Some(6);
+            o.cpu.arena_over_bus = over_bus;
             o.cpu.enabled = Some(true);
             o.cpu.math = Some(diskformer_cpu_kernels::Math::F32);
             o.stream.host_arena = Some(true);
@@ -869,6 +872,7 @@ fn the_cpu_tier_shares_its_misses_with_the_arena() {
         assert!(stats.cpu_experts > 0 && stats.cpu_arena_picks > 0, "{what}: {stats}");
         assert!(stats.cpu_arena_fraction.is_some_and(|f| f > 0.0 && f < 1.0), "{what}: {stats}");
         assert!(stats.arena_bytes > 0, "{what}");
+        assert_eq!(stats.stage_slots, if over_bus { 0 } else { top_k as usize }, "{what}");
         // A share asked for holds: all of the misses to the arena, or none; outside 0..=1 it is refused.
         for (share, arena) in [(1.0, true), (0.0, false)] {
             let mut e = open(&m, |o| {

@@ -48,7 +48,7 @@ pub struct EngineStats {
     pub cpu_time: Duration,
     /// See `cpu_experts`.
     pub cpu_admitted: u64,
-    /// The CPU tier with a host arena: misses the GPU read from the arena instead.
+    /// The CPU tier with a host arena: misses the GPU took from the arena instead.
     pub cpu_arena_picks: u64,
     /// The CPU tier: mapped records a step used for the first time (mapped in and checked on its path), and
     /// the time that took (of `cpu_time`).
@@ -129,11 +129,17 @@ pub struct Stats {
     pub cpu_time: Duration,
     /// The CPU tier: misses also uploaded into the pool in the background.
     pub cpu_admitted: u64,
-    /// The CPU tier with a host arena: misses the GPU read from the arena instead.
+    /// The CPU tier with a host arena: misses the GPU took from the arena instead.
     pub cpu_arena_picks: u64,
     /// The CPU tier with a host arena: the fraction of the misses it gives the arena now, from the bus's
     /// time a record and the CPU's, both measured (`ArenaShare`).
     pub cpu_arena_fraction: Option<f64>,
+    /// The CPU tier with a host arena: the times a record the fraction starts from, the bus's (probed at
+    /// open) and the CPU's (its running mean), when it follows them.
+    pub cpu_arena_times: Option<(Duration, Option<Duration>)>,
+    /// The CPU tier with a host arena: device slots the GPU's misses are copied into from the arena (0:
+    /// the expert kernels read them over the bus).
+    pub stage_slots: usize,
     /// The CPU tier: mapped records a step used first (mapped in, and checked, on its path).
     pub cpu_first_uses: u64,
     /// The CPU tier: the time that took (of `cpu_time`).
@@ -201,6 +207,8 @@ impl Stats {
             cpu_admitted: e.cpu_admitted,
             cpu_arena_picks: e.cpu_arena_picks,
             cpu_arena_fraction: None,
+            cpu_arena_times: None,
+            stage_slots: 0,
             cpu_first_uses: e.cpu_first_uses,
             cpu_first_use_time: e.cpu_first_use_time,
             cpu_recording_time: e.cpu_recording_time,
@@ -327,9 +335,10 @@ impl fmt::Display for Stats {
         if let Some(fraction) = self.cpu_arena_fraction {
             writeln!(
                 f,
-                "host arena: {:.1} misses a token read by the GPU from it ({} of the misses now)",
+                "host arena: {:.1} misses a token taken by the GPU from it ({} of the misses now; {})",
                 self.cpu_arena_picks as f64 / self.tokens().max(1) as f64,
-                pct(Some(fraction))
+                pct(Some(fraction)),
+                if self.stage_slots > 0 { "copied into stage slots" } else { "read over the bus" }
             )?;
         }
         if let Some(h) = &self.host {

@@ -184,6 +184,11 @@ pub struct CpuTierOptions {
     /// and the tier's own, measured as it runs, corrected each layer toward the side that finished last
     /// (`diskformer_expert_stream::ArenaShare`).
     pub arena_share: Option<f64>,
+    /// With the host arena's share (above): the expert kernels read the GPU's share of the misses from the
+    /// arena over the bus, instead of the copy engine copying them first into device slots of their own
+    /// (the default: on hosts whose shaders read host memory at half the bus's rate the copies are faster,
+    /// and elsewhere they cost about the same).
+    pub arena_over_bus: bool,
 }
 
 /// Demand readers when [`StreamOptions::readers`] is `None` and reads go through the page cache.
@@ -373,10 +378,13 @@ pub struct PoolShape {
     pub speculate: bool,
     /// Whether the pool has an arena of every record in host memory ([`StreamOptions::host_arena`]).
     pub arena: bool,
+    /// Device slots past the pool's own (out of `slots`) that a layer's misses are copied into from the
+    /// arena for the GPU's share of them ([`CpuTierOptions::arena_over_bus`] off): top-k, or 0.
+    pub stage_slots: usize,
 }
 
-/// The GPU pool of `shape.slots` records of `layout` on `ctx`, filled by `reader` as `setup` and `stream`
-/// say, and the hand-off through which the host tier (when `setup` has one) gives the pool its records.
+/// The GPU pool of `shape.slots` records of `layout` on `ctx` (its cache all but the last
+/// `shape.stage_slots`), filled by `reader` as `setup` and `stream` say, and the hand-off through which the host tier (when `setup` has one) gives the pool its records.
 ///
 /// # Errors
 /// The pool's errors (a layout the kernels do not read, the device's memory, the speculative reads'
@@ -401,7 +409,7 @@ pub fn expert_pool(
     if shape.speculate && stream.speculative_reads > 0 {
         backend = backend.with_speculation(stream.speculative_reads, setup.read_split)?;
     }
-    let mut pc = PoolConfig::new(shape.slots, shape.layers, shape.experts);
+    let mut pc = PoolConfig::new(shape.slots - shape.stage_slots, shape.layers, shape.experts);
     pc.policy = stream.policy;
     pc.readers = setup.readers;
     pc.max_prefetch_in_flight = shape.prefetch_threads;

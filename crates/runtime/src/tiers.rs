@@ -6,7 +6,7 @@
 //! layer's loads queued beside them ([`Tiers::ensure_chunk`]). Their counters join a driver's own in
 //! [`Tiers::stats`].
 
-use diskformer_expert_stream::{ExpertKey, ExpertPool, GpuBackend, Pinned, SpeculativeReads, Tier};
+use diskformer_expert_stream::{ExpertKey, ExpertPool, GpuBackend, Pinned, Slot, SpeculativeReads, Tier};
 use diskformer_store::ReaderProbe;
 
 use crate::load::chunk_bound;
@@ -20,9 +20,15 @@ pub const ABSENT_SLOT: u32 = u32::MAX;
 pub struct LayerSplit {
     /// The GPU's hits, pinned until the driver has submitted what reads them.
     pub pinned: Pinned,
-    /// Each pick's pool slot (the device's, or the arena's for a miss the GPU reads from there),
-    /// [`ABSENT_SLOT`] for the CPU's.
+    /// Each pick's pool slot (the device's, or the arena's for a miss the GPU reads from there over the
+    /// bus), [`ABSENT_SLOT`] for the CPU's.
     pub slots: Vec<u32>,
+    /// The copies (arena slot, stage slot) that bring the GPU's misses into device slots of their own, to
+    /// be recorded before what reads `slots` ([`GpuPool::copy_from_arena`]); empty where the kernels read
+    /// them over the bus.
+    ///
+    /// [`GpuPool::copy_from_arena`]: diskformer_expert_stream::GpuPool::copy_from_arena
+    pub staged: Vec<(Slot, Slot)>,
     /// Indices of the picks the CPU computes, in pick order.
     pub cpu_picks: Vec<usize>,
     /// Their experts (the host tier has started reading those it lacks).
@@ -69,9 +75,14 @@ impl Tiers {
         }
     }
 
-    /// Expert slots in the pool.
+    /// Expert slots on the device: the pool's own and the stage slots after them.
     pub fn slots(&self) -> usize {
         self.pool.backend().pool().slots()
+    }
+
+    /// Slots the pool's cache holds records in (the device's, less the stage slots).
+    pub fn cache_slots(&self) -> usize {
+        self.slots() - self.shape.stage_slots
     }
 
     /// Threads reading demand misses.
@@ -103,12 +114,15 @@ impl Tiers {
     }
 
     /// Splits layer `l`'s `picks` (one token's) by the CPU tier's plan: the hits pinned in the pool, the
-    /// misses the GPU reads from the arena given their arena slots, the host tier's reads and the pool's
-    /// admissions started (counted in `stats`).
+    /// misses the GPU takes from the arena given stage slots and the copies that fill them (or, without
+    /// stage slots, their arena slots), the host tier's reads and the pool's admissions started (counted
+    /// in `stats`).
     ///
     /// # Panics
     /// Without the CPU tier.
     pub fn split_layer(&mut self, l: u32, picks: &[u32], stats: &mut EngineStats) -> Result<LayerSplit> {
+        // The GPU's misses copied into the stage slots, one each, where there are stage slots.
+        let mut stage = (self.shape.stage_slots > 0).then(|| self.cache_slots() as u32..self.slots() as u32);
         let tier = self.cpu.as_mut().expect("a CPU layer runs with the tier");
         // One look under the pool's lock: which picks it holds ready, and whether loads are queued.
         let (may_admit, ready) = self.pool.inspect(|core| {
@@ -123,12 +137,22 @@ impl Tiers {
         let pinned = self.pool.ensure(l, &hits)?;
         let mut hit_slots = pinned.slots().iter();
         let backend = self.pool.backend();
+        let mut staged = Vec::new();
         let slots: Vec<u32> = (plan.tiers.iter().zip(picks))
             .map(|(t, &e)| match t {
                 Tier::Gpu => hit_slots.next().expect("a slot for every hit").0,
                 // The tier shares its misses only where the pool's arena holds every record.
                 Tier::Arena => {
-                    backend.arena_slot(ExpertKey::new(l, e)).expect("the arena holds every record").0
+                    let from =
+                        backend.arena_slot(ExpertKey::new(l, e)).expect("the arena holds every record");
+                    match stage.as_mut() {
+                        Some(stage) => {
+                            let to = Slot(stage.next().expect("a stage slot for every pick"));
+                            staged.push((from, to));
+                            to.0
+                        }
+                        None => from.0,
+                    }
                 }
                 Tier::Cpu => ABSENT_SLOT,
             })
@@ -150,7 +174,7 @@ impl Tiers {
                 return Err(e);
             }
         }
-        Ok(LayerSplit { pinned, slots, cpu_picks, cpu_experts, arena_picks })
+        Ok(LayerSplit { pinned, slots, staged, cpu_picks, cpu_experts, arena_picks })
     }
 
     /// Computes layer `l`'s experts `ids` on the CPU, weighted by `weights`, on the layer's normed state
@@ -203,7 +227,7 @@ impl Tiers {
         }
         let tokens = (picks.len() / self.shape.top_k.max(1) as usize) as u32;
         let next = self.chunk_guesses(l, tokens);
-        let early = self.early_chunk_prefetch && self.slots() >= 3 * self.shape.experts as usize;
+        let early = self.early_chunk_prefetch && self.cache_slots() >= 3 * self.shape.experts as usize;
         if let Some(next) = next.as_ref().filter(|_| early) {
             self.pool.prefetch(l + 1, next)?;
         }
@@ -247,7 +271,7 @@ impl Tiers {
     pub fn chunk_guesses(&self, l: u32, tokens: u32) -> Option<Vec<u32>> {
         let PoolShape { layers, experts, top_k, .. } = self.shape;
         let through_host = self.cpu.as_ref().is_some_and(|t| t.host_stats().is_some());
-        let fits = chunk_bound(self.slots(), experts, top_k) == u32::MAX;
+        let fits = chunk_bound(self.cache_slots(), experts, top_k) == u32::MAX;
         (l + 1 < layers && tokens * top_k >= experts && fits && !through_host).then(|| (0..experts).collect())
     }
 
@@ -260,7 +284,10 @@ impl Tiers {
         let mut stats = Stats::new(engine, self.pool.stats(), speculative, disk, gpu_bytes, self.slots());
         stats.cpu_isa = self.cpu.as_ref().map(|t| (t.isa(), t.threads()));
         stats.cpu_math = self.cpu.as_ref().map(CpuTier::math);
-        stats.cpu_arena_fraction = self.cpu.as_ref().and_then(|t| t.arena_share()).map(|a| a.fraction());
+        let share = self.cpu.as_ref().and_then(|t| t.arena_share());
+        stats.cpu_arena_fraction = share.map(|a| a.fraction());
+        stats.cpu_arena_times = share.and_then(|a| a.times_per_record());
+        stats.stage_slots = self.shape.stage_slots;
         stats.host = self.cpu.as_ref().and_then(CpuTier::host_stats);
         stats.staging = backend.pool().staging_times();
         stats.arena_bytes = backend.pool().arena_bytes();

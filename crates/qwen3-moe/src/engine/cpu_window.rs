@@ -23,20 +23,42 @@ pub(super) struct CpuWork {
     sum_row: usize,
 }
 
+/// A CPU layer's plan ([`Engine::plan_cpu_layer`]).
+pub(super) struct CpuPlan {
+    /// The GPU's hits, pinned.
+    pub pinned: Pinned,
+    /// Each pick's slot.
+    pub slots: Vec<u32>,
+    /// The host's share, if any.
+    pub work: Option<CpuWork>,
+    /// The copies into the stage slots, to be submitted before the layer's experts, if any.
+    pub staging: Option<wgpu::CommandBuffer>,
+}
+
 impl Engine {
     /// Splits layer `l`'s picks (`read`: the token's `k` picks, their weights and the normed state, as
     /// read back) by the tier's plan: hits pinned in the pool (their slots, `tiers::ABSENT_SLOT` for the host's
-    /// picks), the host tier's reads and the pool's admissions started, and the host's work, if any.
-    pub(super) fn plan_cpu_layer(
-        &mut self,
-        l: u32,
-        read: &[u32],
-        join: &CpuJoin,
-    ) -> Result<(Pinned, Vec<u32>, Option<CpuWork>)> {
+    /// picks), the host tier's reads and the pool's admissions started, the host's work, if any, and the
+    /// copies of the GPU's misses from the arena into its stage slots, if any, recorded to run before the
+    /// layer's experts.
+    pub(super) fn plan_cpu_layer(&mut self, l: u32, read: &[u32], join: &CpuJoin) -> Result<CpuPlan> {
         let (k, hidden) = (self.config.expert_used_count as usize, self.config.embedding_length as usize);
         let picks = &read[..k];
-        let LayerSplit { pinned, slots, cpu_picks, cpu_experts: ids, arena_picks } =
+        let LayerSplit { pinned, slots, staged, cpu_picks, cpu_experts: ids, arena_picks } =
             self.tiers.split_layer(l, picks, &mut self.stats)?;
+        let staging = (!staged.is_empty()).then(|| {
+            let mut enc = self.ctx.device.create_command_encoder(&Default::default());
+            let gpu = self.tiers.pool.backend().pool();
+            let copied = staged.iter().try_for_each(|&(from, to)| gpu.copy_from_arena(&mut enc, from, to));
+            copied.map(|()| enc.finish())
+        });
+        let staging = match staging.transpose() {
+            Ok(staging) => staging,
+            Err(e) => {
+                self.tiers.pool.release(pinned);
+                return Err(Error::Gpu(format!("a copy from the arena into a stage slot: {e}")));
+            }
+        };
         if let Some(tier) = self.tiers.cpu.as_mut().filter(|_| cpu_picks.is_empty() && arena_picks > 0) {
             // The arena took every miss: the host, with none, finished first.
             tier.observe_finish(false);
@@ -53,11 +75,12 @@ impl Engine {
             self.ctx.queue.write_buffer(&self.scratch.pick_weights, 0, bytemuck::cast_slice(&weights));
         }
         let work = sum_row.map(|sum_row| CpuWork { ids, weights: cpu_weights, xn, sum_row });
-        Ok((pinned, slots, work))
+        Ok(CpuPlan { pinned, slots, work, staging })
     }
 
-    /// Runs layer `l` of `graph` with the host's `work`: the GPU's picks (`experts`, recorded: the hits'
-    /// gate‖up and down, fused: and their combine onto the residual stream) run on the GPU while the host
+    /// Runs layer `l` of `graph` with the host's `work`: the GPU's picks (`experts`, recorded: the stage
+    /// slots' copies, if any, then the picks' gate‖up and down, fused: and their combine onto the residual
+    /// stream) run on the GPU while the host
     /// computes the misses; then their sum joins (unfused: in the combine, as a pick's down row; fused:
     /// added onto the residual stream). Meanwhile this thread submits `experts` and records (and finishes:
     /// most of wgpu's encoding cost) what follows the sum into `enc`: the join or the combine, and the next
@@ -68,7 +91,7 @@ impl Engine {
         graph: &Graph,
         l: u32,
         work: CpuWork,
-        experts: wgpu::CommandBuffer,
+        experts: Vec<wgpu::CommandBuffer>,
         next_on_cpu: bool,
     ) -> Result<Option<wgpu::CommandBuffer>> {
         let lg = &graph.layers[l as usize];
@@ -84,7 +107,7 @@ impl Engine {
             self.tiers.cpu.as_ref().and_then(|t| t.arena_share()).is_some_and(|a| a.follows_outcomes());
         let gpu_done = follows.then(|| Arc::new(AtomicBool::new(false)));
         let meanwhile = || {
-            timed(&mut submit_time, || queue.submit([experts]));
+            timed(&mut submit_time, || queue.submit(experts));
             if let Some(done) = gpu_done.as_ref().map(Arc::clone) {
                 queue.on_submitted_work_done(move || done.store(true, Ordering::Release));
             }

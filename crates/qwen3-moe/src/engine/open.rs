@@ -241,8 +241,23 @@ impl Engine {
             lookahead = 0;
             route_ahead = 0;
         }
-        let pool_bound =
-            if resident || split { u32::MAX } else { chunk_bound(slots, config.expert_count, top_k) };
+        // The CPU tier's share of the misses for the GPU, copied from the arena into slots of their own.
+        let stage_slots = if arena
+            && cpu_experts
+            && !split
+            && !opts.cpu.arena_over_bus
+            && opts.cpu.arena_share != Some(0.0)
+            && slots >= 3 * top_k as usize
+        {
+            top_k as usize
+        } else {
+            0
+        };
+        let pool_bound = if resident || split {
+            u32::MAX
+        } else {
+            chunk_bound(slots - stage_slots, config.expert_count, top_k)
+        };
         let max_batch = sized_batch.min(pool_bound).min(ctx_len).max(1);
 
         let device = ctx.device.clone();
@@ -274,6 +289,7 @@ impl Engine {
             // route_ahead is 0 when resident: nothing streams.
             speculate: route_ahead > 0,
             arena,
+            stage_slots,
         };
         let (pool, handoff) = expert_pool(&ctx, &experts, reader, &setup, &opts.stream, shape)?;
         let gpu_bytes = GpuBytes {

@@ -85,12 +85,13 @@ impl Engine {
             }
 
             let ensure_started = Instant::now();
-            let mut cpu_work = None;
+            let (mut cpu_work, mut staging) = (None, None);
             let (pinned, slots) = if let Some(join) = lg.cpu_join.as_ref().filter(|_| on_cpu) {
-                // Hits run on the GPU, misses on the CPU (their slots absent: the expert kernels skip them).
-                let (pinned, slots, work) = self.plan_cpu_layer(l, &read, join)?;
-                cpu_work = work;
-                (Some(pinned), slots)
+                // Hits run on the GPU, misses on the CPU (their slots absent: the expert kernels skip them)
+                // or, copied from the arena, on the GPU.
+                let plan = self.plan_cpu_layer(l, &read, join)?;
+                (cpu_work, staging) = (plan.work, plan.staging);
+                (Some(plan.pinned), plan.slots)
             } else if let Some((_, table)) = &self.resident_table {
                 let base = (l * self.config.expert_count) as usize;
                 (None, picks.iter().map(|&id| table[base + id as usize]).collect::<Vec<u32>>())
@@ -120,14 +121,16 @@ impl Engine {
                 }
             }
             self.tiers.held = pinned;
+            // The stage slots' copies go before the experts that read them.
+            let experts_ready = experts_ready.map(|experts| staging.into_iter().chain([experts]).collect());
             match (cpu_work, experts_ready) {
                 (Some(work), Some(experts)) => {
                     let next_on_cpu = graph.layers.get(l as usize + 1).is_some_and(cpu_layer);
                     head_ready = self.join_cpu_layer(&mut enc, &graph, l, work, experts, next_on_cpu)?;
                 }
-                // Every pick a hit: no sum joins (`enc` holds nothing yet, so the order stays).
+                // No pick on the host: no sum joins (`enc` holds nothing yet, so the order stays).
                 (None, Some(experts)) => {
-                    timed(&mut self.stats.submit_time, || queue.submit([experts]));
+                    timed(&mut self.stats.submit_time, || queue.submit::<Vec<_>>(experts));
                     let rest = &lg.experts[at.unwrap_or_default()..];
                     timed(&mut self.stats.record_time, || record(&mut enc, rest));
                 }
