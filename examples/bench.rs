@@ -190,6 +190,11 @@ struct Args {
     /// (CpuTierOptions::arena_over_bus).
     #[arg(long)]
     cpu_arena_over_bus: bool,
+    /// With the host arena and --no-split-residency: a prefill chunk's GEMMs read the experts the device
+    /// slots lack from the arena over the bus, instead of copies moving them into the pool's slots first
+    /// (StreamOptions::chunk_arena_over_bus).
+    #[arg(long)]
+    chunk_arena_over_bus: bool,
     /// Do not check expert records against the store's checksums as they are read
     /// (StreamOptions::check_reads; to measure what the checks cost).
     #[arg(long)]
@@ -320,6 +325,7 @@ fn main() -> anyhow::Result<()> {
     opts.cpu.ram_budget = args.ram_budget;
     opts.cpu.arena_share = args.cpu_arena_share;
     opts.cpu.arena_over_bus = args.cpu_arena_over_bus;
+    opts.stream.chunk_arena_over_bus = args.chunk_arena_over_bus;
     if let Some(w) = args.cpu_reuse_window {
         opts.cpu.admission.reuse_window = w;
     }

@@ -748,43 +748,53 @@ fn arena_shapes() -> [SynthShape; 2] {
     [q8, kquant]
 }
 
-/// The host arena: a chunk reads the experts the device slots lack from host memory instead of loading them
-/// (nothing read into the pool during the prompt), with the logits of uploading them; the one-token steps
-/// after it stream through the pool as before, and a chunk after those reads the device's hits and the
-/// arena's rest together, again with the uploads' logits.
+/// The host arena: a chunk takes the experts the device slots lack from host memory instead of reading
+/// them from the store (copied into the pool's slots, or with `chunk_arena_over_bus` read by the GEMMs
+/// over the bus, loading nothing), with the logits of uploading them; the one-token steps after it stream
+/// through the pool as before, and a chunk after those reads the device's hits and the arena's rest
+/// together, again with the uploads' logits.
 #[test]
 fn the_host_arena_gives_the_uploads_logits() {
     for shape in arena_shapes() {
         let what = format!("{:?}", shape.ftype);
         let m = model(&format!("host-arena-{what}"), shape, 5);
-        let run = |arena: bool| {
+        // No arena (`None`), or the arena with a chunk's GEMMs reading it over the bus or not.
+        let run = |arena: Option<bool>| {
             let mut e = open(&m, |o| {
                 o.pool_slots = Some(24);
                 o.gpu_routing = false;
-                o.stream.host_arena = Some(arena);
+                o.stream.host_arena = Some(arena.is_some());
+                o.stream.chunk_arena_over_bus = arena == Some(true);
             });
+            let disk = e.stats().disk.bytes;
             let prompt = e.prefill(&PROMPT, true).unwrap();
-            let prompt_reads = e.pool_stats().bytes_read;
+            let (prompt_loads, prompt_disk) = (e.pool_stats().bytes_read, e.stats().disk.bytes - disk);
             let steps: Vec<Vec<f32>> = [72, 101, 108].iter().map(|&id| e.step(id).unwrap()).collect();
-            let loaded = e.pool_stats().bytes_read > prompt_reads;
+            let loaded = e.pool_stats().bytes_read > prompt_loads;
             let chunk = e.prefill(&PROMPT[3..], true).unwrap();
-            (prompt, prompt_reads, steps, loaded, chunk, e.stats().arena_bytes)
+            (prompt, (prompt_loads, prompt_disk), steps, loaded, chunk, e.stats().arena_bytes)
         };
-        let (uploaded, arena) = (run(false), run(true));
-        assert!(max_diff(&uploaded.0, &arena.0) < 1e-5, "{what}");
-        for (a, b) in uploaded.2.iter().zip(&arena.2) {
-            assert!(max_diff(a, b) < 1e-5, "{what}");
-        }
-        assert!(max_diff(&uploaded.4, &arena.4) < 1e-5, "{what}");
+        let uploaded = run(None);
         assert!(
-            uploaded.1 > 0 && uploaded.5 == 0,
-            "{what}: uploads read {} bytes, arena {}",
+            uploaded.1.0 > 0 && uploaded.1.1 > 0 && uploaded.5 == 0,
+            "{what}: uploads loaded and read {:?}, arena {}",
             uploaded.1,
             uploaded.5
         );
-        assert_eq!(arena.1, 0, "{what}: the arena's prompt loads nothing into the pool");
-        assert!(arena.3, "{what}: the steps after the prompt load their misses into the pool");
-        assert!(arena.5 > 0, "{what}");
+        for over_bus in [false, true] {
+            let arena = run(Some(over_bus));
+            let what = format!("{what}, over the bus: {over_bus}");
+            assert!(max_diff(&uploaded.0, &arena.0) < 1e-5, "{what}");
+            for (a, b) in uploaded.2.iter().zip(&arena.2) {
+                assert!(max_diff(a, b) < 1e-5, "{what}");
+            }
+            assert!(max_diff(&uploaded.4, &arena.4) < 1e-5, "{what}");
+            let (loads, disk) = arena.1;
+            assert_eq!(disk, 0, "{what}: the arena's prompt reads nothing from the store");
+            assert_eq!(loads > 0, !over_bus, "{what}: the prompt loaded {loads} bytes into the pool");
+            assert!(arena.3, "{what}: the steps after the prompt load their misses into the pool");
+            assert!(arena.5 > 0, "{what}");
+        }
     }
 }
 

@@ -47,6 +47,7 @@ pub struct Tiers {
     pub held: Option<Pinned>,
     shape: PoolShape,
     early_chunk_prefetch: bool,
+    chunk_arena_over_bus: bool,
     direct_io: bool,
     read_split: usize,
     reader_probe: Option<ReaderProbe>,
@@ -54,21 +55,23 @@ pub struct Tiers {
 
 impl Tiers {
     /// The tiers of a pool of `shape` and a CPU tier built from `setup` (whose disk probe it keeps), a
-    /// chunk's next layer queued as `early_chunk_prefetch` says
-    /// ([`StreamOptions::early_chunk_prefetch`](crate::StreamOptions::early_chunk_prefetch)).
+    /// chunk's next layer queued and a chunk's arena records reached as `stream` says
+    /// ([`StreamOptions::early_chunk_prefetch`](crate::StreamOptions::early_chunk_prefetch),
+    /// [`StreamOptions::chunk_arena_over_bus`](crate::StreamOptions::chunk_arena_over_bus)).
     pub fn new(
         pool: ExpertPool<GpuBackend>,
         cpu: Option<CpuTier>,
         setup: StreamSetup,
         shape: PoolShape,
-        early_chunk_prefetch: bool,
+        stream: &crate::StreamOptions,
     ) -> Self {
         Tiers {
             pool,
             cpu,
             held: None,
             shape,
-            early_chunk_prefetch,
+            early_chunk_prefetch: stream.early_chunk_prefetch,
+            chunk_arena_over_bus: stream.chunk_arena_over_bus,
             direct_io: setup.direct_io,
             read_split: setup.read_split,
             reader_probe: setup.reader_probe,
@@ -205,8 +208,10 @@ impl Tiers {
         Ok((sum, r))
     }
 
-    /// Makes the experts of a chunk's `picks` at layer `l` resident (their union loaded once, through the
-    /// host tier where there is one) and returns them pinned with each pick's slot. The next layer's
+    /// Makes the experts of a chunk's `picks` at layer `l` resident (their union loaded once: through the
+    /// host tier where there is one, copied from the arena where there is one) and returns them pinned with
+    /// each pick's slot; with `chunk_arena_over_bus`, only the device's hits (the rest read from the arena
+    /// over the bus, [`Tiers::chunk_from_arena`]). The next layer's
     /// experts are queued as guesses ([`Tiers::chunk_guesses`]): before this layer's wait where the pool
     /// holds three layers' experts and `early_chunk_prefetch` is on (the prefetch threads then load beside
     /// the demand readers), else after it.
@@ -214,7 +219,7 @@ impl Tiers {
         let mut union = picks.to_vec();
         union.sort_unstable();
         union.dedup();
-        if self.pool.backend().pool().arena_slots() > 0 {
+        if self.chunk_arena_over_bus && self.pool.backend().pool().arena_slots() > 0 {
             return self.chunk_from_arena(l, picks, &union);
         }
         if let Some(tier) = self.cpu.as_mut() {
@@ -243,8 +248,7 @@ impl Tiers {
 
     /// [`Tiers::ensure_chunk`] with the arena: the experts of `union` (a chunk's `picks` at layer `l`, sorted
     /// and unique) that the device slots hold pinned there, the rest read by the kernels from the arena.
-    /// Nothing is loaded: the chunk's GEMMs read the arena faster than the readers' uploads out of the page
-    /// cache (BENCHMARKS.md), and the pool keeps what decode made resident.
+    /// Nothing is loaded: the pool keeps what decode made resident.
     fn chunk_from_arena(&mut self, l: u32, picks: &[u32], union: &[u32]) -> Result<(Pinned, Vec<u32>)> {
         let held: Vec<u32> = self.pool.inspect(|core| {
             union.iter().copied().filter(|&e| core.slot_of(ExpertKey::new(l, e)).is_some()).collect()

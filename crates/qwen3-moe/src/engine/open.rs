@@ -371,7 +371,7 @@ impl Engine {
             weights,
             kv,
             scratch,
-            tiers: Tiers::new(pool, cpu_tier, setup, shape, opts.stream.early_chunk_prefetch),
+            tiers: Tiers::new(pool, cpu_tier, setup, shape, &opts.stream),
             graphs: HashMap::new(),
             chunk_graphs: VecDeque::new(),
             resident_table,
