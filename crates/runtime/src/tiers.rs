@@ -83,6 +83,12 @@ impl Tiers {
         self.pool.backend().pool().slots()
     }
 
+    /// Device slots the CPU tier's arena picks are copied into (0: none, the kernels read them over the
+    /// bus), after the cache's.
+    pub fn stage_slots(&self) -> usize {
+        self.shape.stage_slots
+    }
+
     /// Slots the pool's cache holds records in (the device's, less the stage slots).
     pub fn cache_slots(&self) -> usize {
         self.slots() - self.shape.stage_slots

@@ -407,9 +407,11 @@ impl Engine {
             }
         }
         if !self.graphs.contains_key(&t) {
-            // One-token steps read misses from the arena too: split residency's, or the CPU tier's share.
+            // One-token steps read misses from the arena too: split residency's, or the CPU tier's share
+            // where it is not copied into stage slots first.
             let arena_steps = self.split.is_some()
-                || self.tiers.cpu.as_ref().is_some_and(|tier| tier.arena_share().is_some());
+                || (self.tiers.stage_slots() == 0
+                    && self.tiers.cpu.as_ref().is_some_and(|tier| tier.arena_share().is_some()));
             let b = Bindings {
                 kernels: &self.kernels,
                 config: &self.config,
