@@ -62,9 +62,13 @@ struct Args {
     /// No host arena: prefill chunks upload the experts the pool lacks.
     #[arg(long, conflicts_with = "host_arena")]
     no_host_arena: bool,
-    /// With the host arena, stream one-token steps through the pool and the CPU tier instead of split
-    /// residency (StreamOptions::split_residency off).
+    /// With the host arena, split residency even where the CPU tier runs (StreamOptions::split_residency;
+    /// default: split residency only where the CPU tier is off).
     #[arg(long)]
+    split_residency: bool,
+    /// With the host arena, stream one-token steps through the pool and the CPU tier instead of split
+    /// residency (StreamOptions::split_residency off; the default where the CPU tier runs).
+    #[arg(long, conflicts_with = "split_residency")]
     no_split_residency: bool,
     /// Layers of lookahead for prefetch.
     #[arg(long, default_value_t = 2)]
@@ -291,7 +295,11 @@ fn main() -> anyhow::Result<()> {
     opts.pool_slots = args.pool_slots;
     opts.stream.prefetch = !args.no_prefetch;
     opts.stream.early_chunk_prefetch = !args.no_early_chunk_prefetch;
-    opts.stream.split_residency = !args.no_split_residency;
+    opts.stream.split_residency = match (args.split_residency, args.no_split_residency) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
+    };
     opts.stream.host_arena = if args.host_arena {
         Some(true)
     } else if args.no_host_arena {

@@ -813,6 +813,7 @@ fn split_residency_gives_the_resident_logits() {
                 if split {
                     o.pool_slots = Some(6);
                     o.stream.host_arena = Some(true);
+                    o.stream.split_residency = Some(true);
                 }
             });
             assert!(e.routes_on_gpu(), "{what}");
@@ -836,6 +837,26 @@ fn split_residency_gives_the_resident_logits() {
     }
 }
 
+/// With the host arena and neither asked for, split residency runs where the CPU tier is off, and the CPU
+/// tier (with the arena's share) where it is on.
+#[test]
+fn split_residency_is_the_default_only_without_the_cpu_tier() {
+    let m = model("split-default", SynthShape { layers: 4, ..SynthShape::tiny() }, 5);
+    for cpu in [false, true] {
+        let mut e = open(&m, |o| {
+            o.pool_slots = Some(6);
+            o.stream.host_arena = Some(true);
+            o.cpu.enabled = Some(cpu);
+        });
+        e.prefill(&PROMPT[..3], false).unwrap();
+        (0..3).for_each(|i| drop(e.step(PROMPT[i]).unwrap()));
+        let s = e.stats();
+        assert_eq!(e.routes_on_gpu(), !cpu, "CPU tier {cpu}: {s}");
+        assert_eq!(s.split_device_picks + s.split_arena_picks > 0, !cpu, "CPU tier {cpu}: {s}");
+        assert_eq!(s.cpu_isa.is_some(), cpu, "CPU tier {cpu}: {s}");
+    }
+}
+
 /// The CPU tier with the host arena (split residency off): a layer's misses are shared between the host
 /// and the GPU taking them from the arena (copied into its stage slots, or read over the bus), with the
 /// logits of every expert resident (Q8_0 planes and K-quant blocks, the host on f32 inputs); every
@@ -856,7 +877,7 @@ fn the_cpu_tier_shares_its_misses_with_the_arena() {
             o.cpu.enabled = Some(true);
             o.cpu.math = Some(diskformer_cpu_kernels::Math::F32);
             o.stream.host_arena = Some(true);
-            o.stream.split_residency = false;
+            o.stream.split_residency = Some(false);
         };
         let run = |shared: bool| {
             let mut e = open(&m, |o| {

@@ -99,11 +99,12 @@ pub struct StreamOptions {
     pub chunk_arena_over_bus: bool,
     /// With the host arena and routing on the GPU: **split residency**, the resident step driver over the
     /// device's slots and the arena (every expert within the kernels' reach, the hottest moved onto the
-    /// device by heat, `Placement`), with no readback between layers and no CPU tier (default on). Off,
-    /// one-token steps stream through the pool and the CPU tier, which shares each layer's misses with the
-    /// GPU taking them from the arena (`diskformer_expert_stream::ArenaShare`, and
-    /// [`CpuTierOptions::arena_over_bus`]); the arena serves chunks.
-    pub split_residency: bool,
+    /// device by heat, `Placement`), with no readback between layers and no CPU tier. Off, one-token steps
+    /// stream through the pool and the CPU tier, which shares each layer's misses with the GPU taking them
+    /// from the arena (`diskformer_expert_stream::ArenaShare`, and [`CpuTierOptions::arena_over_bus`]); the
+    /// arena serves chunks. `None`, the default: off where the CPU tier runs (it decoded 1.2–2.1× split
+    /// residency on each host measured since its share follows outcomes; BENCHMARKS.md), on elsewhere.
+    pub split_residency: Option<bool>,
 }
 
 impl Default for StreamOptions {
@@ -123,7 +124,7 @@ impl Default for StreamOptions {
             early_chunk_prefetch: true,
             host_arena: None,
             chunk_arena_over_bus: false,
-            split_residency: true,
+            split_residency: None,
         }
     }
 }

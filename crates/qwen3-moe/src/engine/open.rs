@@ -236,7 +236,8 @@ impl Engine {
                 || slots_for_dense(sized_batch, false, with_embedding, ctx_len)? == all);
         let arena = !resident && slots < all && arena_wanted(opts.stream.host_arena, &ctx, &experts, &setup)?;
         // Split residency: the resident driver over the device's slots and the arena.
-        let split = arena && opts.stream.split_residency && opts.gpu_routing && !recording;
+        let split =
+            arena && opts.stream.split_residency.unwrap_or(!cpu_experts) && opts.gpu_routing && !recording;
         if resident || split {
             lookahead = 0;
             route_ahead = 0;
