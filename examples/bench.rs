@@ -184,21 +184,21 @@ struct Args {
     /// never; default: the engine's, TierConfig::default).
     #[arg(long)]
     cpu_reuse_window: Option<u32>,
-    /// With the host arena and --no-split-residency: the fraction of each layer's misses the GPU reads from
+    /// With the host arena, outside split residency: the fraction of each layer's misses the GPU reads from
     /// the arena, fixed (CpuTierOptions::arena_share; default: from the measured rates, corrected by which
     /// side finishes first).
     #[arg(long)]
     cpu_arena_share: Option<f64>,
-    /// With the host arena and --no-split-residency: the expert kernels read the GPU's share of the misses
+    /// With the host arena, outside split residency: the expert kernels read the GPU's share of the misses
     /// from the arena over the bus, instead of copies first moving them into device slots of their own
     /// (CpuTierOptions::arena_over_bus).
     #[arg(long)]
     cpu_arena_over_bus: bool,
-    /// With the host arena and --no-split-residency: a prefill chunk's GEMMs read the experts the device
-    /// slots lack from the arena over the bus, instead of copies moving them into the pool's slots first
-    /// (StreamOptions::chunk_arena_over_bus).
+    /// With the host arena, outside split residency: a prefill chunk copies the experts its device slots
+    /// lack from the arena into the pool's slots, instead of its GEMMs reading them over the bus
+    /// (StreamOptions::chunk_arena_copies).
     #[arg(long)]
-    chunk_arena_over_bus: bool,
+    chunk_arena_copies: bool,
     /// Do not check expert records against the store's checksums as they are read
     /// (StreamOptions::check_reads; to measure what the checks cost).
     #[arg(long)]
@@ -333,7 +333,7 @@ fn main() -> anyhow::Result<()> {
     opts.cpu.ram_budget = args.ram_budget;
     opts.cpu.arena_share = args.cpu_arena_share;
     opts.cpu.arena_over_bus = args.cpu_arena_over_bus;
-    opts.stream.chunk_arena_over_bus = args.chunk_arena_over_bus;
+    opts.stream.chunk_arena_copies = args.chunk_arena_copies;
     if let Some(w) = args.cpu_reuse_window {
         opts.cpu.admission.reuse_window = w;
     }

@@ -749,8 +749,8 @@ fn arena_shapes() -> [SynthShape; 2] {
 }
 
 /// The host arena: a chunk takes the experts the device slots lack from host memory instead of reading
-/// them from the store (copied into the pool's slots, or with `chunk_arena_over_bus` read by the GEMMs
-/// over the bus, loading nothing), with the logits of uploading them; the one-token steps after it stream
+/// them from the store (read by the GEMMs over the bus, loading nothing, or with `chunk_arena_copies`
+/// copied into the pool's slots), with the logits of uploading them; the one-token steps after it stream
 /// through the pool as before, and a chunk after those reads the device's hits and the arena's rest
 /// together, again with the uploads' logits.
 #[test]
@@ -758,13 +758,13 @@ fn the_host_arena_gives_the_uploads_logits() {
     for shape in arena_shapes() {
         let what = format!("{:?}", shape.ftype);
         let m = model(&format!("host-arena-{what}"), shape, 5);
-        // No arena (`None`), or the arena with a chunk's GEMMs reading it over the bus or not.
+        // No arena (`None`), or the arena with a chunk's records copied into the pool or not.
         let run = |arena: Option<bool>| {
             let mut e = open(&m, |o| {
                 o.pool_slots = Some(24);
                 o.gpu_routing = false;
                 o.stream.host_arena = Some(arena.is_some());
-                o.stream.chunk_arena_over_bus = arena == Some(true);
+                o.stream.chunk_arena_copies = arena == Some(true);
             });
             let disk = e.stats().disk.bytes;
             let prompt = e.prefill(&PROMPT, true).unwrap();
@@ -781,9 +781,9 @@ fn the_host_arena_gives_the_uploads_logits() {
             uploaded.1,
             uploaded.5
         );
-        for over_bus in [false, true] {
-            let arena = run(Some(over_bus));
-            let what = format!("{what}, over the bus: {over_bus}");
+        for copies in [false, true] {
+            let arena = run(Some(copies));
+            let what = format!("{what}, copies: {copies}");
             assert!(max_diff(&uploaded.0, &arena.0) < 1e-5, "{what}");
             for (a, b) in uploaded.2.iter().zip(&arena.2) {
                 assert!(max_diff(a, b) < 1e-5, "{what}");
@@ -791,7 +791,7 @@ fn the_host_arena_gives_the_uploads_logits() {
             assert!(max_diff(&uploaded.4, &arena.4) < 1e-5, "{what}");
             let (loads, disk) = arena.1;
             assert_eq!(disk, 0, "{what}: the arena's prompt reads nothing from the store");
-            assert_eq!(loads > 0, !over_bus, "{what}: the prompt loaded {loads} bytes into the pool");
+            assert_eq!(loads > 0, copies, "{what}: the prompt loaded {loads} bytes into the pool");
             assert!(arena.3, "{what}: the steps after the prompt load their misses into the pool");
             assert!(arena.5 > 0, "{what}");
         }

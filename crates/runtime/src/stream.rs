@@ -88,15 +88,17 @@ pub struct StreamOptions {
     /// While experts stream, keep every expert record in host memory that the GPU's kernels read over the
     /// bus, beside the device pool (its **arena**, filled once at load: a copy of the store's records,
     /// pinned, counted apart from the GPU budget); prefill chunks then take the experts the device slots
-    /// lack from it (see `chunk_arena_over_bus`) instead of reading them from the store. `None`, the default: where the device can bind host memory, is not
+    /// lack from it (see `chunk_arena_copies`) instead of reading them from the store. `None`, the default:
+    /// where the device can bind host memory, is not
     /// a software renderer (whose memory is the host's already), reads go through the page cache with no
     /// host tier, and the records take at most half the host's available memory ([`arena_default`]).
     pub host_arena: Option<bool>,
-    /// With the host arena, outside split residency: a prefill chunk's GEMMs read the experts the device
-    /// slots lack from the arena over the bus, instead of the copy engine copying them into the pool's slots
-    /// (the default: each record crosses the bus once, while a GEMM reading over the bus reads some twice,
-    /// and the next layer's are queued while this one's run).
-    pub chunk_arena_over_bus: bool,
+    /// With the host arena, outside split residency: a prefill chunk has the copy engine copy the experts
+    /// its device slots lack from the arena into the pool's slots, the next layer's queued while this one
+    /// runs, instead of its GEMMs reading them over the bus (the default, the measured one): each record
+    /// then crosses the bus once, where a GEMM reading over the bus reads some twice, but the copies and
+    /// the GEMMs take turns on the queue. Not yet measured on a GPU.
+    pub chunk_arena_copies: bool,
     /// With the host arena and routing on the GPU: **split residency**, the resident step driver over the
     /// device's slots and the arena (every expert within the kernels' reach, the hottest moved onto the
     /// device by heat, `Placement`), with no readback between layers and no CPU tier. Off, one-token steps
@@ -123,7 +125,7 @@ impl Default for StreamOptions {
             check_reads: true,
             early_chunk_prefetch: true,
             host_arena: None,
-            chunk_arena_over_bus: false,
+            chunk_arena_copies: false,
             split_residency: None,
         }
     }

@@ -47,7 +47,7 @@ pub struct Tiers {
     pub held: Option<Pinned>,
     shape: PoolShape,
     early_chunk_prefetch: bool,
-    chunk_arena_over_bus: bool,
+    chunk_arena_copies: bool,
     direct_io: bool,
     read_split: usize,
     reader_probe: Option<ReaderProbe>,
@@ -57,7 +57,7 @@ impl Tiers {
     /// The tiers of a pool of `shape` and a CPU tier built from `setup` (whose disk probe it keeps), a
     /// chunk's next layer queued and a chunk's arena records reached as `stream` says
     /// ([`StreamOptions::early_chunk_prefetch`](crate::StreamOptions::early_chunk_prefetch),
-    /// [`StreamOptions::chunk_arena_over_bus`](crate::StreamOptions::chunk_arena_over_bus)).
+    /// [`StreamOptions::chunk_arena_copies`](crate::StreamOptions::chunk_arena_copies)).
     pub fn new(
         pool: ExpertPool<GpuBackend>,
         cpu: Option<CpuTier>,
@@ -71,7 +71,7 @@ impl Tiers {
             held: None,
             shape,
             early_chunk_prefetch: stream.early_chunk_prefetch,
-            chunk_arena_over_bus: stream.chunk_arena_over_bus,
+            chunk_arena_copies: stream.chunk_arena_copies,
             direct_io: setup.direct_io,
             read_split: setup.read_split,
             reader_probe: setup.reader_probe,
@@ -215,9 +215,9 @@ impl Tiers {
     }
 
     /// Makes the experts of a chunk's `picks` at layer `l` resident (their union loaded once: through the
-    /// host tier where there is one, copied from the arena where there is one) and returns them pinned with
-    /// each pick's slot; with `chunk_arena_over_bus`, only the device's hits (the rest read from the arena
-    /// over the bus, [`Tiers::chunk_from_arena`]). The next layer's
+    /// host tier where there is one, copied from the arena with `chunk_arena_copies`) and returns them pinned
+    /// with each pick's slot; with the arena and without `chunk_arena_copies`, only the device's hits (the
+    /// rest read from the arena over the bus, [`Tiers::chunk_from_arena`]). The next layer's
     /// experts are queued as guesses ([`Tiers::chunk_guesses`]): before this layer's wait where the pool
     /// holds three layers' experts and `early_chunk_prefetch` is on (the prefetch threads then load beside
     /// the demand readers), else after it.
@@ -225,7 +225,7 @@ impl Tiers {
         let mut union = picks.to_vec();
         union.sort_unstable();
         union.dedup();
-        if self.chunk_arena_over_bus && self.pool.backend().pool().arena_slots() > 0 {
+        if !self.chunk_arena_copies && self.pool.backend().pool().arena_slots() > 0 {
             return self.chunk_from_arena(l, picks, &union);
         }
         if let Some(tier) = self.cpu.as_mut() {
