@@ -388,7 +388,13 @@ fn f32_gemv_norm_writes_the_normed_rows() {
             quantised: quantise.then(|| (&normed_q).into()),
         };
         let shape = (rows as u32, cols as u32);
-        let d = g.kernels.f32_gemv_norm((&wb).into(), shape, (&xb).into(), (&y).into(), t as u32, norm);
+        // A bias (a forced routing's mask: 0 or very negative) on every other shape.
+        let with_bias = rows % 2 == 1;
+        let bias: Vec<f32> = (0..rows * t).map(|i| if i % 3 == 0 { -1e30 } else { 0.0 }).collect();
+        let bb = upload(g, &bias);
+        let bias_view = with_bias.then(|| (&bb).into());
+        let (wv, xv, yv) = ((&wb).into(), (&xb).into(), (&y).into());
+        let d = g.kernels.f32_gemv_norm(wv, shape, xv, yv, t as u32, norm, bias_view);
         run(g, &[&d.unwrap()]);
         let want_normed = cpu::rms_norm(&x, &nw, cols, 1e-6);
         let got_normed = read_n::<f32>(g, &normed, cols * t);
@@ -406,7 +412,10 @@ fn f32_gemv_norm_writes_the_normed_rows() {
                 cols,
             );
         }
-        let want = cpu::f32_gemv(&w, rows, cols, &want_normed);
+        let mut want = cpu::f32_gemv(&w, rows, cols, &want_normed);
+        if with_bias {
+            want.iter_mut().zip(&bias).for_each(|(y, b)| *y += b);
+        }
         let mag = cpu::f32_gemv(&abs_of(&w), rows, cols, &abs_of(&want_normed));
         // As f32_gemv_router_shapes; the folded norm adds roundings of relative size eps.
         let got = read_n::<f32>(g, &y, rows * t);

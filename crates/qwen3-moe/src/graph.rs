@@ -559,6 +559,11 @@ impl Graph {
                 attention.push(k.attention(v(&s.qr), v(&b.kv.k[l]), v(&b.kv.v[l]), pos, v(&s.att), shape)?);
             }
             let mut router_from = None;
+            // A forced routing's mask, added to the router's logits (by the fused router itself).
+            let mask = b.forced.then(|| {
+                let stride = layer_stride(t, experts);
+                View::at(&s.route_mask, 4 * l as u64 * stride)
+            });
             if fused {
                 // int8 decode: the router also writes the normed row Q8_0-quantised, gate‖up's input.
                 let quantised = (int8 && !q4_experts).then(|| v(&s.xq));
@@ -573,13 +578,15 @@ impl Graph {
                     },
                 });
                 router_from = Some(attention.len());
+                let logits = if mask.is_some() { v(&s.forced_logits) } else { v(&s.router_logits) };
                 attention.push(k.f32_gemv_norm(
                     v(&lw.router),
                     (experts, h),
                     v(&s.x),
-                    v(&s.router_logits),
+                    logits,
                     1,
                     norm,
+                    mask,
                 )?);
             } else {
                 attention.extend(k.dense_projection(&lw.wo, v(&s.att), v(&s.o), t, dense_math)?);
@@ -593,13 +600,14 @@ impl Graph {
                     },
                 ]);
             }
-            let logits = if b.forced {
-                let stride = layer_stride(t, experts);
-                let mask = View::at(&s.route_mask, 4 * l as u64 * stride);
-                attention.push(k.add(v(&s.router_logits), mask, v(&s.forced_logits), t * experts)?);
-                v(&s.forced_logits)
-            } else {
-                v(&s.router_logits)
+            let logits = match mask {
+                Some(mask) => {
+                    if !fused {
+                        attention.push(k.add(v(&s.router_logits), mask, v(&s.forced_logits), t * experts)?);
+                    }
+                    v(&s.forced_logits)
+                }
+                None => v(&s.router_logits),
             };
             let (ids, weights) = (v(&s.pick_ids), v(&s.pick_weights));
             // The layer's row of the `[layers · experts]` slot table.

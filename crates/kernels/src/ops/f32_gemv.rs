@@ -14,8 +14,12 @@ pub struct F32GemvParams {
     pub norm: u32,
     /// RMSNorm epsilon (with `norm`).
     pub eps: f32,
+    /// 1: `y += bias`.
+    pub bias: u32,
+    /// Padding to 16 bytes.
+    pub _pad: [u32; 3],
 }
-const _: () = assert!(size_of::<F32GemvParams>() == 16);
+const _: () = assert!(size_of::<F32GemvParams>() == 32);
 
 /// The RMSNorm [`Kernels::f32_gemv_norm`] applies to its input, and where the normed rows go.
 #[derive(Clone, Copy, Debug)]
@@ -47,7 +51,7 @@ impl Kernels {
         y: View<'_>,
         tokens: u32,
     ) -> Result<Dispatch> {
-        self.f32_gemv_with(w, (rows, cols), x, y, tokens, None)
+        self.f32_gemv_with(w, (rows, cols), x, y, tokens, None, None)
     }
 
     /// [`Kernels::f32_gemv`] of the RMSNorm of its input, which it also writes out, in one dispatch:
@@ -56,10 +60,13 @@ impl Kernels {
     /// this way for itself and for the expert GEMVs after it: one dispatch a layer fewer.
     /// Shapes as [`Kernels::f32_gemv`], `norm.weight [cols] f32`, `norm.normed [T, cols] f32`. With
     /// `norm.quantised` the normed rows are also written Q8_0-quantised there, each 32-value block as
-    /// llama.cpp's `quantize_row_q8_0` makes it ([`cpu::quantize_q8`](crate::cpu::quantize_q8)).
+    /// llama.cpp's `quantize_row_q8_0` makes it ([`cpu::quantize_q8`](crate::cpu::quantize_q8)). With
+    /// `bias` (`[T, rows] f32`), `y[t] = W normed[t] + bias[t]`: a forced routing's mask added in the same
+    /// dispatch.
     ///
     /// # Errors
     /// As [`Kernels::f32_gemv`], and a shape error for `norm.quantised` with `cols` not a multiple of 32.
+    #[allow(clippy::too_many_arguments)]
     pub fn f32_gemv_norm(
         &self,
         w: View<'_>,
@@ -68,10 +75,12 @@ impl Kernels {
         y: View<'_>,
         tokens: u32,
         norm: InputNorm<'_>,
+        bias: Option<View<'_>>,
     ) -> Result<Dispatch> {
-        self.f32_gemv_with(w, (rows, cols), x, y, tokens, Some(norm))
+        self.f32_gemv_with(w, (rows, cols), x, y, tokens, Some(norm), bias)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn f32_gemv_with(
         &self,
         w: View<'_>,
@@ -80,6 +89,7 @@ impl Kernels {
         y: View<'_>,
         tokens: u32,
         norm: Option<InputNorm<'_>>,
+        bias: Option<View<'_>>,
     ) -> Result<Dispatch> {
         let b = self.binder(Kernel::F32Gemv);
         let (r, c, t) = (u64::from(rows), u64::from(cols), u64::from(tokens));
@@ -108,9 +118,15 @@ impl Kernels {
             b.storage("y", y, 0, f32s(t * r))?,
             b.storage("norm.normed", normed, 0, normed_bytes)?,
             b.storage("norm.quantised", normed_q, 0, normed_q_bytes)?,
+            // Without a bias, x (read only too) stands in; the shader does not read it.
+            match bias {
+                Some(bias) => b.storage("bias", bias, 0, f32s(t * r))?,
+                None => b.storage("bias", x, 0, PLACEHOLDER_BYTES)?,
+            },
         ];
         let mode = u32::from(norm.is_some()) + u32::from(quantised.is_some());
-        let p = F32GemvParams { rows, cols, norm: mode, eps: norm.map_or(0.0, |n| n.eps) };
+        let eps = norm.map_or(0.0, |n| n.eps);
+        let p = F32GemvParams { rows, cols, norm: mode, eps, bias: u32::from(bias.is_some()), _pad: [0; 3] };
         Ok(b.finish(vec![(p, bound, dims)]))
     }
 }

@@ -4,7 +4,8 @@
 // workgroups also write the normed row itself, each a share of it, to `normed`: what the expert GEMVs
 // read next. Decode's FFN norm then needs no dispatch of its own. With norm = 2 they also write their share
 // Q8_0-quantised to `normed_q` (a quantize_q8 row: the int8, then the f32 block scales; 8 lanes a block,
-// their max through workgroup memory), what expert_q8_gemv_xq reads.
+// their max through workgroup memory), what expert_q8_gemv_xq reads. With bias = 1, y[t, r] also adds
+// bias[t, r] (the forced routing's mask: no add of its own a layer).
 // One row per workgroup of 128 lanes, each lane four vec4 a step (512 floats apart, loads issued before
 // any is used): the router has only 128 rows, so a lane's loop is bound by its memory round trips, and a
 // row of 2048 takes one step. Plain workgroup reduction (the router is 1 MiB; subgroups would not show).
@@ -14,6 +15,10 @@ struct Params {
     cols: u32, // input length, a multiple of 4
     norm: u32, // 1: the input is rms_norm(x) * g, also written to normed; 2: and Q8_0 to normed_q
     eps: f32,  // RMSNorm epsilon (norm >= 1)
+    bias: u32, // 1: y += bias
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -24,6 +29,7 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> normed: array<vec4<f32>>; // [T, cols] f32 (norm >= 1)
 // [T, 9 * cols / 32] words: quantize_q8's rows (norm = 2)
 @group(0) @binding(6) var<storage, read_write> normed_q: array<u32>;
+@group(0) @binding(7) var<storage, read> bias: array<f32>;              // [T, rows] f32 (bias = 1)
 
 const WG: u32 = 128u;
 var<workgroup> red: array<vec2<f32>, WG>;
@@ -39,6 +45,14 @@ fn part(wr: u32, xt: u32, nvec: u32, i: u32) -> vec2<f32> {
         inv = xv * g[j];
     }
     return select(vec2<f32>(0.0), vec2<f32>(dot(w[wr + j], inv), dot(xv, xv)), i < nvec);
+}
+
+// `v` plus bias[at] with bias = 1.
+fn biased(v: f32, at: u32) -> f32 {
+    if (p.bias != 0u) {
+        return v + bias[at];
+    }
+    return v;
 }
 
 // workgroup_id.x = row, workgroup_id.y = token.
@@ -70,13 +84,13 @@ fn f32_gemv(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg:
     }
     if (p.norm == 0u) {
         if (li == 0u) {
-            y[t * p.rows + r] = red[0].x;
+            y[t * p.rows + r] = biased(red[0].x, t * p.rows + r);
         }
         return;
     }
     let scale = 1.0 / sqrt(red[0].y / f32(p.cols) + p.eps);
     if (li == 0u) {
-        y[t * p.rows + r] = red[0].x * scale;
+        y[t * p.rows + r] = biased(red[0].x * scale, t * p.rows + r);
     }
     // Row r's workgroup writes vec4 r * WG + li of the normed row, and every rows * WG-th after it (a step
     // for the whole workgroup, so that norm = 2 may meet at barriers).
