@@ -165,7 +165,7 @@ impl TierPolicy {
     }
 }
 
-/// How many of a layer's misses the GPU reads from the host arena, the rest computed on the CPU: the
+/// How many of a layer's misses the GPU takes from the host arena, the rest computed on the CPU: the
 /// fraction that ends both sides together. The rates give a first estimate, `cpu / (cpu + bus)` of them for
 /// times a record `cpu` (the CPU tier's, a running mean of its layers; the bus's until one is measured)
 /// and `bus` (measured once); but the GPU also runs the layer's hits, and each side has costs a record's
@@ -201,7 +201,7 @@ impl ArenaShare {
         ArenaShare { fixed: Some(fraction.clamp(0.0, 1.0)), ..Self::new(Duration::from_secs(1)) }
     }
 
-    /// The fraction of the misses the GPU reads from the arena.
+    /// The fraction of the misses the GPU takes from the arena.
     pub fn fraction(&self) -> f64 {
         if let Some(fixed) = self.fixed {
             return fixed;

@@ -192,7 +192,7 @@ impl CpuTier {
         self.math
     }
 
-    /// Shares the misses from now on with the GPU reading them from the pool's host arena, as `share` says
+    /// Shares the misses from now on with the GPU taking them from the pool's host arena, as `share` says
     /// (from the bus's time a record, [`probe_arena`](crate::load::probe_arena), or fixed).
     pub fn share_with_arena(&mut self, share: ArenaShare) {
         self.policy.share_with_arena(share);

@@ -33,7 +33,7 @@ pub struct LayerSplit {
     pub cpu_picks: Vec<usize>,
     /// Their experts (the host tier has started reading those it lacks).
     pub cpu_experts: Vec<u32>,
-    /// How many misses the GPU reads from the arena.
+    /// How many misses the GPU takes from the arena (copied into stage slots, or read over the bus).
     pub arena_picks: usize,
 }
 

@@ -351,9 +351,9 @@ impl Engine {
                 )
             })
             .transpose()?;
-        // With the arena, the tier shares its misses with the GPU reading them from there, in proportion
-        // to the bus's time a record (measured here, before anything is on the device) and its own, or as
-        // asked.
+        // With the arena, the tier shares its misses with the GPU taking them from there, in proportion
+        // to the bus's time a record (the copies' into device slots, measured here before anything is on
+        // the device) and its own, or as asked.
         if let Some(tier) = cpu_tier.as_mut().filter(|_| shape.arena) {
             tier.share_with_arena(match opts.cpu.arena_share {
                 Some(fraction) => ArenaShare::fixed(fraction),
