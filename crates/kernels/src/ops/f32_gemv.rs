@@ -16,7 +16,7 @@ pub struct F32GemvParams {
     pub eps: f32,
     /// 1: `y += bias`.
     pub bias: u32,
-    /// Padding to 16 bytes.
+    /// Padding: a uniform's size is a multiple of 16 bytes.
     pub _pad: [u32; 3],
 }
 const _: () = assert!(size_of::<F32GemvParams>() == 32);
