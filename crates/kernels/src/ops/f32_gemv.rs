@@ -115,14 +115,14 @@ impl Kernels {
             b.storage("x", x, 0, f32s(t * c))?,
             b.storage("w", w, 0, f32s(r * c))?,
             b.storage("norm.weight", weight, 0, f32s(c))?,
-            b.storage("y", y, 0, f32s(t * r))?,
-            b.storage("norm.normed", normed, 0, normed_bytes)?,
-            b.storage("norm.quantised", normed_q, 0, normed_q_bytes)?,
             // Without a bias, x (read only too) stands in; the shader does not read it.
             match bias {
                 Some(bias) => b.storage("bias", bias, 0, f32s(t * r))?,
                 None => b.storage("bias", x, 0, PLACEHOLDER_BYTES)?,
             },
+            b.storage("y", y, 0, f32s(t * r))?,
+            b.storage("norm.normed", normed, 0, normed_bytes)?,
+            b.storage("norm.quantised", normed_q, 0, normed_q_bytes)?,
         ];
         let mode = u32::from(norm.is_some()) + u32::from(quantised.is_some());
         let eps = norm.map_or(0.0, |n| n.eps);

@@ -25,11 +25,11 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;           // [T, cols] f32
 @group(0) @binding(2) var<storage, read> w: array<vec4<f32>>;           // [rows, cols] f32
 @group(0) @binding(3) var<storage, read> g: array<vec4<f32>>;           // [cols] f32 norm weight (norm >= 1)
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;           // [T, rows] f32
-@group(0) @binding(5) var<storage, read_write> normed: array<vec4<f32>>; // [T, cols] f32 (norm >= 1)
+@group(0) @binding(4) var<storage, read> bias: array<f32>;              // [T, rows] f32 (bias = 1)
+@group(0) @binding(5) var<storage, read_write> y: array<f32>;           // [T, rows] f32
+@group(0) @binding(6) var<storage, read_write> normed: array<vec4<f32>>; // [T, cols] f32 (norm >= 1)
 // [T, 9 * cols / 32] words: quantize_q8's rows (norm = 2)
-@group(0) @binding(6) var<storage, read_write> normed_q: array<u32>;
-@group(0) @binding(7) var<storage, read> bias: array<f32>;              // [T, rows] f32 (bias = 1)
+@group(0) @binding(7) var<storage, read_write> normed_q: array<u32>;
 
 const WG: u32 = 128u;
 var<workgroup> red: array<vec2<f32>, WG>;
