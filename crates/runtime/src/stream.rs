@@ -95,17 +95,17 @@ pub struct StreamOptions {
     pub host_arena: Option<bool>,
     /// With the host arena, outside split residency: a prefill chunk has the copy engine copy the experts
     /// its device slots lack from the arena into the pool's slots, the next layer's queued while this one
-    /// runs, instead of its GEMMs reading them over the bus (the default, the measured one): each record
-    /// then crosses the bus once, where a GEMM reading over the bus reads some twice, but the copies and
-    /// the GEMMs take turns on the queue. Not yet measured on a GPU.
+    /// runs, instead of its GEMMs reading them over the bus (the default): each record then crosses the
+    /// bus once, where a GEMM reading over the bus reads some twice, but the copies and the GEMMs take
+    /// turns on the queue (BENCHMARKS.md says which has been measured).
     pub chunk_arena_copies: bool,
     /// With the host arena and routing on the GPU: **split residency**, the resident step driver over the
     /// device's slots and the arena (every expert within the kernels' reach, the hottest moved onto the
     /// device by heat, `Placement`), with no readback between layers and no CPU tier. Off, one-token steps
     /// stream through the pool and the CPU tier, which shares each layer's misses with the GPU taking them
     /// from the arena (`diskformer_expert_stream::ArenaShare`, and [`CpuTierOptions::arena_over_bus`]); the
-    /// arena serves chunks. `None`, the default: off where the CPU tier runs (it decoded 1.2–2.1× split
-    /// residency on each host measured since its share follows outcomes; BENCHMARKS.md), on elsewhere.
+    /// arena serves chunks. `None`, the default: off where the CPU tier runs (the faster on the hosts
+    /// measured, BENCHMARKS.md), on elsewhere.
     pub split_residency: Option<bool>,
 }
 
@@ -196,8 +196,8 @@ pub struct CpuTierOptions {
     pub arena_share: Option<f64>,
     /// With the host arena's share (above): the expert kernels read the GPU's share of the misses from the
     /// arena over the bus, instead of the copy engine copying them first into device slots of their own
-    /// (the default: on hosts whose shaders read host memory at half the bus's rate the copies are faster,
-    /// and elsewhere they cost about the same).
+    /// (the default: the copies are what the share's probe times, and the bus carries each record once in
+    /// large transfers, whatever rate the host's shaders read host memory at).
     pub arena_over_bus: bool,
 }
 
@@ -394,7 +394,8 @@ pub struct PoolShape {
 }
 
 /// The GPU pool of `shape.slots` records of `layout` on `ctx` (its cache all but the last
-/// `shape.stage_slots`), filled by `reader` as `setup` and `stream` say, and the hand-off through which the host tier (when `setup` has one) gives the pool its records.
+/// `shape.stage_slots`), filled by `reader` as `setup` and `stream` say, and the hand-off through which the
+/// host tier (when `setup` has one) gives the pool its records.
 ///
 /// # Errors
 /// The pool's errors (a layout the kernels do not read, the device's memory, the speculative reads'

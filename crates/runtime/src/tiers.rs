@@ -217,7 +217,7 @@ impl Tiers {
     /// Makes the experts of a chunk's `picks` at layer `l` resident (their union loaded once: through the
     /// host tier where there is one, copied from the arena with `chunk_arena_copies`) and returns them pinned
     /// with each pick's slot; with the arena and without `chunk_arena_copies`, only the device's hits (the
-    /// rest read from the arena over the bus, [`Tiers::chunk_from_arena`]). The next layer's
+    /// rest read from the arena over the bus, `chunk_from_arena`). The next layer's
     /// experts are queued as guesses ([`Tiers::chunk_guesses`]): before this layer's wait where the pool
     /// holds three layers' experts and `early_chunk_prefetch` is on (the prefetch threads then load beside
     /// the demand readers), else after it.

@@ -81,9 +81,10 @@ impl Engine {
     /// Runs layer `l` of `graph` with the host's `work`: the GPU's picks (`experts`, recorded: the stage
     /// slots' copies, if any, then the picks' gate‖up and down, fused: and their combine onto the residual
     /// stream) run on the GPU while the host computes the misses; then their sum joins (unfused: in the
-    /// combine, as a pick's down row; fused: added onto the residual stream). Meanwhile this thread submits `experts` and records (and finishes:
-    /// most of wgpu's encoding cost) what follows the sum into `enc`: the join or the combine, and the next
-    /// layer up to its picks (its readback as a CPU layer's when `next_on_cpu`), which it returns.
+    /// combine, as a pick's down row; fused: added onto the residual stream). Meanwhile this thread submits
+    /// `experts` and records (and finishes: most of wgpu's encoding cost) what follows the sum into `enc`:
+    /// the join or the combine, and the next layer up to its picks (its readback as a CPU layer's when
+    /// `next_on_cpu`), which it returns.
     pub(super) fn join_cpu_layer(
         &mut self,
         enc: &mut wgpu::CommandEncoder,
