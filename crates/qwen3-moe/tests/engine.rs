@@ -757,6 +757,9 @@ fn arena_shapes() -> [SynthShape; 2] {
 fn the_host_arena_gives_the_uploads_logits() {
     for shape in arena_shapes() {
         let what = format!("{:?}", shape.ftype);
+        // Every pick of the three steps, each layer's top-k, asked of the pool (whether it held it depends on
+        // what the prompt left there and when its loads landed).
+        let step_picks = 3 * u64::from(shape.layers * shape.top_k);
         let m = model(&format!("host-arena-{what}"), shape, 5);
         // No arena (`None`), or the arena with a chunk's records copied into the pool or not.
         let run = |arena: Option<bool>| {
@@ -769,16 +772,18 @@ fn the_host_arena_gives_the_uploads_logits() {
             let disk = e.stats().disk.bytes;
             let prompt = e.prefill(&PROMPT, true).unwrap();
             let (prompt_loads, prompt_disk) = (e.pool_stats().bytes_read, e.stats().disk.bytes - disk);
+            let demanded = e.pool_stats().demanded();
             let steps: Vec<Vec<f32>> = [72, 101, 108].iter().map(|&id| e.step(id).unwrap()).collect();
-            let loaded = e.pool_stats().bytes_read > prompt_loads;
+            let step_picks = e.pool_stats().demanded() - demanded;
             let chunk = e.prefill(&PROMPT[3..], true).unwrap();
-            (prompt, (prompt_loads, prompt_disk), steps, loaded, chunk, e.stats().arena_bytes)
+            (prompt, (prompt_loads, prompt_disk), steps, step_picks, chunk, e.stats().arena_bytes)
         };
         let uploaded = run(None);
         assert!(
-            uploaded.1.0 > 0 && uploaded.1.1 > 0 && uploaded.5 == 0,
-            "{what}: uploads loaded and read {:?}, arena {}",
+            uploaded.1.0 > 0 && uploaded.1.1 > 0 && uploaded.3 == step_picks && uploaded.5 == 0,
+            "{what}: uploads loaded and read {:?}, steps asked for {}, arena {}",
             uploaded.1,
+            uploaded.3,
             uploaded.5
         );
         for copies in [false, true] {
@@ -792,7 +797,10 @@ fn the_host_arena_gives_the_uploads_logits() {
             let (loads, disk) = arena.1;
             assert_eq!(disk, 0, "{what}: the arena's prompt reads nothing from the store");
             assert_eq!(loads > 0, copies, "{what}: the prompt loaded {loads} bytes into the pool");
-            assert!(arena.3, "{what}: the steps after the prompt load their misses into the pool");
+            assert_eq!(
+                arena.3, step_picks,
+                "{what}: the steps after the prompt take their experts from the pool"
+            );
             assert!(arena.5 > 0, "{what}");
         }
     }
