@@ -884,7 +884,7 @@ impl<'a> Reach<'a> {
 
 /// One layer's [`Reach`]: its slots, or ranges of slots.
 #[derive(Clone, Debug)]
-enum LayerReach<'a> {
+pub(crate) enum LayerReach<'a> {
     Slots(&'a [u32]),
     Ranges([std::ops::Range<u32>; 2]),
 }
@@ -1190,14 +1190,7 @@ fn block_experts(
             k.expert_kquant_gemm(w, x, g, o, y, (pairs, groups), x_div)
         }
     };
-    // Up right after gate and of its type: gate‖up is one matrix of 2F rows.
-    let gate_bytes = u64::from(f) * u64::from(h) / 256 * gate_q.block_bytes();
-    let halves: &[(BlockQuant, u64, u32, u32)] = if gate_q == up_q && up_at == gate_at + gate_bytes {
-        &[(gate_q, gate_at, 0, 2 * f)]
-    } else {
-        &[(gate_q, gate_at, 0, f), (up_q, up_at, f, f)]
-    };
-    for &(quant, at, column, rows) in halves {
+    for (quant, at, column, rows) in gate_up_halves([(gate_q, gate_at), (up_q, up_at)], (h, f)) {
         for w in layer_blocks(b.pool, b.expert_parts(), Plane::GateUpQ, (quant, at), (rows, h), reach) {
             let y = ExpertOut { y: v(&s.gate_up), stride: 2 * f, offset: column };
             out.push(matmul(w, v(&s.xn), y, top_k)?);
@@ -1208,6 +1201,21 @@ fn block_experts(
         out.push(matmul(w, v(&s.act), ExpertOut { y: v(&s.down), stride: h, offset: 0 }, 1)?);
     }
     Ok(out)
+}
+
+/// The matrices gate and up (type, where each starts in a record's `gate_up_q` plane) make in a layer of
+/// width `h` and expert FFN `f`, each `(type, start, column of gate‖up, rows)`: one of 2F rows where up
+/// lies right after gate and is of its type, else gate and up apart.
+pub(crate) fn gate_up_halves(
+    [(gate_q, gate_at), (up_q, up_at)]: [(BlockQuant, u64); 2],
+    (h, f): (u32, u32),
+) -> Vec<(BlockQuant, u64, u32, u32)> {
+    let gate_bytes = u64::from(f) * u64::from(h) / 256 * gate_q.block_bytes();
+    if gate_q == up_q && up_at == gate_at + gate_bytes {
+        vec![(gate_q, gate_at, 0, 2 * f)]
+    } else {
+        vec![(gate_q, gate_at, 0, f), (up_q, up_at, f, f)]
+    }
 }
 
 /// Fused decode on records of blocks, gate and up of one type: gate‖up with SwiGLU on its output into the
@@ -1265,7 +1273,7 @@ fn block_down_combine(
 /// One matrix of every record in `plane` (its type and where it starts in a slot), as the block kernels
 /// bind it: a pool part at a time, narrowed to the slots a resident layer may read where `reach` gives them
 /// (see [`layer_span`]), parts without the layer's experts left out.
-fn layer_blocks<'p>(
+pub(crate) fn layer_blocks<'p>(
     pool: &'p GpuPool,
     parts: &'p [PoolPart],
     plane: Plane,

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use diskformer_gguf::{Array, Metadata, TensorType, Value};
 use diskformer_qwen3_moe::qwen35moe::synthetic::{Shape, write, write_as};
-use diskformer_qwen3_moe::qwen35moe::{Config, MAX_CHUNK, Reference, Resident};
+use diskformer_qwen3_moe::qwen35moe::{Config, MAX_CHUNK, OpenOptions, Reference, Resident};
 use diskformer_qwen3_moe::{Error, log_softmax};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -147,6 +147,52 @@ fn the_gpu_model_gives_llama_cpps_log_probabilities() {
     eprintln!("worst |Δ log-probability| (token by token, one chunk, after a prefix): {worst:?}");
     assert!(worst.iter().all(|&w| w < 2e-3), "{worst:?}");
     assert!(matches!(m.step(100_000), Err(Error::BadToken { .. })));
+}
+
+/// The routed experts streamed through a pool of slots give the logits of every expert resident, in
+/// chunks and token by token, and llama.cpp's golden: a pool of 2 × top-k slots (a layer's picks of two
+/// tokens at most: chunks of 2, each pair's slot written by the host) and one of twice a layer's experts
+/// (chunks of any length, grouped on the GPU through the slot table). The pool loads what it misses; fewer
+/// slots than 2 × top-k are refused at open.
+#[test]
+fn streamed_experts_give_the_resident_logits() {
+    let dir = temp_dir("gpu-streamed");
+    let (golden, gguf) = fixture("small", dir.path());
+    let Some(mut resident) = gpu_model(&gguf, Some(256)) else { return };
+    assert!(!resident.streams_experts() && resident.pool_stats().is_none());
+    let prompt: Vec<u32> = (0..40u32).map(|i| 97 + (i * 7 + i / 5) % 26).collect();
+    let run = |m: &mut Resident| {
+        let mut logits = vec![m.prefill(&prompt).unwrap()];
+        logits.extend([104, 105, 33].map(|id| m.step(id).unwrap()));
+        logits
+    };
+    let want = run(&mut resident);
+    let open = |slots| {
+        let opts = OpenOptions {
+            max_context: Some(256),
+            pool_slots: Some(slots),
+            store_dir: Some(dir.path().join("store")),
+            ..OpenOptions::default()
+        };
+        Resident::open_with(&gguf, &opts, &mut |_| {})
+    };
+    for (slots, chunk) in [(4, 2), (16, MAX_CHUNK)] {
+        let mut m = open(slots).unwrap();
+        assert!(m.streams_experts() && m.pool_slots() == Some(slots));
+        assert_eq!(m.max_chunk(), chunk, "{slots} slots");
+        let got = run(&mut m);
+        for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+            let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+            assert!(worst < 1e-4, "{slots} slots, output {i}: moved by {worst}");
+        }
+        let pool = m.pool_stats().unwrap();
+        assert!(pool.misses > 0 && pool.bytes_read > 0, "{slots} slots: {pool:?}");
+        let logits = m.prefill(&golden.prompt_ids).unwrap();
+        let worst = worst_against(&golden, logits, |id| m.step(id).unwrap());
+        assert!(worst < 2e-3, "{slots} slots: worst |Δ log-probability| against llama.cpp {worst}");
+    }
+    let err = open(3).unwrap_err();
+    assert!(matches!(err, Error::BadOption { option: "pool_slots", .. }), "{err}");
 }
 
 /// A long prompt as one chunk (the dense and grouped expert GEMMs, attention over the chunk, the delta rule

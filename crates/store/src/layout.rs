@@ -357,6 +357,9 @@ impl Layout {
     }
 }
 
+/// The architecture whose uniform Q8_0 or Q4_0 experts the store splits into planes of quants and scales.
+pub const PLANAR_ARCHITECTURE: &str = "qwen3moe";
+
 fn plan_experts(header: &Header) -> Result<Option<ExpertLayout>> {
     let found: Vec<(u32, ExpertPart, &TensorInfo)> =
         header.tensors.iter().filter_map(|t| expert_tensor(&t.name).map(|(l, p)| (l, p, t))).collect();
@@ -414,8 +417,11 @@ fn plan_experts(header: &Header) -> Result<Option<ExpertLayout>> {
     }
     let n_experts = n_experts as u32;
     let uniform = types.iter().flatten().all(|&t| t == first.ty);
+    // Planes serve the qwen3moe engine's Q8_0 and Q4_0 kernels; every other architecture's expert kernels
+    // read records of the GGUF's blocks (which also lets its experts stay in the GGUF).
+    let planar = header.metadata.get_str("general.architecture").is_ok_and(|a| a == PLANAR_ARCHITECTURE);
     Ok(Some(match first.ty {
-        TensorType::Q8_0 | TensorType::Q4_0 if uniform => {
+        TensorType::Q8_0 | TensorType::Q4_0 if uniform && planar => {
             ExpertLayout::new(first.ty, n_layers, n_experts, hidden, ffn)
         }
         _ => ExpertLayout::with_blocks(&types, n_experts, hidden, ffn),
@@ -494,5 +500,26 @@ mod tests {
         assert_eq!(expert_tensor("blk.1.ffn_up.weight"), None);
         assert_eq!(expert_tensor("blk.x.ffn_up_exps.weight"), None);
         assert_eq!(expert_tensor("output.weight"), None);
+    }
+
+    /// Uniform Q8_0 experts are split into planes for qwen3moe alone; another architecture's are records of
+    /// the GGUF's blocks.
+    #[test]
+    fn planes_only_for_the_planar_architecture() {
+        use diskformer_gguf::{GgufWriter, Value};
+        let plan = |arch: &str| {
+            let mut w = GgufWriter::new();
+            w.add_metadata("general.architecture", Value::String(arch.into())).unwrap();
+            for part in ["gate", "up", "down"] {
+                let dims: &[u64] = if part == "down" { &[32, 64, 2] } else { &[64, 32, 2] };
+                let n = dims.iter().product::<u64>();
+                let zeros = vec![0u8; (n / 32 * 34) as usize];
+                w.add_tensor(format!("blk.0.ffn_{part}_exps.weight"), TensorType::Q8_0, dims, zeros).unwrap();
+            }
+            let header = Header::parse(&w.header_bytes().unwrap()).unwrap();
+            Layout::plan(&header).unwrap().experts.unwrap()
+        };
+        assert!(plan(PLANAR_ARCHITECTURE).blocks.is_none());
+        assert!(plan("qwen35moe").blocks.is_some());
     }
 }

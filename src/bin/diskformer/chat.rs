@@ -243,15 +243,29 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
             converse(&mut engine, &args)
         }
         Err(Error::WrongArchitecture { found, .. }) if found == qwen35moe::ARCHITECTURE => {
-            // The streaming engine runs qwen3moe alone so far: qwen35moe runs with every weight on the GPU.
             if args.record_routing.is_some() {
                 anyhow::bail!("--record-routing records qwen3moe models' picks; this file is qwen35moe");
             }
-            let mut model = Resident::open(&model, args.ctx)?;
+            let opts = qwen35moe::OpenOptions {
+                max_context: args.ctx,
+                gpu_budget: opts.gpu_budget,
+                store_dir: args.store.clone(),
+                ..qwen35moe::OpenOptions::default()
+            };
+            let mut ingest = None;
+            let mut model = Resident::open_with(&model, &opts, &mut |p| {
+                if let LoadProgress::Ingest { done, total, .. } = p {
+                    ingest.get_or_insert_with(|| bar(total, "ingest")).set_position(done);
+                }
+            })?;
+            if let Some(pb) = ingest {
+                pb.finish();
+            }
             eprintln!(
-                "{}\nqwen35moe, every weight on the GPU (its experts do not stream yet: --budget and the \
-                 streaming options do not apply), context {}",
+                "{}
+qwen35moe, {}, context {}",
                 model.adapter(),
+                qwen35moe_placement(&model),
                 model.max_context()
             );
             crate::warn_if_software(model.software_adapter(), &model.adapter());
@@ -394,4 +408,16 @@ fn converse(engine: &mut impl ChatModel, args: &ChatArgs) -> anyhow::Result<()> 
         history.push(Message::assistant(reply));
     }
     Ok(())
+}
+
+/// Where a qwen35moe model's routed experts are, for the line printed at open.
+pub fn qwen35moe_placement(model: &Resident) -> String {
+    match model.pool_slots() {
+        Some(slots) => format!(
+            "routed experts streamed through {slots} slots of {} (loaded as picked: no prefetch, CPU tier or host \
+             arena for this architecture yet)",
+            model.config().layers * model.config().experts
+        ),
+        None => "every weight on the GPU".into(),
+    }
 }

@@ -83,13 +83,18 @@ pub fn start(
                     serve(&mut engine, &queue);
                 }
             }
-            // The streaming engine runs qwen3moe alone so far: qwen35moe runs with every weight on the GPU.
             Err(Error::WrongArchitecture { found, .. }) if found == qwen35moe::ARCHITECTURE => {
-                let mut model = match Resident::open(&model, opts.max_context) {
+                let open = qwen35moe::OpenOptions {
+                    max_context: opts.max_context,
+                    gpu_budget: opts.gpu_budget,
+                    store_dir: store,
+                    ..qwen35moe::OpenOptions::default()
+                };
+                let mut model = match Resident::open_with(&model, &open, &mut report_progress()) {
                     Ok(m) => m,
                     Err(e) => return drop(opened.send(Err(e.to_string()))),
                 };
-                eprintln!("qwen35moe: every weight on the GPU (its experts do not stream yet; --budget does not apply)");
+                eprintln!("qwen35moe: {}", crate::chat::qwen35moe_placement(&model));
                 let info = EngineInfo {
                     tokenizer: Decoder::tokenizer(&model),
                     context: model.max_context() as usize,

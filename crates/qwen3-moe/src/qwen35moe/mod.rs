@@ -1,14 +1,15 @@
 //! qwen35moe (Qwen3.5 / Qwen3.6 MoE: Gated DeltaNet and gated full-attention layers, routed experts and a
 //! shared expert; `../shared/QWEN35MOE.md`): its config, synthetic files, and a CPU reference of its forward
-//! pass checked against llama.cpp, and [`Resident`]: the model on the GPU with every weight resident
-//! (the streaming engine does not run it yet).
+//! pass checked against llama.cpp, and [`Resident`]: the model on the GPU, its routed experts resident or
+//! streamed through a pool of slots.
 
 mod config;
 pub mod reference;
 mod resident;
+mod streamed;
 pub mod synthetic;
 
 pub use crate::KernelTime;
 pub use config::{ARCHITECTURE, Config};
 pub use reference::Reference;
-pub use resident::{MAX_CHUNK, Resident};
+pub use resident::{MAX_CHUNK, OpenOptions, Resident};

@@ -6,28 +6,31 @@
 //! references the reference runs, so llama.cpp's goldens hold both. One token runs GEMVs and the split
 //! attention; a chunk of [`GEMM_FROM`] tokens or more the tiled GEMMs, its pairs grouped by expert on the GPU.
 //!
-//! Streaming the experts through the pool and the CPU tier is the qwen3moe engine's alone for now; this is
-//! the model definition those step drivers are to drive once they are the runtime's.
+//! Where the routed experts do not fit the GPU budget (or a pool size is asked for), they stream through a
+//! pool of slots instead ([`super::streamed`]: the per-layer step driver); the prefetch, CPU tier and host
+//! arena of the qwen3moe engine are not wired to this model yet.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use diskformer_bpe::Tokenizer;
+use diskformer_expert_stream::{GpuBudget, Plane, Stats as PoolStats};
 use diskformer_gguf::{GgufFile, TensorInfo};
 use diskformer_kernels::{
     AttentionShape, BlockMatrix, BlockQuant, Context, DeltaNetShape, Dispatch, EXPERT_BLOCK_GEMM_GROUP,
     EXPERT_GROUPS_MAX_EXPERTS, ExpertBlocks, ExpertGroupsParams, ExpertOut, Kernels, MoeCombineParams,
     QkNormRopePartialParams, View, argmax_partial_len, expert_gemm_group_bound,
 };
-use diskformer_runtime::load::{auto_gpu_budget, default_context};
-use diskformer_runtime::{Decoder, Next, Sampler};
+use diskformer_runtime::load::{auto_gpu_budget, default_context, default_store_dir};
+use diskformer_runtime::{Decoder, LoadProgress, Next, Sampler};
 use wgpu::util::DeviceExt;
 
 use super::config::Config;
+use super::streamed::StreamedExperts;
 use crate::engine::readback;
-use crate::graph::record;
+use crate::graph::{gate_up_halves, layer_blocks, record};
 use crate::kernel_times::{KernelTime, time_graph};
 use crate::{Error, Result};
 
@@ -41,7 +44,24 @@ const GRAPHS_KEPT: usize = 4;
 /// Chunks of this many tokens or more multiply dense matrices by the tiled GEMM instead of the GEMV.
 const GEMM_FROM: u32 = 8;
 
-/// A qwen35moe model on the GPU, every weight resident, and its state.
+/// How [`Resident::open_with`] opens a qwen35moe file.
+#[derive(Clone, Debug, Default)]
+pub struct OpenOptions {
+    /// Positions the KV cache holds (default: as the budget allows, see
+    /// [`default_context`](diskformer_runtime::load::default_context)).
+    pub max_context: Option<u32>,
+    /// GPU memory the model may take (default: [`auto_gpu_budget`]). Where every weight does not fit, the
+    /// routed experts stream through a pool of slots sized from what the rest leaves.
+    pub gpu_budget: Option<u64>,
+    /// Stream the routed experts through a pool of this many slots (at least 2 × top-k) whatever the budget.
+    pub pool_slots: Option<usize>,
+    /// The store of the file's expert records, ingested at the first open that streams (the experts stay in
+    /// the GGUF, read in place): default `<file>.diskformer/` beside it.
+    pub store_dir: Option<PathBuf>,
+}
+
+/// A qwen35moe model on the GPU, its dense weights resident and its routed experts too or streamed through a
+/// pool, and its state.
 pub struct Resident {
     ctx: Context,
     kernels: Kernels,
@@ -52,13 +72,15 @@ pub struct Resident {
     /// Positions the KV cache holds.
     max_context: u32,
     weights: Weights,
+    /// The routed experts' pool where they stream (`weights.experts` is then empty).
+    streamed: Option<StreamedExperts>,
     state: Vec<LayerState>,
     scratch: Scratch,
     /// The logits' argmax, for greedy steps.
     argmax: Dispatch,
     /// The graphs of the chunk sizes run lately (one token's and [`MAX_CHUNK`]'s always; see
     /// [`Resident::ensure_graph`]), and the order the others were built in.
-    graphs: HashMap<u32, Vec<Dispatch>>,
+    graphs: HashMap<u32, StepGraph>,
     built: VecDeque<u32>,
     /// The tokens the state and the cache hold, in order.
     cached: Vec<u32>,
@@ -76,6 +98,20 @@ pub struct Resident {
 impl std::fmt::Debug for Resident {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Resident").field("config", &self.config).field("cached", &self.cached.len()).finish()
+    }
+}
+
+/// The dispatches of a chunk of `t` tokens.
+struct StepGraph {
+    /// Per layer: its mixer through the router's picks, then its experts.
+    layers: Vec<(Vec<Dispatch>, Vec<Dispatch>)>,
+    /// The output norm and the lm head on the last token.
+    head: Vec<Dispatch>,
+}
+
+impl StepGraph {
+    fn all(&self) -> impl Iterator<Item = &Dispatch> {
+        self.layers.iter().flat_map(|(mixer, experts)| mixer.iter().chain(experts)).chain(&self.head)
     }
 }
 
@@ -144,8 +180,19 @@ enum LayerState {
     DeltaNet { conv: wgpu::Buffer, delta: wgpu::Buffer },
 }
 
+impl LayerState {
+    fn bytes(&self) -> u64 {
+        match self {
+            LayerState::Attention { keys, values } => keys.size() + values.size(),
+            LayerState::DeltaNet { conv, delta } => conv.size() + delta.size(),
+        }
+    }
+}
+
 /// Activations of a chunk of up to [`MAX_CHUNK`] tokens.
 struct Scratch {
+    /// Device bytes of all of them.
+    bytes: u64,
     /// The residual stream: layer `l` reads `residual[l % 2]` and writes `residual[(l + 1) % 2]`.
     residual: [wgpu::Buffer; 2],
     /// The mixer's normed input, then the FFN's.
@@ -210,26 +257,80 @@ impl Resident {
     /// values (checked before anything is uploaded); [`Error::BadOption`] for a context of 0 or past the
     /// model's; the tokenizer's errors; [`Error::Gpu`] when a tensor is larger than a GPU buffer can be.
     pub fn open_on(ctx: Context, path: &Path, max_context: Option<u32>) -> Result<Resident> {
+        Self::open_in(ctx, path, &OpenOptions { max_context, ..OpenOptions::default() }, &mut |_| {})
+    }
+
+    /// Opens the qwen35moe GGUF at `path` on the first GPU as `opts` say: every weight on the GPU where all
+    /// fit the budget (and no pool size is asked for), else the routed experts streamed through a pool of
+    /// slots from the GGUF, through a store of their layout ingested first (`progress` reports it).
+    ///
+    /// # Errors
+    /// As [`Resident::open_on`]; [`Error::BadOption`] for a pool of fewer than 2 × top-k slots;
+    /// [`Error::Pool`] for a budget that cannot hold the dense weights, the state, the scratch and 2 × top-k
+    /// records (with the numbers); the store's errors.
+    pub fn open_with(
+        path: &Path,
+        opts: &OpenOptions,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<Resident> {
+        Self::open_in(Context::new()?, path, opts, progress)
+    }
+
+    fn open_in(
+        ctx: Context,
+        path: &Path,
+        opts: &OpenOptions,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<Resident> {
         let gguf = GgufFile::open(path)?;
         let config = Config::from_metadata(gguf.metadata())?;
+        let budget = opts.gpu_budget.unwrap_or_else(|| auto_gpu_budget(&ctx));
         // Keys and values of the attention layers (the DeltaNet layers' state does not grow).
         let attention = config.recurrent.iter().filter(|&&r| !r).count() as u64;
         let kv_per_position = attention * 2 * kv_row_bytes(&config);
-        let max_context = max_context.unwrap_or_else(|| {
-            default_context(config.context_length, kv_per_position, auto_gpu_budget(&ctx))
-        });
+        let max_context = opts
+            .max_context
+            .unwrap_or_else(|| default_context(config.context_length, kv_per_position, budget));
         if max_context == 0 || max_context > config.context_length {
             return Err(Error::BadOption {
                 option: "max_context",
                 what: format!("{max_context} positions; allowed 1..={}", config.context_length),
             });
         }
+        let top_k = config.top_k as usize;
+        if let Some(slots) = opts.pool_slots.filter(|&s| s < 2 * top_k) {
+            return Err(Error::BadOption {
+                option: "pool_slots",
+                what: format!("{slots}; the pool needs at least 2 × top-k = {} slots", 2 * top_k),
+            });
+        }
         let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf)?);
         let wanted = wanted_tensors(&config, &gguf)?;
         let vocab = gguf.header().tensor("token_embd.weight").map_or(0, |t| t.dims[1] as u32);
-        let weights = upload_weights(&ctx, &gguf, &config, &wanted)?;
         let state = layer_state(&ctx.device, &config, max_context);
+        let state_bytes: u64 = state.iter().map(LayerState::bytes).sum();
         let scratch = Scratch::new(&ctx.device, &config, vocab, max_context);
+        let (dense, experts) = device_bytes(&gguf, &wanted);
+        let streamed = if opts.pool_slots.is_some() || dense + experts + state_bytes + scratch.bytes > budget
+        {
+            let dir = opts.store_dir.clone().unwrap_or_else(|| default_store_dir(path));
+            let store = StreamedExperts::store(path, &dir, progress)?;
+            let layout = StreamedExperts::layout(&store)?;
+            let (setup, reader, staging) = StreamedExperts::setup(&store, &layout, &config)?;
+            let all = (config.layers * config.experts) as usize;
+            let slots = match opts.pool_slots {
+                Some(slots) => slots.min(all),
+                None => {
+                    let scratch = scratch.bytes + staging;
+                    let left = GpuBudget { budget, dense, kv_cache: state_bytes, scratch };
+                    left.expert_slots(layout.record_bytes, config.top_k)?.min(all)
+                }
+            };
+            Some(StreamedExperts::open(&ctx, &layout, (&setup, reader), &config, slots, MAX_CHUNK)?)
+        } else {
+            None
+        };
+        let weights = upload_weights(&ctx, &gguf, &config, &wanted, streamed.is_none())?;
         let kernels = Kernels::new(&ctx);
         let s = &scratch;
         let argmax =
@@ -257,6 +358,7 @@ impl Resident {
             vocab,
             max_context,
             weights,
+            streamed,
             state,
             scratch,
             argmax,
@@ -357,7 +459,7 @@ impl Resident {
             return Err(Error::BadOption { option: "tokens", what: format!("{t}: must be 1..={MAX_CHUNK}") });
         }
         self.ensure_graph(t)?;
-        let graph: Vec<&Dispatch> = self.graphs[&t].iter().collect();
+        let graph: Vec<&Dispatch> = self.graphs[&t].all().collect();
         time_graph(&self.ctx, &graph, "chunk", repeats)
     }
 
@@ -404,7 +506,7 @@ impl Resident {
             self.reset();
         }
         let mut logits = Vec::new();
-        for chunk in ids[self.cached.len()..].chunks(MAX_CHUNK as usize) {
+        for chunk in ids[self.cached.len()..].chunks(self.max_chunk() as usize) {
             logits = self.run(chunk)?;
         }
         self.copy_checkpoint(true);
@@ -435,9 +537,50 @@ impl Resident {
         Ok(self.submit(ids, false)?.into_iter().map(f32::from_bits).collect())
     }
 
+    /// Tokens a chunk runs at most: [`MAX_CHUNK`], or while the experts stream as many as the pool holds a
+    /// layer's picks of.
+    pub fn max_chunk(&self) -> u32 {
+        self.streamed.as_ref().map_or(MAX_CHUNK, |s| s.max_chunk)
+    }
+
+    /// Whether the routed experts stream through a pool of slots.
+    pub fn streams_experts(&self) -> bool {
+        self.streamed.is_some()
+    }
+
+    /// The streaming pool's slots, while the experts stream.
+    pub fn pool_slots(&self) -> Option<usize> {
+        self.streamed.as_ref().map(|s| s.pool.backend().pool().slots())
+    }
+
+    /// The streaming pool's counters (slots' hits, misses and loads), while the experts stream.
+    pub fn pool_stats(&self) -> Option<PoolStats> {
+        self.streamed.as_ref().map(StreamedExperts::stats)
+    }
+
     /// One chunk after the cache: the embedding rows, positions and RoPE table written, the chunk's graph
-    /// recorded and submitted, then the last token's logits read back, or with `pick` their argmax.
+    /// recorded and submitted (while the experts stream, a layer at a time: [`StreamedExperts::run_layers`]),
+    /// then the last token's logits read back, or with `pick` their argmax. A chunk longer than
+    /// [`Resident::max_chunk`] is refused; a streamed chunk that fails part way forgets every token (its first
+    /// layers' state has moved on).
     fn submit(&mut self, ids: &[u32], pick: bool) -> Result<Vec<u32>> {
+        if ids.len() > self.max_chunk() as usize {
+            return Err(Error::BadOption {
+                option: "ids",
+                what: format!("{} tokens in one chunk; at most {}", ids.len(), self.max_chunk()),
+            });
+        }
+        let out = self.submit_chunk(ids, pick);
+        if out.is_err() && self.streamed.is_some() {
+            self.reset();
+        }
+        if let Some(streamed) = &mut self.streamed {
+            streamed.release_held();
+        }
+        out
+    }
+
+    fn submit_chunk(&mut self, ids: &[u32], pick: bool) -> Result<Vec<u32>> {
         let t = ids.len() as u32;
         let start = self.cached.len() as u32;
         if start + t > self.max_context {
@@ -453,9 +596,23 @@ impl Resident {
         queue.write_buffer(&s.positions, 0, bytemuck::cast_slice(&positions));
         queue.write_buffer(&s.rope, 0, bytemuck::cast_slice(&self.config.rope_table(&positions)));
         self.ensure_graph(t)?;
-        let device = &self.ctx.device;
+        let (device, queue) = (&self.ctx.device, &self.ctx.queue);
         let mut enc = device.create_command_encoder(&Default::default());
-        record(&mut enc, &self.graphs[&t]);
+        let graph = &self.graphs[&t];
+        let mut waited = Duration::ZERO;
+        match &mut self.streamed {
+            Some(streamed) => {
+                let picks = (&self.scratch.pick_ids, t * self.config.top_k, groups_pairs(&self.config, t));
+                streamed.run_layers((device, queue), &mut enc, &graph.layers, picks, &mut waited)?;
+            }
+            None => {
+                for (mixer, experts) in &graph.layers {
+                    record(&mut enc, mixer);
+                    record(&mut enc, experts);
+                }
+            }
+        }
+        record(&mut enc, &graph.head);
         let (from, bytes) = match pick {
             true => {
                 record(&mut enc, std::slice::from_ref(&self.argmax));
@@ -465,7 +622,6 @@ impl Resident {
         };
         enc.copy_buffer_to_buffer(from, 0, &self.scratch.readback, 0, bytes);
         let submitted = self.ctx.queue.submit([enc.finish()]);
-        let mut waited = Duration::ZERO;
         let out =
             readback(device, &self.scratch.readback, bytes, Some(submitted), Duration::ZERO, &mut waited)?;
         self.cached.extend_from_slice(ids);
@@ -487,10 +643,11 @@ impl Resident {
     }
 
     /// The dispatches of a chunk of `t` tokens: every layer's mixer and MoE, then the last token's head.
-    fn graph(&self, t: u32) -> Result<Vec<Dispatch>> {
+    fn graph(&self, t: u32) -> Result<StepGraph> {
         let (c, k, w, s) = (&self.config, &self.kernels, &self.weights, &self.scratch);
-        let mut out = Vec::new();
+        let mut layers = Vec::with_capacity(c.layers as usize);
         for l in 0..c.layers as usize {
+            let mut out = Vec::new();
             let (x, next) = (&s.residual[l % 2], &s.residual[(l + 1) % 2]);
             let name = |n: &str| format!("blk.{l}.{n}.weight");
             out.push(k.rms_norm(
@@ -511,15 +668,17 @@ impl Resident {
             let (post, sum) = (w.v(&name("post_attention_norm")), &s.mixed_sum);
             let (mixer_out, normed) = ((&s.mixer_out).into(), (&s.normed).into());
             out.push(k.add_rms_norm(x.into(), mixer_out, post, sum.into(), normed, c.hidden, t, c.eps)?);
-            self.moe(&mut out, l, t, sum, next)?;
+            let experts = self.moe(&mut out, l, t, sum, next)?;
+            layers.push((out, experts));
         }
         // The head on the last token only.
+        let mut out = Vec::new();
         let last = View::at(&s.residual[c.layers as usize % 2], u64::from(t - 1) * 4 * u64::from(c.hidden));
         let norm = w.v("output_norm.weight");
         out.push(k.rms_norm(last, norm, (&s.head_normed).into(), c.hidden, 1, c.eps)?);
         let head = w.matrices.get("output.weight").unwrap_or_else(|| w.m("token_embd.weight"));
         out.push(k.kquant_gemv(head.blocks(), (&s.head_normed).into(), (&s.logits).into(), 1)?);
-        Ok(out)
+        Ok(StepGraph { layers, head: out })
     }
 
     /// `y[t] = W x[t]` into columns `offset..offset + rows` of rows of `stride`: a GEMV for a few tokens, the
@@ -645,8 +804,9 @@ impl Resident {
         Ok(())
     }
 
-    /// The routed experts (softmax, top-k, renormalised; expert `e` is slot `e`) added onto `x` into `next`,
-    /// then the σ-gated shared expert onto `next` (§3.3).
+    /// The router and its picks (softmax, top-k, renormalised) into `out`; returned, the routed experts
+    /// added onto `x` into `next` and the σ-gated shared expert onto `next` (§3.3): the dispatches a
+    /// streamed layer runs once its picks are in the pool.
     fn moe(
         &self,
         out: &mut Vec<Dispatch>,
@@ -654,7 +814,7 @@ impl Resident {
         t: u32,
         x: &wgpu::Buffer,
         next: &wgpu::Buffer,
-    ) -> Result<()> {
+    ) -> Result<Vec<Dispatch>> {
         let (c, k, w, s) = (&self.config, &self.kernels, &self.weights, &self.scratch);
         let name = |n: &str| format!("blk.{l}.{n}.weight");
         let (experts, top_k, f) = (c.experts, c.top_k, c.expert_ffn);
@@ -663,38 +823,40 @@ impl Resident {
         out.push(self.project_all(w.m(&name("ffn_gate_inp")).blocks(), u(), (&s.router).into(), t)?);
         let (ids, weights) = ((&s.pick_ids).into(), (&s.pick_weights).into());
         out.push(k.router_topk((&s.router).into(), ids, weights, experts, top_k, t)?);
-        let layer = &w.experts[l];
-        // A chunk groups its pairs by expert so that each expert's rows are read once for all of its pairs.
-        let grouped = t >= GEMM_FROM && experts <= EXPERT_GROUPS_MAX_EXPERTS;
+        let mut out = Vec::new();
+        let source = self.routed_experts(l);
+        let grouped = groups_pairs(c, t);
         let len = expert_group_entries(c, t);
         if grouped {
+            let (table, base, entries) = source.table;
             let p = ExpertGroupsParams {
                 pairs,
                 experts,
                 size: EXPERT_BLOCK_GEMM_GROUP as u32,
                 len,
-                base: 0,
-                entries: experts,
+                base,
+                entries,
                 _pad: [0; 2],
             };
-            let (slots, groups, order) =
-                ((&s.expert_slots).into(), (&s.expert_groups).into(), (&s.expert_order).into());
-            out.push(k.expert_groups(ids, slots, groups, order, p)?);
+            let (groups, order) = ((&s.expert_groups).into(), (&s.expert_order).into());
+            out.push(k.expert_groups(ids, table, groups, order, p)?);
         }
         let matmul = |w: ExpertBlocks<'_>, x: View<'_>, y: ExpertOut<'_>, x_div: u32| match grouped {
             true => {
                 let (groups, order) = ((&s.expert_groups).into(), (&s.expert_order).into());
                 k.expert_kquant_gemm(w, x, groups, order, y, (pairs, len), x_div)
             }
-            false => k.expert_kquant_gemv(w, x, ids, y, pairs, x_div),
+            false => k.expert_kquant_gemv(w, x, source.pair_slots, y, pairs, x_div),
         };
-        for (i, m) in layer.gate_up.iter().enumerate() {
-            let y = ExpertOut { y: (&s.gate_up).into(), stride: 2 * f, offset: i as u32 * f };
-            out.push(matmul(layer.blocks(m), u(), y, top_k)?);
+        for (m, column) in source.gate_up {
+            let y = ExpertOut { y: (&s.gate_up).into(), stride: 2 * f, offset: column };
+            out.push(matmul(m, u(), y, top_k)?);
         }
         out.push(k.silu_mul((&s.gate_up).into(), (&s.swiglu).into(), f, pairs)?);
-        let y = ExpertOut { y: (&s.expert_out).into(), stride: c.hidden, offset: 0 };
-        out.push(matmul(layer.blocks(&layer.down), (&s.swiglu).into(), y, 1)?);
+        for m in source.down {
+            let y = ExpertOut { y: (&s.expert_out).into(), stride: c.hidden, offset: 0 };
+            out.push(matmul(m, (&s.swiglu).into(), y, 1)?);
+        }
         let p = MoeCombineParams { hidden: c.hidden, k: top_k, tokens: t, _pad: 0 };
         out.push(k.moe_combine((&s.expert_out).into(), weights, x.into(), next.into(), p)?);
         let fs = c.shared_ffn;
@@ -709,8 +871,50 @@ impl Resident {
         out.push(self.project_all(down, (&s.shared_swiglu).into(), (&s.shared_out).into(), t)?);
         let gate = w.v(&name("ffn_gate_inp_shexp"));
         out.push(k.shared_expert_gate(u(), gate, (&s.shared_out).into(), next.into(), c.hidden, t)?);
-        Ok(())
+        Ok(out)
     }
+
+    /// Where layer `l`'s routed experts are read: the uploaded tensors (expert `e` in slot `e`, so a pick's
+    /// id is its slot), or the pool's parts (each pick's slot written by the step driver).
+    fn routed_experts(&self, l: usize) -> RoutedExperts<'_> {
+        let (c, s) = (&self.config, &self.scratch);
+        let Some(streamed) = &self.streamed else {
+            let layer = &self.weights.experts[l];
+            let gate_up = layer.gate_up.iter().enumerate();
+            return RoutedExperts {
+                gate_up: gate_up.map(|(i, m)| (layer.blocks(m), i as u32 * c.expert_ffn)).collect(),
+                down: vec![layer.blocks(&layer.down)],
+                pair_slots: (&s.pick_ids).into(),
+                table: ((&s.expert_slots).into(), 0, c.experts),
+            };
+        };
+        let (pool, (h, f)) = (streamed.pool.backend().pool(), (c.hidden, c.expert_ffn));
+        let [gate, up, down] = streamed.parts[l];
+        let parts = pool.parts();
+        let mut gate_up = Vec::new();
+        for (quant, at, column, rows) in gate_up_halves([gate, up], (h, f)) {
+            let blocks = layer_blocks(pool, parts, Plane::GateUpQ, (quant, at), (rows, h), None);
+            gate_up.extend(blocks.map(|b| (b, column)));
+        }
+        RoutedExperts {
+            gate_up,
+            down: layer_blocks(pool, parts, Plane::DownQ, down, (h, f), None).collect(),
+            pair_slots: (&streamed.pair_slots).into(),
+            table: ((&streamed.table).into(), l as u32 * c.experts, c.layers * c.experts),
+        }
+    }
+}
+
+/// What a layer's routed-expert kernels bind.
+struct RoutedExperts<'a> {
+    /// Gate‖up's matrices (one, or gate and up apart; a pool's once per part), each with its column.
+    gate_up: Vec<(ExpertBlocks<'a>, u32)>,
+    down: Vec<ExpertBlocks<'a>>,
+    /// Each (token, pick) pair's slot.
+    pair_slots: View<'a>,
+    /// The table a chunk's grouping maps picks to slots through: the buffer, the layer's first entry, and
+    /// the entries.
+    table: (View<'a>, u32, u32),
 }
 
 impl Decoder for Resident {
@@ -842,13 +1046,20 @@ fn type_names() -> String {
     BlockQuant::ALL.iter().map(|q| q.name()).collect::<Vec<_>>().join(", ")
 }
 
-/// Uploads every tensor of `wanted`: vectors dequantised to f32, matrices and experts as their blocks.
 /// Matrices of one layer uploaded as one (the second's rows after the first's, under the first's name) where
 /// they have the same type: they multiply the same input into adjacent outputs.
 const JOINED_ROWS: [(&str, &str); 2] =
     [("ffn_gate_shexp.weight", "ffn_up_shexp.weight"), ("ssm_beta.weight", "ssm_alpha.weight")];
 
-fn upload_weights(ctx: &Context, gguf: &GgufFile, c: &Config, wanted: &[(String, Want)]) -> Result<Weights> {
+/// Uploads every tensor of `wanted` (the routed experts only with `experts`): vectors dequantised to f32,
+/// matrices and experts as their blocks.
+fn upload_weights(
+    ctx: &Context,
+    gguf: &GgufFile,
+    c: &Config,
+    wanted: &[(String, Want)],
+    experts: bool,
+) -> Result<Weights> {
     let device = &ctx.device;
     let max = ctx.limits.max_buffer_size;
     let upload = |name: &str, bytes: &[u8]| -> Result<wgpu::Buffer> {
@@ -906,6 +1117,7 @@ fn upload_weights(ctx: &Context, gguf: &GgufFile, c: &Config, wanted: &[(String,
                     Matrix { buffer, quant: quant(), rows: rows as u32, cols: cols as u32 },
                 );
             }
+            Want::Experts { .. } if !experts => {}
             Want::Experts { rows, cols, .. } => {
                 // Gate, up and down are listed one after another.
                 parts.push((name.as_str(), data, quant(), rows as u32, cols as u32));
@@ -943,6 +1155,23 @@ fn upload_weights(ctx: &Context, gguf: &GgufFile, c: &Config, wanted: &[(String,
     Ok(w)
 }
 
+/// Device bytes the wanted tensors take as [`upload_weights`] uploads them: the dense ones, and the routed
+/// experts.
+fn device_bytes(gguf: &GgufFile, wanted: &[(String, Want)]) -> (u64, u64) {
+    let tied = gguf.header().tensor("output.weight").is_none();
+    let (mut dense, mut experts) = (0, 0);
+    for (name, want) in wanted {
+        let bytes = gguf.header().tensor(name).map_or(0, |t| t.n_bytes).next_multiple_of(4);
+        match *want {
+            Want::Vector(n) => dense += 4 * n,
+            Want::Matrix { .. } if name == "token_embd.weight" && !tied => {}
+            Want::Matrix { .. } => dense += bytes,
+            Want::Experts { .. } => experts += bytes,
+        }
+    }
+    (dense, experts)
+}
+
 /// Bytes of one position's keys (or values) in an attention layer's cache: f16, every KV head.
 fn kv_row_bytes(c: &Config) -> u64 {
     u64::from(c.kv_heads * c.head_dim) * 2
@@ -976,6 +1205,12 @@ fn attention_shape(c: &Config, ctx: u32) -> AttentionShape {
     AttentionShape { heads: c.heads, kv_heads: c.kv_heads, head_dim: c.head_dim, tokens: 1, ctx }
 }
 
+/// Whether a chunk of `t` tokens groups its pairs by expert for the grouped expert GEMMs (each expert's rows
+/// read once for all of its pairs).
+fn groups_pairs(c: &Config, t: u32) -> bool {
+    t >= GEMM_FROM && c.experts <= EXPERT_GROUPS_MAX_EXPERTS
+}
+
 /// Group entries a chunk of `t` tokens can make of its pairs (the grouped expert GEMMs' dispatch rows).
 fn expert_group_entries(c: &Config, t: u32) -> u32 {
     let pairs = (t * c.top_k) as usize;
@@ -985,7 +1220,9 @@ fn expert_group_entries(c: &Config, t: u32) -> u32 {
 impl Scratch {
     fn new(device: &wgpu::Device, c: &Config, vocab: u32, max_context: u32) -> Scratch {
         let t = u64::from(MAX_CHUNK);
+        let bytes = std::cell::Cell::new(0);
         let f32s = |label, n: u64| {
+            bytes.set(bytes.get() + 4 * n.max(1));
             device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(label),
                 size: 4 * n.max(1),
@@ -999,7 +1236,8 @@ impl Scratch {
             (u64::from(c.hidden), u64::from(c.heads * c.head_dim), u64::from(c.kv_heads * c.head_dim));
         let (ch, vd, h_v) = (c.conv_channels() as u64, c.value_dim() as u64, u64::from(c.v_heads));
         let (pairs, f, fs) = (t * u64::from(c.top_k), u64::from(c.expert_ffn), u64::from(c.shared_ffn));
-        Scratch {
+        let mut scratch = Scratch {
+            bytes: 0,
             residual: [f32s("residual a", t * e), f32s("residual b", t * e)],
             normed: f32s("normed", t * e),
             projected: f32s("projected", t * (2 * q).max(ch)),
@@ -1041,6 +1279,9 @@ impl Scratch {
                 usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             }),
-        }
+        };
+        // The slot table and the readback (host memory, but counted: it may be device memory).
+        scratch.bytes = bytes.get() + 4 * u64::from(c.experts + vocab.max(1));
+        scratch
     }
 }
