@@ -359,7 +359,7 @@ fn main() -> anyhow::Result<()> {
     let mut engine = match Engine::open_gguf(&model, args.store.as_deref(), &opts, &mut |_| {}) {
         Ok(engine) => engine,
         Err(Error::WrongArchitecture { found, .. }) if found == qwen35moe::ARCHITECTURE => {
-            return bench_resident(&model, &args, ctx, &prompt);
+            return bench_qwen35moe(&model, &args, &opts, ctx, &prompt);
         }
         Err(e) => return Err(e.into()),
     };
@@ -475,10 +475,7 @@ fn main() -> anyhow::Result<()> {
     out["readers"] = readers_json(&d);
     // Beside the rest: more fields would pass json!'s recursion limit.
     out["reader_probe_gb_s"] = serde_json::json!(reader_probe);
-    out["routing"] = match &args.routing.routing_trace {
-        Some(path) => serde_json::json!({"trace": path.display().to_string()}),
-        None => serde_json::json!({"kind": args.routing.routing, "seed": args.routing.routing_seed}),
-    };
+    out["routing"] = routing_json(&args);
     out["early_chunk_prefetch"] = (!args.no_early_chunk_prefetch).into();
     out["arena_bytes"] = d.arena_bytes.into();
     out["split"] = serde_json::json!({
@@ -555,12 +552,29 @@ fn kernel_rows(times: Vec<KernelTime>) -> Vec<serde_json::Value> {
     times.into_iter().map(|k| serde_json::json!([k.kernel, k.dispatches, k.seconds * 1e3])).collect()
 }
 
-/// A qwen35moe file, every weight on the GPU (`qwen35moe::Resident`; its experts do not stream, so the
-/// budget and the streaming options do not apply): load, the prompt in chunks, then greedy decode (the
-/// argmax on the GPU).
-fn bench_resident(model: &std::path::Path, args: &Args, ctx: u32, prompt: &[u32]) -> anyhow::Result<()> {
+/// A qwen35moe file (`qwen35moe::Resident`): every weight on the GPU where all fit `--budget`, else the
+/// routed experts streamed through a pool of slots (or of `--pool-slots`), under the routing workload asked
+/// for (the qwen3moe engine's streaming options other than these do not apply): load, the prompt in
+/// chunks, then greedy decode (the argmax on the GPU).
+fn bench_qwen35moe(
+    model: &std::path::Path,
+    args: &Args,
+    opts: &EngineOptions,
+    ctx: u32,
+    prompt: &[u32],
+) -> anyhow::Result<()> {
+    if opts.record_routing.is_some() {
+        anyhow::bail!("--record-routing records qwen3moe models' picks; this file is qwen35moe");
+    }
+    let open = qwen35moe::OpenOptions {
+        max_context: Some(ctx),
+        gpu_budget: opts.gpu_budget,
+        pool_slots: opts.pool_slots,
+        store_dir: args.store.clone(),
+        routing: opts.routing.clone(),
+    };
     let started = Instant::now();
-    let mut m = Resident::open(model, Some(ctx))?;
+    let mut m = Resident::open_with(model, &open, &mut |_| {})?;
     let load_s = started.elapsed().as_secs_f64();
     let argmax = |l: &[f32]| l.iter().enumerate().fold(0, |b, (i, &v)| if v > l[b] { i } else { b }) as u32;
     // The first prefill builds each chunk size's graph (and the device compiles its pipelines): timed apart,
@@ -575,11 +589,23 @@ fn bench_resident(model: &std::path::Path, args: &Args, ctx: u32, prompt: &[u32]
     for _ in 0..args.warmup_tokens {
         next = m.step_greedy(next)?;
     }
+    let pool_before = m.pool_stats();
     let started = Instant::now();
     for _ in 0..args.decode_tokens {
         next = m.step_greedy(next)?;
     }
     let decode_s = started.elapsed().as_secs_f64();
+    // The pool's counters over the decode alone.
+    let pool = m.pool_stats().zip(pool_before).map(|(after, before)| {
+        let tokens = args.decode_tokens.max(1) as f64;
+        let (hits, misses) = (after.hits - before.hits, after.misses - before.misses);
+        serde_json::json!({
+            "slots": m.pool_slots(), "hits_per_token": hits as f64 / tokens,
+            "misses_per_token": misses as f64 / tokens,
+            "hit_rate": hits as f64 / (hits + misses).max(1) as f64,
+            "read_mb_per_token": (after.bytes_read - before.bytes_read) as f64 / 1e6 / tokens,
+        })
+    });
     let kernel_times = match args.kernel_times {
         true => {
             let times = serde_json::json!({
@@ -598,7 +624,10 @@ fn bench_resident(model: &std::path::Path, args: &Args, ctx: u32, prompt: &[u32]
         "adapter": m.adapter(),
         "shape": {"layers": c.layers, "experts": c.experts, "top_k": c.top_k, "hidden": c.hidden,
                   "ffn": c.expert_ffn, "vocab": m.vocab()},
-        "resident": true,
+        "resident": !m.streams_experts(),
+        "budget": opts.gpu_budget,
+        "routing": routing_json(args),
+        "pool": pool,
         "load_s": load_s,
         "prompt_tokens": prompt.len(),
         "prefill_tok_s": prompt.len() as f64 / prefill_s,
@@ -642,4 +671,12 @@ fn pool_times(p: &diskformer::cpu_kernels::PoolTimes, tokens: f64) -> serde_json
         "worker_start_us_per_job": p.worker_start.as_secs_f64() * 1e6 / jobs,
         "longest_task_us": p.longest_task.as_secs_f64() * 1e6,
     })
+}
+
+/// The routing workload a run names.
+fn routing_json(args: &Args) -> serde_json::Value {
+    match &args.routing.routing_trace {
+        Some(path) => serde_json::json!({"trace": path.display().to_string()}),
+        None => serde_json::json!({"kind": args.routing.routing, "seed": args.routing.routing_seed}),
+    }
 }

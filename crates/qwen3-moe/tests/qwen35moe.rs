@@ -11,7 +11,7 @@ use std::path::Path;
 use diskformer_gguf::{Array, Metadata, TensorType, Value};
 use diskformer_qwen3_moe::qwen35moe::synthetic::{Shape, write, write_as};
 use diskformer_qwen3_moe::qwen35moe::{Config, MAX_CHUNK, OpenOptions, Reference, Resident};
-use diskformer_qwen3_moe::{Error, log_softmax};
+use diskformer_qwen3_moe::{Error, Routing, log_softmax};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -193,6 +193,40 @@ fn streamed_experts_give_the_resident_logits() {
     }
     let err = open(3).unwrap_err();
     assert!(matches!(err, Error::BadOption { option: "pool_slots", .. }), "{err}");
+}
+
+/// Forced routing (the benchmarks' workloads): seeded uniform picks replace the routers' top-k, with every
+/// expert resident and streamed alike (the same logits, one-token steps and chunks of 2), and move the
+/// logits away from the routers' own picks'.
+#[test]
+fn forced_routing_replaces_the_routers_picks() {
+    let dir = temp_dir("gpu-forced");
+    let (golden, gguf) = fixture("small", dir.path());
+    if gpu_model(&gguf, Some(64)).is_none() {
+        return;
+    }
+    let run = |routing: Routing, pool_slots| {
+        let opts = OpenOptions {
+            max_context: Some(64),
+            pool_slots,
+            store_dir: Some(dir.path().join("store")),
+            routing,
+            ..OpenOptions::default()
+        };
+        let mut m = Resident::open_with(&gguf, &opts, &mut |_| {}).unwrap();
+        let mut logits = vec![m.prefill(&golden.prompt_ids).unwrap()];
+        logits.extend([104, 105].map(|id| m.step(id).unwrap()));
+        logits
+    };
+    let diff = |a: &[Vec<f32>], b: &[Vec<f32>]| {
+        let pairs = a.iter().flatten().zip(b.iter().flatten());
+        pairs.map(|(x, y)| (x - y).abs()).fold(0f32, f32::max)
+    };
+    let own = run(Routing::Router, None);
+    let uniform = run(Routing::Uniform { seed: 7 }, None);
+    let streamed = run(Routing::Uniform { seed: 7 }, Some(4));
+    assert!(diff(&own, &uniform) > 0.1, "the forced picks changed nothing: {}", diff(&own, &uniform));
+    assert!(diff(&uniform, &streamed) < 1e-4, "streamed: moved by {}", diff(&uniform, &streamed));
 }
 
 /// A long prompt as one chunk (the dense and grouped expert GEMMs, attention over the chunk, the delta rule

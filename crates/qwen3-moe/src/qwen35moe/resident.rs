@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use diskformer_bpe::Tokenizer;
+use diskformer_expert_stream::RouteShape;
 use diskformer_expert_stream::{GpuBudget, Plane, Stats as PoolStats};
 use diskformer_gguf::{GgufFile, TensorInfo};
 use diskformer_kernels::{
@@ -24,7 +25,7 @@ use diskformer_kernels::{
     QkNormRopePartialParams, View, argmax_partial_len, expert_gemm_group_bound,
 };
 use diskformer_runtime::load::{auto_gpu_budget, default_context, default_store_dir};
-use diskformer_runtime::{Decoder, LoadProgress, Next, Sampler};
+use diskformer_runtime::{Decoder, ForcedRoutes, LoadProgress, Next, Routing, Sampler, layer_stride};
 use wgpu::util::DeviceExt;
 
 use super::config::Config;
@@ -58,6 +59,10 @@ pub struct OpenOptions {
     /// The store of the file's expert records, ingested at the first open that streams (the experts stay in
     /// the GGUF, read in place): default `<file>.diskformer/` beside it.
     pub store_dir: Option<PathBuf>,
+    /// Where the expert picks come from: the routers' own (default), or forced (benchmark workloads: each
+    /// layer's top-k taken over the router's logits plus a mask of the forced picks, so the weights are the
+    /// router's softmax over them).
+    pub routing: Routing,
 }
 
 /// A qwen35moe model on the GPU, its dense weights resident and its routed experts too or streamed through a
@@ -74,6 +79,8 @@ pub struct Resident {
     weights: Weights,
     /// The routed experts' pool where they stream (`weights.experts` is then empty).
     streamed: Option<StreamedExperts>,
+    /// Forced picks, whose masks each step writes into [`Scratch::route_mask`].
+    forced: Option<ForcedRoutes>,
     state: Vec<LayerState>,
     scratch: Scratch,
     /// The logits' argmax, for greedy steps.
@@ -215,6 +222,10 @@ struct Scratch {
     gated: wgpu::Buffer,
     beta_alpha: wgpu::Buffer,
     router: wgpu::Buffer,
+    /// Forced routing: the step's mask (0 on a forced pick, far below any logit elsewhere; layers
+    /// [`layer_stride`] floats apart), and the router's logits plus it.
+    route_mask: wgpu::Buffer,
+    forced_logits: wgpu::Buffer,
     pick_ids: wgpu::Buffer,
     pick_weights: wgpu::Buffer,
     /// Expert `e`'s slot, `e` (what [`Kernels::expert_groups`] maps picks through).
@@ -304,12 +315,14 @@ impl Resident {
                 what: format!("{slots}; the pool needs at least 2 × top-k = {} slots", 2 * top_k),
             });
         }
+        let shape = RouteShape { layers: config.layers, experts: config.experts, top_k: config.top_k };
+        let forced = ForcedRoutes::open(&opts.routing, shape)?;
         let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf)?);
         let wanted = wanted_tensors(&config, &gguf)?;
         let vocab = gguf.header().tensor("token_embd.weight").map_or(0, |t| t.dims[1] as u32);
         let state = layer_state(&ctx.device, &config, max_context);
         let state_bytes: u64 = state.iter().map(LayerState::bytes).sum();
-        let scratch = Scratch::new(&ctx.device, &config, vocab, max_context);
+        let scratch = Scratch::new(&ctx.device, &config, vocab, max_context, forced.is_some());
         let (dense, experts) = device_bytes(&gguf, &wanted);
         let streamed = if opts.pool_slots.is_some() || dense + experts + state_bytes + scratch.bytes > budget
         {
@@ -359,6 +372,7 @@ impl Resident {
             max_context,
             weights,
             streamed,
+            forced,
             state,
             scratch,
             argmax,
@@ -595,6 +609,9 @@ impl Resident {
         queue.write_buffer(&s.residual[0], 0, bytemuck::cast_slice(&self.embedding_rows(ids)?));
         queue.write_buffer(&s.positions, 0, bytemuck::cast_slice(&positions));
         queue.write_buffer(&s.rope, 0, bytemuck::cast_slice(&self.config.rope_table(&positions)));
+        if let Some(forced) = &mut self.forced {
+            queue.write_buffer(&s.route_mask, 0, bytemuck::cast_slice(&forced.next_mask(t)?));
+        }
         self.ensure_graph(t)?;
         let (device, queue) = (&self.ctx.device, &self.ctx.queue);
         let mut enc = device.create_command_encoder(&Default::default());
@@ -822,7 +839,16 @@ impl Resident {
         let u = || (&s.normed).into();
         out.push(self.project_all(w.m(&name("ffn_gate_inp")).blocks(), u(), (&s.router).into(), t)?);
         let (ids, weights) = ((&s.pick_ids).into(), (&s.pick_weights).into());
-        out.push(k.router_topk((&s.router).into(), ids, weights, experts, top_k, t)?);
+        let logits = match self.forced {
+            Some(_) => {
+                let mask = View::at(&s.route_mask, 4 * l as u64 * layer_stride(t, experts));
+                let forced = (&s.forced_logits).into();
+                out.push(k.add((&s.router).into(), mask, forced, t * experts)?);
+                forced
+            }
+            None => (&s.router).into(),
+        };
+        out.push(k.router_topk(logits, ids, weights, experts, top_k, t)?);
         let mut out = Vec::new();
         let source = self.routed_experts(l);
         let grouped = groups_pairs(c, t);
@@ -1218,7 +1244,7 @@ fn expert_group_entries(c: &Config, t: u32) -> u32 {
 }
 
 impl Scratch {
-    fn new(device: &wgpu::Device, c: &Config, vocab: u32, max_context: u32) -> Scratch {
+    fn new(device: &wgpu::Device, c: &Config, vocab: u32, max_context: u32, forced: bool) -> Scratch {
         let t = u64::from(MAX_CHUNK);
         let bytes = std::cell::Cell::new(0);
         let f32s = |label, n: u64| {
@@ -1252,6 +1278,11 @@ impl Scratch {
             gated: f32s("gated", t * vd),
             beta_alpha: f32s("beta alpha", t * 2 * h_v),
             router: f32s("router", t * u64::from(c.experts)),
+            route_mask: f32s(
+                "route mask",
+                if forced { u64::from(c.layers) * layer_stride(MAX_CHUNK, c.experts) } else { 1 },
+            ),
+            forced_logits: f32s("forced logits", if forced { t * u64::from(c.experts) } else { 1 }),
             pick_ids: f32s("pick ids", pairs),
             pick_weights: f32s("pick weights", pairs),
             expert_slots: device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
