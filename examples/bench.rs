@@ -572,6 +572,7 @@ fn bench_qwen35moe(
         pool_slots: opts.pool_slots,
         store_dir: args.store.clone(),
         routing: opts.routing.clone(),
+        cpu: opts.cpu.clone(),
     };
     let started = Instant::now();
     let mut m = Resident::open_with(model, &open, &mut |_| {})?;
@@ -589,21 +590,25 @@ fn bench_qwen35moe(
     for _ in 0..args.warmup_tokens {
         next = m.step_greedy(next)?;
     }
-    let pool_before = m.pool_stats();
+    let before = m.stream_stats();
     let started = Instant::now();
     for _ in 0..args.decode_tokens {
         next = m.step_greedy(next)?;
     }
     let decode_s = started.elapsed().as_secs_f64();
-    // The pool's counters over the decode alone.
-    let pool = m.pool_stats().zip(pool_before).map(|(after, before)| {
+    // The tiers' counters over the decode alone.
+    let pool = m.stream_stats().zip(before).map(|(after, before)| {
         let tokens = args.decode_tokens.max(1) as f64;
-        let (hits, misses) = (after.hits - before.hits, after.misses - before.misses);
+        let (a, b) = (&after.pool, &before.pool);
+        let (hits, misses) = (a.hits - b.hits, a.misses - b.misses);
         serde_json::json!({
             "slots": m.pool_slots(), "hits_per_token": hits as f64 / tokens,
             "misses_per_token": misses as f64 / tokens,
             "hit_rate": hits as f64 / (hits + misses).max(1) as f64,
-            "read_mb_per_token": (after.bytes_read - before.bytes_read) as f64 / 1e6 / tokens,
+            "read_mb_per_token": (a.bytes_read - b.bytes_read) as f64 / 1e6 / tokens,
+            "cpu_experts_per_token": (after.cpu_experts - before.cpu_experts) as f64 / tokens,
+            "cpu_ms_per_token": (after.cpu_time - before.cpu_time).as_secs_f64() * 1e3 / tokens,
+            "gpu_gb": after.gpu_bytes.total() as f64 / 1e9,
         })
     });
     let kernel_times = match args.kernel_times {

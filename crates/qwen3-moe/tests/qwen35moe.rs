@@ -151,15 +151,16 @@ fn the_gpu_model_gives_llama_cpps_log_probabilities() {
 
 /// The routed experts streamed through a pool of slots give the logits of every expert resident, in
 /// chunks and token by token, and llama.cpp's golden: a pool of 2 × top-k slots (a layer's picks of two
-/// tokens at most: chunks of 2, each pair's slot written by the host) and one of twice a layer's experts
-/// (chunks of any length, grouped on the GPU through the slot table). The pool loads what it misses; fewer
-/// slots than 2 × top-k are refused at open.
+/// tokens at most: chunks of 2, each pair's slot written by the host), one of twice a layer's experts
+/// (chunks of any length, grouped on the GPU through the slot table), and 2 × top-k slots with the CPU tier
+/// (a one-token step's misses computed on the host, their sum joining the GPU's combine as a pick). The
+/// pool loads what it misses; fewer slots than 2 × top-k are refused at open.
 #[test]
 fn streamed_experts_give_the_resident_logits() {
     let dir = temp_dir("gpu-streamed");
     let (golden, gguf) = fixture("small", dir.path());
     let Some(mut resident) = gpu_model(&gguf, Some(256)) else { return };
-    assert!(!resident.streams_experts() && resident.pool_stats().is_none());
+    assert!(!resident.streams_experts() && resident.stream_stats().is_none());
     let prompt: Vec<u32> = (0..40u32).map(|i| 97 + (i * 7 + i / 5) % 26).collect();
     let run = |m: &mut Resident| {
         let mut logits = vec![m.prefill(&prompt).unwrap()];
@@ -167,31 +168,37 @@ fn streamed_experts_give_the_resident_logits() {
         logits
     };
     let want = run(&mut resident);
-    let open = |slots| {
-        let opts = OpenOptions {
+    let open = |slots, cpu| {
+        let mut opts = OpenOptions {
             max_context: Some(256),
             pool_slots: Some(slots),
             store_dir: Some(dir.path().join("store")),
             ..OpenOptions::default()
         };
+        opts.cpu.enabled = Some(cpu);
         Resident::open_with(&gguf, &opts, &mut |_| {})
     };
-    for (slots, chunk) in [(4, 2), (16, MAX_CHUNK)] {
-        let mut m = open(slots).unwrap();
-        assert!(m.streams_experts() && m.pool_slots() == Some(slots));
-        assert_eq!(m.max_chunk(), chunk, "{slots} slots");
+    for (slots, chunk, cpu) in [(4, 2, false), (16, MAX_CHUNK, false), (4, 2, true)] {
+        let what = format!("{slots} slots, CPU tier {cpu}");
+        let mut m = open(slots, cpu).unwrap();
+        assert!(m.streams_experts() && m.pool_slots() == Some(slots), "{what}");
+        assert_eq!(m.max_chunk(), chunk, "{what}");
         let got = run(&mut m);
+        let mut moved = 0f32;
         for (i, (a, b)) in want.iter().zip(&got).enumerate() {
             let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
-            assert!(worst < 1e-4, "{slots} slots, output {i}: moved by {worst}");
+            assert!(worst < 1e-4, "{what}, output {i}: moved by {worst}");
+            moved = moved.max(worst);
         }
-        let pool = m.pool_stats().unwrap();
-        assert!(pool.misses > 0 && pool.bytes_read > 0, "{slots} slots: {pool:?}");
+        eprintln!("{what}: logits moved by {moved:.2e} from every expert resident");
+        let stats = m.stream_stats().unwrap();
+        assert!(stats.pool.misses > 0 && stats.pool.bytes_read > 0, "{what}: {:?}", stats.pool);
+        assert_eq!(stats.cpu_experts > 0, cpu, "{what}: {} experts on the CPU", stats.cpu_experts);
         let logits = m.prefill(&golden.prompt_ids).unwrap();
         let worst = worst_against(&golden, logits, |id| m.step(id).unwrap());
-        assert!(worst < 2e-3, "{slots} slots: worst |Δ log-probability| against llama.cpp {worst}");
+        assert!(worst < 2e-3, "{what}: worst |Δ log-probability| against llama.cpp {worst}");
     }
-    let err = open(3).unwrap_err();
+    let err = open(3, false).unwrap_err();
     assert!(matches!(err, Error::BadOption { option: "pool_slots", .. }), "{err}");
 }
 

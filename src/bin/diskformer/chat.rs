@@ -249,6 +249,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
             let opts = qwen35moe::OpenOptions {
                 max_context: args.ctx,
                 gpu_budget: opts.gpu_budget,
+                cpu: opts.cpu.clone(),
                 store_dir: args.store.clone(),
                 ..qwen35moe::OpenOptions::default()
             };
@@ -414,8 +415,8 @@ fn converse(engine: &mut impl ChatModel, args: &ChatArgs) -> anyhow::Result<()> 
 pub fn qwen35moe_placement(model: &Resident) -> String {
     match model.pool_slots() {
         Some(slots) => format!(
-            "routed experts streamed through {slots} slots of {} (loaded as picked: no prefetch, CPU tier or host \
-             arena for this architecture yet)",
+            "routed experts streamed through {slots} slots of {} (loaded as picked, a step's misses computed on \
+             the CPU where its tier runs; no router guesses or host arena for this architecture yet)",
             model.config().layers * model.config().experts
         ),
         None => "every weight on the GPU".into(),

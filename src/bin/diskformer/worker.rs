@@ -87,6 +87,7 @@ pub fn start(
                 let open = qwen35moe::OpenOptions {
                     max_context: opts.max_context,
                     gpu_budget: opts.gpu_budget,
+                    cpu: opts.cpu.clone(),
                     store_dir: store,
                     ..qwen35moe::OpenOptions::default()
                 };

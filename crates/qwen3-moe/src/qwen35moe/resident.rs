@@ -6,9 +6,8 @@
 //! references the reference runs, so llama.cpp's goldens hold both. One token runs GEMVs and the split
 //! attention; a chunk of [`GEMM_FROM`] tokens or more the tiled GEMMs, its pairs grouped by expert on the GPU.
 //!
-//! Where the routed experts do not fit the GPU budget (or a pool size is asked for), they stream through a
-//! pool of slots instead ([`super::streamed`]: the per-layer step driver); the prefetch, CPU tier and host
-//! arena of the qwen3moe engine are not wired to this model yet.
+//! Where the routed experts do not fit the GPU budget (or a pool size is asked for), they stream through the
+//! runtime's tiers instead ([`super::streamed`]: the per-layer step driver).
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -17,7 +16,7 @@ use std::time::Duration;
 
 use diskformer_bpe::Tokenizer;
 use diskformer_expert_stream::RouteShape;
-use diskformer_expert_stream::{GpuBudget, Plane, Stats as PoolStats};
+use diskformer_expert_stream::{GpuBudget, Plane};
 use diskformer_gguf::{GgufFile, TensorInfo};
 use diskformer_kernels::{
     AttentionShape, BlockMatrix, BlockQuant, Context, DeltaNetShape, Dispatch, EXPERT_BLOCK_GEMM_GROUP,
@@ -25,11 +24,14 @@ use diskformer_kernels::{
     QkNormRopePartialParams, View, argmax_partial_len, expert_gemm_group_bound,
 };
 use diskformer_runtime::load::{auto_gpu_budget, default_context, default_store_dir};
-use diskformer_runtime::{Decoder, ForcedRoutes, LoadProgress, Next, Routing, Sampler, layer_stride};
+use diskformer_runtime::{
+    CpuTierOptions, Decoder, ForcedRoutes, GpuBytes, LoadProgress, Next, Routing, Sampler, Stats,
+    layer_stride,
+};
 use wgpu::util::DeviceExt;
 
 use super::config::Config;
-use super::streamed::StreamedExperts;
+use super::streamed::{LayerDispatches, StepBuffers, StreamedExperts};
 use crate::engine::readback;
 use crate::graph::{gate_up_halves, layer_blocks, record};
 use crate::kernel_times::{KernelTime, time_graph};
@@ -63,6 +65,10 @@ pub struct OpenOptions {
     /// layer's top-k taken over the router's logits plus a mask of the forced picks, so the weights are the
     /// router's softmax over them).
     pub routing: Routing,
+    /// The CPU tier while the experts stream: on by default where its kernels multiply the file's expert
+    /// types with SIMD (`enabled`); a one-token step's misses are then computed on the host while the GPU
+    /// runs the pool's hits. The host tier (`ram_budget`) and the arena's share do not apply to qwen35moe.
+    pub cpu: CpuTierOptions,
 }
 
 /// A qwen35moe model on the GPU, its dense weights resident and its routed experts too or streamed through a
@@ -77,6 +83,8 @@ pub struct Resident {
     /// Positions the KV cache holds.
     max_context: u32,
     weights: Weights,
+    /// Device bytes of the dense weights.
+    dense_bytes: u64,
     /// The routed experts' pool where they stream (`weights.experts` is then empty).
     streamed: Option<StreamedExperts>,
     /// Forced picks, whose masks each step writes into [`Scratch::route_mask`].
@@ -110,15 +118,15 @@ impl std::fmt::Debug for Resident {
 
 /// The dispatches of a chunk of `t` tokens.
 struct StepGraph {
-    /// Per layer: its mixer through the router's picks, then its experts.
-    layers: Vec<(Vec<Dispatch>, Vec<Dispatch>)>,
+    layers: Vec<LayerDispatches>,
     /// The output norm and the lm head on the last token.
     head: Vec<Dispatch>,
 }
 
 impl StepGraph {
     fn all(&self) -> impl Iterator<Item = &Dispatch> {
-        self.layers.iter().flat_map(|(mixer, experts)| mixer.iter().chain(experts)).chain(&self.head)
+        let layers = self.layers.iter().flat_map(|l| l.mixer.iter().chain(&l.routed).chain(&l.rest));
+        layers.chain(&self.head)
     }
 }
 
@@ -327,9 +335,8 @@ impl Resident {
         let streamed = if opts.pool_slots.is_some() || dense + experts + state_bytes + scratch.bytes > budget
         {
             let dir = opts.store_dir.clone().unwrap_or_else(|| default_store_dir(path));
-            let store = StreamedExperts::store(path, &dir, progress)?;
-            let layout = StreamedExperts::layout(&store)?;
-            let (setup, reader, staging) = StreamedExperts::setup(&store, &layout, &config)?;
+            let (store, layout) = StreamedExperts::store(path, &dir, progress)?;
+            let (setup, reader, staging) = StreamedExperts::setup(&store, &layout, &opts.cpu, &config)?;
             let all = (config.layers * config.experts) as usize;
             let slots = match opts.pool_slots {
                 Some(slots) => slots.min(all),
@@ -339,7 +346,8 @@ impl Resident {
                     left.expert_slots(layout.record_bytes, config.top_k)?.min(all)
                 }
             };
-            Some(StreamedExperts::open(&ctx, &layout, (&setup, reader), &config, slots, MAX_CHUNK)?)
+            let setup = (setup, reader, staging);
+            Some(StreamedExperts::open(&ctx, (&store, &layout), setup, &opts.cpu, &config, slots, MAX_CHUNK)?)
         } else {
             None
         };
@@ -371,6 +379,7 @@ impl Resident {
             vocab,
             max_context,
             weights,
+            dense_bytes: dense,
             streamed,
             forced,
             state,
@@ -564,12 +573,24 @@ impl Resident {
 
     /// The streaming pool's slots, while the experts stream.
     pub fn pool_slots(&self) -> Option<usize> {
-        self.streamed.as_ref().map(|s| s.pool.backend().pool().slots())
+        self.streamed.as_ref().map(|s| s.tiers.slots())
     }
 
-    /// The streaming pool's counters (slots' hits, misses and loads), while the experts stream.
-    pub fn pool_stats(&self) -> Option<PoolStats> {
-        self.streamed.as_ref().map(StreamedExperts::stats)
+    /// The streaming tiers' counters (the pool's hits, misses and loads, the CPU tier's experts and time),
+    /// and the GPU memory taken, while the experts stream.
+    pub fn stream_stats(&self) -> Option<Stats> {
+        let dense = self.dense_bytes;
+        let kv = self.state.iter().map(LayerState::bytes).sum();
+        let gpu = GpuBytes { dense, pool: 0, kv, scratch: self.scratch.bytes, staging: 0 };
+        self.streamed.as_ref().map(|s| s.stats(gpu))
+    }
+
+    /// Zeroes the streaming tiers' counters.
+    pub fn reset_stream_stats(&mut self) {
+        if let Some(s) = &mut self.streamed {
+            s.stats = Default::default();
+            s.tiers.reset_stats();
+        }
     }
 
     /// One chunk after the cache: the embedding rows, positions and RoPE table written, the chunk's graph
@@ -619,13 +640,21 @@ impl Resident {
         let mut waited = Duration::ZERO;
         match &mut self.streamed {
             Some(streamed) => {
-                let picks = (&self.scratch.pick_ids, t * self.config.top_k, groups_pairs(&self.config, t));
-                streamed.run_layers((device, queue), &mut enc, &graph.layers, picks, &mut waited)?;
+                let s = &self.scratch;
+                let b = StepBuffers {
+                    pick_ids: &s.pick_ids,
+                    pick_weights: &s.pick_weights,
+                    normed: &s.normed,
+                    expert_out: &s.expert_out,
+                };
+                let pairs = (t * self.config.top_k, groups_pairs(&self.config, t));
+                streamed.run_layers((device, queue), &mut enc, &graph.layers, &b, pairs, &mut waited)?;
             }
             None => {
-                for (mixer, experts) in &graph.layers {
-                    record(&mut enc, mixer);
-                    record(&mut enc, experts);
+                for layer in &graph.layers {
+                    for dispatches in [&layer.mixer, &layer.routed, &layer.rest] {
+                        record(&mut enc, dispatches);
+                    }
                 }
             }
         }
@@ -685,8 +714,8 @@ impl Resident {
             let (post, sum) = (w.v(&name("post_attention_norm")), &s.mixed_sum);
             let (mixer_out, normed) = ((&s.mixer_out).into(), (&s.normed).into());
             out.push(k.add_rms_norm(x.into(), mixer_out, post, sum.into(), normed, c.hidden, t, c.eps)?);
-            let experts = self.moe(&mut out, l, t, sum, next)?;
-            layers.push((out, experts));
+            let (routed, rest) = self.moe(&mut out, l, t, sum, next)?;
+            layers.push(LayerDispatches { mixer: out, routed, rest });
         }
         // The head on the last token only.
         let mut out = Vec::new();
@@ -821,9 +850,9 @@ impl Resident {
         Ok(())
     }
 
-    /// The router and its picks (softmax, top-k, renormalised) into `out`; returned, the routed experts
-    /// added onto `x` into `next` and the σ-gated shared expert onto `next` (§3.3): the dispatches a
-    /// streamed layer runs once its picks are in the pool.
+    /// The router and its picks (softmax, top-k, renormalised) into `out`; returned, the routed experts'
+    /// projections (what a streamed layer runs once the tiers hold its picks), then their combine onto `x`
+    /// into `next` and the σ-gated shared expert onto `next` (§3.3).
     fn moe(
         &self,
         out: &mut Vec<Dispatch>,
@@ -831,7 +860,7 @@ impl Resident {
         t: u32,
         x: &wgpu::Buffer,
         next: &wgpu::Buffer,
-    ) -> Result<Vec<Dispatch>> {
+    ) -> Result<(Vec<Dispatch>, Vec<Dispatch>)> {
         let (c, k, w, s) = (&self.config, &self.kernels, &self.weights, &self.scratch);
         let name = |n: &str| format!("blk.{l}.{n}.weight");
         let (experts, top_k, f) = (c.experts, c.top_k, c.expert_ffn);
@@ -883,6 +912,7 @@ impl Resident {
             let y = ExpertOut { y: (&s.expert_out).into(), stride: c.hidden, offset: 0 };
             out.push(matmul(m, (&s.swiglu).into(), y, 1)?);
         }
+        let routed = std::mem::take(&mut out);
         let p = MoeCombineParams { hidden: c.hidden, k: top_k, tokens: t, _pad: 0 };
         out.push(k.moe_combine((&s.expert_out).into(), weights, x.into(), next.into(), p)?);
         let fs = c.shared_ffn;
@@ -897,7 +927,7 @@ impl Resident {
         out.push(self.project_all(down, (&s.shared_swiglu).into(), (&s.shared_out).into(), t)?);
         let gate = w.v(&name("ffn_gate_inp_shexp"));
         out.push(k.shared_expert_gate(u(), gate, (&s.shared_out).into(), next.into(), c.hidden, t)?);
-        Ok(out)
+        Ok((routed, out))
     }
 
     /// Where layer `l`'s routed experts are read: the uploaded tensors (expert `e` in slot `e`, so a pick's
@@ -914,7 +944,7 @@ impl Resident {
                 table: ((&s.expert_slots).into(), 0, c.experts),
             };
         };
-        let (pool, (h, f)) = (streamed.pool.backend().pool(), (c.hidden, c.expert_ffn));
+        let (pool, (h, f)) = (streamed.tiers.pool.backend().pool(), (c.hidden, c.expert_ffn));
         let [gate, up, down] = streamed.parts[l];
         let parts = pool.parts();
         let mut gate_up = Vec::new();

@@ -1,16 +1,21 @@
-//! qwen35moe's routed experts streamed through a pool of GPU slots, and the per-layer step driver that runs
-//! them: each layer's mixer and router submitted and its picks read back, the pool made to hold them
-//! (loaded from the GGUF in place, through a store of the file's expert layout), each pick's slot written,
-//! then the layer's experts submitted with the next layer's mixer. No prefetch, CPU tier or host arena yet:
-//! those are the qwen3moe engine's.
+//! qwen35moe's routed experts streamed through the runtime's tiers, and the per-layer step driver that runs
+//! them: each layer's mixer and router submitted and its picks read back; a chunk's made resident in the
+//! pool of GPU slots (loaded from the GGUF in place, through a store of the file's expert layout), or with
+//! the CPU tier a one-token step's split between the pool's hits and the host's misses, computed on the CPU
+//! while the GPU runs the hits, their sum joining the GPU's combine as one pick's down row; each pick's
+//! slot written, then the layer's experts submitted with the next layer's mixer. No host arena, host tier
+//! or route-ahead yet: those are the qwen3moe engine's.
 
 use std::path::Path;
 use std::time::Duration;
 
-use diskformer_expert_stream::{ExpertPool, GpuBackend, Pinned, Stats as PoolStats};
+use diskformer_expert_stream::{Pinned, PoolConfig};
 use diskformer_kernels::{BlockQuant, Context, Dispatch};
 use diskformer_runtime::load::{chunk_bound, ingest_gguf};
-use diskformer_runtime::{CpuTierOptions, LoadProgress, PoolShape, StreamOptions, StreamSetup, expert_pool};
+use diskformer_runtime::{
+    CpuTier, CpuTierOptions, EngineStats, GpuBytes, LoadProgress, PoolShape, Stats, StreamOptions,
+    StreamSetup, Tiers, expert_pool,
+};
 use diskformer_store::{ExpertLayout, RecordReader, Store};
 use wgpu::util::DeviceExt;
 
@@ -19,62 +24,89 @@ use crate::engine::readback;
 use crate::graph::{ExpertKernels, record};
 use crate::{Error, Result};
 
-/// The pool a qwen35moe model's routed experts stream through, and what its expert kernels read of it.
+/// A layer's dispatches in a step: its mixer through the router's picks, the routed experts' projections,
+/// and the rest (their combine onto the residual stream, the shared expert).
+pub(super) struct LayerDispatches {
+    pub mixer: Vec<Dispatch>,
+    pub routed: Vec<Dispatch>,
+    pub rest: Vec<Dispatch>,
+}
+
+/// What a step's layers read and write that the driver copies or writes between them.
+pub(super) struct StepBuffers<'a> {
+    /// The layer's picks, `[T · k]` u32, and their router weights.
+    pub pick_ids: &'a wgpu::Buffer,
+    pub pick_weights: &'a wgpu::Buffer,
+    /// The experts' input (the FFN's normed state), `[T, hidden]`.
+    pub normed: &'a wgpu::Buffer,
+    /// The routed experts' down rows, one a pair, `[T · k, hidden]`.
+    pub expert_out: &'a wgpu::Buffer,
+}
+
+/// The tiers a qwen35moe model's routed experts stream through, and what its expert kernels read of them.
 pub(super) struct StreamedExperts {
-    pub pool: ExpertPool<GpuBackend>,
+    pub tiers: Tiers,
+    /// The driver's counters (the CPU tier's time among them).
+    pub stats: EngineStats,
     /// Per layer gate, up and down: each its type and where it starts in its plane's slot.
     pub parts: Vec<[(BlockQuant, u64); 3]>,
-    /// The slot of each (token, pick) pair of the layer running, `[MAX_CHUNK · k]` u32, written after
-    /// [`StreamedExperts::place`].
+    /// The slot of each (token, pick) pair of the layer running, `[MAX_CHUNK · k]` u32 ([`ABSENT_SLOT`] for
+    /// a pick the CPU computes), written once the tiers hold the layer's picks.
+    ///
+    /// [`ABSENT_SLOT`]: diskformer_runtime::tiers::ABSENT_SLOT
     pub pair_slots: wgpu::Buffer,
     /// `[layers · experts]` u32: the slot of each expert a chunk's layer picked (what the grouped GEMMs'
     /// `expert_groups` maps picks through); other entries stale.
     pub table: wgpu::Buffer,
-    /// The picks read back, `[MAX_CHUNK · k]` u32.
-    picks: wgpu::Buffer,
+    /// The picks read back (a chunk's), or a CPU layer's picks, weights and normed state.
+    readback: wgpu::Buffer,
     /// The layer running's records, pinned until the GPU has run its experts.
     held: Option<Pinned>,
     /// Tokens a chunk may have: its layer's picks must fit in the pool at once.
     pub max_chunk: u32,
-    experts: u32,
+    /// Device bytes of the staging rings the pool's loads go through.
+    pub staging: u64,
+    shape: (u32, u32, u32),
 }
 
 impl StreamedExperts {
     /// The store of `gguf`'s expert records in `store_dir` (ingested there first where missing or stale,
-    /// the experts left in the GGUF), its layout checked for the block kernels.
-    pub fn store(gguf: &Path, store_dir: &Path, progress: &mut dyn FnMut(LoadProgress)) -> Result<Store> {
+    /// the experts left in the GGUF) and the records' layout.
+    pub fn store(
+        gguf: &Path,
+        store_dir: &Path,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<(Store, ExpertLayout)> {
         ingest_gguf(gguf, store_dir, false, progress)?;
-        Ok(Store::open(store_dir)?)
-    }
-
-    /// The records' layout in `store`.
-    pub fn layout(store: &Store) -> Result<ExpertLayout> {
-        store.layout().experts.clone().ok_or_else(|| Error::BadTensor {
+        let store = Store::open(store_dir)?;
+        let layout = store.layout().experts.clone().ok_or_else(|| Error::BadTensor {
             name: "blk.0.ffn_gate_exps.weight".into(),
             what: "the file holds no routed experts".into(),
-        })
+        })?;
+        Ok((store, layout))
     }
 
-    /// The readers' setup for `store`, its record reader, and the device bytes the staging rings take.
+    /// The readers' setup for `store` (the CPU tier's as `cpu` asks), its record reader, and the device bytes
+    /// the staging rings take.
     pub fn setup(
         store: &Store,
         layout: &ExpertLayout,
+        cpu: &CpuTierOptions,
         c: &Config,
     ) -> Result<(StreamSetup, RecordReader, u64)> {
-        let stream = streaming();
-        let mut cpu = CpuTierOptions::default();
-        cpu.enabled = Some(false);
-        let (setup, reader) = StreamSetup::resolve(store, layout, &stream, &cpu, c.top_k)?;
-        let staging = setup.staging_bytes(stream.upload, layout.record_bytes, 0);
+        let (setup, reader) = StreamSetup::resolve(store, layout, &streaming(), cpu, c.top_k)?;
+        let staging = setup.staging_bytes(streaming().upload, layout.record_bytes, prefetch_threads());
         Ok((setup, reader, staging))
     }
 
-    /// A pool of `slots` records of `layout` read by `reader` on `ctx`, with the buffers the step driver
-    /// writes.
+    /// A pool of `slots` records of `layout` read by `reader` on `ctx`, the CPU tier over `store` where
+    /// `setup` says (as `cpu` asks), and the buffers the step driver writes.
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         ctx: &Context,
-        layout: &ExpertLayout,
-        (setup, reader): (&StreamSetup, RecordReader),
+        (store, layout): (&Store, &ExpertLayout),
+        (setup, reader, staging): (StreamSetup, RecordReader, u64),
+        cpu: &CpuTierOptions,
         c: &Config,
         slots: usize,
         max_chunk: u32,
@@ -97,12 +129,16 @@ impl StreamedExperts {
             layers: c.layers,
             experts: c.experts,
             top_k: c.top_k,
-            prefetch_threads: 0,
+            prefetch_threads: prefetch_threads(),
             speculate: false,
             arena: false,
             stage_slots: 0,
         };
-        let (pool, _) = expert_pool(ctx, layout, reader, setup, &streaming(), shape)?;
+        let (pool, _) = expert_pool(ctx, layout, reader, &setup, &streaming(), shape)?;
+        let tier = setup.cpu_experts.then(|| {
+            CpuTier::open(store, layout, cpu.threads, cpu.admission, cpu.math, None, setup.checks.clone())
+        });
+        let tier = tier.transpose()?;
         let max_chunk = max_chunk.min(chunk_bound(slots, c.experts, c.top_k)).max(1);
         let pairs = 4 * u64::from(max_chunk * c.top_k);
         let device = &ctx.device;
@@ -115,9 +151,11 @@ impl StreamedExperts {
             })
         };
         let storage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
+        let readback = pairs.max(4 * u64::from(2 * c.top_k + c.hidden));
         let table = vec![u32::MAX; (c.layers * c.experts) as usize];
         Ok(StreamedExperts {
-            pool,
+            tiers: Tiers::new(pool, tier, setup, shape, &streaming()),
+            stats: EngineStats::default(),
             parts,
             pair_slots: buffer("pair slots", pairs, storage),
             table: device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -125,82 +163,135 @@ impl StreamedExperts {
                 contents: bytemuck::cast_slice(&table),
                 usage: storage,
             }),
-            picks: buffer(
+            readback: buffer(
                 "picks readback",
-                pairs,
+                readback,
                 wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             ),
             held: None,
             max_chunk,
-            experts: c.experts,
+            staging,
+            shape: (c.experts, c.top_k, c.hidden),
         })
     }
 
-    /// The pool's counters.
-    pub fn stats(&self) -> PoolStats {
-        self.pool.stats()
+    /// The tiers' counters with the driver's, and `gpu` (the pool's and the staging rings' bytes filled in).
+    pub fn stats(&self, gpu: GpuBytes) -> Stats {
+        let pool = self.tiers.pool.backend().pool().device_bytes();
+        self.tiers.stats(&self.stats, GpuBytes { pool, staging: self.staging, ..gpu })
     }
 
     /// Lets the layer that ran last go (the GPU has finished its experts).
     pub fn release_held(&mut self) {
         if let Some(pinned) = self.held.take() {
-            self.pool.release(pinned);
+            self.tiers.pool.release(pinned);
         }
     }
 
-    /// Makes the pool hold layer `l`'s picks `ids` (a chunk's, `[T · k]`) and pins them until the next
-    /// layer's, then writes each pair's slot and, for `grouped` chunks, the layer's row of the table.
-    fn place(&mut self, queue: &wgpu::Queue, l: u32, ids: &[u32], grouped: bool) -> Result<()> {
-        self.release_held();
-        let mut unique = ids.to_vec();
-        unique.sort_unstable();
-        unique.dedup();
-        if let Some(&bad) = unique.last().filter(|&&e| e >= self.experts) {
-            return Err(Error::Gpu(format!("layer {l}'s router picked expert {bad} of {}", self.experts)));
-        }
-        let pinned = self.pool.ensure(l, &unique)?;
-        let slot_of = |e: u32| pinned.slots()[unique.binary_search(&e).expect("every pick asked for")].0;
-        let pair_slots: Vec<u32> = ids.iter().map(|&e| slot_of(e)).collect();
-        queue.write_buffer(&self.pair_slots, 0, bytemuck::cast_slice(&pair_slots));
-        if grouped {
-            let mut row = vec![u32::MAX; self.experts as usize];
-            for &e in &unique {
-                row[e as usize] = slot_of(e);
-            }
-            queue.write_buffer(&self.table, 4 * u64::from(l * self.experts), bytemuck::cast_slice(&row));
-        }
-        self.held = Some(pinned);
-        Ok(())
-    }
-
-    /// Runs a step's layers (`layers[l]`: its mixer and router, then its experts) on `device`: each layer's
-    /// picks (the first `pairs` of `pick_ids`) read back and placed before its experts are recorded, which
-    /// go with the next layer's mixer into one submission; the rest of the step is left in `enc`.
+    /// Runs a step's `layers` of `pairs` (token, pick) pairs (grouped on the GPU with `grouped`) on `device`:
+    /// each layer's picks read back, and the routed experts recorded once the tiers hold them (a one-token
+    /// step's misses computed on the CPU meanwhile, with the tier), then the rest of the layer, which goes
+    /// with the next layer's mixer into one submission; the rest of the step is left in `enc`.
     pub fn run_layers(
         &mut self,
         (device, queue): (&wgpu::Device, &wgpu::Queue),
         enc: &mut wgpu::CommandEncoder,
-        layers: &[(Vec<Dispatch>, Vec<Dispatch>)],
-        (pick_ids, pairs, grouped): (&wgpu::Buffer, u32, bool),
+        layers: &[LayerDispatches],
+        b: &StepBuffers<'_>,
+        (pairs, grouped): (u32, bool),
         wait: &mut Duration,
     ) -> Result<()> {
-        let bytes = 4 * u64::from(pairs);
-        for (l, (head, experts)) in layers.iter().enumerate() {
-            record(enc, head);
-            enc.copy_buffer_to_buffer(pick_ids, 0, &self.picks, 0, bytes);
+        let (experts, k, hidden) = self.shape;
+        let on_cpu = pairs == k && self.tiers.cpu.is_some();
+        if let Some(tier) = self.tiers.cpu.as_mut().filter(|_| on_cpu) {
+            tier.next_token();
+        }
+        let (ids_bytes, weights_at) = (4 * u64::from(pairs), 4 * u64::from(k));
+        let bytes = if on_cpu { 4 * u64::from(2 * k + hidden) } else { ids_bytes };
+        for (l, layer) in layers.iter().enumerate() {
+            let l = l as u32;
+            record(enc, &layer.mixer);
+            enc.copy_buffer_to_buffer(b.pick_ids, 0, &self.readback, 0, ids_bytes);
+            if on_cpu {
+                enc.copy_buffer_to_buffer(b.pick_weights, 0, &self.readback, weights_at, weights_at);
+                enc.copy_buffer_to_buffer(b.normed, 0, &self.readback, 2 * weights_at, 4 * u64::from(hidden));
+            }
             let done = std::mem::replace(enc, device.create_command_encoder(&Default::default())).finish();
             let submitted = queue.submit([done]);
-            let ids = readback(device, &self.picks, bytes, Some(submitted), Duration::ZERO, wait)?;
-            self.place(queue, l as u32, &ids, grouped)?;
-            record(enc, experts);
+            let read = readback(device, &self.readback, bytes, Some(submitted), Duration::ZERO, wait)?;
+            // The GPU has run the layer before: its records may go.
+            self.release_held();
+            let picks = &read[..pairs as usize];
+            if on_cpu {
+                self.split_layer((device, queue), enc, l, &read, &layer.routed, b)?;
+            } else {
+                let (pinned, slots) = self.tiers.ensure_chunk(l, picks)?;
+                self.held = Some(pinned);
+                queue.write_buffer(&self.pair_slots, 0, bytemuck::cast_slice(&slots));
+                if grouped {
+                    let mut row = vec![u32::MAX; experts as usize];
+                    picks.iter().zip(&slots).for_each(|(&e, &slot)| row[e as usize] = slot);
+                    queue.write_buffer(&self.table, 4 * u64::from(l * experts), bytemuck::cast_slice(&row));
+                }
+                record(enc, &layer.routed);
+            }
+            record(enc, &layer.rest);
         }
+        Ok(())
+    }
+
+    /// A one-token layer `l` with the CPU tier (`read`: its `k` picks, their weights and the normed state):
+    /// the hits pinned and their slots written; where the host computes misses, `routed` submitted for the
+    /// hits while it does, and its sum written as its first pick's down row, weighted 1 (its other picks 0),
+    /// which the combine after adds with the GPU's picks; else `routed` recorded into `enc`.
+    fn split_layer(
+        &mut self,
+        (device, queue): (&wgpu::Device, &wgpu::Queue),
+        enc: &mut wgpu::CommandEncoder,
+        l: u32,
+        read: &[u32],
+        routed: &[Dispatch],
+        b: &StepBuffers<'_>,
+    ) -> Result<()> {
+        let (_, k, hidden) = self.shape;
+        let (k, hidden) = (k as usize, hidden as usize);
+        let split = self.tiers.split_layer(l, &read[..k], &mut self.stats)?;
+        self.held = Some(split.pinned);
+        queue.write_buffer(&self.pair_slots, 0, bytemuck::cast_slice(&split.slots));
+        let Some(&first) = split.cpu_picks.first() else {
+            record(enc, routed);
+            return Ok(());
+        };
+        let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
+        let (mut weights, xn) = (floats(&read[k..2 * k]), floats(&read[2 * k..2 * k + hidden]));
+        let cpu_weights: Vec<f32> = split.cpu_picks.iter().map(|&i| weights[i]).collect();
+        split.cpu_picks.iter().for_each(|&i| weights[i] = 0.0);
+        weights[first] = 1.0;
+        queue.write_buffer(b.pick_weights, 0, bytemuck::cast_slice(&weights));
+        record(enc, routed);
+        let hits = std::mem::replace(enc, device.create_command_encoder(&Default::default())).finish();
+        let (sum, _) = self.tiers.compute_misses_while(
+            l,
+            &split.cpu_experts,
+            &cpu_weights,
+            &xn,
+            &mut self.stats,
+            || queue.submit([hits]),
+        )?;
+        queue.write_buffer(b.expert_out, 4 * (first * hidden) as u64, bytemuck::cast_slice(&sum));
         Ok(())
     }
 }
 
-/// The pool's stream options: loads on demand only.
+/// The pool's stream options: no guesses from the routers (a chunk's next layer is still queued where the
+/// pool holds two layers' experts, and the CPU tier's admissions load in the background).
 fn streaming() -> StreamOptions {
     let mut stream = StreamOptions::default();
     stream.prefetch = false;
     stream
+}
+
+/// The pool's background loads: the CPU tier's admissions and a chunk's next layer.
+fn prefetch_threads() -> usize {
+    PoolConfig::new(1, 1, 1).max_prefetch_in_flight
 }
