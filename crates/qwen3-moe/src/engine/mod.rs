@@ -42,6 +42,7 @@ pub use options::{
     CpuTierOptions, EngineOptions, KernelOptions, READ_SPLIT_CHECKED, READ_SPLIT_DIRECT, READ_SPLIT_IN_GGUF,
     READ_SPLIT_PAGE_CACHE, ROUTE_AHEAD_DIRECT, ROUTE_AHEAD_PAGE_CACHE, StreamOptions,
 };
+pub(crate) use per_layer::SPIN_FOR_PICKS;
 use resident::RunAhead;
 
 /// What the head of a step returns.

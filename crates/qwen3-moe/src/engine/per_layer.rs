@@ -155,7 +155,7 @@ impl Engine {
 /// ~25 µs later than a spinning one (H200, `submit-latency` in the kernels crate), once a layer. Other
 /// readbacks block at once: they wait for a whole step, and with them polling too resident decode ran
 /// slower on the H200 (BENCHMARKS.md).
-const SPIN_FOR_PICKS: Duration = Duration::from_millis(1);
+pub(crate) const SPIN_FOR_PICKS: Duration = Duration::from_millis(1);
 
 /// Records layer `lg`'s attention and router, and the copies of what the host reads back after them
 /// (see [`readback_of_picks`]).

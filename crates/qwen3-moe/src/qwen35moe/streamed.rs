@@ -20,7 +20,7 @@ use diskformer_store::{ExpertLayout, RecordReader, Store};
 use wgpu::util::DeviceExt;
 
 use super::config::Config;
-use crate::engine::readback;
+use crate::engine::{SPIN_FOR_PICKS, readback};
 use crate::graph::{ExpertKernels, record};
 use crate::{Error, Result};
 
@@ -190,8 +190,9 @@ impl StreamedExperts {
 
     /// Runs a step's `layers` of `pairs` (token, pick) pairs (grouped on the GPU with `grouped`) on `device`:
     /// each layer's picks read back, and the routed experts recorded once the tiers hold them (a one-token
-    /// step's misses computed on the CPU meanwhile, with the tier), then the rest of the layer, which goes
-    /// with the next layer's mixer into one submission; the rest of the step is left in `enc`.
+    /// step's misses computed on the CPU meanwhile, with the tier, while this thread records what follows),
+    /// then the rest of the layer, which goes with the next layer's mixer into one submission; the rest of
+    /// the step is left in `enc`.
     pub fn run_layers(
         &mut self,
         (device, queue): (&wgpu::Device, &wgpu::Queue),
@@ -208,9 +209,14 @@ impl StreamedExperts {
         }
         let (ids_bytes, weights_at) = (4 * u64::from(pairs), 4 * u64::from(k));
         let bytes = if on_cpu { 4 * u64::from(2 * k + hidden) } else { ids_bytes };
+        // Whether the next layer's mixer is recorded already (while the host computed this one's misses).
+        let mut mixer_recorded = false;
         for (l, layer) in layers.iter().enumerate() {
+            let next_mixer = layers.get(l + 1).map(|next| &next.mixer[..]);
             let l = l as u32;
-            record(enc, &layer.mixer);
+            if !std::mem::take(&mut mixer_recorded) {
+                record(enc, &layer.mixer);
+            }
             enc.copy_buffer_to_buffer(b.pick_ids, 0, &self.readback, 0, ids_bytes);
             if on_cpu {
                 enc.copy_buffer_to_buffer(b.pick_weights, 0, &self.readback, weights_at, weights_at);
@@ -218,12 +224,15 @@ impl StreamedExperts {
             }
             let done = std::mem::replace(enc, device.create_command_encoder(&Default::default())).finish();
             let submitted = queue.submit([done]);
-            let read = readback(device, &self.readback, bytes, Some(submitted), Duration::ZERO, wait)?;
+            let read = readback(device, &self.readback, bytes, Some(submitted), SPIN_FOR_PICKS, wait)?;
             // The GPU has run the layer before: its records may go.
             self.release_held();
             let picks = &read[..pairs as usize];
             if on_cpu {
-                self.split_layer((device, queue), enc, l, &read, &layer.routed, b)?;
+                mixer_recorded = self.split_layer((device, queue), enc, l, &read, (layer, next_mixer), b)?;
+                if mixer_recorded {
+                    continue;
+                }
             } else {
                 let (pinned, slots) = self.tiers.ensure_chunk(l, picks)?;
                 self.held = Some(pinned);
@@ -241,26 +250,28 @@ impl StreamedExperts {
     }
 
     /// A one-token layer `l` with the CPU tier (`read`: its `k` picks, their weights and the normed state):
-    /// the hits pinned and their slots written; where the host computes misses, `routed` submitted for the
-    /// hits while it does, and its sum written as its first pick's down row, weighted 1 (its other picks 0),
-    /// which the combine after adds with the GPU's picks; else `routed` recorded into `enc`.
+    /// the hits pinned and their slots written; where the host computes misses, the layer's routed experts
+    /// submitted for the hits while it does, and meanwhile the rest of the layer and the next one's mixer
+    /// (`next`) recorded into `enc` (returns `true`); the host's sum written as its first pick's down row,
+    /// weighted 1 (its other picks 0), which the combine adds with the GPU's picks. Without misses for the
+    /// host, the routed experts recorded into `enc` (returns `false`).
     fn split_layer(
         &mut self,
         (device, queue): (&wgpu::Device, &wgpu::Queue),
         enc: &mut wgpu::CommandEncoder,
         l: u32,
         read: &[u32],
-        routed: &[Dispatch],
+        (layer, next): (&LayerDispatches, Option<&[Dispatch]>),
         b: &StepBuffers<'_>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let (_, k, hidden) = self.shape;
         let (k, hidden) = (k as usize, hidden as usize);
         let split = self.tiers.split_layer(l, &read[..k], &mut self.stats)?;
         self.held = Some(split.pinned);
         queue.write_buffer(&self.pair_slots, 0, bytemuck::cast_slice(&split.slots));
         let Some(&first) = split.cpu_picks.first() else {
-            record(enc, routed);
-            return Ok(());
+            record(enc, &layer.routed);
+            return Ok(false);
         };
         let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
         let (mut weights, xn) = (floats(&read[k..2 * k]), floats(&read[2 * k..2 * k + hidden]));
@@ -268,18 +279,21 @@ impl StreamedExperts {
         split.cpu_picks.iter().for_each(|&i| weights[i] = 0.0);
         weights[first] = 1.0;
         queue.write_buffer(b.pick_weights, 0, bytemuck::cast_slice(&weights));
-        record(enc, routed);
+        record(enc, &layer.routed);
         let hits = std::mem::replace(enc, device.create_command_encoder(&Default::default())).finish();
-        let (sum, _) = self.tiers.compute_misses_while(
-            l,
-            &split.cpu_experts,
-            &cpu_weights,
-            &xn,
-            &mut self.stats,
-            || queue.submit([hits]),
-        )?;
+        let meanwhile = || {
+            queue.submit([hits]);
+            // The sum's write lands before the submission these go in, whenever they are recorded.
+            record(enc, &layer.rest);
+            if let Some(next) = next {
+                record(enc, next);
+            }
+        };
+        let cpu = (&split.cpu_experts[..], &cpu_weights[..], &xn[..]);
+        let (sum, ()) =
+            self.tiers.compute_misses_while(l, cpu.0, cpu.1, cpu.2, &mut self.stats, meanwhile)?;
         queue.write_buffer(b.expert_out, 4 * (first * hidden) as u64, bytemuck::cast_slice(&sum));
-        Ok(())
+        Ok(true)
     }
 }
 
