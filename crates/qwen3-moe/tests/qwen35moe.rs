@@ -337,6 +337,29 @@ fn the_gpu_model_matches_the_reference_on_quantised_files() {
         }
         eprintln!("{}: worst |Δ log-probability| {worst:.2e}", ty.name());
         assert!(worst < 2e-3, "{}: {worst}", ty.name());
+        // Streamed (in chunks as long, through the same kernels), the experts read in place from the file:
+        // the same logits, and the store beside it holds no copy of any weight (its header and manifest).
+        let store = dir.path().join(format!("store-{}", ty.name()));
+        let opts = OpenOptions {
+            max_context: Some(64),
+            pool_slots: Some(16),
+            store_dir: Some(store.clone()),
+            ..OpenOptions::default()
+        };
+        let mut streamed = Resident::open_with(&gguf, &opts, &mut |_| {}).unwrap();
+        m.reset();
+        let (a, b) = (m.prefill(&prompt).unwrap(), streamed.prefill(&prompt).unwrap());
+        let moved = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(moved < 1e-4, "{}: streamed moved the logits by {moved}", ty.name());
+        let stored: u64 =
+            std::fs::read_dir(&store).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
+        let weights = std::fs::metadata(&gguf).unwrap().len();
+        eprintln!("{}: the store holds {stored} bytes beside a {weights}-byte file", ty.name());
+        assert!(
+            stored < weights / 20,
+            "{}: the store holds {stored} bytes of a {weights}-byte file",
+            ty.name()
+        );
     }
 }
 

@@ -295,6 +295,7 @@ impl Layout {
     /// [`Error::UnsupportedExpertType`], [`Error::UnsupportedDenseType`] or [`Error::BadExpertTensors`].
     pub fn plan(header: &Header) -> Result<Layout> {
         let experts = plan_experts(header)?;
+        let planar = planar_architecture(header);
         let mut dense = Vec::new();
         let mut end = 0u64;
         let mut place = |len: u64| {
@@ -304,7 +305,7 @@ impl Layout {
         };
         for t in header.tensors.iter().filter(|t| expert_tensor(&t.name).is_none()) {
             let data = match t.ty {
-                TensorType::Q8_0 => {
+                TensorType::Q8_0 if planar => {
                     let blocks = t.n_elements / 32;
                     DenseData::Planes { quants: place(blocks * 32), scales: place(blocks * 2) }
                 }
@@ -357,8 +358,16 @@ impl Layout {
     }
 }
 
-/// The architecture whose uniform Q8_0 or Q4_0 experts the store splits into planes of quants and scales.
+/// The architecture whose Q8_0 dense tensors, and uniform Q8_0 or Q4_0 experts, the store splits into planes
+/// of quants and scales.
 pub const PLANAR_ARCHITECTURE: &str = "qwen3moe";
+
+/// Whether `header`'s model is [`PLANAR_ARCHITECTURE`]'s: planes serve the qwen3moe engine's Q8_0 and Q4_0
+/// kernels; every other architecture's kernels read the GGUF's blocks (which also lets its tensors stay in
+/// the GGUF, read in place).
+fn planar_architecture(header: &Header) -> bool {
+    header.metadata.get_str("general.architecture").is_ok_and(|a| a == PLANAR_ARCHITECTURE)
+}
 
 fn plan_experts(header: &Header) -> Result<Option<ExpertLayout>> {
     let found: Vec<(u32, ExpertPart, &TensorInfo)> =
@@ -417,11 +426,8 @@ fn plan_experts(header: &Header) -> Result<Option<ExpertLayout>> {
     }
     let n_experts = n_experts as u32;
     let uniform = types.iter().flatten().all(|&t| t == first.ty);
-    // Planes serve the qwen3moe engine's Q8_0 and Q4_0 kernels; every other architecture's expert kernels
-    // read records of the GGUF's blocks (which also lets its experts stay in the GGUF).
-    let planar = header.metadata.get_str("general.architecture").is_ok_and(|a| a == PLANAR_ARCHITECTURE);
     Ok(Some(match first.ty {
-        TensorType::Q8_0 | TensorType::Q4_0 if uniform && planar => {
+        TensorType::Q8_0 | TensorType::Q4_0 if uniform && planar_architecture(header) => {
             ExpertLayout::new(first.ty, n_layers, n_experts, hidden, ffn)
         }
         _ => ExpertLayout::with_blocks(&types, n_experts, hidden, ffn),
@@ -502,8 +508,8 @@ mod tests {
         assert_eq!(expert_tensor("output.weight"), None);
     }
 
-    /// Uniform Q8_0 experts are split into planes for qwen3moe alone; another architecture's are records of
-    /// the GGUF's blocks.
+    /// Uniform Q8_0 experts and Q8_0 dense tensors are split into planes for qwen3moe alone; another
+    /// architecture's are the GGUF's blocks.
     #[test]
     fn planes_only_for_the_planar_architecture() {
         use diskformer_gguf::{GgufWriter, Value};
@@ -516,10 +522,15 @@ mod tests {
                 let zeros = vec![0u8; (n / 32 * 34) as usize];
                 w.add_tensor(format!("blk.0.ffn_{part}_exps.weight"), TensorType::Q8_0, dims, zeros).unwrap();
             }
+            w.add_tensor("output.weight", TensorType::Q8_0, &[64, 2], vec![0u8; 4 * 34]).unwrap();
             let header = Header::parse(&w.header_bytes().unwrap()).unwrap();
-            Layout::plan(&header).unwrap().experts.unwrap()
+            let layout = Layout::plan(&header).unwrap();
+            (
+                layout.experts.unwrap().blocks.is_none(),
+                matches!(layout.dense[0].data, DenseData::Planes { .. }),
+            )
         };
-        assert!(plan(PLANAR_ARCHITECTURE).blocks.is_none());
-        assert!(plan("qwen35moe").blocks.is_some());
+        assert_eq!(plan(PLANAR_ARCHITECTURE), (true, true));
+        assert_eq!(plan("qwen35moe"), (false, false));
     }
 }
