@@ -153,8 +153,9 @@ fn the_gpu_model_gives_llama_cpps_log_probabilities() {
 /// chunks and token by token, and llama.cpp's golden: a pool of 2 × top-k slots (a layer's picks of two
 /// tokens at most: chunks of 2, each pair's slot written by the host), one of twice a layer's experts
 /// (chunks of any length, grouped on the GPU through the slot table), and 2 × top-k slots with the CPU tier
-/// (a one-token step's misses computed on the host, their sum joining the GPU's combine as a pick). The
-/// pool loads what it misses; fewer slots than 2 × top-k are refused at open.
+/// (a one-token step's misses computed on the host, their sum joining the GPU's combine as a pick), from
+/// mapped records or the host tier's. The pool loads what it misses; fewer slots than 2 × top-k are refused
+/// at open.
 #[test]
 fn streamed_experts_give_the_resident_logits() {
     let dir = temp_dir("gpu-streamed");
@@ -168,7 +169,7 @@ fn streamed_experts_give_the_resident_logits() {
         logits
     };
     let want = run(&mut resident);
-    let open = |slots, cpu| {
+    let open = |slots, cpu, ram_budget| {
         let mut opts = OpenOptions {
             max_context: Some(256),
             pool_slots: Some(slots),
@@ -176,11 +177,15 @@ fn streamed_experts_give_the_resident_logits() {
             ..OpenOptions::default()
         };
         opts.cpu.enabled = Some(cpu);
+        opts.cpu.ram_budget = ram_budget;
         Resident::open_with(&gguf, &opts, &mut |_| {})
     };
-    for (slots, chunk, cpu) in [(4, 2, false), (16, MAX_CHUNK, false), (4, 2, true)] {
-        let what = format!("{slots} slots, CPU tier {cpu}");
-        let mut m = open(slots, cpu).unwrap();
+    // The host tier's budget: room for every record.
+    let host = Some(64 << 20);
+    let cases = [(4, 2, false, None), (16, MAX_CHUNK, false, None), (4, 2, true, None), (4, 2, true, host)];
+    for (slots, chunk, cpu, ram_budget) in cases {
+        let what = format!("{slots} slots, CPU tier {cpu}, host tier {ram_budget:?}");
+        let mut m = open(slots, cpu, ram_budget).unwrap();
         assert!(m.streams_experts() && m.pool_slots() == Some(slots), "{what}");
         assert_eq!(m.max_chunk(), chunk, "{what}");
         let got = run(&mut m);
@@ -194,11 +199,12 @@ fn streamed_experts_give_the_resident_logits() {
         let stats = m.stream_stats().unwrap();
         assert!(stats.pool.misses > 0 && stats.pool.bytes_read > 0, "{what}: {:?}", stats.pool);
         assert_eq!(stats.cpu_experts > 0, cpu, "{what}: {} experts on the CPU", stats.cpu_experts);
+        assert_eq!(stats.host.is_some_and(|h| h.reads > 0), ram_budget.is_some(), "{what}: {:?}", stats.host);
         let logits = m.prefill(&golden.prompt_ids).unwrap();
         let worst = worst_against(&golden, logits, |id| m.step(id).unwrap());
         assert!(worst < 2e-3, "{what}: worst |Δ log-probability| against llama.cpp {worst}");
     }
-    let err = open(3, false).unwrap_err();
+    let err = open(3, false, None).unwrap_err();
     assert!(matches!(err, Error::BadOption { option: "pool_slots", .. }), "{err}");
 }
 

@@ -67,7 +67,8 @@ pub struct OpenOptions {
     pub routing: Routing,
     /// The CPU tier while the experts stream: on by default where its kernels multiply the file's expert
     /// types with SIMD (`enabled`); a one-token step's misses are then computed on the host while the GPU
-    /// runs the pool's hits. The host tier (`ram_budget`) and the arena's share do not apply to qwen35moe.
+    /// runs the pool's hits, from records mapped from the page cache or held by the host tier
+    /// (`ram_budget`). The arena's share does not apply to qwen35moe.
     pub cpu: CpuTierOptions,
 }
 

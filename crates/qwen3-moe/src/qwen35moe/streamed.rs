@@ -3,8 +3,9 @@
 //! pool of GPU slots (loaded from the GGUF in place, through a store of the file's expert layout), or with
 //! the CPU tier a one-token step's split between the pool's hits and the host's misses, computed on the CPU
 //! while the GPU runs the hits, their sum joining the GPU's combine as one pick's down row; each pick's
-//! slot written, then the layer's experts submitted with the next layer's mixer. No host arena, host tier
-//! or route-ahead yet: those are the qwen3moe engine's.
+//! slot written, then the layer's experts submitted with the next layer's mixer. The CPU tier reads its
+//! records mapped from the page cache, or through the host tier (`ram_budget`) for files larger than the
+//! host's memory. No host arena, router guesses or route-ahead yet: those are the qwen3moe engine's.
 
 use std::path::Path;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use diskformer_expert_stream::{Pinned, PoolConfig};
 use diskformer_kernels::{BlockQuant, Context, Dispatch};
 use diskformer_runtime::load::{chunk_bound, ingest_gguf};
 use diskformer_runtime::{
-    CpuTier, CpuTierOptions, EngineStats, GpuBytes, LoadProgress, PoolShape, Stats, StreamOptions,
+    CpuTier, CpuTierOptions, EngineStats, GpuBytes, HostTier, LoadProgress, PoolShape, Stats, StreamOptions,
     StreamSetup, Tiers, expert_pool,
 };
 use diskformer_store::{ExpertLayout, RecordReader, Store};
@@ -134,9 +135,17 @@ impl StreamedExperts {
             arena: false,
             stage_slots: 0,
         };
-        let (pool, _) = expert_pool(ctx, layout, reader, &setup, &streaming(), shape)?;
+        let (pool, handoff) = expert_pool(ctx, layout, reader, &setup, &streaming(), shape)?;
+        // The host tier (records read with O_DIRECT into a budget of host memory) where `ram_budget` asks
+        // for it, or the records exceed the host's memory.
+        let host = setup.ram_budget.zip(handoff).map(|(budget, handoff)| HostTier {
+            budget,
+            min_records: c.top_k as usize,
+            readers: setup.readers,
+            handoff,
+        });
         let tier = setup.cpu_experts.then(|| {
-            CpuTier::open(store, layout, cpu.threads, cpu.admission, cpu.math, None, setup.checks.clone())
+            CpuTier::open(store, layout, cpu.threads, cpu.admission, cpu.math, host, setup.checks.clone())
         });
         let tier = tier.transpose()?;
         let max_chunk = max_chunk.min(chunk_bound(slots, c.experts, c.top_k)).max(1);
