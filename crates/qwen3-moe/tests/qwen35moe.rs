@@ -154,8 +154,9 @@ fn the_gpu_model_gives_llama_cpps_log_probabilities() {
 /// tokens at most: chunks of 2, each pair's slot written by the host), one of twice a layer's experts
 /// (chunks of any length, grouped on the GPU through the slot table), and 2 × top-k slots with the CPU tier
 /// (a one-token step's misses computed on the host, their sum joining the GPU's combine as a pick), from
-/// mapped records or the host tier's. The pool loads what it misses; fewer slots than 2 × top-k are refused
-/// at open.
+/// mapped records or the host tier's. The pool loads what it misses; a bad token is refused with the cache
+/// kept, kernel times (which need every expert resident) refused, and fewer slots than 2 × top-k refused at
+/// open.
 #[test]
 fn streamed_experts_give_the_resident_logits() {
     let dir = temp_dir("gpu-streamed");
@@ -204,6 +205,12 @@ fn streamed_experts_give_the_resident_logits() {
         let worst = worst_against(&golden, logits, |id| m.step(id).unwrap());
         assert!(worst < 2e-3, "{what}: worst |Δ log-probability| against llama.cpp {worst}");
     }
+    // Bad input is refused before any layer runs: the cache stays as it was.
+    let mut m = open(4, false, None).unwrap();
+    m.prefill(&prompt[..5]).unwrap();
+    assert!(matches!(m.step(100_000), Err(Error::BadToken { .. })));
+    assert_eq!(m.cached_tokens(), &prompt[..5]);
+    assert!(matches!(m.kernel_times(1, 1), Err(Error::BadOption { option: "kernel_times", .. })));
     let err = open(3, false, None).unwrap_err();
     assert!(matches!(err, Error::BadOption { option: "pool_slots", .. }), "{err}");
 }

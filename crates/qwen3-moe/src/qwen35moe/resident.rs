@@ -15,8 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use diskformer_bpe::Tokenizer;
-use diskformer_expert_stream::RouteShape;
-use diskformer_expert_stream::{GpuBudget, Plane};
+use diskformer_expert_stream::{GpuBudget, Plane, RouteShape};
 use diskformer_gguf::{GgufFile, TensorInfo};
 use diskformer_kernels::{
     AttentionShape, BlockMatrix, BlockQuant, Context, DeltaNetShape, Dispatch, EXPERT_BLOCK_GEMM_GROUP,
@@ -477,10 +476,17 @@ impl Resident {
     /// whatever the scratch holds and write the cache and the recurrent state: [`Resident::reset`] after.
     ///
     /// # Errors
-    /// [`Error::BadOption`] for `t` of 0 or past [`MAX_CHUNK`]; GPU errors.
+    /// [`Error::BadOption`] for `t` of 0 or past [`MAX_CHUNK`], or while the experts stream; GPU errors.
     pub fn kernel_times(&mut self, t: u32, repeats: u32) -> Result<Vec<KernelTime>> {
         if t == 0 || t > MAX_CHUNK {
             return Err(Error::BadOption { option: "tokens", what: format!("{t}: must be 1..={MAX_CHUNK}") });
+        }
+        if self.streamed.is_some() {
+            return Err(Error::BadOption {
+                option: "kernel_times",
+                what: "times a whole graph, which needs every expert resident; the experts stream here"
+                    .into(),
+            });
         }
         self.ensure_graph(t)?;
         let graph: Vec<&Dispatch> = self.graphs[&t].all().collect();
@@ -586,14 +592,6 @@ impl Resident {
         self.streamed.as_ref().map(|s| s.stats(gpu))
     }
 
-    /// Zeroes the streaming tiers' counters.
-    pub fn reset_stream_stats(&mut self) {
-        if let Some(s) = &mut self.streamed {
-            s.stats = Default::default();
-            s.tiers.reset_stats();
-        }
-    }
-
     /// One chunk after the cache: the embedding rows, positions and RoPE table written, the chunk's graph
     /// recorded and submitted (while the experts stream, a layer at a time: [`StreamedExperts::run_layers`]),
     /// then the last token's logits read back, or with `pick` their argmax. A chunk longer than
@@ -606,6 +604,13 @@ impl Resident {
                 what: format!("{} tokens in one chunk; at most {}", ids.len(), self.max_chunk()),
             });
         }
+        let needed = self.cached.len() + ids.len();
+        if needed > self.max_context as usize {
+            return Err(Error::ContextFull { needed, ctx: self.max_context });
+        }
+        if let Some(&bad) = ids.iter().find(|&&id| id >= self.vocab) {
+            return Err(Error::BadToken { id: bad, vocab: self.vocab });
+        }
         let out = self.submit_chunk(ids, pick);
         if out.is_err() && self.streamed.is_some() {
             self.reset();
@@ -616,15 +621,10 @@ impl Resident {
         out
     }
 
+    /// [`Resident::submit`]'s work, on ids it checked.
     fn submit_chunk(&mut self, ids: &[u32], pick: bool) -> Result<Vec<u32>> {
         let t = ids.len() as u32;
         let start = self.cached.len() as u32;
-        if start + t > self.max_context {
-            return Err(Error::ContextFull { needed: (start + t) as usize, ctx: self.max_context });
-        }
-        if let Some(&bad) = ids.iter().find(|&&id| id >= self.vocab) {
-            return Err(Error::BadToken { id: bad, vocab: self.vocab });
-        }
         let positions: Vec<u32> = (start..start + t).collect();
         let queue = &self.ctx.queue;
         let s = &self.scratch;
