@@ -67,6 +67,7 @@ pub(super) struct StreamedExperts {
     pub max_chunk: u32,
     /// Device bytes of the staging rings the pool's loads go through.
     pub staging: u64,
+    /// Experts a layer, top-k, and the model's width.
     shape: (u32, u32, u32),
 }
 
@@ -102,7 +103,6 @@ impl StreamedExperts {
 
     /// A pool of `slots` records of `layout` read by `reader` on `ctx`, the CPU tier over `store` where
     /// `setup` says (as `cpu` asks), and the buffers the step driver writes.
-    #[allow(clippy::too_many_arguments)]
     pub fn open(
         ctx: &Context,
         (store, layout): (&Store, &ExpertLayout),
@@ -116,12 +116,11 @@ impl StreamedExperts {
             ExpertKernels::Blocks(parts) => parts,
             // The store keeps planes for qwen3moe files alone (`diskformer_store::PLANAR_ARCHITECTURE`).
             ExpertKernels::Q8 | ExpertKernels::Q4 => {
+                let what = "is stored as planes, which qwen35moe's expert kernels do not read; ingest the \
+                            GGUF into a new store";
                 return Err(Error::BadTensor {
                     name: "blk.0.ffn_gate_exps.weight".into(),
-                    what:
-                        "is stored as planes, which qwen35moe's expert kernels do not read; ingest the GGUF \
-                           into a new store"
-                            .into(),
+                    what: what.into(),
                 });
             }
         };
