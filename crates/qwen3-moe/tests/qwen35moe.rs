@@ -154,7 +154,8 @@ fn the_gpu_model_gives_llama_cpps_log_probabilities() {
 /// tokens at most: chunks of 2, each pair's slot written by the host), one of twice a layer's experts
 /// (chunks of any length, grouped on the GPU through the slot table), and 2 × top-k slots with the CPU tier
 /// (a one-token step's misses computed on the host, their sum joining the GPU's combine as a pick), from
-/// mapped records or the host tier's. The pool loads what it misses; a bad token is refused with the cache
+/// mapped records or the host tier's; and a pool sized by a small budget, its chunks' scratch too. The pool
+/// loads what it misses; a bad token is refused with the cache
 /// kept, kernel times (which need every expert resident) refused, and fewer slots than 2 × top-k refused at
 /// open.
 #[test]
@@ -205,6 +206,22 @@ fn streamed_experts_give_the_resident_logits() {
         let worst = worst_against(&golden, logits, |id| m.step(id).unwrap());
         assert!(worst < 2e-3, "{what}: worst |Δ log-probability| against llama.cpp {worst}");
     }
+    // A budget: the pool from what the rest leaves, under which the chunks' scratch shrinks to the chunks
+    // the pool bounds (at this size the longest chunk's scratch would leave no pool at all).
+    let budget = 40_000_000;
+    let opts = OpenOptions {
+        max_context: Some(256),
+        gpu_budget: Some(budget),
+        store_dir: Some(dir.path().join("store")),
+        ..OpenOptions::default()
+    };
+    let mut m = Resident::open_with(&gguf, &opts, &mut |_| {}).unwrap();
+    let taken = m.stream_stats().unwrap().gpu_bytes.total();
+    assert!(m.max_chunk() < MAX_CHUNK && taken <= budget, "chunks of {}, {taken} bytes", m.max_chunk());
+    let got = run(&mut m);
+    let moved =
+        want.iter().flatten().zip(got.iter().flatten()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(moved < 1e-4, "{budget}-byte budget: moved by {moved}");
     // Bad input is refused before any layer runs: the cache stays as it was.
     let mut m = open(4, false, None).unwrap();
     m.prefill(&prompt[..5]).unwrap();

@@ -22,7 +22,7 @@ use diskformer_kernels::{
     EXPERT_GROUPS_MAX_EXPERTS, ExpertBlocks, ExpertGroupsParams, ExpertOut, Kernels, MoeCombineParams,
     QkNormRopePartialParams, View, argmax_partial_len, expert_gemm_group_bound,
 };
-use diskformer_runtime::load::{auto_gpu_budget, default_context, default_store_dir};
+use diskformer_runtime::load::{auto_gpu_budget, chunk_bound, default_context, default_store_dir};
 use diskformer_runtime::{
     CpuTierOptions, Decoder, ForcedRoutes, GpuBytes, LoadProgress, Next, Routing, Sampler, Stats,
     layer_stride,
@@ -204,7 +204,8 @@ impl LayerState {
     }
 }
 
-/// Activations of a chunk of up to [`MAX_CHUNK`] tokens.
+/// Activations of a chunk of up to the tokens they were made for ([`MAX_CHUNK`], or fewer where a pool bounds
+/// the chunks).
 struct Scratch {
     /// Device bytes of all of them.
     bytes: u64,
@@ -330,7 +331,9 @@ impl Resident {
         let vocab = gguf.header().tensor("token_embd.weight").map_or(0, |t| t.dims[1] as u32);
         let state = layer_state(&ctx.device, &config, max_context);
         let state_bytes: u64 = state.iter().map(LayerState::bytes).sum();
-        let scratch = Scratch::new(&ctx.device, &config, vocab, max_context, forced.is_some());
+        let scratch_for =
+            |chunk| Scratch::new(&ctx.device, &config, vocab, max_context, forced.is_some(), chunk);
+        let mut scratch = scratch_for(MAX_CHUNK);
         let (dense, experts) = device_bytes(&gguf, &wanted);
         let streamed = if opts.pool_slots.is_some() || dense + experts + state_bytes + scratch.bytes > budget
         {
@@ -338,16 +341,33 @@ impl Resident {
             let (store, layout) = StreamedExperts::store(path, &dir, progress)?;
             let (setup, reader, staging) = StreamedExperts::setup(&store, &layout, &opts.cpu, &config)?;
             let all = (config.layers * config.experts) as usize;
-            let slots = match opts.pool_slots {
-                Some(slots) => slots.min(all),
+            let slots_beside = |scratch: &Scratch| match opts.pool_slots {
+                Some(slots) => Ok::<_, Error>(slots.min(all)),
                 None => {
                     let scratch = scratch.bytes + staging;
                     let left = GpuBudget { budget, dense, kv_cache: state_bytes, scratch };
-                    left.expert_slots(layout.record_bytes, config.top_k)?.min(all)
+                    Ok(left.expert_slots(layout.record_bytes, config.top_k)?.min(all))
                 }
             };
+            let bound = |slots| chunk_bound(slots, config.experts, config.top_k).clamp(1, MAX_CHUNK);
+            let mut chunk = MAX_CHUNK;
+            let mut slots = slots_beside(&scratch);
+            if slots.is_err() {
+                // No pool beside the longest chunk's scratch: the shortest chunks' (a pool of 2 × top-k).
+                chunk = bound(2 * top_k);
+                scratch = scratch_for(chunk);
+                slots = slots_beside(&scratch);
+            }
+            let mut slots = slots?;
+            // A pool too small for a layer's picks of the longest chunk bounds the chunks: the scratch made
+            // for those, and the pool again from what it leaves (no smaller, so the bound holds).
+            if bound(slots) < chunk {
+                chunk = bound(slots);
+                scratch = scratch_for(chunk);
+                slots = slots_beside(&scratch)?;
+            }
             let setup = (setup, reader, staging);
-            Some(StreamedExperts::open(&ctx, (&store, &layout), setup, &opts.cpu, &config, slots, MAX_CHUNK)?)
+            Some(StreamedExperts::open(&ctx, (&store, &layout), setup, &opts.cpu, &config, slots, chunk)?)
         } else {
             None
         };
@@ -1275,8 +1295,15 @@ fn expert_group_entries(c: &Config, t: u32) -> u32 {
 }
 
 impl Scratch {
-    fn new(device: &wgpu::Device, c: &Config, vocab: u32, max_context: u32, forced: bool) -> Scratch {
-        let t = u64::from(MAX_CHUNK);
+    fn new(
+        device: &wgpu::Device,
+        c: &Config,
+        vocab: u32,
+        max_context: u32,
+        forced: bool,
+        chunk: u32,
+    ) -> Scratch {
+        let t = u64::from(chunk);
         let bytes = std::cell::Cell::new(0);
         let f32s = |label, n: u64| {
             bytes.set(bytes.get() + 4 * n.max(1));
@@ -1311,7 +1338,7 @@ impl Scratch {
             router: f32s("router", t * u64::from(c.experts)),
             route_mask: f32s(
                 "route mask",
-                if forced { u64::from(c.layers) * layer_stride(MAX_CHUNK, c.experts) } else { 1 },
+                if forced { u64::from(c.layers) * layer_stride(chunk, c.experts) } else { 1 },
             ),
             forced_logits: f32s("forced logits", if forced { t * u64::from(c.experts) } else { 1 }),
             pick_ids: f32s("pick ids", pairs),
@@ -1321,7 +1348,7 @@ impl Scratch {
                 contents: bytemuck::cast_slice(&(0..c.experts).collect::<Vec<u32>>()),
                 usage: wgpu::BufferUsages::STORAGE,
             }),
-            expert_groups: f32s("expert groups", 4 * expert_group_entries(c, MAX_CHUNK) as u64),
+            expert_groups: f32s("expert groups", 4 * expert_group_entries(c, chunk) as u64),
             expert_order: f32s("expert order", pairs),
             gate_up: f32s("gate up", pairs * 2 * f),
             swiglu: f32s("swiglu", pairs * f),

@@ -102,7 +102,8 @@ impl StreamedExperts {
     }
 
     /// A pool of `slots` records of `layout` read by `reader` on `ctx`, the CPU tier over `store` where
-    /// `setup` says (as `cpu` asks), and the buffers the step driver writes.
+    /// `setup` says (as `cpu` asks), and the buffers the step driver writes for chunks of up to `max_chunk`
+    /// tokens (no more than the pool holds a layer's picks of).
     pub fn open(
         ctx: &Context,
         (store, layout): (&Store, &ExpertLayout),
@@ -147,7 +148,7 @@ impl StreamedExperts {
             CpuTier::open(store, layout, cpu.threads, cpu.admission, cpu.math, host, setup.checks.clone())
         });
         let tier = tier.transpose()?;
-        let max_chunk = max_chunk.min(chunk_bound(slots, c.experts, c.top_k)).max(1);
+        debug_assert!(max_chunk <= chunk_bound(slots, c.experts, c.top_k), "a layer's picks fit the pool");
         let pairs = 4 * u64::from(max_chunk * c.top_k);
         let device = &ctx.device;
         let buffer = |label, size, usage| {
