@@ -205,6 +205,13 @@ fn streamed_experts_give_the_resident_logits() {
         let logits = m.prefill(&golden.prompt_ids).unwrap();
         let worst = worst_against(&golden, logits, |id| m.step(id).unwrap());
         assert!(worst < 2e-3, "{what}: worst |Δ log-probability| against llama.cpp {worst}");
+        // Across a cached prefix: a prompt that departs from the cache, then the whole one after its start.
+        let prompt = &golden.prompt_ids;
+        m.prefill(&prompt[..7]).unwrap();
+        let logits = m.prefill(prompt).unwrap();
+        assert_eq!(m.cached_tokens(), &prompt[..]);
+        let worst = worst_against(&golden, logits, |id| m.step(id).unwrap());
+        assert!(worst < 2e-3, "{what}, after a cached prefix: worst |Δ log-probability| {worst}");
     }
     // A budget: the pool from what the rest leaves, under which the chunks' scratch shrinks to the chunks
     // the pool bounds (at this size the longest chunk's scratch would leave no pool at all).
