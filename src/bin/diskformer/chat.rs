@@ -263,8 +263,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
                 pb.finish();
             }
             eprintln!(
-                "{}
-qwen35moe, {}, context {}",
+                "{}\nqwen35moe, {}, context {}",
                 model.adapter(),
                 qwen35moe_placement(&model),
                 model.max_context()
