@@ -23,7 +23,7 @@ use clap::{Parser, ValueEnum};
 mod common;
 use diskformer::expert_stream::{EvictionPolicy, UploadMethod};
 use diskformer::gguf::GgufFile;
-use diskformer::qwen3_moe::qwen35moe::{self, Resident};
+use diskformer::qwen3_moe::qwen35moe::{self, Model};
 use diskformer::qwen3_moe::synthetic::{SynthShape, SynthSpec, SynthVocab, write_synthetic};
 use diskformer::qwen3_moe::{Engine, EngineOptions, Error, KernelTime, Sampler, SamplingOptions};
 
@@ -552,7 +552,7 @@ fn kernel_rows(times: Vec<KernelTime>) -> Vec<serde_json::Value> {
     times.into_iter().map(|k| serde_json::json!([k.kernel, k.dispatches, k.seconds * 1e3])).collect()
 }
 
-/// A qwen35moe file (`qwen35moe::Resident`): every weight on the GPU where all fit `--budget`, else the
+/// A qwen35moe file (`qwen35moe::Model`): every weight on the GPU where all fit `--budget`, else the
 /// routed experts streamed through a pool of slots (or of `--pool-slots`), under the routing workload asked
 /// for (the qwen3moe engine's streaming options other than these do not apply): load, the prompt in
 /// chunks, then greedy decode (the argmax on the GPU).
@@ -575,7 +575,7 @@ fn bench_qwen35moe(
         cpu: opts.cpu.clone(),
     };
     let started = Instant::now();
-    let mut m = Resident::open_with(model, &open, &mut |_| {})?;
+    let mut m = Model::open_with(model, &open, &mut |_| {})?;
     let load_s = started.elapsed().as_secs_f64();
     let argmax = |l: &[f32]| l.iter().enumerate().fold(0, |b, (i, &v)| if v > l[b] { i } else { b }) as u32;
     // The first prefill builds each chunk size's graph (and the device compiles its pipelines): timed apart,

@@ -5,7 +5,7 @@
 use std::process::Command;
 
 use diskformer::bpe::chat::Message;
-use diskformer::qwen3_moe::qwen35moe::Resident;
+use diskformer::qwen3_moe::qwen35moe::Model;
 use diskformer::qwen3_moe::qwen35moe::synthetic::{Shape, write};
 use diskformer::runtime::{Event, GenerateOptions, Generation};
 
@@ -25,7 +25,7 @@ fn chat_replies_with_a_qwen35moe_file() {
     assert!(stderr.contains("qwen35moe, every weight on the GPU"), "{stderr}");
     assert!(stderr.contains("[6 tokens"), "{stderr}");
 
-    let mut model = Resident::open(&gguf, Some(256)).unwrap();
+    let mut model = Model::open(&gguf, Some(256)).unwrap();
     let mut opts = GenerateOptions::default();
     opts.max_tokens = 6;
     let mut want = Vec::new();

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # qwen35moe on the H200 (issue #34): a Qwen3.6-35B-A3B-shaped synthetic GGUF (synth-gguf --shape qwen36-35b-a3b,
-# every matrix of MATRICES, default q8_0) in /dev/shm, then examples/bench on it (qwen35moe::Resident: every
-# weight on the GPU, the prompt in chunks of up to 512, greedy decode with the argmax on the GPU) and llama.cpp CUDA
-# with every layer on the GPU (llama-bench -ngl 99) on the same file, in one call. Binaries in .device/
+# every matrix of MATRICES, default q8_0) in /dev/shm, then examples/bench on it (qwen35moe::Model: every
+# weight on the GPU unless BUDGET is smaller, the prompt in chunks of up to 512, greedy decode with the argmax
+# on the GPU) and llama.cpp CUDA (llama-bench, placed as LLAMA_ARGS say) on the same file, in one call. Binaries in .device/
 # (bench, synth-gguf), llama.cpp's source in .llama/ (scripts/device/llama-cuda.sh pack). Writes $OUT/*.json
 # and prints a table last. LAYERS cuts the model (default all 40); DECODE the decode tokens (default 64);
 # KERNEL_TIMES=1 has the first run time each kernel (bench --kernel-times); LLAMA=0 leaves llama.cpp out;

@@ -1,6 +1,6 @@
 //! Where a graph's GPU time goes, kernel by kernel: the one source of such figures for the graphs the
 //! engines run ([`Engine::kernel_times`](crate::Engine::kernel_times),
-//! [`Resident::kernel_times`](crate::qwen35moe::Resident::kernel_times)).
+//! [`Model::kernel_times`](crate::qwen35moe::Model::kernel_times)).
 
 use std::time::Instant;
 

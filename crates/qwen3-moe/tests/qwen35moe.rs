@@ -10,7 +10,7 @@ use std::path::Path;
 
 use diskformer_gguf::{Array, Metadata, TensorType, Value};
 use diskformer_qwen3_moe::qwen35moe::synthetic::{Shape, write, write_as};
-use diskformer_qwen3_moe::qwen35moe::{Config, MAX_CHUNK, OpenOptions, Reference, Resident};
+use diskformer_qwen3_moe::qwen35moe::{Config, MAX_CHUNK, Model, OpenOptions, Reference};
 use diskformer_qwen3_moe::{Error, Routing, log_softmax};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -69,8 +69,8 @@ fn worst_against(golden: &Golden, mut logits: Vec<f32>, mut step: impl FnMut(u32
 
 /// The GPU model of `gguf` with room for `context` positions; `None` (the test then returns) only where no
 /// GPU can run it and `DISKFORMER_SKIP_GPU_TESTS=1` says to skip.
-fn gpu_model(gguf: &Path, context: Option<u32>) -> Option<Resident> {
-    match Resident::open(gguf, context) {
+fn gpu_model(gguf: &Path, context: Option<u32>) -> Option<Model> {
+    match Model::open(gguf, context) {
         Err(Error::Kernels(e)) if std::env::var("DISKFORMER_SKIP_GPU_TESTS").is_ok_and(|v| v == "1") => {
             eprintln!("SKIPPING: {e}");
             None
@@ -165,7 +165,7 @@ fn streamed_experts_give_the_resident_logits() {
     let Some(mut resident) = gpu_model(&gguf, Some(256)) else { return };
     assert!(!resident.streams_experts() && resident.stream_stats().is_none());
     let prompt: Vec<u32> = (0..40u32).map(|i| 97 + (i * 7 + i / 5) % 26).collect();
-    let run = |m: &mut Resident| {
+    let run = |m: &mut Model| {
         let mut logits = vec![m.prefill(&prompt).unwrap()];
         logits.extend([104, 105, 33].map(|id| m.step(id).unwrap()));
         logits
@@ -180,7 +180,7 @@ fn streamed_experts_give_the_resident_logits() {
         };
         opts.cpu.enabled = Some(cpu);
         opts.cpu.ram_budget = ram_budget;
-        Resident::open_with(&gguf, &opts, &mut |_| {})
+        Model::open_with(&gguf, &opts, &mut |_| {})
     };
     // The host tier's budget: room for every record.
     let host = Some(64 << 20);
@@ -222,7 +222,7 @@ fn streamed_experts_give_the_resident_logits() {
         store_dir: Some(dir.path().join("store")),
         ..OpenOptions::default()
     };
-    let mut m = Resident::open_with(&gguf, &opts, &mut |_| {}).unwrap();
+    let mut m = Model::open_with(&gguf, &opts, &mut |_| {}).unwrap();
     let taken = m.stream_stats().unwrap().gpu_bytes.total();
     assert!(m.max_chunk() < MAX_CHUNK && taken <= budget, "chunks of {}, {taken} bytes", m.max_chunk());
     let got = run(&mut m);
@@ -257,7 +257,7 @@ fn forced_routing_replaces_the_routers_picks() {
             routing,
             ..OpenOptions::default()
         };
-        let mut m = Resident::open_with(&gguf, &opts, &mut |_| {}).unwrap();
+        let mut m = Model::open_with(&gguf, &opts, &mut |_| {}).unwrap();
         let mut logits = vec![m.prefill(&golden.prompt_ids).unwrap()];
         logits.extend([104, 105].map(|id| m.step(id).unwrap()));
         logits
@@ -383,7 +383,7 @@ fn the_gpu_model_matches_the_reference_on_quantised_files() {
             store_dir: Some(store.clone()),
             ..OpenOptions::default()
         };
-        let mut streamed = Resident::open_with(&gguf, &opts, &mut |_| {}).unwrap();
+        let mut streamed = Model::open_with(&gguf, &opts, &mut |_| {}).unwrap();
         m.reset();
         let (a, b) = (m.prefill(&prompt).unwrap(), streamed.prefill(&prompt).unwrap());
         let moved = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
@@ -406,7 +406,7 @@ fn the_gpu_model_matches_the_reference_on_quantised_files() {
 fn the_gpu_model_refuses_what_it_cannot_run_at_open() {
     let dir = temp_dir("gpu-refusals");
     let (_, tiny) = fixture("tiny", dir.path());
-    let err = match Resident::open(&tiny, None) {
+    let err = match Model::open(&tiny, None) {
         Err(Error::Kernels(e)) if std::env::var("DISKFORMER_SKIP_GPU_TESTS").is_ok_and(|v| v == "1") => {
             eprintln!("SKIPPING: {e}");
             return;
@@ -418,7 +418,7 @@ fn the_gpu_model_refuses_what_it_cannot_run_at_open() {
         "{err}"
     );
     let (_, small) = fixture("small", dir.path());
-    let err = Resident::open(&small, Some(4097)).unwrap_err().to_string();
+    let err = Model::open(&small, Some(4097)).unwrap_err().to_string();
     assert!(err.contains("max_context: 4097 positions; allowed 1..=4096"), "{err}");
 }
 

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use diskformer::bpe::chat::Message;
 use diskformer::cli::{Budget, parse_budget, parse_bytes};
-use diskformer::qwen3_moe::qwen35moe::{self, Resident};
+use diskformer::qwen3_moe::qwen35moe::{self, Model};
 use diskformer::qwen3_moe::{
     Engine, EngineOptions, Error, Event, GenerateOptions, LoadProgress, SamplingOptions,
 };
@@ -254,7 +254,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
                 ..qwen35moe::OpenOptions::default()
             };
             let mut ingest = None;
-            let mut model = Resident::open_with(&model, &opts, &mut |p| {
+            let mut model = Model::open_with(&model, &opts, &mut |p| {
                 if let LoadProgress::Ingest { done, total, .. } = p {
                     ingest.get_or_insert_with(|| bar(total, "ingest")).set_position(done);
                 }
@@ -296,15 +296,15 @@ impl ChatModel for Engine {
     }
 }
 
-impl ChatModel for Resident {
+impl ChatModel for Model {
     fn max_context(&self) -> u32 {
-        Resident::max_context(self)
+        Model::max_context(self)
     }
     fn reset(&mut self) {
-        Resident::reset(self);
+        Model::reset(self);
     }
     fn stats_text(&self) -> String {
-        format!("{} tokens in the cache of {}", self.cached_tokens().len(), Resident::max_context(self))
+        format!("{} tokens in the cache of {}", self.cached_tokens().len(), Model::max_context(self))
     }
 }
 
@@ -411,7 +411,7 @@ fn converse(engine: &mut impl ChatModel, args: &ChatArgs) -> anyhow::Result<()> 
 }
 
 /// Where a qwen35moe model's routed experts are, for the line printed at open.
-pub fn qwen35moe_placement(model: &Resident) -> String {
+pub fn qwen35moe_placement(model: &Model) -> String {
     match model.pool_slots() {
         Some(slots) => format!(
             "routed experts streamed through {slots} slots of {} (loaded as picked, a step's misses computed on \

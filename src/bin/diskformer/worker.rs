@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use diskformer::api::Timings;
 use diskformer::bpe::Tokenizer;
-use diskformer::qwen3_moe::qwen35moe::{self, Resident};
+use diskformer::qwen3_moe::qwen35moe::{self, Model};
 use diskformer::qwen3_moe::{Engine, EngineOptions, Error, LoadProgress};
 use diskformer::runtime::{Decoder, EndReason, Event, GenerateOptions, Generation};
 use tokio::sync::mpsc;
@@ -91,7 +91,7 @@ pub fn start(
                     store_dir: store,
                     ..qwen35moe::OpenOptions::default()
                 };
-                let mut model = match Resident::open_with(&model, &open, &mut report_progress()) {
+                let mut model = match Model::open_with(&model, &open, &mut report_progress()) {
                     Ok(m) => m,
                     Err(e) => return drop(opened.send(Err(e.to_string()))),
                 };

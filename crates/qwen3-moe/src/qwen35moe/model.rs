@@ -1,12 +1,13 @@
-//! qwen35moe on the GPU with every weight resident: the GGUF's tensors uploaded as they lie in the file (any
-//! type the block GEMVs read; pairs that multiply the same input, such as the experts' gate and up, joined
-//! into one matrix where they share a type), the recurrent state (each DeltaNet layer's conv inputs and delta-rule state)
-//! and the KV cache of each attention layer beside them, and one graph of dispatches a chunk size that runs
-//! the reference's forward pass ([`super::Reference`]) for T tokens at once: the same kernels whose CPU
+//! qwen35moe on the GPU: the GGUF's tensors uploaded as they lie in the file (any type the block GEMVs read;
+//! pairs that multiply the same input, such as the experts' gate and up, joined into one matrix where they
+//! share a type), the recurrent state (each DeltaNet layer's conv inputs and delta-rule state) and the KV
+//! cache of each attention layer beside them, and one graph of dispatches a chunk size that runs the
+//! reference's forward pass ([`super::Reference`]) for T tokens at once: the same kernels whose CPU
 //! references the reference runs, so llama.cpp's goldens hold both. One token runs GEMVs and the split
 //! attention; a chunk of [`GEMM_FROM`] tokens or more the tiled GEMMs, its pairs grouped by expert on the GPU.
 //!
-//! Where the routed experts do not fit the GPU budget (or a pool size is asked for), they stream through the
+//! With every weight resident a step records its whole graph at once (the resident step driver, here);
+//! where the routed experts do not fit the GPU budget (or a pool size is asked for), they stream through the
 //! runtime's tiers instead ([`super::streamed`]: the per-layer step driver).
 
 use std::collections::{HashMap, VecDeque};
@@ -40,13 +41,13 @@ use crate::{Error, Result};
 /// nearly every expert of a 256-expert layer, whose weights the grouped GEMMs then read once for the chunk.
 pub const MAX_CHUNK: u32 = 512;
 
-/// Graphs of chunk sizes other than 1 and [`MAX_CHUNK`] a [`Resident`] keeps.
+/// Graphs of chunk sizes other than 1 and [`MAX_CHUNK`] a [`Model`] keeps.
 const GRAPHS_KEPT: usize = 4;
 
 /// Chunks of this many tokens or more multiply dense matrices by the tiled GEMM instead of the GEMV.
 const GEMM_FROM: u32 = 8;
 
-/// How [`Resident::open_with`] opens a qwen35moe file.
+/// How [`Model::open_with`] opens a qwen35moe file.
 #[derive(Clone, Debug, Default)]
 pub struct OpenOptions {
     /// Positions the KV cache holds (default: as the budget allows, see
@@ -73,7 +74,7 @@ pub struct OpenOptions {
 
 /// A qwen35moe model on the GPU, its dense weights resident and its routed experts too or streamed through a
 /// pool, and its state.
-pub struct Resident {
+pub struct Model {
     ctx: Context,
     kernels: Kernels,
     config: Config,
@@ -94,13 +95,13 @@ pub struct Resident {
     /// The logits' argmax, for greedy steps.
     argmax: Dispatch,
     /// The graphs of the chunk sizes run lately (one token's and [`MAX_CHUNK`]'s always; see
-    /// [`Resident::ensure_graph`]), and the order the others were built in.
+    /// [`Model::ensure_graph`]), and the order the others were built in.
     graphs: HashMap<u32, StepGraph>,
     built: VecDeque<u32>,
     /// The tokens the state and the cache hold, in order.
     cached: Vec<u32>,
     /// A copy of the recurrent state (each DeltaNet layer's conv inputs and delta state, in
-    /// [`Resident::recurrent_buffers`]' order) after the first `checkpoint_at` tokens of `cached`: the end
+    /// [`Model::recurrent_buffers`]' order) after the first `checkpoint_at` tokens of `cached`: the end
     /// of the last prompt, so that the next turn of a chat, whose prompt departs from the cache where the
     /// reply was, runs from there instead of from its start (the KV cache needs no copy: positions past the
     /// checkpoint are written again before they are read).
@@ -110,9 +111,9 @@ pub struct Resident {
     tokens_run: u64,
 }
 
-impl std::fmt::Debug for Resident {
+impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Resident").field("config", &self.config).field("cached", &self.cached.len()).finish()
+        f.debug_struct("Model").field("config", &self.config).field("cached", &self.cached.len()).finish()
     }
 }
 
@@ -258,25 +259,25 @@ struct Scratch {
     readback: wgpu::Buffer,
 }
 
-impl Resident {
+impl Model {
     /// Opens the qwen35moe GGUF at `path` on the first GPU, with a KV cache of `max_context` positions (at
     /// most the model's context length; default
     /// [`default_context`](diskformer_runtime::load::default_context) for the adapter's budget).
     ///
     /// # Errors
-    /// As [`Resident::open_on`], and [`Error::Kernels`] without a usable GPU.
-    pub fn open(path: &Path, max_context: Option<u32>) -> Result<Resident> {
+    /// As [`Model::open_on`], and [`Error::Kernels`] without a usable GPU.
+    pub fn open(path: &Path, max_context: Option<u32>) -> Result<Model> {
         Self::open_on(Context::new()?, path, max_context)
     }
 
-    /// [`Resident::open`] on a given GPU context.
+    /// [`Model::open`] on a given GPU context.
     ///
     /// # Errors
     /// The GGUF's read errors; [`Config::from_metadata`]'s; [`Error::BadTensor`] for a tensor missing, of the
     /// wrong shape, of a type the kernels do not read, or a matrix whose input is not a multiple of 256
     /// values (checked before anything is uploaded); [`Error::BadOption`] for a context of 0 or past the
     /// model's; the tokenizer's errors; [`Error::Gpu`] when a tensor is larger than a GPU buffer can be.
-    pub fn open_on(ctx: Context, path: &Path, max_context: Option<u32>) -> Result<Resident> {
+    pub fn open_on(ctx: Context, path: &Path, max_context: Option<u32>) -> Result<Model> {
         Self::open_in(ctx, path, &OpenOptions { max_context, ..OpenOptions::default() }, &mut |_| {})
     }
 
@@ -285,14 +286,14 @@ impl Resident {
     /// slots from the GGUF, through a store of their layout ingested first (`progress` reports it).
     ///
     /// # Errors
-    /// As [`Resident::open_on`]; [`Error::BadOption`] for a pool of fewer than 2 × top-k slots;
+    /// As [`Model::open_on`]; [`Error::BadOption`] for a pool of fewer than 2 × top-k slots;
     /// [`Error::Pool`] for a budget that cannot hold the dense weights, the state, the scratch and 2 × top-k
     /// records (with the numbers); the store's errors.
     pub fn open_with(
         path: &Path,
         opts: &OpenOptions,
         progress: &mut dyn FnMut(LoadProgress),
-    ) -> Result<Resident> {
+    ) -> Result<Model> {
         Self::open_in(Context::new()?, path, opts, progress)
     }
 
@@ -301,7 +302,7 @@ impl Resident {
         path: &Path,
         opts: &OpenOptions,
         progress: &mut dyn FnMut(LoadProgress),
-    ) -> Result<Resident> {
+    ) -> Result<Model> {
         let gguf = GgufFile::open(path)?;
         let config = Config::from_metadata(gguf.metadata())?;
         let budget = opts.gpu_budget.unwrap_or_else(|| auto_gpu_budget(&ctx));
@@ -390,7 +391,7 @@ impl Resident {
                 })
             })
             .collect();
-        let mut r = Resident {
+        let mut r = Model {
             ctx,
             kernels,
             config,
@@ -493,7 +494,7 @@ impl Resident {
     /// Where a chunk of `t` tokens spends its GPU time: the whole chunk's graph, then each kernel's
     /// dispatches of it alone (in graph order, one pass), each submitted `repeats` times and timed from the
     /// host to the end of the work (so each row carries one submission's latency). The dispatches run on
-    /// whatever the scratch holds and write the cache and the recurrent state: [`Resident::reset`] after.
+    /// whatever the scratch holds and write the cache and the recurrent state: [`Model::reset`] after.
     ///
     /// # Errors
     /// [`Error::BadOption`] for `t` of 0 or past [`MAX_CHUNK`], or while the experts stream; GPU errors.
@@ -567,7 +568,7 @@ impl Resident {
     /// Runs `id` at the next position and returns its logits.
     ///
     /// # Errors
-    /// As [`Resident::prefill`].
+    /// As [`Model::prefill`].
     pub fn step(&mut self, id: u32) -> Result<Vec<f32>> {
         self.run(&[id])
     }
@@ -576,13 +577,13 @@ impl Resident {
     /// on the GPU: 4 bytes read back instead of the logits.
     ///
     /// # Errors
-    /// As [`Resident::prefill`].
+    /// As [`Model::prefill`].
     pub fn step_greedy(&mut self, id: u32) -> Result<u32> {
         let out = self.submit(&[id], true)?;
         Ok(out[0])
     }
 
-    /// [`Resident::submit`] reading the logits back.
+    /// [`Model::submit`] reading the logits back.
     fn run(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
         Ok(self.submit(ids, false)?.into_iter().map(f32::from_bits).collect())
     }
@@ -615,7 +616,7 @@ impl Resident {
     /// One chunk after the cache: the embedding rows, positions and RoPE table written, the chunk's graph
     /// recorded and submitted (while the experts stream, a layer at a time: [`StreamedExperts::run_layers`]),
     /// then the last token's logits read back, or with `pick` their argmax. A chunk longer than
-    /// [`Resident::max_chunk`] is refused; a streamed chunk that fails part way forgets every token (its first
+    /// [`Model::max_chunk`] is refused; a streamed chunk that fails part way forgets every token (its first
     /// layers' state has moved on).
     fn submit(&mut self, ids: &[u32], pick: bool) -> Result<Vec<u32>> {
         if ids.len() > self.max_chunk() as usize {
@@ -641,7 +642,7 @@ impl Resident {
         out
     }
 
-    /// [`Resident::submit`]'s work, on ids it checked.
+    /// [`Model::submit`]'s work, on ids it checked.
     fn submit_chunk(&mut self, ids: &[u32], pick: bool) -> Result<Vec<u32>> {
         let t = ids.len() as u32;
         let start = self.cached.len() as u32;
@@ -757,7 +758,7 @@ impl Resident {
         })
     }
 
-    /// [`Resident::project`] into whole rows of `y`.
+    /// [`Model::project`] into whole rows of `y`.
     fn project_all(&self, w: BlockMatrix<'_>, x: View<'_>, y: View<'_>, t: u32) -> Result<Dispatch> {
         self.project(w, x, (y, w.rows, 0), t)
     }
@@ -994,7 +995,7 @@ struct RoutedExperts<'a> {
     table: (View<'a>, u32, u32),
 }
 
-impl Decoder for Resident {
+impl Decoder for Model {
     type Error = Error;
 
     fn tokenizer(&self) -> Arc<Tokenizer> {
@@ -1002,7 +1003,7 @@ impl Decoder for Resident {
     }
 
     fn prefill(&mut self, ids: &[u32], _batched: bool) -> Result<Vec<f32>> {
-        Resident::prefill(self, ids)
+        Model::prefill(self, ids)
     }
 
     fn step_next(&mut self, id: u32, sampler: &mut Sampler) -> Result<Next> {
