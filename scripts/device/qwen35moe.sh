@@ -2,9 +2,10 @@
 # qwen35moe on the H200 (issue #34): a Qwen3.6-35B-A3B-shaped synthetic GGUF (synth-gguf --shape qwen36-35b-a3b,
 # every matrix of MATRICES, default q8_0) in /dev/shm, then examples/bench on it (qwen35moe::Model: every
 # weight on the GPU unless BUDGET is smaller, the prompt in chunks of up to 512, greedy decode with the argmax
-# on the GPU) and llama.cpp CUDA (llama-bench, placed as LLAMA_ARGS say) on the same file, in one call. Binaries in .device/
-# (bench, synth-gguf), llama.cpp's source in .llama/ (scripts/device/llama-cuda.sh pack). Writes $OUT/*.json
-# and prints a table last. LAYERS cuts the model (default all 40); DECODE the decode tokens (default 64);
+# on the GPU) and llama.cpp CUDA (llama-bench, placed as LLAMA_ARGS say) on the same file, in one call.
+# Binaries in .device/ (bench, synth-gguf), llama.cpp's source in .llama/ (scripts/device/llama-cuda.sh
+# pack). Writes $OUT/*.json and prints a table last. LAYERS cuts the model (default all 40); DECODE the decode
+# tokens (default 64);
 # KERNEL_TIMES=1 has the first run time each kernel (bench --kernel-times); LLAMA=0 leaves llama.cpp out;
 # RUNS the runs of ours (default "1 2"). BUDGET is ours (default 120g: every weight on the GPU); a smaller one
 # streams the routed experts, under the workload BENCH_ARGS names (e.g. "--routing uniform", or
