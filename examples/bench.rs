@@ -563,15 +563,13 @@ fn bench_qwen35moe(
     ctx: u32,
     prompt: &[u32],
 ) -> anyhow::Result<()> {
-    if opts.record_routing.is_some() {
-        anyhow::bail!("--record-routing records qwen3moe models' picks; this file is qwen35moe");
-    }
     let open = qwen35moe::OpenOptions {
         max_context: Some(ctx),
         gpu_budget: opts.gpu_budget,
         pool_slots: opts.pool_slots,
         store_dir: args.store.clone(),
         routing: opts.routing.clone(),
+        record_routing: opts.record_routing.clone(),
         cpu: opts.cpu.clone(),
     };
     let started = Instant::now();

@@ -241,7 +241,8 @@ fn streamed_experts_give_the_resident_logits() {
 
 /// Forced routing (the benchmarks' workloads): seeded uniform picks replace the routers' top-k, with every
 /// expert resident and streamed alike (the same logits, one-token steps and chunks of 2), and move the
-/// logits away from the routers' own picks'.
+/// logits away from the routers' own picks'; picks recorded as a trace (resident or streaming) and played
+/// back (the other way) give the logits they were recorded with.
 #[test]
 fn forced_routing_replaces_the_routers_picks() {
     let dir = temp_dir("gpu-forced");
@@ -249,12 +250,13 @@ fn forced_routing_replaces_the_routers_picks() {
     if gpu_model(&gguf, Some(64)).is_none() {
         return;
     }
-    let run = |routing: Routing, pool_slots| {
+    let run = |routing: Routing, pool_slots, record_routing| {
         let opts = OpenOptions {
             max_context: Some(64),
             pool_slots,
             store_dir: Some(dir.path().join("store")),
             routing,
+            record_routing,
             ..OpenOptions::default()
         };
         let mut m = Model::open_with(&gguf, &opts, &mut |_| {}).unwrap();
@@ -266,11 +268,22 @@ fn forced_routing_replaces_the_routers_picks() {
         let pairs = a.iter().flatten().zip(b.iter().flatten());
         pairs.map(|(x, y)| (x - y).abs()).fold(0f32, f32::max)
     };
-    let own = run(Routing::Router, None);
-    let uniform = run(Routing::Uniform { seed: 7 }, None);
-    let streamed = run(Routing::Uniform { seed: 7 }, Some(4));
+    let trace = dir.path().join("picks.jsonl");
+    let own = run(Routing::Router, None, Some(trace.clone()));
+    let uniform = run(Routing::Uniform { seed: 7 }, None, None);
+    let streamed_trace = dir.path().join("streamed-picks.jsonl");
+    let streamed = run(Routing::Uniform { seed: 7 }, Some(4), Some(streamed_trace.clone()));
     assert!(diff(&own, &uniform) > 0.1, "the forced picks changed nothing: {}", diff(&own, &uniform));
     assert!(diff(&uniform, &streamed) < 1e-4, "streamed: moved by {}", diff(&uniform, &streamed));
+    // The routers' own picks, recorded (a line a token: the prompt's, then the steps'), played back
+    // through a pool in chunks of 2: the routers' logits.
+    let lines = std::fs::read_to_string(&trace).unwrap().lines().count();
+    assert_eq!(lines, golden.prompt_ids.len() + 2);
+    let replayed = run(Routing::Trace(trace), Some(4), None);
+    assert!(diff(&own, &replayed) < 1e-4, "replayed: moved by {}", diff(&own, &replayed));
+    // And recorded while streaming, played back with every expert resident.
+    let replayed = run(Routing::Trace(streamed_trace), None, None);
+    assert!(diff(&uniform, &replayed) < 1e-4, "replayed: moved by {}", diff(&uniform, &replayed));
 }
 
 /// A long prompt as one chunk (the dense and grouped expert GEMMs, attention over the chunk, the delta rule

@@ -243,13 +243,11 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
             converse(&mut engine, &args)
         }
         Err(Error::WrongArchitecture { found, .. }) if found == qwen35moe::ARCHITECTURE => {
-            if args.record_routing.is_some() {
-                anyhow::bail!("--record-routing records qwen3moe models' picks; this file is qwen35moe");
-            }
             let opts = qwen35moe::OpenOptions {
                 max_context: args.ctx,
                 gpu_budget: opts.gpu_budget,
                 cpu: opts.cpu.clone(),
+                record_routing: opts.record_routing.clone(),
                 store_dir: args.store.clone(),
                 ..qwen35moe::OpenOptions::default()
             };

@@ -25,8 +25,8 @@ use diskformer_kernels::{
 };
 use diskformer_runtime::load::{auto_gpu_budget, chunk_bound, default_context, default_store_dir};
 use diskformer_runtime::{
-    CpuTierOptions, Decoder, ForcedRoutes, GpuBytes, LoadProgress, Next, Routing, Sampler, Stats,
-    layer_stride,
+    CpuTierOptions, Decoder, ForcedRoutes, GpuBytes, LoadProgress, Next, RouteRecorder, Routing, Sampler,
+    Stats, layer_stride,
 };
 use wgpu::util::DeviceExt;
 
@@ -65,6 +65,9 @@ pub struct OpenOptions {
     /// layer's top-k taken over the router's logits plus a mask of the forced picks, so the weights are the
     /// router's softmax over them).
     pub routing: Routing,
+    /// Record every step's picks to this new file as a routing trace (ROUTING.md's format), which
+    /// `routing: Routing::Trace` plays back.
+    pub record_routing: Option<PathBuf>,
     /// The CPU tier while the experts stream: on by default where its kernels multiply the file's expert
     /// types with SIMD (`enabled`); a one-token step's misses are then computed on the host while the GPU
     /// runs the pool's hits, from records mapped from the page cache or held by the host tier
@@ -90,6 +93,9 @@ pub struct Model {
     streamed: Option<StreamedExperts>,
     /// Forced picks, whose masks each step writes into [`Scratch::route_mask`].
     forced: Option<ForcedRoutes>,
+    /// Where every step's picks are written, and the buffer each layer's are copied into for it
+    /// (`[layers, chunk · k]` u32, read back after the step).
+    recorder: Option<(RouteRecorder, wgpu::Buffer)>,
     state: Vec<LayerState>,
     scratch: Scratch,
     /// The logits' argmax, for greedy steps.
@@ -327,6 +333,8 @@ impl Model {
         }
         let shape = RouteShape { layers: config.layers, experts: config.experts, top_k: config.top_k };
         let forced = ForcedRoutes::open(&opts.routing, shape)?;
+        let recorder =
+            opts.record_routing.as_deref().map(|p| RouteRecorder::create(p, config.top_k)).transpose()?;
         let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf)?);
         let wanted = wanted_tensors(&config, &gguf)?;
         let vocab = gguf.header().tensor("token_embd.weight").map_or(0, |t| t.dims[1] as u32);
@@ -403,6 +411,7 @@ impl Model {
             dense_bytes: dense,
             streamed,
             forced,
+            recorder: None,
             state,
             scratch,
             argmax,
@@ -414,6 +423,17 @@ impl Model {
             tokens_run: 0,
         };
         r.reset();
+        r.recorder = recorder.map(|recorder| {
+            let bytes = 4 * u64::from(r.config.layers * r.max_chunk() * r.config.top_k);
+            let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+            let desc = wgpu::BufferDescriptor {
+                label: Some("recorded picks"),
+                size: bytes,
+                usage,
+                mapped_at_creation: false,
+            };
+            (recorder, r.ctx.device.create_buffer(&desc))
+        });
         // Built now, so that a shape the kernels refuse is an error at open.
         let graph = r.graph(1)?;
         r.graphs.insert(1, graph);
@@ -660,6 +680,8 @@ impl Model {
         let mut enc = device.create_command_encoder(&Default::default());
         let graph = &self.graphs[&t];
         let mut waited = Duration::ZERO;
+        let pairs = t * self.config.top_k;
+        let recorded = self.recorder.as_ref().map(|(_, buffer)| buffer);
         match &mut self.streamed {
             Some(streamed) => {
                 let s = &self.scratch;
@@ -668,15 +690,26 @@ impl Model {
                     pick_weights: &s.pick_weights,
                     normed: &s.normed,
                     expert_out: &s.expert_out,
+                    recorded,
                 };
-                let pairs = (t * self.config.top_k, groups_pairs(&self.config, t));
+                let pairs = (pairs, groups_pairs(&self.config, t));
                 streamed.run_layers((device, queue), &mut enc, &graph.layers, &b, pairs, &mut waited)?;
             }
             None => {
-                for layer in &graph.layers {
-                    for dispatches in [&layer.mixer, &layer.routed, &layer.rest] {
-                        record(&mut enc, dispatches);
+                for (l, layer) in graph.layers.iter().enumerate() {
+                    record(&mut enc, &layer.mixer);
+                    if let Some(recorded) = recorded {
+                        let at = 4 * (l as u64) * u64::from(pairs);
+                        enc.copy_buffer_to_buffer(
+                            &self.scratch.pick_ids,
+                            0,
+                            recorded,
+                            at,
+                            4 * u64::from(pairs),
+                        );
                     }
+                    record(&mut enc, &layer.routed);
+                    record(&mut enc, &layer.rest);
                 }
             }
         }
@@ -692,6 +725,12 @@ impl Model {
         let submitted = self.ctx.queue.submit([enc.finish()]);
         let out =
             readback(device, &self.scratch.readback, bytes, Some(submitted), Duration::ZERO, &mut waited)?;
+        if let Some((recorder, buffer)) = &mut self.recorder {
+            let bytes = 4 * u64::from(self.config.layers * pairs);
+            let picks = readback(device, buffer, bytes, None, Duration::ZERO, &mut waited)?;
+            let by_layer: Vec<Vec<u32>> = picks.chunks(pairs as usize).map(<[u32]>::to_vec).collect();
+            recorder.write_step(&by_layer)?;
+        }
         self.cached.extend_from_slice(ids);
         self.tokens_run += u64::from(t);
         Ok(out)

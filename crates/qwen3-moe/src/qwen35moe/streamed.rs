@@ -42,6 +42,8 @@ pub(super) struct StepBuffers<'a> {
     pub normed: &'a wgpu::Buffer,
     /// The routed experts' down rows, one a pair, `[T · k, hidden]`.
     pub expert_out: &'a wgpu::Buffer,
+    /// Where each layer's picks are copied for the routing recorder (`[layers, T · k]` u32), if one runs.
+    pub recorded: Option<&'a wgpu::Buffer>,
 }
 
 /// The tiers a qwen35moe model's routed experts stream through, and what its expert kernels read of them.
@@ -227,6 +229,9 @@ impl StreamedExperts {
                 record(enc, &layer.mixer);
             }
             enc.copy_buffer_to_buffer(b.pick_ids, 0, &self.readback, 0, ids_bytes);
+            if let Some(recorded) = b.recorded {
+                enc.copy_buffer_to_buffer(b.pick_ids, 0, recorded, u64::from(l) * ids_bytes, ids_bytes);
+            }
             if on_cpu {
                 enc.copy_buffer_to_buffer(b.pick_weights, 0, &self.readback, weights_at, weights_at);
                 enc.copy_buffer_to_buffer(b.normed, 0, &self.readback, 2 * weights_at, 4 * u64::from(hidden));
