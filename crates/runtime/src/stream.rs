@@ -89,9 +89,9 @@ pub struct StreamOptions {
     /// bus, beside the device pool (its **arena**, filled once at load: a copy of the store's records,
     /// pinned, counted apart from the GPU budget); prefill chunks then take the experts the device slots
     /// lack from it (see `chunk_arena_copies`) instead of reading them from the store. `None`, the default:
-    /// where the device can bind host memory, is not
-    /// a software renderer (whose memory is the host's already), reads go through the page cache with no
-    /// host tier, and the records take at most half the host's available memory ([`arena_default`]).
+    /// where the device can bind host memory, is not a software renderer (whose memory is the host's
+    /// already), reads go through the page cache with no host tier, and the records take at most half the
+    /// host's available memory ([`arena_default`]).
     pub host_arena: Option<bool>,
     /// With the host arena, outside split residency: a prefill chunk has the copy engine copy the experts
     /// its device slots lack from the arena into the pool's slots, the next layer's queued while this one

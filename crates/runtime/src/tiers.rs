@@ -16,6 +16,17 @@ use crate::{CpuTier, EngineStats, GpuBytes, PoolShape, Result, Stats, StreamSetu
 /// skip it.
 pub const ABSENT_SLOT: u32 = u32::MAX;
 
+/// Rewrites a one-token layer's router `weights` for a combine that adds every pick's down row, where the
+/// host's sum over its picks `cpu_picks` comes in as the first one's row: weight 1 there, 0 on its other
+/// picks (whose rows hold an earlier step's finite values). Returns that row, or `None` (nothing rewritten)
+/// where the host has no picks.
+pub fn sum_as_pick(cpu_picks: &[usize], weights: &mut [f32]) -> Option<usize> {
+    let first = *cpu_picks.first()?;
+    cpu_picks.iter().for_each(|&i| weights[i] = 0.0);
+    weights[first] = 1.0;
+    Some(first)
+}
+
 /// A layer's picks split between the tiers ([`Tiers::split_layer`]).
 pub struct LayerSplit {
     /// The GPU's hits, pinned until the driver has submitted what reads them.
@@ -317,5 +328,21 @@ impl Tiers {
         if let Some(spec) = backend.speculation() {
             spec.reset_stats();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The host's sum rides on its first pick's row at weight 1, its other picks count nothing, the GPU's
+    /// keep their weights; with no host picks nothing changes.
+    #[test]
+    fn the_hosts_sum_joins_as_its_first_pick() {
+        let mut weights = [0.4, 0.3, 0.2, 0.1];
+        assert_eq!(sum_as_pick(&[1, 3], &mut weights), Some(1));
+        assert_eq!(weights, [0.4, 1.0, 0.2, 0.0]);
+        assert_eq!(sum_as_pick(&[], &mut weights), None);
+        assert_eq!(weights, [0.4, 1.0, 0.2, 0.0]);
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use diskformer_expert_stream::Pinned;
-use diskformer_runtime::tiers::LayerSplit;
+use diskformer_runtime::tiers::{LayerSplit, sum_as_pick};
 
 use super::per_layer::record_layer_head;
 use super::{Engine, timed};
@@ -66,12 +66,9 @@ impl Engine {
         let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
         let (mut weights, xn) = (floats(&read[k..2 * k]), floats(&read[2 * k..2 * k + hidden]));
         let cpu_weights: Vec<f32> = cpu_picks.iter().map(|&i| weights[i]).collect();
-        // The unfused combine adds every pick's down row: the host's sum comes in as its first pick's, with
-        // weight 1, and its other picks count zero (their rows hold an earlier step's finite values).
+        // The unfused combine adds every pick's down row: the host's sum comes in as its first pick's.
         let sum_row = cpu_picks.first().copied();
-        if let (Some(first), JoinVia::AsPick) = (sum_row, &join.via) {
-            cpu_picks.iter().for_each(|&i| weights[i] = 0.0);
-            weights[first] = 1.0;
+        if matches!(join.via, JoinVia::AsPick) && sum_as_pick(&cpu_picks, &mut weights).is_some() {
             self.ctx.queue.write_buffer(&self.scratch.pick_weights, 0, bytemuck::cast_slice(&weights));
         }
         let work = sum_row.map(|sum_row| CpuWork { ids, weights: cpu_weights, xn, sum_row });

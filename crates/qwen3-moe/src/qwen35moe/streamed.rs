@@ -13,6 +13,7 @@ use std::time::Duration;
 use diskformer_expert_stream::{Pinned, PoolConfig};
 use diskformer_kernels::{BlockQuant, Context, Dispatch};
 use diskformer_runtime::load::{chunk_bound, ingest_gguf};
+use diskformer_runtime::tiers::sum_as_pick;
 use diskformer_runtime::{
     CpuTier, CpuTierOptions, EngineStats, GpuBytes, HostTier, LoadProgress, PoolShape, Stats, StreamOptions,
     StreamSetup, Tiers, expert_pool,
@@ -98,8 +99,9 @@ impl StreamedExperts {
         cpu: &CpuTierOptions,
         c: &Config,
     ) -> Result<(StreamSetup, RecordReader, u64)> {
-        let (setup, reader) = StreamSetup::resolve(store, layout, &streaming(), cpu, c.top_k)?;
-        let staging = setup.staging_bytes(streaming().upload, layout.record_bytes, prefetch_threads());
+        let stream = streaming();
+        let (setup, reader) = StreamSetup::resolve(store, layout, &stream, cpu, c.top_k)?;
+        let staging = setup.staging_bytes(stream.upload, layout.record_bytes, prefetch_threads());
         Ok((setup, reader, staging))
     }
 
@@ -283,15 +285,14 @@ impl StreamedExperts {
         let split = self.tiers.split_layer(l, &read[..k], &mut self.stats)?;
         self.held = Some(split.pinned);
         queue.write_buffer(&self.pair_slots, 0, bytemuck::cast_slice(&split.slots));
-        let Some(&first) = split.cpu_picks.first() else {
+        let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
+        let mut weights = floats(&read[k..2 * k]);
+        let cpu_weights: Vec<f32> = split.cpu_picks.iter().map(|&i| weights[i]).collect();
+        let Some(first) = sum_as_pick(&split.cpu_picks, &mut weights) else {
             record(enc, &layer.routed);
             return Ok(false);
         };
-        let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
-        let (mut weights, xn) = (floats(&read[k..2 * k]), floats(&read[2 * k..2 * k + hidden]));
-        let cpu_weights: Vec<f32> = split.cpu_picks.iter().map(|&i| weights[i]).collect();
-        split.cpu_picks.iter().for_each(|&i| weights[i] = 0.0);
-        weights[first] = 1.0;
+        let xn = floats(&read[2 * k..2 * k + hidden]);
         queue.write_buffer(b.pick_weights, 0, bytemuck::cast_slice(&weights));
         record(enc, &layer.routed);
         let hits = std::mem::replace(enc, device.create_command_encoder(&Default::default())).finish();
