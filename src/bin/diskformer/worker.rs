@@ -41,7 +41,7 @@ pub struct EngineInfo {
     /// The GPU, described, and whether it is a software renderer.
     pub adapter: String,
     pub software: bool,
-    /// The GPU budget the engine was sized for (none for a model that keeps every weight on the GPU).
+    /// The GPU budget the engine was sized for.
     pub budget: Option<u64>,
 }
 
@@ -101,7 +101,7 @@ pub fn start(
                     context: model.max_context() as usize,
                     adapter: model.adapter(),
                     software: model.software_adapter(),
-                    budget: None,
+                    budget: Some(model.gpu_budget()),
                 };
                 if opened.send(Ok(info)).is_ok() {
                     serve(&mut model, &queue);

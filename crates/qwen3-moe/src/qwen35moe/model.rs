@@ -89,6 +89,8 @@ pub struct Model {
     weights: Weights,
     /// Device bytes of the dense weights.
     dense_bytes: u64,
+    /// The budget it was sized for.
+    gpu_budget: u64,
     /// The routed experts' pool where they stream (`weights.experts` is then empty).
     streamed: Option<StreamedExperts>,
     /// Forced picks, whose masks each step writes into [`Scratch::route_mask`].
@@ -409,6 +411,7 @@ impl Model {
             max_context,
             weights,
             dense_bytes: dense,
+            gpu_budget: budget,
             streamed,
             forced,
             recorder: None,
@@ -606,6 +609,12 @@ impl Model {
     /// [`Model::submit`] reading the logits back.
     fn run(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
         Ok(self.submit(ids, false)?.into_iter().map(f32::from_bits).collect())
+    }
+
+    /// The GPU memory budget it was sized for, in bytes ([`OpenOptions::gpu_budget`], or
+    /// [`auto_gpu_budget`]'s when that was `None`).
+    pub fn gpu_budget(&self) -> u64 {
+        self.gpu_budget
     }
 
     /// Tokens a chunk runs at most: [`MAX_CHUNK`], or while the experts stream as many as the pool holds a
@@ -911,9 +920,9 @@ impl Model {
         Ok(())
     }
 
-    /// The router and its picks (softmax, top-k, renormalised) into `out`; returned, the routed experts'
-    /// projections (what a streamed layer runs once the tiers hold its picks), then their combine onto `x`
-    /// into `next` and the σ-gated shared expert onto `next` (§3.3).
+    /// The router and its picks (softmax, top-k, renormalised) into `out`; returned, the shared expert's and
+    /// the routed experts' projections (what a streamed layer runs once the tiers hold its picks), then the
+    /// routed experts' combine onto `x` into `next` and the σ-gated shared expert's add onto `next` (§3.3).
     fn moe(
         &self,
         out: &mut Vec<Dispatch>,
@@ -939,7 +948,19 @@ impl Model {
             None => (&s.router).into(),
         };
         out.push(k.router_topk(logits, ids, weights, experts, top_k, t)?);
+        // The shared expert first among the routed experts' dispatches: where the host computes a step's
+        // misses, the GPU runs it with the hits meanwhile, and only its gated add waits for the host's sum.
         let mut out = Vec::new();
+        let fs = c.shared_ffn;
+        let sgu = (&s.shared_gate_up).into();
+        let gate = w.m(&name("ffn_gate_shexp"));
+        out.push(self.project(gate.blocks(), u(), (sgu, 2 * fs, 0), t)?);
+        if gate.rows == fs {
+            out.push(self.project(w.m(&name("ffn_up_shexp")).blocks(), u(), (sgu, 2 * fs, fs), t)?);
+        }
+        out.push(k.silu_mul(sgu, (&s.shared_swiglu).into(), fs, t)?);
+        let down = w.m(&name("ffn_down_shexp")).blocks();
+        out.push(self.project_all(down, (&s.shared_swiglu).into(), (&s.shared_out).into(), t)?);
         let source = self.routed_experts(l);
         let grouped = groups_pairs(c, t);
         let len = expert_group_entries(c, t);
@@ -976,16 +997,6 @@ impl Model {
         let routed = std::mem::take(&mut out);
         let p = MoeCombineParams { hidden: c.hidden, k: top_k, tokens: t, _pad: 0 };
         out.push(k.moe_combine((&s.expert_out).into(), weights, x.into(), next.into(), p)?);
-        let fs = c.shared_ffn;
-        let sgu = (&s.shared_gate_up).into();
-        let gate = w.m(&name("ffn_gate_shexp"));
-        out.push(self.project(gate.blocks(), u(), (sgu, 2 * fs, 0), t)?);
-        if gate.rows == fs {
-            out.push(self.project(w.m(&name("ffn_up_shexp")).blocks(), u(), (sgu, 2 * fs, fs), t)?);
-        }
-        out.push(k.silu_mul(sgu, (&s.shared_swiglu).into(), fs, t)?);
-        let down = w.m(&name("ffn_down_shexp")).blocks();
-        out.push(self.project_all(down, (&s.shared_swiglu).into(), (&s.shared_out).into(), t)?);
         let gate = w.v(&name("ffn_gate_inp_shexp"));
         out.push(k.shared_expert_gate(u(), gate, (&s.shared_out).into(), next.into(), c.hidden, t)?);
         Ok((routed, out))

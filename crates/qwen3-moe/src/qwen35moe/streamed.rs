@@ -26,8 +26,9 @@ use crate::engine::{SPIN_FOR_PICKS, readback};
 use crate::graph::{ExpertKernels, record};
 use crate::{Error, Result};
 
-/// A layer's dispatches in a step: its mixer through the router's picks, the routed experts' projections,
-/// and the rest (their combine onto the residual stream, the shared expert).
+/// A layer's dispatches in a step: its mixer through the router's picks, the experts' projections (the
+/// shared expert's, then the routed ones'), and the rest (the routed experts' combine onto the residual
+/// stream, the shared expert's gated add).
 pub(super) struct LayerDispatches {
     pub mixer: Vec<Dispatch>,
     pub routed: Vec<Dispatch>,
