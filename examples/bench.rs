@@ -571,6 +571,7 @@ fn bench_qwen35moe(
         routing: opts.routing.clone(),
         record_routing: opts.record_routing.clone(),
         cpu: opts.cpu.clone(),
+        check_reads: opts.stream.check_reads,
     };
     let started = Instant::now();
     let mut m = Model::open_with(model, &open, &mut |_| {})?;
@@ -582,32 +583,52 @@ fn bench_qwen35moe(
     m.prefill(prompt)?;
     let first_prefill_s = started.elapsed().as_secs_f64();
     m.reset();
+    m.reset_stream_stats();
     let started = Instant::now();
     let mut next = argmax(&m.prefill(prompt)?);
     let prefill_s = started.elapsed().as_secs_f64();
+    let prefilled = m.stream_stats();
     for _ in 0..args.warmup_tokens {
         next = m.step_greedy(next)?;
     }
-    let before = m.stream_stats();
+    m.reset_stream_stats();
     let started = Instant::now();
     for _ in 0..args.decode_tokens {
         next = m.step_greedy(next)?;
     }
     let decode_s = started.elapsed().as_secs_f64();
-    // The tiers' counters over the decode alone.
-    let pool = m.stream_stats().zip(before).map(|(after, before)| {
+    // The tiers' counters over the decode alone, and the prompt's loads.
+    let pool = m.stream_stats().map(|d| {
         let tokens = args.decode_tokens.max(1) as f64;
-        let (a, b) = (&after.pool, &before.pool);
-        let (hits, misses) = (a.hits - b.hits, a.misses - b.misses);
-        serde_json::json!({
+        let ms = |t: std::time::Duration| t.as_secs_f64() * 1e3 / tokens;
+        let (hits, misses) = (d.pool.hits, d.pool.misses);
+        let mut pool = serde_json::json!({
             "slots": m.pool_slots(), "hits_per_token": hits as f64 / tokens,
             "misses_per_token": misses as f64 / tokens,
             "hit_rate": hits as f64 / (hits + misses).max(1) as f64,
-            "read_mb_per_token": (a.bytes_read - b.bytes_read) as f64 / 1e6 / tokens,
-            "cpu_experts_per_token": (after.cpu_experts - before.cpu_experts) as f64 / tokens,
-            "cpu_ms_per_token": (after.cpu_time - before.cpu_time).as_secs_f64() * 1e3 / tokens,
-            "gpu_gb": after.gpu_bytes.total() as f64 / 1e9,
-        })
+            "read_mb_per_token": d.pool.bytes_read as f64 / 1e6 / tokens,
+            "cpu_experts_per_token": d.cpu_experts as f64 / tokens,
+            "cpu_ms_per_token": ms(d.cpu_time),
+            "gpu_wait_ms_per_token": ms(d.gpu_wait),
+            "gpu_gb": d.gpu_bytes.total() as f64 / 1e9,
+        });
+        if let Some((isa, threads)) = d.cpu_isa {
+            pool["cpu"] = serde_json::json!({
+                "isa": isa.name(), "threads": threads, "math": d.cpu_math.map(|m| m.name()),
+                "first_uses_per_token": d.cpu_first_uses as f64 / tokens,
+                "first_use_ms_per_token": ms(d.cpu_first_use_time),
+                "recording_ms_per_token": ms(d.cpu_recording_time),
+                "pool": pool_times(&d.cpu_pool, tokens),
+            });
+        }
+        if let Some(p) = &prefilled {
+            pool["prefill"] = serde_json::json!({
+                "pool_gb": p.pool.bytes_read as f64 / 1e9,
+                "pool_gb_s": p.pool.bytes_read as f64 / prefill_s.max(1e-9) / 1e9,
+                "gpu_wait_s": p.gpu_wait.as_secs_f64(), "readers": readers_json(p),
+            });
+        }
+        pool
     });
     let kernel_times = match args.kernel_times {
         true => {
@@ -630,6 +651,7 @@ fn bench_qwen35moe(
         "resident": !m.streams_experts(),
         "budget": opts.gpu_budget,
         "routing": routing_json(args),
+        "read_checks": opts.stream.check_reads,
         "pool": pool,
         "load_s": load_s,
         "prompt_tokens": prompt.len(),

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # qwen35moe at a small GPU budget (issue #34's streaming goal), beside llama.cpp at the same GPU memory.
-#   PART=ours:  starts llama.cpp building (scripts/device/llama-cuda.sh), makes the Qwen3.6-35B-A3B-shaped
-#               synthetic (scripts/device/qwen35moe.sh), then runs ours at BUDGET (default 4g) under the
-#               calibrated trace .device/calibrated-256.jsonl (routing-trace --layers 40 --experts 256 --top-k 8
-#               --tokens 1300) and under `--routing uniform`; RUNS_CAL / RUNS_UNI runs of each (default "1 2" / "1").
-#   PART=llama: llama-bench on the same file with each placement of LLAMA_PLACEMENTS (default: the experts of
-#               40, 39 and 38 layers on the CPU), sampling the GPU's memory while each runs, so that the table
-#               says which of them fits the budget.
+#   PART=ours:  makes the Qwen3.6-35B-A3B-shaped synthetic (scripts/device/qwen35moe.sh), then runs ours at
+#               BUDGET (default 4g) under the calibrated trace .device/calibrated-256.jsonl (routing-trace
+#               --layers 40 --experts 256 --top-k 8 --tokens 1300) and under `--routing uniform`; RUNS_CAL /
+#               RUNS_UNI runs of each (default "1 2" / "1"); EXTRA adds bench options to both.
+#   PART=llama: builds llama.cpp (scripts/device/llama-cuda.sh: ~5.5 min on 16 cores, never beside our runs,
+#               whose CPU tier it would slow), then llama-bench on the same file with each placement of
+#               LLAMA_PLACEMENTS (default: the experts of 40, 39 and 38 layers on the CPU), sampling the GPU's
+#               memory while each runs, so that the table says which of them fits the budget.
 # Prints a table last; the JSON lands in $OUT/{cal,uni}/ and $OUT/llama-*.json.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -15,13 +16,13 @@ G=/dev/shm/q36-$MATRICES.gguf
 case "${PART:-ours}" in
 ours)
     for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-    [ -d /tmp/ll ] || bash scripts/device/llama-cuda.sh build
     OUT=$OUT/cal LLAMA=0 RUNS="${RUNS_CAL:-1 2}" BUDGET=${BUDGET:-4g} \
         BENCH_ARGS="--routing-trace .device/calibrated-256.jsonl ${EXTRA:-}" bash scripts/device/qwen35moe.sh
     OUT=$OUT/uni LLAMA=0 RUNS="${RUNS_UNI:-1}" BUDGET=${BUDGET:-4g} \
         BENCH_ARGS="--routing uniform ${EXTRA:-}" bash scripts/device/qwen35moe.sh
     ;;
 llama)
+    [ -d /tmp/ll ] || bash scripts/device/llama-cuda.sh build
     bash scripts/device/llama-cuda.sh wait || { tail -5 /tmp/llama-build.log; exit 1; }
     IFS=';' read -ra placements <<< "${LLAMA_PLACEMENTS:--ngl 99 --n-cpu-moe 40;-ngl 99 --n-cpu-moe 39;-ngl 99 --n-cpu-moe 38}"
     i=0

@@ -6,8 +6,9 @@
 //! - `read/floor`: every thread summing its share of the same experts' bytes (the bound the kernels chase);
 //! - `moe/{q8_0,q4_0}/{f32,q8,q16}/{isa}/t{1,4}`: [`CpuExperts::moe`] for 1 token (8 experts) or 4 tokens (32
 //!   assignments over their union), every available path;
-//! - `moe-blocks/{q2_K,…,q6_K,iq4_xs}/{f32,q8,q16}/{avx2,avx512vnni}/t1`: K-quant experts as a GGUF's blocks, on each of
-//!   their SIMD kernels the CPU runs;
+//! - `moe-blocks/{q8_0,q4_0,q2_K,…,q6_K,iq4_xs}/{f32,q8,q16}/{avx2,avx512vnni}/t1`: experts as a GGUF's
+//!   blocks (as qwen35moe's CPU tier reads them, and K-quants for every model), on each SIMD kernel the CPU
+//!   runs;
 //! - `moe-mapped/q8_0/{f32,q8}/{isa}/t1`: the same experts written to a file in the temporary directory and
 //!   mapped from the page cache (4 KiB pages, where the heap's may be huge), as the engine's CPU tier reads
 //!   a store, on the fastest path.
@@ -151,6 +152,8 @@ fn benches(c: &mut Criterion) {
         }
     }
     for ty in [
+        TensorType::Q8_0,
+        TensorType::Q4_0,
         TensorType::Q2K,
         TensorType::Q3K,
         TensorType::Q4K,
@@ -163,23 +166,26 @@ fn benches(c: &mut Criterion) {
     group.finish();
 }
 
-/// `moe-blocks/{q2_K,…,q6_K,iq4_xs}/{f32,q8,q16}/{avx2,avx512vnni}/t1`: one layer's experts as a GGUF's K-quant blocks (random quants, finite
-/// scales), one token.
+/// `moe-blocks/{q8_0,q4_0,q2_K,…,q6_K,iq4_xs}/{f32,q8,q16}/{avx2,avx512vnni}/t1`: one layer's experts as a
+/// GGUF's blocks (random quants, finite scales), one token.
 fn dequantised(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     ty: TensorType,
     threads: usize,
     rng: &mut Rng,
 ) {
-    let (bytes, scales): (usize, &[usize]) = match ty {
-        TensorType::Q2K => (84, &[80, 82]),
-        TensorType::Q3K => (110, &[108]),
-        TensorType::Q4K => (144, &[0, 2]),
-        TensorType::Q5K => (176, &[0, 2]),
-        TensorType::IQ4XS => (136, &[0]),
-        _ => (210, &[208]),
+    // Values a block, its bytes, and where its f16 scales lie in it.
+    let (values, bytes, scales): (usize, usize, &[usize]) = match ty {
+        TensorType::Q8_0 => (32, 34, &[0]),
+        TensorType::Q4_0 => (32, 18, &[0]),
+        TensorType::Q2K => (256, 84, &[80, 82]),
+        TensorType::Q3K => (256, 110, &[108]),
+        TensorType::Q4K => (256, 144, &[0, 2]),
+        TensorType::Q5K => (256, 176, &[0, 2]),
+        TensorType::IQ4XS => (256, 136, &[0]),
+        _ => (256, 210, &[208]),
     };
-    let blocks = 3 * FFN * HIDDEN / 256;
+    let blocks = 3 * FFN * HIDDEN / values;
     let data: Vec<Vec<u8>> = (0..EXPERTS)
         .map(|_| {
             let mut d: Vec<u8> = (0..blocks * bytes).map(|_| rng.next_u64() as u8).collect();
@@ -193,7 +199,7 @@ fn dequantised(
             d
         })
         .collect();
-    let n = FFN * HIDDEN / 256 * bytes;
+    let n = FFN * HIDDEN / values * bytes;
     let experts: Vec<ExpertWeights<'_>> = data
         .iter()
         .map(|d| {
@@ -208,7 +214,7 @@ fn dequantised(
     let counts: &[usize] = if ty == TensorType::Q4K { &[TOP_K, 4] } else { &[TOP_K] };
     for isa in [Isa::Avx2, Isa::Avx512Vnni].into_iter().filter(|i| i.available()) {
         let cpu = CpuExperts::new(threads, isa).unwrap();
-        // Quantised inputs only where the type takes them (Q4_K, Q5_K, Q6_K).
+        // Quantised inputs only where the type takes them (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
         let maths: &[(Math, &str)] = if takes_quantised_input(ty) {
             &[(Math::F32, "f32"), (Math::Q8, "q8"), (Math::Q16, "q16")]
         } else {

@@ -144,7 +144,11 @@ impl CpuTier {
             layout: layout.clone(),
             ty,
             policy: TierPolicy::new(config, layout.n_layers, layout.n_experts),
-            math: tier_math(math, ty.is_some(), blocks_take_q8(layout) && isa != Isa::Scalar),
+            math: tier_math(
+                math,
+                ty.is_some() || blocks_take_q8(layout) && isa != Isa::Scalar,
+                blocks_fuse_q16(layout) && isa != Isa::Scalar,
+            ),
             pending: None,
             first_uses: (0, Duration::ZERO),
             cores,
@@ -440,14 +444,15 @@ fn finish_stale(host: &mut HostRecords, pending: &mut Option<(u32, Vec<u32>, Hos
     }
 }
 
-/// How the tier multiplies, asked for `asked` (`None`: the default), on records of Q8_0 or Q4_0 planes
-/// (`planes`) or of K-quant blocks whose every part has quantised-input kernels on this CPU (`blocks`):
-/// quantised inputs only there. The default is Q16 on such blocks (their fused kernels, nearly Q8's speed)
-/// and f32 on planes (which would take a Q16 input as two Q8 passes, slower than f32).
-fn tier_math(asked: Option<Math>, planes: bool, blocks: bool) -> Math {
+/// How the tier multiplies, asked for `asked` (`None`: the default): quantised inputs only where the records
+/// take them (`quantised`: Q8_0 or Q4_0 planes or blocks, or K-quant blocks whose every part has
+/// quantised-input kernels on this CPU). The default is Q16 only where every part has a fused Q16 kernel
+/// (`fused_q16`: Q4_K, Q5_K and Q6_K blocks, nearly Q8's speed); anywhere else a Q16 input is two Q8 passes,
+/// slower than f32, so the default there is f32.
+fn tier_math(asked: Option<Math>, quantised: bool, fused_q16: bool) -> Math {
     match asked {
-        None if blocks => Math::Q16,
-        Some(math @ (Math::Q8 | Math::Q16)) if planes || blocks => math,
+        None if fused_q16 => Math::Q16,
+        Some(math @ (Math::Q8 | Math::Q16)) if quantised => math,
         _ => Math::F32,
     }
 }
@@ -455,6 +460,12 @@ fn tier_math(asked: Option<Math>, planes: bool, blocks: bool) -> Math {
 /// Whether the records are blocks whose every part multiplies quantised inputs (`Math::Q8`, `Math::Q16`).
 fn blocks_take_q8(layout: &ExpertLayout) -> bool {
     layout.blocks.is_some() && layout.part_types().all(|ty| ty.is_some_and(takes_quantised_input))
+}
+
+/// Whether the records are blocks whose every part has a fused Q16 kernel (Q4_K, Q5_K, Q6_K).
+fn blocks_fuse_q16(layout: &ExpertLayout) -> bool {
+    use TensorType as T;
+    layout.blocks.is_some() && layout.part_types().all(|ty| matches!(ty, Some(T::Q4K | T::Q5K | T::Q6K)))
 }
 
 /// Maps the store's expert records (`experts.bin`, or the GGUF's files) and starts the thread mapping in (and
@@ -530,7 +541,22 @@ fn map_cached_records(
 
 #[cfg(test)]
 mod tests {
-    use super::default_threads;
+    use diskformer_cpu_kernels::Math;
+
+    use super::{default_threads, tier_math};
+
+    /// Q16 by default only on records with fused Q16 kernels (on Q8_0 blocks it would run two Q8 passes);
+    /// quantised inputs asked for only where the records take them.
+    #[test]
+    fn the_default_math_is_q16_only_on_fused_kernels() {
+        assert_eq!(tier_math(None, true, true), Math::Q16);
+        assert_eq!(tier_math(None, true, false), Math::F32);
+        assert_eq!(tier_math(None, false, false), Math::F32);
+        assert_eq!(tier_math(Some(Math::Q16), true, false), Math::Q16);
+        assert_eq!(tier_math(Some(Math::Q8), true, true), Math::Q8);
+        assert_eq!(tier_math(Some(Math::Q8), false, false), Math::F32);
+        assert_eq!(tier_math(Some(Math::F32), true, true), Math::F32);
+    }
 
     /// A quarter of the cores, at least two, are left to the stepping thread and the loaders; one thread
     /// computes whatever the host.

@@ -179,10 +179,11 @@ pub struct CpuTierOptions {
     /// How the tier takes its inputs (the token row before gate‖up, the activation before down), where its
     /// records take quantised ones (Q8_0 and Q4_0, or K-quant records whose every tensor is Q4_K, Q5_K or
     /// Q6_K on a CPU with AVX2 or AVX-512 VNNI; else f32):
-    /// - `None` (default): [`Math::Q16`] on such K-quant records, else f32. Both compute a pick as the GPU
-    ///   does to about f32's rounding, so a step's result does not depend on which picks the pool held when
-    ///   the layer was planned (which background loads move from run to run); Q16's integer kernels run
-    ///   nearly at Q8's speed.
+    /// - `None` (default): [`Math::Q16`] on K-quant records whose every tensor is Q4_K, Q5_K or Q6_K (their
+    ///   fused kernels), else f32 (a Q16 input on Q8_0 or Q4_0 records would run as two Q8 passes). Both
+    ///   compute a pick as the GPU does to about f32's rounding, so a step's result does not depend on which
+    ///   picks the pool held when the layer was planned (which background loads move from run to run);
+    ///   Q16's integer kernels run nearly at Q8's speed.
     /// - `Some(Math::Q8)`: quantised to Q8_0 as llama.cpp's CPU backend does; a pick then moves by ~1e-2 in
     ///   log-probability between the tiers. The engine's int8 decode (`KernelOptions::int8_decode`) chooses
     ///   it too.

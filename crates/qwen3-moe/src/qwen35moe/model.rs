@@ -25,8 +25,8 @@ use diskformer_kernels::{
 };
 use diskformer_runtime::load::{auto_gpu_budget, chunk_bound, default_context, default_store_dir};
 use diskformer_runtime::{
-    CpuTierOptions, Decoder, ForcedRoutes, GpuBytes, LoadProgress, Next, RouteRecorder, Routing, Sampler,
-    Stats, layer_stride,
+    CpuTierOptions, Decoder, EngineStats, ForcedRoutes, GpuBytes, LoadProgress, Next, RouteRecorder, Routing,
+    Sampler, Stats, layer_stride,
 };
 use wgpu::util::DeviceExt;
 
@@ -48,7 +48,7 @@ const GRAPHS_KEPT: usize = 4;
 const GEMM_FROM: u32 = 8;
 
 /// How [`Model::open_with`] opens a qwen35moe file.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct OpenOptions {
     /// Positions the KV cache holds (default: as the budget allows, see
     /// [`default_context`](diskformer_runtime::load::default_context)).
@@ -73,6 +73,24 @@ pub struct OpenOptions {
     /// runs the pool's hits, from records mapped from the page cache or held by the host tier
     /// (`ram_budget`). The arena's share does not apply to qwen35moe.
     pub cpu: CpuTierOptions,
+    /// Checks every expert record against the store's checksum where it is read while the experts stream
+    /// (default on), as [`StreamOptions::check_reads`](diskformer_runtime::StreamOptions::check_reads).
+    pub check_reads: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            max_context: None,
+            gpu_budget: None,
+            pool_slots: None,
+            store_dir: None,
+            routing: Routing::default(),
+            record_routing: None,
+            cpu: CpuTierOptions::default(),
+            check_reads: true,
+        }
+    }
 }
 
 /// A qwen35moe model on the GPU, its dense weights resident and its routed experts too or streamed through a
@@ -350,7 +368,8 @@ impl Model {
         {
             let dir = opts.store_dir.clone().unwrap_or_else(|| default_store_dir(path));
             let (store, layout) = StreamedExperts::store(path, &dir, progress)?;
-            let (setup, reader, staging) = StreamedExperts::setup(&store, &layout, &opts.cpu, &config)?;
+            let (setup, reader, staging) =
+                StreamedExperts::setup(&store, &layout, &opts.cpu, &config, opts.check_reads)?;
             let all = (config.layers * config.experts) as usize;
             let slots_beside = |scratch: &Scratch| match opts.pool_slots {
                 Some(slots) => Ok::<_, Error>(slots.min(all)),
@@ -642,6 +661,14 @@ impl Model {
         self.streamed.as_ref().map(|s| s.stats(gpu))
     }
 
+    /// Zeroes the streaming tiers' counters and the driver's (what [`Model::stream_stats`] reports).
+    pub fn reset_stream_stats(&mut self) {
+        if let Some(streamed) = &mut self.streamed {
+            streamed.stats = EngineStats::default();
+            streamed.tiers.reset_stats();
+        }
+    }
+
     /// One chunk after the cache: the embedding rows, positions and RoPE table written, the chunk's graph
     /// recorded and submitted (while the experts stream, a layer at a time: [`StreamedExperts::run_layers`]),
     /// then the last token's logits read back, or with `pick` their argmax. A chunk longer than
@@ -734,6 +761,9 @@ impl Model {
         let submitted = self.ctx.queue.submit([enc.finish()]);
         let out =
             readback(device, &self.scratch.readback, bytes, Some(submitted), Duration::ZERO, &mut waited)?;
+        if let Some(streamed) = &mut self.streamed {
+            streamed.stats.gpu_wait += waited;
+        }
         if let Some((recorder, buffer)) = &mut self.recorder {
             let bytes = 4 * u64::from(self.config.layers * pairs);
             let picks = readback(device, buffer, bytes, None, Duration::ZERO, &mut waited)?;

@@ -92,15 +92,16 @@ impl StreamedExperts {
         Ok((store, layout))
     }
 
-    /// The readers' setup for `store` (the CPU tier's as `cpu` asks), its record reader, and the device bytes
-    /// the staging rings take.
+    /// The readers' setup for `store` (the CPU tier's as `cpu` asks, every record checked where it is read
+    /// with `check_reads`), its record reader, and the device bytes the staging rings take.
     pub fn setup(
         store: &Store,
         layout: &ExpertLayout,
         cpu: &CpuTierOptions,
         c: &Config,
+        check_reads: bool,
     ) -> Result<(StreamSetup, RecordReader, u64)> {
-        let stream = streaming();
+        let stream = streaming(check_reads);
         let (setup, reader) = StreamSetup::resolve(store, layout, &stream, cpu, c.top_k)?;
         let staging = setup.staging_bytes(stream.upload, layout.record_bytes, prefetch_threads());
         Ok((setup, reader, staging))
@@ -130,6 +131,8 @@ impl StreamedExperts {
                 });
             }
         };
+        // As `setup` resolved them.
+        let stream = streaming(setup.checks.is_some());
         let shape = PoolShape {
             slots,
             layers: c.layers,
@@ -140,7 +143,7 @@ impl StreamedExperts {
             arena: false,
             stage_slots: 0,
         };
-        let (pool, handoff) = expert_pool(ctx, layout, reader, &setup, &streaming(), shape)?;
+        let (pool, handoff) = expert_pool(ctx, layout, reader, &setup, &stream, shape)?;
         // The host tier (records read with O_DIRECT into a budget of host memory) where `ram_budget` asks
         // for it, or the records exceed the host's memory.
         let host = setup.ram_budget.zip(handoff).map(|(budget, handoff)| HostTier {
@@ -168,7 +171,7 @@ impl StreamedExperts {
         let readback = pairs.max(4 * u64::from(2 * c.top_k + c.hidden));
         let table = vec![u32::MAX; (c.layers * c.experts) as usize];
         Ok(StreamedExperts {
-            tiers: Tiers::new(pool, tier, setup, shape, &streaming()),
+            tiers: Tiers::new(pool, tier, setup, shape, &stream),
             stats: EngineStats::default(),
             parts,
             pair_slots: buffer("pair slots", pairs, storage),
@@ -314,10 +317,12 @@ impl StreamedExperts {
 }
 
 /// The pool's stream options: no guesses from the routers (a chunk's next layer is still queued where the
-/// pool holds two layers' experts, and the CPU tier's admissions load in the background).
-fn streaming() -> StreamOptions {
+/// pool holds two layers' experts, and the CPU tier's admissions load in the background), records checked
+/// where they are read with `check_reads`.
+fn streaming(check_reads: bool) -> StreamOptions {
     let mut stream = StreamOptions::default();
     stream.prefetch = false;
+    stream.check_reads = check_reads;
     stream
 }
 
