@@ -20,7 +20,7 @@ use diskformer_expert_stream::{GpuBudget, Plane, RouteShape};
 use diskformer_gguf::{GgufFile, TensorInfo};
 use diskformer_kernels::{
     AttentionShape, BlockMatrix, BlockQuant, Context, DeltaNetShape, Dispatch, EXPERT_BLOCK_GEMM_GROUP,
-    EXPERT_GROUPS_MAX_EXPERTS, ExpertBlocks, ExpertGroupsParams, ExpertOut, Kernels, MoeCombineParams,
+    EXPERT_GROUPS_MAX_EXPERTS, ExpertBlocks, ExpertGroupsParams, ExpertOut, Kernels, MoeCombineNormParams,
     QkNormRopePartialParams, View, argmax_partial_len, expert_gemm_group_bound,
 };
 use diskformer_runtime::load::{auto_gpu_budget, chunk_bound, default_context, default_store_dir};
@@ -277,7 +277,6 @@ struct Scratch {
     shared_out: wgpu::Buffer,
     positions: wgpu::Buffer,
     rope: wgpu::Buffer,
-    head_normed: wgpu::Buffer,
     logits: wgpu::Buffer,
     /// The argmax's per-slice pairs, and its pick.
     argmax_partial: wgpu::Buffer,
@@ -788,7 +787,9 @@ impl Model {
         Ok(rows)
     }
 
-    /// The dispatches of a chunk of `t` tokens: every layer's mixer and MoE, then the last token's head.
+    /// The dispatches of a chunk of `t` tokens: every layer's mixer and MoE, then the last token's head. Each
+    /// layer's MoE ends with the next layer's attention norm (the last one's with the output norm) in the
+    /// dispatch that combines its experts.
     fn graph(&self, t: u32) -> Result<StepGraph> {
         let (c, k, w, s) = (&self.config, &self.kernels, &self.weights, &self.scratch);
         let mut layers = Vec::with_capacity(c.layers as usize);
@@ -796,14 +797,10 @@ impl Model {
             let mut out = Vec::new();
             let (x, next) = (&s.residual[l % 2], &s.residual[(l + 1) % 2]);
             let name = |n: &str| format!("blk.{l}.{n}.weight");
-            out.push(k.rms_norm(
-                x.into(),
-                w.v(&name("attn_norm")),
-                (&s.normed).into(),
-                c.hidden,
-                t,
-                c.eps,
-            )?);
+            if l == 0 {
+                let (norm, normed) = (w.v(&name("attn_norm")), (&s.normed).into());
+                out.push(k.rms_norm(x.into(), norm, normed, c.hidden, t, c.eps)?);
+            }
             match &self.state[l] {
                 LayerState::Attention { keys, values } => {
                     self.attention(&mut out, l, t, (keys, values))?;
@@ -814,17 +811,18 @@ impl Model {
             let (post, sum) = (w.v(&name("post_attention_norm")), &s.mixed_sum);
             let (mixer_out, normed) = ((&s.mixer_out).into(), (&s.normed).into());
             out.push(k.add_rms_norm(x.into(), mixer_out, post, sum.into(), normed, c.hidden, t, c.eps)?);
-            let (routed, rest) = self.moe(&mut out, l, t, sum, next)?;
+            let next_norm = match l + 1 < c.layers as usize {
+                true => w.v(&format!("blk.{}.attn_norm.weight", l + 1)),
+                false => w.v("output_norm.weight"),
+            };
+            let (routed, rest) = self.moe(&mut out, l, t, sum, (next, next_norm))?;
             layers.push(LayerDispatches { mixer: out, routed, rest });
         }
-        // The head on the last token only.
-        let mut out = Vec::new();
-        let last = View::at(&s.residual[c.layers as usize % 2], u64::from(t - 1) * 4 * u64::from(c.hidden));
-        let norm = w.v("output_norm.weight");
-        out.push(k.rms_norm(last, norm, (&s.head_normed).into(), c.hidden, 1, c.eps)?);
+        // The head on the last token's row, normed by the last layer's combine.
+        let last = View::at(&s.normed, u64::from(t - 1) * 4 * u64::from(c.hidden));
         let head = w.matrices.get("output.weight").unwrap_or_else(|| w.m("token_embd.weight"));
-        out.push(k.kquant_gemv(head.blocks(), (&s.head_normed).into(), (&s.logits).into(), 1)?);
-        Ok(StepGraph { layers, head: out })
+        let head = vec![k.kquant_gemv(head.blocks(), last, (&s.logits).into(), 1)?];
+        Ok(StepGraph { layers, head })
     }
 
     /// `y[t] = W x[t]` into columns `offset..offset + rows` of rows of `stride`: a GEMV for a few tokens, the
@@ -950,16 +948,17 @@ impl Model {
         Ok(())
     }
 
-    /// The router and its picks (softmax, top-k, renormalised) into `out`; returned, the shared expert's and
-    /// the routed experts' projections (what a streamed layer runs once the tiers hold its picks), then the
-    /// routed experts' combine onto `x` into `next` and the σ-gated shared expert's add onto `next` (§3.3).
+    /// The router and its picks (softmax, top-k, renormalised) into `out`; returned, the shared expert with
+    /// its σ-gated add onto `x` (§3.3) and the routed experts' projections (what a streamed layer runs once
+    /// the tiers hold its picks), then the routed experts' combine onto `x` into `next`, with `next_norm`'s
+    /// RMSNorm of it into the normed scratch in the same dispatch.
     fn moe(
         &self,
         out: &mut Vec<Dispatch>,
         l: usize,
         t: u32,
         x: &wgpu::Buffer,
-        next: &wgpu::Buffer,
+        (next, next_norm): (&wgpu::Buffer, View<'_>),
     ) -> Result<(Vec<Dispatch>, Vec<Dispatch>)> {
         let (c, k, w, s) = (&self.config, &self.kernels, &self.weights, &self.scratch);
         let name = |n: &str| format!("blk.{l}.{n}.weight");
@@ -979,7 +978,7 @@ impl Model {
         };
         out.push(k.router_topk(logits, ids, weights, experts, top_k, t)?);
         // The shared expert first among the routed experts' dispatches: where the host computes a step's
-        // misses, the GPU runs it with the hits meanwhile, and only its gated add waits for the host's sum.
+        // misses, the GPU runs it with the hits meanwhile, and only the combine waits for the host's sum.
         let mut out = Vec::new();
         let fs = c.shared_ffn;
         let sgu = (&s.shared_gate_up).into();
@@ -991,6 +990,9 @@ impl Model {
         out.push(k.silu_mul(sgu, (&s.shared_swiglu).into(), fs, t)?);
         let down = w.m(&name("ffn_down_shexp")).blocks();
         out.push(self.project_all(down, (&s.shared_swiglu).into(), (&s.shared_out).into(), t)?);
+        // Its σ-gated output onto the mixer's sum (the residual the routed experts' combine adds to).
+        let gate = w.v(&name("ffn_gate_inp_shexp"));
+        out.push(k.shared_expert_gate(u(), gate, (&s.shared_out).into(), x.into(), c.hidden, t)?);
         let source = self.routed_experts(l);
         let grouped = groups_pairs(c, t);
         let len = expert_group_entries(c, t);
@@ -1025,10 +1027,9 @@ impl Model {
             out.push(matmul(m, (&s.swiglu).into(), y, 1)?);
         }
         let routed = std::mem::take(&mut out);
-        let p = MoeCombineParams { hidden: c.hidden, k: top_k, tokens: t, _pad: 0 };
-        out.push(k.moe_combine((&s.expert_out).into(), weights, x.into(), next.into(), p)?);
-        let gate = w.v(&name("ffn_gate_inp_shexp"));
-        out.push(k.shared_expert_gate(u(), gate, (&s.shared_out).into(), next.into(), c.hidden, t)?);
+        let p = MoeCombineNormParams { hidden: c.hidden, k: top_k, tokens: t, eps: c.eps };
+        let (experts_out, normed) = ((&s.expert_out).into(), (&s.normed).into());
+        out.push(k.moe_combine_norm(experts_out, weights, x.into(), next_norm, next.into(), normed, p)?);
         Ok((routed, out))
     }
 
@@ -1439,7 +1440,6 @@ impl Scratch {
             shared_out: f32s("shared out", t * e),
             positions: f32s("positions", t),
             rope: f32s("rope", t * u64::from(c.rope_dims)),
-            head_normed: f32s("head normed", e),
             logits: f32s("logits", u64::from(vocab)),
             argmax_partial: f32s("argmax partial", argmax_partial_len(vocab.max(1), 1)),
             picked: f32s("picked", 1),
