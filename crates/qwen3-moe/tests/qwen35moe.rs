@@ -184,7 +184,9 @@ fn streamed_experts_give_the_resident_logits() {
     };
     // The host tier's budget: room for every record.
     let host = Some(64 << 20);
-    let cases = [(4, 2, false, None), (16, MAX_CHUNK, false, None), (4, 2, true, None), (4, 2, true, host)];
+    // Four slots bound the chunks to two tokens (8 experts a layer, top-2); eight hold a layer's experts, so a
+    // chunk of any length pins its union.
+    let cases = [(4, 2, false, None), (8, MAX_CHUNK, false, None), (4, 2, true, None), (4, 2, true, host)];
     for (slots, chunk, cpu, ram_budget) in cases {
         let what = format!("{slots} slots, CPU tier {cpu}, host tier {ram_budget:?}");
         let mut m = open(slots, cpu, ram_budget).unwrap();
@@ -389,14 +391,16 @@ fn the_gpu_model_matches_the_reference_on_quantised_files() {
         assert!(worst < 2e-3, "{}: {worst}", ty.name());
         // Streamed (in chunks as long, through the same kernels), the experts read in place from the file:
         // the same logits, and the store beside it holds no copy of any weight (its header and manifest).
+        // Eight slots: one layer's experts, so the prompt runs as one chunk, as the resident model runs it.
         let store = dir.path().join(format!("store-{}", ty.name()));
         let opts = OpenOptions {
             max_context: Some(64),
-            pool_slots: Some(16),
+            pool_slots: Some(8),
             store_dir: Some(store.clone()),
             ..OpenOptions::default()
         };
         let mut streamed = Model::open_with(&gguf, &opts, &mut |_| {}).unwrap();
+        assert_eq!(streamed.max_chunk(), MAX_CHUNK, "{}", ty.name());
         m.reset();
         let (a, b) = (m.prefill(&prompt).unwrap(), streamed.prefill(&prompt).unwrap());
         let moved = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);

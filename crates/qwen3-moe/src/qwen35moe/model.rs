@@ -23,7 +23,7 @@ use diskformer_kernels::{
     EXPERT_GROUPS_MAX_EXPERTS, ExpertBlocks, ExpertGroupsParams, ExpertOut, Kernels, MoeCombineNormParams,
     QkNormRopePartialParams, View, argmax_partial_len, expert_gemm_group_bound,
 };
-use diskformer_runtime::load::{auto_gpu_budget, chunk_bound, default_context, default_store_dir};
+use diskformer_runtime::load::{auto_gpu_budget, default_context, default_store_dir};
 use diskformer_runtime::{
     CpuTierOptions, Decoder, EngineStats, ForcedRoutes, GpuBytes, LoadProgress, Next, RouteRecorder, Routing,
     Sampler, Stats, layer_stride,
@@ -31,7 +31,7 @@ use diskformer_runtime::{
 use wgpu::util::DeviceExt;
 
 use super::config::Config;
-use super::streamed::{LayerDispatches, StepBuffers, StreamedExperts};
+use super::streamed::{LayerDispatches, StepBuffers, StreamedExperts, chunk_limit};
 use crate::engine::readback;
 use crate::graph::{gate_up_halves, layer_blocks, record};
 use crate::kernel_times::{KernelTime, time_graph};
@@ -378,12 +378,13 @@ impl Model {
                     Ok(left.expert_slots(layout.record_bytes, config.top_k)?.min(all))
                 }
             };
-            let bound = |slots| chunk_bound(slots, config.experts, config.top_k).clamp(1, MAX_CHUNK);
+            let bound = |slots| chunk_limit(slots, &config);
             let mut chunk = MAX_CHUNK;
             let mut slots = slots_beside(&scratch);
             if slots.is_err() {
-                // No pool beside the longest chunk's scratch: the shortest chunks' (a pool of 2 × top-k).
-                chunk = bound(2 * top_k);
+                // No pool beside the longest chunk's scratch: two-token chunks' (a pool of 2 × top-k holds
+                // their picks).
+                chunk = 2;
                 scratch = scratch_for(chunk);
                 slots = slots_beside(&scratch);
             }

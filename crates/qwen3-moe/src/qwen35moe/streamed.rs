@@ -21,6 +21,7 @@ use diskformer_runtime::{
 use diskformer_store::{ExpertLayout, RecordReader, Store};
 use wgpu::util::DeviceExt;
 
+use super::MAX_CHUNK;
 use super::config::Config;
 use crate::engine::{SPIN_FOR_PICKS, readback};
 use crate::graph::{ExpertKernels, record};
@@ -156,7 +157,7 @@ impl StreamedExperts {
             CpuTier::open(store, layout, cpu.threads, cpu.admission, cpu.math, host, setup.checks.clone())
         });
         let tier = tier.transpose()?;
-        debug_assert!(max_chunk <= chunk_bound(slots, c.experts, c.top_k), "a layer's picks fit the pool");
+        debug_assert!(max_chunk <= chunk_limit(slots, c), "a layer's picks fit the pool");
         let pairs = 4 * u64::from(max_chunk * c.top_k);
         let device = &ctx.device;
         let buffer = |label, size, usage| {
@@ -313,6 +314,19 @@ impl StreamedExperts {
             self.tiers.compute_misses_while(l, cpu.0, cpu.1, cpu.2, &mut self.stats, meanwhile)?;
         queue.write_buffer(b.expert_out, 4 * (first * hidden) as u64, bytemuck::cast_slice(&sum));
         Ok(true)
+    }
+}
+
+/// The most tokens a chunk may have while the experts stream through `slots` slots: the driver lets a
+/// layer's records go before it pins the next layer's (the GPU has run it once the next one's picks are read
+/// back), so a pool of one layer's experts holds any chunk's union, and each layer's experts are read once a
+/// chunk; a smaller pool bounds the chunks by `slots / top_k`
+/// ([`chunk_bound`](diskformer_runtime::load::chunk_bound), which asks two layers' experts of the qwen3moe
+/// engine, whose chunks pin the next layer before they let the last one go).
+pub(super) fn chunk_limit(slots: usize, c: &Config) -> u32 {
+    match slots >= c.experts as usize {
+        true => MAX_CHUNK,
+        false => chunk_bound(slots, c.experts, c.top_k).clamp(1, MAX_CHUNK),
     }
 }
 
