@@ -27,9 +27,9 @@ use crate::engine::{SPIN_FOR_PICKS, readback};
 use crate::graph::{ExpertKernels, record};
 use crate::{Error, Result};
 
-/// A layer's dispatches in a step: its mixer through the router's picks, the experts' projections (the
-/// shared expert's, then the routed ones'), and the rest (the routed experts' combine onto the residual
-/// stream, the shared expert's gated add).
+/// A layer's dispatches in a step: its mixer through the router's picks, the experts' (the shared expert with
+/// its gated add onto the residual stream, then the routed experts' projections), and the rest (the routed
+/// experts' combine onto the residual stream, with the next layer's attention norm).
 pub(super) struct LayerDispatches {
     pub mixer: Vec<Dispatch>,
     pub routed: Vec<Dispatch>,
