@@ -649,6 +649,7 @@ fn bench_qwen35moe(
         "shape": {"layers": c.layers, "experts": c.experts, "top_k": c.top_k, "hidden": c.hidden,
                   "ffn": c.expert_ffn, "vocab": m.vocab()},
         "resident": !m.streams_experts(),
+        "max_chunk": m.max_chunk(),
         "budget": opts.gpu_budget,
         "routing": routing_json(args),
         "read_checks": opts.stream.check_reads,

@@ -43,7 +43,7 @@ for run in sys.argv[2:]:
     p = f"{out}/bench-{run}.json"
     if os.path.getsize(p) if os.path.exists(p) else 0:
         b = json.load(open(p))
-        print(f'diskformer run {run}: decode {b["decode_tok_s"]:8.2f}  prefill 512 {b["prefill_tok_s"]:8.1f} (first {b.get("first_prefill_tok_s", 0):.1f})  load {b["load_s"]:.1f} s  routing {b.get("routing")}  pool {b.get("pool") or "none: every weight resident"}')
+        print(f'diskformer run {run}: decode {b["decode_tok_s"]:8.2f}  prefill 512 {b["prefill_tok_s"]:8.1f} (first {b.get("first_prefill_tok_s", 0):.1f})  load {b["load_s"]:.1f} s  chunks of {b.get("max_chunk")}  routing {b.get("routing")}  pool {b.get("pool") or "none: every weight resident"}')
         for what, rows in (b.get("kernel_times") or {}).items():
             # [kernel, dispatches, ms]: the whole graph first, then each kernel alone, costliest first.
             print(f"  {what}: " + ", ".join(f"{k} x{n} {ms:.2f} ms" for k, n, ms in rows[:1] + sorted(rows[1:], key=lambda r: -r[2])))
