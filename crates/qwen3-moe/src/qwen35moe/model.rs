@@ -367,7 +367,7 @@ impl Model {
         {
             let dir = opts.store_dir.clone().unwrap_or_else(|| default_store_dir(path));
             let (store, layout) = StreamedExperts::store(path, &dir, progress)?;
-            let (setup, reader, staging) =
+            let (setup, reader, staging, stream) =
                 StreamedExperts::setup(&store, &layout, &opts.cpu, &config, opts.check_reads)?;
             let all = (config.layers * config.experts) as usize;
             let slots_beside = |scratch: &Scratch| match opts.pool_slots {
@@ -396,7 +396,7 @@ impl Model {
                 scratch = scratch_for(chunk);
                 slots = slots_beside(&scratch)?;
             }
-            let setup = (setup, reader, staging);
+            let setup = (setup, reader, staging, stream);
             Some(StreamedExperts::open(&ctx, (&store, &layout), setup, &opts.cpu, &config, slots, chunk)?)
         } else {
             None

@@ -94,18 +94,19 @@ impl StreamedExperts {
     }
 
     /// The readers' setup for `store` (the CPU tier's as `cpu` asks, every record checked where it is read
-    /// with `check_reads`), its record reader, and the device bytes the staging rings take.
+    /// with `check_reads`), its record reader, the device bytes the staging rings take, and the pool's
+    /// stream options it was resolved with ([`StreamedExperts::open`] takes all four).
     pub fn setup(
         store: &Store,
         layout: &ExpertLayout,
         cpu: &CpuTierOptions,
         c: &Config,
         check_reads: bool,
-    ) -> Result<(StreamSetup, RecordReader, u64)> {
+    ) -> Result<(StreamSetup, RecordReader, u64, StreamOptions)> {
         let stream = streaming(check_reads);
         let (setup, reader) = StreamSetup::resolve(store, layout, &stream, cpu, c.top_k)?;
         let staging = setup.staging_bytes(stream.upload, layout.record_bytes, prefetch_threads());
-        Ok((setup, reader, staging))
+        Ok((setup, reader, staging, stream))
     }
 
     /// A pool of `slots` records of `layout` read by `reader` on `ctx`, the CPU tier over `store` where
@@ -114,7 +115,7 @@ impl StreamedExperts {
     pub fn open(
         ctx: &Context,
         (store, layout): (&Store, &ExpertLayout),
-        (setup, reader, staging): (StreamSetup, RecordReader, u64),
+        (setup, reader, staging, stream): (StreamSetup, RecordReader, u64, StreamOptions),
         cpu: &CpuTierOptions,
         c: &Config,
         slots: usize,
@@ -132,8 +133,6 @@ impl StreamedExperts {
                 });
             }
         };
-        // As `setup` resolved them.
-        let stream = streaming(setup.checks.is_some());
         let shape = PoolShape {
             slots,
             layers: c.layers,
