@@ -8,7 +8,10 @@
 #               whose CPU tier it would slow), then llama-bench on the same file with each placement of
 #               LLAMA_PLACEMENTS (default: the experts of 40, 39 and 38 layers on the CPU), sampling the GPU's
 #               memory while each runs, so that the table says which of them fits the budget.
-# Prints a table last; the JSON lands in $OUT/{cal,uni}/ and $OUT/llama-*.json.
+#   PART=ab:    makes the synthetic, then .device/bench-old and .device/bench alternating at BUDGET, ROUNDS
+#               rounds (default 2) under the calibrated trace (and under `--routing uniform` with UNIFORM=1),
+#               EXTRA added to both: an older build's rows beside this one's on the same machine.
+# Prints a table last; the JSON lands in $OUT/{cal,uni}/, $OUT/ab.jsonl and $OUT/llama-*.json.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 MATRICES=${MATRICES:-q8_0}
@@ -20,6 +23,24 @@ ours)
         BENCH_ARGS="--routing-trace .device/calibrated-256.jsonl ${EXTRA:-}" bash scripts/device/qwen35moe.sh
     OUT=$OUT/uni LLAMA=0 RUNS="${RUNS_UNI:-1}" BUDGET=${BUDGET:-4g} \
         BENCH_ARGS="--routing uniform ${EXTRA:-}" bash scripts/device/qwen35moe.sh
+    ;;
+ab)
+    source scripts/device/call-setup.sh
+    SECONDS=0
+    [ -s $G ] || $D/synth-gguf --shape qwen36-35b-a3b --matrices "$MATRICES" --out $G | tail -1
+    echo "synth: $SECONDS s"
+    workloads=("--routing-trace $D/calibrated-256.jsonl")
+    [ "${UNIFORM:-0}" = 1 ] && workloads+=("--routing uniform")
+    for round in $(seq "${ROUNDS:-2}"); do
+        for w in "${workloads[@]}"; do
+            for bin in bench-old bench; do
+                line=$(timeout 200 $D/$bin --model $G --budget "${BUDGET:-4g}" --prompt-tokens 512 --decode-tokens 64 \
+                    --warmup-tokens 4 $w ${EXTRA:-} 2> /tmp/ab.err) || tail -3 /tmp/ab.err
+                echo "$line" >> "$OUT/ab.jsonl"
+                echo "$line" | python3 scripts/device/ab-row.py "$bin" "$round" "$w" || echo "$bin r$round $w: no result"
+            done
+        done
+    done
     ;;
 llama)
     [ -d /tmp/ll ] || bash scripts/device/llama-cuda.sh build

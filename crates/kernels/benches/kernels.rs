@@ -177,10 +177,11 @@ fn bench_q8_gemv(c: &mut Criterion, g: &Gpu) {
 
 /// The K-quant GEMVs on GGUF blocks (Q4_K, Q6_K; Q5_K shares the Q4_K walk) at Qwen3-30B-A3B's shapes: an expert's gate‖up and down as
 /// one dense matrix each (what issue 33's goal compares with the copy bandwidth), the attention's Q and
-/// the lm head (Q6_K in llama.cpp's Q4_K_M files). Throughput counts the blocks' bytes.
+/// the lm head (Q6_K in llama.cpp's Q4_K_M files); and Q8_0 blocks, which qwen35moe's dense matrices are,
+/// beside `q8_gemv`'s planes of the same shapes. Throughput counts the blocks' bytes.
 fn bench_kquant_gemv(c: &mut Criterion, g: &Gpu) {
     let mut group = c.benchmark_group("kquant_gemv");
-    for quant in [BlockQuant::Q4K, BlockQuant::Q6K] {
+    for quant in [BlockQuant::Q4K, BlockQuant::Q6K, BlockQuant::Q8_0] {
         for (name, rows, cols) in [
             ("expert_gate_up_1536x2048", 1536u32, 2048u32),
             ("expert_down_2048x768", 2048, 768),

@@ -207,9 +207,9 @@ impl StreamedExperts {
 
     /// Runs a step's `layers` of `pairs` (token, pick) pairs (grouped on the GPU with `grouped`) on `device`:
     /// each layer's picks read back, and the routed experts recorded once the tiers hold them (a one-token
-    /// step's misses computed on the CPU meanwhile, with the tier, while this thread records what follows),
-    /// then the rest of the layer, which goes with the next layer's mixer into one submission; the rest of
-    /// the step is left in `enc`.
+    /// step's misses computed on the CPU meanwhile, with the tier, while this thread records and finishes
+    /// what follows), then the rest of the layer, which goes with the next layer's mixer into one submission;
+    /// the rest of the step is left in `enc`.
     pub fn run_layers(
         &mut self,
         (device, queue): (&wgpu::Device, &wgpu::Queue),
@@ -219,39 +219,39 @@ impl StreamedExperts {
         (pairs, grouped): (u32, bool),
         wait: &mut Duration,
     ) -> Result<()> {
-        let (experts, k, hidden) = self.shape;
+        let (experts, k, _) = self.shape;
         let on_cpu = pairs == k && self.tiers.cpu.is_some();
         if let Some(tier) = self.tiers.cpu.as_mut().filter(|_| on_cpu) {
             tier.next_token();
         }
-        let (ids_bytes, weights_at) = (4 * u64::from(pairs), 4 * u64::from(k));
-        let bytes = if on_cpu { 4 * u64::from(2 * k + hidden) } else { ids_bytes };
-        // Whether the next layer's mixer is recorded already (while the host computed this one's misses).
-        let mut mixer_recorded = false;
+        let head = LayerHead { b, ids_bytes: 4 * u64::from(pairs), on_cpu, shape: self.shape };
+        // The next layer's mixer and copies, recorded and finished already (while the host computed this
+        // one's misses).
+        let mut next_head: Option<wgpu::CommandBuffer> = None;
         for (l, layer) in layers.iter().enumerate() {
-            let next_mixer = layers.get(l + 1).map(|next| &next.mixer[..]);
+            let next = layers.get(l + 1).map(|next| (&next.mixer[..], l as u32 + 1));
             let l = l as u32;
-            if !std::mem::take(&mut mixer_recorded) {
-                record(enc, &layer.mixer);
-            }
-            enc.copy_buffer_to_buffer(b.pick_ids, 0, &self.readback, 0, ids_bytes);
-            if let Some(recorded) = b.recorded {
-                enc.copy_buffer_to_buffer(b.pick_ids, 0, recorded, u64::from(l) * ids_bytes, ids_bytes);
-            }
-            if on_cpu {
-                enc.copy_buffer_to_buffer(b.pick_weights, 0, &self.readback, weights_at, weights_at);
-                enc.copy_buffer_to_buffer(b.normed, 0, &self.readback, 2 * weights_at, 4 * u64::from(hidden));
-            }
-            let done = std::mem::replace(enc, device.create_command_encoder(&Default::default())).finish();
+            let done = match next_head.take() {
+                Some(done) => done,
+                None => {
+                    head.record(enc, &layer.mixer, l, &self.readback);
+                    std::mem::replace(enc, device.create_command_encoder(&Default::default())).finish()
+                }
+            };
             let submitted = queue.submit([done]);
-            let read = readback(device, &self.readback, bytes, Some(submitted), SPIN_FOR_PICKS, wait)?;
+            let read =
+                readback(device, &self.readback, head.read_bytes(), Some(submitted), SPIN_FOR_PICKS, wait)?;
             // The GPU has run the layer before: its records may go.
             self.release_held();
             let picks = &read[..pairs as usize];
             if on_cpu {
-                mixer_recorded = self.split_layer((device, queue), enc, l, &read, (layer, next_mixer), b)?;
-                if mixer_recorded {
-                    continue;
+                match self.split_layer((device, queue), enc, l, &read, (layer, next), &head)? {
+                    Joined::Rest(Some(finished)) => {
+                        next_head = Some(finished);
+                        continue;
+                    }
+                    Joined::Rest(None) => continue,
+                    Joined::NoMisses => {}
                 }
             } else {
                 let (pinned, slots) = self.tiers.ensure_chunk(l, picks)?;
@@ -270,22 +270,23 @@ impl StreamedExperts {
     }
 
     /// A one-token layer `l` with the CPU tier (`read`: its `k` picks, their weights and the normed state):
-    /// the hits pinned and their slots written; where the host computes misses, the layer's routed experts
-    /// submitted for the hits while it does, and meanwhile the rest of the layer and the next one's mixer
-    /// (`next`) recorded into `enc` (returns `true`); the host's sum written as its first pick's down row,
-    /// weighted 1 (its other picks 0), which the combine adds with the GPU's picks. Without misses for the
-    /// host, the routed experts recorded into `enc` (returns `false`).
+    /// the hits pinned and their slots written; where the host computes misses, meanwhile the layer's routed
+    /// experts recorded and submitted for the hits, then the rest of the layer and the next one's mixer and
+    /// copies (`next`, with its index) recorded into `enc` and finished (most of wgpu's encoding cost); the
+    /// host's sum written as its first pick's down row, weighted 1 (its other picks 0), which the combine
+    /// adds with the GPU's picks. Without misses for the host, the routed experts recorded into `enc`.
     fn split_layer(
         &mut self,
         (device, queue): (&wgpu::Device, &wgpu::Queue),
         enc: &mut wgpu::CommandEncoder,
         l: u32,
         read: &[u32],
-        (layer, next): (&LayerDispatches, Option<&[Dispatch]>),
-        b: &StepBuffers<'_>,
-    ) -> Result<bool> {
+        (layer, next): (&LayerDispatches, Option<(&[Dispatch], u32)>),
+        head: &LayerHead<'_>,
+    ) -> Result<Joined> {
         let (_, k, hidden) = self.shape;
         let (k, hidden) = (k as usize, hidden as usize);
+        let b = head.b;
         let split = self.tiers.split_layer(l, &read[..k], &mut self.stats)?;
         self.held = Some(split.pinned);
         queue.write_buffer(&self.pair_slots, 0, bytemuck::cast_slice(&split.slots));
@@ -294,25 +295,71 @@ impl StreamedExperts {
         let cpu_weights: Vec<f32> = split.cpu_picks.iter().map(|&i| weights[i]).collect();
         let Some(first) = sum_as_pick(&split.cpu_picks, &mut weights) else {
             record(enc, &layer.routed);
-            return Ok(false);
+            return Ok(Joined::NoMisses);
         };
         let xn = floats(&read[2 * k..2 * k + hidden]);
         queue.write_buffer(b.pick_weights, 0, bytemuck::cast_slice(&weights));
-        record(enc, &layer.routed);
-        let hits = std::mem::replace(enc, device.create_command_encoder(&Default::default())).finish();
+        let readback = &self.readback;
         let meanwhile = || {
+            record(enc, &layer.routed);
+            let hits = std::mem::replace(enc, device.create_command_encoder(&Default::default())).finish();
             queue.submit([hits]);
             // The sum's write lands before the submission these go in, whenever they are recorded.
             record(enc, &layer.rest);
-            if let Some(next) = next {
-                record(enc, next);
-            }
+            next.map(|(mixer, next_l)| {
+                head.record(enc, mixer, next_l, readback);
+                std::mem::replace(enc, device.create_command_encoder(&Default::default())).finish()
+            })
         };
         let cpu = (&split.cpu_experts[..], &cpu_weights[..], &xn[..]);
-        let (sum, ()) =
+        let (sum, next_head) =
             self.tiers.compute_misses_while(l, cpu.0, cpu.1, cpu.2, &mut self.stats, meanwhile)?;
         queue.write_buffer(b.expert_out, 4 * (first * hidden) as u64, bytemuck::cast_slice(&sum));
-        Ok(true)
+        Ok(Joined::Rest(next_head))
+    }
+}
+
+/// What [`StreamedExperts::split_layer`] left to record.
+enum Joined {
+    /// The host had no misses: the routed experts are recorded, the rest of the layer is not.
+    NoMisses,
+    /// The rest of the layer is recorded, and the next layer's head finished where there is one.
+    Rest(Option<wgpu::CommandBuffer>),
+}
+
+/// How a step records a layer's head: its mixer through the router, then the copies of what the host
+/// reads back (the picks, and for the CPU tier their weights and the normed state) and of the picks for
+/// the routing recorder.
+struct LayerHead<'a> {
+    b: &'a StepBuffers<'a>,
+    /// Bytes of a layer's picks.
+    ids_bytes: u64,
+    on_cpu: bool,
+    /// Experts a layer, top-k, and the model's width.
+    shape: (u32, u32, u32),
+}
+
+impl LayerHead<'_> {
+    /// Bytes the host reads back after a layer's head.
+    fn read_bytes(&self) -> u64 {
+        let (_, k, hidden) = self.shape;
+        if self.on_cpu { 4 * u64::from(2 * k + hidden) } else { self.ids_bytes }
+    }
+
+    /// Records layer `l`'s `mixer` and the copies after it into `enc`, read back from `readback`.
+    fn record(&self, enc: &mut wgpu::CommandEncoder, mixer: &[Dispatch], l: u32, readback: &wgpu::Buffer) {
+        let (b, ids_bytes) = (self.b, self.ids_bytes);
+        record(enc, mixer);
+        enc.copy_buffer_to_buffer(b.pick_ids, 0, readback, 0, ids_bytes);
+        if let Some(recorded) = b.recorded {
+            enc.copy_buffer_to_buffer(b.pick_ids, 0, recorded, u64::from(l) * ids_bytes, ids_bytes);
+        }
+        if self.on_cpu {
+            let (_, k, hidden) = self.shape;
+            let weights_at = 4 * u64::from(k);
+            enc.copy_buffer_to_buffer(b.pick_weights, 0, readback, weights_at, weights_at);
+            enc.copy_buffer_to_buffer(b.normed, 0, readback, 2 * weights_at, 4 * u64::from(hidden));
+        }
     }
 }
 
