@@ -8,9 +8,11 @@
 #               whose CPU tier it would slow), then llama-bench on the same file with each placement of
 #               LLAMA_PLACEMENTS (default: the experts of 40, 39 and 38 layers on the CPU), sampling the GPU's
 #               memory while each runs, so that the table says which of them fits the budget.
-#   PART=ab:    makes the synthetic, then .device/bench-old and .device/bench alternating at BUDGET, ROUNDS
-#               rounds (default 2) under the calibrated trace (and under `--routing uniform` with UNIFORM=1),
-#               EXTRA added to both: an older build's rows beside this one's on the same machine.
+#   PART=ab:    makes the synthetic, then the builds BINS names (default "bench-old bench", in .device/)
+#               alternating at BUDGET, ROUNDS rounds (default 2), under the calibrated trace (and under
+#               `--routing uniform` with UNIFORM=1; with RESIDENT=1 the model's own routing, for a BUDGET
+#               that holds every weight, e.g. 120g), EXTRA added to each: older builds' rows beside this
+#               one's on the same machine.
 # Prints a table last; the JSON lands in $OUT/{cal,uni}/, $OUT/ab.jsonl and $OUT/llama-*.json.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -31,9 +33,10 @@ ab)
     echo "synth: $SECONDS s"
     workloads=("--routing-trace $D/calibrated-256.jsonl")
     [ "${UNIFORM:-0}" = 1 ] && workloads+=("--routing uniform")
+    [ "${RESIDENT:-0}" = 1 ] && workloads=("")
     for round in $(seq "${ROUNDS:-2}"); do
         for w in "${workloads[@]}"; do
-            for bin in bench-old bench; do
+            for bin in ${BINS:-bench-old bench}; do
                 line=$(timeout 200 $D/$bin --model $G --budget "${BUDGET:-4g}" --prompt-tokens 512 --decode-tokens 64 \
                     --warmup-tokens 4 $w ${EXTRA:-} 2> /tmp/ab.err) || tail -3 /tmp/ab.err
                 echo "$line" >> "$OUT/ab.jsonl"

@@ -227,6 +227,64 @@ fn q8_gemv_add_onto_y() {
     }
 }
 
+/// `q8_gemv_into` and `q8_gemm_tiled_into`: the product into columns `offset..offset + rows` of rows of
+/// `stride` (one of several stacked matrices' outputs), the columns around untouched, also split over
+/// bindings; and the refusal of columns past the row.
+fn check_q8_into(
+    g: &Gpu,
+    k: &Kernels,
+    (rows, cols, tokens): (usize, usize, usize),
+    seed: u64,
+    min_parts: usize,
+) {
+    let mut rng = Rng::new(seed);
+    let q = rng.vec_i8(rows * cols);
+    let s = rng.vec_scales(rows * cols / 32);
+    let x = rng.vec_f32(tokens * cols, -1.0, 1.0);
+    let (qb, sb, xb) = (upload(g, &q), upload(g, &s), upload(g, &x));
+    let w = Q8Matrix { q: (&qb).into(), scales: (&sb).into(), rows: rows as u32, cols: cols as u32 };
+    let (want, mag) = (cpu::q8_gemv(&q, &s, rows, cols, &x), magnitudes(&q, &s, rows, cols, &x));
+    let (stride, offset) = (rows + 7, 3);
+    for gemm in [false, true] {
+        let y = upload(g, &vec![0f32; tokens * stride]);
+        let into = ((&y).into(), stride as u32, offset as u32);
+        let d = match gemm {
+            true => k.q8_gemm_tiled_into(w, (&xb).into(), into, tokens as u32).unwrap(),
+            false => k.q8_gemv_into(w, (&xb).into(), into, tokens as u32).unwrap(),
+        };
+        assert!(d.parts() >= min_parts, "expected a split into >= {min_parts} parts, got {}", d.parts());
+        run(g, &[&d]);
+        let got = read_n::<f32>(g, &y, tokens * stride);
+        let what = format!("{} into {rows}x{cols} T={tokens} parts={}", d.kernel().name(), d.parts());
+        for t in 0..tokens {
+            let row = &got[t * stride..][..stride];
+            let outside = row[..offset].iter().chain(&row[offset + rows..]);
+            assert!(outside.into_iter().all(|&v| v == 0.0), "{what}: the columns outside were written");
+            let (want, mag) = (&want[t * rows..][..rows], &mag[t * rows..][..rows]);
+            assert_close(&what, &row[offset..offset + rows], want, mag, 1e-6, 2e-6);
+        }
+        let y = upload(g, &vec![0f32; tokens * stride]);
+        let past = ((&y).into(), stride as u32, 8);
+        let e = match gemm {
+            true => k.q8_gemm_tiled_into(w, (&xb).into(), past, tokens as u32).unwrap_err(),
+            false => k.q8_gemv_into(w, (&xb).into(), past, tokens as u32).unwrap_err(),
+        };
+        assert!(e.to_string().contains("pass the output's rows"), "{e}");
+    }
+}
+
+#[test]
+fn q8_products_into_columns_of_wider_rows() {
+    let g = gpu_or_skip!();
+    for k in [&g.kernels, &g.plain] {
+        check_q8_into(g, k, (512, 2048, 1), 330, 1);
+        check_q8_into(g, k, (37, 96, 5), 331, 1);
+        check_q8_into(g, k, (130, 256, 40), 332, 1);
+    }
+    let k = Kernels::new(&g.ctx).with_max_binding(1 << 20);
+    check_q8_into(g, &k, (1000, 2048, 2), 333, 2);
+}
+
 #[test]
 fn q8_gemm_token_blocks() {
     let g = gpu_or_skip!();

@@ -52,6 +52,11 @@ pub(crate) struct Q8Weight {
 }
 
 impl Q8Weight {
+    /// The planes `q` (`rows × cols` int8) and `s` (`rows × cols / 32` f16) of a matrix.
+    pub fn new(q: wgpu::Buffer, s: wgpu::Buffer, rows: u32, cols: u32) -> Q8Weight {
+        Q8Weight { q, s, rows, cols }
+    }
+
     pub fn m(&self) -> Q8Matrix<'_> {
         Q8Matrix { q: View::from(&self.q), scales: View::from(&self.s), rows: self.rows, cols: self.cols }
     }

@@ -1,4 +1,4 @@
-use super::q8_gemv::q8_matrix_parts;
+use super::q8_gemv::{ensure_into, q8_matrix_parts};
 use super::quantize_q8::input_row_words;
 use crate::Dispatch;
 use crate::error::Result;
@@ -32,6 +32,21 @@ impl Kernels {
     /// # Errors
     /// As [`Kernels::q8_gemv`], and a shape error for zero tokens.
     pub fn q8_gemm_tiled(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
+        self.dense_gemm(Kernel::Q8GemmTiled, w, x, (y, w.rows, 0), tokens)
+    }
+
+    /// [`Kernels::q8_gemm_tiled`] into columns `offset .. offset + rows` of rows of `stride` (`y [T,
+    /// stride]`), as [`Kernels::q8_gemv_into`].
+    ///
+    /// # Errors
+    /// As [`Kernels::q8_gemm_tiled`], and a shape error for columns past the row.
+    pub fn q8_gemm_tiled_into(
+        &self,
+        w: Q8Matrix<'_>,
+        x: View<'_>,
+        y: (View<'_>, u32, u32),
+        tokens: u32,
+    ) -> Result<Dispatch> {
         self.dense_gemm(Kernel::Q8GemmTiled, w, x, y, tokens)
     }
 
@@ -44,7 +59,7 @@ impl Kernels {
     /// # Errors
     /// As [`Kernels::q8_gemm_tiled`].
     pub fn q8_gemm_i8(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
-        self.dense_gemm(Kernel::Q8GemmI8, w, x, y, tokens)
+        self.dense_gemm(Kernel::Q8GemmI8, w, x, (y, w.rows, 0), tokens)
     }
 
     /// [`Kernels::q8_gemm_tiled`] on tensor cores (`q8_gemm_coop.wgsl`): tiles of 128 rows × 64 tokens,
@@ -56,7 +71,7 @@ impl Kernels {
     /// [`Kernels::q8_gemm_tiled`].
     pub fn q8_gemm_coop(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
         self.ensure_cooperative_matrix(Kernel::Q8GemmCoop)?;
-        self.dense_gemm(Kernel::Q8GemmCoop, w, x, y, tokens)
+        self.dense_gemm(Kernel::Q8GemmCoop, w, x, (y, w.rows, 0), tokens)
     }
 
     /// The launcher shared by the tiled GEMMs, which differ in their tile helper and input rows.
@@ -65,7 +80,7 @@ impl Kernels {
         kernel: Kernel,
         w: Q8Matrix<'_>,
         x: View<'_>,
-        y: View<'_>,
+        (y, stride, offset): (View<'_>, u32, u32),
         tokens: u32,
     ) -> Result<Dispatch> {
         let b = self.binder(kernel);
@@ -77,16 +92,17 @@ impl Kernels {
         })?;
         let block_tokens =
             if kernel == Kernel::Q8GemmCoop { Q8_GEMM_COOP_TOKENS } else { Q8_GEMM_TILED_TOKENS };
+        ensure_into(&b, w.rows, stride, offset)?;
         let gy = b.groups("token blocks", t.div_ceil(block_tokens))?;
         let x_row = input_row_words(kernel, w.cols);
-        let out = q8_matrix_parts(&b, w, x, y, (t, x_row), Q8_GEMM_TILED_ROWS)?
+        let out = q8_matrix_parts(&b, w, x, (y, stride), (t, x_row), Q8_GEMM_TILED_ROWS)?
             .into_iter()
             .map(|part| {
                 let p = Q8GemmParams {
                     rows: part.rows as u32,
                     cols: w.cols,
-                    row_begin: part.begin as u32,
-                    out_rows: w.rows,
+                    row_begin: offset + part.begin as u32,
+                    out_rows: stride,
                     tokens,
                     _pad: [0; 3],
                 };

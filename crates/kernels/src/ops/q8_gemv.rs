@@ -30,6 +30,21 @@ impl Kernels {
     /// Shape errors for `cols` not a multiple of 32 or zero sizes; buffer errors for views too small
     /// or misaligned.
     pub fn q8_gemv(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
+        self.q8_gemv_with(Kernel::Q8Gemv, w, x, (y, w.rows, 0), tokens, false)
+    }
+
+    /// [`Kernels::q8_gemv`] into columns `offset .. offset + rows` of rows of `stride` (`y [T, stride]`): one
+    /// of several matrices stacked into one output, as [`Kernels::kquant_gemv_into`] does on blocks.
+    ///
+    /// # Errors
+    /// As [`Kernels::q8_gemv`], and a shape error for columns past the row.
+    pub fn q8_gemv_into(
+        &self,
+        w: Q8Matrix<'_>,
+        x: View<'_>,
+        y: (View<'_>, u32, u32),
+        tokens: u32,
+    ) -> Result<Dispatch> {
         self.q8_gemv_with(Kernel::Q8Gemv, w, x, y, tokens, false)
     }
 
@@ -39,7 +54,7 @@ impl Kernels {
     /// # Errors
     /// As [`Kernels::q8_gemv`].
     pub fn q8_gemv_add(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
-        self.q8_gemv_with(Kernel::Q8Gemv, w, x, y, tokens, true)
+        self.q8_gemv_with(Kernel::Q8Gemv, w, x, (y, w.rows, 0), tokens, true)
     }
 
     /// [`Kernels::q8_gemv`] with four rows per lane group (32 rows per workgroup, the expert GEMVs' row
@@ -49,7 +64,7 @@ impl Kernels {
     /// # Errors
     /// As [`Kernels::q8_gemv`].
     pub fn q8_gemv_rows4(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
-        self.q8_gemv_with(Kernel::Q8GemvRows4, w, x, y, tokens, false)
+        self.q8_gemv_with(Kernel::Q8GemvRows4, w, x, (y, w.rows, 0), tokens, false)
     }
 
     /// [`Kernels::q8_gemv_rows4`] on the input Q8_0-quantised as the kernel reads it, as llama.cpp's
@@ -60,7 +75,7 @@ impl Kernels {
     /// # Errors
     /// As [`Kernels::q8_gemv`].
     pub fn q8_gemv_i8(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
-        self.q8_gemv_with(Kernel::Q8GemvI8, w, x, y, tokens, false)
+        self.q8_gemv_with(Kernel::Q8GemvI8, w, x, (y, w.rows, 0), tokens, false)
     }
 
     /// [`Kernels::q8_gemv_i8`] adding its product onto `y`, as [`Kernels::q8_gemv_add`].
@@ -68,7 +83,7 @@ impl Kernels {
     /// # Errors
     /// As [`Kernels::q8_gemv`].
     pub fn q8_gemv_add_i8(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
-        self.q8_gemv_with(Kernel::Q8GemvI8, w, x, y, tokens, true)
+        self.q8_gemv_with(Kernel::Q8GemvI8, w, x, (y, w.rows, 0), tokens, true)
     }
 
     /// [`Kernels::q8_gemv`] with two rows per lane (16 rows per workgroup): same contract and result,
@@ -77,7 +92,7 @@ impl Kernels {
     /// # Errors
     /// As [`Kernels::q8_gemv`].
     pub fn q8_gemv_rows2(&self, w: Q8Matrix<'_>, x: View<'_>, y: View<'_>, tokens: u32) -> Result<Dispatch> {
-        self.q8_gemv_with(Kernel::Q8GemvRows2, w, x, y, tokens, false)
+        self.q8_gemv_with(Kernel::Q8GemvRows2, w, x, (y, w.rows, 0), tokens, false)
     }
 
     fn q8_gemv_with(
@@ -85,7 +100,7 @@ impl Kernels {
         kernel: Kernel,
         w: Q8Matrix<'_>,
         x: View<'_>,
-        y: View<'_>,
+        (y, stride, offset): (View<'_>, u32, u32),
         tokens: u32,
         accumulate: bool,
     ) -> Result<Dispatch> {
@@ -99,15 +114,16 @@ impl Kernels {
         b.ensure(cols > 0 && cols.is_multiple_of(32) && rows > 0, || {
             format!("needs rows > 0 and cols a multiple of 32; got rows {rows}, cols {cols}")
         })?;
+        ensure_into(&b, w.rows, stride, offset)?;
         let gy = b.groups("tokens", t)?;
-        let out = q8_matrix_parts(&b, w, x, y, (t, cols), rows_per_group)?
+        let out = q8_matrix_parts(&b, w, x, (y, stride), (t, cols), rows_per_group)?
             .into_iter()
             .map(|part| {
                 let p = Q8GemvParams {
                     rows: part.rows as u32,
                     cols: w.cols,
-                    row_begin: part.begin as u32,
-                    out_rows: w.rows,
+                    row_begin: offset + part.begin as u32,
+                    out_rows: stride,
                     accumulate: u32::from(accumulate),
                     _pad: [0; 3],
                 };
@@ -131,14 +147,21 @@ pub(crate) struct MatrixPart<'a> {
     pub row_groups: u32,
 }
 
+/// Checks that `rows` fit in rows of `stride` from column `offset` (a matrix's output among others').
+pub(crate) fn ensure_into(b: &Binder<'_>, rows: u32, stride: u32, offset: u32) -> Result<()> {
+    b.ensure(u64::from(offset) + u64::from(rows) <= u64::from(stride), || {
+        format!("{rows} rows from column {offset} pass the output's rows of {stride}")
+    })
+}
+
 /// Splits `w` by rows over bindings (whole blocks of `rows_per_group` rows) and binds each part with `x
 /// [tokens, x_row]` 4-byte words (`cols` f32, or a [`q8_row_bytes`] row of the int8 GEMMs) and `y [tokens,
-/// rows]`, as the dense GEMVs and GEMMs read them.
+/// y_row]` f32, as the dense GEMVs and GEMMs read them.
 pub(crate) fn q8_matrix_parts<'a>(
     b: &Binder<'_>,
     w: Q8Matrix<'a>,
     x: View<'a>,
-    y: View<'a>,
+    (y, y_row): (View<'a>, u32),
     (tokens, x_row): (u64, u64),
     rows_per_group: u64,
 ) -> Result<Vec<MatrixPart<'a>>> {
@@ -152,7 +175,7 @@ pub(crate) fn q8_matrix_parts<'a>(
             b.storage("x", x, 0, f32s(tokens * x_row))?,
             b.storage("w.q", w.q, begin * cols, n * cols)?,
             b.storage("w.scales", w.scales, begin * scale_row, n * scale_row)?,
-            b.storage("y", y, 0, f32s(tokens * rows))?,
+            b.storage("y", y, 0, f32s(tokens * u64::from(y_row)))?,
         ];
         let row_groups = b.groups("row groups", n.div_ceil(rows_per_group))?;
         out.push(MatrixPart { begin, rows: n, bound, row_groups });

@@ -35,6 +35,7 @@ use super::streamed::{LayerDispatches, StepBuffers, StreamedExperts, chunk_limit
 use crate::engine::readback;
 use crate::graph::{gate_up_halves, layer_blocks, record};
 use crate::kernel_times::{KernelTime, time_graph};
+use crate::weights::Q8Weight;
 use crate::{Error, Result};
 
 /// Tokens a prefill chunk runs at most (the scratch is sized for it): llama.cpp's batch. A chunk's pairs touch
@@ -197,15 +198,32 @@ impl Experts {
     }
 }
 
-/// Every tensor the forward pass reads, by its GGUF name: matrices as blocks, vectors as f32.
+/// A dense matrix on the GPU: Q8_0 as its int8 and scale planes (the plane kernels' loads are whole
+/// words; a Q8_0 block of 34 bytes starts mid-word), any other type as the GGUF holds it.
+enum Dense {
+    Blocks(Matrix),
+    Q8(Q8Weight),
+}
+
+impl Dense {
+    fn rows(&self) -> u32 {
+        match self {
+            Dense::Blocks(m) => m.rows,
+            Dense::Q8(m) => m.rows,
+        }
+    }
+}
+
+/// Every tensor the forward pass reads, by its GGUF name: dense matrices ([`Dense`]), the routed experts as
+/// blocks, vectors as f32.
 struct Weights {
-    matrices: HashMap<String, Matrix>,
+    matrices: HashMap<String, Dense>,
     vectors: HashMap<String, wgpu::Buffer>,
     experts: Vec<Experts>,
 }
 
 impl Weights {
-    fn m(&self, name: &str) -> &Matrix {
+    fn m(&self, name: &str) -> &Dense {
         &self.matrices[name]
     }
 
@@ -822,22 +840,29 @@ impl Model {
         // The head on the last token's row, normed by the last layer's combine.
         let last = View::at(&s.normed, u64::from(t - 1) * 4 * u64::from(c.hidden));
         let head = w.matrices.get("output.weight").unwrap_or_else(|| w.m("token_embd.weight"));
-        let head = vec![k.kquant_gemv(head.blocks(), last, (&s.logits).into(), 1)?];
+        let head = vec![match head {
+            Dense::Blocks(m) => k.kquant_gemv(m.blocks(), last, (&s.logits).into(), 1)?,
+            // Four rows a lane group: more loads in flight over the vocabulary's many rows.
+            Dense::Q8(m) => k.q8_gemv_rows4(m.m(), last, (&s.logits).into(), 1)?,
+        }];
         Ok(StepGraph { layers, head })
     }
 
     /// `y[t] = W x[t]` into columns `offset..offset + rows` of rows of `stride`: a GEMV for a few tokens, the
     /// tiled GEMM (each weight read once per 32 tokens) for a chunk of [`GEMM_FROM`] or more.
-    fn project(&self, w: BlockMatrix<'_>, x: View<'_>, y: (View<'_>, u32, u32), t: u32) -> Result<Dispatch> {
-        Ok(match t >= GEMM_FROM {
-            true => self.kernels.kquant_gemm_into(w, x, y, t)?,
-            false => self.kernels.kquant_gemv_into(w, x, y, t)?,
+    fn project(&self, w: &Dense, x: View<'_>, y: (View<'_>, u32, u32), t: u32) -> Result<Dispatch> {
+        let k = &self.kernels;
+        Ok(match (w, t >= GEMM_FROM) {
+            (Dense::Blocks(m), true) => k.kquant_gemm_into(m.blocks(), x, y, t)?,
+            (Dense::Blocks(m), false) => k.kquant_gemv_into(m.blocks(), x, y, t)?,
+            (Dense::Q8(m), true) => k.q8_gemm_tiled_into(m.m(), x, y, t)?,
+            (Dense::Q8(m), false) => k.q8_gemv_into(m.m(), x, y, t)?,
         })
     }
 
     /// [`Model::project`] into whole rows of `y`.
-    fn project_all(&self, w: BlockMatrix<'_>, x: View<'_>, y: View<'_>, t: u32) -> Result<Dispatch> {
-        self.project(w, x, (y, w.rows, 0), t)
+    fn project_all(&self, w: &Dense, x: View<'_>, y: View<'_>, t: u32) -> Result<Dispatch> {
+        self.project(w, x, (y, w.rows(), 0), t)
     }
 
     /// Gated full attention (§3.1): the query‖gate rows, q and k normed per head and turned by partial
@@ -853,19 +878,9 @@ impl Model {
         let (c, k, w, s) = (&self.config, &self.kernels, &self.weights, &self.scratch);
         let name = |n: &str| format!("blk.{l}.{n}.weight");
         let (d, kv) = (c.head_dim, c.kv_heads * c.head_dim);
-        out.push(self.project_all(
-            w.m(&name("attn_q")).blocks(),
-            (&s.normed).into(),
-            (&s.projected).into(),
-            t,
-        )?);
-        out.push(self.project_all(w.m(&name("attn_k")).blocks(), (&s.normed).into(), (&s.keys).into(), t)?);
-        out.push(self.project_all(
-            w.m(&name("attn_v")).blocks(),
-            (&s.normed).into(),
-            (&s.values).into(),
-            t,
-        )?);
+        out.push(self.project_all(w.m(&name("attn_q")), (&s.normed).into(), (&s.projected).into(), t)?);
+        out.push(self.project_all(w.m(&name("attn_k")), (&s.normed).into(), (&s.keys).into(), t)?);
+        out.push(self.project_all(w.m(&name("attn_v")), (&s.normed).into(), (&s.values).into(), t)?);
         let rope = |heads: u32, in_stride: u32| QkNormRopePartialParams {
             heads,
             head_dim: d,
@@ -907,7 +922,7 @@ impl Model {
             out.push(k.attention(q, keys.into(), values.into(), positions, o, shape)?);
         }
         out.push(k.attention_gate((&s.projected).into(), (&s.mixed).into(), c.heads, d, t)?);
-        let output = w.m(&name("attn_output")).blocks();
+        let output = w.m(&name("attn_output"));
         out.push(self.project_all(output, (&s.mixed).into(), (&s.mixer_out).into(), t)?);
         Ok(())
     }
@@ -926,13 +941,13 @@ impl Model {
         let name = |n: &str| format!("blk.{l}.{n}.weight");
         let (channels, h_v) = (c.conv_channels() as u32, c.v_heads);
         let normed = || (&s.normed).into();
-        out.push(self.project_all(w.m(&name("attn_qkv")).blocks(), normed(), (&s.projected).into(), t)?);
-        out.push(self.project_all(w.m(&name("attn_gate")).blocks(), normed(), (&s.z).into(), t)?);
+        out.push(self.project_all(w.m(&name("attn_qkv")), normed(), (&s.projected).into(), t)?);
+        out.push(self.project_all(w.m(&name("attn_gate")), normed(), (&s.z).into(), t)?);
         let ba = (&s.beta_alpha).into();
         let beta = w.m(&name("ssm_beta"));
-        out.push(self.project(beta.blocks(), normed(), (ba, 2 * h_v, 0), t)?);
-        if beta.rows == h_v {
-            out.push(self.project(w.m(&name("ssm_alpha")).blocks(), normed(), (ba, 2 * h_v, h_v), t)?);
+        out.push(self.project(beta, normed(), (ba, 2 * h_v, 0), t)?);
+        if beta.rows() == h_v {
+            out.push(self.project(w.m(&name("ssm_alpha")), normed(), (ba, 2 * h_v, h_v), t)?);
         }
         let kernel = w.v(&name("ssm_conv1d"));
         let (projected, u) = ((&s.projected).into(), (&s.queries).into());
@@ -945,7 +960,7 @@ impl Model {
         let norm = w.v(&name("ssm_norm"));
         let (o, z, gated) = ((&s.mixed).into(), (&s.z).into(), (&s.gated).into());
         out.push(k.gated_rms_norm(o, z, norm, gated, c.state_size, t * h_v, c.eps)?);
-        out.push(self.project_all(w.m(&name("ssm_out")).blocks(), gated, (&s.mixer_out).into(), t)?);
+        out.push(self.project_all(w.m(&name("ssm_out")), gated, (&s.mixer_out).into(), t)?);
         Ok(())
     }
 
@@ -966,7 +981,7 @@ impl Model {
         let (experts, top_k, f) = (c.experts, c.top_k, c.expert_ffn);
         let pairs = t * top_k;
         let u = || (&s.normed).into();
-        out.push(self.project_all(w.m(&name("ffn_gate_inp")).blocks(), u(), (&s.router).into(), t)?);
+        out.push(self.project_all(w.m(&name("ffn_gate_inp")), u(), (&s.router).into(), t)?);
         let (ids, weights) = ((&s.pick_ids).into(), (&s.pick_weights).into());
         let logits = match self.forced {
             Some(_) => {
@@ -984,12 +999,12 @@ impl Model {
         let fs = c.shared_ffn;
         let sgu = (&s.shared_gate_up).into();
         let gate = w.m(&name("ffn_gate_shexp"));
-        out.push(self.project(gate.blocks(), u(), (sgu, 2 * fs, 0), t)?);
-        if gate.rows == fs {
-            out.push(self.project(w.m(&name("ffn_up_shexp")).blocks(), u(), (sgu, 2 * fs, fs), t)?);
+        out.push(self.project(gate, u(), (sgu, 2 * fs, 0), t)?);
+        if gate.rows() == fs {
+            out.push(self.project(w.m(&name("ffn_up_shexp")), u(), (sgu, 2 * fs, fs), t)?);
         }
         out.push(k.silu_mul(sgu, (&s.shared_swiglu).into(), fs, t)?);
-        let down = w.m(&name("ffn_down_shexp")).blocks();
+        let down = w.m(&name("ffn_down_shexp"));
         out.push(self.project_all(down, (&s.shared_swiglu).into(), (&s.shared_out).into(), t)?);
         // Its σ-gated output onto the mixer's sum (the residual the routed experts' combine adds to).
         let gate = w.v(&name("ffn_gate_inp_shexp"));
@@ -1212,7 +1227,7 @@ const JOINED_ROWS: [(&str, &str); 2] =
     [("ffn_gate_shexp.weight", "ffn_up_shexp.weight"), ("ssm_beta.weight", "ssm_alpha.weight")];
 
 /// Uploads every tensor of `wanted` (the routed experts only with `experts`): vectors dequantised to f32,
-/// matrices and experts as their blocks.
+/// dense matrices as [`Dense`], experts as their blocks.
 fn upload_weights(
     ctx: &Context,
     gguf: &GgufFile,
@@ -1270,12 +1285,20 @@ fn upload_weights(
                     Some(p) => ([data, gguf.tensor_data(p).expect("checked")].concat(), 2 * rows),
                     None => (data.to_vec(), rows),
                 };
-                let buffer = upload(name, &bytes)?;
                 joined_into.extend(partner);
-                w.matrices.insert(
-                    name.clone(),
-                    Matrix { buffer, quant: quant(), rows: rows as u32, cols: cols as u32 },
-                );
+                let (rows, cols) = (rows as u32, cols as u32);
+                let dense = match quant() {
+                    BlockQuant::Q8_0 => {
+                        // Blocks of 34 bytes: an f16 scale, then 32 int8 quants.
+                        let blocks = bytes.len() / 34;
+                        let (mut q, mut scales) = (vec![0u8; blocks * 32], vec![0u8; blocks * 2]);
+                        diskformer_gguf::split_planes(info.ty, &bytes, &mut q, &mut scales)
+                            .map_err(|e| Error::BadTensor { name: name.clone(), what: e.to_string() })?;
+                        Dense::Q8(Q8Weight::new(upload(name, &q)?, upload(name, &scales)?, rows, cols))
+                    }
+                    quant => Dense::Blocks(Matrix { buffer: upload(name, &bytes)?, quant, rows, cols }),
+                };
+                w.matrices.insert(name.clone(), dense);
             }
             Want::Experts { .. } if !experts => {}
             Want::Experts { rows, cols, .. } => {
