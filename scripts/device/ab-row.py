@@ -10,7 +10,7 @@ build, rnd, workload = sys.argv[1], sys.argv[2], sys.argv[3]
 workload = "uniform" if "uniform" in workload else "calibrated" if workload else "own routing"
 print(
     f"{build:9} r{rnd} {workload:11}: decode {b['decode_tok_s']:6.2f}  prefill {b['prefill_tok_s']:6.1f}"
-    f" (first {b['first_prefill_tok_s']:6.1f})  chunks {b['max_chunk']}  slots {p.get('slots')}"
+    f" (first {b['first_prefill_tok_s']:6.1f})  chunks {b.get('max_chunk')}  slots {p.get('slots')}"
     f"  hits {p.get('hits_per_token', 0):.1f}  cpu {p.get('cpu_experts_per_token', 0):.1f} picks"
     f" {p.get('cpu_ms_per_token', 0):.2f} ms  gpu wait {p.get('gpu_wait_ms_per_token', 0):.2f} ms"
     f"  prefill read {pre.get('pool_gb', 0):.1f} GB"
