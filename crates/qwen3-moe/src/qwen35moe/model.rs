@@ -198,8 +198,8 @@ impl Experts {
     }
 }
 
-/// A dense matrix on the GPU: Q8_0 as its int8 and scale planes (the plane kernels' loads are whole
-/// words; a Q8_0 block of 34 bytes starts mid-word), any other type as the GGUF holds it.
+/// A dense matrix on the GPU: Q8_0 as its int8 and scale planes (the plane kernels read whole words, where
+/// every other 34-byte Q8_0 block starts mid-word), any other type as the GGUF holds it.
 enum Dense {
     Blocks(Matrix),
     Q8(Q8Weight),

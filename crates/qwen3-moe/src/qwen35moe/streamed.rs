@@ -346,7 +346,7 @@ impl LayerHead<'_> {
         if self.on_cpu { 4 * u64::from(2 * k + hidden) } else { self.ids_bytes }
     }
 
-    /// Records layer `l`'s `mixer` and the copies after it into `enc`, read back from `readback`.
+    /// Records layer `l`'s `mixer` into `enc`, then the copies after it (into `readback`, for the host).
     fn record(&self, enc: &mut wgpu::CommandEncoder, mixer: &[Dispatch], l: u32, readback: &wgpu::Buffer) {
         let (b, ids_bytes) = (self.b, self.ids_bytes);
         record(enc, mixer);
