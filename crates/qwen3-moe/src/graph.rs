@@ -844,6 +844,12 @@ pub(crate) fn record(enc: &mut wgpu::CommandEncoder, dispatches: &[Dispatch]) {
     }
 }
 
+/// Finishes what `enc` recorded (most of wgpu's encoding cost is spent here) and leaves a fresh encoder on
+/// `device` in its place.
+pub(crate) fn finish_recorded(device: &wgpu::Device, enc: &mut wgpu::CommandEncoder) -> wgpu::CommandBuffer {
+    std::mem::replace(enc, device.create_command_encoder(&Default::default())).finish()
+}
+
 /// Whether one-token steps run the fused decode layer (see the module docs): at most [`FUSED_MAX_PICKS`]
 /// picks, and an expert FFN whose gate and up rows gate‖up pairs 16 at a time.
 pub(crate) fn fused_decode(c: &Config) -> bool {

@@ -11,7 +11,7 @@ use diskformer_runtime::tiers::{LayerSplit, sum_as_pick};
 
 use super::per_layer::record_layer_head;
 use super::{Engine, timed};
-use crate::graph::{CpuJoin, Graph, JoinVia, record};
+use crate::graph::{CpuJoin, Graph, JoinVia, finish_recorded, record};
 use crate::{Error, Result};
 
 /// The host's share of a layer: its picks' experts, their router weights, the layer's normed state, and
@@ -115,7 +115,7 @@ impl Engine {
                 record(enc, &lg.experts[*down_from..]);
                 next.map(|next| {
                     record_layer_head(enc, next, s, next_on_cpu, k, hidden, k);
-                    std::mem::replace(enc, device.create_command_encoder(&Default::default())).finish()
+                    finish_recorded(device, enc)
                 })
             })
         };

@@ -10,7 +10,7 @@ use diskformer_kernels::expert_gemm_groups;
 
 use super::{Engine, Output, Want, read_output, readback, record_head, timed};
 use crate::Result;
-use crate::graph::{LayerGraph, Scratch, gemm_groups_len, record};
+use crate::graph::{LayerGraph, Scratch, finish_recorded, gemm_groups_len, record};
 
 impl Engine {
     /// One step of `t` tokens (positions, inputs and graph written), a readback of the picks per layer.
@@ -44,7 +44,7 @@ impl Engine {
                 Some(commands) => commands,
                 None => timed(&mut self.stats.record_time, || {
                     record_layer_head(&mut enc, lg, &s, on_cpu, k, hidden, pairs);
-                    std::mem::replace(&mut enc, device.create_command_encoder(&Default::default())).finish()
+                    finish_recorded(&device, &mut enc)
                 }),
             };
             let picked = timed(&mut self.stats.submit_time, || queue.submit([commands]));

@@ -24,7 +24,7 @@ use wgpu::util::DeviceExt;
 use super::MAX_CHUNK;
 use super::config::Config;
 use crate::engine::{SPIN_FOR_PICKS, readback};
-use crate::graph::{ExpertKernels, record};
+use crate::graph::{ExpertKernels, finish_recorded, record};
 use crate::{Error, Result};
 
 /// A layer's dispatches in a step: its mixer through the router's picks, the experts' (the shared expert with
@@ -235,7 +235,7 @@ impl StreamedExperts {
                 Some(done) => done,
                 None => {
                     head.record(enc, &layer.mixer, l, &self.readback);
-                    std::mem::replace(enc, device.create_command_encoder(&Default::default())).finish()
+                    finish_recorded(device, enc)
                 }
             };
             let submitted = queue.submit([done]);
@@ -302,13 +302,13 @@ impl StreamedExperts {
         let readback = &self.readback;
         let meanwhile = || {
             record(enc, &layer.routed);
-            let hits = std::mem::replace(enc, device.create_command_encoder(&Default::default())).finish();
+            let hits = finish_recorded(device, enc);
             queue.submit([hits]);
             // The sum's write lands before the submission these go in, whenever they are recorded.
             record(enc, &layer.rest);
             next.map(|(mixer, next_l)| {
                 head.record(enc, mixer, next_l, readback);
-                std::mem::replace(enc, device.create_command_encoder(&Default::default())).finish()
+                finish_recorded(device, enc)
             })
         };
         let cpu = (&split.cpu_experts[..], &cpu_weights[..], &xn[..]);
