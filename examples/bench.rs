@@ -571,6 +571,7 @@ fn bench_qwen35moe(
         routing: opts.routing.clone(),
         record_routing: opts.record_routing.clone(),
         cpu: opts.cpu.clone(),
+        host_arena: opts.stream.host_arena,
         check_reads: opts.stream.check_reads,
     };
     let started = Instant::now();
@@ -619,8 +620,13 @@ fn bench_qwen35moe(
                 "first_use_ms_per_token": ms(d.cpu_first_use_time),
                 "recording_ms_per_token": ms(d.cpu_recording_time),
                 "pool": pool_times(&d.cpu_pool, tokens),
+                "arena_per_token": d.cpu_arena_picks as f64 / tokens, "arena_fraction": d.cpu_arena_fraction,
+                "stage_slots": d.stage_slots,
+                "bus_us_per_record": d.cpu_arena_times.map(|(bus, _)| bus.as_secs_f64() * 1e6),
+                "cpu_us_per_record": d.cpu_arena_times.and_then(|(_, c)| c).map(|c| c.as_secs_f64() * 1e6),
             });
         }
+        pool["arena_gb"] = (d.arena_bytes as f64 / 1e9).into();
         if let Some(p) = &prefilled {
             pool["prefill"] = serde_json::json!({
                 "pool_gb": p.pool.bytes_read as f64 / 1e9,

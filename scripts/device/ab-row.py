@@ -12,6 +12,7 @@ print(
     f"{build:9} r{rnd} {workload:11}: decode {b['decode_tok_s']:6.2f}  prefill {b['prefill_tok_s']:6.1f}"
     f" (first {b['first_prefill_tok_s']:6.1f})  chunks {b.get('max_chunk')}  slots {p.get('slots')}"
     f"  hits {p.get('hits_per_token', 0):.1f}  cpu {p.get('cpu_experts_per_token', 0):.1f} picks"
+    f" (arena {(p.get('cpu') or {}).get('arena_per_token', 0):.1f})"
     f" {p.get('cpu_ms_per_token', 0):.2f} ms  gpu wait {p.get('gpu_wait_ms_per_token', 0):.2f} ms"
     f"  prefill read {pre.get('pool_gb', 0):.1f} GB"
 )

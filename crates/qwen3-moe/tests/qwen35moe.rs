@@ -215,6 +215,36 @@ fn streamed_experts_give_the_resident_logits() {
         let worst = worst_against(&golden, logits, |id| m.step(id).unwrap());
         assert!(worst < 2e-3, "{what}, after a cached prefix: worst |Δ log-probability| {worst}");
     }
+    // The host arena: eight slots, two of them stage slots for the CPU tier's share of the misses (fixed
+    // at one half, so that every layer with two misses sends one to the GPU), the cache's six bounding the
+    // chunks to three tokens; the pool's loads copy from the arena (nothing read from the GGUF after it is
+    // filled). The expert kernels read device slots only: reading the arena over the bus is refused.
+    let arena = |share: f64, over_bus: bool| {
+        let mut opts = OpenOptions {
+            max_context: Some(256),
+            pool_slots: Some(8),
+            store_dir: Some(dir.path().join("store")),
+            host_arena: Some(true),
+            ..OpenOptions::default()
+        };
+        opts.cpu.enabled = Some(true);
+        opts.cpu.arena_share = Some(share);
+        opts.cpu.arena_over_bus = over_bus;
+        Model::open_with(&gguf, &opts, &mut |_| {})
+    };
+    let mut m = arena(0.5, false).unwrap();
+    assert_eq!(m.max_chunk(), 3);
+    m.reset_stream_stats();
+    let got = run(&mut m);
+    let moved =
+        want.iter().flatten().zip(got.iter().flatten()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(moved < 1e-4, "the arena: moved by {moved}");
+    let stats = m.stream_stats().unwrap();
+    assert!(stats.arena_bytes > 0 && stats.stage_slots == 2, "{} arena bytes", stats.arena_bytes);
+    assert!(stats.cpu_arena_picks > 0 && stats.cpu_experts > 0, "{stats:?}");
+    assert_eq!(stats.disk.bytes, 0, "the pool's loads copy from the arena");
+    let err = arena(0.5, true).unwrap_err();
+    assert!(matches!(err, Error::BadOption { option: "arena_over_bus", .. }), "{err}");
     // A budget: the pool from what the rest leaves, under which the chunks' scratch shrinks to the chunks
     // the pool bounds (at this size the longest chunk's scratch would leave no pool at all).
     let budget = 40_000_000;

@@ -249,15 +249,20 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
                 cpu: opts.cpu.clone(),
                 record_routing: opts.record_routing.clone(),
                 store_dir: args.store.clone(),
+                host_arena: opts.stream.host_arena,
                 ..qwen35moe::OpenOptions::default()
             };
-            let mut ingest = None;
-            let mut model = Model::open_with(&model, &opts, &mut |p| {
-                if let LoadProgress::Ingest { done, total, .. } = p {
+            let (mut ingest, mut arena) = (None, None);
+            let mut model = Model::open_with(&model, &opts, &mut |p| match p {
+                LoadProgress::Ingest { done, total, .. } => {
                     ingest.get_or_insert_with(|| bar(total, "ingest")).set_position(done);
                 }
+                LoadProgress::Experts { done, total } => {
+                    arena.get_or_insert_with(|| count_bar(total, "experts")).set_position(done);
+                }
+                LoadProgress::Upload { .. } => {}
             })?;
-            if let Some(pb) = ingest {
+            for pb in [ingest, arena].into_iter().flatten() {
                 pb.finish();
             }
             eprintln!(

@@ -89,6 +89,7 @@ pub fn start(
                     gpu_budget: opts.gpu_budget,
                     cpu: opts.cpu.clone(),
                     store_dir: store,
+                    host_arena: opts.stream.host_arena,
                     ..qwen35moe::OpenOptions::default()
                 };
                 let mut model = match Model::open_with(&model, &open, &mut report_progress()) {

@@ -31,7 +31,7 @@ use diskformer_runtime::{
 use wgpu::util::DeviceExt;
 
 use super::config::Config;
-use super::streamed::{LayerDispatches, StepBuffers, StreamedExperts, chunk_limit};
+use super::streamed::{ArenaPlan, LayerDispatches, StepBuffers, StreamedExperts, chunk_limit};
 use crate::engine::readback;
 use crate::graph::{gate_up_halves, layer_blocks, record};
 use crate::kernel_times::{KernelTime, time_graph};
@@ -72,8 +72,16 @@ pub struct OpenOptions {
     /// The CPU tier while the experts stream: on by default where its kernels multiply the file's expert
     /// types with SIMD (`enabled`); a one-token step's misses are then computed on the host while the GPU
     /// runs the pool's hits, from records mapped from the page cache or held by the host tier
-    /// (`ram_budget`). The arena's share does not apply to qwen35moe.
+    /// (`ram_budget`); with the arena, the tier shares them with the GPU taking them from there
+    /// (`arena_share`; `arena_over_bus` is refused: the expert kernels read device slots only).
     pub cpu: CpuTierOptions,
+    /// While the experts stream, keep every record in host memory too, the pool's **arena** (filled at open,
+    /// pinned, counted apart from the GPU budget): the pool's loads copy from there instead of reading the
+    /// GGUF, and the CPU tier shares each layer's misses with the GPU (copied into stage slots). `None`, the
+    /// default: as [`StreamOptions::host_arena`](diskformer_runtime::StreamOptions::host_arena)'s default
+    /// (where the device binds host memory, is no software renderer, reads go through the page cache with no
+    /// host tier, and the records take at most half the host's available memory).
+    pub host_arena: Option<bool>,
     /// Checks every expert record against the store's checksum where it is read while the experts stream
     /// (default on), as [`StreamOptions::check_reads`](diskformer_runtime::StreamOptions::check_reads).
     pub check_reads: bool,
@@ -89,6 +97,7 @@ impl Default for OpenOptions {
             routing: Routing::default(),
             record_routing: None,
             cpu: CpuTierOptions::default(),
+            host_arena: None,
             check_reads: true,
         }
     }
@@ -385,8 +394,10 @@ impl Model {
         {
             let dir = opts.store_dir.clone().unwrap_or_else(|| default_store_dir(path));
             let (store, layout) = StreamedExperts::store(path, &dir, progress)?;
+            let reads = (opts.check_reads, opts.host_arena);
             let (setup, reader, staging, stream) =
-                StreamedExperts::setup(&store, &layout, &opts.cpu, &config, opts.check_reads)?;
+                StreamedExperts::setup(&store, &layout, &opts.cpu, &config, reads)?;
+            let arena = |slots| ArenaPlan::new((&ctx, &layout), (&setup, &stream), &opts.cpu, &config, slots);
             let all = (config.layers * config.experts) as usize;
             let slots_beside = |scratch: &Scratch| match opts.pool_slots {
                 Some(slots) => Ok::<_, Error>(slots.min(all)),
@@ -396,7 +407,9 @@ impl Model {
                     Ok(left.expert_slots(layout.record_bytes, config.top_k)?.min(all))
                 }
             };
-            let bound = |slots| chunk_limit(slots, &config);
+            // The chunks' bound is the pool's cache's (its stage slots take the CPU tier's arena picks).
+            let bound =
+                |slots: usize| Ok::<_, Error>(chunk_limit(slots - arena(slots)?.stage_slots, &config));
             let mut chunk = MAX_CHUNK;
             let mut slots = slots_beside(&scratch);
             if slots.is_err() {
@@ -409,13 +422,25 @@ impl Model {
             let mut slots = slots?;
             // A pool too small for a layer's picks of the longest chunk bounds the chunks: the scratch made
             // for those, and the pool again from what it leaves (no smaller, so the bound holds).
-            if bound(slots) < chunk {
-                chunk = bound(slots);
+            if bound(slots)? < chunk {
+                chunk = bound(slots)?;
                 scratch = scratch_for(chunk);
                 slots = slots_beside(&scratch)?;
             }
+            let arena = arena(slots)?;
             let setup = (setup, reader, staging, stream);
-            Some(StreamedExperts::open(&ctx, (&store, &layout), setup, &opts.cpu, &config, slots, chunk)?)
+            let pool = (slots, arena);
+            let opened = StreamedExperts::open(
+                &ctx,
+                (&store, &layout),
+                setup,
+                &opts.cpu,
+                &config,
+                pool,
+                chunk,
+                progress,
+            );
+            Some(opened?)
         } else {
             None
         };

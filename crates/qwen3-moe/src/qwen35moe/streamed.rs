@@ -5,18 +5,24 @@
 //! while the GPU runs the hits, their sum joining the GPU's combine as one pick's down row; each pick's
 //! slot written, then the layer's experts submitted with the next layer's mixer. The CPU tier reads its
 //! records mapped from the page cache, or through the host tier (`ram_budget`) for files larger than the
-//! host's memory. No host arena, router guesses or route-ahead yet: those are the qwen3moe engine's.
+//! host's memory. Where the host holds them twice over, every record is kept in the pool's **arena** (pinned
+//! host memory, as the qwen3moe engine's): the pool's loads copy from there, and the CPU tier shares each
+//! layer's misses with the GPU, which has the copy engine bring its share into stage slots of its own. No
+//! router guesses or route-ahead yet: those are the qwen3moe engine's.
 
 use std::path::Path;
 use std::time::Duration;
 
-use diskformer_expert_stream::{Pinned, PoolConfig};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use diskformer_expert_stream::{ArenaShare, Pinned, PoolConfig};
 use diskformer_kernels::{BlockQuant, Context, Dispatch};
-use diskformer_runtime::load::{chunk_bound, ingest_gguf};
-use diskformer_runtime::tiers::sum_as_pick;
+use diskformer_runtime::load::{chunk_bound, fill_arena, ingest_gguf, probe_arena};
+use diskformer_runtime::tiers::{LayerSplit, sum_as_pick};
 use diskformer_runtime::{
     CpuTier, CpuTierOptions, EngineStats, GpuBytes, HostTier, LoadProgress, PoolShape, Stats, StreamOptions,
-    StreamSetup, Tiers, expert_pool,
+    StreamSetup, Tiers, arena_wanted, expert_pool,
 };
 use diskformer_store::{ExpertLayout, RecordReader, Store};
 use wgpu::util::DeviceExt;
@@ -94,32 +100,45 @@ impl StreamedExperts {
     }
 
     /// The readers' setup for `store` (the CPU tier's as `cpu` asks, every record checked where it is read
-    /// with `check_reads`), its record reader, the device bytes the staging rings take, and the pool's
-    /// stream options it was resolved with ([`StreamedExperts::open`] takes all four).
+    /// with `check_reads`, the arena as `host_arena` asks), its record reader, the device bytes the staging
+    /// rings take, and the pool's stream options it was resolved with ([`StreamedExperts::open`] takes all
+    /// four).
     pub fn setup(
         store: &Store,
         layout: &ExpertLayout,
         cpu: &CpuTierOptions,
         c: &Config,
-        check_reads: bool,
+        (check_reads, host_arena): (bool, Option<bool>),
     ) -> Result<(StreamSetup, RecordReader, u64, StreamOptions)> {
-        let stream = streaming(check_reads);
+        if cpu.arena_over_bus {
+            return Err(Error::BadOption {
+                option: "arena_over_bus",
+                what: "qwen35moe's expert kernels read device slots only (the arena's picks are copied into \
+                       stage slots); leave it off"
+                    .into(),
+            });
+        }
+        let mut stream = streaming(check_reads);
+        stream.host_arena = host_arena;
         let (setup, reader) = StreamSetup::resolve(store, layout, &stream, cpu, c.top_k)?;
         let staging = setup.staging_bytes(stream.upload, layout.record_bytes, prefetch_threads());
         Ok((setup, reader, staging, stream))
     }
 
-    /// A pool of `slots` records of `layout` read by `reader` on `ctx`, the CPU tier over `store` where
-    /// `setup` says (as `cpu` asks), and the buffers the step driver writes for chunks of up to `max_chunk`
-    /// tokens (no more than the pool holds a layer's picks of).
+    /// A pool of `slots` records of `layout` read by `reader` on `ctx`, with its arena as `arena` plans it
+    /// (filled here, reporting to `progress`), the CPU tier over `store` where `setup` says (as `cpu` asks),
+    /// and the buffers the step driver writes for chunks of up to `max_chunk` tokens (no more than the
+    /// pool's cache holds a layer's picks of).
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         ctx: &Context,
         (store, layout): (&Store, &ExpertLayout),
         (setup, reader, staging, stream): (StreamSetup, RecordReader, u64, StreamOptions),
         cpu: &CpuTierOptions,
         c: &Config,
-        slots: usize,
+        (slots, arena): (usize, ArenaPlan),
         max_chunk: u32,
+        progress: &mut dyn FnMut(LoadProgress),
     ) -> Result<StreamedExperts> {
         let parts = match ExpertKernels::of(layout)? {
             ExpertKernels::Blocks(parts) => parts,
@@ -140,10 +159,13 @@ impl StreamedExperts {
             top_k: c.top_k,
             prefetch_threads: prefetch_threads(),
             speculate: false,
-            arena: false,
-            stage_slots: 0,
+            arena: arena.on,
+            stage_slots: arena.stage_slots,
         };
         let (pool, handoff) = expert_pool(ctx, layout, reader, &setup, &stream, shape)?;
+        if arena.on {
+            fill_arena(&pool, c.layers, c.experts, progress)?;
+        }
         // The host tier (records read with O_DIRECT into a budget of host memory) where `ram_budget` asks
         // for it, or the records exceed the host's memory.
         let host = setup.ram_budget.zip(handoff).map(|(budget, handoff)| HostTier {
@@ -155,8 +177,17 @@ impl StreamedExperts {
         let tier = setup.cpu_experts.then(|| {
             CpuTier::open(store, layout, cpu.threads, cpu.admission, cpu.math, host, setup.checks.clone())
         });
-        let tier = tier.transpose()?;
-        debug_assert!(max_chunk <= chunk_limit(slots, c), "a layer's picks fit the pool");
+        let mut tier = tier.transpose()?;
+        // With stage slots, the tier shares its misses with the GPU taking them from the arena, in
+        // proportion to the bus's time a record (measured here, before anything is on the device) and its
+        // own, or as asked.
+        if let Some(tier) = tier.as_mut().filter(|_| arena.stage_slots > 0) {
+            tier.share_with_arena(match cpu.arena_share {
+                Some(fraction) => ArenaShare::fixed(fraction),
+                None => ArenaShare::new(probe_arena(&pool)?),
+            });
+        }
+        debug_assert!(max_chunk <= chunk_limit(slots - arena.stage_slots, c), "a layer's picks fit the pool");
         let pairs = 4 * u64::from(max_chunk * c.top_k);
         let device = &ctx.device;
         let buffer = |label, size, usage| {
@@ -270,7 +301,8 @@ impl StreamedExperts {
     }
 
     /// A one-token layer `l` with the CPU tier (`read`: its `k` picks, their weights and the normed state):
-    /// the hits pinned and their slots written; where the host computes misses, meanwhile the layer's routed
+    /// the hits pinned and their slots written, the GPU's share of the misses copied from the arena into its
+    /// stage slots (where the tier shares them); where the host computes misses, meanwhile the layer's routed
     /// experts recorded and submitted for the hits, then the rest of the layer and the next one's mixer and
     /// copies (`next`, with its index) recorded into `enc` and finished (most of wgpu's encoding cost); the
     /// host's sum written as its first pick's down row, weighted 1 (its other picks 0), which the combine
@@ -287,13 +319,30 @@ impl StreamedExperts {
         let (_, k, hidden) = self.shape;
         let (k, hidden) = (k as usize, hidden as usize);
         let b = head.b;
-        let split = self.tiers.split_layer(l, &read[..k], &mut self.stats)?;
-        self.held = Some(split.pinned);
-        queue.write_buffer(&self.pair_slots, 0, bytemuck::cast_slice(&split.slots));
+        let LayerSplit { pinned, slots, staged, cpu_picks, cpu_experts, arena_picks } =
+            self.tiers.split_layer(l, &read[..k], &mut self.stats)?;
+        self.held = Some(pinned);
+        queue.write_buffer(&self.pair_slots, 0, bytemuck::cast_slice(&slots));
+        // The GPU's share of the misses, copied from the arena into its stage slots before the experts read
+        // them.
+        let gpu = self.tiers.pool.backend().pool();
+        for &(from, to) in &staged {
+            gpu.copy_from_arena(enc, from, to)
+                .map_err(|e| Error::Gpu(format!("a copy from the arena into a stage slot: {e}")))?;
+        }
+        let tier = self.tiers.cpu.as_mut().expect("a CPU layer runs with the tier");
+        if cpu_picks.is_empty() && arena_picks > 0 {
+            // The arena took every miss: the host, with none, finished first.
+            tier.observe_finish(false);
+        }
+        // Where the arena's share follows outcomes: set once the GPU has run its picks, to say whether that
+        // was before the host's sum.
+        let follows = tier.arena_share().is_some_and(|a| a.follows_outcomes());
+        let gpu_done = follows.then(|| Arc::new(AtomicBool::new(false)));
         let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
         let mut weights = floats(&read[k..2 * k]);
-        let cpu_weights: Vec<f32> = split.cpu_picks.iter().map(|&i| weights[i]).collect();
-        let Some(first) = sum_as_pick(&split.cpu_picks, &mut weights) else {
+        let cpu_weights: Vec<f32> = cpu_picks.iter().map(|&i| weights[i]).collect();
+        let Some(first) = sum_as_pick(&cpu_picks, &mut weights) else {
             record(enc, &layer.routed);
             return Ok(Joined::NoMisses);
         };
@@ -304,6 +353,9 @@ impl StreamedExperts {
             record(enc, &layer.routed);
             let hits = finish_recorded(device, enc);
             queue.submit([hits]);
+            if let Some(done) = gpu_done.as_ref().map(Arc::clone) {
+                queue.on_submitted_work_done(move || done.store(true, Ordering::Release));
+            }
             // The sum's write lands before the submission these go in, whenever they are recorded.
             record(enc, &layer.rest);
             next.map(|(mixer, next_l)| {
@@ -311,9 +363,13 @@ impl StreamedExperts {
                 finish_recorded(device, enc)
             })
         };
-        let cpu = (&split.cpu_experts[..], &cpu_weights[..], &xn[..]);
+        let cpu = (&cpu_experts[..], &cpu_weights[..], &xn[..]);
         let (sum, next_head) =
             self.tiers.compute_misses_while(l, cpu.0, cpu.1, cpu.2, &mut self.stats, meanwhile)?;
+        if let Some((done, tier)) = gpu_done.zip(self.tiers.cpu.as_mut()) {
+            device.poll(wgpu::PollType::Poll).map_err(|e| Error::Gpu(e.to_string()))?;
+            tier.observe_finish(done.load(Ordering::Acquire));
+        }
         queue.write_buffer(b.expert_out, 4 * (first * hidden) as u64, bytemuck::cast_slice(&sum));
         Ok(Joined::Rest(next_head))
     }
@@ -363,6 +419,35 @@ impl LayerHead<'_> {
     }
 }
 
+/// Whether the pool keeps every record in host memory too (its arena), and how many of its device slots are
+/// stage slots: where the CPU tier's share of a layer's misses for the GPU is copied from the arena before the
+/// layer's experts read it (the pool's cache has the rest).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct ArenaPlan {
+    pub on: bool,
+    pub stage_slots: usize,
+}
+
+impl ArenaPlan {
+    /// The arena of a pool of `slots` records of `layout` on `ctx`, read as `setup` says: where the pool
+    /// lacks some record and [`arena_wanted`] (as `stream` asks for it) says so; top-k stage slots where the
+    /// CPU tier runs and shares its misses (`cpu`'s share not fixed at 0) and the pool keeps at least twice
+    /// top-k slots besides.
+    pub fn new(
+        (ctx, layout): (&Context, &ExpertLayout),
+        (setup, stream): (&StreamSetup, &StreamOptions),
+        cpu: &CpuTierOptions,
+        c: &Config,
+        slots: usize,
+    ) -> Result<ArenaPlan> {
+        let all = (c.layers * c.experts) as usize;
+        let on = slots < all && arena_wanted(stream.host_arena, ctx, layout, setup)?;
+        let k = c.top_k as usize;
+        let shares = on && setup.cpu_experts && cpu.arena_share != Some(0.0) && slots >= 3 * k;
+        Ok(ArenaPlan { on, stage_slots: if shares { k } else { 0 } })
+    }
+}
+
 /// The most tokens a chunk may have while the experts stream through `slots` slots: the driver lets a
 /// layer's records go before it pins the next layer's (the GPU has run it once the next one's picks are read
 /// back), so a pool of one layer's experts holds any chunk's union, and each layer's experts are read once a
@@ -378,11 +463,13 @@ pub(super) fn chunk_limit(slots: usize, c: &Config) -> u32 {
 
 /// The pool's stream options: no guesses from the routers (a chunk's next layer is still queued where the
 /// pool holds two layers' experts, and the CPU tier's admissions load in the background), records checked
-/// where they are read with `check_reads`.
+/// where they are read with `check_reads`, a chunk's records copied from the arena (where there is one) into
+/// device slots, which are all the expert kernels read.
 fn streaming(check_reads: bool) -> StreamOptions {
     let mut stream = StreamOptions::default();
     stream.prefetch = false;
     stream.check_reads = check_reads;
+    stream.chunk_arena_copies = true;
     stream
 }
 
