@@ -385,33 +385,46 @@ fn f32_gemv_router_shapes() {
     let g = gpu_or_skip!();
     let mut rng = Rng::new(13);
     // The GEMM (chunks) on its shapes too: a 512-token chunk, tokens and rows around its 32 × 16 tile.
+    // With a bias (a forced routing's mask: 0 or -1e30, here any values) added in the GEMV's dispatch.
     let cases = [
-        (128usize, 2048usize, 1usize, false),
-        (128, 2048, 4, false),
-        (5, 12, 2, false),
-        (60, 2048, 1, false),
-        (128, 2048, 512, true),
-        (17, 96, 33, true),
-        (1, 32, 1, true),
+        (128usize, 2048usize, 1usize, false, false),
+        (128, 2048, 4, false, false),
+        (5, 12, 2, false, false),
+        (60, 2048, 1, false, false),
+        (256, 2048, 1, false, true),
+        (7, 64, 3, false, true),
+        (128, 2048, 512, true, false),
+        (17, 96, 33, true, false),
+        (1, 32, 1, true, false),
     ];
-    for (rows, cols, t, gemm) in cases {
+    for (rows, cols, t, gemm, biased) in cases {
         let w = rng.vec_f32(rows * cols, -0.1, 0.1);
         let x = rng.vec_f32(t * cols, -1.0, 1.0);
-        let (wb, xb) = (upload(g, &w), upload(g, &x));
+        let bias = rng.vec_f32(rows * t, -2.0, 2.0);
+        let (wb, xb, bb) = (upload(g, &w), upload(g, &x), upload(g, &bias));
         let y = poisoned(g, 4 * rows * t);
         let (shape, views) = ((rows as u32, cols as u32), ((&xb).into(), (&y).into()));
-        let d = if gemm {
-            g.kernels.f32_gemm((&wb).into(), shape, views.0, views.1, t as u32)
-        } else {
-            g.kernels.f32_gemv((&wb).into(), shape.0, shape.1, views.0, views.1, t as u32)
+        let d = match (gemm, biased) {
+            (true, _) => g.kernels.f32_gemm((&wb).into(), shape, views.0, views.1, t as u32),
+            (false, true) => {
+                g.kernels.f32_gemv_bias((&wb).into(), shape, views.0, (&bb).into(), views.1, t as u32)
+            }
+            (false, false) => g.kernels.f32_gemv((&wb).into(), shape.0, shape.1, views.0, views.1, t as u32),
         };
         run(g, &[&d.unwrap()]);
         let got = read_n::<f32>(g, &y, rows * t);
-        let want = cpu::f32_gemv(&w, rows, cols, &x);
+        let mut want = cpu::f32_gemv(&w, rows, cols, &x);
+        if biased {
+            want.iter_mut().zip(&bias).for_each(|(y, b)| *y += b);
+        }
         let wa = abs_of(&w);
-        let mag = cpu::f32_gemv(&wa, rows, cols, &abs_of(&x));
-        // Tolerance: as q8_gemv, f32 sums in another order, 2e-6·Σ|w·x|.
-        let what = format!("{} {rows}x{cols} T={t}", if gemm { "f32_gemm" } else { "f32_gemv" });
+        let mut mag = cpu::f32_gemv(&wa, rows, cols, &abs_of(&x));
+        if biased {
+            mag.iter_mut().zip(&bias).for_each(|(m, b)| *m += b.abs());
+        }
+        // Tolerance: as q8_gemv, f32 sums in another order, 2e-6·Σ|w·x| (and the bias's rounding).
+        let what =
+            format!("{} {rows}x{cols} T={t} bias {biased}", if gemm { "f32_gemm" } else { "f32_gemv" });
         assert_close(&what, &got, &want, &mag, 1e-7, 2e-6);
     }
 }

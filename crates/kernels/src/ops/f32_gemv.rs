@@ -54,6 +54,23 @@ impl Kernels {
         self.f32_gemv_with(w, (rows, cols), x, y, tokens, None, None)
     }
 
+    /// [`Kernels::f32_gemv`] plus `bias` (`[T, rows] f32`): `y[t] = W x[t] + bias[t]`, a forced routing's
+    /// mask added in the router's dispatch where the router's input is normed already.
+    ///
+    /// # Errors
+    /// As [`Kernels::f32_gemv`].
+    pub fn f32_gemv_bias(
+        &self,
+        w: View<'_>,
+        (rows, cols): (u32, u32),
+        x: View<'_>,
+        bias: View<'_>,
+        y: View<'_>,
+        tokens: u32,
+    ) -> Result<Dispatch> {
+        self.f32_gemv_with(w, (rows, cols), x, y, tokens, None, Some(bias))
+    }
+
     /// [`Kernels::f32_gemv`] of the RMSNorm of its input, which it also writes out, in one dispatch:
     /// `normed[t] = rms_norm(x[t]) · norm.weight` (as [`Kernels::rms_norm`]) and `y[t] = W normed[t]` (the
     /// row's scale applied to the dot product with `x · weight`). Decode's router runs the layer's FFN norm

@@ -989,6 +989,42 @@ impl Model {
         Ok(())
     }
 
+    /// The router's logits of the normed state into `out`'s dispatches, a forced routing's `mask` added; returns
+    /// where they are. An F32 router (as llama.cpp's quantizer leaves it) takes the f32 kernels, a token's
+    /// GEMV adding the mask in its own dispatch; any other type is a dense projection.
+    fn router_logits(
+        &self,
+        out: &mut Vec<Dispatch>,
+        router: &Dense,
+        mask: Option<View<'_>>,
+        t: u32,
+    ) -> Result<View<'_>> {
+        let (k, s) = (&self.kernels, &self.scratch);
+        let (x, raw, forced) = ((&s.normed).into(), (&s.router).into(), (&s.forced_logits).into());
+        let f32_router = match router {
+            Dense::Blocks(m) if matches!(m.quant, BlockQuant::F32) && m.cols.is_multiple_of(32) => Some(m),
+            _ => None,
+        };
+        match (f32_router, mask) {
+            (Some(m), Some(mask)) if t < GEMM_FROM => {
+                out.push(k.f32_gemv_bias((&m.buffer).into(), (m.rows, m.cols), x, mask, forced, t)?);
+                return Ok(forced);
+            }
+            (Some(m), _) if t < GEMM_FROM => {
+                out.push(k.f32_gemv((&m.buffer).into(), m.rows, m.cols, x, raw, t)?)
+            }
+            (Some(m), _) => out.push(k.f32_gemm((&m.buffer).into(), (m.rows, m.cols), x, raw, t)?),
+            (None, _) => out.push(self.project_all(router, x, raw, t)?),
+        }
+        Ok(match mask {
+            Some(mask) => {
+                out.push(k.add(raw, mask, forced, t * self.config.experts)?);
+                forced
+            }
+            None => raw,
+        })
+    }
+
     /// The router and its picks (softmax, top-k, renormalised) into `out`; returned, the shared expert with
     /// its σ-gated add onto `x` (§3.3) and the routed experts' projections (what a streamed layer runs once
     /// the tiers hold its picks), then the routed experts' combine onto `x` into `next`, with `next_norm`'s
@@ -1006,17 +1042,10 @@ impl Model {
         let (experts, top_k, f) = (c.experts, c.top_k, c.expert_ffn);
         let pairs = t * top_k;
         let u = || (&s.normed).into();
-        out.push(self.project_all(w.m(&name("ffn_gate_inp")), u(), (&s.router).into(), t)?);
+        let mask =
+            self.forced.as_ref().map(|_| View::at(&s.route_mask, 4 * l as u64 * layer_stride(t, experts)));
+        let logits = self.router_logits(out, w.m(&name("ffn_gate_inp")), mask, t)?;
         let (ids, weights) = ((&s.pick_ids).into(), (&s.pick_weights).into());
-        let logits = match self.forced {
-            Some(_) => {
-                let mask = View::at(&s.route_mask, 4 * l as u64 * layer_stride(t, experts));
-                let forced = (&s.forced_logits).into();
-                out.push(k.add((&s.router).into(), mask, forced, t * experts)?);
-                forced
-            }
-            None => (&s.router).into(),
-        };
         out.push(k.router_topk(logits, ids, weights, experts, top_k, t)?);
         // The shared expert first among the routed experts' dispatches: where the host computes a step's
         // misses, the GPU runs it with the hits meanwhile, and only the combine waits for the host's sum.
