@@ -6,13 +6,59 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use diskformer_expert_stream::Pinned;
+use diskformer_expert_stream::{Pinned, Slot};
+use diskformer_runtime::Tiers;
 use diskformer_runtime::tiers::{LayerSplit, sum_as_pick};
 
 use super::per_layer::record_layer_head;
 use super::{Engine, timed};
 use crate::graph::{CpuJoin, Graph, JoinVia, finish_recorded, record};
 use crate::{Error, Result};
+
+/// Records into `enc` the copies that bring a layer's arena picks into their stage slots
+/// ([`LayerSplit::staged`]), to run before what reads them.
+pub(crate) fn record_stage_copies(
+    tiers: &Tiers,
+    enc: &mut wgpu::CommandEncoder,
+    staged: &[(Slot, Slot)],
+) -> Result<()> {
+    let gpu = tiers.pool.backend().pool();
+    (staged.iter().try_for_each(|&(from, to)| gpu.copy_from_arena(enc, from, to)))
+        .map_err(|e| Error::Gpu(format!("a copy from the arena into a stage slot: {e}")))
+}
+
+/// Which side of a CPU layer finished first, the GPU's picks or the host's, where the tier's arena share
+/// follows outcomes (`diskformer_expert_stream::ArenaShare::observe_finish`); nothing elsewhere.
+pub(crate) struct FinishRace(Option<Arc<AtomicBool>>);
+
+impl FinishRace {
+    /// The race of a layer split into `split`: where the arena took every miss, the host, with none, has
+    /// finished first (told the tier now).
+    pub(crate) fn new(tiers: &mut Tiers, split: &LayerSplit) -> FinishRace {
+        let Some(tier) = tiers.cpu.as_mut() else { return FinishRace(None) };
+        if split.cpu_picks.is_empty() && split.arena_picks > 0 {
+            tier.observe_finish(false);
+        }
+        let follows = tier.arena_share().is_some_and(|a| a.follows_outcomes());
+        FinishRace(follows.then(|| Arc::new(AtomicBool::new(false))))
+    }
+
+    /// After the GPU's picks are submitted to `queue`: the GPU's side is done once they have run.
+    pub(crate) fn submitted(&self, queue: &wgpu::Queue) {
+        if let Some(done) = self.0.as_ref().map(Arc::clone) {
+            queue.on_submitted_work_done(move || done.store(true, Ordering::Release));
+        }
+    }
+
+    /// After the host's sum: tells the tier whether the GPU's side was done first.
+    pub(crate) fn settle(self, device: &wgpu::Device, tiers: &mut Tiers) -> Result<()> {
+        if let Some((done, tier)) = self.0.zip(tiers.cpu.as_mut()) {
+            device.poll(wgpu::PollType::Poll).map_err(|e| Error::Gpu(e.to_string()))?;
+            tier.observe_finish(done.load(Ordering::Acquire));
+        }
+        Ok(())
+    }
+}
 
 /// The host's share of a layer: its picks' experts, their router weights, the layer's normed state, and
 /// which pick's down row carries the host's sum when it joins as a pick.
@@ -21,6 +67,7 @@ pub(super) struct CpuWork {
     weights: Vec<f32>,
     xn: Vec<f32>,
     sum_row: usize,
+    race: FinishRace,
 }
 
 /// A CPU layer's plan ([`Engine::plan_cpu_layer`]).
@@ -44,25 +91,20 @@ impl Engine {
     pub(super) fn plan_cpu_layer(&mut self, l: u32, read: &[u32], join: &CpuJoin) -> Result<CpuPlan> {
         let (k, hidden) = (self.config.expert_used_count as usize, self.config.embedding_length as usize);
         let picks = &read[..k];
-        let LayerSplit { pinned, slots, staged, cpu_picks, cpu_experts: ids, arena_picks } =
-            self.tiers.split_layer(l, picks, &mut self.stats)?;
-        let staging = (!staged.is_empty()).then(|| {
+        let split = self.tiers.split_layer(l, picks, &mut self.stats)?;
+        let staging = (!split.staged.is_empty()).then(|| {
             let mut enc = self.ctx.device.create_command_encoder(&Default::default());
-            let gpu = self.tiers.pool.backend().pool();
-            let copied = staged.iter().try_for_each(|&(from, to)| gpu.copy_from_arena(&mut enc, from, to));
-            copied.map(|()| enc.finish())
+            record_stage_copies(&self.tiers, &mut enc, &split.staged).map(|()| enc.finish())
         });
         let staging = match staging.transpose() {
             Ok(staging) => staging,
             Err(e) => {
-                self.tiers.pool.release(pinned);
-                return Err(Error::Gpu(format!("a copy from the arena into a stage slot: {e}")));
+                self.tiers.pool.release(split.pinned);
+                return Err(e);
             }
         };
-        if let Some(tier) = self.tiers.cpu.as_mut().filter(|_| cpu_picks.is_empty() && arena_picks > 0) {
-            // The arena took every miss: the host, with none, finished first.
-            tier.observe_finish(false);
-        }
+        let race = FinishRace::new(&mut self.tiers, &split);
+        let LayerSplit { pinned, slots, cpu_picks, cpu_experts: ids, .. } = split;
         let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
         let (mut weights, xn) = (floats(&read[k..2 * k]), floats(&read[2 * k..2 * k + hidden]));
         let cpu_weights: Vec<f32> = cpu_picks.iter().map(|&i| weights[i]).collect();
@@ -71,7 +113,7 @@ impl Engine {
         if matches!(join.via, JoinVia::AsPick) && sum_as_pick(&cpu_picks, &mut weights).is_some() {
             self.ctx.queue.write_buffer(&self.scratch.pick_weights, 0, bytemuck::cast_slice(&weights));
         }
-        let work = sum_row.map(|sum_row| CpuWork { ids, weights: cpu_weights, xn, sum_row });
+        let work = sum_row.map(|sum_row| CpuWork { ids, weights: cpu_weights, xn, sum_row, race });
         Ok(CpuPlan { pinned, slots, work, staging })
     }
 
@@ -98,16 +140,10 @@ impl Engine {
         // Counted here and added after: the tier counts its own time in the stats meanwhile.
         let (mut record_time, mut submit_time) = (Duration::ZERO, Duration::ZERO);
         let next = graph.layers.get(l as usize + 1);
-        // Where the arena's share follows outcomes (`ArenaShare::observe_finish`): set once the GPU's picks
-        // are done, to say whether they finished before the host's.
-        let follows =
-            self.tiers.cpu.as_ref().and_then(|t| t.arena_share()).is_some_and(|a| a.follows_outcomes());
-        let gpu_done = follows.then(|| Arc::new(AtomicBool::new(false)));
+        let CpuWork { ids, weights, xn, sum_row, race } = work;
         let meanwhile = || {
             timed(&mut submit_time, || queue.submit(experts));
-            if let Some(done) = gpu_done.as_ref().map(Arc::clone) {
-                queue.on_submitted_work_done(move || done.store(true, Ordering::Release));
-            }
+            race.submitted(queue);
             timed(&mut record_time, || {
                 if let JoinVia::Add(join) = via {
                     record(enc, std::slice::from_ref(join));
@@ -119,15 +155,11 @@ impl Engine {
                 })
             })
         };
-        let CpuWork { ids, weights, xn, sum_row } = work;
         let (sum, next_head) =
             self.tiers.compute_misses_while(l, &ids, &weights, &xn, &mut self.stats, meanwhile)?;
         self.stats.record_time += record_time;
         self.stats.submit_time += submit_time;
-        if let Some((done, tier)) = gpu_done.zip(self.tiers.cpu.as_mut()) {
-            device.poll(wgpu::PollType::Poll).map_err(|e| Error::Gpu(e.to_string()))?;
-            tier.observe_finish(done.load(Ordering::Acquire));
-        }
+        race.settle(device, &mut self.tiers)?;
         match via {
             JoinVia::Add(_) => queue.write_buffer(&s.cpu_sum, 0, bytemuck::cast_slice(&sum)),
             JoinVia::AsPick => {

@@ -13,9 +13,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use diskformer_expert_stream::{ArenaShare, Pinned, PoolConfig};
 use diskformer_kernels::{BlockQuant, Context, Dispatch};
 use diskformer_runtime::load::{chunk_bound, fill_arena, ingest_gguf, probe_arena};
@@ -29,7 +26,7 @@ use wgpu::util::DeviceExt;
 
 use super::MAX_CHUNK;
 use super::config::Config;
-use crate::engine::{SPIN_FOR_PICKS, readback};
+use crate::engine::{FinishRace, SPIN_FOR_PICKS, readback, record_stage_copies};
 use crate::graph::{ExpertKernels, finish_recorded, record};
 use crate::{Error, Result};
 
@@ -319,26 +316,13 @@ impl StreamedExperts {
         let (_, k, hidden) = self.shape;
         let (k, hidden) = (k as usize, hidden as usize);
         let b = head.b;
-        let LayerSplit { pinned, slots, staged, cpu_picks, cpu_experts, arena_picks } =
-            self.tiers.split_layer(l, &read[..k], &mut self.stats)?;
+        let split = self.tiers.split_layer(l, &read[..k], &mut self.stats)?;
+        let race = FinishRace::new(&mut self.tiers, &split);
+        let LayerSplit { pinned, slots, staged, cpu_picks, cpu_experts, .. } = split;
         self.held = Some(pinned);
         queue.write_buffer(&self.pair_slots, 0, bytemuck::cast_slice(&slots));
-        // The GPU's share of the misses, copied from the arena into its stage slots before the experts read
-        // them.
-        let gpu = self.tiers.pool.backend().pool();
-        for &(from, to) in &staged {
-            gpu.copy_from_arena(enc, from, to)
-                .map_err(|e| Error::Gpu(format!("a copy from the arena into a stage slot: {e}")))?;
-        }
-        let tier = self.tiers.cpu.as_mut().expect("a CPU layer runs with the tier");
-        if cpu_picks.is_empty() && arena_picks > 0 {
-            // The arena took every miss: the host, with none, finished first.
-            tier.observe_finish(false);
-        }
-        // Where the arena's share follows outcomes: set once the GPU has run its picks, to say whether that
-        // was before the host's sum.
-        let follows = tier.arena_share().is_some_and(|a| a.follows_outcomes());
-        let gpu_done = follows.then(|| Arc::new(AtomicBool::new(false)));
+        // The GPU's share of the misses, before the experts read it.
+        record_stage_copies(&self.tiers, enc, &staged)?;
         let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
         let mut weights = floats(&read[k..2 * k]);
         let cpu_weights: Vec<f32> = cpu_picks.iter().map(|&i| weights[i]).collect();
@@ -353,9 +337,7 @@ impl StreamedExperts {
             record(enc, &layer.routed);
             let hits = finish_recorded(device, enc);
             queue.submit([hits]);
-            if let Some(done) = gpu_done.as_ref().map(Arc::clone) {
-                queue.on_submitted_work_done(move || done.store(true, Ordering::Release));
-            }
+            race.submitted(queue);
             // The sum's write lands before the submission these go in, whenever they are recorded.
             record(enc, &layer.rest);
             next.map(|(mixer, next_l)| {
@@ -366,10 +348,7 @@ impl StreamedExperts {
         let cpu = (&cpu_experts[..], &cpu_weights[..], &xn[..]);
         let (sum, next_head) =
             self.tiers.compute_misses_while(l, cpu.0, cpu.1, cpu.2, &mut self.stats, meanwhile)?;
-        if let Some((done, tier)) = gpu_done.zip(self.tiers.cpu.as_mut()) {
-            device.poll(wgpu::PollType::Poll).map_err(|e| Error::Gpu(e.to_string()))?;
-            tier.observe_finish(done.load(Ordering::Acquire));
-        }
+        race.settle(device, &mut self.tiers)?;
         queue.write_buffer(b.expert_out, 4 * (first * hidden) as u64, bytemuck::cast_slice(&sum));
         Ok(Joined::Rest(next_head))
     }
