@@ -219,7 +219,8 @@ fn streamed_experts_give_the_resident_logits() {
     // at one half, so that every layer with two misses sends one to the GPU), the cache's six bounding the
     // chunks to three tokens; the pool's loads copy from the arena (nothing read from the GGUF after it is
     // filled). The expert kernels read device slots only: reading the arena over the bus is refused.
-    let arena = |share: f64, over_bus: bool| {
+    // Without the CPU tier, the arena serves every load and there are no stage slots.
+    let arena = |cpu: bool, share: f64, over_bus: bool| {
         let mut opts = OpenOptions {
             max_context: Some(256),
             pool_slots: Some(8),
@@ -227,23 +228,28 @@ fn streamed_experts_give_the_resident_logits() {
             host_arena: Some(true),
             ..OpenOptions::default()
         };
-        opts.cpu.enabled = Some(true);
+        opts.cpu.enabled = Some(cpu);
         opts.cpu.arena_share = Some(share);
         opts.cpu.arena_over_bus = over_bus;
         Model::open_with(&gguf, &opts, &mut |_| {})
     };
-    let mut m = arena(0.5, false).unwrap();
-    assert_eq!(m.max_chunk(), 3);
-    m.reset_stream_stats();
-    let got = run(&mut m);
-    let moved =
-        want.iter().flatten().zip(got.iter().flatten()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    assert!(moved < 1e-4, "the arena: moved by {moved}");
-    let stats = m.stream_stats().unwrap();
-    assert!(stats.arena_bytes > 0 && stats.stage_slots == 2, "{} arena bytes", stats.arena_bytes);
-    assert!(stats.cpu_arena_picks > 0 && stats.cpu_experts > 0, "{stats:?}");
-    assert_eq!(stats.disk.bytes, 0, "the pool's loads copy from the arena");
-    let err = arena(0.5, true).unwrap_err();
+    for (cpu, stage_slots, chunk) in [(true, 2, 3), (false, 0, MAX_CHUNK)] {
+        let mut m = arena(cpu, 0.5, false).unwrap();
+        assert_eq!(m.max_chunk(), chunk, "CPU tier {cpu}");
+        m.reset_stream_stats();
+        let got = run(&mut m);
+        let moved =
+            want.iter().flatten().zip(got.iter().flatten()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(moved < 1e-4, "the arena, CPU tier {cpu}: moved by {moved}");
+        let stats = m.stream_stats().unwrap();
+        assert!(stats.arena_bytes > 0 && stats.stage_slots == stage_slots, "{stats:?}");
+        assert_eq!(stats.cpu_arena_picks > 0 && stats.cpu_experts > 0, cpu, "{stats:?}");
+        assert!(
+            stats.pool.misses > 0 && stats.disk.bytes == 0,
+            "the pool's loads copy from the arena: {stats:?}"
+        );
+    }
+    let err = arena(true, 0.5, true).unwrap_err();
     assert!(matches!(err, Error::BadOption { option: "arena_over_bus", .. }), "{err}");
     // A budget: the pool from what the rest leaves, under which the chunks' scratch shrinks to the chunks
     // the pool bounds (at this size the longest chunk's scratch would leave no pool at all).
