@@ -429,18 +429,8 @@ impl Model {
             }
             let arena = arena(slots)?;
             let setup = (setup, reader, staging, stream);
-            let pool = (slots, arena);
-            let opened = StreamedExperts::open(
-                &ctx,
-                (&store, &layout),
-                setup,
-                &opts.cpu,
-                &config,
-                pool,
-                chunk,
-                progress,
-            );
-            Some(opened?)
+            let (tier, pool) = ((&opts.cpu, &config), (slots, arena, chunk));
+            Some(StreamedExperts::open(&ctx, (&store, &layout), setup, tier, pool, progress)?)
         } else {
             None
         };

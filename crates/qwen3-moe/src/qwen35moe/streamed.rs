@@ -126,15 +126,12 @@ impl StreamedExperts {
     /// (filled here, reporting to `progress`), the CPU tier over `store` where `setup` says (as `cpu` asks),
     /// and the buffers the step driver writes for chunks of up to `max_chunk` tokens (no more than the
     /// pool's cache holds a layer's picks of).
-    #[allow(clippy::too_many_arguments)]
     pub fn open(
         ctx: &Context,
         (store, layout): (&Store, &ExpertLayout),
         (setup, reader, staging, stream): (StreamSetup, RecordReader, u64, StreamOptions),
-        cpu: &CpuTierOptions,
-        c: &Config,
-        (slots, arena): (usize, ArenaPlan),
-        max_chunk: u32,
+        (cpu, c): (&CpuTierOptions, &Config),
+        (slots, arena, max_chunk): (usize, ArenaPlan, u32),
         progress: &mut dyn FnMut(LoadProgress),
     ) -> Result<StreamedExperts> {
         let parts = match ExpertKernels::of(layout)? {
