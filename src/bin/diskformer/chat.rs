@@ -148,6 +148,36 @@ fn count_bar(len: u64, what: &str) -> ProgressBar {
     pb
 }
 
+/// A load's progress bars (ingest, upload, experts), each made at its first report.
+#[derive(Default)]
+struct LoadBars {
+    ingest: Option<ProgressBar>,
+    upload: Option<ProgressBar>,
+    experts: Option<ProgressBar>,
+}
+
+impl LoadBars {
+    fn report(&mut self, p: LoadProgress) {
+        match p {
+            LoadProgress::Ingest { done, total, .. } => {
+                self.ingest.get_or_insert_with(|| bar(total, "ingest")).set_position(done);
+            }
+            LoadProgress::Upload { done, total } => {
+                self.upload.get_or_insert_with(|| bar(total, "upload")).set_position(done);
+            }
+            LoadProgress::Experts { done, total } => {
+                self.experts.get_or_insert_with(|| count_bar(total, "experts")).set_position(done);
+            }
+        }
+    }
+
+    fn finish(self) {
+        for pb in [self.ingest, self.upload, self.experts].into_iter().flatten() {
+            pb.finish();
+        }
+    }
+}
+
 /// Chats until the input ends, `/quit`, or (with `--prompt`) after one reply.
 pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     let mut opts = EngineOptions::default();
@@ -180,25 +210,9 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         }
     };
 
-    let (mut ingest, mut upload, mut experts): (
-        Option<ProgressBar>,
-        Option<ProgressBar>,
-        Option<ProgressBar>,
-    ) = (None, None, None);
-    let opened = Engine::open_gguf(&model, args.store.as_deref(), &opts, &mut |p| match p {
-        LoadProgress::Ingest { done, total, .. } => {
-            ingest.get_or_insert_with(|| bar(total, "ingest")).set_position(done);
-        }
-        LoadProgress::Upload { done, total } => {
-            upload.get_or_insert_with(|| bar(total, "upload")).set_position(done);
-        }
-        LoadProgress::Experts { done, total } => {
-            experts.get_or_insert_with(|| count_bar(total, "experts")).set_position(done);
-        }
-    });
-    for pb in [ingest, upload, experts].into_iter().flatten() {
-        pb.finish();
-    }
+    let mut bars = LoadBars::default();
+    let opened = Engine::open_gguf(&model, args.store.as_deref(), &opts, &mut |p| bars.report(p));
+    bars.finish();
     match opened {
         Ok(mut engine) => {
             let s = engine.stats();
@@ -252,19 +266,10 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
                 host_arena: opts.stream.host_arena,
                 ..qwen35moe::OpenOptions::default()
             };
-            let (mut ingest, mut arena) = (None, None);
-            let mut model = Model::open_with(&model, &opts, &mut |p| match p {
-                LoadProgress::Ingest { done, total, .. } => {
-                    ingest.get_or_insert_with(|| bar(total, "ingest")).set_position(done);
-                }
-                LoadProgress::Experts { done, total } => {
-                    arena.get_or_insert_with(|| count_bar(total, "experts")).set_position(done);
-                }
-                LoadProgress::Upload { .. } => {}
-            })?;
-            for pb in [ingest, arena].into_iter().flatten() {
-                pb.finish();
-            }
+            let mut bars = LoadBars::default();
+            let opened = Model::open_with(&model, &opts, &mut |p| bars.report(p));
+            bars.finish();
+            let mut model = opened?;
             eprintln!(
                 "{}\nqwen35moe, {}, context {}",
                 model.adapter(),
