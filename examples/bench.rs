@@ -494,22 +494,15 @@ fn main() -> anyhow::Result<()> {
         "busy_ms_per_token": busy_s * 1e3 / tokens, "bytes_per_token": d.disk.bytes as f64 / tokens,
         "busy_fraction": busy_s / decode_wall_s, "gb_per_s_busy": d.disk.bytes as f64 / busy_s.max(1e-9) / 1e9,
     });
-    if let Some((isa, threads)) = d.cpu_isa {
-        out["cpu_experts"] = serde_json::json!({
-            "isa": isa.name(), "threads": threads, "math": d.cpu_math.map(|m| m.name()),
+    if let Some(mut cpu) = cpu_tier_json(&d, tokens) {
+        let engine_only = serde_json::json!({
             "per_token": d.cpu_experts as f64 / tokens,
             "share": d.cpu_share(), "ms_per_token": d.cpu_time.as_secs_f64() * 1e3 / tokens,
             "admitted_per_token": d.cpu_admitted as f64 / tokens,
-            "arena_per_token": d.cpu_arena_picks as f64 / tokens, "arena_fraction": d.cpu_arena_fraction,
-            "stage_slots": d.stage_slots,
-            "bus_us_per_record": d.cpu_arena_times.map(|(bus, _)| bus.as_secs_f64() * 1e6),
-            "cpu_us_per_record": d.cpu_arena_times.and_then(|(_, cpu)| cpu).map(|c| c.as_secs_f64() * 1e6),
-            "first_uses_per_token": d.cpu_first_uses as f64 / tokens,
-            "first_use_ms_per_token": d.cpu_first_use_time.as_secs_f64() * 1e3 / tokens,
-            "recording_ms_per_token": d.cpu_recording_time.as_secs_f64() * 1e3 / tokens,
-            "pool": pool_times(&d.cpu_pool, tokens),
             "reuse_window": opts.cpu.admission.reuse_window,
         });
+        cpu.as_object_mut().expect("an object").extend(engine_only.as_object().expect("an object").clone());
+        out["cpu_experts"] = cpu;
     }
     if let Some(h) = &d.host {
         let read_s = h.read_time.as_secs_f64();
@@ -613,20 +606,10 @@ fn bench_qwen35moe(
             "gpu_wait_ms_per_token": ms(d.gpu_wait),
             "gpu_gb": d.gpu_bytes.total() as f64 / 1e9,
         });
-        if let Some((isa, threads)) = d.cpu_isa {
-            pool["cpu"] = serde_json::json!({
-                "isa": isa.name(), "threads": threads, "math": d.cpu_math.map(|m| m.name()),
-                "first_uses_per_token": d.cpu_first_uses as f64 / tokens,
-                "first_use_ms_per_token": ms(d.cpu_first_use_time),
-                "recording_ms_per_token": ms(d.cpu_recording_time),
-                "pool": pool_times(&d.cpu_pool, tokens),
-                "arena_per_token": d.cpu_arena_picks as f64 / tokens, "arena_fraction": d.cpu_arena_fraction,
-                "stage_slots": d.stage_slots,
-                "bus_us_per_record": d.cpu_arena_times.map(|(bus, _)| bus.as_secs_f64() * 1e6),
-                "cpu_us_per_record": d.cpu_arena_times.and_then(|(_, c)| c).map(|c| c.as_secs_f64() * 1e6),
-            });
+        if let Some(cpu) = cpu_tier_json(&d, tokens) {
+            pool["cpu"] = cpu;
         }
-        pool["arena_gb"] = (d.arena_bytes as f64 / 1e9).into();
+        pool["arena_bytes"] = d.arena_bytes.into();
         if let Some(p) = &prefilled {
             pool["prefill"] = serde_json::json!({
                 "pool_gb": p.pool.bytes_read as f64 / 1e9,
@@ -688,6 +671,25 @@ fn readers_json(s: &diskformer::qwen3_moe::Stats) -> serde_json::Value {
 fn storage_read_bytes() -> Option<u64> {
     let io = std::fs::read_to_string("/proc/self/io").ok()?;
     io.lines().find_map(|l| l.strip_prefix("read_bytes:")).and_then(|v| v.trim().parse().ok())
+}
+
+/// The CPU tier's figures a token that both models' rows carry (its ISA, threads and math, first uses,
+/// recording, its pool's times, and its share of the misses with the arena), where the tier ran.
+fn cpu_tier_json(d: &diskformer::qwen3_moe::Stats, tokens: f64) -> Option<serde_json::Value> {
+    let (isa, threads) = d.cpu_isa?;
+    let ms = |t: std::time::Duration| t.as_secs_f64() * 1e3 / tokens;
+    let us = |t: std::time::Duration| t.as_secs_f64() * 1e6;
+    Some(serde_json::json!({
+        "isa": isa.name(), "threads": threads, "math": d.cpu_math.map(|m| m.name()),
+        "first_uses_per_token": d.cpu_first_uses as f64 / tokens,
+        "first_use_ms_per_token": ms(d.cpu_first_use_time),
+        "recording_ms_per_token": ms(d.cpu_recording_time),
+        "pool": pool_times(&d.cpu_pool, tokens),
+        "arena_per_token": d.cpu_arena_picks as f64 / tokens, "arena_fraction": d.cpu_arena_fraction,
+        "stage_slots": d.stage_slots,
+        "bus_us_per_record": d.cpu_arena_times.map(|(bus, _)| us(bus)),
+        "cpu_us_per_record": d.cpu_arena_times.and_then(|(_, cpu)| cpu).map(us),
+    }))
 }
 
 /// The CPU tier's pool a token: its jobs' wall time, their tasks' time summed over the threads, the stepping thread's part before it joined, its wait
