@@ -26,7 +26,7 @@ use diskformer_kernels::{
 use diskformer_runtime::load::{auto_gpu_budget, default_context, default_store_dir};
 use diskformer_runtime::{
     CpuTierOptions, Decoder, EngineStats, ForcedRoutes, GpuBytes, LoadProgress, Next, RouteRecorder, Routing,
-    Sampler, Stats, layer_stride,
+    Sampler, Stats, arena_wanted, layer_stride,
 };
 use wgpu::util::DeviceExt;
 
@@ -397,7 +397,8 @@ impl Model {
             let reads = (opts.check_reads, opts.host_arena);
             let (setup, reader, staging, stream) =
                 StreamedExperts::setup(&store, &layout, &opts.cpu, &config, reads)?;
-            let arena = |slots| ArenaPlan::new((&ctx, &layout), (&setup, &stream), &opts.cpu, &config, slots);
+            let wanted = arena_wanted(stream.host_arena, &ctx, &layout, &setup)?;
+            let arena = |slots| ArenaPlan::new(wanted, (setup.cpu_experts, &opts.cpu), &config, slots);
             let all = (config.layers * config.experts) as usize;
             let slots_beside = |scratch: &Scratch| match opts.pool_slots {
                 Some(slots) => Ok::<_, Error>(slots.min(all)),
@@ -408,8 +409,7 @@ impl Model {
                 }
             };
             // The chunks' bound is the pool's cache's (its stage slots take the CPU tier's arena picks).
-            let bound =
-                |slots: usize| Ok::<_, Error>(chunk_limit(slots - arena(slots)?.stage_slots, &config));
+            let bound = |slots: usize| chunk_limit(slots - arena(slots).stage_slots, &config);
             let mut chunk = MAX_CHUNK;
             let mut slots = slots_beside(&scratch);
             if slots.is_err() {
@@ -422,12 +422,12 @@ impl Model {
             let mut slots = slots?;
             // A pool too small for a layer's picks of the longest chunk bounds the chunks: the scratch made
             // for those, and the pool again from what it leaves (no smaller, so the bound holds).
-            if bound(slots)? < chunk {
-                chunk = bound(slots)?;
+            if bound(slots) < chunk {
+                chunk = bound(slots);
                 scratch = scratch_for(chunk);
                 slots = slots_beside(&scratch)?;
             }
-            let arena = arena(slots)?;
+            let arena = arena(slots);
             let setup = (setup, reader, staging, stream);
             let (tier, pool) = ((&opts.cpu, &config), (slots, arena, chunk));
             Some(StreamedExperts::open(&ctx, (&store, &layout), setup, tier, pool, progress)?)

@@ -19,7 +19,7 @@ use diskformer_runtime::load::{chunk_bound, fill_arena, ingest_gguf, probe_arena
 use diskformer_runtime::tiers::{LayerSplit, sum_as_pick};
 use diskformer_runtime::{
     CpuTier, CpuTierOptions, EngineStats, GpuBytes, HostTier, LoadProgress, PoolShape, Stats, StreamOptions,
-    StreamSetup, Tiers, arena_wanted, expert_pool,
+    StreamSetup, Tiers, expert_pool,
 };
 use diskformer_store::{ExpertLayout, RecordReader, Store};
 use wgpu::util::DeviceExt;
@@ -405,22 +405,20 @@ pub(super) struct ArenaPlan {
 }
 
 impl ArenaPlan {
-    /// The arena of a pool of `slots` records of `layout` on `ctx`, read as `setup` says: where the pool
-    /// lacks some record and [`arena_wanted`] (as `stream` asks for it) says so; top-k stage slots where the
-    /// CPU tier runs and shares its misses (`cpu`'s share not fixed at 0) and the pool keeps at least twice
-    /// top-k slots besides.
+    /// The arena of a pool of `slots` records (`wanted`: what
+    /// [`arena_wanted`](diskformer_runtime::arena_wanted) said of the records): where the pool lacks some
+    /// record; top-k stage slots where the CPU tier runs (`cpu_experts`) and shares its misses (`cpu`'s share
+    /// not fixed at 0) and the pool keeps at least twice top-k slots besides.
     pub fn new(
-        (ctx, layout): (&Context, &ExpertLayout),
-        (setup, stream): (&StreamSetup, &StreamOptions),
-        cpu: &CpuTierOptions,
+        wanted: bool,
+        (cpu_experts, cpu): (bool, &CpuTierOptions),
         c: &Config,
         slots: usize,
-    ) -> Result<ArenaPlan> {
-        let all = (c.layers * c.experts) as usize;
-        let on = slots < all && arena_wanted(stream.host_arena, ctx, layout, setup)?;
+    ) -> ArenaPlan {
+        let on = wanted && slots < (c.layers * c.experts) as usize;
         let k = c.top_k as usize;
-        let shares = on && setup.cpu_experts && cpu.arena_share != Some(0.0) && slots >= 3 * k;
-        Ok(ArenaPlan { on, stage_slots: if shares { k } else { 0 } })
+        let shares = on && cpu_experts && cpu.arena_share != Some(0.0) && slots >= 3 * k;
+        ArenaPlan { on, stage_slots: if shares { k } else { 0 } }
     }
 }
 
