@@ -671,6 +671,20 @@ pub fn moe_combine_norm(
     (out, normed)
 }
 
+/// [`shared_expert_gate`] onto the residual, then [`moe_combine_norm`] (`moe_combine_shared_norm`): `u` is
+/// the FFN's normed input, `shared` the shared expert's gate weights and output. Returns `(out, normed)`.
+pub fn moe_combine_shared_norm(
+    (experts, weights): (&[f32], &[f32]),
+    residual: &[f32],
+    norm: &[f32],
+    (u, shared): (&[f32], (&[f32], &[f32])),
+    (hidden, k): (usize, usize),
+    eps: f32,
+) -> (Vec<f32>, Vec<f32>) {
+    let residual = shared_expert_gate(u, shared.0, shared.1, residual, hidden);
+    moe_combine_norm(experts, weights, &residual, norm, (hidden, k), eps)
+}
+
 /// What `expert_q8_gemv_combine` computes for T tokens of k picks: the down projection of each pick
 /// ([`expert_q8_gemv`], x_div 1; a pick whose slot is past the pool gives zeros), combined onto the residual
 /// ([`moe_combine`]), and the next RMSNorm's inputs from the new residual: `residual · next_norm` and the

@@ -136,6 +136,8 @@ pub enum Kernel {
     ResidualJoin,
     /// Weighted sum plus residual, then the next RMSNorm, in one dispatch.
     MoeCombineNorm,
+    /// [`Kernel::SharedExpertGate`] then [`Kernel::MoeCombineNorm`] in one dispatch (qwen35moe).
+    MoeCombineSharedNorm,
     /// Argmax per row.
     Argmax,
     /// A sampled token: top-k, temperature, top-p, min-p and a draw with a host-supplied uniform.
@@ -162,6 +164,8 @@ const ATTENTION_ROWS_PLAIN: &str = include_str!("wgsl/attention_rows_plain.wgsl"
 const ATTENTION_ROWS_SUBGROUP: &str = include_str!("wgsl/attention_rows_subgroup.wgsl");
 const ATTENTION_TILE_LOAD: &str = include_str!("wgsl/attention_tile_load.wgsl");
 const RMS_SCALE: &str = include_str!("wgsl/rms_scale.wgsl");
+const MOE_COMBINE_PLAIN: &str = include_str!("wgsl/moe_combine_plain.wgsl");
+const MOE_COMBINE_SHARED: &str = include_str!("wgsl/moe_combine_shared.wgsl");
 const ROUTER_TOPK_CORE: &str = include_str!("wgsl/router_topk_core.wgsl");
 const EXPERT_ROUTE_PAIR: &str = include_str!("wgsl/expert_route_pair.wgsl");
 const EXPERT_Q8_PAIR_ROWS: &str = include_str!("wgsl/expert_q8_pair_rows.wgsl");
@@ -353,7 +357,7 @@ impl BlockQuant {
 
 impl Kernel {
     /// The kernels that are not of a block type.
-    const FIXED: [Kernel; 52] = [
+    const FIXED: [Kernel; 53] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -403,6 +407,7 @@ impl Kernel {
         Kernel::MoeCombine,
         Kernel::ResidualJoin,
         Kernel::MoeCombineNorm,
+        Kernel::MoeCombineSharedNorm,
         Kernel::Argmax,
         Kernel::SampleTopK,
         Kernel::ApplyPenalties,
@@ -492,6 +497,7 @@ impl Kernel {
             Kernel::MoeCombine => "moe_combine",
             Kernel::ResidualJoin => "residual_join",
             Kernel::MoeCombineNorm => "moe_combine_norm",
+            Kernel::MoeCombineSharedNorm => "moe_combine_shared_norm",
             Kernel::Argmax => "argmax",
             Kernel::SampleTopK => "sample_top_k",
             Kernel::ApplyPenalties => "apply_penalties",
@@ -606,7 +612,7 @@ impl Kernel {
             Kernel::SharedExpertGate => size_of::<SharedExpertGateParams>(),
             Kernel::MoeCombine => size_of::<MoeCombineParams>(),
             Kernel::ResidualJoin => size_of::<ResidualJoinParams>(),
-            Kernel::MoeCombineNorm => size_of::<MoeCombineNormParams>(),
+            Kernel::MoeCombineNorm | Kernel::MoeCombineSharedNorm => size_of::<MoeCombineNormParams>(),
             Kernel::Argmax => size_of::<ArgmaxParams>(),
             Kernel::SampleTopK => size_of::<SampleTopKParams>(),
             Kernel::ApplyPenalties => size_of::<ApplyPenaltiesParams>(),
@@ -669,6 +675,7 @@ impl Kernel {
             Kernel::MoeCombine => include_str!("wgsl/moe_combine.wgsl"),
             Kernel::ResidualJoin => include_str!("wgsl/residual_join.wgsl"),
             Kernel::MoeCombineNorm => include_str!("wgsl/moe_combine_norm.wgsl"),
+            Kernel::MoeCombineSharedNorm => Kernel::MoeCombineNorm.file(),
             Kernel::Argmax => include_str!("wgsl/argmax.wgsl"),
             Kernel::SampleTopK => include_str!("wgsl/sample_top_k.wgsl"),
             Kernel::ApplyPenalties => include_str!("wgsl/apply_penalties.wgsl"),
@@ -689,7 +696,8 @@ impl Kernel {
     /// `attention_tile_load.wgsl` for the chunk attention kernels, the 4-row walk (`kquant_dot4.wgsl`), the
     /// K-quant block helper (`kquant_q4_k.wgsl`, `kquant_q6_k.wgsl`, …) and the row sums for the K-quant GEMVs,
     /// `expert_combine_picks.wgsl` for the GEMV-combines, `rms_scale.wgsl`
-    /// for the norm kernels, `router_topk_core.wgsl` for the routers, `sample_step.wgsl` (the per-step
+    /// for the norm kernels (with `moe_combine_plain.wgsl` or `moe_combine_shared.wgsl`, what the combines
+    /// add onto), `router_topk_core.wgsl` for the routers, `sample_step.wgsl` (the per-step
     /// struct) for the sampler's two kernels. `subgroups` is ignored by kernels without a variant.
     pub fn source(self, subgroups: bool) -> Cow<'static, str> {
         let mut body = Cow::Borrowed(self.file());
@@ -759,6 +767,7 @@ impl Kernel {
                 Some(Kernel::ExpertQ8Gemv)
             }
             Kernel::ExpertQ8GemvXqRouted => Some(Kernel::ExpertQ8GemvRouted),
+            Kernel::MoeCombineSharedNorm => Some(Kernel::MoeCombineNorm),
             Kernel::ExpertQ4GemvCombine | Kernel::ExpertQ8GemvCombineI8 => Some(Kernel::ExpertQ8GemvCombine),
             _ => None,
         }
@@ -792,9 +801,10 @@ impl Kernel {
     /// [`Kernel::helpers`] of the kernels that are not of a block type.
     fn fixed_helpers(self, subgroups: bool) -> &'static [&'static str] {
         match self {
+            Kernel::MoeCombineNorm => &[RMS_SCALE, MOE_COMBINE_PLAIN],
+            Kernel::MoeCombineSharedNorm => &[RMS_SCALE, MOE_COMBINE_SHARED],
             Kernel::RmsNorm
             | Kernel::AddRmsNorm
-            | Kernel::MoeCombineNorm
             | Kernel::QkNormRope
             | Kernel::QkvRopeStore
             | Kernel::GatedRmsNorm

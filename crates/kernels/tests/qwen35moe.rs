@@ -2,12 +2,13 @@
 //! with its saved inputs, the gated delta rule (v heads sharing q/k heads, the state carried across a
 //! chunk's tokens and across dispatches) and the gated output norm, a chunk in one dispatch giving what its
 //! tokens give one dispatch at a time; the gated attention's per-head norm with partial RoPE read from the
-//! interleaved query and gate rows, and its output gate; the shared expert's gate. Bad shapes are refused.
+//! interleaved query and gate rows, and its output gate; the shared expert's gate, alone and inside the
+//! routed experts' combine. Bad shapes are refused.
 
 mod common;
 
 use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
-use diskformer_kernels::{DeltaNetShape, QkNormRopePartialParams, cpu};
+use diskformer_kernels::{DeltaNetShape, MoeCombineNormParams, QkNormRopePartialParams, SharedExpert, cpu};
 
 /// The conv over `tokens` tokens: (output, state after) on the GPU.
 fn gpu_conv(
@@ -298,5 +299,56 @@ fn attention_gate_and_shared_expert_gate() {
             1e-6,
             2e-6,
         );
+    }
+}
+
+/// The shared expert's gated add folded into the routed experts' combine and the next norm: what
+/// `shared_expert_gate` then `moe_combine_norm` give, `normed` read as the gate's input before it is
+/// overwritten.
+#[test]
+fn moe_combine_shared_norm_rows() {
+    let g = gpu_or_skip!();
+    let mut rng = Rng::new(86);
+    for (hidden, k, t) in [(2048usize, 8usize, 1usize), (2048, 8, 3), (100, 3, 2), (12, 1, 1)] {
+        let experts = rng.vec_f32(t * k * hidden, -2.0, 2.0);
+        let weights = rng.vec_f32(t * k, 0.01, 0.3);
+        let residual = rng.vec_f32(t * hidden, -5.0, 5.0);
+        let norm = rng.vec_f32(hidden, 0.5, 1.5);
+        let (u, gate) = (rng.vec_f32(t * hidden, -2.0, 2.0), rng.vec_f32(hidden, -0.1, 0.1));
+        let shared_out = rng.vec_f32(t * hidden, -1.0, 1.0);
+        let v = diskformer_kernels::View::from;
+        let (eb, wb, rb, nb) =
+            (upload(g, &experts), upload(g, &weights), upload(g, &residual), upload(g, &norm));
+        let (normed, gb, sb) = (upload(g, &u), upload(g, &gate), upload(g, &shared_out));
+        let out = poisoned(g, 4 * t * hidden);
+        let p = MoeCombineNormParams { hidden: hidden as u32, k: k as u32, tokens: t as u32, eps: 1e-6 };
+        let shared = SharedExpert { gate: v(&gb), out: v(&sb) };
+        let d = g
+            .kernels
+            .moe_combine_shared_norm(v(&eb), v(&wb), v(&rb), v(&nb), v(&out), v(&normed), shared, p)
+            .unwrap();
+        run(g, &[&d]);
+        let (want, want_n) = cpu::moe_combine_shared_norm(
+            (&experts, &weights),
+            &residual,
+            &norm,
+            (&u, (&gate, &shared_out)),
+            (hidden, k),
+            1e-6,
+        );
+        // The gate's dot product in f32 (the reference's in f64) through a sigmoid, then the combine's sums.
+        let scale: Vec<f32> = (0..t * hidden)
+            .map(|i| {
+                let (tt, h) = (i / hidden, i % hidden);
+                residual[i].abs()
+                    + shared_out[i].abs()
+                    + (0..k)
+                        .map(|j| (experts[(tt * k + j) * hidden + h] * weights[tt * k + j]).abs())
+                        .sum::<f32>()
+            })
+            .collect();
+        let what = format!("moe_combine_shared_norm H={hidden} k={k} T={t}");
+        assert_close(&what, &read_n::<f32>(g, &out, t * hidden), &want, &scale, 1e-6, 2e-6);
+        assert_close(&what, &read_n::<f32>(g, &normed, t * hidden), &want_n, &abs_of(&want_n), 1e-6, 8e-6);
     }
 }

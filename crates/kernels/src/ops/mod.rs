@@ -69,7 +69,7 @@ pub use gated_attention::{AttentionGateParams, QkNormRopePartialParams};
 pub use kquant_gemv::{BlockMatrix, BlockQuant, KQuantGemvParams};
 pub use kv_store::KvStoreParams;
 pub use moe_combine::MoeCombineParams;
-pub use moe_combine_norm::MoeCombineNormParams;
+pub use moe_combine_norm::{MoeCombineNormParams, SharedExpert};
 pub use q8_gemm::Q8GemmParams;
 pub use q8_gemv::Q8GemvParams;
 pub use qk_norm_rope::QkNormRopeParams;

@@ -17,6 +17,15 @@ pub struct MoeCombineNormParams {
 }
 const _: () = assert!(size_of::<MoeCombineNormParams>() == 16);
 
+/// qwen35moe's shared expert where [`Kernels::moe_combine_shared_norm`] adds it.
+#[derive(Clone, Copy, Debug)]
+pub struct SharedExpert<'a> {
+    /// `[H] f32`: its gate's weights (`ffn_gate_inp_shexp`).
+    pub gate: View<'a>,
+    /// `[T, H] f32`: its output.
+    pub out: View<'a>,
+}
+
 impl Kernels {
     /// [`Kernels::moe_combine`] then [`Kernels::rms_norm`] of its output in one dispatch (a layer's end and
     /// the next layer's attention norm, or the output norm after the last layer):
@@ -37,13 +46,49 @@ impl Kernels {
         normed: View<'_>,
         p: MoeCombineNormParams,
     ) -> Result<Dispatch> {
-        let b = self.binder(Kernel::MoeCombineNorm);
+        self.combine_norm((experts, weights), residual, norm, (out, normed), None, p)
+    }
+
+    /// [`Kernels::shared_expert_gate`] then [`Kernels::moe_combine_norm`] in one dispatch: the picks go onto
+    /// `residual[t] + σ(shared.gate · u[t]) · shared.out[t]`, where `u` is `normed` as it comes in (the FFN's
+    /// normed input), before the next norm's rows replace it. Shapes as `moe_combine_norm`, and `shared`'s.
+    ///
+    /// # Errors
+    /// As [`Kernels::moe_combine_norm`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn moe_combine_shared_norm(
+        &self,
+        experts: View<'_>,
+        weights: View<'_>,
+        residual: View<'_>,
+        norm: View<'_>,
+        out: View<'_>,
+        normed: View<'_>,
+        shared: SharedExpert<'_>,
+        p: MoeCombineNormParams,
+    ) -> Result<Dispatch> {
+        self.combine_norm((experts, weights), residual, norm, (out, normed), Some(shared), p)
+    }
+
+    fn combine_norm(
+        &self,
+        (experts, weights): (View<'_>, View<'_>),
+        residual: View<'_>,
+        norm: View<'_>,
+        (out, normed): (View<'_>, View<'_>),
+        shared: Option<SharedExpert<'_>>,
+        p: MoeCombineNormParams,
+    ) -> Result<Dispatch> {
+        let b = self.binder(match shared {
+            Some(_) => Kernel::MoeCombineSharedNorm,
+            None => Kernel::MoeCombineNorm,
+        });
         let (h, k, t) = (u64::from(p.hidden), u64::from(p.k), u64::from(p.tokens));
         b.ensure(k > 0 && h > 0 && h.is_multiple_of(4), || {
             format!("needs k > 0 and hidden a positive multiple of 4 (rows are read as vec4); got hidden {h}, k {k}")
         })?;
         let dims = [b.groups("tokens", t)?, 1, 1];
-        let bound = vec![
+        let mut bound = vec![
             b.storage("experts", experts, 0, f32s(t * k * h))?,
             b.storage("weights", weights, 0, f32s(t * k))?,
             b.storage("residual", residual, 0, f32s(t * h))?,
@@ -51,6 +96,10 @@ impl Kernels {
             b.storage("out", out, 0, f32s(t * h))?,
             b.storage("normed", normed, 0, f32s(t * h))?,
         ];
+        if let Some(shared) = shared {
+            bound.push(b.storage("shared.gate", shared.gate, 0, f32s(h))?);
+            bound.push(b.storage("shared.out", shared.out, 0, f32s(t * h))?);
+        }
         Ok(b.finish(vec![(p, bound, dims)]))
     }
 }

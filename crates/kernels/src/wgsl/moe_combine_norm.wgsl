@@ -6,6 +6,10 @@
 // One workgroup takes a whole row, so the kernel is bound by memory round trips, not bytes: rows are read
 // as vec4 (H a multiple of 4), eight picks a step with every load issued before any is used, and two
 // vec4 a lane a step (at H = 2048 a lane's whole share in one step).
+//
+// What the picks are added onto comes from the helper appended: moe_combine_plain.wgsl (the residual) for
+// moe_combine_norm, moe_combine_shared.wgsl (the residual plus qwen35moe's σ-gated shared expert) for
+// moe_combine_shared_norm.
 
 struct Params {
     hidden: u32, // H, a multiple of 4
@@ -32,7 +36,8 @@ fn term(t: u32, j: u32, i: u32, h4: u32) -> vec4<f32> {
     return experts[e * h4 + i] * w;
 }
 
-// residual + sum_j w_j e_j at vec4 i of token t's row, the k terms added in pick order.
+// residual + sum_j w_j e_j at vec4 i of token t's row, the k terms added in pick order (the residual's
+// term from `residual_term`).
 fn combined(t: u32, i: u32, h4: u32) -> vec4<f32> {
     var sum = vec4<f32>(0.0);
     for (var j = 0u; j < p.k; j += 8u) {
@@ -53,7 +58,7 @@ fn combined(t: u32, i: u32, h4: u32) -> vec4<f32> {
         sum += g;
         sum += h;
     }
-    return sum + residual[t * h4 + i];
+    return sum + residual_term(t, i, h4);
 }
 
 // One workgroup per token; each invocation writes and later rereads only its own elements of out.
@@ -62,6 +67,7 @@ fn moe_combine_norm(@builtin(local_invocation_index) li: u32, @builtin(workgroup
     let t = wg.x;
     let h4 = p.hidden / 4u;
     let row = t * h4;
+    begin_row(li, t, h4);
     // The first step's two vec4 and their norm weights stay in registers (at H = 2048 a lane's whole
     // share), the weights loaded before the reduction: after it, nothing waits on memory.
     let n0 = norm[min(li, h4 - 1u)];

@@ -6,7 +6,13 @@
 var<workgroup> rms_red: array<f32, 256>;
 
 fn rms_scale(ss: f32, li: u32, lanes: u32, n: u32, eps: f32) -> f32 {
-    rms_red[li] = ss;
+    return 1.0 / sqrt(workgroup_sum(ss, li, lanes) / f32(n) + eps);
+}
+
+// The sum of every lane's `v` (the same tree as rms_scale's). A caller that sums again after it waits at a
+// barrier first: every lane reads the total from `rms_red`.
+fn workgroup_sum(v: f32, li: u32, lanes: u32) -> f32 {
+    rms_red[li] = v;
     workgroupBarrier();
     // Four entries a lane a step (half as many barriers as pairs: a decode norm waits on each), then a
     // last pair where the count is not a power of four.
@@ -24,5 +30,5 @@ fn rms_scale(ss: f32, li: u32, lanes: u32, n: u32, eps: f32) -> f32 {
         }
         workgroupBarrier();
     }
-    return 1.0 / sqrt(rms_red[0] / f32(n) + eps);
+    return rms_red[0];
 }

@@ -21,7 +21,7 @@ use diskformer_gguf::{GgufFile, TensorInfo};
 use diskformer_kernels::{
     AttentionShape, BlockMatrix, BlockQuant, Context, DeltaNetShape, Dispatch, EXPERT_BLOCK_GEMM_GROUP,
     EXPERT_GROUPS_MAX_EXPERTS, ExpertBlocks, ExpertGroupsParams, ExpertOut, Kernels, MoeCombineNormParams,
-    QkNormRopePartialParams, View, argmax_partial_len, expert_gemm_group_bound,
+    QkNormRopePartialParams, Route, SharedExpert, View, argmax_partial_len, expert_gemm_group_bound,
 };
 use diskformer_runtime::load::{auto_gpu_budget, default_context, default_store_dir};
 use diskformer_runtime::{
@@ -291,6 +291,8 @@ struct Scratch {
     forced_logits: wgpu::Buffer,
     pick_ids: wgpu::Buffer,
     pick_weights: wgpu::Buffer,
+    /// The picks' slots where gate‖up routes a resident token itself (its ids: expert `e` is in slot `e`).
+    pick_slots: wgpu::Buffer,
     /// Expert `e`'s slot, `e` (what [`Kernels::expert_groups`] maps picks through).
     expert_slots: wgpu::Buffer,
     /// A chunk's pairs grouped by expert for the grouped expert GEMMs: the groups, and the pairs in order.
@@ -766,7 +768,9 @@ impl Model {
             }
             None => {
                 for (l, layer) in graph.layers.iter().enumerate() {
+                    // The picks are the layer's from its top-k (or its routed gate‖up) to the next layer's.
                     record(&mut enc, &layer.mixer);
+                    record(&mut enc, &layer.routed);
                     if let Some(recorded) = recorded {
                         let at = 4 * (l as u64) * u64::from(pairs);
                         enc.copy_buffer_to_buffer(
@@ -777,7 +781,6 @@ impl Model {
                             4 * u64::from(pairs),
                         );
                     }
-                    record(&mut enc, &layer.routed);
                     record(&mut enc, &layer.rest);
                 }
             }
@@ -1015,10 +1018,11 @@ impl Model {
         })
     }
 
-    /// The router and its picks (softmax, top-k, renormalised) into `out`; returned, the shared expert with
-    /// its σ-gated add onto `x` (§3.3) and the routed experts' projections (what a streamed layer runs once
-    /// the tiers hold its picks), then the routed experts' combine onto `x` into `next`, with `next_norm`'s
-    /// RMSNorm of it into the normed scratch in the same dispatch.
+    /// The router and its picks (softmax, top-k, renormalised) into `out` (a resident token's gate‖up ranks
+    /// them itself); returned, the shared expert and the routed experts' projections (what a streamed layer
+    /// runs once the tiers hold its picks), then the routed experts' combine onto `x` with the shared
+    /// expert's σ-gated output (§3.3) into `next`, with `next_norm`'s RMSNorm of it into the normed scratch,
+    /// in one dispatch.
     fn moe(
         &self,
         out: &mut Vec<Dispatch>,
@@ -1036,7 +1040,14 @@ impl Model {
             self.forced.as_ref().map(|_| View::at(&s.route_mask, 4 * l as u64 * layer_stride(t, experts)));
         let logits = self.router_logits(out, w.m(&name("ffn_gate_inp")), mask, t)?;
         let (ids, weights) = ((&s.pick_ids).into(), (&s.pick_weights).into());
-        out.push(k.router_topk(logits, ids, weights, experts, top_k, t)?);
+        let source = self.routed_experts(l);
+        // One token on gate‖up records of one type: SwiGLU in gate‖up's dispatch; with every expert resident,
+        // the router's top-k too (each workgroup ranks the logits itself: two dependent dispatches fewer).
+        let swiglu = t == 1 && source.gate_up.iter().all(|(m, _)| m.rows == 2 * f);
+        let routes_itself = swiglu && self.streamed.is_none();
+        if !routes_itself {
+            out.push(k.router_topk(logits, ids, weights, experts, top_k, t)?);
+        }
         // The shared expert first among the routed experts' dispatches: where the host computes a step's
         // misses, the GPU runs it with the hits meanwhile, and only the combine waits for the host's sum.
         let mut out = Vec::new();
@@ -1050,10 +1061,6 @@ impl Model {
         out.push(k.silu_mul(sgu, (&s.shared_swiglu).into(), fs, t)?);
         let down = w.m(&name("ffn_down_shexp"));
         out.push(self.project_all(down, (&s.shared_swiglu).into(), (&s.shared_out).into(), t)?);
-        // Its σ-gated output onto the mixer's sum (the residual the routed experts' combine adds to).
-        let gate = w.v(&name("ffn_gate_inp_shexp"));
-        out.push(k.shared_expert_gate(u(), gate, (&s.shared_out).into(), x.into(), c.hidden, t)?);
-        let source = self.routed_experts(l);
         let grouped = groups_pairs(c, t);
         let len = expert_group_entries(c, t);
         if grouped {
@@ -1070,26 +1077,61 @@ impl Model {
             let (groups, order) = ((&s.expert_groups).into(), (&s.expert_order).into());
             out.push(k.expert_groups(ids, table, groups, order, p)?);
         }
+        // Where gate‖up routes the token itself, it writes the picks' slots for down.
+        let pair_slots = if routes_itself { (&s.pick_slots).into() } else { source.pair_slots };
         let matmul = |w: ExpertBlocks<'_>, x: View<'_>, y: ExpertOut<'_>, x_div: u32| match grouped {
             true => {
                 let (groups, order) = ((&s.expert_groups).into(), (&s.expert_order).into());
                 k.expert_kquant_gemm(w, x, groups, order, y, (pairs, len), x_div)
             }
-            false => k.expert_kquant_gemv(w, x, source.pair_slots, y, pairs, x_div),
+            false => k.expert_kquant_gemv(w, x, pair_slots, y, pairs, x_div),
         };
-        for (m, column) in source.gate_up {
-            let y = ExpertOut { y: (&s.gate_up).into(), stride: 2 * f, offset: column };
-            out.push(matmul(m, u(), y, top_k)?);
+        if swiglu {
+            let act = ExpertOut { y: (&s.swiglu).into(), stride: f, offset: 0 };
+            for (gate_up, _) in source.gate_up {
+                let gate = ExpertBlocks { rows: f, ..gate_up };
+                let up_at =
+                    gate.offset + u64::from(f) * u64::from(gate.cols) / 256 * gate.quant.block_bytes();
+                out.push(match routes_itself {
+                    true => {
+                        let (table, base, entries) = source.table;
+                        let table_range = (base, entries);
+                        let route =
+                            Route { logits, table, table_range, experts, ids, weights, slots: pair_slots };
+                        k.expert_kquant_gemv_swiglu_routed(gate, up_at, u(), route, act.y, (1, top_k))?
+                    }
+                    false => {
+                        k.expert_kquant_gemv_swiglu(gate, up_at, u(), pair_slots, act, (top_k, top_k))?
+                    }
+                });
+            }
+        } else {
+            for (m, column) in source.gate_up {
+                let y = ExpertOut { y: (&s.gate_up).into(), stride: 2 * f, offset: column };
+                out.push(matmul(m, u(), y, top_k)?);
+            }
+            out.push(k.silu_mul((&s.gate_up).into(), (&s.swiglu).into(), f, pairs)?);
         }
-        out.push(k.silu_mul((&s.gate_up).into(), (&s.swiglu).into(), f, pairs)?);
         for m in source.down {
             let y = ExpertOut { y: (&s.expert_out).into(), stride: c.hidden, offset: 0 };
             out.push(matmul(m, (&s.swiglu).into(), y, 1)?);
         }
         let routed = std::mem::take(&mut out);
+        // The routed experts' combine onto the mixer's sum plus the shared expert's σ-gated output.
         let p = MoeCombineNormParams { hidden: c.hidden, k: top_k, tokens: t, eps: c.eps };
         let (experts_out, normed) = ((&s.expert_out).into(), (&s.normed).into());
-        out.push(k.moe_combine_norm(experts_out, weights, x.into(), next_norm, next.into(), normed, p)?);
+        let shared = SharedExpert { gate: w.v(&name("ffn_gate_inp_shexp")), out: (&s.shared_out).into() };
+        let combine = k.moe_combine_shared_norm(
+            experts_out,
+            weights,
+            x.into(),
+            next_norm,
+            next.into(),
+            normed,
+            shared,
+            p,
+        );
+        out.push(combine?);
         Ok((routed, out))
     }
 
@@ -1493,6 +1535,7 @@ impl Scratch {
             forced_logits: f32s("forced logits", if forced { t * u64::from(c.experts) } else { 1 }),
             pick_ids: f32s("pick ids", pairs),
             pick_weights: f32s("pick weights", pairs),
+            pick_slots: f32s("pick slots", pairs),
             expert_slots: device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some("expert slots"),
                 contents: bytemuck::cast_slice(&(0..c.experts).collect::<Vec<u32>>()),

@@ -30,9 +30,9 @@ use crate::engine::{FinishRace, SPIN_FOR_PICKS, readback, record_stage_copies};
 use crate::graph::{ExpertKernels, finish_recorded, record};
 use crate::{Error, Result};
 
-/// A layer's dispatches in a step: its mixer through the router's picks, the experts' (the shared expert with
-/// its gated add onto the residual stream, then the routed experts' projections), and the rest (the routed
-/// experts' combine onto the residual stream, with the next layer's attention norm).
+/// A layer's dispatches in a step: its mixer through the router's picks, the experts' (the shared expert, then
+/// the routed experts' projections), and the rest (the routed experts' and the σ-gated shared expert's
+/// combine onto the residual stream, with the next layer's attention norm).
 pub(super) struct LayerDispatches {
     pub mixer: Vec<Dispatch>,
     pub routed: Vec<Dispatch>,
