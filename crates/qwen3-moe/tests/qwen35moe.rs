@@ -361,8 +361,10 @@ fn the_gpu_model_times_each_kernel_of_a_chunk() {
         assert_eq!(kernels.contains(&"expert_groups"), grouped, "{t} tokens: {kernels:?}");
         // One token attends through the split kernel, a chunk through the chunk kernels.
         assert_eq!(kernels.contains(&"attention_split"), t == 1, "{t} tokens: {kernels:?}");
-        // A resident token's gate‖up ranks the router's logits itself, with SwiGLU on its output.
+        // A resident token's gate‖up ranks the router's logits itself, with SwiGLU on its output, and the
+        // shared expert's gate‖up takes SwiGLU in its dispatch too.
         assert_eq!(kernels.contains(&"router_topk"), t > 1, "{t} tokens: {kernels:?}");
+        assert_eq!(kernels.contains(&"silu_mul"), t > 1, "{t} tokens: {kernels:?}");
     }
     assert!(matches!(m.kernel_times(0, 1), Err(Error::BadOption { .. })));
     assert!(matches!(m.kernel_times(MAX_CHUNK + 1, 1), Err(Error::BadOption { .. })));

@@ -179,6 +179,21 @@ impl Matrix {
     fn blocks(&self) -> BlockMatrix<'_> {
         BlockMatrix { data: (&self.buffer).into(), quant: self.quant, rows: self.rows, cols: self.cols }
     }
+
+    /// The buffer as `count` expert records of this matrix each, as the expert GEMVs take them.
+    fn records(&self, count: u32) -> ExpertBlocks<'_> {
+        ExpertBlocks {
+            data: (&self.buffer).into(),
+            quant: self.quant,
+            slot_bytes: u64::from(self.rows) * self.blocks().row_bytes(),
+            offset: 0,
+            slots: count,
+            first_slot: 0,
+            rows: self.rows,
+            cols: self.cols,
+            host: false,
+        }
+    }
 }
 
 /// One layer's routed experts as the GGUF holds them, expert `e` in slot `e`: gate‖up as one matrix of 2F
@@ -193,17 +208,7 @@ struct Experts {
 impl Experts {
     /// `m` (one of this layer's) as the expert GEMVs take it.
     fn blocks<'a>(&self, m: &'a Matrix) -> ExpertBlocks<'a> {
-        ExpertBlocks {
-            data: (&m.buffer).into(),
-            quant: m.quant,
-            slot_bytes: u64::from(m.rows) * u64::from(m.cols) / 256 * m.quant.block_bytes(),
-            offset: 0,
-            slots: self.count,
-            first_slot: 0,
-            rows: m.rows,
-            cols: m.cols,
-            host: false,
-        }
+        m.records(self.count)
     }
 }
 
@@ -293,6 +298,8 @@ struct Scratch {
     pick_weights: wgpu::Buffer,
     /// The picks' slots where gate‖up routes a resident token itself (its ids: expert `e` is in slot `e`).
     pick_slots: wgpu::Buffer,
+    /// The shared expert's gate‖up as a one-record pool: its one pair's slot, 0.
+    shared_slot: wgpu::Buffer,
     /// Expert `e`'s slot, `e` (what [`Kernels::expert_groups`] maps picks through).
     expert_slots: wgpu::Buffer,
     /// A chunk's pairs grouped by expert for the grouped expert GEMMs: the groups, and the pairs in order.
@@ -767,6 +774,7 @@ impl Model {
                 streamed.run_layers((device, queue), &mut enc, &graph.layers, &b, pairs, &mut waited)?;
             }
             None => {
+                let last = graph.layers.len() - 1;
                 for (l, layer) in graph.layers.iter().enumerate() {
                     // The picks are the layer's from its top-k (or its routed gate‖up) to the next layer's.
                     record(&mut enc, &layer.mixer);
@@ -782,6 +790,13 @@ impl Model {
                         );
                     }
                     record(&mut enc, &layer.rest);
+                    // The GPU runs these layers while the host records the next ones (a step's hundreds of
+                    // dispatches take the host milliseconds to record).
+                    if l % RESIDENT_SUBMIT_LAYERS == RESIDENT_SUBMIT_LAYERS - 1 && l < last {
+                        let recorded =
+                            std::mem::replace(&mut enc, device.create_command_encoder(&Default::default()));
+                        queue.submit([recorded.finish()]);
+                    }
                 }
             }
         }
@@ -1054,11 +1069,23 @@ impl Model {
         let fs = c.shared_ffn;
         let sgu = (&s.shared_gate_up).into();
         let gate = w.m(&name("ffn_gate_shexp"));
-        out.push(self.project(gate, u(), (sgu, 2 * fs, 0), t)?);
-        if gate.rows() == fs {
-            out.push(self.project(w.m(&name("ffn_up_shexp")), u(), (sgu, 2 * fs, fs), t)?);
+        match gate {
+            // One token: gate‖up as one expert's record, SwiGLU in its dispatch.
+            Dense::Blocks(m) if t == 1 && m.rows == 2 * fs => {
+                let record = ExpertBlocks { rows: fs, ..m.records(1) };
+                let up_at = u64::from(fs) * m.blocks().row_bytes();
+                let act = ExpertOut { y: (&s.shared_swiglu).into(), stride: fs, offset: 0 };
+                let slot = (&s.shared_slot).into();
+                out.push(k.expert_kquant_gemv_swiglu(record, up_at, u(), slot, act, (1, 1))?);
+            }
+            _ => {
+                out.push(self.project(gate, u(), (sgu, 2 * fs, 0), t)?);
+                if gate.rows() == fs {
+                    out.push(self.project(w.m(&name("ffn_up_shexp")), u(), (sgu, 2 * fs, fs), t)?);
+                }
+                out.push(k.silu_mul(sgu, (&s.shared_swiglu).into(), fs, t)?);
+            }
         }
-        out.push(k.silu_mul(sgu, (&s.shared_swiglu).into(), fs, t)?);
         let down = w.m(&name("ffn_down_shexp"));
         out.push(self.project_all(down, (&s.shared_swiglu).into(), (&s.shared_out).into(), t)?);
         let grouped = groups_pairs(c, t);
@@ -1165,6 +1192,9 @@ impl Model {
         }
     }
 }
+
+/// Layers a resident step records before it submits them.
+const RESIDENT_SUBMIT_LAYERS: usize = 4;
 
 /// What a layer's routed-expert kernels bind.
 struct RoutedExperts<'a> {
@@ -1309,8 +1339,10 @@ fn type_names() -> String {
 
 /// Matrices of one layer uploaded as one (the second's rows after the first's, under the first's name) where
 /// they have the same type: they multiply the same input into adjacent outputs.
-const JOINED_ROWS: [(&str, &str); 2] =
-    [("ffn_gate_shexp.weight", "ffn_up_shexp.weight"), ("ssm_beta.weight", "ssm_alpha.weight")];
+const JOINED_ROWS: [(&str, &str); 2] = [SHARED_GATE_UP, ("ssm_beta.weight", "ssm_alpha.weight")];
+
+/// The shared expert's gate and up, joined where they share a type.
+const SHARED_GATE_UP: (&str, &str) = ("ffn_gate_shexp.weight", "ffn_up_shexp.weight");
 
 /// Uploads every tensor of `wanted` (the routed experts only with `experts`): vectors dequantised to f32,
 /// dense matrices as [`Dense`], experts as their blocks.
@@ -1371,10 +1403,13 @@ fn upload_weights(
                     Some(p) => ([data, gguf.tensor_data(p).expect("checked")].concat(), 2 * rows),
                     None => (data.to_vec(), rows),
                 };
+                // The shared expert's gate‖up stays in blocks: a token runs it as one expert's record
+                // through the routed experts' SwiGLU GEMV.
+                let shared_gate_up = partner.is_some() && name.ends_with(SHARED_GATE_UP.0);
                 joined_into.extend(partner);
                 let (rows, cols) = (rows as u32, cols as u32);
                 let dense = match quant() {
-                    BlockQuant::Q8_0 => {
+                    BlockQuant::Q8_0 if !shared_gate_up => {
                         // Blocks of 34 bytes: an f16 scale, then 32 int8 quants.
                         let blocks = bytes.len() / 34;
                         let (mut q, mut scales) = (vec![0u8; blocks * 32], vec![0u8; blocks * 2]);
@@ -1536,6 +1571,7 @@ impl Scratch {
             pick_ids: f32s("pick ids", pairs),
             pick_weights: f32s("pick weights", pairs),
             pick_slots: f32s("pick slots", pairs),
+            shared_slot: f32s("shared slot", 1),
             expert_slots: device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some("expert slots"),
                 contents: bytemuck::cast_slice(&(0..c.experts).collect::<Vec<u32>>()),
