@@ -60,6 +60,12 @@ impl Q8Weight {
     pub fn m(&self) -> Q8Matrix<'_> {
         Q8Matrix { q: View::from(&self.q), scales: View::from(&self.s), rows: self.rows, cols: self.cols }
     }
+
+    /// Rows `first..first + rows` of the matrix, each plane's view starting at the first's bytes.
+    pub fn m_rows(&self, first: u32, rows: u32) -> Q8Matrix<'_> {
+        let at = u64::from(first) * u64::from(self.cols);
+        Q8Matrix { q: View::at(&self.q, at), scales: View::at(&self.s, at / 16), rows, cols: self.cols }
+    }
 }
 
 /// The token embedding in the mapped dense files (`dense.bin`, or the GGUF): Q8_0 planes, or rows of blocks

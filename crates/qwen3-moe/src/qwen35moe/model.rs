@@ -21,7 +21,8 @@ use diskformer_gguf::{GgufFile, TensorInfo};
 use diskformer_kernels::{
     AttentionShape, BlockMatrix, BlockQuant, Context, DeltaNetShape, Dispatch, EXPERT_BLOCK_GEMM_GROUP,
     EXPERT_GROUPS_MAX_EXPERTS, ExpertBlocks, ExpertGroupsParams, ExpertOut, Kernels, MoeCombineNormParams,
-    QkNormRopePartialParams, Route, SharedExpert, View, argmax_partial_len, expert_gemm_group_bound,
+    Q8Matrix, QkNormRopePartialParams, Route, SharedExpert, View, argmax_partial_len,
+    expert_gemm_group_bound,
 };
 use diskformer_runtime::load::{auto_gpu_budget, default_context, default_store_dir};
 use diskformer_runtime::{
@@ -226,6 +227,39 @@ impl Dense {
             Dense::Q8(m) => m.rows,
         }
     }
+
+    /// The whole matrix as the GEMVs bind it.
+    fn whole(&self) -> DenseRows<'_> {
+        self.part(0, self.rows())
+    }
+
+    /// Rows `first..first + rows` as the GEMVs bind them (a token-joined matrix's members).
+    fn part(&self, first: u32, rows: u32) -> DenseRows<'_> {
+        match self {
+            Dense::Blocks(m) => {
+                let at = u64::from(first) * m.blocks().row_bytes();
+                let data = View::at(&m.buffer, at);
+                DenseRows::Blocks(BlockMatrix { data, quant: m.quant, rows, cols: m.cols })
+            }
+            Dense::Q8(m) => DenseRows::Q8(m.m_rows(first, rows)),
+        }
+    }
+}
+
+/// Rows of a [`Dense`] matrix as the GEMVs bind them.
+#[derive(Clone, Copy)]
+enum DenseRows<'a> {
+    Blocks(BlockMatrix<'a>),
+    Q8(Q8Matrix<'a>),
+}
+
+impl DenseRows<'_> {
+    fn rows(&self) -> u32 {
+        match self {
+            DenseRows::Blocks(m) => m.rows,
+            DenseRows::Q8(m) => m.rows,
+        }
+    }
 }
 
 /// Every tensor the forward pass reads, by its GGUF name: dense matrices ([`Dense`]), the routed experts as
@@ -234,11 +268,28 @@ struct Weights {
     matrices: HashMap<String, Dense>,
     vectors: HashMap<String, wgpu::Buffer>,
     experts: Vec<Experts>,
+    /// Each member of a token-joined matrix ([`TOKEN_JOINED`]): the first member's name, under which the
+    /// joined matrix is, and the member's first row and rows in it.
+    members: HashMap<String, (String, u32, u32)>,
 }
 
 impl Weights {
     fn m(&self, name: &str) -> &Dense {
         &self.matrices[name]
+    }
+
+    /// The matrix `name`, a member's rows where it is token-joined.
+    fn rows(&self, name: &str) -> DenseRows<'_> {
+        match self.members.get(name) {
+            Some((first, at, rows)) => self.matrices[first].part(*at, *rows),
+            None => self.matrices[name].whole(),
+        }
+    }
+
+    /// The token-joined matrix whose first member is `first`, for a one-token step: one GEMV for every
+    /// member, their outputs one after another in one row.
+    fn token_joined(&self, first: &str, t: u32) -> Option<&Dense> {
+        self.members.contains_key(first).then(|| &self.matrices[first]).filter(|_| t == 1)
     }
 
     fn v(&self, name: &str) -> View<'_> {
@@ -272,7 +323,8 @@ struct Scratch {
     residual: [wgpu::Buffer; 2],
     /// The mixer's normed input, then the FFN's.
     normed: wgpu::Buffer,
-    /// Projections: attention's query‖gate rows, or DeltaNet's q‖k‖v.
+    /// Projections: attention's query‖gate rows, or DeltaNet's q‖k‖v (a token's with k and v, or z, after
+    /// them where the projections are token-joined).
     projected: wgpu::Buffer,
     keys: wgpu::Buffer,
     values: wgpu::Buffer,
@@ -883,18 +935,18 @@ impl Model {
 
     /// `y[t] = W x[t]` into columns `offset..offset + rows` of rows of `stride`: a GEMV for a few tokens, the
     /// tiled GEMM (each weight read once per 32 tokens) for a chunk of [`GEMM_FROM`] or more.
-    fn project(&self, w: &Dense, x: View<'_>, y: (View<'_>, u32, u32), t: u32) -> Result<Dispatch> {
+    fn project(&self, w: DenseRows<'_>, x: View<'_>, y: (View<'_>, u32, u32), t: u32) -> Result<Dispatch> {
         let k = &self.kernels;
         Ok(match (w, t >= GEMM_FROM) {
-            (Dense::Blocks(m), true) => k.kquant_gemm_into(m.blocks(), x, y, t)?,
-            (Dense::Blocks(m), false) => k.kquant_gemv_into(m.blocks(), x, y, t)?,
-            (Dense::Q8(m), true) => k.q8_gemm_tiled_into(m.m(), x, y, t)?,
-            (Dense::Q8(m), false) => k.q8_gemv_into(m.m(), x, y, t)?,
+            (DenseRows::Blocks(m), true) => k.kquant_gemm_into(m, x, y, t)?,
+            (DenseRows::Blocks(m), false) => k.kquant_gemv_into(m, x, y, t)?,
+            (DenseRows::Q8(m), true) => k.q8_gemm_tiled_into(m, x, y, t)?,
+            (DenseRows::Q8(m), false) => k.q8_gemv_into(m, x, y, t)?,
         })
     }
 
     /// [`Model::project`] into whole rows of `y`.
-    fn project_all(&self, w: &Dense, x: View<'_>, y: View<'_>, t: u32) -> Result<Dispatch> {
+    fn project_all(&self, w: DenseRows<'_>, x: View<'_>, y: View<'_>, t: u32) -> Result<Dispatch> {
         self.project(w, x, (y, w.rows(), 0), t)
     }
 
@@ -911,9 +963,21 @@ impl Model {
         let (c, k, w, s) = (&self.config, &self.kernels, &self.weights, &self.scratch);
         let name = |n: &str| format!("blk.{l}.{n}.weight");
         let (d, kv) = (c.head_dim, c.kv_heads * c.head_dim);
-        out.push(self.project_all(w.m(&name("attn_q")), (&s.normed).into(), (&s.projected).into(), t)?);
-        out.push(self.project_all(w.m(&name("attn_k")), (&s.normed).into(), (&s.keys).into(), t)?);
-        out.push(self.project_all(w.m(&name("attn_v")), (&s.normed).into(), (&s.values).into(), t)?);
+        let (normed, projected) = ((&s.normed).into(), (&s.projected).into());
+        let (keys_in, values_in): (View<'_>, View<'_>) = match w.token_joined(&name("attn_q"), t) {
+            // One token: q‖gate, k and v in one GEMV, one after another in `projected`.
+            Some(joined) => {
+                out.push(self.project_all(joined.whole(), normed, projected, t)?);
+                let at = |rows: u32| View::at(&s.projected, 4 * u64::from(rows));
+                (at(2 * c.heads * d), at(2 * c.heads * d + kv))
+            }
+            None => {
+                out.push(self.project_all(w.rows(&name("attn_q")), normed, projected, t)?);
+                out.push(self.project_all(w.rows(&name("attn_k")), normed, (&s.keys).into(), t)?);
+                out.push(self.project_all(w.rows(&name("attn_v")), normed, (&s.values).into(), t)?);
+                ((&s.keys).into(), (&s.values).into())
+            }
+        };
         let rope = |heads: u32, in_stride: u32| QkNormRopePartialParams {
             heads,
             head_dim: d,
@@ -935,7 +999,7 @@ impl Model {
         // The keys normed and turned into `mixed` (free until the attention's output), then stored.
         let k_norm = w.v(&name("attn_k_norm"));
         out.push(k.qk_norm_rope_partial(
-            (&s.keys).into(),
+            keys_in,
             k_norm,
             (&s.rope).into(),
             (&s.mixed).into(),
@@ -943,7 +1007,7 @@ impl Model {
         )?);
         let ctx = self.max_context;
         out.push(k.kv_store((&s.mixed).into(), (&s.positions).into(), keys.into(), kv, t, ctx)?);
-        out.push(k.kv_store((&s.values).into(), (&s.positions).into(), values.into(), kv, t, ctx)?);
+        out.push(k.kv_store(values_in, (&s.positions).into(), values.into(), kv, t, ctx)?);
         let shape = AttentionShape { heads: c.heads, kv_heads: c.kv_heads, head_dim: d, tokens: t, ctx };
         let (q, o, positions) = ((&s.queries).into(), (&s.mixed).into(), (&s.positions).into());
         if t == 1 && shape.split_fits() {
@@ -955,7 +1019,7 @@ impl Model {
             out.push(k.attention(q, keys.into(), values.into(), positions, o, shape)?);
         }
         out.push(k.attention_gate((&s.projected).into(), (&s.mixed).into(), c.heads, d, t)?);
-        let output = w.m(&name("attn_output"));
+        let output = w.rows(&name("attn_output"));
         out.push(self.project_all(output, (&s.mixed).into(), (&s.mixer_out).into(), t)?);
         Ok(())
     }
@@ -974,13 +1038,23 @@ impl Model {
         let name = |n: &str| format!("blk.{l}.{n}.weight");
         let (channels, h_v) = (c.conv_channels() as u32, c.v_heads);
         let normed = || (&s.normed).into();
-        out.push(self.project_all(w.m(&name("attn_qkv")), normed(), (&s.projected).into(), t)?);
-        out.push(self.project_all(w.m(&name("attn_gate")), normed(), (&s.z).into(), t)?);
+        let z: View<'_> = match w.token_joined(&name("attn_qkv"), t) {
+            // One token: q‖k‖v and z in one GEMV, z after q‖k‖v in `projected`.
+            Some(joined) => {
+                out.push(self.project_all(joined.whole(), normed(), (&s.projected).into(), t)?);
+                View::at(&s.projected, 4 * u64::from(channels))
+            }
+            None => {
+                out.push(self.project_all(w.rows(&name("attn_qkv")), normed(), (&s.projected).into(), t)?);
+                out.push(self.project_all(w.rows(&name("attn_gate")), normed(), (&s.z).into(), t)?);
+                (&s.z).into()
+            }
+        };
         let ba = (&s.beta_alpha).into();
         let beta = w.m(&name("ssm_beta"));
-        out.push(self.project(beta, normed(), (ba, 2 * h_v, 0), t)?);
+        out.push(self.project(beta.whole(), normed(), (ba, 2 * h_v, 0), t)?);
         if beta.rows() == h_v {
-            out.push(self.project(w.m(&name("ssm_alpha")), normed(), (ba, 2 * h_v, h_v), t)?);
+            out.push(self.project(w.rows(&name("ssm_alpha")), normed(), (ba, 2 * h_v, h_v), t)?);
         }
         let kernel = w.v(&name("ssm_conv1d"));
         let (projected, u) = ((&s.projected).into(), (&s.queries).into());
@@ -991,9 +1065,9 @@ impl Model {
             k.delta_net_rule(u, ba, dt_bias, decay, delta.into(), (&s.mixed).into(), shape, t, c.eps)?;
         out.push(rule);
         let norm = w.v(&name("ssm_norm"));
-        let (o, z, gated) = ((&s.mixed).into(), (&s.z).into(), (&s.gated).into());
+        let (o, gated) = ((&s.mixed).into(), (&s.gated).into());
         out.push(k.gated_rms_norm(o, z, norm, gated, c.state_size, t * h_v, c.eps)?);
-        out.push(self.project_all(w.m(&name("ssm_out")), gated, (&s.mixer_out).into(), t)?);
+        out.push(self.project_all(w.rows(&name("ssm_out")), gated, (&s.mixer_out).into(), t)?);
         Ok(())
     }
 
@@ -1022,7 +1096,7 @@ impl Model {
                 out.push(k.f32_gemv((&m.buffer).into(), m.rows, m.cols, x, raw, t)?)
             }
             (Some(m), _) => out.push(k.f32_gemm((&m.buffer).into(), (m.rows, m.cols), x, raw, t)?),
-            (None, _) => out.push(self.project_all(router, x, raw, t)?),
+            (None, _) => out.push(self.project_all(router.whole(), x, raw, t)?),
         }
         Ok(match mask {
             Some(mask) => {
@@ -1079,14 +1153,14 @@ impl Model {
                 out.push(k.expert_kquant_gemv_swiglu(record, up_at, u(), slot, act, (1, 1))?);
             }
             _ => {
-                out.push(self.project(gate, u(), (sgu, 2 * fs, 0), t)?);
+                out.push(self.project(gate.whole(), u(), (sgu, 2 * fs, 0), t)?);
                 if gate.rows() == fs {
-                    out.push(self.project(w.m(&name("ffn_up_shexp")), u(), (sgu, 2 * fs, fs), t)?);
+                    out.push(self.project(w.rows(&name("ffn_up_shexp")), u(), (sgu, 2 * fs, fs), t)?);
                 }
                 out.push(k.silu_mul(sgu, (&s.shared_swiglu).into(), fs, t)?);
             }
         }
-        let down = w.m(&name("ffn_down_shexp"));
+        let down = w.rows(&name("ffn_down_shexp"));
         out.push(self.project_all(down, (&s.shared_swiglu).into(), (&s.shared_out).into(), t)?);
         let grouped = groups_pairs(c, t);
         let len = expert_group_entries(c, t);
@@ -1344,6 +1418,51 @@ const JOINED_ROWS: [(&str, &str); 2] = [SHARED_GATE_UP, ("ssm_beta.weight", "ssm
 /// The shared expert's gate and up, joined where they share a type.
 const SHARED_GATE_UP: (&str, &str) = ("ffn_gate_shexp.weight", "ffn_up_shexp.weight");
 
+/// Matrices of one layer uploaded as one (the others' rows after the first's, under the first's name) where
+/// they have the same type and each member's rows start where a view may bind them: a token multiplies the
+/// same input by all of them in one GEMV, their outputs one after another in one row; a chunk multiplies
+/// each member's rows apart, into its own rows.
+const TOKEN_JOINED: [(&str, &[&str]); 2] =
+    [("attn_q.weight", &["attn_k.weight", "attn_v.weight"]), ("attn_qkv.weight", &["attn_gate.weight"])];
+
+/// The matrices [`upload_weights`] uploads after `name`'s rows, as one matrix ([`JOINED_ROWS`], or with
+/// `true` [`TOKEN_JOINED`]): none unless each has `name`'s type, and for a token-joined group each member's
+/// rows starting at a multiple of `align` bytes in every plane and in the output.
+fn joined_with(gguf: &GgufFile, name: &str, align: u64) -> (Vec<String>, bool) {
+    let header = gguf.header();
+    let Some(info) = header.tensor(name) else { return (Vec::new(), false) };
+    let same_type =
+        |members: &[String]| members.iter().all(|m| header.tensor(m).is_some_and(|t| t.ty == info.ty));
+    let prefixed = |first: &str, others: &[&str]| -> Vec<String> {
+        others.iter().map(|o| format!("{}{o}", &name[..name.len() - first.len()])).collect()
+    };
+    if let Some((first, second)) = JOINED_ROWS.iter().find(|(first, _)| name.ends_with(first)) {
+        let group = prefixed(first, &[second]);
+        return (if same_type(&group) { group } else { Vec::new() }, false);
+    }
+    let Some((first, others)) = TOKEN_JOINED.iter().find(|(first, _)| name.ends_with(first)) else {
+        return (Vec::new(), false);
+    };
+    let group = prefixed(first, others);
+    let Some(quant) = BlockQuant::from_name(info.ty.name()) else { return (Vec::new(), false) };
+    let cols = info.dims[0];
+    // Where a member's rows start: its planes' bytes (Q8_0: int8 and f16 scales) or blocks, and its output.
+    let starts = |row: u64| match quant {
+        BlockQuant::Q8_0 => vec![row * cols, row * cols / 16, 4 * row],
+        _ => vec![row * cols / 256 * quant.block_bytes(), 4 * row],
+    };
+    let mut row = info.dims[1];
+    let mut aligned = true;
+    for m in &group {
+        aligned &= starts(row).iter().all(|b| b.is_multiple_of(align));
+        row += header.tensor(m).map_or(0, |t| t.dims[1]);
+    }
+    match same_type(&group) && aligned {
+        true => (group, true),
+        false => (Vec::new(), false),
+    }
+}
+
 /// Uploads every tensor of `wanted` (the routed experts only with `experts`): vectors dequantised to f32,
 /// dense matrices as [`Dense`], experts as their blocks.
 fn upload_weights(
@@ -1371,7 +1490,13 @@ fn upload_weights(
             usage: wgpu::BufferUsages::STORAGE,
         }))
     };
-    let mut w = Weights { matrices: HashMap::new(), vectors: HashMap::new(), experts: Vec::new() };
+    let mut w = Weights {
+        matrices: HashMap::new(),
+        vectors: HashMap::new(),
+        experts: Vec::new(),
+        members: HashMap::new(),
+    };
+    let align = u64::from(ctx.limits.min_storage_buffer_offset_alignment);
     let mut parts: Vec<(&str, &[u8], BlockQuant, u32, u32)> = Vec::new();
     let mut joined_into: Vec<String> = Vec::new();
     let tied = gguf.header().tensor("output.weight").is_none();
@@ -1393,21 +1518,25 @@ fn upload_weights(
                 if joined_into.contains(name) {
                     continue;
                 }
-                // Two projections of the same input and type, one after the other's rows: one GEMV.
-                let partner = JOINED_ROWS
-                    .iter()
-                    .find(|(first, _)| name.ends_with(first))
-                    .map(|(first, second)| format!("{}{second}", &name[..name.len() - first.len()]))
-                    .filter(|p| gguf.header().tensor(p).is_some_and(|t| t.ty == info.ty));
-                let (bytes, rows) = match &partner {
-                    Some(p) => ([data, gguf.tensor_data(p).expect("checked")].concat(), 2 * rows),
-                    None => (data.to_vec(), rows),
-                };
+                // Projections of the same input and type, one after another's rows: one GEMV.
+                let (group, token_joined) = joined_with(gguf, name, align);
+                let (mut bytes, mut all_rows) = (data.to_vec(), rows as u32);
+                if token_joined {
+                    w.members.insert(name.clone(), (name.clone(), 0, rows as u32));
+                }
+                for member in &group {
+                    let rows = gguf.header().tensor(member).expect("checked").dims[1] as u32;
+                    if token_joined {
+                        w.members.insert(member.clone(), (name.clone(), all_rows, rows));
+                    }
+                    bytes.extend_from_slice(gguf.tensor_data(member).expect("checked"));
+                    all_rows += rows;
+                }
                 // The shared expert's gate‖up stays in blocks: a token runs it as one expert's record
                 // through the routed experts' SwiGLU GEMV.
-                let shared_gate_up = partner.is_some() && name.ends_with(SHARED_GATE_UP.0);
-                joined_into.extend(partner);
-                let (rows, cols) = (rows as u32, cols as u32);
+                let shared_gate_up = !group.is_empty() && name.ends_with(SHARED_GATE_UP.0);
+                joined_into.extend(group);
+                let (rows, cols) = (all_rows, cols as u32);
                 let dense = match quant() {
                     BlockQuant::Q8_0 if !shared_gate_up => {
                         // Blocks of 34 bytes: an f16 scale, then 32 int8 quants.
@@ -1551,7 +1680,8 @@ impl Scratch {
             bytes: 0,
             residual: [f32s("residual a", t * e), f32s("residual b", t * e)],
             normed: f32s("normed", t * e),
-            projected: f32s("projected", t * (2 * q).max(ch)),
+            // A token's token-joined projections write past its row: attention's k and v, DeltaNet's z.
+            projected: f32s("projected", t * (2 * q).max(ch) + (2 * kv).max(vd)),
             keys: f32s("keys", t * kv),
             values: f32s("values", t * kv),
             queries: f32s("queries", t * q.max(ch)),
