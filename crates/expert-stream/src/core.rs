@@ -442,6 +442,11 @@ impl PoolCore {
         }
     }
 
+    /// Records that a demand waited for running loads to land before it had room.
+    pub fn add_room_wait(&mut self) {
+        self.stats.room_waits += 1;
+    }
+
     /// Records that an `ensure` caller was blocked for `wait`.
     pub fn add_wait_time(&mut self, wait: Duration) {
         self.stats.wait_time += wait;

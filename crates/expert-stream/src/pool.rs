@@ -94,7 +94,7 @@ impl<B: Backend> ExpertPool<B> {
     /// # Errors
     ///
     /// - [`Error::OutOfRange`] for an id past the model; [`Error::PoolExhausted`] when the misses do not fit
-    ///   (nothing is pinned or loaded then).
+    ///   even where the loads running landed (nothing is pinned or loaded then).
     /// - [`Error::Read`], [`Error::ShortRead`], [`Error::Upload`] or [`Error::BackendPanicked`] naming the
     ///   record when a load it needed failed; the failed slot is free and nothing stays pinned.
     /// - [`Error::Cleared`] when [`clear`](Self::clear) ran while it waited.
@@ -117,7 +117,17 @@ impl<B: Backend> ExpertPool<B> {
         mut meanwhile: impl FnMut() -> bool,
     ) -> Result<Pinned> {
         let mut inner = self.shared.lock();
-        let (mut ticket, jobs) = inner.core.demand(layer, ids)?;
+        let (mut ticket, jobs) = loop {
+            match inner.core.demand(layer, ids) {
+                // Loads still running (guesses, the CPU tier's admissions) take slots that turn evictable when
+                // they land: where that would make room, wait for them before calling the pool too small.
+                Err(Error::PoolExhausted { needed, loading, .. }) if needed <= loading => {
+                    inner.core.add_room_wait();
+                    inner = self.shared.wait(inner);
+                }
+                demanded => break demanded?,
+            }
+        };
         let demand_tx = self.demand_tx.as_ref().expect("senders live until drop");
         for job in jobs {
             let _ = demand_tx.send(job);

@@ -20,6 +20,8 @@ pub struct Stats {
     pub evictions: u64,
     /// Loads that failed (read, short read, upload or backend panic); their slots were freed.
     pub failed_loads: u64,
+    /// Demands that waited for running loads (guesses, admissions) to land before they had room.
+    pub room_waits: u64,
     /// Bytes the backend loaded into slots (successful loads), whether it read them from the store or
     /// copied them from host memory it already held.
     pub bytes_read: u64,
@@ -83,13 +85,14 @@ impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "hit rate {}: {} hits, {} late hits, {} misses, {} evictions, {} failed loads",
+            "hit rate {}: {} hits, {} late hits, {} misses, {} evictions, {} failed loads, {} waits for room",
             percent(self.hit_rate()),
             self.hits,
             self.late_hits,
             self.misses,
             self.evictions,
-            self.failed_loads
+            self.failed_loads,
+            self.room_waits
         )?;
         writeln!(
             f,

@@ -1,7 +1,8 @@
 //! Protects the pool under concurrency, with reads held open by gates (no sleeps): late hits are read once,
 //! demand is never held up by guesses and drops queued ones, `clear()` during reads leaves every slot free
-//! exactly once, a failed load frees its slot and names the record to every caller that waited for it, and
-//! `ensure_meanwhile` calls its closure while loads run, until it has nothing more to do or they are done.
+//! exactly once, a failed load frees its slot and names the record to every caller that waited for it, a
+//! demand waits for running guesses before it calls the pool exhausted, and `ensure_meanwhile` calls its
+//! closure while loads run, until it has nothing more to do or they are done.
 
 mod common;
 
@@ -42,6 +43,30 @@ fn a_late_hit_on_a_prefetch_waits_and_is_not_read_again() {
     let s = pool.stats();
     assert_eq!((s.hits, s.late_hits, s.misses, s.prefetch_used), (0, 1, 0, 1));
     assert!(s.wait_time > Duration::ZERO);
+}
+
+/// A demand that fits only once a running guess lands waits for it (the guess's slot then turns evictable)
+/// instead of failing; one that would not fit even then fails at once.
+#[test]
+fn a_demand_waits_for_running_guesses_before_calling_the_pool_exhausted() {
+    let pool = pool(2, 2, 8, |c| c.prefetch_reserve = 0);
+    let events = pool.backend().events();
+    let gate = pool.backend().hold(key(1, 3));
+    assert_eq!(pool.prefetch(1, &[3]).unwrap(), 1);
+    assert_eq!(events.recv().unwrap(), Event::ReadStarted(key(1, 3)));
+    let err = pool.ensure(0, &[0, 1, 2]).unwrap_err();
+    assert!(matches!(err, Error::PoolExhausted { slots: 2, loading: 1, .. }), "{err}");
+    thread::scope(|s| {
+        let demand = s.spawn(|| pool.ensure(0, &[0, 1]));
+        wait_until(|| pool.stats().room_waits > 0 || demand.is_finished());
+        assert_eq!(pool.stats().room_waits, 1, "blocked on the guess, not failed");
+        gate.open();
+        let pinned = demand.join().unwrap().unwrap();
+        assert_eq!(pool.backend().slot_bytes(pinned[1]), pool.backend().record(key(0, 1)));
+        pool.release(pinned);
+    });
+    assert_eq!(pool.stats().evictions, 1, "the guess gave its slot up");
+    pool.inspect(|c| c.check_invariants()).unwrap();
 }
 
 #[test]

@@ -205,6 +205,8 @@ fn stats_display_prints_every_counter() {
         "0 late hits",
         "2 misses",
         "0 evictions",
+        "0 failed loads",
+        "0 waits for room",
         "prefetch: 0 issued",
         "by layer: 33.3% -",
     ] {
