@@ -286,6 +286,17 @@ impl Weights {
         }
     }
 
+    /// Matrix `a`'s rows and then `b`'s, as one, where `b` follows `a` in a token-joined matrix (β‖α);
+    /// else `a` alone.
+    fn adjacent_rows(&self, a: &str, b: &str) -> DenseRows<'_> {
+        match (self.members.get(a), self.members.get(b)) {
+            (Some((first, at, rows)), Some((then, next, more))) if first == then && at + rows == *next => {
+                self.matrices[first].part(*at, rows + more)
+            }
+            _ => self.rows(a),
+        }
+    }
+
     /// The token-joined matrix whose first member is `first`, for a one-token step: one GEMV for every
     /// member, their outputs one after another in one row.
     fn token_joined(&self, first: &str, t: u32) -> Option<&Dense> {
@@ -323,8 +334,8 @@ struct Scratch {
     residual: [wgpu::Buffer; 2],
     /// The mixer's normed input, then the FFN's.
     normed: wgpu::Buffer,
-    /// Projections: attention's query‖gate rows, or DeltaNet's q‖k‖v (a token's with k and v, or z, after
-    /// them where the projections are token-joined).
+    /// Projections: attention's query‖gate rows, or DeltaNet's q‖k‖v (a token's with k and v, or z and β‖α,
+    /// after them where the projections are token-joined).
     projected: wgpu::Buffer,
     keys: wgpu::Buffer,
     values: wgpu::Buffer,
@@ -1038,24 +1049,34 @@ impl Model {
         let name = |n: &str| format!("blk.{l}.{n}.weight");
         let (channels, h_v) = (c.conv_channels() as u32, c.v_heads);
         let normed = || (&s.normed).into();
-        let z: View<'_> = match w.token_joined(&name("attn_qkv"), t) {
-            // One token: q‖k‖v and z in one GEMV, z after q‖k‖v in `projected`.
+        let qkv = name("attn_qkv");
+        let (z, joined_ba): (View<'_>, Option<View<'_>>) = match w.token_joined(&qkv, t) {
+            // One token: q‖k‖v, z (and β‖α where they share its type) in one GEMV, one after another in
+            // `projected`.
             Some(joined) => {
                 out.push(self.project_all(joined.whole(), normed(), (&s.projected).into(), t)?);
-                View::at(&s.projected, 4 * u64::from(channels))
+                let at = |floats: u32| View::at(&s.projected, 4 * u64::from(floats));
+                let ba_joined = w.members.get(&name("ssm_beta")).is_some_and(|(first, ..)| *first == qkv);
+                (at(channels), ba_joined.then(|| at(channels + c.value_dim() as u32)))
             }
             None => {
-                out.push(self.project_all(w.rows(&name("attn_qkv")), normed(), (&s.projected).into(), t)?);
+                out.push(self.project_all(w.rows(&qkv), normed(), (&s.projected).into(), t)?);
                 out.push(self.project_all(w.rows(&name("attn_gate")), normed(), (&s.z).into(), t)?);
-                (&s.z).into()
+                ((&s.z).into(), None)
             }
         };
-        let ba = (&s.beta_alpha).into();
-        let beta = w.m(&name("ssm_beta"));
-        out.push(self.project(beta.whole(), normed(), (ba, 2 * h_v, 0), t)?);
-        if beta.rows() == h_v {
-            out.push(self.project(w.rows(&name("ssm_alpha")), normed(), (ba, 2 * h_v, h_v), t)?);
-        }
+        let ba = match joined_ba {
+            Some(ba) => ba,
+            None => {
+                let ba = (&s.beta_alpha).into();
+                let beta = w.adjacent_rows(&name("ssm_beta"), &name("ssm_alpha"));
+                out.push(self.project(beta, normed(), (ba, 2 * h_v, 0), t)?);
+                if beta.rows() == h_v {
+                    out.push(self.project(w.rows(&name("ssm_alpha")), normed(), (ba, 2 * h_v, h_v), t)?);
+                }
+                ba
+            }
+        };
         let kernel = w.v(&name("ssm_conv1d"));
         let (projected, u) = ((&s.projected).into(), (&s.queries).into());
         out.push(k.delta_net_conv(projected, kernel, conv.into(), u, channels, c.conv_kernel, t)?);
@@ -1422,8 +1443,16 @@ const SHARED_GATE_UP: (&str, &str) = ("ffn_gate_shexp.weight", "ffn_up_shexp.wei
 /// they have the same type and each member's rows start where a view may bind them: a token multiplies the
 /// same input by all of them in one GEMV, their outputs one after another in one row; a chunk multiplies
 /// each member's rows apart, into its own rows.
-const TOKEN_JOINED: [(&str, &[&str]); 2] =
-    [("attn_q.weight", &["attn_k.weight", "attn_v.weight"]), ("attn_qkv.weight", &["attn_gate.weight"])];
+/// A first member's groups are tried in order; a member marked `true` has its output read from where it
+/// starts in the row (α's is read with β's).
+const TOKEN_JOINED: [(&str, &[(&str, bool)]); 3] = [
+    ("attn_q.weight", &[("attn_k.weight", true), ("attn_v.weight", true)]),
+    (
+        "attn_qkv.weight",
+        &[("attn_gate.weight", true), ("ssm_beta.weight", true), ("ssm_alpha.weight", false)],
+    ),
+    ("attn_qkv.weight", &[("attn_gate.weight", true)]),
+];
 
 /// The matrices [`upload_weights`] uploads after `name`'s rows, as one matrix ([`JOINED_ROWS`], or with
 /// `true` [`TOKEN_JOINED`]): none unless each has `name`'s type, and for a token-joined group each member's
@@ -1433,34 +1462,35 @@ fn joined_with(gguf: &GgufFile, name: &str, align: u64) -> (Vec<String>, bool) {
     let Some(info) = header.tensor(name) else { return (Vec::new(), false) };
     let same_type =
         |members: &[String]| members.iter().all(|m| header.tensor(m).is_some_and(|t| t.ty == info.ty));
-    let prefixed = |first: &str, others: &[&str]| -> Vec<String> {
-        others.iter().map(|o| format!("{}{o}", &name[..name.len() - first.len()])).collect()
-    };
+    let prefixed = |first: &str, other: &str| format!("{}{other}", &name[..name.len() - first.len()]);
     if let Some((first, second)) = JOINED_ROWS.iter().find(|(first, _)| name.ends_with(first)) {
-        let group = prefixed(first, &[second]);
+        let group = vec![prefixed(first, second)];
         return (if same_type(&group) { group } else { Vec::new() }, false);
     }
-    let Some((first, others)) = TOKEN_JOINED.iter().find(|(first, _)| name.ends_with(first)) else {
-        return (Vec::new(), false);
-    };
-    let group = prefixed(first, others);
     let Some(quant) = BlockQuant::from_name(info.ty.name()) else { return (Vec::new(), false) };
     let cols = info.dims[0];
-    // Where a member's rows start: its planes' bytes (Q8_0: int8 and f16 scales) or blocks, and its output.
-    let starts = |row: u64| match quant {
-        BlockQuant::Q8_0 => vec![row * cols, row * cols / 16, 4 * row],
-        _ => vec![row * cols / 256 * quant.block_bytes(), 4 * row],
+    // Where a member's rows start: its planes' bytes (Q8_0: int8 and f16 scales) or blocks, and its output
+    // where that is read from there.
+    let starts = |row: u64, viewed: bool| {
+        let weights = match quant {
+            BlockQuant::Q8_0 => vec![row * cols, row * cols / 16],
+            _ => vec![row * cols / 256 * quant.block_bytes()],
+        };
+        weights.into_iter().chain(viewed.then_some(4 * row)).collect::<Vec<u64>>()
     };
-    let mut row = info.dims[1];
-    let mut aligned = true;
-    for m in &group {
-        aligned &= starts(row).iter().all(|b| b.is_multiple_of(align));
-        row += header.tensor(m).map_or(0, |t| t.dims[1]);
-    }
-    match same_type(&group) && aligned {
-        true => (group, true),
-        false => (Vec::new(), false),
-    }
+    let mut groups = TOKEN_JOINED.iter().filter(|(first, _)| name.ends_with(first));
+    groups
+        .find_map(|(first, others)| {
+            let group: Vec<String> = others.iter().map(|(other, _)| prefixed(first, other)).collect();
+            let mut row = info.dims[1];
+            let aligned = group.iter().zip(others.iter()).all(|(m, (_, viewed))| {
+                let at = row;
+                row += header.tensor(m).map_or(0, |t| t.dims[1]);
+                starts(at, *viewed).iter().all(|b| b.is_multiple_of(align))
+            });
+            (same_type(&group) && aligned).then_some(group)
+        })
+        .map_or((Vec::new(), false), |group| (group, true))
 }
 
 /// Uploads every tensor of `wanted` (the routed experts only with `experts`): vectors dequantised to f32,
@@ -1681,7 +1711,7 @@ impl Scratch {
             residual: [f32s("residual a", t * e), f32s("residual b", t * e)],
             normed: f32s("normed", t * e),
             // A token's token-joined projections write past its row: attention's k and v, DeltaNet's z.
-            projected: f32s("projected", t * (2 * q).max(ch) + (2 * kv).max(vd)),
+            projected: f32s("projected", t * (2 * q).max(ch) + (2 * kv).max(vd + 2 * h_v)),
             keys: f32s("keys", t * kv),
             values: f32s("values", t * kv),
             queries: f32s("queries", t * q.max(ch)),
