@@ -93,13 +93,13 @@ impl Kernels {
             b.storage("weights", weights, 0, f32s(t * k))?,
             b.storage("residual", residual, 0, f32s(t * h))?,
             b.storage("norm", norm, 0, f32s(h))?,
-            b.storage("out", out, 0, f32s(t * h))?,
-            b.storage("normed", normed, 0, f32s(t * h))?,
         ];
         if let Some(shared) = shared {
             bound.push(b.storage("shared.gate", shared.gate, 0, f32s(h))?);
             bound.push(b.storage("shared.out", shared.out, 0, f32s(t * h))?);
         }
+        bound.push(b.storage("out", out, 0, f32s(t * h))?);
+        bound.push(b.storage("normed", normed, 0, f32s(t * h))?);
         Ok(b.finish(vec![(p, bound, dims)]))
     }
 }

@@ -23,8 +23,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read> weights: array<f32>;            // [T, k] f32
 @group(0) @binding(3) var<storage, read> residual: array<vec4<f32>>;     // [T, H] f32
 @group(0) @binding(4) var<storage, read> norm: array<vec4<f32>>;         // [H] f32
-@group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;    // [T, H] f32
-@group(0) @binding(6) var<storage, read_write> normed: array<vec4<f32>>; // [T, H] f32
+// `out` and `normed` ([T, H] f32 each, written) are declared by the helper appended, after its inputs.
 
 const WG: u32 = 256u;
 

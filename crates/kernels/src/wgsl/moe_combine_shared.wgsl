@@ -2,8 +2,10 @@
 // then moe_combine_norm: the picks go onto residual[t] + σ(w · u[t]) · s[t], u the FFN's normed input (read
 // from `normed` before this dispatch overwrites it with the next norm's), s the shared expert's output.
 
-@group(0) @binding(7) var<storage, read> shared_gate: array<vec4<f32>>; // [H] ffn_gate_inp_shexp
-@group(0) @binding(8) var<storage, read> shared_out: array<vec4<f32>>;  // [T, H] the shared expert's output
+@group(0) @binding(5) var<storage, read> shared_gate: array<vec4<f32>>; // [H] ffn_gate_inp_shexp
+@group(0) @binding(6) var<storage, read> shared_out: array<vec4<f32>>;  // [T, H] the shared expert's output
+@group(0) @binding(7) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(8) var<storage, read_write> normed: array<vec4<f32>>;
 
 var<workgroup> shared_weight: f32;
 
