@@ -933,6 +933,24 @@ pub fn delta_net_rule(
     out
 }
 
+/// What `qk_norm_rope_partial_store` does, from [`qk_norm_rope_partial`] and [`kv_store`]: returns the query
+/// heads of `queries_in [T, heads, q_stride]` normed with `norms.0` and turned, `[T, heads, d]`, and stores
+/// the key heads of `keys_in [T, kv_heads, d]` normed with `norms.1` and turned into `key_cache [ctx,
+/// kv_heads, d]` at `positions`.
+pub fn qk_norm_rope_partial_store(
+    (queries_in, keys_in): (&[f32], &[f32]),
+    norms: (&[f32], &[f32]),
+    rope: &[[f32; 2]],
+    positions: &[u32],
+    (heads, kv_heads, head_dim, rope_dims, q_stride): (usize, usize, usize, usize, usize),
+    eps: f32,
+    key_cache: &mut [f16],
+) -> Vec<f32> {
+    let keys = qk_norm_rope_partial(keys_in, norms.1, rope, kv_heads, head_dim, rope_dims, head_dim, eps);
+    kv_store(&keys, positions, kv_heads * head_dim, key_cache);
+    qk_norm_rope_partial(queries_in, norms.0, rope, heads, head_dim, rope_dims, q_stride, eps)
+}
+
 /// DeltaNet's output norm per row of `n` (`gated_rms_norm.wgsl`): [`rms_norm`] of `o` times SiLU of `z`.
 pub fn gated_rms_norm(o: &[f32], z: &[f32], w: &[f32], n: usize, eps: f32) -> Vec<f32> {
     rms_norm(o, w, n, eps).into_iter().zip(z).map(|(y, &g)| y * (g / (1.0 + (-g).exp()))).collect()

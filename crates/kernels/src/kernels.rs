@@ -123,8 +123,9 @@ pub enum Kernel {
     DeltaNetRule,
     /// DeltaNet's output norm: RMSNorm per head times SiLU of the gate.
     GatedRmsNorm,
-    /// Per-head RMSNorm then NeoX RoPE of the first dims, heads read at a stride (qwen35moe's attention).
-    QkNormRopePartial,
+    /// Per-head RMSNorm then NeoX RoPE of the first dims of the query heads (read at a stride) and the key
+    /// heads, the keys stored into the f16 cache (qwen35moe's attention).
+    QkNormRopePartialStore,
     /// The attention output times the sigmoid of the query's gate rows (qwen35moe).
     AttentionGate,
     /// The shared expert's output, scaled by the sigmoid of its gate, added to the routed ones (qwen35moe).
@@ -401,7 +402,7 @@ impl Kernel {
         Kernel::DeltaNetConv,
         Kernel::DeltaNetRule,
         Kernel::GatedRmsNorm,
-        Kernel::QkNormRopePartial,
+        Kernel::QkNormRopePartialStore,
         Kernel::AttentionGate,
         Kernel::SharedExpertGate,
         Kernel::MoeCombine,
@@ -491,7 +492,7 @@ impl Kernel {
             Kernel::DeltaNetConv => "delta_net_conv",
             Kernel::DeltaNetRule => "delta_net_rule",
             Kernel::GatedRmsNorm => "gated_rms_norm",
-            Kernel::QkNormRopePartial => "qk_norm_rope_partial",
+            Kernel::QkNormRopePartialStore => "qk_norm_rope_partial_store",
             Kernel::AttentionGate => "attention_gate",
             Kernel::SharedExpertGate => "shared_expert_gate",
             Kernel::MoeCombine => "moe_combine",
@@ -607,7 +608,7 @@ impl Kernel {
             Kernel::DeltaNetConv => size_of::<DeltaNetConvParams>(),
             Kernel::DeltaNetRule => size_of::<DeltaNetRuleParams>(),
             Kernel::GatedRmsNorm => size_of::<GatedRmsNormParams>(),
-            Kernel::QkNormRopePartial => size_of::<QkNormRopePartialParams>(),
+            Kernel::QkNormRopePartialStore => size_of::<QkNormRopePartialStoreParams>(),
             Kernel::AttentionGate => size_of::<AttentionGateParams>(),
             Kernel::SharedExpertGate => size_of::<SharedExpertGateParams>(),
             Kernel::MoeCombine => size_of::<MoeCombineParams>(),
@@ -669,7 +670,7 @@ impl Kernel {
             Kernel::DeltaNetConv => include_str!("wgsl/delta_net_conv.wgsl"),
             Kernel::DeltaNetRule => include_str!("wgsl/delta_net_rule.wgsl"),
             Kernel::GatedRmsNorm => include_str!("wgsl/gated_rms_norm.wgsl"),
-            Kernel::QkNormRopePartial => include_str!("wgsl/qk_norm_rope_partial.wgsl"),
+            Kernel::QkNormRopePartialStore => include_str!("wgsl/qk_norm_rope_partial_store.wgsl"),
             Kernel::AttentionGate => include_str!("wgsl/attention_gate.wgsl"),
             Kernel::SharedExpertGate => include_str!("wgsl/shared_expert_gate.wgsl"),
             Kernel::MoeCombine => include_str!("wgsl/moe_combine.wgsl"),
@@ -808,7 +809,7 @@ impl Kernel {
             | Kernel::QkNormRope
             | Kernel::QkvRopeStore
             | Kernel::GatedRmsNorm
-            | Kernel::QkNormRopePartial => &[RMS_SCALE],
+            | Kernel::QkNormRopePartialStore => &[RMS_SCALE],
             Kernel::RouterTopk | Kernel::RouterTopkSlots => &[ROUTER_TOPK_CORE],
             Kernel::SampleTopK | Kernel::ApplyPenalties => &[SAMPLE_STEP],
             Kernel::Q8GemmTiled | Kernel::ExpertQ8GemmTiled => &[Q8_TILE, Q8_TILE_WEIGHTS, Q8_HELPERS],

@@ -1,14 +1,17 @@
 //! Protects qwen35moe's kernels against their CPU references on a real device: Gated DeltaNet's causal conv
 //! with its saved inputs, the gated delta rule (v heads sharing q/k heads, the state carried across a
 //! chunk's tokens and across dispatches) and the gated output norm, a chunk in one dispatch giving what its
-//! tokens give one dispatch at a time; the gated attention's per-head norm with partial RoPE read from the
-//! interleaved query and gate rows, and its output gate; the shared expert's gate, alone and inside the
-//! routed experts' combine. Bad shapes are refused.
+//! tokens give one dispatch at a time; the gated attention's per-head norm with partial RoPE, of the queries
+//! read from the interleaved query and gate rows and of the keys stored into the cache, and its output gate;
+//! the shared expert's gate, alone and inside the routed experts' combine. Bad shapes are refused.
 
 mod common;
 
-use common::{Gpu, Rng, abs_of, assert_close, poisoned, read_n, run, upload};
-use diskformer_kernels::{DeltaNetShape, MoeCombineNormParams, QkNormRopePartialParams, SharedExpert, cpu};
+use common::{Gpu, Rng, abs_of, assert_close, check_f16_cache, poisoned, read_n, run, upload};
+use diskformer_kernels::{
+    DeltaNetShape, MoeCombineNormParams, QkHeads, QkNormRopePartialStoreParams, SharedExpert, cpu,
+};
+use half::f16;
 
 /// The conv over `tokens` tokens: (output, state after) on the GPU.
 fn gpu_conv(
@@ -188,64 +191,94 @@ fn delta_net_shapes_are_refused_clearly() {
     assert!(g.kernels.delta_net_conv((&small).into(), v(), v(), v(), 128, 4, 1).is_err(), "x too small");
 }
 
+/// The queries read between their gate rows and the keys stored into the f16 cache at their positions, in
+/// one dispatch: as `qk_norm_rope_partial` of each and `kv_store` of the keys.
 #[test]
-fn qk_norm_rope_partial_reads_the_query_rows_between_the_gate_rows() {
+fn qk_norm_rope_partial_store_turns_the_queries_and_caches_the_keys() {
     let g = gpu_or_skip!();
     let mut rng = Rng::new(84);
-    // (heads, d, r, stride, tokens): qwen35moe's query [q | gate] rows (stride 2d), its keys (stride d), a
-    // head of 256 (two dims a lane) and one of every dim rotated.
-    for (heads, d, r, stride, tokens) in [
-        (4usize, 64usize, 16usize, 128usize, 3usize),
-        (2, 64, 16, 64, 3),
-        (2, 256, 64, 512, 2),
-        (3, 32, 32, 32, 1),
-    ] {
-        let x = rng.vec_f32(tokens * heads * stride, -3.0, 3.0);
-        let w = rng.vec_f32(d, 0.5, 1.5);
-        let positions: Vec<u32> = (0..tokens as u32).map(|t| 5 + 7 * t).collect();
-        let mut rope = cpu::rope_cos_sin(&positions, r, 1e7);
+    // (heads, kv_heads, d, r, query stride, positions, ctx): qwen35moe's query [q | gate] rows (stride 2d)
+    // over a chunk with a position past the cache (not stored), packed queries, a head of 256 (two dims a
+    // lane) at decode, and one of every dim rotated.
+    type Case = (usize, usize, usize, usize, usize, &'static [u32], usize);
+    let cases: [Case; 4] = [
+        (4, 2, 64, 16, 128, &[5, 12, 19, 40], 32),
+        (2, 1, 64, 16, 64, &[3, 4, 5], 8),
+        (16, 2, 256, 64, 512, &[7], 16),
+        (3, 3, 32, 32, 32, &[0], 4),
+    ];
+    for (heads, kv, d, r, stride, positions, ctx) in cases {
+        let t = positions.len();
+        let (xq, xk) = (rng.vec_f32(t * heads * stride, -3.0, 3.0), rng.vec_f32(t * kv * d, -3.0, 3.0));
+        let (wq, wk) = (rng.vec_f32(d, 0.5, 1.5), rng.vec_f32(d, 0.5, 1.5));
+        let mut rope = cpu::rope_cos_sin(positions, r, 1e7);
         rope[1] = [1.0, 0.0]; // a pair IMROPE's sections leave still
-        let (xb, wb) = (upload(g, &x), upload(g, &w));
+        let (xqb, xkb, wqb, wkb) = (upload(g, &xq), upload(g, &xk), upload(g, &wq), upload(g, &wk));
         let rb = upload(g, &rope.iter().flatten().copied().collect::<Vec<f32>>());
-        let out = poisoned(g, 4 * tokens * heads * d);
-        let p = QkNormRopePartialParams {
+        let pb = upload(g, positions);
+        let (queries, cache) = (poisoned(g, 4 * t * heads * d), poisoned(g, 2 * ctx * kv * d));
+        let v = diskformer_kernels::View::from;
+        let qk = QkHeads {
+            queries_in: v(&xqb),
+            keys_in: v(&xkb),
+            q_norm: v(&wqb),
+            k_norm: v(&wkb),
+            queries: v(&queries),
+            key_cache: v(&cache),
+        };
+        let p = QkNormRopePartialStoreParams {
             heads: heads as u32,
+            kv_heads: kv as u32,
             head_dim: d as u32,
-            tokens: tokens as u32,
+            tokens: t as u32,
             eps: 1e-6,
             rope_dims: r as u32,
-            in_stride: stride as u32,
-            _pad: [0; 2],
+            q_stride: stride as u32,
+            ctx: ctx as u32,
         };
-        let dispatch = g
-            .kernels
-            .qk_norm_rope_partial((&xb).into(), (&wb).into(), (&rb).into(), (&out).into(), p)
-            .unwrap();
+        let dispatch = g.kernels.qk_norm_rope_partial_store(qk, v(&rb), v(&pb), p).unwrap();
         run(g, &[&dispatch]);
-        let got = read_n::<f32>(g, &out, tokens * heads * d);
-        let want = cpu::qk_norm_rope_partial(&x, &w, &rope, heads, d, r, stride, 1e-6);
-        assert_close(
-            &format!("qk_norm_rope_partial h={heads} d={d} r={r} stride={stride}"),
-            &got,
-            &want,
-            &vec![3.0; want.len()],
-            1e-7,
-            2e-6,
+        let mut want_k = vec![f16::from_bits(0xffff); ctx * kv * d];
+        let shape = (heads, kv, d, r, stride);
+        let want_q = cpu::qk_norm_rope_partial_store(
+            (&xq, &xk),
+            (&wq, &wk),
+            &rope,
+            positions,
+            shape,
+            1e-6,
+            &mut want_k,
         );
+        let what = format!("qk_norm_rope_partial_store h={heads}/{kv} d={d} r={r} stride={stride} T={t}");
+        let got = read_n::<f32>(g, &queries, t * heads * d);
+        assert_close(&what, &got, &want_q, &vec![3.0; want_q.len()], 1e-7, 2e-6);
+        // The keys rounded to f16 on both sides (the rotation's last bits may move it one f16 ulp); positions
+        // not stored keep the poison.
+        check_f16_cache(&what, "K", &read_n::<u16>(g, &cache, ctx * kv * d), &want_k, d, 2e-6);
     }
     let b = upload(g, &vec![0f32; 4096]);
-    let p = QkNormRopePartialParams {
+    let v = || diskformer_kernels::View::from(&b);
+    let qk =
+        QkHeads { queries_in: v(), keys_in: v(), q_norm: v(), k_norm: v(), queries: v(), key_cache: v() };
+    let p = QkNormRopePartialStoreParams {
         heads: 1,
+        kv_heads: 1,
         head_dim: 64,
         tokens: 1,
         eps: 1e-6,
         rope_dims: 15,
-        in_stride: 64,
-        _pad: [0; 2],
+        q_stride: 64,
+        ctx: 4,
     };
-    let err =
-        g.kernels.qk_norm_rope_partial((&b).into(), (&b).into(), (&b).into(), (&b).into(), p).unwrap_err();
+    let err = g.kernels.qk_norm_rope_partial_store(qk, v(), v(), p).unwrap_err();
     assert!(err.to_string().contains("rope_dims must be even"), "{err}");
+    let err = g.kernels.qk_norm_rope_partial_store(
+        qk,
+        v(),
+        v(),
+        QkNormRopePartialStoreParams { rope_dims: 16, ctx: 0, ..p },
+    );
+    assert!(err.unwrap_err().to_string().contains("a cache"), "ctx 0 refused");
 }
 
 #[test]

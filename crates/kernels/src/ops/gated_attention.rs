@@ -2,12 +2,14 @@ use crate::error::Result;
 use crate::kernels::{Kernel, Kernels, View};
 use crate::{Dispatch, ops::*};
 
-/// Params of `qk_norm_rope_partial.wgsl`.
+/// Params of `qk_norm_rope_partial_store.wgsl`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct QkNormRopePartialParams {
-    /// Heads per token.
+pub struct QkNormRopePartialStoreParams {
+    /// Query heads per token.
     pub heads: u32,
+    /// Key heads per token.
+    pub kv_heads: u32,
     /// Head dim d, at most 256.
     pub head_dim: u32,
     /// Tokens T.
@@ -16,12 +18,30 @@ pub struct QkNormRopePartialParams {
     pub eps: f32,
     /// Rotated dims r: even, at most d.
     pub rope_dims: u32,
-    /// Floats from one head's input to the next (d packed; 2·d for qwen35moe's query rows with their gate).
-    pub in_stride: u32,
-    /// Padding.
-    pub _pad: [u32; 2],
+    /// Floats from one query head's input to the next (2·d: qwen35moe's query rows with their gate).
+    pub q_stride: u32,
+    /// Positions the key cache holds.
+    pub ctx: u32,
 }
-const _: () = assert!(size_of::<QkNormRopePartialParams>() == 32);
+const _: () = assert!(size_of::<QkNormRopePartialStoreParams>() == 32);
+
+/// What [`Kernels::qk_norm_rope_partial_store`] reads and writes: the query and key heads' inputs, their
+/// norms' weights, and where they go.
+#[derive(Clone, Copy, Debug)]
+pub struct QkHeads<'a> {
+    /// `[T, heads, q_stride]` f32: the query heads, `q_stride` apart.
+    pub queries_in: View<'a>,
+    /// `[T, kv_heads, d]` f32: the key heads, packed.
+    pub keys_in: View<'a>,
+    /// `[d]` f32 each: the query and key norms' weights.
+    pub q_norm: View<'a>,
+    /// See `q_norm`.
+    pub k_norm: View<'a>,
+    /// `[T, heads, d]` f32: the normed and turned queries (written).
+    pub queries: View<'a>,
+    /// `[ctx, kv_heads, d]` f16: the key cache, each token's keys stored at its position (written).
+    pub key_cache: View<'a>,
+}
 
 /// Params of `attention_gate.wgsl`.
 #[repr(C)]
@@ -39,38 +59,50 @@ pub struct AttentionGateParams {
 const _: () = assert!(size_of::<AttentionGateParams>() == 16);
 
 impl Kernels {
-    /// qwen35moe's query and key heads: per-head RMSNorm with weight `w`, then NeoX RoPE of the first
-    /// `rope_dims` dims with the host's `(cos, sin)` table `[T, r/2]` (see
-    /// [`cpu::qk_norm_rope_partial`](crate::cpu::qk_norm_rope_partial)). Shapes: `x [T, heads, in_stride]`,
-    /// `w [d]`, `out [T, heads, d]`, all f32.
+    /// qwen35moe's query and key heads in one dispatch: per-head RMSNorm with the set's weight, then NeoX
+    /// RoPE of the first `rope_dims` dims with the host's `(cos, sin)` table `[T, r/2]`; the queries into
+    /// `heads.queries`, the keys as f16 into `heads.key_cache` at `positions [T] u32` (positions at or past
+    /// `ctx` skipped) (see [`cpu::qk_norm_rope_partial_store`](crate::cpu::qk_norm_rope_partial_store)).
+    /// Shapes as [`QkHeads`].
     ///
     /// # Errors
-    /// Shape errors for a head dim past 256, an odd or too large `rope_dims`, a stride under the head dim, or
-    /// zero sizes; buffer errors as usual.
-    pub fn qk_norm_rope_partial(
+    /// Shape errors for a head dim past 256, an odd or too large `rope_dims`, a query stride under the head
+    /// dim, or zero sizes; buffer errors as usual.
+    pub fn qk_norm_rope_partial_store(
         &self,
-        x: View<'_>,
-        w: View<'_>,
+        heads: QkHeads<'_>,
         rope: View<'_>,
-        out: View<'_>,
-        p: QkNormRopePartialParams,
+        positions: View<'_>,
+        p: QkNormRopePartialStoreParams,
     ) -> Result<Dispatch> {
-        let b = self.binder(Kernel::QkNormRopePartial);
-        let (h, d, t, r) =
-            (u64::from(p.heads), u64::from(p.head_dim), u64::from(p.tokens), u64::from(p.rope_dims));
+        let b = self.binder(Kernel::QkNormRopePartialStore);
+        let (h, kv, d, t, r) = (
+            u64::from(p.heads),
+            u64::from(p.kv_heads),
+            u64::from(p.head_dim),
+            u64::from(p.tokens),
+            u64::from(p.rope_dims),
+        );
         b.ensure(d > 0 && d <= 256, || format!("head_dim must be 1..=256; got {d}"))?;
         b.ensure(r > 0 && r.is_multiple_of(2) && r <= d, || {
             format!("rope_dims must be even and 1..={d}; got {r}")
         })?;
-        b.ensure(u64::from(p.in_stride) >= d, || {
-            format!("in_stride {} is under the head dim {d}", p.in_stride)
+        b.ensure(u64::from(p.q_stride) >= d, || {
+            format!("q_stride {} is under the head dim {d}", p.q_stride)
         })?;
-        let dims = [b.groups("heads", h)?, b.groups("tokens", t)?, 1];
+        b.ensure(h > 0 && kv > 0 && p.ctx > 0, || {
+            format!("needs query heads, key heads and a cache; got {h}, {kv} and ctx {}", p.ctx)
+        })?;
+        let dims = [b.groups("heads", h + kv)?, b.groups("tokens", t)?, 1];
         let bound = vec![
-            b.storage("x", x, 0, f32s((t * h - 1) * u64::from(p.in_stride) + d))?,
-            b.storage("w", w, 0, f32s(d))?,
+            b.storage("queries_in", heads.queries_in, 0, f32s((t * h - 1) * u64::from(p.q_stride) + d))?,
+            b.storage("keys_in", heads.keys_in, 0, f32s(t * kv * d))?,
+            b.storage("q_norm", heads.q_norm, 0, f32s(d))?,
+            b.storage("k_norm", heads.k_norm, 0, f32s(d))?,
             b.storage("rope", rope, 0, f32s(t * r))?,
-            b.storage("out", out, 0, f32s(t * h * d))?,
+            b.storage("positions", positions, 0, f32s(t))?,
+            b.storage("queries", heads.queries, 0, f32s(t * h * d))?,
+            b.storage("key_cache", heads.key_cache, 0, f16s(u64::from(p.ctx) * kv * d))?,
         ];
         Ok(b.finish(vec![(p, bound, dims)]))
     }

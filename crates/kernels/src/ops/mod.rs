@@ -65,7 +65,7 @@ pub use expert_q8_gemv::{
 pub use expert_slots::ExpertSlotsParams;
 pub use f32_gemm::F32GemmParams;
 pub use f32_gemv::{F32GemvParams, InputNorm};
-pub use gated_attention::{AttentionGateParams, QkNormRopePartialParams};
+pub use gated_attention::{AttentionGateParams, QkHeads, QkNormRopePartialStoreParams};
 pub use kquant_gemv::{BlockMatrix, BlockQuant, KQuantGemvParams};
 pub use kv_store::KvStoreParams;
 pub use moe_combine::MoeCombineParams;

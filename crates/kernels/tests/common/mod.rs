@@ -294,3 +294,30 @@ impl RoutedOutputs {
         }
     }
 }
+
+/// An f16 cache against its reference: untouched positions (the poison) exactly, the rest within one f16
+/// ulp (2^-10 relative) plus `rtol` of the head's largest value.
+pub fn check_f16_cache(what: &str, name: &str, got: &[u16], want: &[f16], d: usize, rtol: f32) {
+    let poison = f16::from_bits(0xffff);
+    let head_max: Vec<f32> = want
+        .chunks(d)
+        .flat_map(|h| {
+            let m = h
+                .iter()
+                .filter(|x| x.to_bits() != poison.to_bits())
+                .fold(0.0f32, |m, x| m.max(x.to_f32().abs()));
+            std::iter::repeat_n(m, d)
+        })
+        .collect();
+    for (i, (&a, b)) in got.iter().zip(want).enumerate() {
+        if b.to_bits() == poison.to_bits() {
+            assert_eq!(a, 0xffff, "{what}: {name} cache index {i} was written");
+            continue;
+        }
+        let (got, want) = (f16::from_bits(a).to_f32(), b.to_f32());
+        assert!(
+            (got - want).abs() <= want.abs() / 1024.0 + rtol * head_max[i],
+            "{what}: {name}[{i}] {got} vs {want}"
+        );
+    }
+}

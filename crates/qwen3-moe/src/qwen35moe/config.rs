@@ -241,8 +241,8 @@ impl Config {
 
 impl Config {
     /// RoPE's `(cos, sin)` of each rotated pair at each of `positions` (`[T, r/2]`, as
-    /// `qk_norm_rope_partial` takes them): llama.cpp's angles over the first `rope_dims` dims, `(1, 0)` for a
-    /// pair IMROPE's sections leave still.
+    /// `qk_norm_rope_partial_store` takes them): llama.cpp's angles over the first `rope_dims` dims, `(1, 0)`
+    /// for a pair IMROPE's sections leave still.
     pub fn rope_table(&self, positions: &[u32]) -> Vec<[f32; 2]> {
         let half = (self.rope_dims / 2) as usize;
         let mut table =

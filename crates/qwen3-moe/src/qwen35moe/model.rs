@@ -21,7 +21,7 @@ use diskformer_gguf::{GgufFile, TensorInfo};
 use diskformer_kernels::{
     AttentionShape, BlockMatrix, BlockQuant, Context, DeltaNetShape, Dispatch, EXPERT_BLOCK_GEMM_GROUP,
     EXPERT_GROUPS_MAX_EXPERTS, ExpertBlocks, ExpertGroupsParams, ExpertOut, Kernels, MoeCombineNormParams,
-    Q8Matrix, QkNormRopePartialParams, Route, SharedExpert, View, argmax_partial_len,
+    Q8Matrix, QkHeads, QkNormRopePartialStoreParams, Route, SharedExpert, View, argmax_partial_len,
     expert_gemm_group_bound,
 };
 use diskformer_runtime::load::{auto_gpu_budget, default_context, default_store_dir};
@@ -989,35 +989,27 @@ impl Model {
                 ((&s.keys).into(), (&s.values).into())
             }
         };
-        let rope = |heads: u32, in_stride: u32| QkNormRopePartialParams {
-            heads,
+        // The queries normed and turned, the keys too and stored into the cache, in one dispatch.
+        let ctx = self.max_context;
+        let heads = QkHeads {
+            queries_in: (&s.projected).into(),
+            keys_in,
+            q_norm: w.v(&name("attn_q_norm")),
+            k_norm: w.v(&name("attn_k_norm")),
+            queries: (&s.queries).into(),
+            key_cache: keys.into(),
+        };
+        let p = QkNormRopePartialStoreParams {
+            heads: c.heads,
+            kv_heads: c.kv_heads,
             head_dim: d,
             tokens: t,
             eps: c.eps,
             rope_dims: c.rope_dims,
-            in_stride,
-            _pad: [0; 2],
+            q_stride: 2 * d,
+            ctx,
         };
-        let q_norm = w.v(&name("attn_q_norm"));
-        let (projected, queries) = ((&s.projected).into(), (&s.queries).into());
-        out.push(k.qk_norm_rope_partial(
-            projected,
-            q_norm,
-            (&s.rope).into(),
-            queries,
-            rope(c.heads, 2 * d),
-        )?);
-        // The keys normed and turned into `mixed` (free until the attention's output), then stored.
-        let k_norm = w.v(&name("attn_k_norm"));
-        out.push(k.qk_norm_rope_partial(
-            keys_in,
-            k_norm,
-            (&s.rope).into(),
-            (&s.mixed).into(),
-            rope(c.kv_heads, d),
-        )?);
-        let ctx = self.max_context;
-        out.push(k.kv_store((&s.mixed).into(), (&s.positions).into(), keys.into(), kv, t, ctx)?);
+        out.push(k.qk_norm_rope_partial_store(heads, (&s.rope).into(), (&s.positions).into(), p)?);
         out.push(k.kv_store(values_in, (&s.positions).into(), values.into(), kv, t, ctx)?);
         let shape = AttentionShape { heads: c.heads, kv_heads: c.kv_heads, head_dim: d, tokens: t, ctx };
         let (q, o, positions) = ((&s.queries).into(), (&s.mixed).into(), (&s.positions).into());
