@@ -68,7 +68,10 @@ fn launchers_refuse_bad_input() {
     ));
     // Rows read as vec4: a hidden size off a multiple of 4.
     let p = diskformer_kernels::MoeCombineNormParams { hidden: 13, k: 1, tokens: 1, eps: 1e-6 };
-    assert!(matches!(k.moe_combine_norm(a, a, a, a, (&y).into(), (&y).into(), p), Err(Error::Shape { .. })));
+    assert!(matches!(
+        k.moe_combine_norm(a, a, a, a, (&y).into(), (&y).into(), None, p),
+        Err(Error::Shape { .. })
+    ));
     assert!(matches!(
         k.add_rms_norm(a, a, a, (&y).into(), (&y).into(), 13, 1, 1e-6),
         Err(Error::Shape { .. })

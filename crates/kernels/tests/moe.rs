@@ -1103,7 +1103,8 @@ fn moe_combine_norm_rows() {
         let (out, normed) = (poisoned(g, 4 * t * hidden), poisoned(g, 4 * t * hidden));
         let p = MoeCombineNormParams { hidden: hidden as u32, k: k as u32, tokens: t as u32, eps: 1e-6 };
         let v = diskformer_kernels::View::from;
-        let d = g.kernels.moe_combine_norm(v(&eb), v(&wb), v(&rb), v(&nb), v(&out), v(&normed), p).unwrap();
+        let d =
+            g.kernels.moe_combine_norm(v(&eb), v(&wb), v(&rb), v(&nb), v(&out), v(&normed), None, p).unwrap();
         run(g, &[&d]);
         let (want, want_n) = cpu::moe_combine_norm(&experts, &weights, &residual, &norm, (hidden, k), 1e-6);
         // Tolerance: out as moe_combine_order (same operations and order, multiply-adds may fuse);

@@ -358,7 +358,7 @@ fn moe_combine_shared_norm_rows() {
         let shared = SharedExpert { gate: v(&gb), out: v(&sb) };
         let d = g
             .kernels
-            .moe_combine_shared_norm(v(&eb), v(&wb), v(&rb), v(&nb), v(&out), v(&normed), shared, p)
+            .moe_combine_norm(v(&eb), v(&wb), v(&rb), v(&nb), v(&out), v(&normed), Some(shared), p)
             .unwrap();
         run(g, &[&d]);
         let (want, want_n) = cpu::moe_combine_shared_norm(

@@ -795,6 +795,7 @@ impl Graph {
                     v(next_norm),
                     v(&s.x),
                     v(&s.xn),
+                    None,
                     cp,
                 )?);
             }

@@ -17,7 +17,7 @@ pub struct MoeCombineNormParams {
 }
 const _: () = assert!(size_of::<MoeCombineNormParams>() == 16);
 
-/// qwen35moe's shared expert where [`Kernels::moe_combine_shared_norm`] adds it.
+/// qwen35moe's shared expert where [`Kernels::moe_combine_norm`] adds it.
 #[derive(Clone, Copy, Debug)]
 pub struct SharedExpert<'a> {
     /// `[H] f32`: its gate's weights (`ffn_gate_inp_shexp`).
@@ -30,8 +30,11 @@ impl Kernels {
     /// [`Kernels::moe_combine`] then [`Kernels::rms_norm`] of its output in one dispatch (a layer's end and
     /// the next layer's attention norm, or the output norm after the last layer):
     /// `out[t] = (Σ_j weights[t, j] · experts[t, j]) + residual[t]`, `normed[t] = rms_norm(out[t]) · norm`.
+    /// With `shared` (`moe_combine_shared_norm`: [`Kernels::shared_expert_gate`] folded in), the picks go
+    /// onto `residual[t] + σ(shared.gate · u[t]) · shared.out[t]`, where `u` is `normed` as it comes in (the
+    /// FFN's normed input), before the next norm's rows replace it.
     /// Shapes: `experts [T, k, H] f32`, `weights [T, k] f32`, `residual, out, normed [T, H] f32`,
-    /// `norm [H] f32`.
+    /// `norm [H] f32`, and `shared`'s.
     ///
     /// # Errors
     /// Shape errors for zero sizes or H not a multiple of 4; buffer errors as usual.
@@ -44,38 +47,6 @@ impl Kernels {
         norm: View<'_>,
         out: View<'_>,
         normed: View<'_>,
-        p: MoeCombineNormParams,
-    ) -> Result<Dispatch> {
-        self.combine_norm((experts, weights), residual, norm, (out, normed), None, p)
-    }
-
-    /// [`Kernels::shared_expert_gate`] then [`Kernels::moe_combine_norm`] in one dispatch: the picks go onto
-    /// `residual[t] + σ(shared.gate · u[t]) · shared.out[t]`, where `u` is `normed` as it comes in (the FFN's
-    /// normed input), before the next norm's rows replace it. Shapes as `moe_combine_norm`, and `shared`'s.
-    ///
-    /// # Errors
-    /// As [`Kernels::moe_combine_norm`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn moe_combine_shared_norm(
-        &self,
-        experts: View<'_>,
-        weights: View<'_>,
-        residual: View<'_>,
-        norm: View<'_>,
-        out: View<'_>,
-        normed: View<'_>,
-        shared: SharedExpert<'_>,
-        p: MoeCombineNormParams,
-    ) -> Result<Dispatch> {
-        self.combine_norm((experts, weights), residual, norm, (out, normed), Some(shared), p)
-    }
-
-    fn combine_norm(
-        &self,
-        (experts, weights): (View<'_>, View<'_>),
-        residual: View<'_>,
-        norm: View<'_>,
-        (out, normed): (View<'_>, View<'_>),
         shared: Option<SharedExpert<'_>>,
         p: MoeCombineNormParams,
     ) -> Result<Dispatch> {

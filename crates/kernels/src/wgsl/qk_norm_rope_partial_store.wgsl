@@ -29,6 +29,22 @@ struct Params {
 
 var<workgroup> normed: array<f32, 256>;
 
+// Value i of the query or key inputs.
+fn head_input(query: bool, i: u32) -> f32 {
+    if (query) {
+        return xq[i];
+    }
+    return xk[i];
+}
+
+// Dim i of the query or key norm's weight.
+fn norm_weight(query: bool, i: u32) -> f32 {
+    if (query) {
+        return wq[i];
+    }
+    return wk[i];
+}
+
 // One workgroup per (head, token), the query heads first, then the key heads; lane i holds dims i and
 // i + 128.
 @compute @workgroup_size(128)
@@ -37,30 +53,18 @@ fn qk_norm_rope_partial_store(@builtin(local_invocation_index) li: u32, @builtin
     let d = p.head_dim;
     let query = wg.x < p.heads; // the same in every lane of the workgroup
     let kh = wg.x - select(p.heads, 0u, query);
+    let src = select((t * p.kv_heads + kh) * d, (t * p.heads + wg.x) * p.q_stride, query);
     var a = 0.0;
     var b = 0.0;
     var wa = 0.0;
     var wb = 0.0;
-    if (query) {
-        let src = (t * p.heads + wg.x) * p.q_stride;
-        if (li < d) {
-            a = xq[src + li];
-            wa = wq[li];
-        }
-        if (li + 128u < d) {
-            b = xq[src + li + 128u];
-            wb = wq[li + 128u];
-        }
-    } else {
-        let src = (t * p.kv_heads + kh) * d;
-        if (li < d) {
-            a = xk[src + li];
-            wa = wk[li];
-        }
-        if (li + 128u < d) {
-            b = xk[src + li + 128u];
-            wb = wk[li + 128u];
-        }
+    if (li < d) {
+        a = head_input(query, src + li);
+        wa = norm_weight(query, li);
+    }
+    if (li + 128u < d) {
+        b = head_input(query, src + li + 128u);
+        wb = norm_weight(query, li + 128u);
     }
     let scale = rms_scale(a * a + b * b, li, 128u, d, p.eps);
     if (li < d) {

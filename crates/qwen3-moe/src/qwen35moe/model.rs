@@ -1235,14 +1235,14 @@ impl Model {
         let p = MoeCombineNormParams { hidden: c.hidden, k: top_k, tokens: t, eps: c.eps };
         let (experts_out, normed) = ((&s.expert_out).into(), (&s.normed).into());
         let shared = SharedExpert { gate: w.v(&name("ffn_gate_inp_shexp")), out: (&s.shared_out).into() };
-        let combine = k.moe_combine_shared_norm(
+        let combine = k.moe_combine_norm(
             experts_out,
             weights,
             x.into(),
             next_norm,
             next.into(),
             normed,
-            shared,
+            Some(shared),
             p,
         );
         out.push(combine?);
