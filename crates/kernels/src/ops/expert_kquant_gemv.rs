@@ -407,7 +407,7 @@ impl Kernels {
 
 impl ExpertBlocks<'_> {
     /// Bytes of one row of the matrix.
-    fn row_bytes(&self) -> u64 {
+    pub fn row_bytes(&self) -> u64 {
         u64::from(self.cols) / 256 * self.quant.block_bytes()
     }
 }

@@ -300,7 +300,7 @@ impl Weights {
     /// The token-joined matrix whose first member is `first`, for a one-token step: one GEMV for every
     /// member, their outputs one after another in one row.
     fn token_joined(&self, first: &str, t: u32) -> Option<&Dense> {
-        self.members.contains_key(first).then(|| &self.matrices[first]).filter(|_| t == 1)
+        (t == 1 && self.members.contains_key(first)).then(|| &self.matrices[first])
     }
 
     fn v(&self, name: &str) -> View<'_> {
@@ -1204,8 +1204,7 @@ impl Model {
             let act = ExpertOut { y: (&s.swiglu).into(), stride: f, offset: 0 };
             for (gate_up, _) in source.gate_up {
                 let gate = ExpertBlocks { rows: f, ..gate_up };
-                let up_at =
-                    gate.offset + u64::from(f) * u64::from(gate.cols) / 256 * gate.quant.block_bytes();
+                let up_at = gate.offset + u64::from(f) * gate.row_bytes();
                 out.push(match routes_itself {
                     true => {
                         let (table, base, entries) = source.table;
@@ -1702,7 +1701,8 @@ impl Scratch {
             bytes: 0,
             residual: [f32s("residual a", t * e), f32s("residual b", t * e)],
             normed: f32s("normed", t * e),
-            // A token's token-joined projections write past its row: attention's k and v, DeltaNet's z.
+            // A token's token-joined projections write past its row: attention's k and v, DeltaNet's z
+            // and β‖α.
             projected: f32s("projected", t * (2 * q).max(ch) + (2 * kv).max(vd + 2 * h_v)),
             keys: f32s("keys", t * kv),
             values: f32s("values", t * kv),
