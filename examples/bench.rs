@@ -566,6 +566,7 @@ fn bench_qwen35moe(
         cpu: opts.cpu.clone(),
         host_arena: opts.stream.host_arena,
         check_reads: opts.stream.check_reads,
+        tensor_prefill: opts.kernels.tensor_prefill,
     };
     let started = Instant::now();
     let mut m = Model::open_with(model, &open, &mut |_| {})?;
@@ -642,6 +643,7 @@ fn bench_qwen35moe(
         "budget": opts.gpu_budget,
         "routing": routing_json(args),
         "read_checks": opts.stream.check_reads,
+        "tensor_prefill": m.tensor_prefill(),
         "pool": pool,
         "load_s": load_s,
         "prompt_tokens": prompt.len(),

@@ -14,5 +14,5 @@ print(
     f"  hits {p.get('hits_per_token', 0):.1f}  cpu {p.get('cpu_experts_per_token', 0):.1f} picks"
     f" (arena {(p.get('cpu') or {}).get('arena_per_token', 0):.1f})"
     f" {p.get('cpu_ms_per_token', 0):.2f} ms  gpu wait {p.get('gpu_wait_ms_per_token', 0):.2f} ms"
-    f"  prefill read {pre.get('pool_gb', 0):.1f} GB"
+    f"  prefill read {pre.get('pool_gb', 0):.1f} GB" + ("  tensor cores" if b.get("tensor_prefill") else "")
 )

@@ -7,7 +7,7 @@ mod common;
 use common::{
     Gpu, Rng, Scales, abs_of, assert_close, assert_some_apart, poisoned, quant_allowance, read_n, run, upload,
 };
-use diskformer_kernels::{InputNorm, Kernels, Q8Matrix, argmax_partial_len, cpu, q8_row_bytes};
+use diskformer_kernels::{InputNorm, Kernels, Q8Matrix, View, argmax_partial_len, cpu, q8_row_bytes};
 
 /// Σ|w·x| per output: the scale of f32 rounding in a dot product.
 fn magnitudes(q: &[i8], s: &[half::f16], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
@@ -227,9 +227,10 @@ fn q8_gemv_add_onto_y() {
     }
 }
 
-/// `q8_gemv_into` and `q8_gemm_tiled_into`: the product into columns `offset..offset + rows` of rows of
-/// `stride` (one of several stacked matrices' outputs), the columns around untouched, also split over
-/// bindings; and the refusal of columns past the row.
+/// `q8_gemv_into`, `q8_gemm_tiled_into` and `q8_gemm_coop_into`: the product into columns `offset..offset +
+/// rows` of rows of `stride` (one of several stacked matrices' outputs), the columns around untouched, also
+/// split over bindings; and the refusal of columns past the row (the tensor-core GEMM's refusal where the
+/// device has no cooperative matrices).
 fn check_q8_into(
     g: &Gpu,
     k: &Kernels,
@@ -243,15 +244,26 @@ fn check_q8_into(
     let x = rng.vec_f32(tokens * cols, -1.0, 1.0);
     let (qb, sb, xb) = (upload(g, &q), upload(g, &s), upload(g, &x));
     let w = Q8Matrix { q: (&qb).into(), scales: (&sb).into(), rows: rows as u32, cols: cols as u32 };
-    let (want, mag) = (cpu::q8_gemv(&q, &s, rows, cols, &x), magnitudes(&q, &s, rows, cols, &x));
+    let mag = magnitudes(&q, &s, rows, cols, &x);
     let (stride, offset) = (rows + 7, 3);
-    for gemm in [false, true] {
+    let product = |name: &str, y: (View<'_>, u32, u32)| match name {
+        "q8_gemm_coop" => k.q8_gemm_coop_into(w, (&xb).into(), y, tokens as u32),
+        "q8_gemm_tiled" => k.q8_gemm_tiled_into(w, (&xb).into(), y, tokens as u32),
+        _ => k.q8_gemv_into(w, (&xb).into(), y, tokens as u32),
+    };
+    for name in ["q8_gemv", "q8_gemm_tiled", "q8_gemm_coop"] {
         let y = upload(g, &vec![0f32; tokens * stride]);
         let into = ((&y).into(), stride as u32, offset as u32);
-        let d = match gemm {
-            true => k.q8_gemm_tiled_into(w, (&xb).into(), into, tokens as u32).unwrap(),
-            false => k.q8_gemv_into(w, (&xb).into(), into, tokens as u32).unwrap(),
+        if name == "q8_gemm_coop" && !k.cooperative_matrix() {
+            let e = product(name, into).unwrap_err();
+            assert!(matches!(e, diskformer_kernels::Error::NoCooperativeMatrix { .. }), "{e}");
+            continue;
+        }
+        let want = match name {
+            "q8_gemm_coop" => cpu::q8_gemv_f16(&q, &s, rows, cols, &x),
+            _ => cpu::q8_gemv(&q, &s, rows, cols, &x),
         };
+        let d = product(name, into).unwrap();
         assert!(d.parts() >= min_parts, "expected a split into >= {min_parts} parts, got {}", d.parts());
         run(g, &[&d]);
         let got = read_n::<f32>(g, &y, tokens * stride);
@@ -264,11 +276,7 @@ fn check_q8_into(
             assert_close(&what, &row[offset..offset + rows], want, mag, 1e-6, 2e-6);
         }
         let y = upload(g, &vec![0f32; tokens * stride]);
-        let past = ((&y).into(), stride as u32, 8);
-        let e = match gemm {
-            true => k.q8_gemm_tiled_into(w, (&xb).into(), past, tokens as u32).unwrap_err(),
-            false => k.q8_gemv_into(w, (&xb).into(), past, tokens as u32).unwrap_err(),
-        };
+        let e = product(name, ((&y).into(), stride as u32, 8)).unwrap_err();
         assert!(e.to_string().contains("pass the output's rows"), "{e}");
     }
 }
@@ -360,7 +368,7 @@ fn add_rms_norm_rows() {
         let w = rng.vec_f32(n, 0.5, 1.5);
         let (ab, bb, wb) = (upload(g, &a), upload(g, &b), upload(g, &w));
         let (h, out) = (poisoned(g, 4 * n * t), poisoned(g, 4 * n * t));
-        let v = diskformer_kernels::View::from;
+        let v = View::from;
         let d =
             g.kernels.add_rms_norm(v(&ab), v(&bb), v(&wb), v(&h), v(&out), n as u32, t as u32, 1e-6).unwrap();
         run(g, &[&d]);

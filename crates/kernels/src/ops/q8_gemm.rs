@@ -74,6 +74,22 @@ impl Kernels {
         self.dense_gemm(Kernel::Q8GemmCoop, w, x, (y, w.rows, 0), tokens)
     }
 
+    /// [`Kernels::q8_gemm_coop`] into columns `offset .. offset + rows` of rows of `stride`, as
+    /// [`Kernels::q8_gemm_tiled_into`].
+    ///
+    /// # Errors
+    /// As [`Kernels::q8_gemm_coop`], and a shape error for columns past the row.
+    pub fn q8_gemm_coop_into(
+        &self,
+        w: Q8Matrix<'_>,
+        x: View<'_>,
+        y: (View<'_>, u32, u32),
+        tokens: u32,
+    ) -> Result<Dispatch> {
+        self.ensure_cooperative_matrix(Kernel::Q8GemmCoop)?;
+        self.dense_gemm(Kernel::Q8GemmCoop, w, x, y, tokens)
+    }
+
     /// The launcher shared by the tiled GEMMs, which differ in their tile helper and input rows.
     fn dense_gemm(
         &self,

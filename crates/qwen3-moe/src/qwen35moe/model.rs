@@ -86,6 +86,10 @@ pub struct OpenOptions {
     /// Checks every expert record against the store's checksum where it is read while the experts stream
     /// (default on), as [`StreamOptions::check_reads`](diskformer_runtime::StreamOptions::check_reads).
     pub check_reads: bool,
+    /// Chunks run their dense Q8_0 GEMMs on tensor cores where the device has cooperative matrices (as
+    /// [`KernelOptions::tensor_prefill`](crate::KernelOptions::tensor_prefill); elsewhere this does
+    /// nothing; default off): each weight `q · d` and each input rounded to f16, the products summed in f32.
+    pub tensor_prefill: bool,
 }
 
 impl Default for OpenOptions {
@@ -100,6 +104,7 @@ impl Default for OpenOptions {
             cpu: CpuTierOptions::default(),
             host_arena: None,
             check_reads: true,
+            tensor_prefill: false,
         }
     }
 }
@@ -146,6 +151,8 @@ pub struct Model {
     checkpoint_at: Option<usize>,
     /// Tokens run through the model since it opened.
     tokens_run: u64,
+    /// Chunks' dense Q8_0 GEMMs on tensor cores ([`OpenOptions::tensor_prefill`] on a device that has them).
+    tensor_prefill: bool,
 }
 
 impl std::fmt::Debug for Model {
@@ -508,6 +515,7 @@ impl Model {
         };
         let weights = upload_weights(&ctx, &gguf, &config, &wanted, streamed.is_none())?;
         let kernels = Kernels::new(&ctx);
+        let kernels_coop = kernels.cooperative_matrix();
         let s = &scratch;
         let argmax =
             kernels.argmax((&s.logits).into(), (&s.argmax_partial).into(), (&s.picked).into(), vocab, 1)?;
@@ -548,6 +556,7 @@ impl Model {
             checkpoint,
             checkpoint_at: None,
             tokens_run: 0,
+            tensor_prefill: opts.tensor_prefill && kernels_coop,
         };
         r.reset();
         r.recorder = recorder.map(|recorder| {
@@ -605,6 +614,12 @@ impl Model {
     /// Tokens run through the model since it opened (a prompt's reused prefix is not run again).
     pub fn tokens_run(&self) -> u64 {
         self.tokens_run
+    }
+
+    /// Whether chunks run their dense Q8_0 GEMMs on tensor cores ([`OpenOptions::tensor_prefill`] asked
+    /// for, and the device has cooperative matrices).
+    pub fn tensor_prefill(&self) -> bool {
+        self.tensor_prefill
     }
 
     /// Forgets every token: an empty cache, zero recurrent state, no checkpoint.
@@ -945,11 +960,13 @@ impl Model {
     }
 
     /// `y[t] = W x[t]` into columns `offset..offset + rows` of rows of `stride`: a GEMV for a few tokens, the
-    /// tiled GEMM (each weight read once per 32 tokens) for a chunk of [`GEMM_FROM`] or more.
+    /// tiled GEMM (each weight read once per 32 tokens) for a chunk of [`GEMM_FROM`] or more, on tensor
+    /// cores for Q8_0 planes where [`Model::tensor_prefill`].
     fn project(&self, w: DenseRows<'_>, x: View<'_>, y: (View<'_>, u32, u32), t: u32) -> Result<Dispatch> {
         let k = &self.kernels;
         Ok(match (w, t >= GEMM_FROM) {
             (DenseRows::Blocks(m), true) => k.kquant_gemm_into(m, x, y, t)?,
+            (DenseRows::Q8(m), true) if self.tensor_prefill => k.q8_gemm_coop_into(m, x, y, t)?,
             (DenseRows::Blocks(m), false) => k.kquant_gemv_into(m, x, y, t)?,
             (DenseRows::Q8(m), true) => k.q8_gemm_tiled_into(m, x, y, t)?,
             (DenseRows::Q8(m), false) => k.q8_gemv_into(m, x, y, t)?,
