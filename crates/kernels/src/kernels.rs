@@ -164,6 +164,8 @@ const EXPERT_Q8XQ_ROWS: &str = include_str!("wgsl/expert_q8xq_rows.wgsl");
 const Q8I8_INPUT: &str = include_str!("wgsl/q8i8_input.wgsl");
 const PAIR_MAX_PLAIN: &str = include_str!("wgsl/pair_max_plain.wgsl");
 const PAIR_MAX_SUBGROUP: &str = include_str!("wgsl/pair_max_subgroup.wgsl");
+const QUAD_SUM_PLAIN: &str = include_str!("wgsl/quad_sum_plain.wgsl");
+const QUAD_SUM_SUBGROUP: &str = include_str!("wgsl/quad_sum_subgroup.wgsl");
 const ATTENTION_ROWS_PLAIN: &str = include_str!("wgsl/attention_rows_plain.wgsl");
 const ATTENTION_ROWS_SUBGROUP: &str = include_str!("wgsl/attention_rows_subgroup.wgsl");
 const ATTENTION_TILE_LOAD: &str = include_str!("wgsl/attention_tile_load.wgsl");
@@ -563,6 +565,7 @@ impl Kernel {
                 | Kernel::ExpertQ8GemvCombineI8
                 | Kernel::ExpertQ4Gemv
                 | Kernel::ExpertQ4GemvCombine
+                | Kernel::DeltaNetRule
         )
     }
 
@@ -925,6 +928,8 @@ impl Kernel {
                 &[EXPERT_Q4_ROWS, EXPERT_COMBINE_PICKS, ROW_SUM_SUBGROUP, Q8_HELPERS]
             }
             Kernel::ExpertQ4GemvCombine => &[EXPERT_Q4_ROWS, EXPERT_COMBINE_PICKS, ROW_SUM_PLAIN, Q8_HELPERS],
+            Kernel::DeltaNetRule if subgroups => &[QUAD_SUM_SUBGROUP],
+            Kernel::DeltaNetRule => &[QUAD_SUM_PLAIN],
             k if k.has_subgroup_variant() && subgroups => &[ROW_SUM_SUBGROUP, Q8_HELPERS],
             k if k.has_subgroup_variant() => &[ROW_SUM_PLAIN, Q8_HELPERS],
             _ => &[],

@@ -9,7 +9,7 @@ mod common;
 
 use common::{Gpu, Rng, abs_of, assert_close, check_f16_cache, poisoned, read_n, run, upload};
 use diskformer_kernels::{
-    DeltaNetShape, MoeCombineNormParams, QkHeads, QkNormRopePartialStoreParams, SharedExpert, cpu,
+    DeltaNetShape, Kernels, MoeCombineNormParams, QkHeads, QkNormRopePartialStoreParams, SharedExpert, cpu,
 };
 use half::f16;
 
@@ -78,15 +78,20 @@ fn rule_inputs(rng: &mut Rng, shape: DeltaNetShape, tokens: usize) -> [Vec<f32>;
     ]
 }
 
-/// The rule on the GPU over `u` and `ba` (a chunk), starting from `state`: (output, state after).
-fn gpu_rule(g: &Gpu, [u, ba, dt, a, state]: [&[f32]; 5], shape: DeltaNetShape) -> (Vec<f32>, Vec<f32>) {
+/// The rule on the GPU (`k`'s variant) over `u` and `ba` (a chunk), starting from `state`: (output, state
+/// after).
+fn gpu_rule(
+    g: &Gpu,
+    k: &Kernels,
+    [u, ba, dt, a, state]: [&[f32]; 5],
+    shape: DeltaNetShape,
+) -> (Vec<f32>, Vec<f32>) {
     let tokens = u.len() / shape.channels() as usize;
     let n = tokens * (shape.v_heads * shape.state) as usize;
     let (ub, bab, db, ab, sb) = (upload(g, u), upload(g, ba), upload(g, dt), upload(g, a), upload(g, state));
     let out = poisoned(g, 4 * n);
     let views = ((&ub).into(), (&bab).into(), (&db).into(), (&ab).into(), (&sb).into(), (&out).into());
-    let d = g
-        .kernels
+    let d = k
         .delta_net_rule(views.0, views.1, views.2, views.3, views.4, views.5, shape, tokens as u32, 1e-6)
         .unwrap();
     run(g, &[&d]);
@@ -102,13 +107,18 @@ fn delta_net_rule_matches_the_reference_and_carries_its_state() {
         DeltaNetShape { state: 128, k_heads: 2, v_heads: 4 },
         DeltaNetShape { state: 40, k_heads: 3, v_heads: 3 },
     ];
-    for shape in shapes {
-        for tokens in [1usize, 7] {
+    // With and without subgroups (the row sums by shuffles or through workgroup memory); 70 tokens cross
+    // two of the kernel's 32-token blocks of norms and gates.
+    let variants = [&g.kernels, &g.plain];
+    let cases =
+        shapes.iter().flat_map(|&s| variants.iter().flat_map(move |&k| [1usize, 7, 70].map(|t| (s, k, t))));
+    for (shape, k, tokens) in cases {
+        {
             let [u, ba, dt, a, state] = rule_inputs(&mut rng, shape, tokens);
-            let (got, got_state) = gpu_rule(g, [&u, &ba, &dt, &a, &state], shape);
+            let (got, got_state) = gpu_rule(g, k, [&u, &ba, &dt, &a, &state], shape);
             let mut want_state = state.clone();
             let want = cpu::delta_net_rule(&u, &ba, &dt, &a, &mut want_state, shape, 1e-6);
-            let what = format!("delta_net_rule {shape:?} T={tokens}");
+            let what = format!("delta_net_rule {shape:?} T={tokens} subgroups {}", k.subgroups());
             // Dot products of S terms in f32 against f64, compounded over the chunk's tokens through the
             // state; exp and log within a few ulp: 2e-5 of the values' size, with a floor for the small ones.
             assert_close(&what, &got, &want, &abs_of(&want), 2e-6, 2e-5);
@@ -125,7 +135,7 @@ fn delta_net_rule_matches_the_reference_and_carries_its_state() {
             let (mut carried, mut outs) = (state.clone(), Vec::new());
             for t in 0..tokens {
                 let step = [&u[t * c..(t + 1) * c], &ba[t * hv..(t + 1) * hv], &dt[..], &a[..], &carried[..]];
-                let (o, s) = gpu_rule(g, step, shape);
+                let (o, s) = gpu_rule(g, k, step, shape);
                 outs.extend(o);
                 carried = s;
             }

@@ -5,9 +5,12 @@
 // (S × S, row vi by value index) decays by e^γ, takes δ = β (v − M k̂) along k̂ (M += δ k̂ᵀ), and gives
 // o = M q̂ / √S from the updated M. Four lanes a row: lane `part` keeps columns part, part + 4, … of its row
 // in private memory across the chunk (at most 32 values: a fixed loop, so they can live in registers), and
-// the row's dot products are summed over its four lanes through workgroup memory. S is at most 128. (One
-// workgroup a head with a lane a whole row, as this kernel first was, gave the H100 32 workgroups and a
-// 256-step dependent chain a lane: 55 µs a layer for one token of Qwen3.6's shape.)
+// the row's dot products are summed over its four lanes (`quad_sum`: quad_sum_subgroup.wgsl's shuffles, or
+// quad_sum_plain.wgsl's workgroup memory). The norms and gates of 32 tokens at a time are found first, a
+// quad of lanes a token, so that a token's step has no reduction over the head and, with subgroups, no
+// barrier. S is at most 128. (One workgroup a head with a lane a whole row, as this kernel first was, gave
+// the H100 32 workgroups and a 256-step dependent chain a lane: 55 µs a layer for one token of Qwen3.6's
+// shape.)
 
 struct Params {
     state: u32,   // S
@@ -32,11 +35,12 @@ const LANES: u32 = 128u;
 const ROWS: u32 = 32u;  // rows of M a workgroup
 const PARTS: u32 = 4u;  // lanes a row
 const COLS: u32 = 32u;  // columns a lane at most: S / PARTS rounded up
+const BLOCK: u32 = 32u; // tokens whose norms and gates are found at once, a quad of lanes each
 
-var<workgroup> qk: array<f32, 256>;  // q̂ then k̂ of this token
-var<workgroup> red: array<f32, 256>; // Σq² then Σk², reduced
-var<workgroup> mk_part: array<f32, 128>; // each lane's share of its row's M k̂
-var<workgroup> o_part: array<f32, 128>;  // and of its row's M q̂
+var<workgroup> q_scale: array<f32, 32>; // 1 / ‖q‖ of the block's tokens
+var<workgroup> k_scale: array<f32, 32>; // 1 / ‖k‖
+var<workgroup> betas: array<f32, 32>;   // β
+var<workgroup> decays: array<f32, 32>;  // e^γ
 
 @compute @workgroup_size(128)
 fn delta_net_rule(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
@@ -50,7 +54,7 @@ fn delta_net_rule(@builtin(local_invocation_index) li: u32, @builtin(workgroup_i
     let part = li % PARTS;
     let vi = wg.y * ROWS + r;
     let live = vi < s; // the last block of a head may be short
-    // Uniform over the workgroup: the row sums below need every lane.
+    // Uniform over the workgroup: the quad sums below need every lane.
     var row: array<f32, 32>;
     if (live) {
         for (var c = 0u; c < COLS; c++) {
@@ -60,68 +64,73 @@ fn delta_net_rule(@builtin(local_invocation_index) li: u32, @builtin(workgroup_i
             }
         }
     }
-    for (var t = 0u; t < p.tokens; t++) {
-        let ut = t * width;
-        var qv = 0.0;
-        var kv = 0.0;
-        if (li < s) {
-            qv = u[ut + j * s + li];
-            kv = u[ut + key_dim + j * s + li];
-        }
-        red[li] = qv * qv;
-        red[li + LANES] = kv * kv;
-        workgroupBarrier();
-        for (var off = LANES / 2u; off > 0u; off /= 2u) {
-            if (li < off) {
-                red[li] += red[li + off];
-                red[li + LANES] += red[li + LANES + off];
-            }
-            workgroupBarrier();
-        }
-        let qn = 1.0 / sqrt(red[0] + p.eps);
-        let kn = 1.0 / sqrt(red[LANES] + p.eps);
-        if (li < s) {
-            qk[li] = qv * qn;
-            qk[s + li] = kv * kn;
-        }
-        workgroupBarrier();
-        let g = t * 2u * p.v_heads;
-        let beta = 1.0 / (1.0 + exp(-ba[g + h]));
-        let al = ba[g + p.v_heads + h] + dt_bias[h];
-        let softplus = select(log(1.0 + exp(al)), al, al > 20.0);
-        let decay = exp(a[h] * softplus);
-        var mk = 0.0;
-        if (live) {
+    for (var t0 = 0u; t0 < p.tokens; t0 += BLOCK) {
+        // The block's norms and gates, token t0 + li / 4 by its quad of lanes (parallel over the tokens: only
+        // the state's update below runs token after token).
+        let tb = li / PARTS;
+        let tn = t0 + tb;
+        var qq = 0.0;
+        var kk = 0.0;
+        if (tn < p.tokens) {
+            let ut = tn * width;
             for (var c = 0u; c < COLS; c++) {
                 let ki = part + PARTS * c;
                 if (ki < s) {
-                    row[c] *= decay;
-                    mk += row[c] * qk[s + ki];
+                    let qv = u[ut + j * s + ki];
+                    let kv = u[ut + key_dim + j * s + ki];
+                    qq += qv * qv;
+                    kk += kv * kv;
                 }
             }
         }
-        mk_part[li] = mk;
+        qq = quad_sum(qq, li);
+        kk = quad_sum(kk, li);
+        if (part == 0u && tn < p.tokens) {
+            q_scale[tb] = 1.0 / sqrt(qq + p.eps);
+            k_scale[tb] = 1.0 / sqrt(kk + p.eps);
+            let g = tn * 2u * p.v_heads;
+            betas[tb] = 1.0 / (1.0 + exp(-ba[g + h]));
+            let al = ba[g + p.v_heads + h] + dt_bias[h];
+            let softplus = select(log(1.0 + exp(al)), al, al > 20.0);
+            decays[tb] = exp(a[h] * softplus);
+        }
         workgroupBarrier();
-        let r0 = r * PARTS;
-        mk = (mk_part[r0] + mk_part[r0 + 1u]) + (mk_part[r0 + 2u] + mk_part[r0 + 3u]);
-        var o = 0.0;
-        if (live) {
-            let delta = beta * (u[ut + 2u * key_dim + h * s + vi] - mk);
-            for (var c = 0u; c < COLS; c++) {
-                let ki = part + PARTS * c;
-                if (ki < s) {
-                    row[c] += delta * qk[s + ki];
-                    o += row[c] * qk[ki];
+        let n = min(BLOCK, p.tokens - t0);
+        for (var i = 0u; i < n; i++) {
+            let ut = (t0 + i) * width;
+            let kn = k_scale[i];
+            let decay = decays[i];
+            var kh: array<f32, 32>; // this lane's columns of k̂
+            var mk = 0.0;
+            if (live) {
+                for (var c = 0u; c < COLS; c++) {
+                    let ki = part + PARTS * c;
+                    if (ki < s) {
+                        kh[c] = u[ut + key_dim + j * s + ki] * kn;
+                        row[c] *= decay;
+                        mk += row[c] * kh[c];
+                    }
                 }
             }
+            mk = quad_sum(mk, li);
+            var o = 0.0;
+            if (live) {
+                let qn = q_scale[i];
+                let delta = betas[i] * (u[ut + 2u * key_dim + h * s + vi] - mk);
+                for (var c = 0u; c < COLS; c++) {
+                    let ki = part + PARTS * c;
+                    if (ki < s) {
+                        row[c] += delta * kh[c];
+                        o += row[c] * (u[ut + j * s + ki] * qn);
+                    }
+                }
+            }
+            o = quad_sum(o, li);
+            if (live && part == 0u) {
+                out[(t0 + i) * p.v_heads * s + h * s + vi] = o / sqrt(f32(s));
+            }
         }
-        o_part[li] = o;
-        workgroupBarrier();
-        if (live && part == 0u) {
-            o = (o_part[r0] + o_part[r0 + 1u]) + (o_part[r0 + 2u] + o_part[r0 + 3u]);
-            out[t * p.v_heads * s + h * s + vi] = o / sqrt(f32(s));
-        }
-        // This token's q̂, k̂, sums and row shares are read before the next token's overwrite them.
+        // The block's scales and gates are read before the next block's overwrite them.
         workgroupBarrier();
     }
     if (live) {
