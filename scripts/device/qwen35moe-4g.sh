@@ -13,6 +13,9 @@
 #               `--routing uniform` with UNIFORM=1; with RESIDENT=1 the model's own routing, for a BUDGET
 #               that holds every weight, e.g. 120g), EXTRA added to each: older builds' rows beside this
 #               one's on the same machine.
+#   PART=kt:    the builds BINS names (default "bench") with every weight resident (BUDGET, default 120g) and
+#               --kernel-times: the heaviest TOP kernels (default 10) of the one-token step and of a 512-token
+#               chunk (scripts/device/kernel-times.py); EXTRA added to each.
 # Prints a table last; the JSON lands in $OUT/{cal,uni}/, $OUT/ab.jsonl and $OUT/llama-*.json.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -43,6 +46,16 @@ ab)
                 echo "$line" | python3 scripts/device/ab-row.py "$bin" "$round" "$w" || echo "$bin r$round $w: no result"
             done
         done
+    done
+    ;;
+kt)
+    source scripts/device/call-setup.sh
+    [ -s $G ] || $D/synth-gguf --shape qwen36-35b-a3b --matrices "$MATRICES" --out $G | tail -1
+    for bin in ${BINS:-bench}; do
+        timeout 300 $D/$bin --model $G --budget "${BUDGET:-120g}" --prompt-tokens 512 --decode-tokens 16 \
+            --warmup-tokens 2 --kernel-times ${EXTRA:-} > "$OUT/kt-$bin.json" 2> /tmp/kt.err || tail -3 /tmp/kt.err
+        echo "== $bin"
+        python3 scripts/device/kernel-times.py "${TOP:-10}" < "$OUT/kt-$bin.json"
     done
     ;;
 llama)

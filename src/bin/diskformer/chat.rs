@@ -264,6 +264,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
                 record_routing: opts.record_routing.clone(),
                 store_dir: args.store.clone(),
                 host_arena: opts.stream.host_arena,
+                tensor_prefill: opts.kernels.tensor_prefill,
                 ..qwen35moe::OpenOptions::default()
             };
             let mut bars = LoadBars::default();

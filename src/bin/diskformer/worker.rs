@@ -90,6 +90,7 @@ pub fn start(
                     cpu: opts.cpu.clone(),
                     store_dir: store,
                     host_arena: opts.stream.host_arena,
+                    tensor_prefill: opts.kernels.tensor_prefill,
                     ..qwen35moe::OpenOptions::default()
                 };
                 let mut model = match Model::open_with(&model, &open, &mut report_progress()) {
