@@ -6,11 +6,14 @@
 //! layer's loads queued beside them ([`Tiers::ensure_chunk`]). Their counters join a driver's own in
 //! [`Tiers::stats`].
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use diskformer_expert_stream::{ExpertKey, ExpertPool, GpuBackend, Pinned, Slot, SpeculativeReads, Tier};
 use diskformer_store::ReaderProbe;
 
 use crate::load::chunk_bound;
-use crate::{CpuTier, EngineStats, GpuBytes, PoolShape, Result, Stats, StreamSetup};
+use crate::{CpuTier, EngineStats, Error, GpuBytes, PoolShape, Result, Stats, StreamSetup};
 
 /// The slot of a pick no pool slot serves (the CPU computes it, or the pool lacks it): the expert kernels
 /// skip it.
@@ -25,6 +28,42 @@ pub fn sum_as_pick(cpu_picks: &[usize], weights: &mut [f32]) -> Option<usize> {
     cpu_picks.iter().for_each(|&i| weights[i] = 0.0);
     weights[first] = 1.0;
     Some(first)
+}
+
+/// Which side of a CPU layer finished first, the GPU's picks or the host's, where the tier's arena share
+/// follows outcomes (`diskformer_expert_stream::ArenaShare::observe_finish`); nothing elsewhere.
+pub struct FinishRace(Option<Arc<AtomicBool>>);
+
+impl FinishRace {
+    /// The race of a layer split into `split`: where the arena took every miss, the host, with none, has
+    /// finished first (told the tier now).
+    pub fn new(tiers: &mut Tiers, split: &LayerSplit) -> FinishRace {
+        let Some(tier) = tiers.cpu.as_mut() else { return FinishRace(None) };
+        if split.cpu_picks.is_empty() && split.arena_picks > 0 {
+            tier.observe_finish(false);
+        }
+        let follows = tier.arena_share().is_some_and(|a| a.follows_outcomes());
+        FinishRace(follows.then(|| Arc::new(AtomicBool::new(false))))
+    }
+
+    /// After the GPU's picks are submitted to `queue`: the GPU's side is done once they have run.
+    pub fn submitted(&self, queue: &wgpu::Queue) {
+        if let Some(done) = self.0.as_ref().map(Arc::clone) {
+            queue.on_submitted_work_done(move || done.store(true, Ordering::Release));
+        }
+    }
+
+    /// After the host's sum: tells the tier whether the GPU's side was done first.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] where the device cannot be polled.
+    pub fn settle(self, device: &wgpu::Device, tiers: &mut Tiers) -> Result<()> {
+        if let Some((done, tier)) = self.0.zip(tiers.cpu.as_mut()) {
+            device.poll(wgpu::PollType::Poll).map_err(|e| Error::Gpu(e.to_string()))?;
+            tier.observe_finish(done.load(Ordering::Acquire));
+        }
+        Ok(())
+    }
 }
 
 /// A layer's picks split between the tiers ([`Tiers::split_layer`]).
@@ -131,6 +170,17 @@ impl Tiers {
         if let Some(p) = self.held.take() {
             self.pool.release(p);
         }
+    }
+
+    /// Records into `enc` the copies that bring a layer's arena picks into their stage slots
+    /// ([`LayerSplit::staged`]), to run before what reads them.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] where a copy cannot be recorded.
+    pub fn record_stage_copies(&self, enc: &mut wgpu::CommandEncoder, staged: &[(Slot, Slot)]) -> Result<()> {
+        let gpu = self.pool.backend().pool();
+        (staged.iter().try_for_each(|&(from, to)| gpu.copy_from_arena(enc, from, to)))
+            .map_err(|e| Error::Gpu(format!("a copy from the arena into a stage slot: {e}")))
     }
 
     /// Splits layer `l`'s `picks` (one token's) by the CPU tier's plan: the hits pinned in the pool, the

@@ -2,63 +2,15 @@
 //! host's misses ([`Engine::plan_cpu_layer`]), then the misses computed on the host while the GPU runs the
 //! hits, their sum joined to the residual stream in the GPU's combine or after it ([`Engine::join_cpu_layer`]).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use diskformer_expert_stream::{Pinned, Slot};
-use diskformer_runtime::Tiers;
-use diskformer_runtime::tiers::{LayerSplit, sum_as_pick};
+use diskformer_expert_stream::Pinned;
+use diskformer_runtime::tiers::{FinishRace, LayerSplit, sum_as_pick};
 
 use super::per_layer::record_layer_head;
 use super::{Engine, timed};
+use crate::Result;
 use crate::graph::{CpuJoin, Graph, JoinVia, finish_recorded, record};
-use crate::{Error, Result};
-
-/// Records into `enc` the copies that bring a layer's arena picks into their stage slots
-/// ([`LayerSplit::staged`]), to run before what reads them.
-pub(crate) fn record_stage_copies(
-    tiers: &Tiers,
-    enc: &mut wgpu::CommandEncoder,
-    staged: &[(Slot, Slot)],
-) -> Result<()> {
-    let gpu = tiers.pool.backend().pool();
-    (staged.iter().try_for_each(|&(from, to)| gpu.copy_from_arena(enc, from, to)))
-        .map_err(|e| Error::Gpu(format!("a copy from the arena into a stage slot: {e}")))
-}
-
-/// Which side of a CPU layer finished first, the GPU's picks or the host's, where the tier's arena share
-/// follows outcomes (`diskformer_expert_stream::ArenaShare::observe_finish`); nothing elsewhere.
-pub(crate) struct FinishRace(Option<Arc<AtomicBool>>);
-
-impl FinishRace {
-    /// The race of a layer split into `split`: where the arena took every miss, the host, with none, has
-    /// finished first (told the tier now).
-    pub(crate) fn new(tiers: &mut Tiers, split: &LayerSplit) -> FinishRace {
-        let Some(tier) = tiers.cpu.as_mut() else { return FinishRace(None) };
-        if split.cpu_picks.is_empty() && split.arena_picks > 0 {
-            tier.observe_finish(false);
-        }
-        let follows = tier.arena_share().is_some_and(|a| a.follows_outcomes());
-        FinishRace(follows.then(|| Arc::new(AtomicBool::new(false))))
-    }
-
-    /// After the GPU's picks are submitted to `queue`: the GPU's side is done once they have run.
-    pub(crate) fn submitted(&self, queue: &wgpu::Queue) {
-        if let Some(done) = self.0.as_ref().map(Arc::clone) {
-            queue.on_submitted_work_done(move || done.store(true, Ordering::Release));
-        }
-    }
-
-    /// After the host's sum: tells the tier whether the GPU's side was done first.
-    pub(crate) fn settle(self, device: &wgpu::Device, tiers: &mut Tiers) -> Result<()> {
-        if let Some((done, tier)) = self.0.zip(tiers.cpu.as_mut()) {
-            device.poll(wgpu::PollType::Poll).map_err(|e| Error::Gpu(e.to_string()))?;
-            tier.observe_finish(done.load(Ordering::Acquire));
-        }
-        Ok(())
-    }
-}
 
 /// The host's share of a layer: its picks' experts, their router weights, the layer's normed state, and
 /// which pick's down row carries the host's sum when it joins as a pick.
@@ -94,13 +46,13 @@ impl Engine {
         let split = self.tiers.split_layer(l, picks, &mut self.stats)?;
         let staging = (!split.staged.is_empty()).then(|| {
             let mut enc = self.ctx.device.create_command_encoder(&Default::default());
-            record_stage_copies(&self.tiers, &mut enc, &split.staged).map(|()| enc.finish())
+            self.tiers.record_stage_copies(&mut enc, &split.staged).map(|()| enc.finish())
         });
         let staging = match staging.transpose() {
             Ok(staging) => staging,
             Err(e) => {
                 self.tiers.pool.release(split.pinned);
-                return Err(e);
+                return Err(e.into());
             }
         };
         let race = FinishRace::new(&mut self.tiers, &split);

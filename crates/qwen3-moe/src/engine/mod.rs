@@ -36,7 +36,6 @@ mod resident;
 mod route_ahead;
 mod split;
 
-pub(crate) use cpu_window::{FinishRace, record_stage_copies};
 pub use diskformer_runtime::load::{FALLBACK_GPU_BUDGET, LoadProgress, auto_gpu_budget, default_store_dir};
 pub use diskformer_runtime::records_exceed_memory;
 pub use options::{

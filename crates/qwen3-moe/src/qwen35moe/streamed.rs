@@ -16,7 +16,7 @@ use std::time::Duration;
 use diskformer_expert_stream::{ArenaShare, Pinned, PoolConfig};
 use diskformer_kernels::{BlockQuant, Context, Dispatch};
 use diskformer_runtime::load::{chunk_bound, fill_arena, ingest_gguf, probe_arena};
-use diskformer_runtime::tiers::{LayerSplit, sum_as_pick};
+use diskformer_runtime::tiers::{FinishRace, LayerSplit, sum_as_pick};
 use diskformer_runtime::{
     CpuTier, CpuTierOptions, EngineStats, GpuBytes, HostTier, LoadProgress, PoolShape, Stats, StreamOptions,
     StreamSetup, Tiers, expert_pool,
@@ -26,7 +26,7 @@ use wgpu::util::DeviceExt;
 
 use super::MAX_CHUNK;
 use super::config::Config;
-use crate::engine::{FinishRace, SPIN_FOR_PICKS, readback, record_stage_copies};
+use crate::engine::{SPIN_FOR_PICKS, readback};
 use crate::graph::{ExpertKernels, finish_recorded, record};
 use crate::{Error, Result};
 
@@ -319,7 +319,7 @@ impl StreamedExperts {
         self.held = Some(pinned);
         queue.write_buffer(&self.pair_slots, 0, bytemuck::cast_slice(&slots));
         // The GPU's share of the misses, before the experts read it.
-        record_stage_copies(&self.tiers, enc, &staged)?;
+        self.tiers.record_stage_copies(enc, &staged)?;
         let floats = |r: &[u32]| r.iter().map(|&b| f32::from_bits(b)).collect::<Vec<f32>>();
         let mut weights = floats(&read[k..2 * k]);
         let cpu_weights: Vec<f32> = cpu_picks.iter().map(|&i| weights[i]).collect();
