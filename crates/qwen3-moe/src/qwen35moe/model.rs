@@ -86,8 +86,7 @@ pub struct OpenOptions {
     /// Checks every expert record against the store's checksum where it is read while the experts stream
     /// (default on), as [`StreamOptions::check_reads`](diskformer_runtime::StreamOptions::check_reads).
     pub check_reads: bool,
-    /// Chunks run their Q8_0 GEMMs (dense, and the routed experts' held on the GPU) on tensor cores where
-    /// the device has cooperative matrices (as
+    /// Chunks run their dense Q8_0 GEMMs on tensor cores where the device has cooperative matrices (as
     /// [`KernelOptions::tensor_prefill`](crate::KernelOptions::tensor_prefill); elsewhere this does
     /// nothing; default off): each weight `q · d` and each input rounded to f16, the products summed in f32.
     pub tensor_prefill: bool,
@@ -152,7 +151,7 @@ pub struct Model {
     checkpoint_at: Option<usize>,
     /// Tokens run through the model since it opened.
     tokens_run: u64,
-    /// Chunks' Q8_0 GEMMs on tensor cores ([`OpenOptions::tensor_prefill`] on a device that has them).
+    /// Chunks' dense Q8_0 GEMMs on tensor cores ([`OpenOptions::tensor_prefill`] on a device that has them).
     tensor_prefill: bool,
 }
 
@@ -617,7 +616,7 @@ impl Model {
         self.tokens_run
     }
 
-    /// Whether chunks run their Q8_0 GEMMs on tensor cores ([`OpenOptions::tensor_prefill`] asked
+    /// Whether chunks run their dense Q8_0 GEMMs on tensor cores ([`OpenOptions::tensor_prefill`] asked
     /// for, and the device has cooperative matrices).
     pub fn tensor_prefill(&self) -> bool {
         self.tensor_prefill
@@ -1212,11 +1211,6 @@ impl Model {
         // Where gate‖up routes the token itself, it writes the picks' slots for down.
         let pair_slots = if routes_itself { (&s.pick_slots).into() } else { source.pair_slots };
         let matmul = |w: ExpertBlocks<'_>, x: View<'_>, y: ExpertOut<'_>, x_div: u32| match grouped {
-            // Q8_0 blocks in device memory on tensor cores where asked.
-            true if self.tensor_prefill && w.quant == BlockQuant::Q8_0 && !w.host => {
-                let (groups, order) = ((&s.expert_groups).into(), (&s.expert_order).into());
-                k.expert_kquant_gemm_coop(w, x, groups, order, y, (pairs, len), x_div)
-            }
             true => {
                 let (groups, order) = ((&s.expert_groups).into(), (&s.expert_order).into());
                 k.expert_kquant_gemm(w, x, groups, order, y, (pairs, len), x_div)
