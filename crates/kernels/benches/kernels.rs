@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use diskformer_kernels::{
-    AttentionShape, BlockMatrix, BlockQuant, Context, Dispatch, EXPERT_GEMM_TILED_GROUP, ExpertBlocks,
-    ExpertOut, ExpertPlanes, Kernels, Q8Matrix, expert_gemm_group_bound, expert_gemm_groups,
+    AttentionShape, BlockMatrix, BlockQuant, Context, Dispatch, EXPERT_BLOCK_GEMM_GROUP,
+    EXPERT_GEMM_TILED_GROUP, ExpertBlocks, ExpertOut, ExpertPlanes, Kernels, Q8Matrix,
+    expert_gemm_group_bound, expert_gemm_groups,
 };
 
 const ROTATION_BYTES: u64 = 256 << 20;
@@ -227,16 +228,16 @@ fn bench_kquant_gemv(c: &mut Criterion, g: &Gpu) {
     group.finish();
 }
 
-/// The expert K-quant GEMV (records of blocks) at Qwen3-30B-A3B's shapes: 8 picks' gate‖up and down, each
-/// set of 8 slots its own (rotating through more than the L2), as decode runs them. Throughput counts the
-/// picks' block bytes.
+/// The expert K-quant GEMV (records of blocks) at Qwen3-30B-A3B's shapes (Q4_K, Q6_K) and Qwen3.6-35B-A3B's
+/// (Q8_0, as qwen35moe's resident experts lie): 8 picks' gate‖up and down, each set of 8 slots its own
+/// (rotating through more than the L2), as decode runs them. Throughput counts the picks' block bytes.
 fn bench_expert_kquant(c: &mut Criterion, g: &Gpu) {
     let mut group = c.benchmark_group("expert_kquant_gemv");
     let k_picks = 8u32;
-    for quant in [BlockQuant::Q4K, BlockQuant::Q6K] {
-        for (name, rows, cols, x_div) in
-            [("gate_up_8x1536x2048", 1536u32, 2048u32, 8u32), ("down_8x2048x768", 2048, 768, 1)]
-        {
+    let qwen3 = [("gate_up_8x1536x2048", 1536u32, 2048u32, 8u32), ("down_8x2048x768", 2048, 768, 1)];
+    let qwen36 = [("gate_up_8x1024x2048", 1024u32, 2048u32, 8u32), ("down_8x2048x512", 2048, 512, 1)];
+    for (quant, shapes) in [(BlockQuant::Q4K, qwen3), (BlockQuant::Q6K, qwen3), (BlockQuant::Q8_0, qwen36)] {
+        for (name, rows, cols, x_div) in shapes {
             let matrix = u64::from(rows) * u64::from(cols) / 256 * quant.block_bytes();
             let slot_bytes = matrix.next_multiple_of(256);
             let sets = copies(u64::from(k_picks) * matrix) as u32;
@@ -761,6 +762,7 @@ fn benches(c: &mut Criterion) {
     bench_expert(c, &g);
     bench_small(c, &g);
     bench_prefill(c, &g);
+    bench_prefill_expert_blocks(c, &g);
 }
 
 /// A chunk's picks: `k` distinct experts a token from `experts`, by an LCG (routing of random weights is
@@ -880,6 +882,65 @@ fn bench_prefill(c: &mut Criterion, g: &Gpu) {
             })
             .collect();
         group.bench_function(format!("{name}/tiled"), |b| b.iter_custom(|iters| time(g, &ds, iters)));
+    }
+    group.finish();
+}
+
+/// qwen35moe's grouped expert GEMMs over Q8_0 blocks (as its records lie) for a 512-token chunk of
+/// Qwen3.6-35B-A3B's shape: 4,096 (token, pick) pairs over 256 experts grouped by slot, up to 64 a group; on
+/// shader cores (`expert_kquant_gemm`) and, where the device has cooperative matrices, on tensor cores
+/// (`expert_q8_0_block_gemm_coop`). Throughput: multiply-adds ×2 (FLOP).
+fn bench_prefill_expert_blocks(c: &mut Criterion, g: &Gpu) {
+    let mut group = c.benchmark_group("prefill_blocks");
+    let (t, k, experts) = (512u32, 8u32, 256u32);
+    let (pairs, quant) = (t * k, BlockQuant::Q8_0);
+    let picks = chunk_picks(t, k, experts);
+    let len = expert_gemm_group_bound(pairs as usize, experts as usize, EXPERT_BLOCK_GEMM_GROUP);
+    let (groups, order) = expert_gemm_groups(&picks, EXPERT_BLOCK_GEMM_GROUP, len);
+    let gb = buffer(g, 16 * len as u64, 9);
+    let ob = buffer(g, 4 * u64::from(pairs), 10);
+    g.ctx.queue.write_buffer(&gb, 0, bytemuck::cast_slice(groups.as_flattened()));
+    g.ctx.queue.write_buffer(&ob, 0, bytemuck::cast_slice(&order));
+    for (name, rows, cols, x_div) in
+        [("gate_up_1024x2048", 1024u32, 2048u32, k), ("down_2048x512", 2048, 512, 1)]
+    {
+        let slot_bytes =
+            (u64::from(rows) * u64::from(cols) / 256 * quant.block_bytes()).next_multiple_of(256);
+        let pool = buffer(g, u64::from(experts) * slot_bytes, 5);
+        let x = buffer(g, 4 * u64::from(pairs / x_div * cols), 7);
+        let ys: Vec<wgpu::Buffer> = (0..4).map(|i| buffer(g, 4 * u64::from(pairs * rows), 8 + i)).collect();
+        group.throughput(Throughput::Elements(2 * u64::from(rows) * u64::from(cols) * u64::from(pairs)));
+        let w = ExpertBlocks {
+            data: (&pool).into(),
+            quant,
+            slot_bytes,
+            offset: 0,
+            slots: experts,
+            first_slot: 0,
+            rows,
+            cols,
+            host: false,
+        };
+        for coop in [false, true] {
+            if coop && !g.sg.cooperative_matrix() {
+                continue;
+            }
+            let ds: Vec<Dispatch> = ys
+                .iter()
+                .map(|y| {
+                    let (x, gb, ob) = ((&x).into(), (&gb).into(), (&ob).into());
+                    let out = ExpertOut { y: y.into(), stride: rows, offset: 0 };
+                    let sizes = (pairs, len as u32);
+                    match coop {
+                        true => g.sg.expert_kquant_gemm_coop(w, x, gb, ob, out, sizes, x_div),
+                        false => g.sg.expert_kquant_gemm(w, x, gb, ob, out, sizes, x_div),
+                    }
+                    .expect("bind")
+                })
+                .collect();
+            let id = format!("{name}_t512/{}", if coop { "coop" } else { "tiled" });
+            group.bench_function(id, |b| b.iter_custom(|iters| time(g, &ds, iters)));
+        }
     }
     group.finish();
 }
