@@ -286,6 +286,84 @@ fn bench_expert_kquant(c: &mut Criterion, g: &Gpu) {
     group.finish();
 }
 
+/// Decode's gate‖up on Q8_0 blocks at Qwen3.6-35B-A3B's shape (8 picks, F = 512 gate and 512 up rows of a
+/// slot, 2,048 columns), with SwiGLU on its output: slot-indexed (`swiglu`, the picks' slots given) and
+/// routing itself (`routed`: each workgroup ranks the token's 256 router logits and looks its pick's slot
+/// up, what qwen35moe's resident step runs). Each set of 8 slots its own, rotating; throughput counts the
+/// picks' block bytes, as `expert_kquant_gemv`'s entries.
+fn bench_expert_kquant_swiglu(c: &mut Criterion, g: &Gpu) {
+    use diskformer_kernels::Route;
+    let mut group = c.benchmark_group("expert_kquant_swiglu");
+    let (k_picks, experts, f, cols, quant) = (8u32, 256u32, 512u32, 2048u32, BlockQuant::Q8_0);
+    let half = u64::from(f) * u64::from(cols) / 256 * quant.block_bytes();
+    let slot_bytes = (2 * half).next_multiple_of(256);
+    let sets = copies(u64::from(k_picks) * 2 * half) as u32;
+    let slots = sets * k_picks;
+    let pool = buffer(g, u64::from(slots) * slot_bytes, 1);
+    let x = buffer(g, 4 * u64::from(cols), 3);
+    let logits = buffer(g, 4 * u64::from(experts), 4);
+    // Set s's table maps expert e to slot 8 s + e % 8.
+    let table = buffer(g, 4 * u64::from(sets * experts), 5);
+    let entries: Vec<u32> = (0..sets * experts).map(|i| (i / experts) * k_picks + i % k_picks).collect();
+    g.ctx.queue.write_buffer(&table, 0, bytemuck::cast_slice(&entries));
+    let ys: Vec<wgpu::Buffer> =
+        (0..sets).map(|i| buffer(g, 4 * u64::from(k_picks * f), 6 + u64::from(i))).collect();
+    let (ids, weights, picked) =
+        (buffer(g, 4 * u64::from(k_picks), 7), buffer(g, 4 * u64::from(k_picks), 8), buffer(g, 4 * 8, 9));
+    let idx: Vec<wgpu::Buffer> = (0..sets)
+        .map(|set| {
+            let b = buffer(g, 4 * u64::from(k_picks), 10);
+            let ids: Vec<u32> = (0..k_picks).map(|j| set * k_picks + j).collect();
+            g.ctx.queue.write_buffer(&b, 0, bytemuck::cast_slice(&ids));
+            b
+        })
+        .collect();
+    group.throughput(Throughput::Bytes(u64::from(k_picks) * 2 * half));
+    let gate = ExpertBlocks {
+        data: (&pool).into(),
+        quant,
+        slot_bytes,
+        offset: 0,
+        slots,
+        first_slot: 0,
+        rows: f,
+        cols,
+        host: false,
+    };
+    for routed in [false, true] {
+        let ds: Vec<Dispatch> = (0..sets as usize)
+            .map(|set| {
+                let act = ExpertOut { y: (&ys[set]).into(), stride: f, offset: 0 };
+                if routed {
+                    let route = Route {
+                        logits: (&logits).into(),
+                        table: (&table).into(),
+                        table_range: (set as u32 * experts, sets * experts),
+                        experts,
+                        ids: (&ids).into(),
+                        weights: (&weights).into(),
+                        slots: (&picked).into(),
+                    };
+                    g.sg.expert_kquant_gemv_swiglu_routed(gate, half, (&x).into(), route, act.y, (1, k_picks))
+                } else {
+                    g.sg.expert_kquant_gemv_swiglu(
+                        gate,
+                        half,
+                        (&x).into(),
+                        (&idx[set]).into(),
+                        act,
+                        (k_picks, k_picks),
+                    )
+                }
+                .expect("bind")
+            })
+            .collect();
+        let id = format!("q8_0/gate_up_8x{f}x{cols}/{}", if routed { "routed" } else { "swiglu" });
+        group.bench_function(id, |b| b.iter_custom(|iters| time(g, &ds, iters)));
+    }
+    group.finish();
+}
+
 /// How a bench entry of [`bench_expert`] runs its GEMV.
 #[derive(Clone, Copy, PartialEq)]
 enum ExpertOp {
@@ -759,6 +837,7 @@ fn benches(c: &mut Criterion) {
     bench_q8_gemv(c, &g);
     bench_kquant_gemv(c, &g);
     bench_expert_kquant(c, &g);
+    bench_expert_kquant_swiglu(c, &g);
     bench_expert(c, &g);
     bench_small(c, &g);
     bench_prefill(c, &g);
