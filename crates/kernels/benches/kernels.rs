@@ -965,10 +965,9 @@ fn bench_prefill(c: &mut Criterion, g: &Gpu) {
     group.finish();
 }
 
-/// qwen35moe's grouped expert GEMMs over Q8_0 blocks (as its records lie) for a 512-token chunk of
-/// Qwen3.6-35B-A3B's shape: 4,096 (token, pick) pairs over 256 experts grouped by slot, up to 64 a group; on
-/// shader cores (`expert_kquant_gemm`) and, where the device has cooperative matrices, on tensor cores
-/// (`expert_q8_0_block_gemm_coop`). Throughput: multiply-adds ×2 (FLOP).
+/// qwen35moe's grouped expert GEMMs over Q8_0 blocks (as its records lie, `expert_kquant_gemm`) for a
+/// 512-token chunk of Qwen3.6-35B-A3B's shape: 4,096 (token, pick) pairs over 256 experts grouped by slot,
+/// up to 64 a group. Throughput: multiply-adds ×2 (FLOP).
 fn bench_prefill_expert_blocks(c: &mut Criterion, g: &Gpu) {
     let mut group = c.benchmark_group("prefill_blocks");
     let (t, k, experts) = (512u32, 8u32, 256u32);
@@ -1000,26 +999,16 @@ fn bench_prefill_expert_blocks(c: &mut Criterion, g: &Gpu) {
             cols,
             host: false,
         };
-        for coop in [false, true] {
-            if coop && !g.sg.cooperative_matrix() {
-                continue;
-            }
-            let ds: Vec<Dispatch> = ys
-                .iter()
-                .map(|y| {
-                    let (x, gb, ob) = ((&x).into(), (&gb).into(), (&ob).into());
-                    let out = ExpertOut { y: y.into(), stride: rows, offset: 0 };
-                    let sizes = (pairs, len as u32);
-                    match coop {
-                        true => g.sg.expert_kquant_gemm_coop(w, x, gb, ob, out, sizes, x_div),
-                        false => g.sg.expert_kquant_gemm(w, x, gb, ob, out, sizes, x_div),
-                    }
-                    .expect("bind")
-                })
-                .collect();
-            let id = format!("{name}_t512/{}", if coop { "coop" } else { "tiled" });
-            group.bench_function(id, |b| b.iter_custom(|iters| time(g, &ds, iters)));
-        }
+        let ds: Vec<Dispatch> = ys
+            .iter()
+            .map(|y| {
+                let (x, gb, ob) = ((&x).into(), (&gb).into(), (&ob).into());
+                let out = ExpertOut { y: y.into(), stride: rows, offset: 0 };
+                g.sg.expert_kquant_gemm(w, x, gb, ob, out, (pairs, len as u32), x_div).expect("bind")
+            })
+            .collect();
+        let id = format!("{name}_t512/tiled");
+        group.bench_function(id, |b| b.iter_custom(|iters| time(g, &ds, iters)));
     }
     group.finish();
 }

@@ -152,27 +152,16 @@ pub fn kquant_value(quant: crate::BlockQuant, block: &[u8], v: usize) -> f32 {
 /// K-quant GEMV over T inputs: `y[t, r] = Σ_c W[r, c] · x[t, c]` for `W [rows, cols]` given as GGUF blocks
 /// ([`kquant_value`]), summed in f64.
 pub fn kquant_gemv(quant: crate::BlockQuant, w: &[u8], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
-    kquant_gemv_as(quant, w, (rows, cols), x, f64::from)
-}
-
-/// The K-quant GEMV with each dequantised weight and each input taken as `value(·)`, summed in f64.
-fn kquant_gemv_as(
-    quant: crate::BlockQuant,
-    w: &[u8],
-    (rows, cols): (usize, usize),
-    x: &[f32],
-    value: impl Fn(f32) -> f64 + Copy,
-) -> Vec<f32> {
     let block = quant.block_bytes() as usize;
-    let dequantised: Vec<f64> = w[..rows * cols / 256 * block]
+    let dequantised: Vec<f32> = w[..rows * cols / 256 * block]
         .chunks_exact(block)
-        .flat_map(|b| (0..256).map(move |v| value(kquant_value(quant, b, v))))
+        .flat_map(|b| (0..256).map(move |v| kquant_value(quant, b, v)))
         .collect();
     x.chunks(cols)
         .flat_map(|x| {
-            dequantised
-                .chunks(cols)
-                .map(move |row| row.iter().zip(x).map(|(&w, &x)| w * value(x)).sum::<f64>() as f32)
+            dequantised.chunks(cols).map(move |row| {
+                row.iter().zip(x).map(|(&w, &x)| f64::from(w) * f64::from(x)).sum::<f64>() as f32
+            })
         })
         .collect()
 }
@@ -190,33 +179,6 @@ pub fn expert_kquant_gemv(
     x: &[f32],
     x_div: usize,
 ) -> Vec<f32> {
-    expert_kquant_gemv_as(quant, pool, (slot_bytes, offset), (rows, cols), (slot_idx, x_div), x, f64::from)
-}
-
-/// [`expert_kquant_gemv`] with each dequantised weight and each input rounded to f16, the products summed
-/// in f64 (`Kernels::expert_kquant_gemm_coop`, as [`q8_gemv_f16`] rounds).
-pub fn expert_kquant_gemv_f16(
-    quant: crate::BlockQuant,
-    pool: &[u8],
-    (slot_bytes, offset): (usize, usize),
-    (rows, cols): (usize, usize),
-    slot_idx: &[u32],
-    x: &[f32],
-    x_div: usize,
-) -> Vec<f32> {
-    let f16_value = |v: f32| f64::from(f16::from_f32(v).to_f32());
-    expert_kquant_gemv_as(quant, pool, (slot_bytes, offset), (rows, cols), (slot_idx, x_div), x, f16_value)
-}
-
-fn expert_kquant_gemv_as(
-    quant: crate::BlockQuant,
-    pool: &[u8],
-    (slot_bytes, offset): (usize, usize),
-    (rows, cols): (usize, usize),
-    (slot_idx, x_div): (&[u32], usize),
-    x: &[f32],
-    value: impl Fn(f32) -> f64 + Copy,
-) -> Vec<f32> {
     let bytes = rows * cols / 256 * quant.block_bytes() as usize;
     slot_idx
         .iter()
@@ -224,7 +186,7 @@ fn expert_kquant_gemv_as(
         .flat_map(|(pair, &slot)| {
             let at = slot as usize * slot_bytes + offset;
             match pool.get(at..at + bytes) {
-                Some(w) => kquant_gemv_as(quant, w, (rows, cols), &x[pair / x_div * cols..][..cols], value),
+                Some(w) => kquant_gemv(quant, w, rows, cols, &x[pair / x_div * cols..][..cols]),
                 None => vec![0.0; rows],
             }
         })

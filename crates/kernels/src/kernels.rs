@@ -93,9 +93,6 @@ pub enum Kernel {
     ExpertQ4Gemm,
     /// Expert Q8_0 GEMM over pairs grouped by slot on tensor cores, as [`Kernel::Q8GemmCoop`] (prefill).
     ExpertQ8GemmCoop,
-    /// [`Kernel::ExpertBlockGemm`] of Q8_0 blocks on tensor cores, as [`Kernel::ExpertQ8GemmCoop`]
-    /// (prefill).
-    ExpertQ8BlockGemmCoop,
     /// GEMV over T inputs on a matrix of GGUF blocks of the type (`kquant_gemv.wgsl` with the type's block
     /// helper).
     BlockGemv(BlockQuant),
@@ -188,7 +185,6 @@ const KQUANT_IQ4: &str = include_str!("wgsl/kquant_iq4.wgsl");
 const KQUANT_FLOATS: &str = include_str!("wgsl/kquant_floats.wgsl");
 const KQUANT_K_SCALES: &str = include_str!("wgsl/kquant_k_scales.wgsl");
 const KQUANT_TILE: &str = include_str!("wgsl/kquant_tile.wgsl");
-const KQUANT_TILE_COOP: &str = include_str!("wgsl/kquant_tile_coop.wgsl");
 const KQUANT_DOT4: &str = include_str!("wgsl/kquant_dot4.wgsl");
 const EXPERT_COMBINE_PICKS: &str = include_str!("wgsl/expert_combine_picks.wgsl");
 const Q8_TILE_COOP: &str = include_str!("wgsl/q8_tile_coop.wgsl");
@@ -364,7 +360,7 @@ impl BlockQuant {
 
 impl Kernel {
     /// The kernels that are not of a block type.
-    const FIXED: [Kernel; 54] = [
+    const FIXED: [Kernel; 53] = [
         Kernel::EmbedQ8,
         Kernel::RmsNorm,
         Kernel::Q8Gemv,
@@ -402,7 +398,6 @@ impl Kernel {
         Kernel::ExpertQ8GemmI8,
         Kernel::ExpertQ4Gemm,
         Kernel::ExpertQ8GemmCoop,
-        Kernel::ExpertQ8BlockGemmCoop,
         Kernel::ExpertSlots,
         Kernel::ExpertGroups,
         Kernel::SiluMul,
@@ -493,7 +488,6 @@ impl Kernel {
             Kernel::ExpertQ8GemmI8 => "expert_q8_gemm_i8",
             Kernel::ExpertQ4Gemm => "expert_q4_gemm",
             Kernel::ExpertQ8GemmCoop => "expert_q8_gemm_coop",
-            Kernel::ExpertQ8BlockGemmCoop => "expert_q8_0_block_gemm_coop",
             Kernel::ExpertSlots => "expert_slots",
             Kernel::ExpertGroups => "expert_groups",
             Kernel::SiluMul => "silu_mul",
@@ -530,7 +524,7 @@ impl Kernel {
     /// whose pipeline is built only where the device's limit allows.
     pub fn workgroup_storage(self) -> u32 {
         match self {
-            Kernel::AttentionFlash | Kernel::Q8GemmCoop | Kernel::ExpertQ8BlockGemmCoop => 32 << 10,
+            Kernel::AttentionFlash | Kernel::Q8GemmCoop => 32 << 10,
             _ => 16 << 10,
         }
     }
@@ -539,7 +533,7 @@ impl Kernel {
     /// into f32 in 32-lane subgroups, which wgpu offers as an experimental feature. Its pipeline is built
     /// only on devices with them ([`Context::cooperative_matrix`](crate::Context::cooperative_matrix)).
     pub fn needs_cooperative_matrix(self) -> bool {
-        matches!(self, Kernel::Q8GemmCoop | Kernel::ExpertQ8GemmCoop | Kernel::ExpertQ8BlockGemmCoop)
+        matches!(self, Kernel::Q8GemmCoop | Kernel::ExpertQ8GemmCoop)
     }
 
     /// Whether the kernel has a subgroup variant.
@@ -607,9 +601,7 @@ impl Kernel {
             | Kernel::ExpertQ8GemmTiled
             | Kernel::ExpertQ8GemmI8
             | Kernel::ExpertQ8GemmCoop => size_of::<ExpertQ8GemmParams>(),
-            Kernel::ExpertBlockGemv(_) | Kernel::ExpertBlockGemm(_) | Kernel::ExpertQ8BlockGemmCoop => {
-                size_of::<ExpertKQuantGemvParams>()
-            }
+            Kernel::ExpertBlockGemv(_) | Kernel::ExpertBlockGemm(_) => size_of::<ExpertKQuantGemvParams>(),
             Kernel::ExpertBlockGemvCombine(_) => size_of::<ExpertKQuantCombineParams>(),
             Kernel::ExpertBlockGemvRouted(_) => size_of::<ExpertKQuantRoutedParams>(),
             Kernel::BlockGemm(_) => size_of::<Q8GemmParams>(),
@@ -671,7 +663,6 @@ impl Kernel {
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ8GemmCoop => Kernel::ExpertQ8GemmTiled.file(),
             Kernel::ExpertBlockGemv(_) => include_str!("wgsl/expert_kquant_gemv.wgsl"),
             Kernel::ExpertBlockGemm(_) => include_str!("wgsl/expert_kquant_gemm.wgsl"),
-            Kernel::ExpertQ8BlockGemmCoop => Kernel::ExpertBlockGemm(BlockQuant::Q8_0).file(),
             Kernel::ExpertBlockGemvCombine(_) => include_str!("wgsl/expert_kquant_gemv_combine.wgsl"),
             Kernel::ExpertBlockGemvRouted(_) => include_str!("wgsl/expert_kquant_gemv_routed.wgsl"),
             Kernel::BlockGemm(_) => include_str!("wgsl/kquant_gemm.wgsl"),
@@ -776,7 +767,6 @@ impl Kernel {
             Kernel::ExpertQ8GemmI8 | Kernel::ExpertQ4Gemm | Kernel::ExpertQ8GemmCoop => {
                 Some(Kernel::ExpertQ8GemmTiled)
             }
-            Kernel::ExpertQ8BlockGemmCoop => Some(Kernel::ExpertBlockGemm(BlockQuant::Q4K)),
             Kernel::ExpertQ4Gemv | Kernel::ExpertQ8GemvI8 | Kernel::ExpertQ8GemvXq => {
                 Some(Kernel::ExpertQ8Gemv)
             }
@@ -794,10 +784,6 @@ impl Kernel {
             Kernel::BlockGemm(q) | Kernel::ExpertBlockGemm(q) => {
                 [KQUANT_TILE].into_iter().chain(q.block_helpers().iter().copied()).collect()
             }
-            Kernel::ExpertQ8BlockGemmCoop => [KQUANT_TILE_COOP]
-                .into_iter()
-                .chain(BlockQuant::Q8_0.block_helpers().iter().copied())
-                .collect(),
             // kquant_gemv.wgsl holds both GEMVs, so both take the 4-row walk.
             Kernel::BlockGemv(q) | Kernel::BlockGemvRows4(q) | Kernel::ExpertBlockGemv(q) => {
                 [KQUANT_DOT4].into_iter().chain(q.block_helpers().iter().copied()).chain([rows]).collect()

@@ -345,69 +345,6 @@ fn expert_kquant_gemm_takes_groups_of_up_to_64_pairs() {
     }
 }
 
-/// The grouped expert GEMM of Q8_0 blocks on tensor cores against its f16 reference (each weight and input
-/// rounded to f16, the f32 reference apart from it), with groups as full as a chunk's and output columns
-/// inside wider rows; where the device has no cooperative matrices (lavapipe), its refusal. Blocks of
-/// another type or in host memory are refused on any device.
-#[test]
-fn expert_q8_0_block_gemm_coop_matches_its_f16_reference() {
-    use diskformer_kernels::{ExpertBlocks, ExpertOut};
-    let g = gpu_or_skip!();
-    let mut rng = Rng::new(53);
-    let (rows, cols, slots, k) = (150, 512, 3, 2);
-    let mut slot_idx: Vec<u32> =
-        [(0, 70), (1, 40), (2, 30)].into_iter().flat_map(|(slot, n)| std::iter::repeat_n(slot, n)).collect();
-    for i in (1..slot_idx.len()).rev() {
-        slot_idx.swap(i, rng.next_u64() as usize % (i + 1));
-    }
-    let pairs = slot_idx.len();
-    let len = expert_gemm_group_bound(pairs, slots, EXPERT_BLOCK_GEMM_GROUP);
-    let (groups, order) = expert_gemm_groups(&slot_idx, EXPERT_BLOCK_GEMM_GROUP, len);
-    let quant = BlockQuant::Q8_0;
-    let (pool, slot_bytes, offset) = block_pool(&mut rng, quant, (rows, cols), slots);
-    let x = rng.vec_f32(pairs / k * cols, -1.0, 1.0);
-    let (pb, xb) = (upload(g, &pool), upload(g, &x));
-    let (gb, ob) = (upload(g, groups.as_flattened()), upload(g, &order));
-    let (stride, at) = (rows + 5, 3);
-    let y = upload(g, &vec![0f32; pairs * stride]);
-    let out = ExpertOut { y: (&y).into(), stride: stride as u32, offset: at as u32 };
-    let sizes = (pairs as u32, len as u32);
-    let (xv, gv, ov) = ((&xb).into(), (&gb).into(), (&ob).into());
-    let w = expert_blocks(&pb, quant, (slot_bytes, offset, slots), (rows, cols));
-    for refused in [ExpertBlocks { host: true, ..w }, ExpertBlocks { quant: BlockQuant::Q4K, ..w }] {
-        let e = g.kernels.expert_kquant_gemm_coop(refused, xv, gv, ov, out, sizes, k as u32).unwrap_err();
-        assert!(e.to_string().contains("takes Q8_0 blocks in device memory"), "{e}");
-    }
-    if !g.kernels.cooperative_matrix() {
-        let e = g.kernels.expert_kquant_gemm_coop(w, xv, gv, ov, out, sizes, k as u32).unwrap_err();
-        assert!(matches!(e, diskformer_kernels::Error::NoCooperativeMatrix { .. }), "{e}");
-        return;
-    }
-    let d = g.kernels.expert_kquant_gemm_coop(w, xv, gv, ov, out, sizes, k as u32).unwrap();
-    run(g, &[&d]);
-    let got = read_n::<f32>(g, &y, pairs * stride);
-    let shape = ((slot_bytes, offset), (rows, cols));
-    let want = cpu::expert_kquant_gemv_f16(quant, &pool, shape.0, shape.1, &slot_idx, &x, k);
-    let scale = pair_magnitudes(quant, &pool, shape.0, shape.1, &slot_idx, &x, k);
-    // As dense.rs's tensor-core GEMM: products of f16 values are exact in f32, only the sums' order
-    // differs; the f32 reference lies outside that bound.
-    let f32_want = cpu::expert_kquant_gemv(quant, &pool, shape.0, shape.1, &slot_idx, &x, k);
-    common::assert_some_apart(
-        "the f32 reference lies apart from the f16 one",
-        &f32_want,
-        &want,
-        &scale,
-        2e-6,
-    );
-    for (p, slot) in slot_idx.iter().enumerate() {
-        let row = &got[p * stride..][..stride];
-        assert!(row[..at].iter().chain(&row[at + rows..]).all(|&v| v == 0.0), "pair {p}: columns outside");
-        let what = format!("expert_q8_0_block_gemm_coop pair {p} (slot {slot})");
-        let range = p * rows..(p + 1) * rows;
-        assert_close(&what, &row[at..at + rows], &want[range.clone()], &scale[range], 1e-6, 2e-6);
-    }
-}
-
 /// The tiled K-quant GEMM (prefill) against the GEMV's reference: token counts across 32-token tiles, rows
 /// across 128-row tiles, output columns inside wider rows, a matrix split over bindings.
 #[test]

@@ -170,15 +170,7 @@ impl Kernels {
         pairs: u32,
         x_div: u32,
     ) -> Result<Dispatch> {
-        self.expert_kquant(
-            Kernel::ExpertBlockGemv(w.quant),
-            w,
-            x,
-            PairIndex::Slots(slot_idx),
-            y,
-            (pairs, x_div),
-            None,
-        )
+        self.expert_kquant(w, x, PairIndex::Slots(slot_idx), y, (pairs, x_div), None)
     }
 
     /// [`Kernels::expert_kquant_gemv`] of gate and up with SwiGLU on its output, for one-token decode:
@@ -198,8 +190,7 @@ impl Kernels {
         act: ExpertOut<'_>,
         (pairs, x_div): (u32, u32),
     ) -> Result<Dispatch> {
-        let kernel = Kernel::ExpertBlockGemv(gate.quant);
-        self.expert_kquant(kernel, gate, x, PairIndex::Slots(slot_idx), act, (pairs, x_div), Some(up_offset))
+        self.expert_kquant(gate, x, PairIndex::Slots(slot_idx), act, (pairs, x_div), Some(up_offset))
     }
 
     /// [`Kernels::router_topk_slots`] and [`Kernels::expert_kquant_gemv_swiglu`] in one dispatch, for decode
@@ -336,43 +327,11 @@ impl Kernels {
         (pairs, len): (u32, u32),
         x_div: u32,
     ) -> Result<Dispatch> {
-        let index = PairIndex::Groups { groups, order, len };
-        self.expert_kquant(Kernel::ExpertBlockGemm(w.quant), w, x, index, y, (pairs, x_div), None)
+        self.expert_kquant(w, x, PairIndex::Groups { groups, order, len }, y, (pairs, x_div), None)
     }
 
-    /// [`Kernels::expert_kquant_gemm`] of Q8_0 blocks on tensor cores (`expert_kquant_gemm.wgsl` with
-    /// `kquant_tile_coop.wgsl`): each weight `q · d` and each input rounded to f16, the products summed in
-    /// f32 ([`cpu::expert_kquant_gemv_f16`](crate::cpu::expert_kquant_gemv_f16)). Same inputs and groups.
-    ///
-    /// # Errors
-    /// A shape error for blocks of another type or a pool part in host memory ([`ExpertBlocks::host`]: the
-    /// tiles read device memory only); [`Error::NoCooperativeMatrix`](crate::Error::NoCooperativeMatrix)
-    /// on devices without them; else as [`Kernels::expert_kquant_gemm`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn expert_kquant_gemm_coop(
-        &self,
-        w: ExpertBlocks<'_>,
-        x: View<'_>,
-        groups: View<'_>,
-        order: View<'_>,
-        y: ExpertOut<'_>,
-        (pairs, len): (u32, u32),
-        x_div: u32,
-    ) -> Result<Dispatch> {
-        let b = self.binder(Kernel::ExpertQ8BlockGemmCoop);
-        b.ensure(w.quant == BlockQuant::Q8_0 && !w.host, || {
-            format!("takes Q8_0 blocks in device memory; got {} (host part: {})", w.quant.name(), w.host)
-        })?;
-        self.ensure_cooperative_matrix(Kernel::ExpertQ8BlockGemmCoop)?;
-        let index = PairIndex::Groups { groups, order, len };
-        self.expert_kquant(Kernel::ExpertQ8BlockGemmCoop, w, x, index, y, (pairs, x_div), None)
-    }
-
-    /// The launcher shared by the block GEMVs and grouped GEMMs: `kernel` is one of them for `w`'s type.
-    #[allow(clippy::too_many_arguments)]
     fn expert_kquant(
         &self,
-        kernel: Kernel,
         w: ExpertBlocks<'_>,
         x: View<'_>,
         index: PairIndex<'_>,
@@ -381,7 +340,11 @@ impl Kernels {
         swiglu_up: Option<u64>,
     ) -> Result<Dispatch> {
         let grouped = matches!(index, PairIndex::Groups { .. });
-        let b = self.binder(kernel);
+        let b = self.binder(if grouped {
+            Kernel::ExpertBlockGemm(w.quant)
+        } else {
+            Kernel::ExpertBlockGemv(w.quant)
+        });
         let (rows, cols) = (u64::from(w.rows), u64::from(w.cols));
         let (pp, xd) = (u64::from(pairs), u64::from(x_div));
         check_blocks(&b, &w, pairs)?;
