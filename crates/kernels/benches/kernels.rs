@@ -117,6 +117,19 @@ fn encode_only(g: &Gpu, ds: &[Dispatch], iters: u64) -> Duration {
     run_recorded(g, iters, OUTPUTS as u64, false, |pass, i| ds[i % ds.len()].record(pass))
 }
 
+/// Each of `sets` sets of `k` picks' slot indices: set s's picks in slots k s .. k s + k - 1, so that
+/// consecutive dispatches read different records.
+fn slot_sets(g: &Gpu, sets: u32, k: u32) -> Vec<wgpu::Buffer> {
+    (0..sets)
+        .map(|set| {
+            let b = buffer(g, 4 * u64::from(k), 5);
+            let ids: Vec<u32> = (0..k).map(|j| set * k + j).collect();
+            g.ctx.queue.write_buffer(&b, 0, bytemuck::cast_slice(&ids));
+            b
+        })
+        .collect()
+}
+
 fn copies(bytes: u64) -> usize {
     ROTATION_BYTES.div_ceil(bytes).clamp(1, 64) as usize
 }
@@ -246,14 +259,7 @@ fn bench_expert_kquant(c: &mut Criterion, g: &Gpu) {
             let x = buffer(g, 4 * u64::from(k_picks / x_div * cols), 3);
             let ys: Vec<wgpu::Buffer> =
                 (0..sets).map(|i| buffer(g, 4 * u64::from(k_picks * rows), 4 + u64::from(i))).collect();
-            let idx: Vec<wgpu::Buffer> = (0..sets)
-                .map(|set| {
-                    let b = buffer(g, 4 * u64::from(k_picks), 5);
-                    let ids: Vec<u32> = (0..k_picks).map(|j| set * k_picks + j).collect();
-                    g.ctx.queue.write_buffer(&b, 0, bytemuck::cast_slice(&ids));
-                    b
-                })
-                .collect();
+            let idx = slot_sets(g, sets, k_picks);
             group.throughput(Throughput::Bytes(u64::from(k_picks) * matrix));
             for (variant, k) in [("subgroup", &g.sg), ("plain", &g.plain)] {
                 if variant == "subgroup" && !k.subgroups() {
@@ -310,14 +316,7 @@ fn bench_expert_kquant_swiglu(c: &mut Criterion, g: &Gpu) {
         (0..sets).map(|i| buffer(g, 4 * u64::from(k_picks * f), 6 + u64::from(i))).collect();
     let (ids, weights, picked) =
         (buffer(g, 4 * u64::from(k_picks), 7), buffer(g, 4 * u64::from(k_picks), 8), buffer(g, 4 * 8, 9));
-    let idx: Vec<wgpu::Buffer> = (0..sets)
-        .map(|set| {
-            let b = buffer(g, 4 * u64::from(k_picks), 10);
-            let ids: Vec<u32> = (0..k_picks).map(|j| set * k_picks + j).collect();
-            g.ctx.queue.write_buffer(&b, 0, bytemuck::cast_slice(&ids));
-            b
-        })
-        .collect();
+    let idx = slot_sets(g, sets, k_picks);
     group.throughput(Throughput::Bytes(u64::from(k_picks) * 2 * half));
     let gate = ExpertBlocks {
         data: (&pool).into(),
