@@ -4,7 +4,8 @@
 //! hits and the CPU's misses ([`Tiers::split_layer`]), the misses computed on the host while the GPU runs
 //! what the driver gives it ([`Tiers::compute_misses_while`]); a chunk's picks made resident, with the next
 //! layer's loads queued beside them ([`Tiers::ensure_chunk`]). Their counters join a driver's own in
-//! [`Tiers::stats`].
+//! [`Tiers::stats`]. The arena's share of a layer's misses reaches the GPU through stage-slot copies
+//! ([`Tiers::record_stage_copies`]); which side finished first feeds the share back ([`FinishRace`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

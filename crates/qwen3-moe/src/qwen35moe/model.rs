@@ -966,8 +966,8 @@ impl Model {
         let k = &self.kernels;
         Ok(match (w, t >= GEMM_FROM) {
             (DenseRows::Blocks(m), true) => k.kquant_gemm_into(m, x, y, t)?,
-            (DenseRows::Q8(m), true) if self.tensor_prefill => k.q8_gemm_coop_into(m, x, y, t)?,
             (DenseRows::Blocks(m), false) => k.kquant_gemv_into(m, x, y, t)?,
+            (DenseRows::Q8(m), true) if self.tensor_prefill => k.q8_gemm_coop_into(m, x, y, t)?,
             (DenseRows::Q8(m), true) => k.q8_gemm_tiled_into(m, x, y, t)?,
             (DenseRows::Q8(m), false) => k.q8_gemv_into(m, x, y, t)?,
         })
