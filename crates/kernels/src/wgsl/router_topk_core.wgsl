@@ -30,15 +30,12 @@ fn pick(li: u32, lanes: u32, row: u32, e: u32, k: u32, logits_too: bool) {
     // Each lane ranks experts li, li + lanes, … (at most 4: E ≤ 256, lanes ≥ 64) against the whole row, the
     // row's loop outermost and the same in every lane: with a lane's own loop outermost and the row's inside
     // it, lavapipe (Mesa 22.3) kept ~170 KB a dispatch until the device went.
-    // The loops over a lane's experts run to the constant 4, `per` masking the rest: with constant bounds
-    // the compiler can unroll them and keep `ls` and `ranks` in registers (indexed by a loop variable of a
-    // bound known only at run time, they may live in local memory, a load and a store a step).
     let per = (e + lanes - 1u) / lanes;
     var ls: array<f32, 4>;
     var ranks = vec4<u32>(0u);
-    for (var m = 0u; m < 4u; m++) {
+    for (var m = 0u; m < per; m++) {
         let i = li + m * lanes;
-        if (m < per && i < e) {
+        if (i < e) {
             ls[m] = vals[i / 4u][i % 4u];
         }
     }
@@ -46,19 +43,17 @@ fn pick(li: u32, lanes: u32, row: u32, e: u32, k: u32, logits_too: bool) {
         let v = vals[j];
         let idx = vec4<u32>(4u * j) + vec4<u32>(0u, 1u, 2u, 3u);
         let real = idx < vec4<u32>(e);
-        for (var m = 0u; m < 4u; m++) {
-            if (m < per) {
-                let l = ls[m];
-                let i = li + m * lanes;
-                // Same address in every lane: broadcast reads.
-                let beats = (v > vec4<f32>(l)) | ((v == vec4<f32>(l)) & (idx < vec4<u32>(i)));
-                ranks[m] += dot(select(vec4<u32>(0u), vec4<u32>(1u), beats & real), vec4<u32>(1u));
-            }
+        for (var m = 0u; m < per; m++) {
+            let l = ls[m];
+            let i = li + m * lanes;
+            // Same address in every lane: broadcast reads.
+            let beats = (v > vec4<f32>(l)) | ((v == vec4<f32>(l)) & (idx < vec4<u32>(i)));
+            ranks[m] += dot(select(vec4<u32>(0u), vec4<u32>(1u), beats & real), vec4<u32>(1u));
         }
     }
-    for (var m = 0u; m < 4u; m++) {
+    for (var m = 0u; m < per; m++) {
         let i = li + m * lanes;
-        if (m < per && i < e && ranks[m] < k) {
+        if (i < e && ranks[m] < k) {
             if (logits_too) {
                 picked_l[ranks[m]] = ls[m];
             }
