@@ -117,6 +117,27 @@ fn encode_only(g: &Gpu, ds: &[Dispatch], iters: u64) -> Duration {
     run_recorded(g, iters, OUTPUTS as u64, false, |pass, i| ds[i % ds.len()].record(pass))
 }
 
+/// The `rows × cols` matrix at the start of each of `slots` slots of `slot_bytes` in `pool`, GGUF blocks of
+/// `quant` in device memory, as the expert block kernels bind it.
+fn device_blocks(
+    pool: &wgpu::Buffer,
+    quant: BlockQuant,
+    (slot_bytes, slots): (u64, u32),
+    (rows, cols): (u32, u32),
+) -> ExpertBlocks<'_> {
+    ExpertBlocks {
+        data: pool.into(),
+        quant,
+        slot_bytes,
+        offset: 0,
+        slots,
+        first_slot: 0,
+        rows,
+        cols,
+        host: false,
+    }
+}
+
 /// Each of `sets` sets of `k` picks' slot indices: set s's picks in slots k s .. k s + k - 1, so that
 /// consecutive dispatches read different records.
 fn slot_sets(g: &Gpu, sets: u32, k: u32) -> Vec<wgpu::Buffer> {
@@ -269,17 +290,7 @@ fn bench_expert_kquant(c: &mut Criterion, g: &Gpu) {
                     .iter()
                     .zip(&ys)
                     .map(|(idx, y)| {
-                        let w = ExpertBlocks {
-                            data: (&pool).into(),
-                            quant,
-                            slot_bytes,
-                            offset: 0,
-                            slots,
-                            first_slot: 0,
-                            rows,
-                            cols,
-                            host: false,
-                        };
+                        let w = device_blocks(&pool, quant, (slot_bytes, slots), (rows, cols));
                         let out = ExpertOut { y: y.into(), stride: rows, offset: 0 };
                         k.expert_kquant_gemv(w, (&x).into(), idx.into(), out, k_picks, x_div).expect("bind")
                     })
@@ -314,21 +325,14 @@ fn bench_expert_kquant_swiglu(c: &mut Criterion, g: &Gpu) {
     g.ctx.queue.write_buffer(&table, 0, bytemuck::cast_slice(&entries));
     let ys: Vec<wgpu::Buffer> =
         (0..sets).map(|i| buffer(g, 4 * u64::from(k_picks * f), 6 + u64::from(i))).collect();
-    let (ids, weights, picked) =
-        (buffer(g, 4 * u64::from(k_picks), 7), buffer(g, 4 * u64::from(k_picks), 8), buffer(g, 4 * 8, 9));
+    let (ids, weights, picked) = (
+        buffer(g, 4 * u64::from(k_picks), 7),
+        buffer(g, 4 * u64::from(k_picks), 8),
+        buffer(g, 4 * u64::from(k_picks), 9),
+    );
     let idx = slot_sets(g, sets, k_picks);
     group.throughput(Throughput::Bytes(u64::from(k_picks) * 2 * half));
-    let gate = ExpertBlocks {
-        data: (&pool).into(),
-        quant,
-        slot_bytes,
-        offset: 0,
-        slots,
-        first_slot: 0,
-        rows: f,
-        cols,
-        host: false,
-    };
+    let gate = device_blocks(&pool, quant, (slot_bytes, slots), (f, cols));
     for routed in [false, true] {
         let ds: Vec<Dispatch> = (0..sets as usize)
             .map(|set| {
@@ -987,17 +991,7 @@ fn bench_prefill_expert_blocks(c: &mut Criterion, g: &Gpu) {
         let x = buffer(g, 4 * u64::from(pairs / x_div * cols), 7);
         let ys: Vec<wgpu::Buffer> = (0..4).map(|i| buffer(g, 4 * u64::from(pairs * rows), 8 + i)).collect();
         group.throughput(Throughput::Elements(2 * u64::from(rows) * u64::from(cols) * u64::from(pairs)));
-        let w = ExpertBlocks {
-            data: (&pool).into(),
-            quant,
-            slot_bytes,
-            offset: 0,
-            slots: experts,
-            first_slot: 0,
-            rows,
-            cols,
-            host: false,
-        };
+        let w = device_blocks(&pool, quant, (slot_bytes, experts), (rows, cols));
         let ds: Vec<Dispatch> = ys
             .iter()
             .map(|y| {

@@ -113,42 +113,33 @@ fn delta_net_rule_matches_the_reference_and_carries_its_state() {
     let cases =
         shapes.iter().flat_map(|&s| variants.iter().flat_map(move |&k| [1usize, 7, 70].map(|t| (s, k, t))));
     for (shape, k, tokens) in cases {
-        {
-            let [u, ba, dt, a, state] = rule_inputs(&mut rng, shape, tokens);
-            let (got, got_state) = gpu_rule(g, k, [&u, &ba, &dt, &a, &state], shape);
-            let mut want_state = state.clone();
-            let want = cpu::delta_net_rule(&u, &ba, &dt, &a, &mut want_state, shape, 1e-6);
-            let what = format!("delta_net_rule {shape:?} T={tokens} subgroups {}", k.subgroups());
-            // Dot products of S terms in f32 against f64, compounded over the chunk's tokens through the
-            // state; exp and log within a few ulp: 2e-5 of the values' size, with a floor for the small ones.
-            assert_close(&what, &got, &want, &abs_of(&want), 2e-6, 2e-5);
-            assert_close(
-                &format!("{what}: state"),
-                &got_state,
-                &want_state,
-                &abs_of(&want_state),
-                2e-6,
-                2e-5,
-            );
-            // Token by token, one dispatch each, the state handed on: the same outputs and state.
-            let (c, hv) = (shape.channels() as usize, 2 * shape.v_heads as usize);
-            let (mut carried, mut outs) = (state.clone(), Vec::new());
-            for t in 0..tokens {
-                let step = [&u[t * c..(t + 1) * c], &ba[t * hv..(t + 1) * hv], &dt[..], &a[..], &carried[..]];
-                let (o, s) = gpu_rule(g, k, step, shape);
-                outs.extend(o);
-                carried = s;
-            }
-            assert_close(&format!("{what}: token by token"), &outs, &got, &abs_of(&got), 1e-7, 1e-6);
-            assert_close(
-                &format!("{what}: state token by token"),
-                &carried,
-                &got_state,
-                &abs_of(&got_state),
-                1e-7,
-                1e-6,
-            );
+        let [u, ba, dt, a, state] = rule_inputs(&mut rng, shape, tokens);
+        let (got, got_state) = gpu_rule(g, k, [&u, &ba, &dt, &a, &state], shape);
+        let mut want_state = state.clone();
+        let want = cpu::delta_net_rule(&u, &ba, &dt, &a, &mut want_state, shape, 1e-6);
+        let what = format!("delta_net_rule {shape:?} T={tokens} subgroups {}", k.subgroups());
+        // Dot products of S terms in f32 against f64, compounded over the chunk's tokens through the
+        // state; exp and log within a few ulp: 2e-5 of the values' size, with a floor for the small ones.
+        assert_close(&what, &got, &want, &abs_of(&want), 2e-6, 2e-5);
+        assert_close(&format!("{what}: state"), &got_state, &want_state, &abs_of(&want_state), 2e-6, 2e-5);
+        // Token by token, one dispatch each, the state handed on: the same outputs and state.
+        let (c, hv) = (shape.channels() as usize, 2 * shape.v_heads as usize);
+        let (mut carried, mut outs) = (state.clone(), Vec::new());
+        for t in 0..tokens {
+            let step = [&u[t * c..(t + 1) * c], &ba[t * hv..(t + 1) * hv], &dt[..], &a[..], &carried[..]];
+            let (o, s) = gpu_rule(g, k, step, shape);
+            outs.extend(o);
+            carried = s;
         }
+        assert_close(&format!("{what}: token by token"), &outs, &got, &abs_of(&got), 1e-7, 1e-6);
+        assert_close(
+            &format!("{what}: state token by token"),
+            &carried,
+            &got_state,
+            &abs_of(&got_state),
+            1e-7,
+            1e-6,
+        );
     }
 }
 
